@@ -1,0 +1,35 @@
+# Two commands set everything up on a fresh machine:
+#   make run   -> creates .venv, installs dcpsim, runs the main job on built-in defaults
+#   make test  -> creates .venv, installs dcpsim with all extras, runs the test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	# torch is pinned to the CPU build that the test machine ships; other
+	# extras resolve normally.
+	$(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q -e ".[dev,profile,distributed]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/dcpsim demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check dcpsim tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest -q -m benchmark --benchmark-enable benchmarks tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

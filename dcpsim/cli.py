@@ -1,0 +1,67 @@
+"""The ``dcpsim`` command line: a thin layer that parses, calls the API and prints.
+
+Each sub-command lives in ``dcpsim/commands/<name>.py`` and defines
+``register(subparsers)`` (adds its parser and sets ``func``). Errors that
+dcpsim raises on purpose are printed as one line without a traceback and give
+exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from dcpsim.errors import DcpsimError
+
+# One line per sub-command module; order is the order of `dcpsim --help`.
+COMMANDS = [
+    "demo",
+    "profiles",
+    "workload",
+    "cost",
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one clear line, non-zero exit
+        self.exit(2, f"dcpsim: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dcpsim", description="Simulate (dynamic) context parallelism for LLM training on variable-length data.")
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"dcpsim.commands.{name}").register(sub)
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dcpsim")
+    except PackageNotFoundError:  # pragma: no cover
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0
+    try:
+        rc = args.func(args)
+    except DcpsimError as exc:
+        print(f"dcpsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dcpsim: interrupted", file=sys.stderr)
+        return 130
+    return int(rc or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""GPU and cluster hardware profiles (see :mod:`dcpsim.hardware.profile` for the format)."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from dcpsim.errors import ConfigError
+from dcpsim.hardware.profile import (
+    COLLECTIVE_OPS,
+    FORMAT_VERSION,
+    TIERS,
+    Curve,
+    HardwareProfile,
+    bus_factor,
+    load_profile,
+    write_profile,
+)
+
+__all__ = [
+    "COLLECTIVE_OPS",
+    "FORMAT_VERSION",
+    "TIERS",
+    "Curve",
+    "HardwareProfile",
+    "bus_factor",
+    "get_profile",
+    "list_profiles",
+    "load_profile",
+    "profile_dirs",
+    "write_profile",
+]
+
+
+def profile_dirs() -> list[Path]:
+    """Folders searched for named profiles: ``$DCPSIM_PROFILES`` (``:``-separated), then the shipped ``profiles/``."""
+    dirs = [Path(p) for p in os.environ.get("DCPSIM_PROFILES", "").split(os.pathsep) if p]
+    dirs.append(Path(__file__).resolve().parents[2] / "profiles")
+    return dirs
+
+
+def list_profiles() -> list[str]:
+    names: list[str] = []
+    for d in profile_dirs():
+        if d.is_dir():
+            for sub in sorted(d.iterdir()):
+                if (sub / "profile.toml").is_file() and sub.name not in names:
+                    names.append(sub.name)
+    return names
+
+
+@lru_cache(maxsize=64)
+def _cached(path: str, mtime: float) -> HardwareProfile:
+    return load_profile(path)
+
+
+def get_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
+    """A profile by shipped name (``h100-sxm``) or by folder path."""
+    if isinstance(name_or_path, HardwareProfile):
+        return name_or_path
+    p = Path(name_or_path)
+    if not (p.is_dir() or p.suffix == ".toml"):
+        for d in profile_dirs():
+            if (d / str(name_or_path) / "profile.toml").is_file():
+                p = d / str(name_or_path)
+                break
+        else:
+            raise ConfigError("gpu", str(name_or_path), f"a profile name ({', '.join(list_profiles())}) or a profile folder")
+    folder = p.parent if p.suffix == ".toml" else p
+    meta = folder / "profile.toml"
+    return _cached(str(folder.resolve()), meta.stat().st_mtime if meta.exists() else 0.0)

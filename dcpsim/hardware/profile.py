@@ -1,0 +1,420 @@
+"""Hardware profiles: on-disk format, validation, loading and interpolation.
+
+Format (``format_version = 1``), one folder per GPU::
+
+    profiles/<name>/profile.toml      metadata, one origin per value
+    profiles/<name>/gemm.csv          n,k,tokens,tflops,source
+    profiles/<name>/attention.csv     direction,causal,layout,head_dim,seqlen,tflops,source
+    profiles/<name>/collectives.csv   op,tier,bytes,busbw_gb_per_s,ranks,source
+
+Units are in the column names: ``tflops`` is 1e12 FLOP/s, ``busbw_gb_per_s``
+is 1e9 bytes/s of nccl-tests *bus* bandwidth, ``bytes`` is the nccl-tests
+message size (the full buffer: for all-gather the gathered output, for
+reduce-scatter the input). ``profile.toml`` holds the scalar device values in
+``[device]`` and a sentence naming where each came from in ``[sources]``
+(measured: device, date, versions; or a public source). Measured profiles add
+a ``[measured]`` table (device name, driver, torch, CUDA, NCCL, date, command).
+
+Interpolation is linear in log(size)–log(throughput) between rows. Outside
+the measured range:
+
+* above the largest size the last throughput is held (kernels and links are
+  saturated there);
+* below the smallest size, GEMM and collectives keep the *time* of the
+  smallest row (a latency floor: a smaller call is not faster than the
+  smallest one measured), while attention keeps the *efficiency* of the
+  smallest row (a packed varlen kernel tiles many short documents into one
+  launch, so there is no per-document latency floor).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dcpsim.errors import ProfileError
+
+FORMAT_VERSION = 1
+DEVICE_FIELDS = (
+    "peak_bf16_flops",
+    "hbm_bytes",
+    "hbm_bw_bytes_per_s",
+    "nvlink_bw_bytes_per_s",
+    "nic_bw_bytes_per_s",
+    "gpus_per_node",
+    "nvlink_domain_gpus",
+)
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
+TIERS = ("nvlink", "network")
+ATTN_LAYOUTS = ("dense", "varlen")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests factor with ``busbw = algbw * factor`` for ``n`` ranks."""
+    if op == "sendrecv" or n <= 1:
+        return 1.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    raise ProfileError("op", op, f"one of {COLLECTIVE_OPS}")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Throughput against size, interpolated in log-log space.
+
+    ``below`` is ``"time"`` (hold the smallest row's time) or ``"efficiency"``
+    (hold the smallest row's throughput). ``power`` is how work grows with size
+    (1 for GEMM tokens and message bytes, 2 for attention sequence length), so
+    that holding time below the range gives throughput ∝ size**power.
+    """
+
+    log_x: np.ndarray
+    log_y: np.ndarray
+    below: str = "time"
+    power: float = 1.0
+
+    @classmethod
+    def from_points(cls, x, y, *, below: str = "time", power: float = 1.0) -> Curve:
+        x = np.asarray(x, dtype=float)
+        y = np.asarray(y, dtype=float)
+        order = np.argsort(x)
+        return cls(np.log(x[order]), np.log(y[order]), below, power)
+
+    def __call__(self, x) -> np.ndarray:
+        """Throughput at size ``x`` (same unit as the table), vectorised."""
+        lx = np.log(np.maximum(np.asarray(x, dtype=float), 1e-300))
+        ly = np.interp(lx, self.log_x, self.log_y)  # holds ends flat
+        if self.below == "time":
+            lo = lx < self.log_x[0]
+            ly = np.where(lo, self.log_y[0] + self.power * (lx - self.log_x[0]), ly)
+        return np.exp(ly)
+
+    @property
+    def x_range(self) -> tuple[float, float]:
+        return float(math.exp(self.log_x[0])), float(math.exp(self.log_x[-1]))
+
+
+@dataclass
+class HardwareProfile:
+    """A GPU (and its node/network) as dcpsim sees it. Units in field names."""
+
+    name: str
+    peak_bf16_flops: float
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    nvlink_bw_bytes_per_s: float
+    nic_bw_bytes_per_s: float
+    gpus_per_node: int
+    nvlink_domain_gpus: int
+    kind: str = "public"
+    description: str = ""
+    sources: dict[str, str] = field(default_factory=dict)
+    measured: dict[str, str] = field(default_factory=dict)
+    gemm_rows: list[dict] = field(default_factory=list)
+    attention_rows: list[dict] = field(default_factory=list)
+    collective_rows: list[dict] = field(default_factory=list)
+    path: Path | None = None
+    _gemm: dict = field(default_factory=dict, repr=False)
+    _attn: dict = field(default_factory=dict, repr=False)
+    _coll: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._build_curves()
+
+    # ------------------------------------------------------------------ build
+    def _build_curves(self) -> None:
+        groups: dict[tuple, list] = {}
+        for r in self.gemm_rows:
+            groups.setdefault((int(r["n"]), int(r["k"])), []).append(r)
+        self._gemm = {
+            key: Curve.from_points([r["tokens"] for r in rs], [r["tflops"] * 1e12 for r in rs])
+            for key, rs in groups.items()
+        }
+        groups = {}
+        for r in self.attention_rows:
+            key = (r["direction"], bool(r["causal"]), r["layout"], int(r["head_dim"]))
+            groups.setdefault(key, []).append(r)
+        self._attn = {
+            key: Curve.from_points(
+                [r["seqlen"] for r in rs], [r["tflops"] * 1e12 for r in rs], below="efficiency"
+            )
+            for key, rs in groups.items()
+        }
+        groups = {}
+        for r in self.collective_rows:
+            groups.setdefault((r["op"], r["tier"]), []).append(r)
+        self._coll = {
+            key: Curve.from_points([r["bytes"] for r in rs], [r["busbw_gb_per_s"] * 1e9 for r in rs])
+            for key, rs in groups.items()
+        }
+
+    # ----------------------------------------------------------------- lookups
+    def gemm_flops_per_s(self, tokens, n: int, k: int) -> np.ndarray:
+        """Achieved FLOP/s of a (tokens × k) @ (k × n) bf16 GEMM.
+
+        Uses the table shape nearest to (n, k) in log(n·k) (ties: nearest in
+        log(n/k)), interpolated over the token count.
+        """
+        key = min(
+            self._gemm,
+            key=lambda s: (abs(math.log(s[0] * s[1]) - math.log(n * k)), abs(math.log(s[0] / s[1]) - math.log(n / k))),
+        )
+        return self._gemm[key](tokens)
+
+    def attention_flops_per_s(self, seqlen, *, direction: str, causal: bool, head_dim: int) -> np.ndarray:
+        """Achieved FLOP/s of flash attention on one sequence of ``seqlen`` tokens.
+
+        Prefers the ``varlen`` layout (what packing runs) and falls back to
+        ``dense``; uses the nearest measured head dimension.
+        """
+        best = None
+        for (d, c, lay, hd), curve in self._attn.items():
+            if d != direction or c != causal:
+                continue
+            score = (lay != "varlen", abs(hd - head_dim))
+            if best is None or score < best[0]:
+                best = (score, curve)
+        if best is None:
+            raise ProfileError(
+                "attention", f"direction={direction}, causal={causal}", "rows for this case", where=str(self.path or self.name)
+            )
+        return best[1](seqlen)
+
+    def has_collective(self, op: str, tier: str) -> bool:
+        return (op, tier) in self._coll
+
+    def busbw_bytes_per_s(self, op: str, tier: str, nbytes) -> np.ndarray:
+        """nccl-tests bus bandwidth of ``op`` on ``tier`` at message size ``nbytes``."""
+        key = (op, tier)
+        if key not in self._coll:
+            if op == "sendrecv" or (op, tier) == ("all_to_all", tier):
+                # fall back to the closest ring collective on the same tier
+                key = ("all_gather", tier)
+            if key not in self._coll:
+                raise ProfileError("collectives", f"{op}/{tier}", "rows for this op and tier", where=str(self.path or self.name))
+        return self._coll[key](nbytes)
+
+    def collective_time_s(self, op: str, tier: str, nbytes, n: int) -> np.ndarray:
+        """Time of one collective of message size ``nbytes`` over ``n`` ranks.
+
+        ``time = nbytes * bus_factor(op, n) / busbw(nbytes)``; the latency
+        measured at small sizes is carried by the bus-bandwidth curve.
+        ``n <= 1`` costs nothing (except sendrecv, which is point-to-point).
+        """
+        nbytes = np.asarray(nbytes, dtype=float)
+        if n <= 1 and op != "sendrecv":
+            return np.zeros_like(nbytes)
+        bw = self.busbw_bytes_per_s(op, tier, np.maximum(nbytes, 1.0))
+        return np.where(nbytes > 0, nbytes * bus_factor(op, n) / bw, 0.0)
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "peak_bf16_tflops": self.peak_bf16_flops / 1e12,
+            "hbm_gb": self.hbm_bytes / 1e9,
+            "hbm_bw_tb_per_s": self.hbm_bw_bytes_per_s / 1e12,
+            "nvlink_gb_per_s": self.nvlink_bw_bytes_per_s / 1e9,
+            "nic_gb_per_s": self.nic_bw_bytes_per_s / 1e9,
+            "gpus_per_node": self.gpus_per_node,
+            "nvlink_domain_gpus": self.nvlink_domain_gpus,
+            "gemm_rows": len(self.gemm_rows),
+            "attention_rows": len(self.attention_rows),
+            "collective_rows": len(self.collective_rows),
+        }
+
+
+# ---------------------------------------------------------------------- I/O
+def _num(where: str, fieldname: str, value, *, integer: bool = False, positive: bool = True):
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ProfileError(fieldname, value, "a number", where=where) from None
+    if not math.isfinite(v) or (positive and v <= 0):
+        raise ProfileError(fieldname, value, "a finite positive number", where=where)
+    if integer:
+        if v != int(v):
+            raise ProfileError(fieldname, value, "an integer", where=where)
+        return int(v)
+    return v
+
+
+def _read_csv(path: Path, columns: dict[str, str]) -> list[dict]:
+    """Read a table, checking columns; ``columns`` maps name -> kind."""
+    if not path.is_file():
+        raise ProfileError("tables", str(path.name), "an existing CSV file", where=str(path.parent))
+    with path.open(newline="") as fh:
+        reader = csv.DictReader(line for line in fh if not line.lstrip().startswith("#"))
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ProfileError("columns", reader.fieldnames, f"columns {list(columns)} (missing {missing})", where=str(path))
+        rows = []
+        for i, raw in enumerate(reader, start=2):
+            where = f"{path}:{i}"
+            row: dict = {}
+            for col, kind in columns.items():
+                v = raw[col]
+                if kind == "int":
+                    row[col] = _num(where, col, v, integer=True)
+                elif kind == "float":
+                    row[col] = _num(where, col, v)
+                elif kind == "bool":
+                    if str(v).strip().lower() not in ("0", "1", "true", "false"):
+                        raise ProfileError(col, v, "0/1 or true/false", where=where)
+                    row[col] = str(v).strip().lower() in ("1", "true")
+                elif kind == "source":
+                    if not str(v or "").strip():
+                        raise ProfileError(col, v, "a non-empty origin for this row", where=where)
+                    row[col] = str(v).strip()
+                else:  # enum "a|b|c"
+                    allowed = kind.split("|")
+                    if v not in allowed:
+                        raise ProfileError(col, v, f"one of {allowed}", where=where)
+                    row[col] = v
+            rows.append(row)
+    if not rows:
+        raise ProfileError("rows", 0, "at least one data row", where=str(path))
+    return rows
+
+
+GEMM_COLUMNS = {"n": "int", "k": "int", "tokens": "int", "tflops": "float", "source": "source"}
+ATTN_COLUMNS = {
+    "direction": "fwd|bwd",
+    "causal": "bool",
+    "layout": "|".join(ATTN_LAYOUTS),
+    "head_dim": "int",
+    "seqlen": "int",
+    "tflops": "float",
+    "source": "source",
+}
+COLL_COLUMNS = {
+    "op": "|".join(COLLECTIVE_OPS),
+    "tier": "|".join(TIERS),
+    "bytes": "int",
+    "busbw_gb_per_s": "float",
+    "ranks": "int",
+    "source": "source",
+}
+
+
+def _check_sorted_unique(rows: list[dict], key_cols: tuple[str, ...], size_col: str, where: Path) -> None:
+    seen: dict[tuple, list] = {}
+    for r in rows:
+        seen.setdefault(tuple(r[c] for c in key_cols), []).append(r[size_col])
+    for key, sizes in seen.items():
+        if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+            raise ProfileError(size_col, sizes, f"strictly increasing sizes within {dict(zip(key_cols, key, strict=True))}", where=str(where))
+
+
+def load_profile(path: str | Path) -> HardwareProfile:
+    """Load and validate a profile folder (or its ``profile.toml``)."""
+    path = Path(path)
+    folder = path.parent if path.suffix == ".toml" else path
+    meta_path = folder / "profile.toml"
+    if not meta_path.is_file():
+        raise ProfileError("profile", str(folder), "a folder holding profile.toml")
+    where = str(meta_path)
+    try:
+        meta = tomllib.loads(meta_path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError("profile.toml", str(exc), "valid TOML", where=where) from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ProfileError("format_version", meta.get("format_version"), str(FORMAT_VERSION), where=where)
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise ProfileError("name", name, "a non-empty string", where=where)
+    kind = meta.get("kind", "public")
+    if kind not in ("public", "measured", "mixed"):
+        raise ProfileError("kind", kind, "'public', 'measured' or 'mixed'", where=where)
+    device = meta.get("device")
+    if not isinstance(device, dict):
+        raise ProfileError("device", device, "a [device] table", where=where)
+    sources = meta.get("sources", {})
+    values = {}
+    for f in DEVICE_FIELDS:
+        if f not in device:
+            raise ProfileError(f"device.{f}", None, "a value", where=where)
+        values[f] = _num(where, f"device.{f}", device[f], integer=f in ("gpus_per_node", "nvlink_domain_gpus"))
+        if not str(sources.get(f, "")).strip():
+            raise ProfileError(f"sources.{f}", sources.get(f), "a sentence naming the origin of this value", where=where)
+    if values["nvlink_domain_gpus"] < values["gpus_per_node"]:
+        raise ProfileError("device.nvlink_domain_gpus", values["nvlink_domain_gpus"], f">= gpus_per_node ({values['gpus_per_node']})", where=where)
+    tables = meta.get("tables", {})
+    gemm = _read_csv(folder / tables.get("gemm", "gemm.csv"), GEMM_COLUMNS)
+    attn = _read_csv(folder / tables.get("attention", "attention.csv"), ATTN_COLUMNS)
+    coll = _read_csv(folder / tables.get("collectives", "collectives.csv"), COLL_COLUMNS)
+    _check_sorted_unique(gemm, ("n", "k"), "tokens", folder / "gemm.csv")
+    _check_sorted_unique(attn, ("direction", "causal", "layout", "head_dim"), "seqlen", folder / "attention.csv")
+    _check_sorted_unique(coll, ("op", "tier"), "bytes", folder / "collectives.csv")
+    for need in (("fwd", True), ("bwd", True)):
+        if not any(r["direction"] == need[0] and r["causal"] == need[1] for r in attn):
+            raise ProfileError("attention", f"direction={need[0]} causal={need[1]}", "rows for this case", where=str(folder / "attention.csv"))
+    for tier in TIERS:
+        if not any(r["tier"] == tier for r in coll):
+            raise ProfileError("collectives", f"tier={tier}", "rows for both tiers (nvlink and network)", where=str(folder / "collectives.csv"))
+    return HardwareProfile(
+        name=name,
+        kind=kind,
+        description=str(meta.get("description", "")),
+        sources={k: str(v) for k, v in sources.items()},
+        measured={k: str(v) for k, v in meta.get("measured", {}).items()},
+        gemm_rows=gemm,
+        attention_rows=attn,
+        collective_rows=coll,
+        path=folder,
+        **values,
+    )
+
+
+def write_profile(profile: HardwareProfile, folder: str | Path) -> Path:
+    """Write ``profile`` in the on-disk format (used by the profiler and builders)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def q(s: str) -> str:
+        return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = [
+        f"format_version = {FORMAT_VERSION}",
+        f"name = {q(profile.name)}",
+        f"kind = {q(profile.kind)}",
+        f"description = {q(profile.description)}",
+        "",
+        "[device]",
+    ]
+    for f in DEVICE_FIELDS:
+        v = getattr(profile, f)
+        lines.append(f"{f} = {int(v) if f in ('gpus_per_node', 'nvlink_domain_gpus') else repr(float(v))}")
+    lines += ["", "[sources]"]
+    for k, v in profile.sources.items():
+        lines.append(f"{k} = {q(v)}")
+    if profile.measured:
+        lines += ["", "[measured]"]
+        for k, v in profile.measured.items():
+            lines.append(f"{k} = {q(v)}")
+    lines += ["", "[tables]", 'gemm = "gemm.csv"', 'attention = "attention.csv"', 'collectives = "collectives.csv"', ""]
+    (folder / "profile.toml").write_text("\n".join(lines))
+    for fname, rows, cols in (
+        ("gemm.csv", profile.gemm_rows, GEMM_COLUMNS),
+        ("attention.csv", profile.attention_rows, ATTN_COLUMNS),
+        ("collectives.csv", profile.collective_rows, COLL_COLUMNS),
+    ):
+        with (folder / fname).open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(cols))
+            w.writeheader()
+            for r in rows:
+                out = dict(r)
+                if "causal" in out:
+                    out["causal"] = int(bool(out["causal"]))
+                for c in ("tflops", "busbw_gb_per_s"):
+                    if c in out:
+                        out[c] = f"{float(out[c]):.6g}"
+                w.writerow({c: out[c] for c in cols})
+    return folder

@@ -1,0 +1,265 @@
+"""Transformer specs (as data), Megatron FLOPs accounting and per-GPU memory."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from dcpsim.errors import ConfigError, InfeasibleError
+
+SPEC_DIR = Path(__file__).resolve().parent / "specs"
+RECOMPUTE_MODES = ("none", "selective", "full")
+BYTES_BF16 = 2
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer (Llama family: RMSNorm, gated MLP, RoPE)."""
+
+    name: str
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_hidden: int
+    vocab: int
+    gated_mlp: bool = True
+    tied_embeddings: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ConfigError(f"model.{f}", v, "a positive integer", where=self.name)
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError("model.n_kv_heads", self.n_kv_heads, f"a divisor of n_heads ({self.n_heads})", where=self.name)
+
+    # ---------------------------------------------------------------- shapes
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def mlp_matrices(self) -> int:
+        return 3 if self.gated_mlp else 2
+
+    def linear_params_per_layer(self) -> int:
+        """Weights of the GEMMs of one block (QKV, output projection, MLP)."""
+        h = self.hidden
+        return h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h + self.mlp_matrices * h * self.ffn_hidden
+
+    def gemm_shapes(self, tp: int = 1) -> list[tuple[str, int, int, int]]:
+        """Forward GEMMs of one block under TP: (name, n, k, count) with Y[tokens×n] = X[tokens×k] W."""
+        h = self.hidden
+        up = self.ffn_hidden * (2 if self.gated_mlp else 1)
+        return [
+            ("qkv", (self.q_dim + 2 * self.kv_dim) // tp, h, 1),
+            ("proj", h, self.q_dim // tp, 1),
+            ("fc1", up // tp, h, 1),
+            ("fc2", h, self.ffn_hidden // tp, 1),
+        ]
+
+    @property
+    def n_params(self) -> int:
+        """Total parameter count (norms included)."""
+        h = self.hidden
+        emb = self.vocab * h * (1 if self.tied_embeddings else 2)
+        return self.n_layers * (self.linear_params_per_layer() + 2 * h) + emb + h
+
+    # ---------------------------------------------------------------- FLOPs
+    @property
+    def linear_flops_per_token(self) -> float:
+        """Megatron model FLOPs per token for the linear terms (fwd+bwd = 6×)."""
+        return 6.0 * (self.n_layers * self.linear_params_per_layer() + self.hidden * self.vocab)
+
+    @property
+    def attn_flops_coeff(self) -> float:
+        """Megatron model FLOPs per sequence = coeff × L² (causal, fwd+bwd)."""
+        return 6.0 * self.n_layers * self.q_dim
+
+    def flops(self, lengths) -> float:
+        """Megatron's counted FLOPs for a set of sequences (recompute not counted)."""
+        lengths = np.asarray(lengths, dtype=np.float64)
+        return float(self.linear_flops_per_token * lengths.sum() + self.attn_flops_coeff * np.square(lengths).sum())
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _spec_from_mapping(data: dict, where: str) -> ModelSpec:
+    fields = set(ModelSpec.__dataclass_fields__)
+    unknown = set(data) - fields
+    if unknown:
+        raise ConfigError("model", sorted(unknown), f"only fields {sorted(fields)}", where=where)
+    missing = {"name", "n_layers", "hidden", "n_heads", "head_dim", "ffn_hidden", "vocab"} - set(data)
+    if missing:
+        raise ConfigError("model", sorted(missing), "these required fields to be present", where=where)
+    data = dict(data)
+    data.setdefault("n_kv_heads", data["n_heads"])
+    return ModelSpec(**data)
+
+
+def list_models() -> list[str]:
+    return sorted(p.stem for p in SPEC_DIR.glob("*.toml"))
+
+
+@lru_cache(maxsize=32)
+def _load_spec(path: str) -> ModelSpec:
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("model file", str(p), f"valid TOML ({exc})") from None
+    return _spec_from_mapping(data, str(p))
+
+
+def get_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
+    """A model spec by name (``llama-13b``) or from a user's TOML file."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    p = Path(name_or_path)
+    if p.suffix == ".toml" and p.is_file():
+        return _load_spec(str(p.resolve()))
+    cand = SPEC_DIR / f"{name_or_path}.toml"
+    if not cand.is_file():
+        raise ConfigError("model", str(name_or_path), f"one of {list_models()} or a path to a spec .toml")
+    return _load_spec(str(cand))
+
+
+# ---------------------------------------------------------------- memory
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Peak memory of one GPU in bytes."""
+
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    transient_bytes: float
+
+    @property
+    def states_bytes(self) -> float:
+        return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        return self.states_bytes + self.activations_bytes + self.transient_bytes
+
+
+def params_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
+    """Parameters held by the busiest GPU (the first stage holds the embedding; the last the head)."""
+    h = model.hidden
+    layers = model.n_layers / pp
+    block = layers * (model.linear_params_per_layer() / tp + 2 * h)
+    return block + model.vocab * h / tp
+
+
+def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: str) -> float:
+    """Stored activation bytes per token per layer (bf16, sequence parallel, flash attention).
+
+    none: (16h + 6·ffn)/TP (Korthikanti et al. 2022 method, REFERENCE §3).
+    selective: with flash attention the s² terms are already gone, so the
+    recomputed core attention saves only its output: (14h + 6·ffn)/TP.
+    full: only the layer input, 2h/TP.
+    """
+    h, f = model.hidden, model.ffn_hidden
+    if recompute == "none":
+        return (16 * h + 6 * f) / tp
+    if recompute == "selective":
+        return (14 * h + 6 * f) / tp
+    if recompute == "full":
+        return 2 * h / tp
+    raise ConfigError("recompute", recompute, f"one of {RECOMPUTE_MODES}")
+
+
+def memory_per_gpu(
+    model: ModelSpec,
+    *,
+    tokens_per_rank: float,
+    tp: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+    cp: int = 1,
+    recompute: str = "full",
+    microbatches_in_flight: int | None = None,
+) -> MemoryBreakdown:
+    """Peak bytes on the busiest GPU (pipeline stage 0, which holds up to PP microbatches in 1F1B).
+
+    ``tokens_per_rank`` is the local token count of one microbatch on this GPU
+    (after CP splitting). States follow the distributed optimizer: 2 B bf16
+    weights + 4 B fp32 grads per parameter, 12 B Adam state sharded over DP×CP.
+    """
+    n = params_per_gpu(model, tp, pp)
+    layers = model.n_layers / pp
+    per_tok = activation_bytes_per_token_layer(model, tp, recompute) * layers * tokens_per_rank
+    transient = 0.0
+    if recompute == "full":
+        # one layer's full activations are rebuilt during its backward pass
+        transient = activation_bytes_per_token_layer(model, tp, "none") * tokens_per_rank
+    # bf16 logits + fp32 cross-entropy workspace, on the last stage only
+    logits = tokens_per_rank * model.vocab * (2 + 4) / tp
+    inflight = pp if microbatches_in_flight is None else microbatches_in_flight
+    if pp == 1:
+        act, trans = per_tok * inflight, transient + logits
+    else:
+        # stage 0 holds `inflight` microbatches; the last stage holds one plus the logits
+        first, last = per_tok * inflight + transient, per_tok + transient + logits
+        act, trans = (per_tok * inflight, transient) if first >= last else (per_tok, transient + logits)
+    return MemoryBreakdown(
+        weights_bytes=2.0 * n,
+        grads_bytes=4.0 * n,
+        optimizer_bytes=12.0 * n / (dp * cp),
+        activations_bytes=act,
+        transient_bytes=trans,
+    )
+
+
+def max_tokens_per_rank(
+    model: ModelSpec,
+    *,
+    memory_limit_bytes: float,
+    tp: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+    cp: int = 1,
+    recompute: str = "full",
+    microbatches_in_flight: int | None = None,
+) -> int:
+    """Largest local token count per microbatch that fits (Megatron's ``max_seqlen_per_dp_cp_rank``).
+
+    Memory is affine in tokens, so this is solved exactly. Raises
+    :class:`InfeasibleError` when the model states alone do not fit.
+    """
+    kw = dict(tp=tp, pp=pp, dp=dp, cp=cp, recompute=recompute, microbatches_in_flight=microbatches_in_flight)
+    m0 = memory_per_gpu(model, tokens_per_rank=0, **kw).total_bytes
+    m1 = memory_per_gpu(model, tokens_per_rank=1, **kw).total_bytes
+    if m0 >= memory_limit_bytes:
+        raise InfeasibleError(
+            "memory",
+            f"model states need {m0 / 2**30:.1f} GiB per GPU > limit {memory_limit_bytes / 2**30:.1f} GiB "
+            f"(tp={tp}, pp={pp}, dp={dp}, cp={cp})",
+        )
+    return int((memory_limit_bytes - m0) // (m1 - m0))
+
+
+__all__ = [
+    "RECOMPUTE_MODES",
+    "MemoryBreakdown",
+    "ModelSpec",
+    "activation_bytes_per_token_layer",
+    "get_model",
+    "list_models",
+    "max_tokens_per_rank",
+    "memory_per_gpu",
+    "params_per_gpu",
+]

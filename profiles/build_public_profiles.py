@@ -1,0 +1,168 @@
+"""Build the shipped public-figure profiles from the facts in REFERENCE.md.
+
+Run: ``python profiles/build_public_profiles.py`` (rewrites profiles/<gpu>/).
+Every row names its origin. Values marked *derived* or *assumed* are modelling
+choices stated here in the open; a measured profile (``dcpsim profile``)
+replaces them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dcpsim.hardware.profile import HardwareProfile, write_profile  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+KIB, MIB, GIB = 1024, 1024**2, 1024**3
+SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
+# FlashAttention-3 paper (Shah et al. 2024), H100 SXM, bf16, head dim 128 (REFERENCE §6)
+FA3 = {
+    ("fwd", True): [292, 423, 521, 579, 602, 616],
+    ("fwd", False): [467, 565, 625, 638, 646, 648],
+    ("bwd", False): [316, 424, 501, 542, 559, 561],
+}
+FA3_SRC = "FlashAttention-3 paper (Shah et al. 2024) H100 SXM bf16 hd128, REFERENCE §6"
+
+
+def attention_rows(scale: float, src_note: str) -> list[dict]:
+    rows = []
+    for (d, causal), vals in FA3.items():
+        for L, v in zip(SEQLENS, vals, strict=True):
+            rows.append(dict(direction=d, causal=causal, layout="dense", head_dim=128, seqlen=L, tflops=v * scale, source=FA3_SRC + src_note))
+    # Backward causal is not published: derived as bwd non-causal times the
+    # forward causal/non-causal ratio at the same length.
+    for i, L in enumerate(SEQLENS):
+        v = FA3[("bwd", False)][i] * FA3[("fwd", True)][i] / FA3[("fwd", False)][i]
+        rows.append(dict(direction="bwd", causal=True, layout="dense", head_dim=128, seqlen=L, tflops=v * scale,
+                         source="derived: FA3 bwd non-causal x (fwd causal / fwd non-causal), " + FA3_SRC + src_note))
+    rows.sort(key=lambda r: (r["direction"], r["causal"], r["seqlen"]))
+    return rows
+
+
+def gemm_rows(best_tflops: float, src: str) -> list[dict]:
+    # Saturation curve E(T) = Emax*T/(T+T0). Emax is the best measured GEMM
+    # (public); T0 = 128 tokens is an assumption (the roll-off of real layer
+    # shapes is not published) that a measured profile replaces.
+    t0 = 128.0
+    return [
+        dict(n=8192, k=8192, tokens=t, tflops=best_tflops * t / (t + t0),
+             source=f"assumed roll-off Emax*T/(T+128) with Emax={best_tflops:g} TFLOPS ({src})")
+        for t in [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+    ]
+
+
+def alpha_beta_rows(op: str, tier: str, peak_gbps: float, lat_s: float, ranks: int, src: str, sizes=None) -> list[dict]:
+    """busbw(size) from NCCL's time = latency + bytes/bw model (tuning.cc form)."""
+    from dcpsim.hardware.profile import bus_factor
+
+    sizes = sizes or [2**p for p in range(16, 35, 2)]  # 64 KiB .. 16 GiB
+    f = bus_factor(op, ranks)
+    rows = []
+    for s in sizes:
+        t = lat_s + s * f / (peak_gbps * 1e9)
+        rows.append(dict(op=op, tier=tier, bytes=s, busbw_gb_per_s=s * f / t / 1e9, ranks=ranks,
+                         source=f"derived: alpha-beta, peak {peak_gbps:g} GB/s, latency {lat_s * 1e6:.1f} us; {src}"))
+    return rows
+
+
+def nccl_ring_latency_s(op: str, n: int, network: bool) -> float:
+    # NCCL tuning.cc Simple protocol: base 8.4 us + per-hop x steps (REFERENCE §5)
+    hop = 14e-6 if network else 3.4e-6
+    steps = {"all_reduce": 2 * (n - 1), "sendrecv": 1}.get(op, n - 1)
+    return 8.4e-6 + hop * steps
+
+
+def collective_rows(nvl_ring_gbps: float, nvl_p2p_gbps: float, nic_gbps: float, src: str,
+                    h200_allreduce: bool) -> list[dict]:
+    rows: list[dict] = []
+    if h200_allreduce:
+        pts = [(1 * MIB, 40), (4 * MIB, 107), (16 * MIB, 220), (64 * MIB, 347), (256 * MIB, 436), (1 * GIB, 464), (16 * GIB, 482)]
+        rows += [dict(op="all_reduce", tier="nvlink", bytes=s, busbw_gb_per_s=b, ranks=8,
+                      source="nccl-tests H200 8-GPU all-reduce bus bandwidth (NVLS), REFERENCE §5") for s, b in pts]
+    else:
+        rows += alpha_beta_rows("all_reduce", "nvlink", nvl_ring_gbps, nccl_ring_latency_s("all_reduce", 8, False), 8, src)
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        rows += alpha_beta_rows(op, "nvlink", nvl_ring_gbps, nccl_ring_latency_s(op, 8, False), 8,
+                                src + ("; all-to-all assumed equal to ring collectives" if op == "all_to_all" else ""))
+    rows += alpha_beta_rows("sendrecv", "nvlink", nvl_p2p_gbps, nccl_ring_latency_s("sendrecv", 2, False), 2, src)
+    # Network tier: per GPU through its own NIC (one GPU per node in the group).
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"):
+        n = 2 if op == "sendrecv" else 8
+        rows += alpha_beta_rows(op, "network", nic_gbps, nccl_ring_latency_s(op, n, True), n,
+                                src + "; network tier is per NIC (one GPU per node in the group)")
+    return rows
+
+
+GPUS = {
+    "h100-sxm": dict(
+        peak=989e12, hbm=80e9, hbmbw=3.35e12, nvl=450e9, nic=50e9, gemm=795, attn_scale=1.0, attn_note="",
+        nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
+        desc="NVIDIA H100 SXM 80GB, 8 per node (DGX/HGX H100), 400 Gb/s NDR per GPU. Public figures.",
+        ar_note="(H200 all-reduce curve used: same NVLink 4 / NVSwitch generation)",
+    ),
+    "h200-sxm": dict(
+        peak=989e12, hbm=141e9, hbmbw=4.8e12, nvl=450e9, nic=50e9, gemm=790, attn_scale=1.0,
+        attn_note="; H200 has the H100's compute (same 989 TFLOPS peak), attention assumed equal",
+        nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
+        desc="NVIDIA H200 SXM 141GB, 8 per node (HGX H200), 400 Gb/s per GPU. Public figures.", ar_note="",
+    ),
+    "a100-sxm-80gb": dict(
+        peak=312e12, hbm=80e9, hbmbw=2.0e12, nvl=300e9, nic=25e9, gemm=271, attn_scale=0.73 * 312 / 648,
+        attn_note="; scaled to A100 by FlashAttention-2's reported 73% of peak (Dao 2023) over FA3's 648 TFLOPS: assumed",
+        nvl_ring=300 * 365 / 450, nvl_p2p=300 * 390 / 450, nic_eff=24, h200_ar=False,
+        desc="NVIDIA A100 SXM 80GB, 8 per node (DGX A100), 200 Gb/s HDR per GPU. Public figures.", ar_note="",
+    ),
+    "b200": dict(
+        peak=2250e12, hbm=180e9, hbmbw=8e12, nvl=900e9, nic=50e9, gemm=1745, attn_scale=1745 / 795,
+        attn_note="; scaled by B200/H100 best GEMM (1745/795): assumed, Blackwell attention kernels not in REFERENCE",
+        nvl_ring=900 * 365 / 450, nvl_p2p=900 * 390 / 450, nic_eff=47, h200_ar=False,
+        desc="NVIDIA B200 (HGX B200), 8 per node, 400 Gb/s per GPU. Public figures.", ar_note="",
+    ),
+}
+
+
+def build(name: str) -> HardwareProfile:
+    g = GPUS[name]
+    ref5 = "REFERENCE §5 (vendor datasheet / nccl-tests figures)"
+    scaled = name in ("a100-sxm-80gb", "b200")
+    ring_src = (
+        "H100/H200 NVLink ring collectives 360-370 GB/s busbw and p2p 390 GB/s, REFERENCE §5"
+        + ("; scaled by this GPU's NVLink bandwidth over H100's 450 GB/s: derived" if scaled else "")
+    )
+    coll = collective_rows(g["nvl_ring"], g["nvl_p2p"], g["nic_eff"], ring_src + f"; NIC {g['nic_eff']} GB/s achievable", g["h200_ar"])
+    return HardwareProfile(
+        name=name,
+        kind="public",
+        description=g["desc"],
+        peak_bf16_flops=g["peak"],
+        hbm_bytes=g["hbm"],
+        hbm_bw_bytes_per_s=g["hbmbw"],
+        nvlink_bw_bytes_per_s=g["nvl"],
+        nic_bw_bytes_per_s=g["nic"],
+        gpus_per_node=8,
+        nvlink_domain_gpus=8,
+        sources={
+            "peak_bf16_flops": f"dense BF16 peak, {ref5}",
+            "hbm_bytes": f"HBM capacity, {ref5}",
+            "hbm_bw_bytes_per_s": f"HBM bandwidth, {ref5}",
+            "nvlink_bw_bytes_per_s": f"NVLink per GPU per direction, {ref5}",
+            "nic_bw_bytes_per_s": f"scale-out NIC line rate per GPU, {ref5}",
+            "gpus_per_node": "8-GPU HGX/DGX baseboard, REFERENCE §5 (8-GPU NVLink figures)",
+            "nvlink_domain_gpus": "one 8-GPU NVSwitch domain per node, REFERENCE §5",
+            "gemm": f"best measured dense GEMM {g['gemm']} TFLOPS, {ref5}; token roll-off assumed",
+            "attention": FA3_SRC + g["attn_note"],
+            "collectives": ring_src + " " + g["ar_note"],
+        },
+        gemm_rows=gemm_rows(g["gemm"], ref5),
+        attention_rows=attention_rows(g["attn_scale"], g["attn_note"]),
+        collective_rows=coll,
+    )
+
+
+if __name__ == "__main__":
+    for n in GPUS:
+        write_profile(build(n), HERE / n)
+        print("wrote", HERE / n)
