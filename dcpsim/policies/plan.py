@@ -1,0 +1,260 @@
+"""Iteration plans: what a scheduling policy hands to the simulator.
+
+A :class:`Plan` is an ordered list of microbatch :class:`Step` s. In each step
+the DP×CP ranks of a pipeline stage (numbered 0..DP·CP−1 in Megatron's
+tp-cp-dp-pp order, CP fastest after TP) are partitioned into CP
+:class:`Group` s, each with its pack of sequences. Every pipeline stage runs
+the same steps (a microbatch flows through all stages).
+
+Plans are plain data: ``to_dict``/``from_dict`` round-trip through JSON, and
+:meth:`Plan.validate` checks the invariants every policy must keep.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dcpsim.errors import ConfigError, DcpsimError, InfeasibleError
+
+
+class PlanError(DcpsimError):
+    """A plan breaks an invariant (a policy bug, or a hand-edited plan file)."""
+
+
+def is_pow2(x: int) -> bool:
+    return x >= 1 and (x & (x - 1)) == 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Parallel layout of one training job.
+
+    ``cp`` is the static CP size; dynamic policies may use any power of two up
+    to ``dp * cp`` (Megatron's largest dynamic CP). ``max_tokens_per_rank`` is
+    Megatron's ``max_seqlen_per_dp_cp_rank`` (M): the most tokens one rank
+    holds in one microbatch. ``gpus_per_domain`` is the NVLink domain size in
+    GPUs (to tell which groups leave it).
+    """
+
+    dp: int
+    cp: int
+    max_tokens_per_rank: int
+    tp: int = 1
+    pp: int = 1
+    min_cp: int = 1
+    gpus_per_domain: int = 8
+
+    def __post_init__(self) -> None:
+        for f in ("dp", "cp", "tp", "pp", "min_cp", "max_tokens_per_rank", "gpus_per_domain"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ConfigError(f"layout.{f}", v, "a positive integer")
+        if not is_pow2(self.min_cp):
+            raise ConfigError("layout.min_cp", self.min_cp, "a power of two")
+        if self.min_cp > self.dp * self.cp:
+            raise ConfigError("layout.min_cp", self.min_cp, f"<= dp*cp ({self.dp * self.cp})")
+
+    @property
+    def ranks_per_stage(self) -> int:
+        return self.dp * self.cp
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.cp * self.tp * self.pp
+
+    @property
+    def max_dynamic_cp(self) -> int:
+        """Largest power of two <= dp*cp."""
+        n = self.ranks_per_stage
+        return 1 << (n.bit_length() - 1)
+
+    def spans_network(self, start, size) -> np.ndarray:
+        """Whether ranks [start, start+size) of a stage leave one NVLink domain (vectorised)."""
+        start = np.asarray(start, dtype=np.int64)
+        size = np.asarray(size, dtype=np.int64)
+        first = (start * self.tp) // self.gpus_per_domain
+        last = ((start + size) * self.tp - 1) // self.gpus_per_domain
+        return first != last
+
+    def to_dict(self) -> dict:
+        return {f: int(getattr(self, f)) for f in ("dp", "cp", "max_tokens_per_rank", "tp", "pp", "min_cp", "gpus_per_domain")}
+
+
+@dataclass
+class Group:
+    """One CP group in one step: ranks [start, start+size) run ``seq_ids``."""
+
+    start: int
+    size: int
+    seq_ids: list[int]
+
+    def to_dict(self) -> dict:
+        return {"start": int(self.start), "size": int(self.size), "seq_ids": [int(i) for i in self.seq_ids]}
+
+
+@dataclass
+class Step:
+    """One microbatch step: a partition of (some of) the stage's ranks into groups."""
+
+    groups: list[Group]
+
+    def to_dict(self) -> dict:
+        return {"groups": [g.to_dict() for g in self.groups]}
+
+
+@dataclass
+class Plan:
+    """A policy's schedule for one global batch.
+
+    ``dynamic`` says whether groups may change between steps (aligned
+    power-of-two slices are then required). ``dropped`` maps sequence id to
+    the reason it was not scheduled. ``planning_time_s`` is the wall time the
+    policy took. ``lower_bound_s`` is optional (the ``bound`` policy and
+    solvers fill it).
+    """
+
+    policy: str
+    layout: Layout
+    lengths: np.ndarray
+    steps: list[Step]
+    dynamic: bool
+    dropped: dict[int, str] = field(default_factory=dict)
+    planning_time_s: float = 0.0
+    lower_bound_s: float | None = None
+    meta: dict = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- views
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps)
+
+    def group_table(self) -> dict[str, np.ndarray]:
+        """Flat arrays, one entry per (step, group): step, start, size, tokens, n_seqs."""
+        rows = [(k, g.start, g.size, int(self.lengths[g.seq_ids].sum()) if g.seq_ids else 0, len(g.seq_ids))
+                for k, st in enumerate(self.steps) for g in st.groups]
+        arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
+        return {"step": arr[:, 0], "start": arr[:, 1], "size": arr[:, 2], "tokens": arr[:, 3], "n_seqs": arr[:, 4]}
+
+    def packs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(lengths, pack_ids, cp, start) for :meth:`CostModel.batch_cost`, one pack per (step, group)."""
+        lens, pids, cps, starts = [], [], [], []
+        for st in self.steps:
+            for g in st.groups:
+                pid = len(cps)
+                cps.append(g.size)
+                starts.append(g.start)
+                lens.append(self.lengths[g.seq_ids])
+                pids.append(np.full(len(g.seq_ids), pid, dtype=np.int64))
+        if not cps:
+            e = np.zeros(0, dtype=np.int64)
+            return e, e, e, e
+        return (np.concatenate(lens).astype(np.int64), np.concatenate(pids),
+                np.asarray(cps, dtype=np.int64), np.asarray(starts, dtype=np.int64))
+
+    def cp_histogram(self) -> dict[int, int]:
+        """Sequences per CP size."""
+        out: dict[int, int] = {}
+        for st in self.steps:
+            for g in st.groups:
+                out[g.size] = out.get(g.size, 0) + len(g.seq_ids)
+        return dict(sorted(out.items()))
+
+    # ----------------------------------------------------------- invariants
+    def validate(self) -> Plan:
+        """Check the invariants; raise :class:`PlanError` naming the first broken one."""
+        lay = self.layout
+        n_ranks = lay.ranks_per_stage
+        seen = np.zeros(len(self.lengths), dtype=np.int64)
+        for k, st in enumerate(self.steps):
+            used = np.zeros(n_ranks, dtype=bool)
+            for g in st.groups:
+                if g.size < 1 or g.start < 0 or g.start + g.size > n_ranks:
+                    raise PlanError(f"step {k}: group ranks [{g.start}, {g.start + g.size}) outside 0..{n_ranks}")
+                if used[g.start:g.start + g.size].any():
+                    raise PlanError(f"step {k}: a rank in [{g.start}, {g.start + g.size}) is in two groups")
+                used[g.start:g.start + g.size] = True
+                if self.dynamic:
+                    if not is_pow2(g.size) or g.start % g.size:
+                        raise PlanError(f"step {k}: group [{g.start}, +{g.size}) is not an aligned power-of-two slice")
+                    if g.size < lay.min_cp:
+                        raise PlanError(f"step {k}: group size {g.size} < min_cp {lay.min_cp}")
+                elif g.size != lay.cp or g.start % lay.cp:
+                    raise PlanError(f"step {k}: static plan has group [{g.start}, +{g.size}) not of CP size {lay.cp}")
+                ids = np.asarray(g.seq_ids, dtype=np.int64)
+                if ids.size and (ids.min() < 0 or ids.max() >= len(self.lengths)):
+                    raise PlanError(f"step {k}: sequence id out of range")
+                np.add.at(seen, ids, 1)
+                lens = self.lengths[ids] if ids.size else np.zeros(0, dtype=np.int64)
+                if g.size > 1:
+                    lens = np.ceil(lens / (2 * g.size)) * (2 * g.size)
+                per_rank = lens.sum() / g.size
+                if per_rank > lay.max_tokens_per_rank + 1e-9:
+                    raise PlanError(
+                        f"step {k}: group [{g.start}, +{g.size}) holds {per_rank:.0f} tokens per rank > capacity {lay.max_tokens_per_rank}"
+                    )
+        for i, reason in self.dropped.items():
+            if not (0 <= i < len(self.lengths)):
+                raise PlanError(f"dropped sequence id {i} out of range")
+            seen[i] += 1
+            if not reason:
+                raise PlanError(f"dropped sequence {i} has no reason")
+        bad = np.nonzero(seen != 1)[0]
+        if bad.size:
+            i = int(bad[0])
+            raise PlanError(f"sequence {i} is scheduled {int(seen[i])} times (expected exactly once)")
+        return self
+
+    # ---------------------------------------------------------------- JSON
+    def to_dict(self) -> dict:
+        return {
+            "policy": self.policy,
+            "layout": self.layout.to_dict(),
+            "lengths": [int(x) for x in self.lengths],
+            "dynamic": self.dynamic,
+            "steps": [s.to_dict() for s in self.steps],
+            "dropped": {str(k): v for k, v in self.dropped.items()},
+            "planning_time_s": float(self.planning_time_s),
+            "lower_bound_s": self.lower_bound_s,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Plan:
+        try:
+            return cls(
+                policy=d["policy"],
+                layout=Layout(**d["layout"]),
+                lengths=np.asarray(d["lengths"], dtype=np.int64),
+                steps=[Step([Group(**g) for g in s["groups"]]) for s in d["steps"]],
+                dynamic=bool(d["dynamic"]),
+                dropped={int(k): v for k, v in d.get("dropped", {}).items()},
+                planning_time_s=float(d.get("planning_time_s", 0.0)),
+                lower_bound_s=d.get("lower_bound_s"),
+                meta=d.get("meta", {}),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ConfigError("plan", str(exc), "a plan dictionary as written by Plan.to_dict") from None
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict()))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def check_fits(lengths: np.ndarray, layout: Layout) -> None:
+    """Raise :class:`InfeasibleError` if a sequence exceeds the largest group's capacity."""
+    cmax = layout.max_dynamic_cp
+    cap = cmax * layout.max_tokens_per_rank
+    if len(lengths) and int(np.max(lengths)) > cap:
+        i = int(np.argmax(lengths))
+        raise InfeasibleError(
+            "capacity",
+            f"sequence {i} has {int(lengths[i])} tokens > largest CP group capacity {cap} "
+            f"(cp {cmax} x {layout.max_tokens_per_rank} tokens per rank)",
+        )

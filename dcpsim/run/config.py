@@ -1,0 +1,210 @@
+"""One run, described by one TOML file (validated; every error names its field).
+
+Example (every field optional; these are the defaults)::
+
+    [model]
+    name = "llama-13b"          # or a path to a spec .toml
+
+    [hardware]
+    gpu = "h100-sxm"            # profile name or folder
+    network_scale = 1.0         # multiplies network bandwidth (<1: degraded/oversubscribed)
+    pod_gpus = 0                # GPUs per full-bandwidth pod (0 = one flat fabric)
+    oversubscription = 1.0      # bandwidth divisor for traffic leaving a pod
+
+    [cluster]
+    gpus = 64                   # = tp * pp * dp * cp
+
+    [parallel]
+    tp = 1
+    pp = 8
+    cp = 2                      # static CP size; dynamic CP goes up to dp*cp
+    min_cp = 1
+    max_tokens_per_rank = 65536 # Megatron --max-seqlen-per-dp-cp-rank (launch script of PR #2959); 0 = ceil(max_len/(dp*cp))
+    cp_comm = "p2p"             # p2p | all_gather | a2a
+    recompute = "full"          # none | selective | full
+
+    [workload]
+    name = "github"             # preset, lengths file, or distribution table
+    gbs = 2048                  # sequences per global batch
+    min_len = 256
+    max_len = 131072
+    clip = "drop"               # drop | truncate
+
+    [policy]
+    name = "dynamic"
+    options = {}
+
+    [sim]
+    iterations = 1
+    seed = 0
+    noise_cv = 0.0              # coefficient of variation of kernel times
+    straggler_fraction = 0.0
+    straggler_slowdown = 1.0
+    degraded_link_scale = 1.0   # bandwidth factor of one degraded network link
+    overlap_grad_sync = true
+    planning = "hidden"         # hidden (overlaps the previous iteration) | stall | ignore
+    grad_reduce_bytes_per_param = 4
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dcpsim.errors import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    name: str = Field("llama-13b", description="model spec name or path to a spec .toml")
+
+
+class HardwareSection(_Section):
+    gpu: str = Field("h100-sxm", description="hardware profile name or folder")
+    network_scale: float = Field(1.0, gt=0, description="multiplier on network bandwidth")
+    pod_gpus: int = Field(0, ge=0, description="GPUs per full-bandwidth pod (0 = flat fabric)")
+    oversubscription: float = Field(1.0, ge=1.0, description="bandwidth divisor for traffic leaving a pod")
+
+
+class ClusterSection(_Section):
+    gpus: int = Field(64, ge=1, description="total GPUs = tp*pp*dp*cp")
+
+
+class ParallelSection(_Section):
+    tp: int = Field(1, ge=1)
+    pp: int = Field(8, ge=1)
+    cp: int = Field(2, ge=1, description="static CP size; dynamic CP uses powers of two up to dp*cp")
+    min_cp: int = Field(1, ge=1)
+    max_tokens_per_rank: int = Field(65536, ge=0, description="Megatron --max-seqlen-per-dp-cp-rank; 0 = ceil(max_len/(dp*cp))")
+    cp_comm: Literal["p2p", "all_gather", "a2a"] = "p2p"
+    recompute: Literal["none", "selective", "full"] = "full"
+
+
+class WorkloadSection(_Section):
+    name: str | dict[str, Any] = Field("github", description="preset name, lengths file, or distribution table")
+    gbs: int = Field(2048, ge=1, description="sequences per global batch")
+    min_len: int | None = Field(256, ge=1)
+    max_len: int | None = Field(131072, ge=1)
+    clip: Literal["drop", "truncate"] = "drop"
+
+
+class PolicySection(_Section):
+    name: str = "dynamic"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class SimSection(_Section):
+    iterations: int = Field(1, ge=1)
+    seed: int = Field(0, ge=0)
+    noise_cv: float = Field(0.0, ge=0)
+    straggler_fraction: float = Field(0.0, ge=0, le=1)
+    straggler_slowdown: float = Field(1.0, ge=1.0)
+    degraded_link_scale: float = Field(1.0, gt=0, le=1.0)
+    overlap_grad_sync: bool = True
+    planning: Literal["hidden", "stall", "ignore"] = "hidden"
+    grad_reduce_bytes_per_param: int = Field(4, ge=1, le=4)
+
+
+class RunConfig(_Section):
+    """A whole run. Build from TOML with :func:`load_config` or from a dict with :func:`config_from_dict`."""
+
+    model: ModelSection = ModelSection()
+    hardware: HardwareSection = HardwareSection()
+    cluster: ClusterSection = ClusterSection()
+    parallel: ParallelSection = ParallelSection()
+    workload: WorkloadSection = WorkloadSection()
+    policy: PolicySection = PolicySection()
+    sim: SimSection = SimSection()
+
+    @model_validator(mode="after")
+    def _check_layout(self) -> RunConfig:
+        p = self.parallel
+        per = p.tp * p.pp * p.cp
+        if self.cluster.gpus % per:
+            raise ValueError(f"cluster.gpus ({self.cluster.gpus}) must be a multiple of tp*pp*cp ({per})")
+        w = self.workload
+        if w.min_len and w.max_len and w.min_len > w.max_len:
+            raise ValueError(f"workload.min_len ({w.min_len}) must be <= workload.max_len ({w.max_len})")
+        return self
+
+    @property
+    def dp(self) -> int:
+        p = self.parallel
+        return self.cluster.gpus // (p.tp * p.pp * p.cp)
+
+    @property
+    def max_tokens_per_rank(self) -> int:
+        p = self.parallel
+        if p.max_tokens_per_rank:
+            return p.max_tokens_per_rank
+        max_len = self.workload.max_len or 131072
+        return math.ceil(max_len / (self.dp * p.cp))
+
+    def resolved(self) -> dict:
+        """The full configuration with defaults filled in (what gets hashed and written beside results)."""
+        d = self.model_dump(mode="json")
+        d["derived"] = {"dp": self.dp, "max_tokens_per_rank": self.max_tokens_per_rank}
+        return d
+
+    def config_hash(self) -> str:
+        """Stable 12-hex-digit hash of the resolved configuration."""
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def with_updates(self, updates: dict[str, Any]) -> RunConfig:
+        """A copy with dotted-path updates, e.g. ``{"parallel.cp": 4, "cluster.gpus": 512}``."""
+        d = self.model_dump(mode="python")
+        for path, value in updates.items():
+            set_dotted(d, path, value)
+        return config_from_dict(d)
+
+
+def set_dotted(d: dict, path: str, value: Any) -> None:
+    keys = path.split(".")
+    cur = d
+    for k in keys[:-1]:
+        if not isinstance(cur.get(k), dict):
+            raise ConfigError(path, value, "a dotted path to an existing config field (section.field)")
+        cur = cur[k]
+    if keys[-1] not in cur and not (len(keys) > 1 and keys[-2] == "options"):
+        if keys[0] != "policy" or keys[1] != "options":
+            raise ConfigError(path, value, f"a known field (section has {sorted(cur)})")
+    cur[keys[-1]] = value
+
+
+def _raise_from_validation(exc: ValidationError, where: str | None) -> None:
+    err = exc.errors()[0]
+    field = ".".join(str(x) for x in err["loc"]) or "config"
+    value = err.get("input")
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "no such field (check the spelling; see dcpsim/run/config.py for the fields)"
+    raise ConfigError(field, value, msg.removeprefix("Value error, "), where=where) from None
+
+
+def config_from_dict(d: dict, where: str | None = None) -> RunConfig:
+    try:
+        return RunConfig.model_validate(d)
+    except ValidationError as exc:
+        _raise_from_validation(exc, where)
+        raise  # unreachable
+
+
+def load_config(path: str | Path) -> RunConfig:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("config", str(p), "an existing TOML file")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config", str(p), f"valid TOML ({exc})") from None
+    return config_from_dict(data, where=str(p))
