@@ -114,7 +114,7 @@ def list_models() -> list[str]:
 
 
 @lru_cache(maxsize=32)
-def _load_spec(path: str) -> ModelSpec:
+def _load_spec(path: str, mtime_ns: int = 0) -> ModelSpec:
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
@@ -129,7 +129,7 @@ def get_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
         return name_or_path
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.is_file():
-        return _load_spec(str(p.resolve()))
+        return _load_spec(str(p.resolve()), p.stat().st_mtime_ns)
     cand = SPEC_DIR / f"{name_or_path}.toml"
     if not cand.is_file():
         raise ConfigError("model", str(name_or_path), f"one of {list_models()} or a path to a spec .toml")
@@ -161,7 +161,8 @@ def params_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
     h = model.hidden
     layers = model.n_layers / pp
     block = layers * (model.linear_params_per_layer() / tp + 2 * h)
-    return block + model.vocab * h / tp
+    n_emb = 1 if (pp > 1 or model.tied_embeddings) else 2
+    return block + n_emb * model.vocab * h / tp
 
 
 def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: str) -> float:

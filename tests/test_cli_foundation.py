@@ -1,0 +1,62 @@
+"""CLI: profiles, cost, and error handling (one line, non-zero exit, no traceback)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dcpsim.cli import main
+
+
+def run(capsys, *argv):
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_profiles_list_and_show(capsys):
+    rc, out, _ = run(capsys, "profiles", "--json")
+    assert rc == 0
+    names = [r["name"] for r in json.loads(out)]
+    assert "h100-sxm" in names
+    rc, out, _ = run(capsys, "profiles", "show", "h200-sxm", "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["name"] == "h200-sxm" and d["sources"]["hbm_bytes"]
+
+
+def test_cost_json_matches_api(capsys):
+    from dcpsim.cost import CostModel
+
+    rc, out, _ = run(capsys, "cost", "--model", "llama-13b", "--gpu", "h100-sxm", "--tp", "1", "--cp", "4",
+                     "--lengths", "32768,4096,1024", "--json")
+    assert rc == 0
+    d = json.loads(out)
+    ref = CostModel("h100-sxm", "llama-13b", tp=1, dp_cp=4).pack_cost([32768, 4096, 1024], 4, check_memory=False)
+    assert d["breakdown_s"]["total_s"] == pytest.approx(ref.total_s)
+    rc, out, _ = run(capsys, "cost", "--lengths", "32768,4096,1024", "--cp", "4")
+    assert rc == 0 and "gemm_fwd" in out
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["cost", "--lengths", "3,x"], "--lengths"),
+        (["cost", "--lengths", "100", "--gpu", "nope"], "gpu"),
+        (["cost", "--lengths", "100", "--pp", "7"], "pp"),
+        (["profiles", "show", "nope"], "gpu"),
+    ],
+)
+def test_bad_input_is_one_line(capsys, argv, needle):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2
+    assert needle in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_argparse_errors_are_one_line(capsys):
+    with pytest.raises(SystemExit) as ei:
+        main(["cost", "--cp", "notanint", "--lengths", "1"])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--cp" in err

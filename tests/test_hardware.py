@@ -1,0 +1,159 @@
+"""Hardware profiles: shipped profiles load, validation names file/field/value, interpolation."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from dcpsim.errors import ConfigError, ProfileError
+from dcpsim.hardware import Curve, bus_factor, get_profile, list_profiles, load_profile, write_profile
+
+SHIPPED = ["a100-sxm-80gb", "b200", "h100-sxm", "h200-sxm"]
+
+
+def test_shipped_profiles_load_and_name_origins():
+    names = list_profiles()
+    for n in SHIPPED:
+        assert n in names
+        p = get_profile(n)
+        assert p.name == n
+        for r in p.gemm_rows + p.attention_rows + p.collective_rows:
+            assert r["source"].strip()
+        for key in ("peak_bf16_flops", "hbm_bytes", "nvlink_bw_bytes_per_s", "nic_bw_bytes_per_s"):
+            assert p.sources[key]
+
+
+def test_h100_figures_match_reference():
+    p = get_profile("h100-sxm")
+    assert p.peak_bf16_flops == 989e12
+    assert p.hbm_bytes == 80e9
+    # FA3 forward causal at 4K is a table point: exact
+    assert p.attention_flops_per_s(4096, direction="fwd", causal=True, head_dim=128) == pytest.approx(579e12)
+    # H200 all-reduce 64 MiB table point
+    assert p.busbw_bytes_per_s("all_reduce", "nvlink", 64 * 2**20) == pytest.approx(347e9)
+
+
+def test_interpolation_is_log_log_between_points():
+    c = Curve.from_points([100, 10000], [1.0, 100.0])
+    # log-log line through (100,1) and (10000,100): y = x/100
+    assert c(1000) == pytest.approx(10.0)
+    assert c(3162.2776601683795) == pytest.approx(31.622776601683793)
+
+
+def test_extrapolation_above_holds_last_value():
+    c = Curve.from_points([100, 1000], [5.0, 50.0])
+    assert c(1e6) == pytest.approx(50.0)
+
+
+def test_extrapolation_below_time_floor_vs_efficiency_hold():
+    t = Curve.from_points([100, 1000], [5.0, 50.0], below="time", power=1.0)
+    # time at size 10 equals time at size 100: throughput scales with size
+    assert 10 / t(10) == pytest.approx(100 / t(100))
+    e = Curve.from_points([100, 1000], [5.0, 50.0], below="efficiency")
+    assert e(10) == pytest.approx(5.0)
+
+
+def test_below_range_collective_time_is_latency_floor():
+    p = get_profile("h100-sxm")
+    small = p.collective_time_s("all_gather", "nvlink", 16, 8)
+    smallest_row = min(r["bytes"] for r in p.collective_rows if r["op"] == "all_gather" and r["tier"] == "nvlink")
+    assert small == pytest.approx(p.collective_time_s("all_gather", "nvlink", smallest_row, 8))
+
+
+def test_bus_factor():
+    assert bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("all_gather", 4) == pytest.approx(3 / 4)
+    assert bus_factor("sendrecv", 2) == 1.0
+
+
+def test_collective_time_monotone_in_size():
+    p = get_profile("h100-sxm")
+    sizes = np.logspace(3, 10, 40)
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"):
+        for tier in ("nvlink", "network"):
+            t = p.collective_time_s(op, tier, sizes, 8)
+            assert np.all(np.diff(t) >= -1e-15), (op, tier)
+    assert (p.collective_time_s("all_gather", "network", 1e9, 8) > p.collective_time_s("all_gather", "nvlink", 1e9, 8))
+
+
+def test_roundtrip_write_load(tmp_path):
+    p = get_profile("h100-sxm")
+    write_profile(p, tmp_path / "copy")
+    q = load_profile(tmp_path / "copy")
+    assert q.summary() == p.summary()
+    assert q.gemm_flops_per_s(1000, 5120, 5120) == pytest.approx(p.gemm_flops_per_s(1000, 5120, 5120))
+
+
+def _copy(tmp_path):
+    src = get_profile("h100-sxm").path
+    dst = tmp_path / "bad"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_negative_value_names_field_and_file(tmp_path):
+    d = _copy(tmp_path)
+    text = (d / "profile.toml").read_text().replace("hbm_bytes = 80000000000.0", "hbm_bytes = -1.0")
+    (d / "profile.toml").write_text(text)
+    with pytest.raises(ProfileError) as ei:
+        load_profile(d)
+    msg = str(ei.value)
+    assert "device.hbm_bytes" in msg and "-1" in msg and "profile.toml" in msg
+
+
+def test_missing_source_is_an_error(tmp_path):
+    d = _copy(tmp_path)
+    text = (d / "profile.toml").read_text()
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("nic_bw_bytes_per_s = \""))
+    (d / "profile.toml").write_text(text)
+    with pytest.raises(ProfileError, match="sources.nic_bw_bytes_per_s"):
+        load_profile(d)
+
+
+def test_unsorted_sizes_are_an_error(tmp_path):
+    d = _copy(tmp_path)
+    lines = (d / "gemm.csv").read_text().splitlines()
+    lines[1], lines[2] = lines[2], lines[1]
+    (d / "gemm.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ProfileError, match="tokens"):
+        load_profile(d)
+
+
+def test_unknown_unit_enum_and_bad_number(tmp_path):
+    d = _copy(tmp_path)
+    text = (d / "collectives.csv").read_text().replace("all_reduce,nvlink", "allreduce,nvlink", 1)
+    (d / "collectives.csv").write_text(text)
+    with pytest.raises(ProfileError, match="op: got 'allreduce'"):
+        load_profile(d)
+    d2 = _copy(tmp_path / "x")
+    text = (d2 / "attention.csv").read_text().replace(",316,", ",abc,", 1)
+    (d2 / "attention.csv").write_text(text)
+    with pytest.raises(ProfileError, match=r"attention.csv:\d+: tflops: got 'abc'"):
+        load_profile(d2)
+
+
+def test_missing_table_and_tier(tmp_path):
+    d = _copy(tmp_path)
+    (d / "gemm.csv").unlink()
+    with pytest.raises(ProfileError, match="gemm.csv"):
+        load_profile(d)
+    d2 = _copy(tmp_path / "y")
+    lines = [ln for ln in (d2 / "collectives.csv").read_text().splitlines() if ",network," not in ln]
+    (d2 / "collectives.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ProfileError, match="tier=network"):
+        load_profile(d2)
+
+
+def test_unknown_profile_name():
+    with pytest.raises(ConfigError, match="gpu: got 'no-such-gpu'"):
+        get_profile("no-such-gpu")
+
+
+def test_wrong_format_version(tmp_path):
+    d = _copy(tmp_path)
+    text = (d / "profile.toml").read_text().replace("format_version = 1", "format_version = 99")
+    (d / "profile.toml").write_text(text)
+    with pytest.raises(ProfileError, match="format_version: got 99"):
+        load_profile(d)
