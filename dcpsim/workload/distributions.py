@@ -1,0 +1,788 @@
+"""Sequence-length distributions.
+
+Every distribution describes the length of one training sequence (one
+document) in **tokens**. Draws are integers ``>= 1`` of dtype ``int64``.
+
+Continuous laws (log-normal, spliced log-normal/Pareto) are turned into token
+counts by rounding *up*: a draw ``x > 0`` becomes ``L = ceil(x)``, so that
+``P(L <= k) = F(k)`` for every integer ``k`` (``F`` the continuous CDF), and
+no draw is ever 0. Continuous draws are also capped at :data:`LENGTH_CAP`
+tokens before conversion, purely as an overflow guard (``LENGTH_CAP ** 2``
+still fits in ``int64``, so downstream code may square lengths safely); a
+heavy Pareto tail reaches the cap with a probability of order ``1e-9``.
+
+Every distribution is a frozen dataclass that validates itself in
+``__post_init__`` and raises :class:`~dcpsim.errors.ConfigError` on bad input.
+``to_dict()`` gives a JSON- and TOML-serialisable description (no ``None``
+values, a ``"type"`` key), and :func:`distribution_from_dict` rebuilds an
+equal object from it.
+
+All randomness comes from the :class:`numpy.random.Generator` passed to
+:meth:`LengthDistribution.sample`; the module holds no random state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from scipy import integrate, optimize, special
+
+from dcpsim.errors import ConfigError
+
+__all__ = [
+    "LENGTH_CAP",
+    "Clipped",
+    "Empirical",
+    "LengthDistribution",
+    "LogNormal",
+    "LogNormalPareto",
+    "Mixture",
+    "distribution_from_dict",
+    "lognormal_from_mean",
+    "lognormal_pareto_from_mean",
+]
+
+LENGTH_CAP: int = 2**31 - 1
+"""Largest length (tokens) a continuous distribution can produce.
+
+An overflow guard only: ``LENGTH_CAP ** 2 < 2 ** 62`` so squared lengths stay
+inside ``int64``."""
+
+EMPIRICAL_INLINE_LIMIT: int = 4096
+"""An :class:`Empirical` loaded from a file with more lengths than this is
+serialised by reference (path + checksum) instead of inline."""
+
+ClipMode = Literal["drop", "truncate"]
+
+# --------------------------------------------------------------------------
+# validation helpers
+# --------------------------------------------------------------------------
+
+
+def _real(value: Any, name: str, where: str) -> float:
+    """``value`` as a finite float, else ConfigError."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ConfigError(name, value, "a finite real number", where=where)
+    out = float(value)
+    if not math.isfinite(out):
+        raise ConfigError(name, value, "a finite real number", where=where)
+    return out
+
+
+def _positive_real(value: Any, name: str, where: str) -> float:
+    out = _real(value, name, where)
+    if out <= 0.0:
+        raise ConfigError(name, value, "a finite number > 0", where=where)
+    return out
+
+
+def _length(value: Any, name: str, where: str) -> int:
+    """``value`` as an int token count ``>= 1`` (integral floats accepted)."""
+    if isinstance(value, bool):
+        raise ConfigError(name, value, "an integer number of tokens >= 1", where=where)
+    if isinstance(value, Integral):
+        out = int(value)
+    elif isinstance(value, Real) and math.isfinite(float(value)) and float(value).is_integer():
+        out = int(value)
+    else:
+        raise ConfigError(name, value, "an integer number of tokens >= 1", where=where)
+    if out < 1:
+        raise ConfigError(name, value, "an integer number of tokens >= 1", where=where)
+    return out
+
+
+def _check_n(n: Any) -> int:
+    if isinstance(n, bool) or not isinstance(n, Integral) or int(n) < 0:
+        raise ConfigError("n", n, "a non-negative integer number of sequences")
+    return int(n)
+
+
+def _check_rng(rng: Any) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise ConfigError("rng", type(rng).__name__, "a numpy.random.Generator (np.random.default_rng(seed))")
+    return rng
+
+
+def _to_lengths(x: np.ndarray) -> np.ndarray:
+    """Continuous draws (tokens, > 0) -> int64 token counts in [1, LENGTH_CAP]."""
+    x = np.ceil(np.minimum(x, float(LENGTH_CAP)))
+    return np.maximum(x, 1.0).astype(np.int64)
+
+
+# --------------------------------------------------------------------------
+# base class
+# --------------------------------------------------------------------------
+
+
+class LengthDistribution(ABC):
+    """A distribution of sequence lengths in tokens.
+
+    Subclasses implement :meth:`_sample` (draws, possibly as floats) and
+    :meth:`to_dict`; :meth:`sample` validates the arguments and converts the
+    draws to ``int64`` token counts ``>= 1``.
+    """
+
+    type_name: ClassVar[str]
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Draw ``n`` independent sequence lengths.
+
+        Args:
+            n: number of sequences (``>= 0``).
+            rng: the only source of randomness; the same generator state gives
+                the same draws.
+
+        Returns:
+            ``int64`` array of shape ``(n,)``, lengths in tokens, each ``>= 1``.
+        """
+        n = _check_n(n)
+        rng = _check_rng(rng)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        out = self._sample(n, rng)
+        if out.dtype != np.int64:
+            out = _to_lengths(np.asarray(out, dtype=np.float64))
+        return out
+
+    @abstractmethod
+    def _sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n >= 1`` draws: int64 token counts, or positive floats to round up."""
+
+    def mean_estimate(self) -> float | None:
+        """Expected length in tokens, or ``None`` when not known in closed form.
+
+        For continuous laws this is the mean *before* rounding up to whole
+        tokens (and ignoring :data:`LENGTH_CAP`); integer draws average at most
+        one token more. ``math.inf`` when the mean does not exist.
+        """
+        return None
+
+    def _cdf(self, x: np.ndarray) -> np.ndarray | None:
+        """Continuous CDF ``P(X <= x)`` (x in tokens), or ``None`` if unavailable.
+
+        Used to compute the mean of a :class:`Clipped` distribution.
+        """
+        return None
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """JSON/TOML-serialisable description with a ``"type"`` key."""
+
+    @classmethod
+    @abstractmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LengthDistribution:
+        """Inverse of :meth:`to_dict` (``d["type"]`` already checked)."""
+
+
+# --------------------------------------------------------------------------
+# log-normal
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogNormal(LengthDistribution):
+    """Log-normal lengths: ``ln(X) ~ Normal(mu, sigma**2)``, X in tokens.
+
+    Attributes:
+        mu: mean of ``ln(X)`` (natural log of tokens).
+        sigma: standard deviation of ``ln(X)``, ``> 0``.
+
+    The median is ``exp(mu)`` tokens and the mean ``exp(mu + sigma**2 / 2)``.
+    See :func:`lognormal_from_mean` to set ``mu`` from a mean length.
+    """
+
+    mu: float
+    sigma: float
+
+    type_name: ClassVar[str] = "lognormal"
+
+    def __post_init__(self) -> None:
+        where = "LogNormal"
+        object.__setattr__(self, "mu", _real(self.mu, "mu", where))
+        object.__setattr__(self, "sigma", _positive_real(self.sigma, "sigma", where))
+
+    def _sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.lognormal(self.mu, self.sigma, size=n)
+
+    def mean_estimate(self) -> float:
+        return math.exp(self.mu + 0.5 * self.sigma**2)
+
+    def _cdf(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            z = (np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma
+        return special.ndtr(z)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type_name, "mu": self.mu, "sigma": self.sigma}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LogNormal:
+        """Accepts ``{mu, sigma}`` or ``{mean, sigma}`` (see :func:`lognormal_from_mean`)."""
+        if "mean" in d and "mu" not in d:
+            _check_keys(d, required=("mean", "sigma"), optional=(), where=cls.type_name)
+            return lognormal_from_mean(d["mean"], d["sigma"])
+        _check_keys(d, required=("mu", "sigma"), optional=(), where=cls.type_name)
+        return cls(mu=d["mu"], sigma=d["sigma"])
+
+
+def lognormal_from_mean(mean: float, sigma: float) -> LogNormal:
+    """Log-normal with the given mean length, Megatron's mock-data convention.
+
+    ``mu = ln(mean) - sigma**2 / 2``, so that ``E[X] = mean``.
+
+    Args:
+        mean: mean sequence length in tokens, ``> 0``.
+        sigma: standard deviation of ``ln(X)``, ``> 0``.
+    """
+    where = "lognormal_from_mean"
+    mean = _positive_real(mean, "mean", where)
+    sigma = _positive_real(sigma, "sigma", where)
+    return LogNormal(mu=math.log(mean) - 0.5 * sigma**2, sigma=sigma)
+
+
+# --------------------------------------------------------------------------
+# spliced log-normal body + Pareto tail
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogNormalPareto(LengthDistribution):
+    """Log-normal body spliced with a Pareto tail.
+
+    Below ``tail_start`` the density is that of ``LogNormal(mu, sigma)``; the
+    probability mass that log-normal puts above ``tail_start``
+    (``p_tail = 1 - Phi((ln(tail_start) - mu) / sigma)``) is instead spread
+    as a Pareto law with scale ``x_m = tail_start`` and shape ``alpha``:
+    ``P(X > x | X > tail_start) = (tail_start / x) ** alpha``.
+
+    Attributes:
+        mu: mean of ``ln(X)`` of the log-normal body (ln tokens).
+        sigma: standard deviation of ``ln(X)`` of the body, ``> 0``.
+        tail_start: where the Pareto tail starts, in tokens, ``> 0``.
+        alpha: Pareto tail index, ``> 0``; smaller is heavier. The mean is
+            infinite when ``alpha <= 1``, the variance when ``alpha <= 2``.
+    """
+
+    mu: float
+    sigma: float
+    tail_start: float
+    alpha: float
+
+    type_name: ClassVar[str] = "lognormal_pareto"
+
+    def __post_init__(self) -> None:
+        where = "LogNormalPareto"
+        object.__setattr__(self, "mu", _real(self.mu, "mu", where))
+        object.__setattr__(self, "sigma", _positive_real(self.sigma, "sigma", where))
+        object.__setattr__(self, "tail_start", _positive_real(self.tail_start, "tail_start", where))
+        object.__setattr__(self, "alpha", _positive_real(self.alpha, "alpha", where))
+
+    @property
+    def tail_probability(self) -> float:
+        """Share of sequences drawn from the Pareto tail (``X > tail_start``)."""
+        return float(special.ndtr((self.mu - math.log(self.tail_start)) / self.sigma))
+
+    def _sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        # Draw the log-normal; every draw that lands above tail_start is
+        # replaced by a Pareto draw (inverse CDF: x_m * U^(-1/alpha), U in (0, 1]).
+        x = rng.lognormal(self.mu, self.sigma, size=n)
+        tail = x > self.tail_start
+        k = int(np.count_nonzero(tail))
+        if k:
+            u = 1.0 - rng.random(k)
+            x[tail] = self.tail_start * u ** (-1.0 / self.alpha)
+        return x
+
+    def mean_estimate(self) -> float:
+        if self.alpha <= 1.0:
+            return math.inf
+        body_mean = math.exp(self.mu + 0.5 * self.sigma**2)
+        # E[X; X <= t] for the log-normal: E[X] * Phi((ln t - mu - sigma^2) / sigma)
+        body_part = body_mean * float(special.ndtr((math.log(self.tail_start) - self.mu - self.sigma**2) / self.sigma))
+        tail_mean = self.alpha * self.tail_start / (self.alpha - 1.0)
+        return body_part + self.tail_probability * tail_mean
+
+    def _cdf(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            body = special.ndtr((np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma)
+        ratio = self.tail_start / np.maximum(x, self.tail_start)
+        tail = 1.0 - self.tail_probability * ratio**self.alpha
+        return np.where(x <= self.tail_start, body, tail)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type_name,
+            "mu": self.mu,
+            "sigma": self.sigma,
+            "tail_start": self.tail_start,
+            "alpha": self.alpha,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LogNormalPareto:
+        """Accepts ``{mu, ...}`` or ``{mean, ...}`` (see :func:`lognormal_pareto_from_mean`)."""
+        rest = ("sigma", "tail_start", "alpha")
+        if "mean" in d and "mu" not in d:
+            _check_keys(d, required=("mean", *rest), optional=(), where=cls.type_name)
+            return lognormal_pareto_from_mean(d["mean"], d["sigma"], d["tail_start"], d["alpha"])
+        _check_keys(d, required=("mu", *rest), optional=(), where=cls.type_name)
+        return cls(mu=d["mu"], sigma=d["sigma"], tail_start=d["tail_start"], alpha=d["alpha"])
+
+
+def lognormal_pareto_from_mean(mean: float, sigma: float, tail_start: float, alpha: float) -> LogNormalPareto:
+    """Spliced log-normal/Pareto with the given shape, ``mu`` solved for a mean.
+
+    Args:
+        mean: target mean sequence length in tokens (see
+            :meth:`LengthDistribution.mean_estimate`), ``> 0``.
+        sigma: body log standard deviation, ``> 0``.
+        tail_start: Pareto scale in tokens, ``> 0``.
+        alpha: Pareto index, ``> 1`` (otherwise the mean is infinite).
+
+    The mean is strictly increasing in ``mu``, so the root is unique.
+    """
+    where = "lognormal_pareto_from_mean"
+    mean = _positive_real(mean, "mean", where)
+    alpha_f = _positive_real(alpha, "alpha", where)
+    if alpha_f <= 1.0:
+        raise ConfigError("alpha", alpha, "> 1 so that the mean is finite", where=where)
+    probe = LogNormalPareto(mu=0.0, sigma=sigma, tail_start=tail_start, alpha=alpha_f)
+
+    def gap(mu: float) -> float:
+        d = LogNormalPareto(mu=mu, sigma=probe.sigma, tail_start=probe.tail_start, alpha=alpha_f)
+        return math.log(d.mean_estimate()) - math.log(mean)
+
+    lo, hi = math.log(mean) - 50.0, math.log(mean) + 10.0
+    if not (gap(lo) < 0.0 < gap(hi)):
+        raise ConfigError("mean", mean, f"a mean reachable with sigma={sigma}, tail_start={tail_start}", where=where)
+    mu = optimize.brentq(gap, lo, hi, xtol=1e-12)
+    return LogNormalPareto(mu=mu, sigma=probe.sigma, tail_start=probe.tail_start, alpha=alpha_f)
+
+
+# --------------------------------------------------------------------------
+# clipping
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Clipped(LengthDistribution):
+    """A base distribution restricted to ``[min_len, max_len]`` tokens.
+
+    Attributes:
+        base: the distribution being clipped.
+        min_len: smallest allowed length in tokens (``None``: no lower bound).
+        max_len: largest allowed length in tokens (``None``: no upper bound).
+        mode: ``"drop"`` rejects draws outside the range and draws again, as a
+            data loader that filters documents does (the result is the base
+            law *conditioned* on the range); ``"truncate"`` clamps them to the
+            nearest bound (mass piles up at the bounds).
+    """
+
+    base: LengthDistribution
+    min_len: int | None = None
+    max_len: int | None = None
+    mode: ClipMode = "drop"
+
+    type_name: ClassVar[str] = "clipped"
+
+    #: drop mode gives up after this many consecutive batches without a keeper
+    _MAX_EMPTY_ROUNDS: ClassVar[int] = 64
+    #: drop mode gives up when the acceptance rate is measured below this
+    _MIN_ACCEPTANCE: ClassVar[float] = 1e-6
+
+    def __post_init__(self) -> None:
+        where = "Clipped"
+        if not isinstance(self.base, LengthDistribution):
+            raise ConfigError("base", self.base, "a LengthDistribution", where=where)
+        if self.min_len is not None:
+            object.__setattr__(self, "min_len", _length(self.min_len, "min_len", where))
+        if self.max_len is not None:
+            object.__setattr__(self, "max_len", _length(self.max_len, "max_len", where))
+        if self.min_len is not None and self.max_len is not None and self.max_len < self.min_len:
+            raise ConfigError("max_len", self.max_len, f">= min_len ({self.min_len})", where=where)
+        if self.mode not in ("drop", "truncate"):
+            raise ConfigError("mode", self.mode, "'drop' or 'truncate'", where=where)
+
+    @property
+    def _lo(self) -> int:
+        return 1 if self.min_len is None else self.min_len
+
+    @property
+    def _hi(self) -> int:
+        return LENGTH_CAP if self.max_len is None else self.max_len
+
+    def _sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        if self.mode == "truncate":
+            return np.clip(self.base.sample(n, rng), self._lo, self._hi)
+        return self._sample_drop(n, rng)
+
+    def _sample_drop(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        # Rejection sampling in vectorised batches: each round draws enough
+        # candidates to finish with high probability at the observed
+        # acceptance rate, keeps the ones in range, in draw order.
+        lo, hi = self._lo, self._hi
+        out = np.empty(n, dtype=np.int64)
+        filled = drawn = accepted = empty_rounds = 0
+        batch = n
+        while filled < n:
+            cand = self.base.sample(batch, rng)
+            keep = cand[(cand >= lo) & (cand <= hi)]
+            drawn += batch
+            accepted += keep.size
+            take = min(keep.size, n - filled)
+            out[filled : filled + take] = keep[:take]
+            filled += take
+            if filled == n:
+                break
+            empty_rounds = empty_rounds + 1 if keep.size == 0 else 0
+            rate = accepted / drawn
+            if empty_rounds >= self._MAX_EMPTY_ROUNDS or (drawn >= 1_000_000 and rate < self._MIN_ACCEPTANCE):
+                raise ConfigError(
+                    "min_len/max_len",
+                    (self.min_len, self.max_len),
+                    f"a range the base distribution reaches (acceptance {rate:.2e} after {drawn} draws)",
+                    where="Clipped",
+                )
+            need = n - filled
+            if rate > 0.0:
+                batch = int(min(max(need / rate * 1.1 + 16, 64), 4 * n + 1_000_000))
+            else:
+                batch = min(batch * 4, 4 * n + 1_000_000)
+        return out
+
+    def mean_estimate(self) -> float | None:
+        """Mean of the clipped law in tokens (see the base class for rounding).
+
+        Exact for an :class:`Empirical` base; numerical integration of the
+        base CDF for continuous bases; ``None`` if the base has neither.
+        """
+        lo, hi = self._lo, self._hi
+        if isinstance(self.base, Empirical):
+            x = self.base.lengths
+            if self.mode == "truncate":
+                return float(np.clip(x, lo, hi).mean())
+            kept = x[(x >= lo) & (x <= hi)]
+            return float(kept.mean()) if kept.size else None
+        if self.base._cdf(np.array([1.0])) is None:
+            return None
+        lo_f = 0.0 if self.min_len is None else float(self.min_len)
+        hi_f = float(hi)
+        cdf = self.base._cdf
+        if self.mode == "truncate":
+            # E[clamp(X, lo, hi)] = lo + integral_lo^hi P(X > x) dx
+            return lo_f + _integrate_positive(lambda x: 1.0 - cdf(x), lo_f, hi_f)
+        f_lo, f_hi = float(cdf(np.array([lo_f]))[0]), float(cdf(np.array([hi_f]))[0])
+        mass = f_hi - f_lo
+        if mass <= 0.0:
+            return None
+        # E[X | lo < X <= hi] = lo + integral_lo^hi (F(hi) - F(x)) dx / (F(hi) - F(lo))
+        return lo_f + _integrate_positive(lambda x: f_hi - cdf(x), lo_f, hi_f) / mass
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"type": self.type_name, "base": self.base.to_dict()}
+        if self.min_len is not None:
+            d["min_len"] = self.min_len
+        if self.max_len is not None:
+            d["max_len"] = self.max_len
+        d["mode"] = self.mode
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Clipped:
+        _check_keys(d, required=("base",), optional=("min_len", "max_len", "mode"), where="clipped")
+        return cls(
+            base=distribution_from_dict(d["base"]),
+            min_len=d.get("min_len"),
+            max_len=d.get("max_len"),
+            mode=d.get("mode", "drop"),
+        )
+
+
+def _integrate_positive(g: Callable[[np.ndarray], np.ndarray], lo: float, hi: float) -> float:
+    """``integral_lo^hi g(x) dx`` for ``0 <= lo < hi``; done in ``ln x`` for heavy tails."""
+    if hi <= lo:
+        return 0.0
+
+    def scalar(x: float) -> float:
+        return float(g(np.array([x]))[0])
+
+    total = 0.0
+    if lo < 1.0:
+        total += integrate.quad(scalar, lo, min(1.0, hi), limit=200)[0]
+        lo = 1.0
+    if hi > lo:
+        total += integrate.quad(lambda u: scalar(math.exp(u)) * math.exp(u), math.log(lo), math.log(hi), limit=400)[0]
+    return total
+
+
+# --------------------------------------------------------------------------
+# mixture
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mixture(LengthDistribution):
+    """A finite mixture: each sequence comes from component ``i`` with prob. ``w_i``.
+
+    Attributes:
+        components: the component distributions (a non-empty tuple).
+        weights: non-negative mixing weights, one per component; normalised
+            to sum to 1 on construction.
+    """
+
+    components: tuple[LengthDistribution, ...]
+    weights: tuple[float, ...]
+
+    type_name: ClassVar[str] = "mixture"
+
+    def __post_init__(self) -> None:
+        where = "Mixture"
+        comps = self.components
+        if isinstance(comps, LengthDistribution) or not isinstance(comps, Sequence) or not comps:
+            raise ConfigError("components", comps, "a non-empty sequence of LengthDistribution", where=where)
+        for i, c in enumerate(comps):
+            if not isinstance(c, LengthDistribution):
+                raise ConfigError(f"components[{i}]", c, "a LengthDistribution", where=where)
+        weights = self.weights
+        if isinstance(weights, str | bytes) or not isinstance(weights, Sequence | np.ndarray):
+            raise ConfigError("weights", weights, "a sequence of numbers", where=where)
+        if len(weights) != len(comps):
+            raise ConfigError("weights", list(weights), f"{len(comps)} weights, one per component", where=where)
+        w = [_real(x, f"weights[{i}]", where) for i, x in enumerate(weights)]
+        if any(x < 0.0 for x in w) or sum(w) <= 0.0:
+            raise ConfigError("weights", w, "non-negative numbers with a positive sum", where=where)
+        total = math.fsum(w)
+        object.__setattr__(self, "components", tuple(comps))
+        object.__setattr__(self, "weights", tuple(x / total for x in w))
+
+    def _sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        which = rng.choice(len(self.components), size=n, p=np.asarray(self.weights))
+        out = np.empty(n, dtype=np.int64)
+        for i, comp in enumerate(self.components):
+            idx = np.flatnonzero(which == i)
+            if idx.size:
+                out[idx] = comp.sample(idx.size, rng)
+        return out
+
+    def mean_estimate(self) -> float | None:
+        means = [c.mean_estimate() for c in self.components]
+        if any(m is None for m in means):
+            return None
+        return math.fsum(w * m for w, m in zip(self.weights, means, strict=True) if w > 0.0)
+
+    def _cdf(self, x: np.ndarray) -> np.ndarray | None:
+        parts = [c._cdf(x) for c in self.components]
+        if any(p is None for p in parts):
+            return None
+        return sum(w * p for w, p in zip(self.weights, parts, strict=True))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": self.type_name,
+            "components": [c.to_dict() for c in self.components],
+            "weights": list(self.weights),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Mixture:
+        _check_keys(d, required=("components", "weights"), optional=(), where="mixture")
+        comps = d["components"]
+        if isinstance(comps, Mapping) or not isinstance(comps, Sequence):
+            raise ConfigError("components", comps, "a list of distribution tables", where="mixture")
+        return cls(
+            components=tuple(distribution_from_dict(c) for c in comps),
+            weights=d["weights"],
+        )
+
+
+# --------------------------------------------------------------------------
+# empirical
+# --------------------------------------------------------------------------
+
+
+def _as_length_array(values: Any, name: str, where: str) -> np.ndarray:
+    """Validate a 1-D array of integer token counts in ``[1, LENGTH_CAP]`` -> int64."""
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ConfigError(name, f"array of shape {arr.shape}", "a 1-D array", where=where)
+    if arr.size == 0:
+        raise ConfigError(name, "an empty array", "at least one length", where=where)
+    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        raise ConfigError(name, f"dtype {arr.dtype}", "integer token counts", where=where)
+    if np.issubdtype(arr.dtype, np.floating):
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ConfigError(f"{name}[{i}]", arr[i].item(), "an integer token count", where=where)
+    lo_bad = arr < 1
+    if lo_bad.any():
+        i = int(np.flatnonzero(lo_bad)[0])
+        raise ConfigError(f"{name}[{i}]", arr[i].item(), "a token count >= 1", where=where)
+    hi_bad = arr > LENGTH_CAP
+    if hi_bad.any():
+        i = int(np.flatnonzero(hi_bad)[0])
+        raise ConfigError(f"{name}[{i}]", arr[i].item(), f"<= {LENGTH_CAP} tokens", where=where)
+    return arr.astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class Empirical(LengthDistribution):
+    """Resamples (with replacement, uniformly) from observed lengths.
+
+    Attributes:
+        lengths: observed lengths in tokens (1-D, integers ``>= 1``); stored as
+            a read-only ``int64`` copy.
+        source: free text naming where the lengths came from.
+        path: the file they were read from, if any; lets :meth:`to_dict`
+            refer to the file instead of inlining many lengths.
+        column: the column/key read from ``path`` (``None``: the default).
+    """
+
+    lengths: np.ndarray
+    source: str
+    path: str | None = None
+    column: str | None = None
+
+    type_name: ClassVar[str] = "empirical"
+    _digest: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        where = "Empirical"
+        arr = _as_length_array(self.lengths, "lengths", where).copy()
+        arr.flags.writeable = False
+        object.__setattr__(self, "lengths", arr)
+        if not isinstance(self.source, str):
+            raise ConfigError("source", self.source, "a string naming the origin", where=where)
+        if self.path is not None and not isinstance(self.path, str):
+            object.__setattr__(self, "path", str(self.path))
+        if self.column is not None and not isinstance(self.column, str):
+            raise ConfigError("column", self.column, "a column name or None", where=where)
+        object.__setattr__(self, "_digest", _digest(arr))
+
+    def __repr__(self) -> str:
+        return f"Empirical(n={self.lengths.size}, mean={self.lengths.mean():.1f}, source={self.source!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Empirical):
+            return NotImplemented
+        return (
+            self.source == other.source
+            and self.path == other.path
+            and self.column == other.column
+            and self._digest == other._digest
+            and np.array_equal(self.lengths, other.lengths)
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.source, self.path, self.column, self._digest))
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of the lengths as little-endian int64 (identifies the data)."""
+        return self._digest
+
+    def _sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return self.lengths[rng.integers(0, self.lengths.size, size=n)]
+
+    def mean_estimate(self) -> float:
+        return float(self.lengths.mean())
+
+    def _cdf(self, x: np.ndarray) -> np.ndarray:
+        s = np.sort(self.lengths)
+        return np.searchsorted(s, np.asarray(x, dtype=np.float64), side="right") / s.size
+
+    def to_dict(self) -> dict[str, Any]:
+        """Inline lengths when few or not from a file; else path + checksum."""
+        d: dict[str, Any] = {"type": self.type_name, "source": self.source}
+        if self.path is None or self.lengths.size <= EMPIRICAL_INLINE_LIMIT:
+            d["lengths"] = self.lengths.tolist()
+            if self.path is not None:
+                d["path"] = self.path
+        else:
+            d["path"] = self.path
+            d["count"] = int(self.lengths.size)
+            d["sha256"] = self._digest
+        if self.column is not None:
+            d["column"] = self.column
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Empirical:
+        """Rebuild from inline ``lengths``, or re-read ``path`` and check ``sha256``."""
+        where = "empirical"
+        _check_keys(
+            d,
+            required=("source",),
+            optional=("lengths", "path", "column", "count", "sha256"),
+            where=where,
+        )
+        column = d.get("column")
+        if "lengths" in d:
+            return cls(np.asarray(d["lengths"]), d["source"], path=d.get("path"), column=column)
+        if "path" not in d:
+            raise ConfigError("lengths", None, "inline 'lengths' or a 'path' to read", where=where)
+        from dcpsim.workload.loaders import read_lengths  # local: loaders imports this module
+
+        arr = read_lengths(d["path"], column=column)
+        out = cls(arr, d["source"], path=str(d["path"]), column=column)
+        if "sha256" in d and d["sha256"] != out.sha256:
+            raise ConfigError(
+                "sha256",
+                d["sha256"],
+                f"the checksum of {d['path']} ({out.sha256}); the file changed",
+                where=where,
+            )
+        return out
+
+
+def _digest(arr: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(arr, dtype="<i8").tobytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------
+# (de)serialisation
+# --------------------------------------------------------------------------
+
+_REGISTRY: dict[str, type[LengthDistribution]] = {
+    cls.type_name: cls for cls in (LogNormal, LogNormalPareto, Clipped, Mixture, Empirical)
+}
+
+
+def _check_keys(d: Mapping[str, Any], required: Sequence[str], optional: Sequence[str], where: str) -> None:
+    for key in required:
+        if key not in d:
+            raise ConfigError(key, None, f"a value (required by type '{where}')", where=where)
+    allowed = {"type", *required, *optional}
+    for key in d:
+        if key not in allowed:
+            raise ConfigError(key, d[key], f"no such key; allowed: {sorted(allowed)}", where=where)
+
+
+def distribution_from_dict(d: Mapping[str, Any]) -> LengthDistribution:
+    """Build a distribution from its :meth:`~LengthDistribution.to_dict` form.
+
+    Args:
+        d: a mapping with a ``"type"`` key (one of ``lognormal``,
+            ``lognormal_pareto``, ``clipped``, ``mixture``, ``empirical``) and
+            that type's parameters. ``lognormal`` and ``lognormal_pareto``
+            also accept ``mean`` in place of ``mu``.
+
+    Raises:
+        ConfigError: unknown type, missing or unexpected key, or a bad value.
+    """
+    if not isinstance(d, Mapping):
+        raise ConfigError("distribution", d, "a table/dict with a 'type' key")
+    kind = d.get("type")
+    cls = _REGISTRY.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ConfigError("type", kind, f"one of {sorted(_REGISTRY)}")
+    return cls.from_dict(d)
