@@ -60,3 +60,15 @@ def test_argparse_errors_are_one_line(capsys):
     assert ei.value.code == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--cp" in err
+
+
+def test_workload_show_json_and_plot(capsys, tmp_path):
+    png = tmp_path / "h.png"
+    rc, out, _ = run(capsys, "workload", "show", "commoncrawl", "--samples", "5000", "--max-len", "131072",
+                     "--plot", str(png), "--json")
+    assert rc == 0
+    d = json.loads(out)
+    assert d["stats"]["count"] == 5000 and d["stats"]["max"] <= 131072
+    assert png.stat().st_size > 1000
+    rc, _, err = run(capsys, "workload", "show", "no-such-workload")
+    assert rc == 2 and "workload" in err
