@@ -1,0 +1,1 @@
+"""Reports: plots of sweep results (plots.py) and simulated-timeline traces (trace.py)."""

@@ -1,0 +1,779 @@
+"""Sweeps: many runs from one base configuration, results in a resumable parquet dataset.
+
+A sweep spec is a TOML file::
+
+    # the base run: a RunConfig table (see dcpsim/run/config.py) ...
+    [base]
+    cluster.gpus = 64
+    workload.gbs = 256
+    # ... or a path to a run file, relative to the spec:  base = "run.toml"
+
+    [sweep]                     # optional
+    name = "example"
+    seed = 0                    # default seed of random axis groups
+
+    # One axis group (a table), or several ([[axes]], an array of tables).
+    # Groups combine as a Cartesian product; a field may appear in one group only.
+    [[axes]]                    # grid (default): every combination of the lists
+    policy.name = ["packing", "dynamic"]
+    cluster.gpus = [64, 128]
+
+    [[axes]]
+    mode = "zip"                # lists of equal length move together
+    workload.name = ["github", "commoncrawl"]
+    workload.max_len = [131072, 65536]
+
+    [[axes]]
+    mode = "random"             # `samples` seeded draws
+    samples = 8
+    seed = 1
+    hardware.network_scale = {dist = "loguniform", low = 0.25, high = 4.0}
+    sim.seed = {dist = "randint", low = 0, high = 999}      # both ends included
+    parallel.min_cp = {choices = [1, 2], weights = [3, 1]}  # or a plain list
+
+Axis fields are dotted paths into the run configuration (TOML turns an
+unquoted ``policy.name`` into a nested table; both spellings are accepted).
+Random distributions: ``uniform`` and ``loguniform`` (floats in [low, high)),
+``randint`` (integers in [low, high]) and ``choices`` (optional ``weights``).
+
+Each run is identified by ``RunConfig.config_hash()`` of its resolved
+configuration; a combination that fails validation gets the id
+``invalid-<hash of base + updates>`` and becomes a row with ``status="error"``.
+
+Output directory::
+
+    DIR/spec.toml          copy of the spec file (when the spec came from a file)
+    DIR/sweep.json         resolved spec: base configuration, axes, every run's id and updates
+    DIR/results/part-*.parquet   one part per finished batch (written to a temporary
+                                 file and renamed, so a killed sweep loses nothing finished)
+    DIR/figures/           standard figures (see dcpsim.report.plots.standard_figures)
+
+One row per run: the simulator's ``summary`` (flat; dict and list values as
+JSON strings), the swept values (columns named by dotted path), and
+``config_hash``, ``status`` (``ok`` | ``infeasible`` | ``error`` | ``failed``),
+``reason``, ``wall_s`` (seconds the run took), ``sweep_session`` and
+``finished_at`` (Unix seconds). ``infeasible`` is an
+:class:`~dcpsim.errors.InfeasibleError`, ``error`` any other dcpsim error
+(bad configuration), ``failed`` an unexpected exception (a bug: reported,
+and retried when the sweep is started again). Starting a sweep again on the
+same directory skips every run already recorded as ok, infeasible or error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import os
+import signal
+import threading
+import time
+import tomllib
+import traceback
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dcpsim.errors import ConfigError, DcpsimError, InfeasibleError
+from dcpsim.run.config import RunConfig, config_from_dict, load_config
+
+AXIS_MODES = ("grid", "zip", "random")
+RANDOM_DISTS = ("uniform", "loguniform", "randint")
+_GROUP_KEYS = {"mode", "samples", "seed"}
+DONE_STATUSES = ("ok", "infeasible", "error")
+RESULTS_DIR = "results"
+PART_GLOB = "part-*.parquet"
+
+Runner = Callable[[RunConfig], Any]
+
+
+# ====================================================================== spec
+@dataclass(frozen=True)
+class AxisGroup:
+    """One group of swept fields.
+
+    ``values[i]`` belongs to ``fields[i]``: a list of values (grid, zip) or a
+    distribution table (random; see the module docstring).
+    """
+
+    mode: str
+    fields: tuple[str, ...]
+    values: tuple[Any, ...]
+    samples: int = 0
+    seed: int = 0
+
+    def assignments(self) -> list[dict[str, Any]]:
+        """Every assignment of this group, as ``{dotted field: value}`` dicts, in a fixed order."""
+        if self.mode == "grid":
+            return [dict(zip(self.fields, combo, strict=True)) for combo in itertools.product(*self.values)]
+        if self.mode == "zip":
+            return [dict(zip(self.fields, combo, strict=True)) for combo in zip(*self.values, strict=True)]
+        rng = np.random.default_rng(self.seed)
+        out = []
+        for _ in range(self.samples):
+            out.append({f: _draw(f, d, rng) for f, d in zip(self.fields, self.values, strict=True)})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"mode": self.mode, "fields": dict(zip(self.fields, self.values, strict=True))}
+        if self.mode == "random":
+            d |= {"samples": self.samples, "seed": self.seed}
+        return d
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One resolved run of a sweep: its id, the swept values, and its configuration (or why it has none)."""
+
+    run_hash: str
+    axes: dict[str, Any]
+    config: RunConfig | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A base configuration and the axis groups swept over it."""
+
+    base: RunConfig
+    groups: tuple[AxisGroup, ...] = ()
+    name: str = "sweep"
+    seed: int = 0
+    source: str | None = None
+    source_text: str | None = None
+
+    @property
+    def axis_fields(self) -> list[str]:
+        return [f for g in self.groups for f in g.fields]
+
+    def assignments(self) -> list[dict[str, Any]]:
+        """Every combination of the groups' assignments (Cartesian product across groups)."""
+        combos: list[dict[str, Any]] = [{}]
+        for g in self.groups:
+            combos = [c | a for c in combos for a in g.assignments()]
+        return combos
+
+    def runs(self) -> list[RunSpec]:
+        """The distinct runs, in spec order (combinations that resolve to the same configuration run once)."""
+        base_hash = self.base.config_hash()
+        seen: set[str] = set()
+        out = []
+        for assign in self.assignments():
+            try:
+                cfg = self.base.with_updates(assign)
+                rs = RunSpec(cfg.config_hash(), assign, cfg)
+            except DcpsimError as exc:
+                blob = json.dumps([base_hash, _jsonable(assign)], sort_keys=True, default=str)
+                rs = RunSpec("invalid-" + hashlib.sha256(blob.encode()).hexdigest()[:12], assign, None, str(exc))
+            if rs.run_hash not in seen:
+                seen.add(rs.run_hash)
+                out.append(rs)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "seed": self.seed,
+            "source": self.source,
+            "base": self.base.resolved(),
+            "base_hash": self.base.config_hash(),
+            "axes": [g.to_dict() for g in self.groups],
+        }
+
+
+def load_sweep_spec(path: str | Path) -> SweepSpec:
+    """Read a sweep spec from a TOML file (see the module docstring for the format)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError("spec", str(p), "an existing sweep spec TOML file")
+    text = p.read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("spec", str(p), f"valid TOML ({exc})") from None
+    spec = sweep_spec_from_dict(data, where=str(p), base_dir=p.parent)
+    return SweepSpec(spec.base, spec.groups, spec.name, spec.seed, source=str(p), source_text=text)
+
+
+def sweep_spec_from_dict(d: dict[str, Any], *, where: str | None = None, base_dir: str | Path | None = None) -> SweepSpec:
+    """Build a :class:`SweepSpec` from the parsed TOML (``base``, ``sweep``, ``axes`` keys)."""
+    unknown = set(d) - {"base", "sweep", "axes"}
+    if unknown:
+        raise ConfigError("spec", sorted(unknown), "only the top-level keys base, sweep and axes", where=where)
+    meta = d.get("sweep", {})
+    if not isinstance(meta, dict) or set(meta) - {"name", "seed"}:
+        raise ConfigError("sweep", meta, "a table with optional keys name and seed", where=where)
+    name = str(meta.get("name", "sweep"))
+    seed = meta.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError("sweep.seed", seed, "a non-negative integer", where=where)
+
+    base_raw = d.get("base", {})
+    if isinstance(base_raw, str):
+        bp = Path(base_raw)
+        if not bp.is_absolute() and base_dir is not None:
+            bp = Path(base_dir) / bp
+        base = load_config(bp)
+    elif isinstance(base_raw, dict):
+        base = config_from_dict(base_raw, where=f"{where}: [base]" if where else "[base]")
+    else:
+        raise ConfigError("base", base_raw, "a RunConfig table or a path to a run TOML file", where=where)
+
+    axes_raw = d.get("axes", [])
+    if isinstance(axes_raw, dict):
+        axes_raw = [axes_raw]
+    if not isinstance(axes_raw, list):
+        raise ConfigError("axes", axes_raw, "a table or an array of tables ([[axes]])", where=where)
+    base_dict = base.model_dump(mode="python")
+    groups = []
+    owner: dict[str, int] = {}
+    for i, raw in enumerate(axes_raw):
+        g = _parse_group(raw, i, seed, base_dict, where)
+        for f in g.fields:
+            if f in owner:
+                raise ConfigError(f"axes[{i}].{f}", "", f"a field swept by one axis group only (also in axes[{owner[f]}])", where=where)
+            owner[f] = i
+        groups.append(g)
+    return SweepSpec(base, tuple(groups), name, seed)
+
+
+def _parse_group(raw: Any, i: int, default_seed: int, base_dict: dict, where: str | None) -> AxisGroup:
+    label = f"axes[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(label, raw, "a table of dotted field = values", where=where)
+    mode = raw.get("mode", "grid")
+    if mode not in AXIS_MODES:
+        raise ConfigError(f"{label}.mode", mode, f"one of {AXIS_MODES}", where=where)
+    fields_map = _flatten_axis_fields({k: v for k, v in raw.items() if k not in _GROUP_KEYS}, mode)
+    if not fields_map:
+        raise ConfigError(label, raw, "at least one swept field", where=where)
+    for f in fields_map:
+        _check_field_path(f, base_dict, f"{label}.{f}", where)
+    samples, seed = 0, default_seed
+    if mode == "random":
+        samples = raw.get("samples")
+        if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+            raise ConfigError(f"{label}.samples", samples, "a positive integer (number of random draws)", where=where)
+        seed = raw.get("seed", default_seed)
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ConfigError(f"{label}.seed", seed, "a non-negative integer", where=where)
+        for f, dist in fields_map.items():
+            _check_dist(dist, f"{label}.{f}", where)
+    else:
+        for f, vals in fields_map.items():
+            if not isinstance(vals, list) or not vals:
+                raise ConfigError(f"{label}.{f}", vals, "a non-empty list of values", where=where)
+        if mode == "zip":
+            lens = {f: len(v) for f, v in fields_map.items()}
+            if len(set(lens.values())) > 1:
+                raise ConfigError(label, lens, "lists of equal length in a zip group", where=where)
+    for k in ("samples", "seed"):
+        if mode != "random" and k in raw:
+            raise ConfigError(f"{label}.{k}", raw[k], "no such key outside mode = \"random\"", where=where)
+    return AxisGroup(mode, tuple(fields_map), tuple(fields_map.values()), samples, seed)
+
+
+def _is_dist_table(v: Any) -> bool:
+    return isinstance(v, dict) and ("dist" in v or "choices" in v)
+
+
+def _flatten_axis_fields(d: dict[str, Any], mode: str, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        path = f"{prefix}{k}"
+        if isinstance(v, dict) and not (mode == "random" and _is_dist_table(v)):
+            out |= _flatten_axis_fields(v, mode, path + ".")
+        else:
+            out[path] = v
+    return out
+
+
+def _check_field_path(path: str, base_dict: dict, label: str, where: str | None) -> None:
+    keys = path.split(".")
+    cur: Any = base_dict
+    for j, k in enumerate(keys):
+        if isinstance(cur, dict) and k in cur:
+            cur = cur[k]
+            continue
+        if j >= 2 and keys[0] == "policy" and keys[1] == "options":
+            return  # free-form policy options
+        known = sorted(cur) if isinstance(cur, dict) else []
+        raise ConfigError(label, path, f"a dotted path to a run-config field (known here: {known})", where=where)
+    if isinstance(cur, dict) and not (keys[0] == "policy" and keys[-1] == "options"):
+        raise ConfigError(label, path, "a field, not a whole section", where=where)
+
+
+def _check_dist(dist: Any, label: str, where: str | None) -> None:
+    if isinstance(dist, list):
+        if not dist:
+            raise ConfigError(label, dist, "a non-empty list of choices", where=where)
+        return
+    if not isinstance(dist, dict):
+        raise ConfigError(label, dist, "a list of choices or a table {dist=..., low=..., high=...} or {choices=[...]}", where=where)
+    if "choices" in dist:
+        if set(dist) - {"choices", "weights"} or not isinstance(dist["choices"], list) or not dist["choices"]:
+            raise ConfigError(label, dist, "{choices = [non-empty list], weights = [optional, same length]}", where=where)
+        w = dist.get("weights")
+        if w is not None:
+            if not isinstance(w, list) or len(w) != len(dist["choices"]) or any(
+                    not isinstance(x, (int, float)) or x < 0 for x in w) or sum(w) <= 0:
+                raise ConfigError(f"{label}.weights", w, "non-negative numbers, one per choice, not all zero", where=where)
+        return
+    kind = dist.get("dist")
+    if kind not in RANDOM_DISTS:
+        raise ConfigError(f"{label}.dist", kind, f"one of {RANDOM_DISTS}", where=where)
+    if set(dist) - {"dist", "low", "high"}:
+        raise ConfigError(label, dist, "only the keys dist, low and high", where=where)
+    lo, hi = dist.get("low"), dist.get("high")
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi)):
+        raise ConfigError(label, dist, "numbers low and high", where=where)
+    if kind == "randint" and not (isinstance(lo, int) and isinstance(hi, int)):
+        raise ConfigError(label, dist, "integers low and high for randint", where=where)
+    if lo > hi or (kind != "randint" and lo == hi):
+        raise ConfigError(label, dist, "low < high (randint: low <= high)", where=where)
+    if kind == "loguniform" and lo <= 0:
+        raise ConfigError(f"{label}.low", lo, "a positive number for loguniform", where=where)
+
+
+def _draw(field_: str, dist: Any, rng: np.random.Generator) -> Any:
+    if isinstance(dist, list):
+        return dist[int(rng.integers(len(dist)))]
+    if "choices" in dist:
+        ch = dist["choices"]
+        w = dist.get("weights")
+        p = None if w is None else np.asarray(w, float) / float(np.sum(w))
+        return ch[int(rng.choice(len(ch), p=p))]
+    kind, lo, hi = dist["dist"], dist["low"], dist["high"]
+    if kind == "uniform":
+        return float(rng.uniform(lo, hi))
+    if kind == "loguniform":
+        return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+    return int(rng.integers(lo, hi + 1))
+
+
+# ====================================================================== rows
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, Path):
+        return str(v)
+    return v
+
+
+def flat_value(v: Any) -> Any:
+    """A value as a parquet cell: scalars as they are, containers as JSON text."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (dict, list, tuple, np.ndarray)):
+        return json.dumps(_jsonable(v), sort_keys=True)
+    if isinstance(v, Path):
+        return str(v)
+    return v
+
+
+def _resolve_runner(runner: Runner | str | None) -> Runner:
+    if runner is None:
+        from dcpsim.run.single import run_simulation
+
+        return run_simulation
+    if isinstance(runner, str):
+        import importlib
+
+        mod, _, fn = runner.partition(":")
+        return getattr(importlib.import_module(mod), fn)
+    return runner
+
+
+def execute_run(rs: RunSpec, runner: Runner | str | None = None) -> dict[str, Any]:
+    """Run one configuration and return its row (never raises for a configuration that cannot run)."""
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {}
+    status, reason = "ok", ""
+    if rs.config is None:
+        status, reason = "error", rs.error or "invalid configuration"
+    else:
+        cfg = rs.config
+        row |= {"policy": cfg.policy.name, "gpus": cfg.cluster.gpus,
+                "workload": flat_value(cfg.workload.name), "gpu": cfg.hardware.gpu, "model": cfg.model.name}
+        try:
+            res = _resolve_runner(runner)(cfg)
+            summary = res.summary if hasattr(res, "summary") else res
+            row |= {str(k): flat_value(v) for k, v in dict(summary).items()}
+        except InfeasibleError as exc:
+            status, reason = "infeasible", f"{exc.kind}: {exc.reason}"
+        except DcpsimError as exc:
+            status, reason = "error", str(exc)
+        except Exception as exc:  # a bug in a lower layer: record it, keep the sweep going
+            tb = traceback.extract_tb(exc.__traceback__)
+            at = f" at {Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+            status, reason = "failed", f"{type(exc).__name__}: {exc}{at}"
+    for k, v in rs.axes.items():
+        row[k] = flat_value(v)
+    row |= {"config_hash": rs.run_hash, "status": status, "reason": reason,
+            "wall_s": time.perf_counter() - t0}
+    return row
+
+
+def execute_batch(batch: list[RunSpec], runner: Runner | str | None = None) -> list[dict[str, Any]]:
+    """Run a batch of configurations in order (the unit of work sent to an executor)."""
+    return [execute_run(rs, runner) for rs in batch]
+
+
+# ====================================================================== dataset
+def results_dir(out_dir: str | Path) -> Path:
+    return Path(out_dir) / RESULTS_DIR
+
+
+def _part_files(out_dir: str | Path) -> list[Path]:
+    d = results_dir(out_dir)
+    return sorted(d.glob(PART_GLOB)) if d.is_dir() else []
+
+
+def write_part(out_dir: str | Path, rows: list[dict[str, Any]]) -> Path:
+    """Write rows as the next part file, atomically (temporary file, fsync, rename)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = results_dir(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    existing = _part_files(out_dir)
+    seq = (int(existing[-1].stem.split("-")[1]) + 1) if existing else 0
+    final = d / f"part-{seq:06d}-{uuid.uuid4().hex[:8]}.parquet"
+    tmp = final.with_name(final.name + ".tmp")
+    table = pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False)
+    with open(tmp, "wb") as fh:
+        pq.write_table(table, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    return final
+
+
+def load_results(out_dir: str | Path, *, dedupe: bool = True, status: str | tuple[str, ...] | None = None):
+    """The sweep's rows as a pandas DataFrame (part files in write order).
+
+    ``dedupe`` keeps the last row of each ``config_hash`` (a failed run that
+    was retried, or a compaction interrupted before it removed old parts).
+    ``status`` keeps only rows with that status (or statuses).
+    """
+    import pandas as pd
+
+    parts = _part_files(out_dir)
+    if not parts:
+        return pd.DataFrame(columns=["config_hash", "status", "reason", "wall_s"])
+    frames = [pd.read_parquet(p) for p in parts]
+    frames = [f for f in frames if len(f)]
+    df = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame(columns=["config_hash", "status"])
+    if dedupe and len(df):
+        df = df.drop_duplicates("config_hash", keep="last").reset_index(drop=True)
+    if status is not None:
+        keep = (status,) if isinstance(status, str) else tuple(status)
+        df = df[df["status"].isin(keep)].reset_index(drop=True)
+    return df
+
+
+def finished_hashes(out_dir: str | Path) -> set[str]:
+    """Ids of runs already recorded as ok, infeasible or error (failed runs are retried)."""
+    import pyarrow.parquet as pq
+
+    done: dict[str, str] = {}
+    for p in _part_files(out_dir):
+        t = pq.read_table(p, columns=["config_hash", "status"])
+        for h, s in zip(t.column("config_hash").to_pylist(), t.column("status").to_pylist(), strict=True):
+            done[h] = s
+    return {h for h, s in done.items() if s in DONE_STATUSES}
+
+
+def compact_results(out_dir: str | Path) -> Path | None:
+    """Merge all part files into one (deduplicated). Safe to interrupt: old parts go only after the new one is in place."""
+    parts = _part_files(out_dir)
+    if len(parts) <= 1:
+        return parts[0] if parts else None
+    df = load_results(out_dir)
+    new = write_part(out_dir, df.to_dict("records"))
+    for p in parts:
+        p.unlink(missing_ok=True)
+    return new
+
+
+def _clean_temporaries(out_dir: Path) -> None:
+    d = results_dir(out_dir)
+    if d.is_dir():
+        for t in d.glob("*.parquet.tmp"):
+            t.unlink(missing_ok=True)
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_jsonable(obj), indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _dir_lock(out_dir: Path) -> Iterator[None]:
+    """One sweep process per output directory (the lock dies with the process, even on SIGKILL)."""
+    import fcntl
+
+    fh = open(out_dir / ".lock", "w")  # noqa: SIM115 - held for the whole sweep
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError("--out", str(out_dir), "a directory no other running sweep is writing to") from None
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
+    finally:
+        fh.close()
+
+
+# ====================================================================== running
+class SweepInterrupted(DcpsimError):
+    """The sweep was stopped (Ctrl-C / SIGTERM) after writing every finished batch."""
+
+    def __init__(self, result: SweepResult):
+        self.result = result
+        super().__init__(f"interrupted: {result.n_finished} of {result.n_runs} runs are in {result.out_dir}; "
+                         f"run the same command again to resume (finished runs are skipped)")
+
+
+@dataclass
+class SweepResult:
+    """What one call of :func:`run_sweep` did."""
+
+    out_dir: Path
+    n_runs: int
+    n_skipped: int = 0
+    n_done: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    interrupted: bool = False
+    wall_s: float = 0.0
+    batches: int = 0
+    workers: int = 1
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_finished(self) -> int:
+        return self.n_skipped + self.counts.get("ok", 0) + self.counts.get("infeasible", 0) + self.counts.get("error", 0)
+
+    def results(self):
+        return load_results(self.out_dir)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"out_dir": str(self.out_dir), "runs": self.n_runs, "skipped_already_done": self.n_skipped,
+                "ran": self.n_done, "counts": dict(self.counts), "interrupted": self.interrupted,
+                "wall_s": self.wall_s, "batches": self.batches, "workers": self.workers,
+                "runs_per_min": 60.0 * self.n_done / self.wall_s if self.wall_s > 0 else None,
+                "figures": self.figures}
+
+
+class _StopFlag:
+    """SIGINT/SIGTERM set a flag (the loop finishes writing what is done); a second SIGINT raises at once."""
+
+    def __init__(self) -> None:
+        self.set = False
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _StopFlag:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.set and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.set = True
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+class BatchSizer:
+    """Chooses how many runs go into the next task.
+
+    Tasks should last about ``target_s`` seconds so that scheduling and
+    part-file overhead stay negligible, yet be small enough that every worker
+    has work until the end (at most ``remaining / (2 × workers)`` runs). The
+    per-run time is learned from the rows that come back (the first tasks
+    hold one run each).
+    """
+
+    def __init__(self, workers: int, target_s: float = 1.5, fixed: int | None = None):
+        self.workers = max(1, workers)
+        self.target_s = target_s
+        self.fixed = fixed
+        self._sum_s = 0.0
+        self._n = 0
+
+    def observe(self, rows: list[dict[str, Any]]) -> None:
+        for r in rows:
+            self._sum_s += float(r.get("wall_s") or 0.0)
+            self._n += 1
+
+    @property
+    def mean_run_s(self) -> float | None:
+        return self._sum_s / self._n if self._n else None
+
+    def next_size(self, remaining: int) -> int:
+        if self.fixed:
+            return max(1, min(self.fixed, remaining))
+        mean = self.mean_run_s
+        if mean is None:
+            return 1
+        want = max(1, math.ceil(self.target_s / max(mean, 1e-6)))
+        fair = max(1, math.ceil(remaining / (2 * self.workers)))
+        return max(1, min(want, fair, remaining))
+
+
+def _progress(enabled: bool | None, total: int, description: str):
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(stderr=True)
+    show = console.is_terminal if enabled is None else enabled
+    prog = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TaskProgressColumn(),
+                    TextColumn("{task.fields[note]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=console, disable=not show, transient=False)
+    task = prog.add_task(description, total=total, note="")
+    return prog, task
+
+
+def run_sweep(
+    spec: SweepSpec | str | Path,
+    out_dir: str | Path,
+    *,
+    executor=None,
+    jobs: int | None = None,
+    batch_size: int | None = None,
+    target_task_s: float = 1.5,
+    progress: bool | None = None,
+    figures: bool = True,
+    compact: bool = True,
+    runner: Runner | str | None = None,
+) -> SweepResult:
+    """Run (or resume) a sweep into ``out_dir``; return what was done.
+
+    ``executor``: an executor from :mod:`dcpsim.run.executors` (default: local
+    processes, ``jobs`` of them, default all cores; ``jobs=1`` runs in this
+    process). ``batch_size`` fixes the runs per task (default: adaptive, tasks
+    of about ``target_task_s`` seconds). ``progress``: rich progress bar on
+    stderr (default: only on a terminal). ``figures``: write the standard
+    figures into ``out_dir/figures`` when the sweep completes. ``runner``:
+    the function that simulates one configuration (default
+    :func:`dcpsim.run.single.run_simulation`; a ``"module:function"`` string
+    is imported in the worker).
+
+    Raises :class:`SweepInterrupted` after SIGINT/SIGTERM, once every
+    finished batch is written.
+    """
+    from dcpsim.run.executors import make_executor
+
+    if not isinstance(spec, SweepSpec):
+        spec = load_sweep_spec(spec)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    with _dir_lock(out):
+        _clean_temporaries(out)
+        if spec.source_text is not None:
+            tmp = out / "spec.toml.tmp"
+            tmp.write_text(spec.source_text)
+            os.replace(tmp, out / "spec.toml")
+        runs = spec.runs()
+        _write_json_atomic(out / "sweep.json", spec.to_dict() | {
+            "runs": [{"config_hash": r.run_hash, "updates": r.axes, "error": r.error} for r in runs]})
+        done = finished_hashes(out)
+        pending = [r for r in runs if r.run_hash not in done]
+        result = SweepResult(out, len(runs), n_skipped=len(runs) - len(pending))
+        session = uuid.uuid4().hex[:12]
+
+        def record(rows: list[dict[str, Any]]) -> None:
+            now = time.time()
+            for r in rows:
+                r["sweep_session"] = session
+                r["finished_at"] = now
+                result.counts[r["status"]] = result.counts.get(r["status"], 0) + 1
+            write_part(out, rows)
+            result.n_done += len(rows)
+            result.batches += 1
+
+        invalid = [r for r in pending if r.config is None]
+        if invalid:
+            record(execute_batch(invalid))
+        queue = deque(r for r in pending if r.config is not None)
+
+        own_executor = executor is None
+        ex = make_executor(jobs=jobs) if own_executor else executor
+        result.workers = ex.n_workers
+        sizer = BatchSizer(ex.n_workers, target_s=target_task_s, fixed=batch_size)
+        prog, task = _progress(progress, len(runs), spec.name)
+        prog.update(task, completed=result.n_skipped + result.n_done)
+        try:
+            with _StopFlag() as stop, prog:
+                in_flight: list[Any] = []
+                while (queue or in_flight) and not stop.set:
+                    while queue and len(in_flight) < 2 * ex.n_workers and not stop.set:
+                        k = sizer.next_size(len(queue))
+                        batch = [queue.popleft() for _ in range(k)]
+                        in_flight.append(ex.submit(execute_batch, batch, runner))
+                    finished, in_flight = ex.wait_any(in_flight, timeout=0.25)
+                    for fut in finished:
+                        rows = fut.result()
+                        sizer.observe(rows)
+                        record(rows)
+                        bad = sum(result.counts.get(s, 0) for s in ("infeasible", "error", "failed"))
+                        prog.update(task, completed=result.n_skipped + result.n_done,
+                                    note=f"{bad} not ok" if bad else "")
+                if stop.set:
+                    # finish and write what is already running; drop what has not started
+                    in_flight = ex.cancel_pending(in_flight)
+                    while in_flight:
+                        finished, in_flight = ex.wait_any(in_flight, timeout=0.25)
+                        for fut in finished:
+                            with contextlib.suppress(Exception):
+                                record(fut.result())
+                    result.interrupted = True
+        finally:
+            if own_executor:
+                ex.close()
+        result.wall_s = time.perf_counter() - t_start
+        if result.interrupted:
+            raise SweepInterrupted(result)
+        if compact:
+            compact_results(out)
+        if figures:
+            from dcpsim.report.plots import standard_figures
+
+            df = load_results(out)
+            result.figures = standard_figures(df, out / "figures", axes=spec.axis_fields)
+        result.wall_s = time.perf_counter() - t_start
+    return result
+
+
+def describe_counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing new"
+
