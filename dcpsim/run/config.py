@@ -10,6 +10,7 @@ Example (every field optional; these are the defaults)::
     network_scale = 1.0         # multiplies network bandwidth (<1: degraded/oversubscribed)
     pod_gpus = 0                # GPUs per full-bandwidth pod (0 = one flat fabric)
     oversubscription = 1.0      # bandwidth divisor for traffic leaving a pod
+    nvlink_domain_gpus = 0      # GPUs per NVLink domain (72 for NVL72); 0 = the profile's value
 
     [cluster]
     gpus = 64                   # = tp * pp * dp * cp
@@ -73,6 +74,7 @@ class HardwareSection(_Section):
     network_scale: float = Field(1.0, gt=0, description="multiplier on network bandwidth")
     pod_gpus: int = Field(0, ge=0, description="GPUs per full-bandwidth pod (0 = flat fabric)")
     oversubscription: float = Field(1.0, ge=1.0, description="bandwidth divisor for traffic leaving a pod")
+    nvlink_domain_gpus: int = Field(0, ge=0, description="GPUs per NVLink domain (72 for NVL72); 0 = the profile's value")
 
 
 class ClusterSection(_Section):

@@ -1,0 +1,274 @@
+"""One run from one :class:`~dcpsim.run.config.RunConfig`: sample batches, plan, simulate, tabulate.
+
+::
+
+    from dcpsim.run import load_config
+    from dcpsim.run.single import run_simulation
+
+    res = run_simulation(load_config("experiments/simulate_default.toml"), trace_path="trace.json")
+    print(res.summary["tflops_per_gpu"], res.summary["iteration_time_s"])
+    res.write("out/")        # iterations.parquet, ranks.parquet, config.json, summary.json
+
+Random streams. ``sim.seed`` seeds a :class:`numpy.random.SeedSequence`
+spawned into four independent streams: the global batches (one fresh batch
+per iteration), the policy, the kernel noise, and the faults (straggler GPUs
+and the degraded link, drawn once per run). With noise and faults off the
+seed only changes the sampled batches (and whatever the policy randomises).
+
+Policies without steps. A policy that returns a plan without microbatch
+steps but with ``lower_bound_s`` (the ``bound`` policy) is not simulated: its
+iteration row reports ``iteration_time_s = lower_bound_s`` and throughput from
+it, ``simulated = False``, NaN breakdown, and no per-rank rows. A plan with
+neither raises :class:`~dcpsim.errors.ConfigError` naming ``policy.name``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from dcpsim.cost import CostModel
+from dcpsim.errors import ConfigError
+from dcpsim.policies.plan import Layout, Plan
+from dcpsim.run.config import RunConfig
+from dcpsim.sim import (
+    BREAKDOWN,
+    ClusterSimulator,
+    IterationRecord,
+    SimOptions,
+    SimResult,
+    Topology,
+    iteration_row,
+    rank_arrays,
+    rank_rows,
+    sample_faults,
+)
+
+
+def build_cost_model(cfg: RunConfig) -> CostModel:
+    p = cfg.parallel
+    return CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp, dp_cp=cfg.dp * p.cp,
+                     cp_comm=p.cp_comm, recompute=p.recompute)
+
+
+def nvlink_domain(cfg: RunConfig, cost: CostModel) -> int:
+    return cfg.hardware.nvlink_domain_gpus or cost.profile.nvlink_domain_gpus
+
+
+def build_layout(cfg: RunConfig, cost: CostModel) -> Layout:
+    p = cfg.parallel
+    return Layout(dp=cfg.dp, cp=p.cp, max_tokens_per_rank=cfg.max_tokens_per_rank, tp=p.tp, pp=p.pp,
+                  min_cp=p.min_cp, gpus_per_domain=nvlink_domain(cfg, cost))
+
+
+def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
+                    fault_rng: np.random.Generator | None = None) -> ClusterSimulator:
+    """The cluster simulator of ``cfg`` (faults drawn from ``fault_rng``; default: the run's fault stream)."""
+    cost = cost or build_cost_model(cfg)
+    s, h, p = cfg.sim, cfg.hardware, cfg.parallel
+    if fault_rng is None:
+        fault_rng = _streams(s.seed)["faults"]
+    faults = sample_faults(cfg.cluster.gpus, straggler_fraction=s.straggler_fraction,
+                           straggler_slowdown=s.straggler_slowdown, degraded_link_scale=s.degraded_link_scale,
+                           rng=fault_rng)
+    topo = Topology(tp=p.tp, pp=p.pp, dp=cfg.dp, cp=p.cp, gpus_per_node=cost.profile.gpus_per_node,
+                    nvlink_domain_gpus=nvlink_domain(cfg, cost), pod_gpus=h.pod_gpus, oversubscription=h.oversubscription,
+                    network_scale=h.network_scale, degraded_gpu=faults.degraded_gpu,
+                    degraded_link_scale=s.degraded_link_scale)
+    opts = SimOptions(overlap_grad_sync=s.overlap_grad_sync, noise_cv=s.noise_cv, planning=s.planning,
+                      grad_reduce_bytes_per_param=s.grad_reduce_bytes_per_param)
+    return ClusterSimulator(cost, topo, faults=faults, options=opts)
+
+
+def _streams(seed: int) -> dict[str, np.random.Generator]:
+    names = ("workload", "policy", "noise", "faults")
+    return {n: np.random.default_rng(s) for n, s in zip(names, np.random.SeedSequence(seed).spawn(len(names)), strict=True)}
+
+
+def _get_policy(cfg: RunConfig):
+    try:
+        from dcpsim.policies import get_policy
+    except ImportError:
+        raise ConfigError("policy.name", cfg.policy.name, "a registered policy (dcpsim.policies has no registry yet)") from None
+    return get_policy(cfg.policy.name, **dict(cfg.policy.options))
+
+
+def _workload_name(cfg: RunConfig) -> str:
+    w = cfg.workload.name
+    return w if isinstance(w, str) else "custom"
+
+
+def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
+                   batches: Sequence[np.ndarray] | None = None, plans: Sequence[Plan] | None = None,
+                   trace_max_tracks: int = 64) -> SimResult:
+    """Simulate ``cfg.sim.iterations`` iterations of ``cfg`` and return tables and a summary.
+
+    ``batches`` (one array of lengths per iteration) replaces sampling from
+    the workload; ``plans`` replaces the policy too (hand-built plans, tests).
+    ``trace_path`` writes a Chrome/Perfetto trace of the simulated timeline.
+    """
+    import pandas as pd
+
+    t_run = time.perf_counter()
+    cost = build_cost_model(cfg)
+    layout = build_layout(cfg, cost)
+    streams = _streams(cfg.sim.seed)
+    sim = build_simulator(cfg, cost, streams["faults"])
+    n_iter = len(plans) if plans is not None else cfg.sim.iterations
+    policy = None
+    dist = None
+    if plans is None:
+        policy = _get_policy(cfg)
+        if batches is None:
+            from dcpsim.workload import get_workload
+
+            w = cfg.workload
+            dist = get_workload(w.name, min_len=w.min_len, max_len=w.max_len, clip=w.clip)
+        elif len(batches) < n_iter:
+            raise ConfigError("batches", len(batches), f"one array of lengths per iteration ({n_iter})")
+
+    gpus = cfg.cluster.gpus
+    peak = cost.profile.peak_bf16_flops
+    records: list[IterationRecord] = []
+    used_plans: list[Plan] = []
+    rows: list[dict] = []
+    rank_cols: list[dict[str, np.ndarray]] = []
+    cp_hist: dict[int, int] = {}
+    offset = 0.0
+    prev: float | None = None
+    planning_wall = 0.0
+    for i in range(n_iter):
+        if plans is not None:
+            plan = plans[i]
+        else:
+            if batches is not None:
+                lengths = np.asarray(batches[i], dtype=np.int64)
+            else:
+                from dcpsim.workload import sample_global_batch
+
+                lengths = sample_global_batch(dist, cfg.workload.gbs, streams["workload"])
+            t0 = time.perf_counter()
+            plan = policy.plan(lengths, layout, cost, rng=streams["policy"])
+            planning_wall += time.perf_counter() - t0
+        used_plans.append(plan)
+        for c, n in plan.cp_histogram().items():
+            cp_hist[int(c)] = cp_hist.get(int(c), 0) + int(n)
+        if not plan.steps:
+            row = _bound_row(plan, i, cost, gpus, peak)
+            rows.append(row)
+            offset += row["iteration_time_s"]
+            prev = row["iteration_time_s"]
+            continue
+        rec = sim.simulate(plan, index=i, offset_s=offset, previous_iteration_s=prev, rng=streams["noise"])
+        ranks = rank_arrays(rec)
+        row = iteration_row(rec, gpus, peak, ranks)
+        row["simulated"] = True
+        rows.append(row)
+        rank_cols.append(rank_rows(rec, cfg.parallel.tp, ranks))
+        records.append(rec)
+        offset += rec.iteration_time_s
+        prev = rec.iteration_time_s
+
+    iterations = pd.DataFrame(rows)
+    if rank_cols:
+        ranks_df = pd.DataFrame({k: np.concatenate([c[k] for c in rank_cols]) for k in rank_cols[0]})
+    else:
+        ranks_df = pd.DataFrame(columns=["iteration", "stage", "stage_rank"])
+    trace_file = None
+    if trace_path is not None:
+        from dcpsim.report.trace import write_chrome_trace
+
+        trace_file = str(write_chrome_trace(records, trace_path, sim.topology, max_tracks=trace_max_tracks))
+    wall = time.perf_counter() - t_run
+    summary = _summary(cfg, iterations, cp_hist, gpus, peak)
+    sim_wall = float(iterations["sim_wall_s"].sum()) if "sim_wall_s" in iterations else 0.0
+    events = int(iterations["events"].sum()) if "events" in iterations else 0
+    meta = {
+        "events": events,
+        "events_per_s": events / sim_wall if sim_wall > 0 else None,
+        "sim_wall_s": sim_wall,
+        "planning_wall_s": planning_wall,
+        "wall_s": wall,
+        "trace": trace_file,
+        "topology": sim.topology.describe(),
+        "cost_model": cost.describe(),
+        "faults": {"straggler_gpus": [int(g) for g in sim.durations.faults.straggler_gpus],
+                   "degraded_gpu": sim.durations.faults.degraded_gpu},
+        "dcpsim_version": _version(),
+    }
+    summary.update({k: meta[k] for k in ("events", "events_per_s", "sim_wall_s", "planning_wall_s", "wall_s")})
+    return SimResult(summary=summary, iterations=iterations, ranks=ranks_df, config=cfg.resolved(),
+                     config_hash=cfg.config_hash(), meta=meta, records=records, plans=used_plans)
+
+
+def _bound_row(plan: Plan, i: int, cost: CostModel, gpus: int, peak: float) -> dict:
+    if plan.lower_bound_s is None:
+        raise ConfigError("policy.name", plan.policy, "a policy whose plans have microbatch steps or a lower bound")
+    T = float(plan.lower_bound_s)
+    kept = np.setdiff1d(np.arange(len(plan.lengths)), np.fromiter(plan.dropped, dtype=np.int64, count=len(plan.dropped)))
+    lens = plan.lengths[kept]
+    flops = cost.model.flops(lens)
+    tflops = flops / (T * gpus * 1e12) if T > 0 else float("nan")
+    row = {"iteration": i, "policy": plan.policy, "iteration_time_s": T, "sim_time_s": float("nan"),
+           "tflops_per_gpu": tflops, "tokens_per_s": float(lens.sum()) / T if T > 0 else float("nan"),
+           "mfu": tflops * 1e12 / peak, "flops": flops, "tokens": int(lens.sum()), "sequences": int(lens.size),
+           "dropped": len(plan.dropped), "steps": 0, "planning_time_s": float(plan.planning_time_s),
+           "events": 0, "sim_wall_s": 0.0, "simulated": False}
+    for k in BREAKDOWN:
+        row[k] = float("nan")
+        row["frac_" + k.removesuffix("_s")] = float("nan")
+    return row
+
+
+def _summary(cfg: RunConfig, it, cp_hist: dict[int, int], gpus: int, peak: float) -> dict:
+    p = cfg.parallel
+    T = float(it["iteration_time_s"].sum())
+    flops = float(it["flops"].sum())
+    tflops = flops / (T * gpus * 1e12) if T > 0 else float("nan")
+    out = {
+        "config_hash": cfg.config_hash(),
+        "policy": cfg.policy.name if not len(it) else str(it["policy"].iloc[0]),
+        "workload": _workload_name(cfg),
+        "model": cfg.model.name,
+        "gpu": cfg.hardware.gpu,
+        "gpus": gpus,
+        "tp": p.tp,
+        "pp": p.pp,
+        "cp": p.cp,
+        "dp": cfg.dp,
+        "gbs": cfg.workload.gbs,
+        "max_tokens_per_rank": cfg.max_tokens_per_rank,
+        "iterations": int(len(it)),
+        "seed": cfg.sim.seed,
+        "simulated": bool(it["simulated"].all()) if len(it) else False,
+        "iteration_time_s": T / max(len(it), 1),
+        "tflops_per_gpu": tflops,
+        "tokens_per_s": float(it["tokens"].sum()) / T if T > 0 else float("nan"),
+        "mfu": tflops * 1e12 / peak,
+    }
+    for k in BREAKDOWN:
+        s = float(it[k].sum())
+        out[k] = s / max(len(it), 1)
+        out["frac_" + k.removesuffix("_s")] = s / T if T > 0 else float("nan")
+    for k in ("steps", "groups", "mean_cp"):
+        if k in it:
+            out[k] = float(it[k].mean())
+    for k, agg in (("max_cp", "max"), ("peak_memory_gib", "max"), ("packs_over_memory", "sum"), ("dropped", "sum"),
+                   ("sequences", "sum"), ("planning_time_s", "mean")):
+        if k in it:
+            v = getattr(it[k], agg)()
+            out[k] = v.item() if hasattr(v, "item") else v
+    out["cp_hist"] = {int(k): int(v) for k, v in sorted(cp_hist.items())}
+    return out
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dcpsim")
+    except PackageNotFoundError:  # pragma: no cover
+        return "unknown"

@@ -1,0 +1,57 @@
+"""The SimPy cluster simulator: GPUs running iteration plans, with metrics.
+
+Layers (each documented in its module):
+
+* :mod:`~dcpsim.sim.topology` — GPUs, nodes, NVLink domains, pods; Megatron
+  rank order; which links a group crosses.
+* :mod:`~dcpsim.sim.schedule` — plan → groups (one entity per CP group and
+  pipeline stage) → 1F1B dependency graph.
+* :mod:`~dcpsim.sim.durations` — every op's duration with numpy from the cost
+  model (one vectorised ``batch_cost`` per link class), transfers, gradient sync.
+* :mod:`~dcpsim.sim.variability` — seeded kernel noise, stragglers, a degraded link.
+* :mod:`~dcpsim.sim.engine` — SimPy orders the ops (events at decision points only).
+* :mod:`~dcpsim.sim.metrics` — per-iteration and per-rank accounting, :class:`SimResult`.
+
+Example (a hand-built plan; :func:`dcpsim.run.single.run_simulation` does
+this from a :class:`~dcpsim.run.config.RunConfig`)::
+
+    from dcpsim.cost import CostModel
+    from dcpsim.sim import ClusterSimulator, Topology
+    cost = CostModel("h100-sxm", "llama-13b", tp=1, pp=4, dp_cp=8)
+    sim = ClusterSimulator(cost, Topology(tp=1, pp=4, dp=4, cp=2))
+    record = sim.simulate(plan)          # plan: dcpsim.policies.plan.Plan
+    print(record.iteration_time_s)
+"""
+
+from dcpsim.sim.durations import DurationModel, IterationWork, SyncCost
+from dcpsim.sim.engine import IterationTimeline, SimulationError, run_iteration
+from dcpsim.sim.metrics import BREAKDOWN, IterationRecord, SimResult, iteration_row, rank_arrays, rank_rows
+from dcpsim.sim.schedule import GroupTable, build_graph, build_group_table, one_f_one_b_order
+from dcpsim.sim.simulator import PLANNING_MODES, ClusterSimulator, SimOptions
+from dcpsim.sim.topology import Topology
+from dcpsim.sim.variability import Faults, sample_faults
+
+__all__ = [
+    "BREAKDOWN",
+    "PLANNING_MODES",
+    "ClusterSimulator",
+    "DurationModel",
+    "Faults",
+    "GroupTable",
+    "IterationRecord",
+    "IterationTimeline",
+    "IterationWork",
+    "SimOptions",
+    "SimResult",
+    "SimulationError",
+    "SyncCost",
+    "Topology",
+    "build_graph",
+    "build_group_table",
+    "iteration_row",
+    "one_f_one_b_order",
+    "rank_arrays",
+    "rank_rows",
+    "run_iteration",
+    "sample_faults",
+]

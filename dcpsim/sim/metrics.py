@@ -1,0 +1,202 @@
+"""Metrics of simulated iterations: per iteration, per rank, and the run's summary.
+
+Accounting (seconds; per stage rank, i.e. per GPU since the TP ranks behind a
+stage rank are identical). For a rank of stage ``p`` in an iteration of length
+``T = planning_stall + makespan``:
+
+* ``compute_s``: its group ops minus their exposed CP communication (GEMMs,
+  attention, TP communication, recomputation, output layer);
+* ``cp_comm_s``: exposed CP communication of its group ops;
+* ``grad_sync_s``: from the stage's last backward to the end of its
+  parameter all-gather (exposed reduce-scatter, optimizer step, all-gather);
+* ``planning_stall_s``: the policy's planning time that did not hide;
+* idle, the rest, split into
+  - ``bubble_s``: the idle this rank would have in a 1F1B pipeline where
+    every microbatch took this rank's mean forward, backward and transfer
+    times on each stage (the rank's chain of stage ranks across stages,
+    evaluated exactly by :func:`~dcpsim.sim.schedule.balanced_1f1b_end`; with
+    no transfers it is ``Σ_q c_q + (S − 1)·max_q c_q − S·c_p``, ``c_q`` the
+    mean forward + backward on stage ``q``, ``S`` steps), capped at the idle;
+  - ``imbalance_s``: the remaining idle (unequal microbatches and stages,
+    waiting at the gradient sync and at the iteration end for slower ranks).
+
+The six parts sum to ``T`` for every rank; iteration figures are their means
+over GPUs. Throughput follows Megatron: ``tflops_per_gpu = FLOPs / (T · GPUs ·
+1e12)`` with the FLOPs of the sequences trained (recomputation not counted),
+``mfu = tflops_per_gpu / peak``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dcpsim.sim.durations import IterationWork, SyncCost
+from dcpsim.sim.engine import IterationTimeline
+from dcpsim.sim.schedule import BWD, balanced_1f1b_end
+
+BREAKDOWN = ("compute_s", "cp_comm_s", "bubble_s", "imbalance_s", "grad_sync_s", "planning_stall_s")
+
+
+@dataclass
+class IterationRecord:
+    """Everything known about one simulated iteration (arrays, for metrics and traces)."""
+
+    index: int
+    offset_s: float
+    planning_stall_s: float
+    planning_time_s: float
+    work: IterationWork
+    timeline: IterationTimeline
+    sync: SyncCost
+    policy: str
+    dropped: int
+    sim_wall_s: float
+
+    @property
+    def iteration_time_s(self) -> float:
+        return self.planning_stall_s + self.timeline.makespan_s
+
+
+def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
+    """Per stage rank, ``(PP, R)`` arrays of the accounting above (plus tokens, microbatches, memory)."""
+    w, tl = rec.work, rec.timeline
+    gid = w.table.gid  # (S, R)
+    S = gid.shape[0]
+    pp = w.fwd_s.shape[0]
+    busy = (w.fwd_s[:, gid] + w.bwd_s[:, gid]).sum(axis=1)  # (pp, R)
+    cp = (w.cp_fwd_s[:, gid] + w.cp_bwd_s[:, gid]).sum(axis=1)
+    grad = (tl.stage_end_s - tl.bwd_end_s)[:, None]
+    idle = np.maximum(tl.makespan_s - busy - grad, 0.0)
+    c_f = w.fwd_s[:, gid].mean(axis=1)
+    c_b = w.bwd_s[:, gid].mean(axis=1)
+    x = w.xfer_s[:, gid].mean(axis=1) if pp > 1 else np.zeros((0, gid.shape[1]))
+    balanced = balanced_1f1b_end(c_f, c_b, x, S).max(axis=0)
+    bubble = np.clip(balanced[None, :] - busy, 0.0, idle)
+    real = w.table.pack[gid] >= 0
+    return {
+        "compute_s": busy - cp,
+        "cp_comm_s": cp,
+        "bubble_s": bubble,
+        "imbalance_s": idle - bubble,
+        "grad_sync_s": np.broadcast_to(grad, busy.shape),
+        "planning_stall_s": np.full(busy.shape, rec.planning_stall_s),
+        "busy_s": busy,
+        "idle_s": idle,
+        "microbatches": np.broadcast_to(real.sum(axis=0), busy.shape),
+        "local_tokens": np.broadcast_to(w.local_tokens[gid].sum(axis=0), busy.shape),
+        "peak_memory_bytes": np.broadcast_to(w.peak_memory_bytes[gid].max(axis=0), busy.shape),
+        "last_bwd_end_s": tl.finish[:, BWD, :][:, gid[-1]],
+    }
+
+
+def iteration_row(rec: IterationRecord, gpus: int, peak_flops: float, ranks: dict[str, np.ndarray] | None = None) -> dict:
+    """One flat row of iteration metrics."""
+    w, tl = rec.work, rec.timeline
+    ranks = rank_arrays(rec) if ranks is None else ranks
+    T = rec.iteration_time_s
+    tflops = w.flops / (T * gpus * 1e12) if T > 0 else float("nan")
+    real = w.table.pack >= 0
+    sizes = w.table.size[real]
+    row = {
+        "iteration": rec.index,
+        "policy": rec.policy,
+        "iteration_time_s": T,
+        "sim_time_s": tl.makespan_s,
+        "tflops_per_gpu": tflops,
+        "tokens_per_s": float(w.tokens.sum()) / T if T > 0 else float("nan"),
+        "mfu": tflops * 1e12 / peak_flops,
+        "flops": w.flops,
+        "tokens": int(w.tokens.sum()),
+        "sequences": w.n_seqs,
+        "dropped": rec.dropped,
+        "steps": w.table.n_steps,
+        "groups": int(real.sum()),
+        "mean_cp": float((sizes * w.tokens[real]).sum() / max(w.tokens[real].sum(), 1.0)) if sizes.size else 0.0,
+        "max_cp": int(sizes.max()) if sizes.size else 0,
+        "network_groups": int(w.spans_network[0, real].sum()),
+    }
+    for k in BREAKDOWN:
+        row[k] = float(ranks[k].mean())
+    for k in BREAKDOWN:
+        row["frac_" + k.removesuffix("_s")] = row[k] / T if T > 0 else float("nan")
+    row.update({
+        "reduce_scatter_s": float(rec.sync.reduce_scatter_s.max()),
+        "all_gather_s": float(rec.sync.all_gather_s.max()),
+        "optimizer_s": float(rec.sync.optimizer_s.max()),
+        "planning_time_s": rec.planning_time_s,
+        "peak_memory_gib": float(w.peak_memory_bytes[real].max() / 2**30) if real.any() else float("nan"),
+        "packs_over_memory": int((~w.fits_memory[real]).sum()),
+        "events": tl.events,
+        "sim_wall_s": rec.sim_wall_s,
+        "batch_cost_calls": w.batch_cost_calls,
+    })
+    return row
+
+
+def rank_rows(rec: IterationRecord, tp: int, ranks: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Columns of the per-rank table for one iteration (one row per stage rank, standing for ``tp`` GPUs)."""
+    ranks = rank_arrays(rec) if ranks is None else ranks
+    pp, R = ranks["busy_s"].shape
+    stage = np.repeat(np.arange(pp), R)
+    r = np.tile(np.arange(R), pp)
+    cols = {
+        "iteration": np.full(pp * R, rec.index),
+        "stage": stage,
+        "stage_rank": r,
+        "gpu_first": tp * r + tp * R * stage,
+        "gpus": np.full(pp * R, tp),
+    }
+    for k in ("busy_s", *BREAKDOWN, "idle_s", "microbatches", "local_tokens", "peak_memory_bytes"):
+        cols[k] = np.ascontiguousarray(ranks[k]).reshape(-1)
+    cols["iteration_time_s"] = np.full(pp * R, rec.iteration_time_s)
+    return cols
+
+
+@dataclass
+class SimResult:
+    """Result of a run: flat ``summary``, ``iterations`` and ``ranks`` tables, resolved ``config`` and ``meta``.
+
+    ``records`` keep the arrays of each simulated iteration (for traces);
+    ``plans`` the policy's plans.
+    """
+
+    summary: dict
+    iterations: object  # pandas.DataFrame
+    ranks: object  # pandas.DataFrame
+    config: dict
+    config_hash: str
+    meta: dict = field(default_factory=dict)
+    records: list[IterationRecord] = field(default_factory=list, repr=False)
+    plans: list = field(default_factory=list, repr=False)
+
+    def write(self, out_dir: str | Path) -> dict[str, Path]:
+        """Write ``iterations.parquet``, ``ranks.parquet``, ``config.json`` and ``summary.json`` into ``out_dir``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {
+            "iterations": out / "iterations.parquet",
+            "ranks": out / "ranks.parquet",
+            "config": out / "config.json",
+            "summary": out / "summary.json",
+        }
+        self.iterations.to_parquet(paths["iterations"], index=False)
+        self.ranks.to_parquet(paths["ranks"], index=False)
+        paths["config"].write_text(json.dumps({"config_hash": self.config_hash, "config": self.config}, indent=2, sort_keys=True))
+        paths["summary"].write_text(json.dumps({"summary": _jsonable(self.summary), "meta": _jsonable(self.meta)}, indent=2))
+        return paths
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return None
+    return obj

@@ -1,0 +1,106 @@
+"""One object that simulates plans on one cluster: durations (numpy) + graph + SimPy engine.
+
+Planning time (``Plan.planning_time_s``, the policy's wall time) enters as
+``planning``:
+
+* ``hidden``: the plan for batch k+1 is computed while batch k trains
+  (Megatron's zero-overhead mode, REFERENCE §1); iteration k stalls by
+  ``max(0, planning_k − T_{k−1})``. The first plan is made before training
+  starts (like the data loader's prefetch), so iteration 0 does not stall.
+* ``stall``: every iteration waits for its plan.
+* ``ignore``: planning costs nothing.
+
+Planning time is a measured wall time, the only input that is not a function
+of the seed; ``hidden`` (where it is far below the iteration time) and
+``ignore`` keep results reproducible.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from dcpsim.cost import CostModel
+from dcpsim.errors import ConfigError
+from dcpsim.policies.plan import Plan
+from dcpsim.sim.durations import DurationModel
+from dcpsim.sim.engine import run_iteration
+from dcpsim.sim.metrics import IterationRecord
+from dcpsim.sim.schedule import build_graph, build_group_table
+from dcpsim.sim.topology import Topology
+from dcpsim.sim.variability import Faults
+
+PLANNING_MODES = ("hidden", "stall", "ignore")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    """Simulation switches (see :class:`~dcpsim.run.config.SimSection` for their meaning)."""
+
+    overlap_grad_sync: bool = True
+    noise_cv: float = 0.0
+    planning: str = "hidden"
+    grad_reduce_bytes_per_param: int = 4
+
+    def __post_init__(self) -> None:
+        if self.planning not in PLANNING_MODES:
+            raise ConfigError("sim.planning", self.planning, f"one of {PLANNING_MODES}")
+        if self.noise_cv < 0:
+            raise ConfigError("sim.noise_cv", self.noise_cv, ">= 0")
+
+
+class ClusterSimulator:
+    """Simulates iterations of plans for one (cost model, topology, faults, options) setting."""
+
+    def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
+                 options: SimOptions | None = None) -> None:
+        self.cost = cost
+        self.topology = topology
+        self.options = options or SimOptions()
+        if topology.tp != cost.tp or topology.pp != cost.pp or topology.ranks_per_stage != cost.dp_cp:
+            raise ConfigError("topology", topology.describe(),
+                              f"tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp} as in the cost model")
+        self.durations = DurationModel(cost, topology, faults=faults,
+                                       grad_reduce_bytes_per_param=self.options.grad_reduce_bytes_per_param)
+        self.sync = self.durations.sync_cost()
+
+    def planning_stall_s(self, planning_time_s: float, index: int, previous_iteration_s: float | None) -> float:
+        mode = self.options.planning
+        if mode == "ignore":
+            return 0.0
+        if mode == "stall":
+            return float(planning_time_s)
+        if index == 0 or previous_iteration_s is None:
+            return 0.0
+        return max(0.0, float(planning_time_s) - previous_iteration_s)
+
+    def simulate(self, plan: Plan, *, index: int = 0, offset_s: float = 0.0, previous_iteration_s: float | None = None,
+                 rng: np.random.Generator | None = None, validate: bool = True) -> IterationRecord:
+        """Simulate one iteration of ``plan``; ``rng`` feeds the kernel noise (needed when ``noise_cv > 0``)."""
+        lay = plan.layout
+        if (lay.tp, lay.pp, lay.ranks_per_stage) != (self.topology.tp, self.topology.pp, self.topology.ranks_per_stage):
+            raise ConfigError("plan.layout", lay.to_dict(), f"a layout matching the cluster ({self.topology.describe()})")
+        if not plan.steps:
+            raise ConfigError("plan.steps", 0, "at least one microbatch step (a plan without steps cannot be simulated)")
+        if validate:
+            plan.validate()
+        t0 = time.perf_counter()
+        table = build_group_table(plan)
+        work = self.durations.work(plan, table, noise_cv=self.options.noise_cv, rng=rng)
+        graph = build_graph(table, self.topology.pp, work.xfer_s)
+        timeline = run_iteration(work, graph, self.sync, overlap_grad_sync=self.options.overlap_grad_sync)
+        wall = time.perf_counter() - t0
+        return IterationRecord(
+            index=index,
+            offset_s=offset_s,
+            planning_stall_s=self.planning_stall_s(plan.planning_time_s, index, previous_iteration_s),
+            planning_time_s=float(plan.planning_time_s),
+            work=work,
+            timeline=timeline,
+            sync=self.sync,
+            policy=plan.policy,
+            dropped=len(plan.dropped),
+            sim_wall_s=wall,
+        )
