@@ -57,7 +57,9 @@ LABELS: dict[str, str] = {
     "wall_s": "simulation wall time (s)",
     "time_to_train_h": "time to train (hours)",
     "time_to_train_days": "time to train (days)",
-    "cost": "cost (currency units)",
+    "effective_days": "time to train, failures included (days)",
+    "effective_time_h": "time to train, failures included (hours)",
+    "cost": "cost (price units: GPU-hours × price per GPU-hour)",
     "gpu_hours": "GPU-hours",
 }
 
@@ -381,7 +383,18 @@ def plot_cp_mix(data, out: str | Path | None = None, *, title: str | None = None
 
 
 # ---------------------------------------------------------------- capacity planning
-def plot_cost_time(df, out: str | Path | None = None, *, time_col: str = "time_to_train_days",
+def _plain_log_ticks(ax) -> None:
+    """Log axes labelled 1, 2, 5, 10, 20, ... in plain numbers (no 10^x, no overlapping minor labels)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    fmt = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 10 else f"{v:g}")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(fmt)
+        axis.set_minor_formatter(NullFormatter())
+
+
+def plot_cost_time(df, out: str | Path | None = None, *, time_col: str = "effective_days",
                    cost_col: str = "cost", deadline: float | None = None, title: str | None = None):
     """Cost against time to train, one colour per GPU type and one marker per policy; the Pareto front highlighted.
 
@@ -412,7 +425,8 @@ def plot_cost_time(df, out: str | Path | None = None, *, time_col: str = "time_t
         ax.axvline(deadline, color="#D55E00", linestyle="--", linewidth=1.2, label="deadline")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(label_for(time_col) + " (with failures)")
+    _plain_log_ticks(ax)
+    ax.set_xlabel(label_for(time_col))
     ax.set_ylabel(label_for(cost_col))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="GPU / policy (labels: GPUs)",

@@ -1,0 +1,52 @@
+"""``dcpsim plot DIR --x gpus --y tflops_per_gpu --hue policy``: figures from a sweep's results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dcpsim.commands._common import print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plot", help="plot a sweep's results (y against x, by hue, one panel per col)")
+    p.add_argument("dir", help="sweep output directory")
+    p.add_argument("--x", default=None, help="column for the x axis, e.g. gpus, workload, hardware.network_scale")
+    p.add_argument("--y", default="tflops_per_gpu", help="numeric column for the y axis (default tflops_per_gpu)")
+    p.add_argument("--hue", default=None, help="one line/bar colour per value of this column, e.g. policy")
+    p.add_argument("--col", default=None, help="one panel per value of this column, e.g. workload")
+    p.add_argument("--out", default=None, help="figure file (.png/.pdf/.svg; no suffix = both PNG and PDF; "
+                   "default DIR/figures/<y>_vs_<x>.png and .pdf)")
+    p.add_argument("--title", default=None)
+    p.add_argument("--standard", action="store_true", help="(re)write the standard sweep figures into DIR/figures")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import json
+
+    from dcpsim.errors import ConfigError
+    from dcpsim.report.plots import plot, save_figure, standard_figures
+    from dcpsim.run.sweep import load_results
+
+    d = Path(args.dir)
+    written: dict[str, object] = {}
+    if args.standard:
+        axes = None
+        meta = d / "sweep.json"
+        if meta.is_file():
+            axes = [f for g in json.loads(meta.read_text()).get("axes", []) for f in g.get("fields", {})]
+        written |= standard_figures(load_results(d), d / "figures", axes=axes)
+    if args.x:
+        fig = plot(d, args.x, args.y, hue=args.hue, col=args.col, title=args.title)
+        name = f"{args.y}_vs_{args.x}" + (f"_by_{args.hue}" if args.hue else "") + (f"_per_{args.col}" if args.col else "")
+        out = Path(args.out) if args.out else d / "figures" / name.replace(".", "-")
+        written[name] = [str(p) for p in save_figure(fig, out)]
+    elif not args.standard:
+        raise ConfigError("--x", None, "a column for the x axis (or --standard for the standard figures)")
+    if args.json:
+        print_json(written)
+    else:
+        for k, v in written.items():
+            print(f"{k}: {', '.join(v) if isinstance(v, list) else v}")
+    return 0

@@ -1,0 +1,86 @@
+"""``dcpsim sweep SPEC --out DIR``: run (or resume) a sweep; results land in DIR/results as parquet parts."""
+
+from __future__ import annotations
+
+import sys
+
+from dcpsim.commands._common import print_json, print_table
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "sweep",
+        help="run many configurations (grid / zip / random axes) into a resumable parquet dataset",
+        description="Run a sweep spec (see dcpsim/run/sweep.py or experiments/sweeps/example_sweep.toml). "
+        "Finished runs are written as they finish; starting the same command again resumes. "
+        "Ctrl-C finishes the running tasks, writes them and exits with status 130.",
+    )
+    p.add_argument("spec", help="sweep spec TOML ([base] + [[axes]])")
+    p.add_argument("--out", required=True, help="output directory (results/, figures/, spec.toml, sweep.json)")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="local worker processes (default: all cores; 1 = in this process)")
+    p.add_argument("--batch-size", type=int, default=None, help="runs per task (default: adaptive, tasks of ~1.5 s)")
+    p.add_argument("--dask-address", default=None, metavar="tcp://HOST:PORT", help="send tasks to this running Dask scheduler")
+    p.add_argument("--dask-local", type=int, default=None, metavar="N", help="start a Dask LocalCluster of N single-threaded worker processes (127.0.0.1)")
+    s = p.add_argument_group("SLURM (via dask-jobqueue; workers must be able to import dcpsim)")
+    s.add_argument("--slurm", action="store_true", help="start Dask workers as SLURM jobs")
+    s.add_argument("--slurm-jobs", type=int, default=1, help="number of SLURM jobs (default 1)")
+    s.add_argument("--slurm-cores", type=int, default=16, help="cores per job (default 16)")
+    s.add_argument("--slurm-processes", type=int, default=None, help="worker processes per job (default: one per core)")
+    s.add_argument("--slurm-memory", default="32GB", help="memory per job (default 32GB)")
+    s.add_argument("--slurm-walltime", default="01:00:00", help="time limit per job (default 01:00:00)")
+    s.add_argument("--slurm-queue", default=None, help="partition (#SBATCH -p)")
+    s.add_argument("--slurm-account", default=None, help="account (#SBATCH -A)")
+    s.add_argument("--slurm-interface", default=None, help="network interface for the workers, e.g. ib0")
+    s.add_argument("--slurm-extra", action="append", default=[], help="extra #SBATCH directive (repeatable), e.g. --slurm-extra=--gres=none")
+    s.add_argument("--slurm-prologue", action="append", default=[], help="shell line run before the worker (repeatable), e.g. 'source .venv/bin/activate'")
+    s.add_argument("--slurm-python", default=None, help="python on the compute nodes (default: this one)")
+    p.add_argument("--no-figures", action="store_true", help="do not write the standard figures")
+    p.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show the progress bar")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="never show the progress bar (default: only on a terminal)")
+    p.add_argument("--json", action="store_true", help="machine-readable summary")
+    p.set_defaults(func=run)
+
+
+def slurm_options(args):
+    from dcpsim.run.executors import SlurmOptions
+
+    if not args.slurm:
+        return None
+    return SlurmOptions(jobs=args.slurm_jobs, cores=args.slurm_cores, processes=args.slurm_processes,
+                        memory=args.slurm_memory, walltime=args.slurm_walltime, queue=args.slurm_queue,
+                        account=args.slurm_account, interface=args.slurm_interface, job_extra=tuple(args.slurm_extra),
+                        prologue=tuple(args.slurm_prologue), python=args.slurm_python)
+
+
+def run(args) -> int:
+    from dcpsim.run.executors import make_executor
+    from dcpsim.run.sweep import SweepInterrupted, describe_counts, load_sweep_spec, run_sweep
+
+    spec = load_sweep_spec(args.spec)
+    ex = make_executor(jobs=args.jobs, dask_address=args.dask_address, dask_local=args.dask_local,
+                       slurm=slurm_options(args))
+    try:
+        res = run_sweep(spec, args.out, executor=ex, batch_size=args.batch_size, progress=args.progress,
+                        figures=not args.no_figures)
+    except SweepInterrupted as exc:
+        print(f"dcpsim: {exc}", file=sys.stderr)
+        return 130
+    finally:
+        ex.close()
+    d = res.as_dict()
+    if args.json:
+        print_json(d)
+    else:
+        rate = f"{d['runs_per_min']:.0f} runs/min" if d["runs_per_min"] else "-"
+        print(f"{spec.name}: {res.n_runs} runs; {res.n_skipped} already done; ran {res.n_done} "
+              f"({describe_counts(res.counts)}) in {res.wall_s:.1f} s on {res.workers} worker(s), {rate}")
+        print(f"results: {res.out_dir / 'results'}")
+        figs = [{"figure": k, "written": ", ".join(v) if isinstance(v, list) else v} for k, v in res.figures.items()]
+        if figs:
+            print_table(figs, title="figures")
+    failed = res.counts.get("failed", 0)
+    if failed:
+        print(f"dcpsim: {failed} run(s) failed with an unexpected error (see the reason column); "
+              "they are retried when the sweep is started again", file=sys.stderr)
+        return 1
+    return 0

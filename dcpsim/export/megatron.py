@@ -1,0 +1,446 @@
+"""Export a run configuration as what a Megatron-LM run of the same policy and layout needs.
+
+:func:`export_megatron` writes, into one directory:
+
+``megatron_args.txt``   the arguments, one flag (with its value) per line
+``megatron_args.json``  the same as a token list and as a {flag: value} table
+``launch.sh``           a torchrun + ``pretrain_gpt.py`` TEMPLATE using them (edit paths and nodes)
+``lengths.csv``         one sampled global batch of sequence lengths (header ``length``; seeded)
+``varlen_config.json``  the ``--varlen-mock-dataset-config-json`` value (file mode, THD format)
+``expected.json``       what dcpsim predicts for this configuration (iteration time, TFLOPS/GPU, tokens/s)
+``README.md``           how to run it and how to compare
+
+Flags follow REFERENCE §1 and Megatron-LM's dev branch (its Dynamic-CP
+benchmark example): policy ``packing`` maps to
+``--sequence-packing-scheduler dp_balanced`` (static CP), ``dynamic`` to
+``default_dynamic_cp`` with ``--dynamic-context-parallel``. The other
+policies have no Megatron scheduler: export refuses them and names the
+closest one, unless ``allow_approximate`` is set.
+
+Before writing anything, the configuration is checked against Megatron's
+constraints (micro-batch size 1 is implied; the dynamic domain DP×CP and the
+minimum CP size must be powers of two; M·DP·CP ≥ maximum length for dynamic
+CP and M·CP ≥ maximum length for static packing; global batch divisible by DP;
+heads divisible by TP, and by TP×CP for ``a2a``; layers divisible by PP).
+A violation raises :class:`~dcpsim.errors.ConfigError` naming the field.
+
+The mock dataset reads ``lengths.csv`` with ``pandas.read_csv`` (the first
+line is a header), so the file has a ``length`` header line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dcpsim.errors import ConfigError
+from dcpsim.run.config import RunConfig, load_config
+
+SCHEDULERS = {"packing": "dp_balanced", "dynamic": "default_dynamic_cp"}
+CLOSEST = {"packing-balanced": "packing", "dynamic-solver": "dynamic", "milp": "dynamic"}
+DYNAMIC_SCHEDULERS = ("default_dynamic_cp",)
+DEFAULT_TRAIN_ITERS = 30
+GPUS_PER_NODE_DEFAULT = 8
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and (n & (n - 1)) == 0
+
+
+@dataclass(frozen=True)
+class MegatronExport:
+    """The pieces of an export (also what :func:`export_megatron` wrote, in ``files``)."""
+
+    policy: str
+    megatron_policy: str
+    scheduler: str
+    approximate: bool
+    args: list[str]
+    lengths: np.ndarray
+    varlen_config: dict[str, Any]
+    expected: dict[str, Any] | None
+    notes: list[str] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
+
+    def flag_lines(self) -> list[str]:
+        """The arguments grouped as one ``--flag [value]`` per line (shell-quoted)."""
+        lines: list[list[str]] = []
+        for tok in self.args:
+            if tok.startswith("--") or not lines:
+                lines.append([tok])
+            else:
+                lines[-1].append(tok)
+        return [shlex.join(x) for x in lines]
+
+    def flag_table(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for line in self.flag_lines():
+            parts = shlex.split(line)
+            out[parts[0]] = True if len(parts) == 1 else (parts[1] if len(parts) == 2 else parts[1:])
+        return out
+
+
+def resolve_policy(cfg: RunConfig, allow_approximate: bool = False) -> tuple[str, bool]:
+    """The Megatron policy (``packing`` or ``dynamic``) for ``cfg.policy.name``, and whether it is an approximation."""
+    name = cfg.policy.name
+    if name in SCHEDULERS:
+        return name, False
+    if name in CLOSEST:
+        close = CLOSEST[name]
+        if allow_approximate:
+            return close, True
+        raise ConfigError("policy.name", name,
+                          f"a policy Megatron-LM implements ({sorted(SCHEDULERS)}); the closest Megatron scheduler is "
+                          f"{SCHEDULERS[close]} (policy {close!r}); pass --allow-approximate to export that instead")
+    raise ConfigError("policy.name", name,
+                      f"a policy Megatron-LM implements ({sorted(SCHEDULERS)}); {name!r} has no Megatron equivalent")
+
+
+def check_megatron(cfg: RunConfig, policy: str) -> list[str]:
+    """Refuse (ConfigError naming the field) what Megatron would reject; return notes on what does not carry over."""
+    from dcpsim.model import get_model
+
+    m = get_model(cfg.model.name)
+    p = cfg.parallel
+    dp, cp, tp, pp = cfg.dp, p.cp, p.tp, p.pp
+    M = cfg.max_tokens_per_rank
+    max_len = cfg.workload.max_len
+    dynamic = policy == "dynamic"
+    notes: list[str] = []
+    if max_len is None:
+        raise ConfigError("workload.max_len", None, "a maximum sequence length (Megatron's --seq-length)")
+    if m.n_layers % pp:
+        raise ConfigError("parallel.pp", pp, f"a divisor of the model's {m.n_layers} layers")
+    if m.n_heads % tp or m.n_kv_heads % tp:
+        raise ConfigError("parallel.tp", tp, f"a divisor of the {m.n_heads} attention heads and {m.n_kv_heads} KV heads")
+    if cfg.workload.gbs % dp:
+        raise ConfigError("workload.gbs", cfg.workload.gbs,
+                          f"a multiple of DP = {dp} (Megatron needs global batch % (micro-batch 1 × DP) == 0)")
+    if dynamic:
+        domain = dp * cp
+        if domain < 2:
+            raise ConfigError("cluster.gpus", cfg.cluster.gpus, f"DP×CP > 1 for dynamic CP (dp={dp}, cp={cp})")
+        if p.min_cp > domain:
+            raise ConfigError("parallel.min_cp", p.min_cp, f"at most DP×CP = {domain}")
+        if p.min_cp != domain:
+            if not _pow2(domain):
+                raise ConfigError("parallel.cp", cp, f"a layout whose dynamic domain DP×CP = {dp}×{cp} = {domain} "
+                                  "is a power of two (Megatron builds CP groups of power-of-two sizes)")
+            if not _pow2(p.min_cp):
+                raise ConfigError("parallel.min_cp", p.min_cp, "a power of two (--min-dynamic-context-parallel-size)")
+        if M * domain < max_len:
+            raise ConfigError("parallel.max_tokens_per_rank", M,
+                              f"M×DP×CP ≥ maximum length {max_len} (M={M}, DP×CP={domain} gives {M * domain})")
+    else:
+        if p.min_cp != 1:
+            notes.append(f"parallel.min_cp={p.min_cp} has no meaning for static CP; not exported")
+        if M * cp < max_len:
+            raise ConfigError("parallel.max_tokens_per_rank", M,
+                              f"M×CP ≥ maximum length {max_len} for static packing (M={M}, CP={cp} gives {M * cp})")
+    if p.cp_comm == "a2a":
+        largest = dp * cp if dynamic else cp
+        need = tp * largest
+        if m.n_heads % need:
+            raise ConfigError("parallel.cp_comm", "a2a",
+                              f"heads ({m.n_heads}) divisible by TP×CP = {tp}×{largest} = {need} "
+                              f"({'largest dynamic CP' if dynamic else 'CP'}); use p2p or all_gather")
+    s = cfg.sim
+    if s.noise_cv or s.straggler_fraction or s.degraded_link_scale != 1.0 or cfg.hardware.network_scale != 1.0:
+        notes.append("simulated variability/degradation (noise, stragglers, degraded links, network_scale) "
+                     "has no Megatron flag: expected.json includes it, the real run does not")
+    if dynamic and s.planning == "hidden":
+        notes.append("the simulation hides planning time (sim.planning='hidden'); Megatron's dev branch plans "
+                     "synchronously, so a real run may be slower by the planning time")
+    if cfg.hardware.pod_gpus or cfg.hardware.oversubscription != 1.0:
+        notes.append("network topology (pod_gpus, oversubscription) is a property of the cluster, not a flag")
+    return notes
+
+
+def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: str = "lengths.csv",
+                  train_iters: int = DEFAULT_TRAIN_ITERS, allow_approximate: bool = False) -> list[str]:
+    """The Megatron-LM argument list (tokens) for ``cfg`` (checked first; see :func:`check_megatron`)."""
+    from dcpsim.model import get_model
+
+    if policy is None:
+        policy, _ = resolve_policy(cfg, allow_approximate)
+    check_megatron(cfg, policy)
+    m = get_model(cfg.model.name)
+    p = cfg.parallel
+    max_len = int(cfg.workload.max_len)
+    a: list[str] = []
+
+    def flag(name: str, *vals: Any) -> None:
+        a.append(name)
+        a.extend(str(v) for v in vals)
+
+    # model (Llama family: RMSNorm, SwiGLU, RoPE, no biases)
+    flag("--num-layers", m.n_layers)
+    flag("--hidden-size", m.hidden)
+    flag("--ffn-hidden-size", m.ffn_hidden)
+    flag("--num-attention-heads", m.n_heads)
+    if m.head_dim * m.n_heads != m.hidden:
+        flag("--kv-channels", m.head_dim)
+    if m.n_kv_heads != m.n_heads:
+        flag("--group-query-attention")
+        flag("--num-query-groups", m.n_kv_heads)
+    if m.gated_mlp:
+        flag("--swiglu")
+    flag("--normalization", "RMSNorm")
+    flag("--position-embedding-type", "rope")
+    flag("--disable-bias-linear")
+    if not m.tied_embeddings:
+        flag("--untie-embeddings-and-output-weights")
+    flag("--seq-length", max_len)
+    flag("--max-position-embeddings", max_len)
+    flag("--attention-dropout", 0.0)
+    flag("--hidden-dropout", 0.0)
+    flag("--transformer-impl", "transformer_engine")
+    flag("--attention-backend", "flash")
+    flag("--bf16")
+    # parallelism
+    flag("--tensor-model-parallel-size", p.tp)
+    flag("--pipeline-model-parallel-size", p.pp)
+    flag("--context-parallel-size", p.cp)
+    flag("--cp-comm-type", p.cp_comm)
+    if p.tp > 1:
+        flag("--sequence-parallel")
+    flag("--use-distributed-optimizer")
+    if cfg.sim.overlap_grad_sync:
+        flag("--overlap-grad-reduce")
+    # variable-length packing and the scheduler
+    flag("--sequence-packing-scheduler", SCHEDULERS[policy])
+    flag("--max-seqlen-per-dp-cp-rank", cfg.max_tokens_per_rank)
+    if policy == "dynamic":
+        flag("--dynamic-context-parallel")
+        flag("--min-dynamic-context-parallel-size", p.min_cp)
+    flag("--calculate-per-token-loss")
+    flag("--micro-batch-size", 1)
+    flag("--global-batch-size", cfg.workload.gbs)
+    # recomputation
+    if p.recompute == "full":
+        flag("--recompute-granularity", "full")
+        flag("--recompute-method", "uniform")
+        flag("--recompute-num-layers", 1)
+    elif p.recompute == "selective":
+        flag("--recompute-granularity", "selective")
+    # data: mock variable-length dataset reading the exported lengths
+    flag("--use-varlen-dataset")
+    flag("--mock-data")
+    flag("--varlen-mock-dataset-config-json", json.dumps(varlen_config(lengths_path), separators=(",", ":")))
+    flag("--tokenizer-type", "NullTokenizer")
+    flag("--vocab-size", m.vocab)
+    flag("--dataloader-type", "single")
+    flag("--no-create-attention-mask-in-dataloader")
+    flag("--split", "99,1,0")
+    # a short benchmark run
+    flag("--train-iters", train_iters)
+    flag("--lr", "1.0e-4")
+    flag("--min-lr", "1.0e-5")
+    flag("--lr-decay-style", "cosine")
+    flag("--lr-warmup-iters", 0)
+    flag("--weight-decay", 0.1)
+    flag("--clip-grad", 1.0)
+    flag("--seed", cfg.sim.seed)
+    flag("--log-interval", 1)
+    flag("--log-throughput")
+    flag("--eval-interval", 1000000)
+    flag("--eval-iters", 1)
+    return a
+
+
+def varlen_config(lengths_path: str = "lengths.csv") -> dict[str, Any]:
+    """The ``--varlen-mock-dataset-config-json`` value: lengths read from a CSV, THD (packed) format."""
+    return {"mode": "file", "format": "thd", "path": lengths_path}
+
+
+def sample_lengths(cfg: RunConfig, batches: int = 1) -> np.ndarray:
+    """``batches`` global batches of lengths from the configured workload (seeded by ``sim.seed``), concatenated."""
+    from dcpsim.workload import get_workload, sample_global_batch
+
+    w = cfg.workload
+    dist = get_workload(w.name, min_len=w.min_len, max_len=w.max_len, clip=w.clip)
+    rng = np.random.default_rng(cfg.sim.seed)
+    return np.concatenate([sample_global_batch(dist, w.gbs, rng) for _ in range(batches)]).astype(np.int64)
+
+
+def build_export(cfg: RunConfig, *, allow_approximate: bool = False, simulate: bool = True,
+                 lengths_path: str = "lengths.csv", train_iters: int = DEFAULT_TRAIN_ITERS) -> MegatronExport:
+    """Check ``cfg``, and build the arguments, lengths and (if ``simulate``) the simulated expectations."""
+    policy, approx = resolve_policy(cfg, allow_approximate)
+    notes = check_megatron(cfg, policy)
+    if approx:
+        notes.insert(0, f"policy {cfg.policy.name!r} has no Megatron scheduler; exported as {policy!r} "
+                        f"({SCHEDULERS[policy]}), the closest; expected.json still simulates {cfg.policy.name!r}")
+    args = megatron_args(cfg, policy=policy, lengths_path=lengths_path, train_iters=train_iters)
+    n_batches = cfg.sim.iterations
+    lengths = sample_lengths(cfg, batches=n_batches)
+    expected = None
+    if simulate:
+        from dcpsim.run.single import run_simulation
+
+        # simulate exactly the exported lengths, one global batch per iteration
+        batches = np.split(lengths, n_batches)
+        res = run_simulation(cfg, batches=batches)
+        s = {str(k): v for k, v in dict(res.summary).items()}
+        keys = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s", "mfu")
+        expected = {k: s.get(k) for k in keys} | {
+            "config_hash": cfg.config_hash(),
+            "simulated_policy": cfg.policy.name,
+            "lengths": "lengths.csv (the simulated global batches, in order)",
+            "summary": s,
+            "config": cfg.resolved(),
+        }
+        if approx and policy != cfg.policy.name:
+            alt = run_simulation(cfg.with_updates({"policy.name": policy}), batches=batches)
+            expected["exported_policy"] = {k: dict(alt.summary).get(k) for k in keys} | {"policy": policy}
+    return MegatronExport(cfg.policy.name, policy, SCHEDULERS[policy], approx, args, lengths,
+                          varlen_config(lengths_path), expected, notes)
+
+
+def _plain(obj: Any) -> Any:
+    """JSON-safe copy: numpy scalars and arrays as Python values, non-finite floats as null."""
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, np.ndarray)):
+        return [_plain(v) for v in (obj.tolist() if isinstance(obj, np.ndarray) else obj)]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _launch_script(exp: MegatronExport, cfg: RunConfig, gpus_per_node: int) -> str:
+    nnodes = max(1, math.ceil(cfg.cluster.gpus / gpus_per_node))
+    lines = []
+    for line in exp.flag_lines():
+        if line.startswith("--varlen-mock-dataset-config-json"):
+            cfg_json = json.dumps(varlen_config("__LENGTHS__"), separators=(",", ":"))
+            q = cfg_json.replace('"', '\\"').replace("__LENGTHS__", "${EXPORT_DIR}/lengths.csv")
+            line = f'--varlen-mock-dataset-config-json "{q}"'
+        lines.append(f"    {line} \\")
+    args = "\n".join(lines)
+    return f"""#!/usr/bin/env bash
+# TEMPLATE written by `dcpsim export` (config {cfg.config_hash()}, policy {exp.policy} -> {exp.scheduler}).
+# It is a starting point, not a tested job script: set MEGATRON_DIR, the node list / rendezvous for your
+# cluster (or wrap it in srun), and check the arguments against your Megatron-LM version.
+# Layout: {cfg.cluster.gpus} GPUs = TP {cfg.parallel.tp} x PP {cfg.parallel.pp} x CP {cfg.parallel.cp} x DP {cfg.dp}.
+set -euo pipefail
+EXPORT_DIR="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+MEGATRON_DIR="${{MEGATRON_DIR:?set MEGATRON_DIR to a Megatron-LM checkout (dev branch)}}"
+GPUS_PER_NODE="${{GPUS_PER_NODE:-{gpus_per_node}}}"
+NNODES="${{NNODES:-{nnodes}}}"
+NODE_RANK="${{NODE_RANK:-0}}"
+MASTER_ADDR="${{MASTER_ADDR:-localhost}}"
+MASTER_PORT="${{MASTER_PORT:-6000}}"
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+
+cd "$MEGATRON_DIR"
+torchrun --nproc_per_node "$GPUS_PER_NODE" --nnodes "$NNODES" --node_rank "$NODE_RANK" \\
+    --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" \\
+    pretrain_gpt.py \\
+{args}
+    "$@" 2>&1 | tee "$EXPORT_DIR/megatron_run.log"
+"""
+
+
+def _readme(exp: MegatronExport, cfg: RunConfig) -> str:
+    e = exp.expected or {}
+
+    def f(k: str, fmt: str) -> str:
+        v = e.get(k)
+        return format(v, fmt) if isinstance(v, (int, float)) else "(not simulated)"
+
+    notes = "\n".join(f"- {n}" for n in exp.notes) or "- none"
+    return f"""# Megatron-LM run exported by dcpsim
+
+Configuration `{cfg.config_hash()}`: model `{cfg.model.name}`, {cfg.cluster.gpus} × `{cfg.hardware.gpu}`,
+TP {cfg.parallel.tp} × PP {cfg.parallel.pp} × CP {cfg.parallel.cp} × DP {cfg.dp}, workload `{cfg.workload.name}`
+(global batch {cfg.workload.gbs} sequences, lengths {cfg.workload.min_len}–{cfg.workload.max_len}),
+policy `{exp.policy}` → Megatron scheduler `{exp.scheduler}`{" (approximation)" if exp.approximate else ""}.
+
+## Files
+
+- `megatron_args.txt` / `megatron_args.json`: the arguments for `pretrain_gpt.py` (one flag per line).
+- `launch.sh`: a torchrun template with those arguments. Set `MEGATRON_DIR` (and `NNODES`, `NODE_RANK`,
+  `MASTER_ADDR` on a multi-node cluster); extra arguments are passed through.
+- `lengths.csv`: {len(exp.lengths)} sequence lengths ({cfg.sim.iterations} global batch(es), seed {cfg.sim.seed}),
+  header `length`. Megatron's mock variable-length dataset reads it in file mode
+  (`varlen_config.json`, passed as `--varlen-mock-dataset-config-json`); the path in
+  `megatron_args.*` is the one at export time, `launch.sh` uses the file next to itself.
+- `expected.json`: what dcpsim predicts for this configuration, simulated on exactly the lengths in
+  `lengths.csv` (one global batch per simulated iteration).
+
+## Compare
+
+Predicted: iteration time {f("iteration_time_s", ".3f")} s, {f("tflops_per_gpu", ".1f")} TFLOPS/GPU,
+{f("tokens_per_s", ",.0f")} tokens/s.
+
+1. Run `launch.sh` (it logs to `megatron_run.log`, with `--log-throughput` and `--log-interval 1`).
+2. Drop the first few iterations (warm-up, NCCL set-up); take the median of
+   `elapsed time per iteration (ms)` and of `throughput per GPU (TFLOP/s/GPU)` over the rest.
+3. Compare with `iteration_time_s` and `tflops_per_gpu` above. Megatron counts the same model FLOPs
+   as dcpsim (REFERENCE §2), so the TFLOPS ratio is the inverse ratio of iteration times.
+   The mock dataset visits the lengths in its own sampler order, so compare medians over many
+   iterations rather than single iterations.
+4. For the Dynamic-CP gain, export the same configuration with `policy.name = "packing"` and
+   `"dynamic"` and compare the two ratios (real vs simulated).
+
+## What does not carry over
+
+{notes}
+"""
+
+
+def export_megatron(cfg: RunConfig | str | Path, out_dir: str | Path, *, allow_approximate: bool = False,
+                    simulate: bool = True, train_iters: int = DEFAULT_TRAIN_ITERS,
+                    gpus_per_node: int | None = None) -> MegatronExport:
+    """Check ``cfg`` against Megatron's constraints and write the export files into ``out_dir``.
+
+    ``cfg``: a RunConfig or a run TOML path. Raises ConfigError (nothing is
+    written) when Megatron would reject the configuration. ``simulate=False``
+    skips ``expected.json``. ``gpus_per_node`` for the launch template
+    (default: the hardware profile's, else 8).
+    """
+    if not isinstance(cfg, RunConfig):
+        cfg = load_config(cfg)
+    out = Path(out_dir)
+    if train_iters < 1:
+        raise ConfigError("train_iters", train_iters, "a positive number of iterations")
+    exp = build_export(cfg, allow_approximate=allow_approximate, simulate=simulate,
+                       lengths_path=str((out / "lengths.csv").resolve()), train_iters=train_iters)
+    if gpus_per_node is None:
+        try:
+            from dcpsim.hardware import get_profile
+
+            gpus_per_node = int(get_profile(cfg.hardware.gpu).gpus_per_node)
+        except Exception:  # noqa: BLE001 - a template default only
+            gpus_per_node = GPUS_PER_NODE_DEFAULT
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+
+    def write(name: str, text: str) -> None:
+        (out / name).write_text(text)
+        files[name] = str(out / name)
+
+    write("megatron_args.txt", "\n".join(exp.flag_lines()) + "\n")
+    write("megatron_args.json", json.dumps({"policy": exp.policy, "megatron_policy": exp.megatron_policy,
+                                            "scheduler": exp.scheduler, "approximate": exp.approximate,
+                                            "args": exp.args, "flags": exp.flag_table()}, indent=2) + "\n")
+    write("lengths.csv", "length\n" + "\n".join(str(int(x)) for x in exp.lengths) + "\n")
+    write("varlen_config.json", json.dumps(varlen_config("lengths.csv"), indent=2) + "\n")
+    if exp.expected is not None:
+        write("expected.json", json.dumps(_plain(exp.expected), indent=2) + "\n")
+    write("launch.sh", _launch_script(exp, cfg, gpus_per_node))
+    (out / "launch.sh").chmod(0o755)
+    write("README.md", _readme(exp, cfg))
+    return MegatronExport(exp.policy, exp.megatron_policy, exp.scheduler, exp.approximate, exp.args, exp.lengths,
+                          exp.varlen_config, exp.expected, exp.notes, files)
