@@ -20,6 +20,10 @@ COMMANDS = [
     "profiles",
     "workload",
     "cost",
+    "sweep",
+    "plot",
+    "plan",
+    "export",
 ]
 
 
