@@ -1,0 +1,63 @@
+"""``dcpsim simulate run.toml``: simulate one run (see :mod:`dcpsim.run.config` for the file)."""
+
+from __future__ import annotations
+
+from dcpsim.commands._common import print_json, print_table, to_jsonable
+
+
+def register(sub) -> None:
+    p = sub.add_parser("simulate", help="simulate one run described by a TOML file; print a summary table")
+    p.add_argument("config", help="run file (.toml); every field is optional, see dcpsim/run/config.py")
+    p.add_argument("--trace", default=None, metavar="TRACE.json",
+                   help="write a Chrome/Perfetto trace of the simulated timeline (open in ui.perfetto.dev)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help="write iterations.parquet, ranks.parquet, config.json and summary.json into DIR")
+    p.add_argument("--policy", default=None,
+                   help="override policy.name (the file's policy.options are dropped when the name changes)")
+    p.add_argument("--iterations", type=int, default=None, help="override sim.iterations")
+    p.add_argument("--seed", type=int, default=None, help="override sim.seed")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from dcpsim.run import load_config
+    from dcpsim.run.single import run_simulation
+
+    cfg = load_config(args.config)
+    updates: dict = {}
+    if args.policy is not None and args.policy != cfg.policy.name:
+        updates |= {"policy.name": args.policy, "policy.options": {}}
+    if args.iterations is not None:
+        updates["sim.iterations"] = args.iterations
+    if args.seed is not None:
+        updates["sim.seed"] = args.seed
+    if updates:
+        cfg = cfg.with_updates(updates)
+    res = run_simulation(cfg, trace_path=args.trace)
+    outputs = {k: str(v) for k, v in res.write(args.out).items()} if args.out else {}
+    if args.trace:
+        outputs["trace"] = str(args.trace)
+    if args.json:
+        print_json({"summary": res.summary, "iterations": to_jsonable(res.iterations.to_dict(orient="records")),
+                    "meta": res.meta, "outputs": outputs})
+        return 0
+    s = res.summary
+    rows = []
+    for r in res.iterations.to_dict(orient="records"):
+        rows.append({
+            "iter": r["iteration"], "time_s": r["iteration_time_s"], "TFLOPS/GPU": r["tflops_per_gpu"],
+            "tokens/s": r["tokens_per_s"], "MFU": r["mfu"], "steps": r["steps"],
+            **{k.removeprefix("frac_").replace("_", " ") + " %": 100 * r[k]
+               for k in ("frac_compute", "frac_cp_comm", "frac_bubble", "frac_imbalance", "frac_grad_sync",
+                         "frac_planning_stall")},
+        })
+    print_table(rows, title=f"{s['policy']} | {s['model']} on {s['gpus']} x {s['gpu']} (tp{s['tp']} pp{s['pp']} cp{s['cp']} "
+                f"dp{s['dp']}) | {s['workload']}, gbs {s['gbs']} | config {s['config_hash']}")
+    print(f"mean: {s['iteration_time_s']:.3f} s/iteration, {s['tflops_per_gpu']:.1f} TFLOPS/GPU, "
+          f"{s['tokens_per_s']:,.0f} tokens/s, MFU {100 * s['mfu']:.1f}%  |  "
+          f"{s['events']:,} events in {s['sim_wall_s']:.3f} s ({(s['events_per_s'] or 0):,.0f} events/s), "
+          f"planning {s['planning_wall_s']:.3f} s, total {s['wall_s']:.2f} s")
+    for k, v in outputs.items():
+        print(f"{k}: {v}")
+    return 0
