@@ -20,6 +20,7 @@ COMMANDS = [
     "profiles",
     "workload",
     "cost",
+    "simulate",
     "sweep",
     "plot",
     "plan",
