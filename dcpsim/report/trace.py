@@ -69,7 +69,7 @@ def chrome_trace(records: list[IterationRecord], topology: Topology, *, max_trac
         for p, r in tracks:
             for k in range(gid.shape[0]):
                 g = int(gid[k, r])
-                if w.table.pack[g] < 0:
+                if w.table.n_seqs[g] == 0:  # idle fillers and empty packs take no time
                     continue
                 for d, name, cat, cpx in ((FWD, "F", "forward", w.cp_fwd_s), (BWD, "B", "backward", w.cp_bwd_s)):
                     s = float(tl.start[p, d, g])

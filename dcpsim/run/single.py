@@ -162,7 +162,9 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
             offset += row["iteration_time_s"]
             prev = row["iteration_time_s"]
             continue
-        rec = sim.simulate(plan, index=i, offset_s=offset, previous_iteration_s=prev, rng=streams["noise"])
+        # policies validate their plans (Policy.plan); hand-made plans are checked here
+        rec = sim.simulate(plan, index=i, offset_s=offset, previous_iteration_s=prev, rng=streams["noise"],
+                           validate=plans is not None)
         ranks = rank_arrays(rec)
         row = iteration_row(rec, gpus, peak, ranks)
         row["simulated"] = True
