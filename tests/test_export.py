@@ -1,0 +1,189 @@
+"""Megatron-LM export: constraint checks, arguments, files, and the simulated expectations."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shlex
+import subprocess
+
+import numpy as np
+import pytest
+
+from dcpsim.errors import ConfigError
+from dcpsim.export import SCHEDULERS, check_megatron, export_megatron, megatron_args, resolve_policy
+from dcpsim.run.config import RunConfig
+
+# 32 GPUs: TP1 PP4 CP2 DP4; M = 8192 so that M*CP = max length 16384 (static) and M*DP*CP = 65536 (dynamic).
+SMALL = {"cluster.gpus": 32, "parallel.pp": 4, "parallel.cp": 2, "parallel.max_tokens_per_rank": 8192,
+         "workload.gbs": 32, "workload.max_len": 16384}
+
+
+def _cfg(**upd) -> RunConfig:
+    return RunConfig().with_updates(SMALL | {k.replace("__", "."): v for k, v in upd.items()})
+
+
+def _flags(args: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    cur = None
+    for a in args:
+        if a.startswith("--"):
+            cur = a
+            out[cur] = []
+        else:
+            out[cur].append(a)
+    return out
+
+
+def test_dynamic_args_follow_reference_flags():
+    f = _flags(megatron_args(_cfg(policy__name="dynamic", parallel__min_cp=2)))
+    assert f["--sequence-packing-scheduler"] == ["default_dynamic_cp"]
+    assert "--dynamic-context-parallel" in f
+    assert f["--min-dynamic-context-parallel-size"] == ["2"]
+    assert f["--max-seqlen-per-dp-cp-rank"] == ["8192"]
+    assert f["--context-parallel-size"] == ["2"] and f["--tensor-model-parallel-size"] == ["1"]
+    assert f["--pipeline-model-parallel-size"] == ["4"] and f["--global-batch-size"] == ["32"]
+    assert f["--micro-batch-size"] == ["1"] and f["--dataloader-type"] == ["single"]
+    assert f["--seq-length"] == ["16384"] and f["--cp-comm-type"] == ["p2p"]
+    for flag in ("--calculate-per-token-loss", "--use-varlen-dataset", "--mock-data", "--bf16", "--swiglu",
+                 "--use-distributed-optimizer", "--untie-embeddings-and-output-weights"):
+        assert flag in f, flag
+    assert f["--normalization"] == ["RMSNorm"] and f["--position-embedding-type"] == ["rope"]
+    assert f["--num-layers"] == ["40"] and f["--hidden-size"] == ["5120"] and f["--ffn-hidden-size"] == ["13824"]
+    assert f["--recompute-granularity"] == ["full"] and f["--recompute-method"] == ["uniform"]
+    assert json.loads(f["--varlen-mock-dataset-config-json"][0]) == {"mode": "file", "format": "thd", "path": "lengths.csv"}
+    assert "--group-query-attention" not in f  # Llama-13B is MHA
+
+
+def test_packing_is_dp_balanced_without_dynamic_cp():
+    f = _flags(megatron_args(_cfg(policy__name="packing")))
+    assert f["--sequence-packing-scheduler"] == ["dp_balanced"]
+    assert "--dynamic-context-parallel" not in f and "--min-dynamic-context-parallel-size" not in f
+
+
+def test_gqa_tp_and_recompute_mapping():
+    cfg = RunConfig().with_updates({"model.name": "llama3-8b", "cluster.gpus": 64, "parallel.tp": 2, "parallel.pp": 4,
+                                    "parallel.cp": 2, "parallel.recompute": "selective", "workload.gbs": 32,
+                                    "parallel.max_tokens_per_rank": 65536})
+    f = _flags(megatron_args(cfg))
+    assert "--group-query-attention" in f and f["--num-query-groups"] == ["8"]
+    assert "--sequence-parallel" in f and f["--recompute-granularity"] == ["selective"]
+    assert "--recompute-method" not in f
+    assert "--recompute-granularity" not in _flags(megatron_args(cfg.with_updates({"parallel.recompute": "none"})))
+
+
+@pytest.mark.parametrize("upd, field", [
+    # dynamic domain DP*CP = 3*2 = 6 is not a power of two
+    ({"cluster.gpus": 24}, "workload.gbs"),  # 32 sequences over DP = 3
+    ({"cluster.gpus": 24, "workload.gbs": 30}, "parallel.cp"),
+    ({"parallel.min_cp": 3}, "parallel.min_cp"),
+    ({"parallel.min_cp": 16}, "parallel.min_cp"),
+    ({"parallel.max_tokens_per_rank": 1024}, "parallel.max_tokens_per_rank"),  # 1024*8 < 16384
+    ({"parallel.pp": 3, "cluster.gpus": 24, "workload.gbs": 32}, "parallel.pp"),  # 40 layers
+    ({"parallel.tp": 3, "parallel.pp": 1, "cluster.gpus": 6, "workload.gbs": 32}, "parallel.tp"),  # 40 heads
+    ({"parallel.cp_comm": "a2a", "cluster.gpus": 512, "workload.gbs": 128}, "parallel.cp_comm"),  # 40 % 128
+    ({"workload.max_len": None}, "workload.max_len"),
+])
+def test_dynamic_constraints_refuse_naming_the_field(upd, field):
+    cfg = _cfg(**{k.replace(".", "__"): v for k, v in upd.items()})
+    with pytest.raises(ConfigError) as ei:
+        check_megatron(cfg, "dynamic")
+    assert ei.value.field == field
+
+
+def test_static_packing_needs_m_times_cp_at_least_max_len():
+    cfg = _cfg(policy__name="packing", parallel__max_tokens_per_rank=4096)  # 4096*2 < 16384, 4096*8 >= 16384
+    check_megatron(cfg.with_updates({"policy.name": "dynamic"}), "dynamic")
+    with pytest.raises(ConfigError) as ei:
+        check_megatron(cfg, "packing")
+    assert ei.value.field == "parallel.max_tokens_per_rank" and "M×CP" in str(ei.value)
+    # a2a with static CP only needs heads divisible by TP*CP
+    check_megatron(_cfg(policy__name="packing", parallel__cp_comm="a2a"), "packing")
+
+
+def test_policies_without_megatron_scheduler():
+    with pytest.raises(ConfigError, match="dp_balanced.*--allow-approximate") as ei:
+        resolve_policy(_cfg(policy__name="packing-balanced"))
+    assert ei.value.field == "policy.name"
+    assert resolve_policy(_cfg(policy__name="dynamic-solver"), allow_approximate=True) == ("dynamic", True)
+    with pytest.raises(ConfigError, match="no Megatron equivalent"):
+        resolve_policy(_cfg(policy__name="bound"), allow_approximate=True)
+    assert set(SCHEDULERS.values()) == {"dp_balanced", "default_dynamic_cp"}
+
+
+def test_export_writes_files_and_refuses_without_writing(tmp_path):
+    cfg = _cfg(policy__name="dynamic", sim__iterations=2, sim__seed=3)
+    out = tmp_path / "exp"
+    exp = export_megatron(cfg, out, simulate=False)
+    assert set(exp.files) == {"megatron_args.txt", "megatron_args.json", "lengths.csv", "varlen_config.json",
+                              "launch.sh", "README.md"}
+    lines = (out / "megatron_args.txt").read_text().splitlines()
+    assert all(ln.startswith("--") for ln in lines) and "--dynamic-context-parallel" in lines
+    toks = [t for ln in lines for t in shlex.split(ln)]
+    assert toks == json.loads((out / "megatron_args.json").read_text())["args"]
+    vc = json.loads(_flags(toks)["--varlen-mock-dataset-config-json"][0])
+    assert vc["path"] == str((out / "lengths.csv").resolve()) and vc["mode"] == "file" and vc["format"] == "thd"
+    assert json.loads((out / "varlen_config.json").read_text()) == {"mode": "file", "format": "thd", "path": "lengths.csv"}
+    with open(out / "lengths.csv") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["length"]
+    lengths = np.array([int(r[0]) for r in rows[1:]])
+    assert len(lengths) == 2 * 32 and lengths.min() >= 256 and lengths.max() <= 16384
+    # seeded: the same config gives the same lengths, another seed others
+    assert np.array_equal(export_megatron(cfg, tmp_path / "again", simulate=False).lengths, lengths)
+    assert not np.array_equal(export_megatron(cfg.with_updates({"sim.seed": 4}), tmp_path / "s4", simulate=False).lengths,
+                              lengths)
+    assert "TEMPLATE" in (out / "launch.sh").read_text()
+    # run the template with a stand-in torchrun that records its arguments
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "torchrun").write_text('#!/usr/bin/env python3\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n')
+    (fake / "torchrun").chmod(0o755)
+    moved = tmp_path / "moved"
+    out.rename(moved)  # the template finds lengths.csv next to itself
+    env = {"PATH": f"{fake}:/usr/bin:/bin", "MEGATRON_DIR": str(tmp_path)}
+    r = subprocess.run(["bash", str(moved / "launch.sh"), "--extra-flag"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.splitlines()[0])
+    assert got[:10] == ["--nproc_per_node", "8", "--nnodes", "4", "--node_rank", "0", "--master_addr", "localhost",
+                        "--master_port", "6000"]
+    assert got[10] == "pretrain_gpt.py" and got[-1] == "--extra-flag"
+    i = got.index("--varlen-mock-dataset-config-json")
+    assert json.loads(got[i + 1])["path"] == f"{moved}/lengths.csv"
+    assert got[11:i] + got[i + 2:-1] == toks[:toks.index("--varlen-mock-dataset-config-json")] + \
+        toks[toks.index("--varlen-mock-dataset-config-json") + 2:]
+    out = moved
+    assert not (out / "expected.json").exists()
+    bad = tmp_path / "bad"
+    with pytest.raises(ConfigError):
+        export_megatron(cfg.with_updates({"parallel.min_cp": 3}), bad, simulate=False)
+    assert not bad.exists()
+
+
+def test_expected_matches_simulation_of_the_exported_lengths(tmp_path):
+    from dcpsim.run.single import run_simulation
+
+    cfg = _cfg(policy__name="dynamic")
+    exp = export_megatron(cfg, tmp_path / "e")
+    e = json.loads((tmp_path / "e" / "expected.json").read_text())
+    ref = run_simulation(cfg, batches=[exp.lengths]).summary
+    assert e["iteration_time_s"] == pytest.approx(ref["iteration_time_s"])
+    assert e["tflops_per_gpu"] == pytest.approx(ref["tflops_per_gpu"]) and e["tflops_per_gpu"] > 0
+    assert e["tokens_per_s"] == pytest.approx(exp.lengths.sum() / ref["iteration_time_s"], rel=0.02)
+    assert e["config_hash"] == cfg.config_hash()
+    assert "Predicted: iteration time" in (tmp_path / "e" / "README.md").read_text()
+
+
+def test_cli_export(tmp_path, capsys):
+    from dcpsim.cli import main
+
+    run = tmp_path / "run.toml"
+    run.write_text('[cluster]\ngpus = 32\n[parallel]\npp = 4\ncp = 2\nmax_tokens_per_rank = 8192\n'
+                   '[workload]\ngbs = 32\nmax_len = 16384\n[policy]\nname = "dynamic-solver"\n')
+    assert main(["export", "--config", str(run), "--out", str(tmp_path / "x"), "--no-simulate"]) == 2
+    assert "--allow-approximate" in capsys.readouterr().err
+    assert main(["export", "--config", str(run), "--out", str(tmp_path / "x"), "--no-simulate",
+                 "--allow-approximate", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["scheduler"] == "default_dynamic_cp" and info["approximate"] is True
+    assert any("closest" in n for n in info["notes"])

@@ -1,0 +1,302 @@
+"""Sweeps: spec parsing, the resumable parquet dataset, kill/interrupt + resume, executors (Dask LocalCluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.run.executors import SlurmOptions, make_executor, slurm_job_script
+from dcpsim.run.sweep import (
+    BatchSizer,
+    load_results,
+    load_sweep_spec,
+    run_sweep,
+    sweep_spec_from_dict,
+)
+
+# A small run: 32 GPUs (TP1 PP4 CP2 DP4), 32 sequences of at most 16K tokens; a few tens of ms to simulate.
+SMALL_BASE = """
+[base]
+model.name = "llama-13b"
+cluster.gpus = 32
+parallel = {tp = 1, pp = 4, cp = 2, max_tokens_per_rank = 8192}
+workload = {name = "github", gbs = 32, max_len = 16384}
+sim.iterations = 1
+"""
+
+
+def _spec_file(tmp_path: Path, axes: str, name: str = "spec.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(SMALL_BASE + "\n[sweep]\nname = \"t\"\n" + axes)
+    return p
+
+
+# ---------------------------------------------------------------- spec
+def test_grid_zip_random_counts_and_determinism(tmp_path):
+    axes = """
+[[axes]]
+policy.name = ["packing", "dynamic"]
+cluster.gpus = [32, 64]
+[[axes]]
+mode = "zip"
+"workload.name" = ["github", "commoncrawl"]
+workload.gbs = [32, 64]
+[[axes]]
+mode = "random"
+samples = 3
+seed = 7
+sim.seed = {dist = "randint", low = 0, high = 10000}
+hardware.network_scale = {dist = "loguniform", low = 0.25, high = 4.0}
+parallel.min_cp = {choices = [1, 2], weights = [1, 0]}
+"""
+    spec = load_sweep_spec(_spec_file(tmp_path, axes))
+    assert spec.axis_fields == ["policy.name", "cluster.gpus", "workload.name", "workload.gbs", "sim.seed",
+                                "hardware.network_scale", "parallel.min_cp"]
+    runs = spec.runs()
+    assert len(runs) == 2 * 2 * 2 * 3
+    assert len({r.run_hash for r in runs}) == len(runs)
+    # zip keeps pairs together
+    assert {(r.axes["workload.name"], r.axes["workload.gbs"]) for r in runs} == {("github", 32), ("commoncrawl", 64)}
+    draws = [(r.axes["sim.seed"], r.axes["hardware.network_scale"], r.axes["parallel.min_cp"]) for r in runs]
+    assert all(0 <= s <= 10000 and 0.25 <= n < 4.0 and m == 1 for s, n, m in draws)  # weight 0 never drawn
+    assert len({d[:2] for d in draws}) == 3
+    # the same seed gives the same runs; another seed other draws
+    assert [r.run_hash for r in load_sweep_spec(_spec_file(tmp_path, axes, "b.toml")).runs()] == [r.run_hash for r in runs]
+    other = load_sweep_spec(_spec_file(tmp_path, axes.replace("seed = 7", "seed = 8"), "c.toml")).runs()
+    assert {r.axes["sim.seed"] for r in other} != {r.axes["sim.seed"] for r in runs}
+    # each run's config carries its axis values
+    r0 = runs[0]
+    assert r0.config.policy.name == r0.axes["policy.name"] and r0.config.cluster.gpus == r0.axes["cluster.gpus"]
+    assert r0.run_hash == r0.config.config_hash()
+
+
+@pytest.mark.parametrize("axes, field", [
+    ('[axes]\nparallel.nope = [1, 2]', "axes[0].parallel.nope"),
+    ('[axes]\nmode = "zip"\nparallel.cp = [1, 2]\nworkload.gbs = [32]', "axes[0]"),
+    ('[axes]\nmode = "random"\nparallel.cp = [1, 2]', "axes[0].samples"),
+    ('[axes]\nmode = "random"\nsamples = 2\nparallel.cp = {dist = "normal", low = 1, high = 2}', "axes[0].parallel.cp.dist"),
+    ('[axes]\nmode = "diagonal"\nparallel.cp = [1]', "axes[0].mode"),
+    ('[[axes]]\nparallel.cp = [1]\n[[axes]]\nparallel.cp = [2]', "axes[1].parallel.cp"),
+    ('[axes]\nparallel.cp = []', "axes[0].parallel.cp"),
+    ('[axes]\nparallel = [1]', "axes[0].parallel"),
+])
+def test_bad_specs_name_the_field(tmp_path, axes, field):
+    with pytest.raises(ConfigError) as ei:
+        load_sweep_spec(_spec_file(tmp_path, axes))
+    assert ei.value.field == field
+
+
+def test_base_from_file_and_invalid_combination_is_a_row(tmp_path):
+    (tmp_path / "run.toml").write_text(SMALL_BASE.replace("[base]", ""))
+    spec = sweep_spec_from_dict({"base": "run.toml", "axes": {"cluster.gpus": [32, 36]}}, base_dir=tmp_path)
+    runs = spec.runs()
+    assert runs[0].config is not None and runs[0].config.cluster.gpus == 32
+    assert runs[1].config is None and runs[1].run_hash.startswith("invalid-")
+    assert "multiple of tp*pp*cp" in runs[1].error
+    with pytest.raises(ConfigError, match="top-level"):
+        sweep_spec_from_dict({"bse": {}})
+
+
+def test_batch_sizer_learns_run_time():
+    s = BatchSizer(workers=2, target_s=1.5)
+    assert s.next_size(100) == 1  # nothing known yet: probe
+    s.observe([{"wall_s": 0.01}] * 4)
+    assert s.next_size(1000) == 150  # 1.5 s of 10 ms runs
+    assert s.next_size(100) == 25  # but leave work for both workers: 100 / (2 x 2)
+    assert BatchSizer(2, fixed=7).next_size(5) == 5
+
+
+# ---------------------------------------------------------------- running (real simulator)
+def test_sweep_rows_resume_and_figures(tmp_path):
+    axes = '[axes]\npolicy.name = ["packing", "dynamic"]\ncluster.gpus = [32, 64, 36]\n'
+    spec = load_sweep_spec(_spec_file(tmp_path, axes))
+    out = tmp_path / "out"
+    res = run_sweep(spec, out, jobs=1, progress=False)
+    assert res.n_runs == 6 and res.n_done == 6 and res.counts == {"ok": 4, "error": 2}
+    df = load_results(out)
+    assert len(df) == 6 and df["config_hash"].is_unique
+    ok = df[df["status"] == "ok"]
+    assert (ok["tflops_per_gpu"] > 0).all() and (ok["iteration_time_s"] > 0).all()
+    assert set(ok["policy.name"]) == {"packing", "dynamic"} and set(ok["cluster.gpus"]) == {32, 64}
+    assert (ok["policy"] == ok["policy.name"]).all() and (ok["gpus"] == ok["cluster.gpus"]).all()
+    bad = df[df["status"] == "error"]
+    assert (bad["cluster.gpus"] == 36).all() and bad["reason"].str.contains("cluster.gpus").all()
+    assert json.loads(ok["cp_hist"].iloc[0])  # dicts stored as JSON text
+    assert (out / "spec.toml").read_text() == spec.source_text
+    meta = json.loads((out / "sweep.json").read_text())
+    assert len(meta["runs"]) == 6 and meta["base_hash"] == spec.base.config_hash()
+    assert isinstance(res.figures["speedup_vs_gpus"], list) and Path(res.figures["speedup_vs_gpus"][0]).is_file()
+    assert isinstance(res.figures["time_breakdown"], list) and isinstance(res.figures["cp_mix"], list)
+    # the same sweep again: nothing to do
+    again = run_sweep(spec, out, jobs=1, progress=False, figures=False)
+    assert again.n_skipped == 6 and again.n_done == 0
+    # extend an axis: only the new runs run
+    spec2 = load_sweep_spec(_spec_file(tmp_path, axes.replace("36]", "36, 128]"), "s2.toml"))
+    more = run_sweep(spec2, out, jobs=1, progress=False, figures=False)
+    assert more.n_skipped == 6 and more.n_done == 2
+    assert len(load_results(out)) == 8
+
+
+def _flaky(cfg):
+    """A runner that fails in three ways, to check the rows a sweep records (not a simulator)."""
+    if cfg.sim.seed == 1:
+        raise InfeasibleError("memory", "pack needs 90 GiB")
+    if cfg.sim.seed == 2:
+        raise ConfigError("policy.options.x", 3, "something else")
+    if cfg.sim.seed == 3 and not os.environ.get("DCPSIM_TEST_FIXED"):
+        raise RuntimeError("boom")
+    return {"tflops_per_gpu": 100.0 + cfg.sim.seed, "iteration_time_s": 1.0, "cp_hist": {1: 2}}
+
+
+def test_infeasible_error_and_failed_rows(tmp_path, monkeypatch):
+    spec = load_sweep_spec(_spec_file(tmp_path, "[axes]\nsim.seed = [0, 1, 2, 3]\n"))
+    out = tmp_path / "o"
+    res = run_sweep(spec, out, jobs=1, progress=False, figures=False, runner=_flaky)
+    assert res.counts == {"ok": 1, "infeasible": 1, "error": 1, "failed": 1}
+    df = load_results(out).set_index("sim.seed")
+    assert df.loc[1, "status"] == "infeasible" and df.loc[1, "reason"] == "memory: pack needs 90 GiB"
+    assert df.loc[2, "status"] == "error" and "policy.options.x" in df.loc[2, "reason"]
+    assert df.loc[3, "status"] == "failed" and df.loc[3, "reason"].startswith("RuntimeError: boom")
+    # failed runs (bugs) are retried on resume; the others are not
+    monkeypatch.setenv("DCPSIM_TEST_FIXED", "1")
+    res2 = run_sweep(spec, out, jobs=1, progress=False, figures=False, runner=_flaky)
+    assert res2.n_skipped == 3 and res2.counts == {"ok": 1}
+    df2 = load_results(out)
+    assert len(df2) == 4 and df2.set_index("sim.seed").loc[3, "tflops_per_gpu"] == 103.0
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dcpsim.cli", *args]
+
+
+def _parts(out: Path) -> list[Path]:
+    return sorted((out / "results").glob("part-*.parquet"))
+
+
+def _start_and_wait(cmd: list[str], out: Path, min_parts: int, timeout_s: float = 60.0) -> subprocess.Popen:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    t0 = time.monotonic()
+    while len(_parts(out)) < min_parts:
+        assert proc.poll() is None, f"sweep ended before it could be stopped: {proc.communicate()}"
+        assert time.monotonic() - t0 < timeout_s, "no results appeared"
+        time.sleep(0.02)
+    return proc
+
+
+def _kill_spec(tmp_path: Path, n_seeds: int) -> Path:
+    seeds = ", ".join(str(i) for i in range(n_seeds))
+    return _spec_file(tmp_path, f'[axes]\npolicy.name = ["packing", "dynamic"]\nsim.seed = [{seeds}]\n', "kill.toml")
+
+
+def test_resume_after_sigkill(tmp_path):
+    spec = _kill_spec(tmp_path, 40)
+    out = tmp_path / "killed"
+    cmd = _cli("sweep", str(spec), "--out", str(out), "-j", "1", "--batch-size", "2", "--no-progress",
+               "--no-figures", "--json")
+    proc = _start_and_wait(cmd, out, min_parts=3)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole sweep, no chance to clean up
+    proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    before = load_results(out, dedupe=False)
+    assert 0 < len(before) < 80
+    first_session = set(before["sweep_session"])
+    assert len(first_session) == 1
+
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["skipped_already_done"] == len(before) and summary["ran"] == 80 - len(before)
+    after = load_results(out, dedupe=False)
+    assert len(after) == 80 and after["config_hash"].is_unique  # every run exactly once
+    assert set(after["config_hash"]) == {r.run_hash for r in load_sweep_spec(spec).runs()}
+    kept = after[after["config_hash"].isin(before["config_hash"])]
+    # the rows finished before the kill are the original rows: not rerun
+    assert (kept["sweep_session"].isin(first_session)).all()
+    assert not list((out / "results").glob("*.tmp"))
+
+
+def test_ctrl_c_finishes_writing_and_says_how_to_resume(tmp_path):
+    spec = _kill_spec(tmp_path, 40)
+    out = tmp_path / "int"
+    cmd = _cli("sweep", str(spec), "--out", str(out), "-j", "1", "--batch-size", "2", "--no-progress", "--no-figures")
+    proc = _start_and_wait(cmd, out, min_parts=1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "run the same command again to resume" in err
+    n = len(load_results(out))
+    assert 0 < n < 80 and n % 2 == 0  # whole batches only
+
+
+# ---------------------------------------------------------------- executors
+def test_dask_local_cluster_sweep(tmp_path):
+    pytest.importorskip("distributed")
+    spec = load_sweep_spec(_spec_file(tmp_path, '[axes]\npolicy.name = ["packing", "dynamic"]\nsim.seed = [0, 1]\n'))
+    ex = make_executor(dask_local=2)
+    try:
+        assert ex.n_workers == 2
+        addr = ex.client.scheduler.address
+        assert addr.startswith("tcp://127.0.0.1:")
+        res = run_sweep(spec, tmp_path / "dask", executor=ex, progress=False, figures=False)
+    finally:
+        ex.close()
+    assert res.counts == {"ok": 4} and res.workers == 2
+    df = load_results(tmp_path / "dask")
+    serial = run_sweep(spec, tmp_path / "serial", jobs=1, progress=False, figures=False)
+    assert serial.counts == {"ok": 4}
+    ref = load_results(tmp_path / "serial").set_index("config_hash")["tflops_per_gpu"]
+    # same runs, same results, wherever they ran
+    assert df.set_index("config_hash")["tflops_per_gpu"].sort_index().equals(ref.sort_index())
+
+
+def test_local_process_pool_matches_serial(tmp_path):
+    spec = load_sweep_spec(_spec_file(tmp_path, '[axes]\npolicy.name = ["packing", "dynamic"]\nsim.seed = [5, 6]\n'))
+    a = run_sweep(spec, tmp_path / "a", jobs=2, progress=False, figures=False)
+    b = run_sweep(spec, tmp_path / "b", jobs=1, progress=False, figures=False)
+    assert a.workers == 2 and a.counts == b.counts == {"ok": 4}
+    ta = load_results(tmp_path / "a").set_index("config_hash")["iteration_time_s"].sort_index()
+    tb = load_results(tmp_path / "b").set_index("config_hash")["iteration_time_s"].sort_index()
+    assert ta.equals(tb)
+
+
+def test_executor_options_checked():
+    with pytest.raises(ConfigError, match="only one executor"):
+        make_executor(dask_local=2, dask_address="tcp://127.0.0.1:1")
+    with pytest.raises(ConfigError, match="--dask-address"):
+        make_executor(dask_address="127.0.0.1:8786")
+    with pytest.raises(ConfigError, match="-j"):
+        make_executor(jobs=0)
+    with pytest.raises(ConfigError, match="--slurm-walltime"):
+        SlurmOptions(walltime="1 hour")
+
+
+def test_slurm_job_script_carries_the_options():
+    pytest.importorskip("dask_jobqueue")
+    opts = SlurmOptions(jobs=3, cores=4, processes=2, memory="8GB", walltime="00:30:00", queue="cpu",
+                        account="proj42", job_extra=("--exclusive",), prologue=("source /opt/venv/bin/activate",))
+    script = slurm_job_script(opts)
+    for line in ("#SBATCH -p cpu", "#SBATCH -A proj42", "#SBATCH -t 00:30:00", "#SBATCH --exclusive",
+                 "source /opt/venv/bin/activate", "--nworkers 2", "--nthreads 2"):
+        assert line in script, (line, script)
+    assert opts.workers == 6
+
+
+def test_cli_sweep_and_plot(tmp_path):
+    from dcpsim.cli import main
+
+    spec = _spec_file(tmp_path, '[axes]\npolicy.name = ["packing", "dynamic"]\ncluster.gpus = [32, 64]\n')
+    out = tmp_path / "cli"
+    assert main(["sweep", str(spec), "--out", str(out), "-j", "1", "--no-progress"]) == 0
+    assert (out / "figures" / "speedup_vs_gpus.png").is_file()
+    assert main(["plot", str(out), "--x", "gpus", "--y", "tflops_per_gpu", "--hue", "policy",
+                 "--out", str(tmp_path / "p.pdf")]) == 0
+    assert (tmp_path / "p.pdf").stat().st_size > 1000
+    assert main(["plot", str(out), "--x", "gpus", "--y", "no_such_column"]) == 2
