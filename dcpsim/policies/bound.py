@@ -1,0 +1,259 @@
+"""A lower bound on the iteration time of a batch on a layout (the ``bound`` policy).
+
+Notation: ``R = dp·cp`` ranks per stage, ``C`` the group sizes any valid plan
+may use (``cp`` for static plans; powers of two from ``min_cp`` to
+``max_dynamic_cp`` for dynamic ones), and for sequence ``i`` only the sizes
+``c ∈ C`` whose padded per-rank share fits the capacity ``M``. For a sequence
+of length ``L`` on ``c`` ranks let
+
+* ``a_c(L)``: its attention time per rank (forward, backward and
+  recomputation), exactly as the cost model computes it. The cost model adds
+  attention document by document, so this is the sequence's contribution to
+  any pack it is in.
+* ``λ``: the smallest GEMM time per local token the cost model can produce,
+  ``layers · Σ_GEMMs 2·n·k · (1 + 2 + [full recompute]) / max_s FLOP/s(s)``,
+  the maximum taken over token counts ``s ≤ M`` (the profile curve is
+  piecewise linear in log-log space, so its maximum on ``[1, M]`` is at a
+  table point or at ``M``; both are evaluated).
+* ``p_c(L)``: its padded per-rank token count.
+
+Then ``lo_c(L) = a_c(L) + λ·p_c(L)`` is at most the time it adds to any
+group of ``c`` ranks it joins (exposed CP and TP communication are ≥ 0, GEMM
+time ≥ λ per token), and ``c·lo_c(L)`` at most the GPU-seconds it adds.
+Define ``w_i = min_c c·lo_c(L_i)`` and ``W = Σ_i w_i``.
+
+For the longest-sequence term we also use the sequence's exact time *alone*
+on ``c`` ranks, ``T_c(L)`` (the smaller of inside and across the NVLink
+domain): when the profile's curves are monotone (GEMM and collective time
+never fall as the size grows, attention time never falls with length; checked
+by :func:`profile_is_monotone`), adding documents to a pack never makes it
+faster, because in the cost model a pack's time is non-decreasing in its
+local token count (GEMM, TP and CP transfers) and in its attention time
+(attention plus exposed ring communication is ``max(A, A/c + (c-1)·tx)``
+per layer). Then every group holding the sequence takes ``≥ T_c(L)``. With
+``hi_c = max(lo_c, T_c)`` if the profile is monotone (else ``hi_c = lo_c``),
+``t1 = max_i min_c hi_c(L_i)``.
+
+**Theorem.** For every plan ``P`` of the batch on the layout (dropped
+sequences aside), ``makespan(P) ≥ B`` with (see
+:mod:`dcpsim.policies.costs` for the makespan model)::
+
+    B_any     = max(W/R + (pp-1)·t1/dp,  pp·t1)        (every plan)
+    B_dynamic = max(W/R, t1) + (pp-1)·t1               (dynamic plans)
+
+*Proof.* Let ``T_g`` be the time of group ``g`` (size ``c_g``). Summed over
+all groups of all steps, ``Σ_g c_g·T_g ≥ W`` because each sequence adds at
+least ``w_i`` GPU-seconds to the group holding it. The group holding the
+sequence that attains ``t1`` has ``T_g ≥ hi_{c_g} ≥ t1``.
+Dynamic plan, steps ``k`` with ``S_k = max_{g∈k} T_g``: each step has at
+most ``R`` busy ranks, so ``R·S_k ≥ Σ_{g∈k} c_g·T_g`` and
+``Σ_k S_k ≥ W/R``; also ``Σ_k S_k ≥ max_k S_k ≥ t1``. Hence
+``Σ_k S_k + (pp-1)·max_k S_k ≥ max(W/R, t1) + (pp-1)·t1`` (≥ ``B_any`` too).
+Static plan, replica ``j`` with microbatch times ``T_jk``: the maximum over
+``j`` of ``Σ_k T_jk + (pp-1)·max_k T_jk`` is at least its mean over the
+``dp`` replicas, ``(1/dp)·Σ_{j,k} T_jk + (pp-1)·(1/dp)·Σ_j max_k T_jk``.
+The first term is ``≥ W/R`` (every group has ``cp`` ranks, ``R = dp·cp``);
+in the second, the replica holding the ``t1`` sequence has ``max_k ≥ t1``
+and the others ``≥ 0``. The replica holding it also gives
+``Σ_k + (pp-1)·max_k ≥ t1 + (pp-1)·t1``. ∎
+
+The bound needs one vectorised cost call (every sequence alone on every
+size), a few milliseconds for thousands of sequences.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dcpsim.cost.model import GEMM_BWD_FLOPS_FACTOR
+from dcpsim.errors import ConfigError
+from dcpsim.policies.base import Policy, check_lengths, dynamic_sizes, per_rank_tokens
+from dcpsim.policies.costs import split_parts
+from dcpsim.policies.plan import Layout, Plan
+
+SCOPES = ("any", "dynamic", "static")
+
+
+def min_gemm_s_per_token(cost, max_tokens: int) -> float:
+    """Smallest GEMM seconds per local token (one stage, fwd+bwd+recompute) over token counts ≤ ``max_tokens``."""
+    prof = cost.profile
+    knots = sorted({float(r["tokens"]) for r in prof.gemm_rows if float(r["tokens"]) <= max_tokens})
+    grid = np.asarray(knots + [1.0, float(max_tokens)])
+    per_fwd = 0.0
+    for _, n, k, cnt in cost.model.gemm_shapes(cost.tp):
+        best = float(np.max(prof.gemm_flops_per_s(grid, n, k)))
+        per_fwd += cnt * 2.0 * n * k / best
+    factor = 1.0 + GEMM_BWD_FLOPS_FACTOR + (1.0 if cost.recompute == "full" else 0.0)
+    return per_fwd * factor * cost.layers_per_stage
+
+
+_MONOTONE: dict[int, bool] = {}
+
+
+def profile_is_monotone(profile) -> bool:
+    """Whether the profile's tables make time non-decreasing in size.
+
+    GEMM time ∝ tokens / FLOP/s, attention time ∝ seqlen² / FLOP/s and
+    collective time ∝ bytes / bus bandwidth must not fall between consecutive
+    table rows. The curves are linear in log-log space between rows and hold
+    time or efficiency outside them, so checking the rows suffices.
+    """
+    key = id(profile)
+    if key in _MONOTONE:
+        return _MONOTONE[key]
+
+    def ok(rows, group_cols, x_col, y_col, power):
+        groups: dict[tuple, list[tuple[float, float]]] = {}
+        for r in rows:
+            groups.setdefault(tuple(r[c] for c in group_cols), []).append((float(r[x_col]), float(r[y_col])))
+        for pts in groups.values():
+            pts.sort()
+            t = [x**power / y for x, y in pts]
+            if any(b < a * (1 - 1e-12) for a, b in zip(t, t[1:], strict=False)):
+                return False
+        return True
+
+    res = (
+        ok(profile.gemm_rows, ("n", "k"), "tokens", "tflops", 1)
+        and ok(profile.attention_rows, ("direction", "causal", "layout", "head_dim"), "seqlen", "tflops", 2)
+        and ok(profile.collective_rows, ("op", "tier"), "bytes", "busbw_gb_per_s", 1)
+    )
+    _MONOTONE[key] = res
+    return res
+
+
+def bound_terms(lengths, layout: Layout, cost) -> dict:
+    """The terms of the bound (seconds): ``work_s`` (W/R) and ``longest_s`` (t1) for every scope.
+
+    Returns ``{"any": (W/R, t1), "dynamic": (...), "static": (...)}`` plus
+    ``gemm_s_per_token`` (λ).
+    """
+    L = check_lengths(lengths)
+    M = layout.max_tokens_per_rank
+    lam = min_gemm_s_per_token(cost, M)
+    dyn = dynamic_sizes(layout)
+    sizes = np.unique(np.concatenate([dyn, [layout.cp]]))
+    out: dict = {"gemm_s_per_token": lam}
+    n = L.size
+    if n == 0:
+        for s in SCOPES:
+            out[s] = (0.0, 0.0)
+        return out
+    ns = sizes.size
+    # every sequence alone on every size, inside (first half) and across (second half) the NVLink domain
+    bc = cost.batch_cost(
+        np.tile(L, 2 * ns), np.arange(2 * ns * n), np.tile(np.repeat(sizes, n), 2), np.repeat([False, True], ns * n)
+    )
+    attn, _, _ = split_parts(bc, cost.recompute)
+    tok = per_rank_tokens(L[None, :], sizes[:, None])
+    lo = attn[: ns * n].reshape(ns, n) + lam * tok  # per-rank seconds on each size
+    hi = lo
+    monotone = profile_is_monotone(cost.profile)
+    if monotone:
+        # a size can only be timed inside (or across) the domain if some slice of it is
+        inside, across = _span_options(layout, sizes, dyn)
+        t_in = np.where(inside[:, None], bc.total_s[: ns * n].reshape(ns, n), np.inf)
+        t_out = np.where(across[:, None], bc.total_s[ns * n :].reshape(ns, n), np.inf)
+        hi = np.maximum(lo, np.minimum(t_in, t_out))
+    out["monotone_profile"] = monotone
+    fits = tok <= M
+    gpu = np.where(fits, lo * sizes[:, None], np.inf)
+    per = np.where(fits, hi, np.inf)
+    R = layout.ranks_per_stage
+    for scope, allowed in (
+        ("any", np.ones(ns, dtype=bool)),
+        ("dynamic", np.isin(sizes, dyn)),
+        ("static", sizes == layout.cp),
+    ):
+        w = gpu[allowed].min(axis=0, initial=np.inf)
+        t = per[allowed].min(axis=0, initial=np.inf)
+        if not np.all(np.isfinite(w)):  # some sequence cannot run in this scope: no finite plan exists
+            out[scope] = (float("inf"), float("inf"))
+        else:
+            out[scope] = (float(w.sum() / R), float(t.max()))
+    return out
+
+
+def _span_options(layout: Layout, sizes: np.ndarray, dyn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each size: whether some slice a plan may use stays inside / leaves the NVLink domain."""
+    R = layout.ranks_per_stage
+    inside = np.zeros(sizes.size, dtype=bool)
+    across = np.zeros(sizes.size, dtype=bool)
+    for j, c in enumerate(sizes.tolist()):
+        starts = []
+        if c in dyn:
+            starts.append(np.arange(0, R - c + 1, c))
+        if c == layout.cp:
+            starts.append(np.arange(layout.dp) * c)
+        sp = layout.spans_network(np.concatenate(starts), c)
+        inside[j], across[j] = (~sp).any(), sp.any()
+    return inside, across
+
+
+def lower_bound_s(lengths, layout: Layout, cost, *, scope: str = "any") -> float:
+    """Lower bound (s) on the modelled iteration time of any plan of ``lengths`` on ``layout``.
+
+    ``scope``: ``"any"`` (valid for every policy; the value plans record),
+    ``"dynamic"`` (dynamic plans only; tighter under PP) or ``"static"``.
+    See the module docstring for the proof. ``inf`` if a sequence fits no
+    group of the scope.
+    """
+    if scope not in SCOPES:
+        raise ConfigError("scope", scope, f"one of {SCOPES}")
+    terms = bound_terms(lengths, layout, cost)
+    return _combine(terms, layout, scope)
+
+
+def _combine(terms: dict, layout: Layout, scope: str) -> float:
+    pp, dp = layout.pp, layout.dp
+    if scope == "any":
+        # valid for both models: the weaker of the two bubble terms
+        w, t1 = terms["any"]
+        return max(w + (pp - 1) * t1 / dp, pp * t1)
+    w, t1 = terms[scope]
+    if scope == "dynamic":
+        return max(w, t1) + (pp - 1) * t1
+    return max(w + (pp - 1) * t1 / dp, pp * t1)
+
+
+class BoundPolicy(Policy):
+    """``bound``: not a schedule but the ideal to measure schedules against.
+
+    Returns a plan with no steps whose ``lower_bound_s`` is
+    :func:`lower_bound_s` for the chosen ``scope``, with its terms in
+    ``meta``. Every sequence is listed in ``dropped`` (reason "bound: not
+    scheduled") so the plan still validates; it must never be executed.
+    """
+
+    name = "bound"
+    dynamic = True
+
+    def __init__(self, scope: str = "any") -> None:
+        if scope not in SCOPES:
+            raise ConfigError("policy.options.scope", scope, f"one of {SCOPES}")
+        self.scope = scope
+
+    def _plan(self, lengths, layout, cost, rng) -> Plan:
+        terms = bound_terms(lengths, layout, cost)
+        value = _combine(terms, layout, self.scope)
+        w, t1 = terms[self.scope]
+        meta = {
+            "executable": False,
+            "scope": self.scope,
+            "work_term_s": w,
+            "longest_term_s": t1,
+            "gemm_s_per_token": terms["gemm_s_per_token"],
+            "bounds_s": {s: _combine(terms, layout, s) for s in SCOPES},
+            "explain": "max(total GPU-seconds at each sequence's cheapest CP size / ranks, longest sequence's best "
+            "per-rank time) plus the pipeline fill/drain term; see dcpsim.policies.bound",
+        }
+        return Plan(
+            policy=self.name,
+            layout=layout,
+            lengths=lengths,
+            steps=[],
+            dynamic=True,
+            dropped={i: "bound: not scheduled (the bound policy only computes a lower bound)" for i in range(lengths.size)},
+            lower_bound_s=value,
+            meta=meta,
+        )

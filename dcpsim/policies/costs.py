@@ -1,0 +1,224 @@
+"""Modelled time of plans, and the per-sequence cost tables policies plan with.
+
+Time model (all seconds, one pipeline stage, output layer excluded):
+
+* A group's time in a step is :meth:`CostModel.batch_cost` ``total_s``
+  (forward + backward, recomputation and exposed communication included) of
+  its pack on its ``size`` ranks, with ``spans_network`` from
+  :meth:`Layout.spans_network`. Every rank of the group takes that time.
+* :func:`pipeline_makespan_s` turns the microbatch times of one pipeline into
+  an iteration time: ``sum(t) + (pp - 1) * max(t)``. That is the exact
+  makespan of a *proportionate flow shop* (every stage takes the same time for
+  a given microbatch, which holds here because stages have equal layer counts
+  and the head is ignored): the first microbatch takes ``pp`` stage-times to
+  drain through, the largest one delays the rest by ``(pp-1)·max``. It
+  ignores the forward/backward split of 1F1B; the simulator does that exactly.
+* A **dynamic** plan (groups change between steps) is modelled with a barrier
+  per step: step time = the slowest group, iteration =
+  ``pipeline_makespan_s(step_times, pp)``. (Ranks of different groups need not
+  wait for each other in reality, so this slightly overstates dynamic plans.)
+* A **static** plan has independent DP replicas (group ``j`` = ranks
+  ``[j·cp, (j+1)·cp)``) that meet only at the gradient sync: iteration =
+  ``max_j pipeline_makespan_s(times of replica j's microbatches, pp)``.
+
+:class:`SeqCosts` is an *additive* surrogate of the cost model used inside
+the heuristics and the MILP: a sequence's cost on a group of ``c`` ranks is
+its exact attention time (attention is additive over the documents of a
+pack) + the exposed CP communication it would cause alone + a linear
+per-token time for everything else (GEMMs, TP communication, their
+recomputation) taken at a reference local token count. Plans are always
+scored with the exact cost model in the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dcpsim.policies.base import per_rank_tokens
+from dcpsim.policies.plan import Layout, Plan
+
+
+def pipeline_makespan_s(step_times, pp: int) -> float:
+    """Iteration time (s) of microbatches taking ``step_times`` seconds per stage on a ``pp``-stage pipeline.
+
+    ``sum(step_times) + (pp - 1) * max(step_times)`` (0 for no microbatches);
+    see the module docstring for why.
+    """
+    t = np.asarray(step_times, dtype=np.float64)
+    if t.size == 0:
+        return 0.0
+    return float(t.sum() + (pp - 1) * t.max())
+
+
+def split_parts(bc, recompute: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Split a :class:`BatchCost` ``total_s`` into (attention, exposed CP comm, linear-in-tokens) seconds.
+
+    Attention includes its recomputation (``full`` and ``selective``), CP
+    communication its recomputation (``full``); the linear part is the rest
+    (GEMMs, TP communication and their recomputation).
+    """
+    rec_attn = recompute in ("full", "selective")
+    rec_cp = recompute == "full"
+    attn = bc.attn_fwd_s + bc.attn_bwd_s + (bc.attn_fwd_s if rec_attn else 0.0)
+    cp = bc.cp_fwd_exposed_s + bc.cp_bwd_exposed_s + (bc.cp_fwd_exposed_s if rec_cp else 0.0)
+    lin = bc.total_s - attn - cp
+    return attn, cp, lin
+
+
+@dataclass
+class PlanCost:
+    """Modelled cost of a plan (seconds; one pipeline stage; head excluded).
+
+    One entry per (step, group) in ``group_*`` arrays, in plan order.
+    ``rank_work_s`` is each stage rank's busy time summed over steps;
+    ``load_balance`` = max / mean of it (1 = perfect).
+    """
+
+    group_step: np.ndarray
+    group_start: np.ndarray
+    group_size: np.ndarray
+    group_time_s: np.ndarray
+    step_time_s: np.ndarray
+    rank_work_s: np.ndarray
+    makespan_s: float
+    load_balance: float
+    peak_memory_bytes: float
+    fits_memory: bool
+
+    def summary(self) -> dict:
+        return {
+            "makespan_s": self.makespan_s,
+            "steps": int(self.step_time_s.size),
+            "max_step_s": float(self.step_time_s.max()) if self.step_time_s.size else 0.0,
+            "load_balance": self.load_balance,
+            "max_rank_work_s": float(self.rank_work_s.max()) if self.rank_work_s.size else 0.0,
+            "mean_rank_work_s": float(self.rank_work_s.mean()) if self.rank_work_s.size else 0.0,
+            "peak_memory_gib": self.peak_memory_bytes / 2**30,
+            "fits_memory": self.fits_memory,
+        }
+
+
+def makespan_from_groups(step, start, size, time_s, n_steps: int, layout: Layout, dynamic: bool) -> tuple[float, np.ndarray]:
+    """(iteration time, step times) from per-group arrays; see the module docstring."""
+    step_t = np.zeros(n_steps)
+    if time_s.size:
+        np.maximum.at(step_t, step, time_s)
+    if dynamic:
+        return pipeline_makespan_s(step_t, layout.pp), step_t
+    # static: replica j = start // cp runs its own pipeline
+    rep = start // layout.cp
+    per = np.zeros((layout.dp, n_steps))
+    if time_s.size:
+        np.maximum.at(per, (rep, step), time_s)
+    ms = per.sum(axis=1) + (layout.pp - 1) * per.max(axis=1, initial=0.0)
+    return float(ms.max(initial=0.0)), step_t
+
+
+def evaluate_plan(plan: Plan, cost) -> PlanCost:
+    """Score ``plan`` with the exact cost model (one vectorised :meth:`CostModel.batch_cost` call)."""
+    lay = plan.layout
+    lens, pids, sizes, starts = plan.packs()
+    steps = np.asarray([k for k, st in enumerate(plan.steps) for _ in st.groups], dtype=np.int64)
+    n_ranks = lay.ranks_per_stage
+    if sizes.size == 0:
+        return PlanCost(steps, starts, sizes, np.zeros(0), np.zeros(plan.n_steps), np.zeros(n_ranks), 0.0, 1.0, 0.0, True)
+    bc = cost.batch_cost(lens, pids, sizes, lay.spans_network(starts, sizes))
+    gt = bc.total_s
+    nonempty = bc.local_tokens > 0
+    makespan, step_t = makespan_from_groups(steps, starts, sizes, gt, plan.n_steps, lay, plan.dynamic)
+    # rank work: add each group's time to its ranks (difference array over rank ranges)
+    diff = np.zeros(n_ranks + 1)
+    np.add.at(diff, starts, gt)
+    np.add.at(diff, starts + sizes, -gt)
+    rank_work = np.cumsum(diff)[:-1]
+    mean = rank_work.mean()
+    peak = float(bc.peak_memory_bytes[nonempty].max()) if nonempty.any() else 0.0
+    return PlanCost(
+        group_step=steps,
+        group_start=starts,
+        group_size=sizes,
+        group_time_s=gt,
+        step_time_s=step_t,
+        rank_work_s=rank_work,
+        makespan_s=makespan,
+        load_balance=float(rank_work.max() / mean) if mean > 0 else 1.0,
+        peak_memory_bytes=peak,
+        fits_memory=bool(np.all(bc.fits_memory[nonempty])),
+    )
+
+
+def plan_makespan_s(plan: Plan, cost) -> float:
+    """Modelled iteration time (s) of ``plan``; see the module docstring."""
+    return evaluate_plan(plan, cost).makespan_s
+
+
+class SeqCosts:
+    """Additive per-sequence cost table on candidate group sizes (see the module docstring).
+
+    ``time_s[k, b, i]``: seconds per rank of sequence ``i`` on a group of
+    ``sizes[k]`` ranks that leaves the NVLink domain (``b = 1``) or not
+    (``b = 0``); ``tokens[k, i]``: tokens per rank (padding included);
+    ``attn_s[k, i]`` and ``comm_s[k, b, i]``: its attention and exposed
+    communication parts; ``lin_s_per_token``: the linear part per local token.
+
+    The reference local token count for the linear part is ``s_ref`` (default:
+    the mean tokens per rank if the batch were spread over all ranks in as few
+    steps as capacity allows, at most the capacity).
+    """
+
+    def __init__(self, lengths, layout: Layout, cost, sizes, *, s_ref: float | None = None) -> None:
+        L = np.asarray(lengths, dtype=np.int64)
+        self.lengths = L
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.layout = layout
+        n, ns = L.size, self.sizes.size
+        self.size_index = {int(c): k for k, c in enumerate(self.sizes)}
+        self.tokens = per_rank_tokens(L[None, :], self.sizes[:, None])
+        M = layout.max_tokens_per_rank
+        if s_ref is None:
+            total = float(L.sum())
+            steps = max(1.0, np.ceil(total / (layout.ranks_per_stage * M)))
+            s_ref = min(float(M), max(1.0, total / (layout.ranks_per_stage * steps)))
+        self.s_ref = float(s_ref)
+        # linear part per token, from one pack of s_ref tokens on one rank
+        ref = cost.batch_cost(np.array([max(1, round(self.s_ref))]), np.zeros(1, dtype=np.int64), np.array([1]))
+        _, _, lin = split_parts(ref, cost.recompute)
+        self.lin_s_per_token = float(lin[0] / max(1, round(self.s_ref)))
+        self.attn_s = np.zeros((ns, n))
+        self.comm_s = np.zeros((ns, 2, n))
+        if n:
+            # each sequence alone in its own pack, for every size, without and with network
+            rep_len = np.tile(L, 2 * ns)
+            pack_cp = np.repeat(np.tile(self.sizes, 2), n)
+            pack_span = np.repeat(np.array([False, True]), ns * n)
+            bc = cost.batch_cost(rep_len, np.arange(rep_len.size), pack_cp, pack_span)
+            attn, comm, _ = split_parts(bc, cost.recompute)
+            self.attn_s = attn[: ns * n].reshape(ns, n)
+            self.comm_s = np.stack([comm[: ns * n].reshape(ns, n), comm[ns * n :].reshape(ns, n)], axis=1)
+        lin = self.lin_s_per_token * self.tokens
+        self.time_s = self.attn_s[:, None, :] + self.comm_s + lin[:, None, :]
+
+    def spans(self, start, size) -> np.ndarray:
+        return self.layout.spans_network(start, size)
+
+    def group_time_s(self, ids, size: int, start: int) -> float:
+        """Surrogate time (s) of a pack of sequences ``ids`` on ranks [start, start+size)."""
+        k = self.size_index[int(size)]
+        b = int(bool(self.spans(start, size)))
+        return float(self.time_s[k, b, np.asarray(ids, dtype=np.int64)].sum())
+
+    def plan_group_times(self, plan: Plan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(step, start, size, surrogate time) per (step, group) of ``plan``."""
+        rows = [(k, g.start, g.size, self.group_time_s(g.seq_ids, g.size, g.start)) for k, st in enumerate(plan.steps) for g in st.groups]
+        if not rows:
+            e = np.zeros(0, dtype=np.int64)
+            return e, e, e, np.zeros(0)
+        a = np.array(rows, dtype=np.float64)
+        return a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2].astype(np.int64), a[:, 3]
+
+    def plan_makespan_s(self, plan: Plan) -> float:
+        """Iteration time (s) of ``plan`` under this additive surrogate (same makespan model as :func:`evaluate_plan`)."""
+        step, start, size, t = self.plan_group_times(plan)
+        return makespan_from_groups(step, start, size, t, plan.n_steps, plan.layout, plan.dynamic)[0]

@@ -1,0 +1,195 @@
+"""Static CP: every sequence runs on the layout's ``cp`` ranks of one DP replica.
+
+Group ``j`` of every step is DP replica ``j``: ranks ``[j·cp, (j+1)·cp)``.
+Each replica gets the same number of microbatches (a replica may get an empty
+one when the batch has too few sequences, see below).
+
+* ``packing`` mirrors Megatron's ``dp_balanced`` scheduler (REFERENCE §1):
+  next-fit in arrival order into bins of ``M·cp`` tokens; the bin count is
+  brought up to a multiple of DP by moving single sequences off the last
+  multi-sequence bins into new bins; bin ``i·DP + j`` is microbatch ``i`` of
+  replica ``j``. No work balancing. Two details are ours: the capacity check
+  counts each sequence's padding to a multiple of ``2·cp`` (what a rank really
+  holds, and what :meth:`Plan.validate` checks), and when the batch has fewer
+  sequences than it needs bins, empty bins are added (``meta["empty_bins"]``).
+* ``packing-balanced`` keeps static CP but balances modelled cost: it tries
+  microbatch counts ``m`` from the capacity minimum upward (with PP, where
+  more microbatches shrink the bubble, it keeps growing ``m`` while that
+  helps), packs ``m·DP``
+  bins by longest-processing-time first (each sequence, most expensive
+  first, into the cheapest bin with token room; cost from
+  :class:`~dcpsim.policies.costs.SeqCosts`), deals bins to replicas so that
+  replica totals balance, and keeps the ``m`` with the smallest modelled
+  iteration time (exact cost model).
+
+Sequences longer than a ``cp``-rank group holds raise
+:class:`~dcpsim.errors.InfeasibleError`, or are dropped with
+``too_long="drop"``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dcpsim.errors import ConfigError
+from dcpsim.policies.base import Policy, candidate_microbatch_counts, per_rank_tokens, raise_too_long
+from dcpsim.policies.costs import SeqCosts, evaluate_plan
+from dcpsim.policies.plan import Group, Layout, Plan, Step
+
+TOO_LONG = ("error", "drop")
+
+
+def _too_long(lengths: np.ndarray, layout: Layout, mode: str) -> tuple[np.ndarray, dict[int, str]]:
+    """(ids to schedule, dropped) after handling sequences that exceed one static group."""
+    tok = per_rank_tokens(lengths, layout.cp)
+    bad = tok > layout.max_tokens_per_rank
+    if not bad.any():
+        return np.arange(lengths.size), {}
+    if mode == "error":
+        raise_too_long(lengths, bad, layout.cp, layout.max_tokens_per_rank, "static")
+    reason = f"longer than a static CP group holds ({layout.cp} ranks x {layout.max_tokens_per_rank} tokens, padded)"
+    return np.nonzero(~bad)[0], {int(i): reason for i in np.nonzero(bad)[0]}
+
+
+def _steps_from_bins(bins: list[list[int]], layout: Layout) -> list[Step]:
+    """Bin ``i·dp + j`` -> step ``i``, replica ``j``."""
+    dp, cp = layout.dp, layout.cp
+    return [
+        Step([Group(j * cp, cp, [int(x) for x in bins[i * dp + j]]) for j in range(dp)]) for i in range(len(bins) // dp)
+    ]
+
+
+class PackingPolicy(Policy):
+    """``packing``: Megatron's ``dp_balanced`` static-CP packing (the published baseline)."""
+
+    name = "packing"
+    dynamic = False
+
+    def __init__(self, too_long: str = "error") -> None:
+        if too_long not in TOO_LONG:
+            raise ConfigError("policy.options.too_long", too_long, f"one of {TOO_LONG}")
+        self.too_long = too_long
+
+    def _plan(self, lengths, layout, cost, rng) -> Plan:
+        ids, dropped = _too_long(lengths, layout, self.too_long)
+        cap = layout.max_tokens_per_rank  # per rank; a bin holds cap*cp tokens
+        tok = per_rank_tokens(lengths[ids], layout.cp).tolist()
+        bins: list[list[int]] = []
+        cur: list[int] = []
+        used = 0
+        for i, t in zip(ids.tolist(), tok, strict=True):  # next-fit in arrival order
+            if cur and used + t > cap:
+                bins.append(cur)
+                cur, used = [], 0
+            cur.append(i)
+            used += t
+        if cur:
+            bins.append(cur)
+        need = (-len(bins)) % layout.dp
+        b = len(bins) - 1
+        while need and b >= 0:  # split single sequences off the last multi-sequence bins
+            if len(bins[b]) > 1:
+                bins.append([bins[b].pop()])
+                need -= 1
+            else:
+                b -= 1
+        empty = need
+        bins.extend([] for _ in range(need))
+        return Plan(
+            policy=self.name,
+            layout=layout,
+            lengths=lengths,
+            steps=_steps_from_bins(bins, layout),
+            dynamic=False,
+            dropped=dropped,
+            meta={"bins": len(bins), "empty_bins": empty},
+        )
+
+
+class BalancedPackingPolicy(Policy):
+    """``packing-balanced``: static CP with cost-balanced bins (LPT) and a search over the microbatch count.
+
+    Options: ``extra_microbatches`` (counts above the capacity minimum always
+    tried; default 4; with PP the search continues ×1.25 while it improves),
+    ``too_long``.
+    """
+
+    name = "packing-balanced"
+    dynamic = False
+
+    def __init__(self, extra_microbatches: int = 4, too_long: str = "error") -> None:
+        if not isinstance(extra_microbatches, int) or extra_microbatches < 0:
+            raise ConfigError("policy.options.extra_microbatches", extra_microbatches, "an integer >= 0")
+        if too_long not in TOO_LONG:
+            raise ConfigError("policy.options.too_long", too_long, f"one of {TOO_LONG}")
+        self.extra_microbatches = extra_microbatches
+        self.too_long = too_long
+
+    def _plan(self, lengths, layout, cost, rng) -> Plan:
+        ids, dropped = _too_long(lengths, layout, self.too_long)
+        dp, cap = layout.dp, layout.max_tokens_per_rank
+        sc = SeqCosts(lengths[ids], layout, cost, [layout.cp])
+        span = int(bool(layout.spans_network(0, layout.cp)))
+        t = sc.time_s[0, span]
+        tok = sc.tokens[0]
+        order = np.lexsort((np.arange(ids.size), -t))  # most expensive first, ties by id
+        m0 = max(1, int(np.ceil(tok.sum() / (cap * dp))))
+        best: tuple[float, Plan] | None = None
+        tried = []
+        worse = 0
+        m_max = max(m0, -(-ids.size // dp))  # beyond this some bins stay empty
+        for m in candidate_microbatch_counts(m0, m_max, self.extra_microbatches, layout.pp):
+            if best is not None and m > m0 + self.extra_microbatches and worse >= 3:
+                break
+            bins = self._lpt(order, t, tok, m * dp, cap)
+            if bins is None:  # fragmentation: try more bins
+                continue
+            plan = Plan(self.name, layout, lengths, self._deal(bins, t, ids, m, layout), False, dict(dropped))
+            ms = evaluate_plan(plan, cost).makespan_s
+            tried.append({"microbatches": m, "makespan_s": ms})
+            if best is None or ms < best[0]:
+                best, worse = (ms, plan), 0
+            else:
+                worse += 1
+        if best is None:  # one sequence per bin always fits
+            m = m_max
+            bins = self._lpt(order, t, tok, m * dp, cap)
+            plan = Plan(self.name, layout, lengths, self._deal(bins, t, ids, m, layout), False, dict(dropped))
+            best = (evaluate_plan(plan, cost).makespan_s, plan)
+        plan = best[1]
+        plan.meta = {"microbatches": plan.n_steps, "tried": tried}
+        return plan
+
+    @staticmethod
+    def _lpt(order: np.ndarray, t: np.ndarray, tok: np.ndarray, n_bins: int, cap: int) -> list[list[int]] | None:
+        """Longest-processing-time first into ``n_bins`` bins with a token cap; None if a sequence fits nowhere."""
+        load = np.zeros(n_bins)
+        room = np.full(n_bins, cap, dtype=np.int64)
+        members: list[list[int]] = [[] for _ in range(n_bins)]
+        inf = np.inf
+        for i in order.tolist():
+            cand = np.where(room >= tok[i], load, inf)
+            b = int(np.argmin(cand))
+            if cand[b] == inf:
+                return None
+            load[b] += t[i]
+            room[b] -= tok[i]
+            members[b].append(i)
+        return members
+
+    @staticmethod
+    def _deal(bins: list[list[int]], t: np.ndarray, ids: np.ndarray, m: int, layout: Layout) -> list[Step]:
+        """Give each replica ``m`` bins so replica totals balance (largest bin first to the lightest replica)."""
+        dp = layout.dp
+        cost_b = np.array([t[b].sum() if b else 0.0 for b in bins])
+        order = np.lexsort((np.arange(len(bins)), -cost_b))
+        total = np.zeros(dp)
+        count = np.zeros(dp, dtype=np.int64)
+        per: list[list[list[int]]] = [[] for _ in range(dp)]
+        for b in order.tolist():
+            j = int(np.argmin(np.where(count < m, total, np.inf)))
+            total[j] += cost_b[b]
+            count[j] += 1
+            per[j].append([int(ids[x]) for x in bins[b]])
+        cp = layout.cp
+        return [Step([Group(j * cp, cp, per[j][k]) for j in range(dp)]) for k in range(m)]
