@@ -1,0 +1,72 @@
+"""``dcpsim validate --profile profiles/NAME``: time real layers and compare with the cost model.
+
+Runs one transformer layer of the model (forward and backward) per pack on
+this machine and compares with the cost model's prediction from the profile;
+prints the error per pack and the mean and worst absolute error, and writes
+them to ``<profile>/VALIDATION.md`` (``--out`` to write elsewhere). The model,
+its scale and the dtype default to those the profile was measured with.
+"""
+
+from __future__ import annotations
+
+from dcpsim.commands._common import parse_int_list, print_json, print_table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("validate", help="compare the cost model with real layer timings on this machine (extra: profile)")
+    p.add_argument("--profile", required=True, help="profile folder (or shipped name) whose predictions are checked")
+    p.add_argument("--model", default=None, help="model name or spec .toml (default: the one the profile measured, else llama-13b)")
+    p.add_argument("--scale", type=int, default=None, help="model shrink factor (default: the profile's)")
+    p.add_argument("--quick", action="store_true", help="small packs and few repeats (CPU, CI)")
+    p.add_argument("--pack-tokens", default=None, help="pack sizes in tokens, comma-separated (default 16384,65536; quick 1024)")
+    p.add_argument("--short", type=int, default=None, help="short document length (default 512; quick 128)")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N")
+    p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="default: the profile's")
+    p.add_argument("--repeats", type=int, default=None, help="maximum timed repeats per pack")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads on a CPU (default: the profile's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="Markdown file to write (default <profile>/VALIDATION.md)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run, _parser=p)
+
+
+def run(args) -> int:
+    from dcpsim.commands.profile import command_line
+    from dcpsim.errors import ConfigError
+    from dcpsim.hardware import get_profile
+    from dcpsim.profiling import resolve_model, run_validation
+
+    prof = get_profile(args.profile)
+    model_name = args.model or prof.measured.get("model", "llama-13b")
+    scale = args.scale
+    if scale is None and args.model is None:
+        try:
+            scale = int(prof.measured.get("model_scale", "1"))
+        except ValueError:
+            raise ConfigError("measured.model_scale", prof.measured.get("model_scale"), "an integer", where=str(prof.path)) from None
+    model, _ = resolve_model(model_name, scale, args.quick)
+    pack_tokens = parse_int_list(args.pack_tokens, "--pack-tokens") if args.pack_tokens else ([1024] if args.quick else [16384, 65536])
+    short = args.short or (128 if args.quick else 512)
+    if short <= 0:
+        raise ConfigError("--short", short, "a positive token count")
+    kw = dict(warmup=1, min_repeats=3, max_repeats=8, budget_s=0.3) if args.quick else dict(
+        warmup=3, min_repeats=5, max_repeats=20, budget_s=3.0)
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise ConfigError("--repeats", args.repeats, "a positive integer")
+        kw.update(max_repeats=args.repeats, min_repeats=min(kw["min_repeats"], args.repeats))
+    res = run_validation(prof, model, pack_tokens=pack_tokens, short=short, device=args.device, dtype=args.dtype,
+                         seed=args.seed, command=command_line(args, "validate"), out=args.out,
+                         threads=args.threads, **kw)
+    if args.json:
+        print_json(res.summary() | {"rows": res.rows})
+        return 0
+    rows = [{"pack": r["pack"], "docs": r["docs"], "tokens": r["tokens"], "measured_ms": r["measured_s"] * 1e3,
+             "predicted_ms": r["predicted_s"] * 1e3, "error_%": r["error"] * 100, "fwd_err_%": r["error_fwd"] * 100,
+             "bwd_err_%": r["error_bwd"] * 100} for r in res.rows]
+    print_table(rows, title=f"{res.meta['model']} layer on {res.meta['device']} vs profile {res.meta['profile']}")
+    print(f"mean |error| {res.mean_abs_error:.1%}   worst |error| {res.worst_abs_error:.1%}"
+          + (f"   written to {res.path}" if res.path else ""))
+    for n in res.notes:
+        print(f"note: {n}")
+    return 0
