@@ -21,7 +21,6 @@ COMMANDS = [
     "workload",
     "cost",
     "simulate",
-    "reproduce",
     "profile",
     "validate",
     "sweep",
