@@ -103,6 +103,32 @@ def test_packed_varlen_equals_block_diagonal_causal_attention():
     assert "per-document" in kern.varlen_name  # the CPU path
 
 
+def test_attention_fallback_path_is_used_and_named():
+    from dcpsim.profiling.measure import _Ordered
+
+    calls = []
+
+    def picky(q, k, v, causal):
+        if q.shape[0] > 8:
+            raise RuntimeError("shape not supported")
+        calls.append("picky")
+        return q
+
+    def generic(q, k, v, causal):
+        calls.append("generic")
+        return q
+
+    run = _Ordered([("picky", picky), ("generic", generic)])
+    small, big = torch.zeros(4, 2, 8), torch.zeros(16, 2, 8)
+    run(small, small, small, True)
+    assert run.last == "picky"
+    run(big, big, big, True)
+    run(big, big, big, True)  # the choice is remembered: picky is not retried
+    assert run.last == "generic" and calls == ["picky", "generic", "generic"]
+    with pytest.raises(ProfilingError, match="no attention path"):
+        _Ordered([("picky", picky)])(big, big, big, False)
+
+
 def test_collective_arguments_checked():
     assert aligned_bytes(1000, 3, 4) == 996
     assert aligned_bytes(5, 2, 4) == 8  # at least one element per rank

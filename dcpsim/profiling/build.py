@@ -225,11 +225,11 @@ class _Bar:
         if self.p:
             self.p.__exit__(*exc)
 
-    def add(self, part: str, total: int) -> Callable[[str], None]:
+    def add(self, part: str, total: int) -> Callable[[str, bool], None]:
         if not self.p:
-            return lambda _label: None
+            return lambda _label, _done=True: None
         tid = self.p.add_task("", total=total, part=part)
-        return lambda label: self.p.update(tid, advance=1, description=label)
+        return lambda label, done=True: self.p.update(tid, advance=1 if done else 0, description=label)
 
     def add_reporting(self, part: str, total: int) -> Callable[[int, int, str], None]:
         if not self.p:

@@ -316,10 +316,10 @@ class MeasureContext:
         )
 
 
-Progress = Callable[[str], None]
+Progress = Callable[[str, bool], None]  # (what, finished): called when a measurement starts and when it ends
 
 
-def _noop(_: str) -> None:
+def _noop(_: str, __: bool = True) -> None:
     return None
 
 
@@ -340,6 +340,7 @@ def measure_gemm(
     for name, n, k in shapes:
         w = ctx.randn(n, k, scale=0.02)
         for t in tokens:
+            progress(f"GEMM {name} {n}x{k} T={t}", False)
             x = ctx.randn(t, k)
             dy = ctx.randn(t, n)
             fwd = ctx.timer.time(lambda x=x, w=w: F.linear(x, w))
@@ -349,7 +350,7 @@ def measure_gemm(
             what = f"{name} fwd X@W^T {ctx.dtype_name}; dgrad+wgrad/fwd time {ratio:.2f}"
             rows.append(dict(n=n, k=k, tokens=t, tflops=flops / fwd.median_s / 1e12, source=ctx.source(what, fwd, flops)))
             raw.append(dict(kind="gemm", name=name, n=n, k=k, tokens=t, fwd=fwd.__dict__, bwd=bwd.__dict__, flops_fwd=flops))
-            progress(f"GEMM {name} {n}x{k} T={t}")
+            progress(f"GEMM {name} {n}x{k} T={t}", True)
     return rows, raw
 
 
@@ -359,6 +360,33 @@ def attention_flops(lengths, n_heads: int, head_dim: int, causal: bool, directio
     sq = float(np.square(np.asarray(lengths, dtype=np.float64)).sum())
     f = 4.0 * sq * head_dim * n_heads * (0.5 if causal else 1.0)
     return f * (ATTN_BWD_FLOPS_FACTOR if direction == "bwd" else 1.0)
+
+
+class _Ordered:
+    """Calls the first path of an ordered list that accepts the shape; remembers the choice per shape.
+
+    ``last`` names the path of the latest call (so a row can say when a
+    fallback ran instead of the chosen path).
+    """
+
+    def __init__(self, paths: list[tuple[str, Callable]]) -> None:
+        self.paths = paths
+        self.choice: dict[tuple, int] = {}
+        self.last = paths[0][0]
+
+    def __call__(self, q, k, v, causal: bool):
+        key = (q.shape[0], q.shape[1], k.shape[1], bool(causal))
+        errors = []
+        for i in range(self.choice.get(key, 0), len(self.paths)):
+            name, fn = self.paths[i]
+            try:
+                out = fn(q, k, v, causal)
+            except (RuntimeError, ValueError, NotImplementedError) as exc:
+                errors.append(f"{name}: {str(exc)[:120]}")
+                continue
+            self.choice[key], self.last = i, name
+            return out
+        raise ProfilingError(f"no attention path accepted {tuple(q.shape)} causal={causal}: {'; '.join(errors)}")
 
 
 def _to_bhsd(x):
@@ -383,21 +411,28 @@ class AttentionKernels:
     probes: dict[str, float] = field(default_factory=dict)
 
     # -- candidates ---------------------------------------------------------
-    def _sdpa(self, backend):
+    def _sdpa(self, backends: list):
+        """SDPA restricted to ``backends``, tried in that order (``set_priority`` where torch has it)."""
         torch = require_torch()
         F = torch.nn.functional
         from torch.nn.attention import sdpa_kernel
 
+        try:
+            with sdpa_kernel(backends, set_priority=True):
+                pass
+            ctx_kw: dict[str, Any] = {"set_priority": True}
+        except TypeError:  # torch < 2.6: the set is enabled, torch orders it
+            ctx_kw = {}
+
         def run(q, k, v, causal: bool):
             gqa = {"enable_gqa": True} if q.shape[1] != k.shape[1] else {}
-            with sdpa_kernel([backend]):
+            with sdpa_kernel(backends, **ctx_kw):
                 o = F.scaled_dot_product_attention(_to_bhsd(q), _to_bhsd(k), _to_bhsd(v), is_causal=causal, **gqa)
             return o.transpose(1, 2).squeeze(0)
 
         return run
 
     def _dense_candidates(self) -> dict[str, Callable]:
-        torch = require_torch()
         from torch.nn.attention import SDPBackend
 
         names = ["CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION"] if self.ctx.device.kind == "cuda" else [
@@ -406,7 +441,7 @@ class AttentionKernels:
         for nm in names:
             be = getattr(SDPBackend, nm, None)
             if be is not None:
-                cands[f"sdpa[{nm}]"] = self._sdpa(be)
+                cands[f"sdpa[{nm}]"] = self._sdpa([be])
         if self.ctx.device.kind == "cuda":
             try:
                 from flash_attn import flash_attn_func
@@ -415,7 +450,6 @@ class AttentionKernels:
                     q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), causal=causal).squeeze(0)
             except ImportError:
                 pass
-        del torch
         return cands
 
     def _varlen_candidates(self, dense: Callable) -> dict[str, Callable]:
@@ -479,6 +513,11 @@ class AttentionKernels:
         if best is None:
             raise ProfilingError(f"no attention backend ran on {self.ctx.device.name} (tried {list(self.probes)})")
         _, self.dense_name, self._dense = best
+        ran = sorted((t, nm.removeprefix("dense ")) for nm, t in self.probes.items()
+                     if t is not None and nm.startswith("dense ") and nm != f"dense {self.dense_name}")
+        if ran:  # the other paths that ran stay as fallbacks, fastest first, for shapes the chosen one refuses
+            cands = self._dense_candidates()
+            self._dense = _Ordered([(self.dense_name, self._dense)] + [(nm, cands[nm]) for _, nm in ran])
         best = None
         for nm, fn in self._varlen_candidates(self._dense).items():
             t = self._probe(lambda fn=fn: fn(q, k, v, cu, cu_list, mx, True), q, k, v)
@@ -522,6 +561,10 @@ class AttentionKernels:
         cu_list = [0] + np.cumsum(np.asarray(lengths, dtype=np.int64)).tolist()
         return torch.tensor(cu_list, dtype=torch.int32, device=self.ctx.tdevice), cu_list, int(max(lengths))
 
+    def dense_used(self) -> str:
+        """The dense path that ran in the latest call (differs from ``dense_name`` after a fallback)."""
+        return self._dense.last if isinstance(self._dense, _Ordered) else self.dense_name
+
     def dense(self, q, k, v, causal: bool):
         return self._dense(q, k, v, causal)
 
@@ -556,24 +599,29 @@ def measure_attention(
             cu, cu_list, mx = kernels.cu_seqlens([L] * n_docs)
             path = kernels.dense_name if layout == "dense" else kernels.varlen_name
             for causal in (False, True):
+                label = f"attention {layout} L={L} {'causal' if causal else 'full'}"
+                progress(label, False)
                 if layout == "dense":
                     fwd_fn = lambda q=q, k=k, v=v, c=causal: kernels.dense(q, k, v, c)  # noqa: E731
                 else:
                     fwd_fn = lambda q=q, k=k, v=v, c=causal, cu=cu, cl=cu_list, m=mx: kernels.varlen(q, k, v, cu, cl, m, c)  # noqa: E731
                 tf = ctx.timer.time(fwd_fn)
+                row_path, used = path, kernels.dense_used()
+                if (layout == "dense" or kernels.varlen_name.startswith("per-document")) and used != kernels.dense_name:
+                    row_path = f"{path} (fell back to {used} at this size)"
                 out = fwd_fn()
                 g = torch.ones_like(out)
                 tb = ctx.timer.time(lambda out=out, g=g, q=q, k=k, v=v: torch.autograd.grad(out, (q, k, v), g, retain_graph=True))
                 del out, g
                 for direction, tm in (("fwd", tf), ("bwd", tb)):
                     flops = attention_flops([L] * n_docs, n_heads, head_dim, causal, direction)
-                    what = (f"{direction} {'causal' if causal else 'non-causal'} {layout} {path}, {n_docs} doc(s) of {L}, "
+                    what = (f"{direction} {'causal' if causal else 'non-causal'} {layout} {row_path}, {n_docs} doc(s) of {L}, "
                             f"{n_heads} heads x {head_dim}, {ctx.dtype_name}")
                     rows.append(dict(direction=direction, causal=causal, layout=layout, head_dim=head_dim, seqlen=L,
                                      tflops=flops / tm.median_s / 1e12, source=ctx.source(what, tm, flops)))
                     raw.append(dict(kind="attention", direction=direction, causal=causal, layout=layout, seqlen=L,
-                                    n_docs=n_docs, heads=n_heads, head_dim=head_dim, path=path, flops=flops, timing=tm.__dict__))
-                progress(f"attention {layout} L={L} {'causal' if causal else 'full'}")
+                                    n_docs=n_docs, heads=n_heads, head_dim=head_dim, path=row_path, flops=flops, timing=tm.__dict__))
+                progress(label, True)
             del q, k, v
     rows.sort(key=lambda r: (r["direction"], r["causal"], r["layout"], r["seqlen"]))
     return rows, raw
