@@ -60,6 +60,7 @@ KIB, MIB, GIB = 1024, 1024**2, 1024**3
 # Public profile of a detected GPU (substring of torch's device name -> shipped profile).
 GPU_BASES = (("H200", "h200-sxm"), ("H100", "h100-sxm"), ("A100", "a100-sxm-80gb"), ("B200", "b200"))
 QUICK_HIDDEN = 512  # quick mode shrinks the model until hidden <= this
+CPU_MAX_SIZE = 16384  # largest token count / document length a full-mode CPU run accepts
 
 
 def scale_model(model: ModelSpec, scale: int) -> ModelSpec:
@@ -262,6 +263,9 @@ def _run_profile(opts: ProfileOptions, show_progress: bool | None) -> ProfileRes
     from dcpsim.profiling.collectives import run_collectives
 
     info = detect_device(opts.device)
+    if info.kind == "cpu" and not opts.quick and max(max(opts.tokens), max(opts.seqlens)) > CPU_MAX_SIZE:
+        raise ConfigError("--quick", False, f"--quick, or --tokens and --seqlens up to {CPU_MAX_SIZE}, on a CPU "
+                          "(the full sizes, up to 128K, are meant for a GPU and would take hours here)")
     base_name = default_base(info.name, info.kind) if opts.base == "auto" else opts.base
     base = get_profile(base_name) if base_name else None
     nproc = opts.nproc or (info.count if info.kind == "cuda" else 2)
@@ -307,6 +311,8 @@ def _run_profile(opts: ProfileOptions, show_progress: bool | None) -> ProfileRes
         if do_coll:
             t0 = time.perf_counter()
             backend = "nccl" if info.kind == "cuda" else "gloo"
+            if info.kind == "cuda":
+                torch.cuda.empty_cache()  # the workers share GPU 0 with this process
             res = run_collectives(
                 nproc=nproc, backend=backend, sizes=list(opts.sizes), ops=list(opts.ops), dtype=opts.dtype,
                 warmup=opts.warmup, min_repeats=opts.min_repeats, max_repeats=max(opts.min_repeats, opts.max_repeats),

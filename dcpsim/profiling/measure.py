@@ -4,8 +4,9 @@ torch is imported lazily (inside functions), so ``import dcpsim`` works
 without it; :func:`require_torch` turns a missing torch into a
 :class:`~dcpsim.errors.ConfigError` naming the ``profile`` extra.
 
-Timing (:func:`time_fn`): ``warmup`` untimed calls, then repeats timed one by
-one — with CUDA events on a GPU (start/end event around each call, one
+Timing (:class:`Timer`): ``warmup`` untimed calls, then repeats timed one by
+one — with CUDA events on a GPU (start/end event around each call, the L2
+cache evicted by zeroing a 256 MiB buffer before each, one
 ``torch.cuda.synchronize`` at the end) and with ``time.perf_counter`` on a CPU.
 The number of repeats adapts to the cost of one call: as many as fit in
 ``budget_s``, clamped to ``[min_repeats, max_repeats]``. The median is kept;
@@ -237,6 +238,8 @@ class Timer:
     min_repeats: int = 5
     max_repeats: int = 50
     budget_s: float = 0.5
+    l2_flush_bytes: int = 256 * 2**20  # CUDA: larger than any current GPU's L2 (H100 50 MB, B200 126 MB)
+    _flush: Any = field(default=None, repr=False)
 
     def sync(self) -> None:
         if self.device.kind == "cuda":
@@ -263,10 +266,17 @@ class Timer:
         fn()
         return time.perf_counter() - t0
 
+    def _flush_buffer(self):
+        if self._flush is None:
+            torch = require_torch()
+            self._flush = torch.empty(self.l2_flush_bytes, dtype=torch.int8, device=self.device.torch_device())
+        return self._flush
+
     def _time_cuda(self, fn) -> Timing:
         torch = require_torch()
         ev = torch.cuda.Event
         s, e = ev(enable_timing=True), ev(enable_timing=True)
+        self._flush_buffer().zero_()
         s.record()
         fn()
         e.record()
@@ -275,7 +285,9 @@ class Timer:
         n = self._repeats(first) - 1
         starts = [ev(enable_timing=True) for _ in range(n)]
         ends = [ev(enable_timing=True) for _ in range(n)]
+        flush = self._flush_buffer()
         for a, b in zip(starts, ends, strict=True):
+            flush.zero_()  # evict L2 (outside the timed region): training does not re-read warm inputs
             a.record()
             fn()
             b.record()
@@ -300,6 +312,8 @@ class MeasureContext:
         self.dtype = torch_dtype(self.dtype_name)
         self.tdevice = self.device.torch_device()
         torch = require_torch()
+        if self.device.kind == "cuda":
+            torch.cuda.set_device(self.device.index)  # events and default streams follow the current device
         self.gen = torch.Generator(device=self.tdevice).manual_seed(self.seed)
 
     def randn(self, *shape, requires_grad: bool = False, scale: float = 1.0):

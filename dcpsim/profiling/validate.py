@@ -178,9 +178,11 @@ def _time_fwd_bwd(timer: Timer, fwd, bwd, before=None) -> tuple[Timing, Timing, 
 
     def run_cuda(n):
         evs = [[torch.cuda.Event(enable_timing=True) for _ in range(3)] for _ in range(n)]
+        flush = timer._flush_buffer()
         for e0, e1, e2 in evs:
             if before:
                 before()
+            flush.zero_()
             e0.record()
             out = fwd()
             e1.record()
