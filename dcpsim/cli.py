@@ -21,6 +21,7 @@ COMMANDS = [
     "workload",
     "cost",
     "simulate",
+    "reproduce",
     "profile",
     "validate",
     "sweep",

@@ -1,0 +1,228 @@
+"""``dcpsim reproduce``: replay the Dynamic-CP blog's published results in simulation.
+
+Runs experiments/dynamic_cp_blog (datasets x policies x seeds, plus the
+sensitivity study in full mode), prints simulated vs published TFLOPS/GPU and
+speedups, and writes tables and figures. Reads the stored calibration; only
+``--recalibrate`` re-fits it (against the published *packing* figures only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from dcpsim.commands._common import print_json, print_table, to_jsonable
+from dcpsim.errors import ConfigError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("reproduce", help="reproduce the Dynamic-CP blog's published results (TFLOPS, speedups)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small run (2 seeds, no sensitivity): under a minute on one core")
+    p.add_argument("--out", default="dcpsim-reproduce", help="output folder (tables, figures, cells); default ./dcpsim-reproduce")
+    p.add_argument("--spec", default=None, help="experiment folder (default: experiments/dynamic_cp_blog of this checkout)")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: the mode's)")
+    p.add_argument("--iterations", type=int, default=None, help="global batches per seed (default: the mode's)")
+    p.add_argument("--no-sensitivity", action="store_true", help="skip the sensitivity study")
+    p.add_argument("--sensitivity", action="store_true", help="run the sensitivity study even with --quick")
+    p.add_argument("--public", action="store_true", help="also run the uncalibrated public-facts workloads (default in full mode)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="re-fit the workload parameter of each dataset to its published PACKING TFLOPS, "
+                        "write calibration.toml into the experiment folder, then run")
+    p.add_argument("--no-plots", action="store_true", help="skip the figures")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def _progress(enabled: bool):
+    from contextlib import nullcontext
+
+    if not enabled:
+        return nullcontext(None)
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments import load_experiment, reproduce
+    from dcpsim.experiments.calibrate import fit_dataset, write_calibration
+
+    if args.jobs < 1:
+        raise ConfigError("--jobs", args.jobs, "a positive number of worker processes")
+    for name in ("seeds", "iterations"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise ConfigError(f"--{name}", v, "a positive integer")
+    exp = load_experiment(args.spec)
+    show = not (args.json or args.no_progress)
+    out = Path(args.out)
+
+    if args.recalibrate:
+        fits = {}
+        with _progress(show) as prog:
+            for ds in exp.datasets:
+                task = prog.add_task(f"calibrating {ds}", total=None) if prog else None
+
+                def tick(p: float, tf: float, task=task, prog=prog, ds=ds) -> None:
+                    if prog:
+                        prog.update(task, advance=1, description=f"calibrating {ds}: {exp.calibration_setup.get('parameter')}={p:.4g} -> {tf:.1f} TFLOPS")
+
+                fits[ds] = fit_dataset(exp, ds, on_eval=tick)
+        cal_path = exp.spec_dir / str(exp.calibration_setup.get("file", "calibration.toml"))
+        write_calibration(cal_path, fits, exp)
+        if not args.json:
+            print(f"wrote {cal_path}", file=sys.stderr)
+        exp = load_experiment(args.spec)
+
+    sens = False if args.no_sensitivity else (True if args.sensitivity else None)
+    with _progress(show) as prog:
+        task = None
+
+        def on_plan(n: int) -> None:
+            nonlocal task
+            if prog:
+                task = prog.add_task("quick reproduction" if args.quick else "full reproduction", total=n)
+
+        def on_done(row: dict[str, Any]) -> None:
+            if prog and task is not None:
+                prog.advance(task)
+
+        res = reproduce(exp, quick=args.quick, jobs=args.jobs, sensitivity=sens,
+                        include_public=True if args.public else None, seeds=args.seeds,
+                        iterations=args.iterations, on_plan=on_plan, on_done=on_done)
+    files = write_outputs(exp, res, out, plots=not args.no_plots)
+    if args.json:
+        print_json({"mode": res.mode, "wall_s": res.wall_s, "table": res.table, "sensitivity": res.sensitivity,
+                    "calibration": res.calibration, "targets": res.targets, "files": files})
+        return 0
+    for wl in ("calibrated", "public"):
+        rows = [r for r in res.table if r["workload"] == wl]
+        if rows:
+            print_table(display_rows(rows), title=f"{exp.title} -- {wl} workload ({res.mode} run, {rows[0]['seeds']} seeds)")
+    for ds, c in res.calibration.items():
+        print(f"calibrated: {ds} {c['parameter']} = {c['value']:.4g} (public {c['public_value']:g}), fitted to {c['fitted_to']} only")
+    if not res.calibration:
+        print("no calibration stored: every workload is the public-facts one")
+    for wl, t in res.targets.items():
+        met = [k for k, v in t.items() if v]
+        missed = [k for k, v in t.items() if not v]
+        print(f"targets ({wl}): met {len(met)}/{len(t)}" + (f"; missed: {', '.join(missed)}" if missed else ""))
+    if res.sensitivity:
+        print_table([{"axis": r["axis"], "value": r["value"], "dataset": r["dataset"],
+                      "packing": r.get("packing_tflops"), "dynamic": r.get("dynamic_tflops"),
+                      "speedup": r["speedup"], "published": r["published_speedup"], "status": r["status"]}
+                     for r in res.sensitivity], title="Sensitivity (speedup of dynamic over packing)")
+    print(f"{len(res.cells)} runs in {res.wall_s:.1f} s; wrote {out}/")
+    return 0
+
+
+def _pct(x: Any) -> str:
+    return "" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{100 * x:+.1f}%"
+
+
+def _num(x: Any, nd: int = 2) -> Any:
+    return "" if x is None or (isinstance(x, float) and not math.isfinite(x)) else round(float(x), nd)
+
+
+def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The side-by-side table of the issue: dataset, policy, TFLOPS, published, speedup, published, errors."""
+    out = []
+    for r in rows:
+        out.append({
+            "dataset": r["dataset"],
+            "policy": r["policy"],
+            "TFLOPS/GPU": _num(r["tflops"], 1),
+            "published": _num(r["published_tflops"], 2),
+            "TFLOPS err": _pct(r["tflops_err"]),
+            "speedup": _num(r["speedup"], 3),
+            "seed range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if math.isfinite(r["speedup_min"]) else "",
+            "published ": _num(r["published_speedup"], 2),
+            "speedup err": _pct(r["speedup_err"]),
+            "mean CP": _num(r["mean_cp"], 2),
+        })
+    return out
+
+
+def _markdown(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(c.strip() for c in cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols]
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: json.dumps(to_jsonable(v)) if isinstance(v, dict) else v for k, v in r.items()})
+
+
+def write_outputs(exp, res, out: Path, *, plots: bool = True) -> dict[str, str]:
+    """summary.csv / summary.md / sensitivity.csv / cells.csv / result.json and the figures."""
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    _write_csv(out / "summary.csv", res.table)
+    files["summary_csv"] = str(out / "summary.csv")
+    md = [f"# {exp.title}\n", f"{res.mode} run, {len(res.cells)} simulator runs, {res.wall_s:.0f} s.\n"]
+    for wl in ("calibrated", "public"):
+        rows = [r for r in res.table if r["workload"] == wl]
+        if rows:
+            md += [f"\n## {wl} workload\n\n", _markdown(display_rows(rows))]
+    if res.calibration:
+        md.append("\n## Calibration (read from calibration.toml, not re-fitted)\n\n")
+        for ds, c in res.calibration.items():
+            md.append(f"- {ds}: {c['parameter']} = {c['value']:.4g} (public value {c['public_value']:g}); fitted to "
+                      f"{c['fitted_to']} only; residual {c['residual_tflops']:+.2f} TFLOPS.\n")
+    for wl, t in res.targets.items():
+        md.append(f"\n## Targets, {wl} workload\n\n")
+        md += [f"- {k}: {'met' if v else 'MISSED'}\n" for k, v in t.items()]
+    if res.sensitivity:
+        _write_csv(out / "sensitivity.csv", res.sensitivity)
+        files["sensitivity_csv"] = str(out / "sensitivity.csv")
+        md.append("\n## Sensitivity (dynamic over packing)\n\n")
+        md.append(_markdown([{"axis": r["axis"], "value": r["value"], "dataset": r["dataset"],
+                              "packing TFLOPS": _num(r.get(f"{exp.baseline}_tflops"), 1),
+                              "dynamic TFLOPS": _num(r.get(f"{exp.headline}_tflops"), 1),
+                              "speedup": _num(r["speedup"], 3),
+                              "seed range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if math.isfinite(r["speedup_min"]) else "",
+                              "published": r["published_speedup"], "status": r["status"]} for r in res.sensitivity]))
+    (out / "summary.md").write_text("".join(md))
+    files["summary_md"] = str(out / "summary.md")
+    _write_csv(out / "cells.csv", res.cells)
+    files["cells_csv"] = str(out / "cells.csv")
+    (out / "result.json").write_text(json.dumps(to_jsonable({
+        "experiment": exp.name, "mode": res.mode, "wall_s": res.wall_s, "calibration": res.calibration,
+        "targets": res.targets, "table": res.table, "sensitivity": res.sensitivity,
+        "primary_configs": {ds: cfg.resolved() for ds, cfg in exp.datasets.items()},
+    }), indent=1))
+    files["result_json"] = str(out / "result.json")
+    if plots:
+        from dcpsim.experiments.plots import plot_all
+
+        figs = plot_all(exp, res.table, res.sensitivity, out)
+        files.update({k: os.fspath(v) for k, v in figs.items()})
+    return files

@@ -1,0 +1,334 @@
+"""The Dynamic-CP blog reproduction as data: specs, reference values, calibration.
+
+Everything the experiment runs lives in a folder of plain files
+(``experiments/dynamic_cp_blog/`` in the repository; see its README):
+
+* ``experiment.toml`` -- datasets, policies, run sizes (``full``/``quick``),
+  sensitivity axes and the calibration set-up;
+* one :class:`~dcpsim.run.config.RunConfig` TOML per dataset (the primary
+  configuration, with the *uncalibrated*, public-facts workload);
+* ``published.toml`` -- the blog's figures, used only for comparison (and the
+  two packing figures as the calibration target);
+* ``calibration.toml`` -- fitted workload parameters, written by
+  :mod:`dcpsim.experiments.calibrate` and only read here.
+
+This module loads those files into a frozen :class:`BlogExperiment` and builds
+the run configurations; :mod:`dcpsim.experiments.runner` runs them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dcpsim.errors import ConfigError
+from dcpsim.run.config import RunConfig, load_config
+
+__all__ = [
+    "DEFAULT_SPEC_DIR",
+    "BlogExperiment",
+    "Calibration",
+    "FittedParameter",
+    "Mode",
+    "SensitivityAxis",
+    "load_experiment",
+    "read_calibration",
+]
+
+DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "experiments" / "dynamic_cp_blog"
+"""Where the specification lives in a source checkout (dcpsim is installed editable)."""
+
+
+@dataclass(frozen=True)
+class Mode:
+    """Run size: ``seeds`` seeds (0..seeds-1), ``iterations`` global batches per seed."""
+
+    name: str
+    seeds: int
+    iterations: int
+    sensitivity: bool
+    sensitivity_seeds: int
+
+
+@dataclass(frozen=True)
+class SensitivityAxis:
+    """One-at-a-time sweep of one RunConfig field around the primary configuration.
+
+    Attributes:
+        name: short key (file names, table rows).
+        label: axis label for plots.
+        field: dotted RunConfig path (``cluster.gpus``).
+        values: the values the field takes (file names resolved against the spec folder).
+        ticks: tick labels for the plot, one per value.
+        base: extra dotted-path updates applied at every point (e.g. ``cluster.gpus``).
+    """
+
+    name: str
+    label: str
+    field: str
+    values: tuple[Any, ...]
+    ticks: tuple[str, ...]
+    base: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class FittedParameter:
+    """One fitted workload parameter and the data it was fitted to (see calibration.toml)."""
+
+    dataset: str
+    parameter: str
+    value: float
+    public_value: float
+    target_policy: str
+    target_tflops: float
+    fitted_tflops: float
+    residual_tflops: float
+    seeds: tuple[int, ...]
+    iterations: int
+    bounds: tuple[float, float]
+    at_bound: bool
+    config_hash: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Contents of calibration.toml (empty when no fit has been run)."""
+
+    fitted: dict[str, FittedParameter] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BlogExperiment:
+    """The loaded experiment (immutable).
+
+    Attributes:
+        spec_dir: the folder the files were read from.
+        name, title: identification.
+        datasets: dataset name -> primary RunConfig (public-facts workload).
+        policies: policies of the main table; ``baseline`` and ``headline`` among them.
+        published: dataset -> {"packing", "dynamic", "speedup"} reference values.
+        tolerances: {"speedup_rel_tol", "tflops_rel_tol"} of the issue's targets.
+        modes: "full" and "quick" run sizes.
+        sensitivity_policies: policies run at each sensitivity point.
+        axes: the sensitivity axes.
+        calibration_setup: the [calibration] table of experiment.toml.
+        calibration: the fitted values (may be empty).
+    """
+
+    spec_dir: Path
+    name: str
+    title: str
+    datasets: dict[str, RunConfig]
+    policies: tuple[str, ...]
+    baseline: str
+    headline: str
+    published: dict[str, dict[str, float]]
+    tolerances: dict[str, float]
+    modes: dict[str, Mode]
+    sensitivity_policies: tuple[str, ...]
+    axes: tuple[SensitivityAxis, ...]
+    calibration_setup: dict[str, Any]
+    calibration: Calibration
+
+    # ----------------------------------------------------------- workloads
+    def public_workload(self, dataset: str) -> dict[str, Any]:
+        """The dataset's public-facts workload table (as in its run spec)."""
+        wl = self._cfg(dataset).workload.name
+        if not isinstance(wl, dict):
+            raise ConfigError(f"{dataset}.workload.name", wl, "a distribution table (the calibration replaces one field)")
+        return dict(wl)
+
+    def workload(self, dataset: str, *, calibrated: bool) -> dict[str, Any]:
+        """The workload table used for ``dataset``: public facts, with the fitted field when calibrated."""
+        wl = self.public_workload(dataset)
+        fp = self.calibration.fitted.get(dataset)
+        if calibrated and fp is not None:
+            if fp.parameter not in wl:
+                raise ConfigError(
+                    f"calibration.{dataset}.parameter", fp.parameter, f"a field of the workload table {sorted(wl)}"
+                )
+            wl[fp.parameter] = fp.value
+        return wl
+
+    def is_calibrated(self, dataset: str) -> bool:
+        return dataset in self.calibration.fitted
+
+    # -------------------------------------------------------------- configs
+    def config(
+        self,
+        dataset: str,
+        policy: str,
+        *,
+        calibrated: bool,
+        seed: int = 0,
+        iterations: int = 1,
+        updates: dict[str, Any] | None = None,
+        workload: dict[str, Any] | None = None,
+    ) -> RunConfig:
+        """The RunConfig of one cell: the dataset's primary spec with policy, seed and updates applied.
+
+        ``workload`` overrides the workload table (used by the calibration search).
+        """
+        upd: dict[str, Any] = {
+            "policy.name": policy,
+            "sim.seed": int(seed),
+            "sim.iterations": int(iterations),
+            "workload.name": workload if workload is not None else self.workload(dataset, calibrated=calibrated),
+        }
+        for k, v in (updates or {}).items():
+            upd[k] = self._resolve_value(k, v)
+        return self._cfg(dataset).with_updates(upd)
+
+    def _cfg(self, dataset: str) -> RunConfig:
+        if dataset not in self.datasets:
+            raise ConfigError("dataset", dataset, f"one of {sorted(self.datasets)}")
+        return self.datasets[dataset]
+
+    def _resolve_value(self, path: str, value: Any) -> Any:
+        # Spec files named in the experiment are relative to the spec folder.
+        if isinstance(value, str) and value.endswith(".toml"):
+            p = self.spec_dir / value
+            if not p.is_file():
+                raise ConfigError(path, value, f"an existing file in {self.spec_dir}")
+            return str(p)
+        return value
+
+
+# ---------------------------------------------------------------- loading
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(what, str(path), "an existing TOML file (the experiment folder is experiments/dynamic_cp_blog)")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(what, str(path), f"valid TOML ({exc})") from None
+
+
+def _need(d: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in d:
+        raise ConfigError(f"{where}.{key}", None, "a value (missing)")
+    v = d[key]
+    if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
+        raise ConfigError(f"{where}.{key}", v, f"a {kind}")
+    return v
+
+
+def read_calibration(path: Path) -> Calibration:
+    """Read calibration.toml; a missing file means no fit (empty :class:`Calibration`)."""
+    if not path.is_file():
+        return Calibration()
+    data = _read_toml(path, "calibration")
+    fitted: dict[str, FittedParameter] = {}
+    for ds, t in (data.get("fitted") or {}).items():
+        where = f"calibration.fitted.{ds}"
+        try:
+            fitted[ds] = FittedParameter(
+                dataset=ds,
+                parameter=str(t["parameter"]),
+                value=float(t["value"]),
+                public_value=float(t["public_value"]),
+                target_policy=str(t["target_policy"]),
+                target_tflops=float(t["target_tflops"]),
+                fitted_tflops=float(t["fitted_tflops"]),
+                residual_tflops=float(t["residual_tflops"]),
+                seeds=tuple(int(s) for s in t["seeds"]),
+                iterations=int(t["iterations"]),
+                bounds=(float(t["bounds"][0]), float(t["bounds"][1])),
+                at_bound=bool(t["at_bound"]),
+                config_hash=str(t["config_hash"]),
+                note=str(t.get("note", "")),
+            )
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ConfigError(where, t, f"a complete fitted-parameter table ({exc!r})", where=str(path)) from None
+        if fitted[ds].target_policy != "packing":
+            raise ConfigError(f"{where}.target_policy", fitted[ds].target_policy, "'packing' (only the baseline may be fitted)")
+    return Calibration(fitted=fitted, meta=dict(data.get("meta") or {}))
+
+
+def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:
+    """Load the experiment folder (default :data:`DEFAULT_SPEC_DIR`)."""
+    d = Path(spec_dir) if spec_dir is not None else DEFAULT_SPEC_DIR
+    if not d.is_dir():
+        raise ConfigError("spec_dir", str(d), "the experiment folder (experiments/dynamic_cp_blog in a dcpsim checkout)")
+    raw = _read_toml(d / "experiment.toml", "experiment")
+    ex = _need(raw, "experiment", "experiment.toml", dict)
+    policies = tuple(_need(ex, "policies", "experiment", list))
+    baseline = _need(ex, "baseline", "experiment", str)
+    headline = _need(ex, "headline", "experiment", str)
+    for key, pol in (("baseline", baseline), ("headline", headline)):
+        if pol not in policies:
+            raise ConfigError(f"experiment.{key}", pol, f"one of experiment.policies {list(policies)}")
+
+    datasets = {name: load_config(d / str(fname)) for name, fname in _need(raw, "datasets", "experiment.toml", dict).items()}
+    if not datasets:
+        raise ConfigError("datasets", {}, "at least one dataset")
+
+    pub_raw = _read_toml(d / _need(ex, "published", "experiment", str), "published")
+    published: dict[str, dict[str, float]] = {}
+    for ds in datasets:
+        t = _need(pub_raw, ds, "published.toml", dict)
+        published[ds] = {k: float(_need(t, k, f"published.{ds}", (int, float))) for k in ("packing", "dynamic", "speedup")}
+    tol_t = _need(pub_raw, "targets", "published.toml", dict)
+    tolerances = {k: float(_need(tol_t, k, "published.targets", (int, float))) for k in ("speedup_rel_tol", "tflops_rel_tol")}
+
+    modes: dict[str, Mode] = {}
+    for mname, m in _need(raw, "modes", "experiment.toml", dict).items():
+        where = f"modes.{mname}"
+        seeds = int(_need(m, "seeds", where, int))
+        its = int(_need(m, "iterations", where, int))
+        if seeds < 1 or its < 1:
+            raise ConfigError(where, m, "seeds >= 1 and iterations >= 1")
+        modes[mname] = Mode(
+            name=mname,
+            seeds=seeds,
+            iterations=its,
+            sensitivity=bool(m.get("sensitivity", False)),
+            sensitivity_seeds=int(m.get("sensitivity_seeds", seeds)),
+        )
+    for need in ("full", "quick"):
+        if need not in modes:
+            raise ConfigError("modes", sorted(modes), f"a [modes.{need}] table")
+
+    sens = raw.get("sensitivity") or {}
+    axes = []
+    for i, a in enumerate(sens.get("axes") or []):
+        where = f"sensitivity.axes[{i}]"
+        values = tuple(_need(a, "values", where, list))
+        ticks = tuple(str(t) for t in a.get("ticks", [str(v) for v in values]))
+        if len(ticks) != len(values):
+            raise ConfigError(f"{where}.ticks", list(ticks), f"{len(values)} labels, one per value")
+        axes.append(
+            SensitivityAxis(
+                name=str(_need(a, "name", where, str)),
+                label=str(a.get("label", a["name"])),
+                field=str(_need(a, "field", where, str)),
+                values=values,
+                ticks=ticks,
+                base=tuple(sorted((a.get("base") or {}).items())),
+            )
+        )
+    cal_setup = dict(raw.get("calibration") or {})
+    calibration = read_calibration(d / str(ex.get("calibration", "calibration.toml")))
+    unknown = sorted(set(calibration.fitted) - set(datasets))
+    if unknown:
+        raise ConfigError("calibration.fitted", unknown, f"datasets of the experiment {sorted(datasets)}")
+    return BlogExperiment(
+        spec_dir=d,
+        name=str(ex.get("name", d.name)),
+        title=str(ex.get("title", "")),
+        datasets=datasets,
+        policies=policies,
+        baseline=baseline,
+        headline=headline,
+        published=published,
+        tolerances=tolerances,
+        modes=modes,
+        sensitivity_policies=tuple(sens.get("policies", [baseline, headline])),
+        axes=tuple(axes),
+        calibration_setup=cal_setup,
+        calibration=calibration,
+    )

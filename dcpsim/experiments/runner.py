@@ -1,0 +1,383 @@
+"""Run the Dynamic-CP blog reproduction: cells, pooling, the comparison table, sensitivity.
+
+A *cell* is one simulator run (dataset, policy, seed, variant). Cells of the
+same (dataset, variant) share seeds across policies, so every policy trains the
+same global batches (paired comparison). Throughput is pooled over seeds the
+way Megatron reports it: total counted FLOPs over total time,
+``Σ F / (Σ T · GPUs · 1e12)``; a speedup is the ratio of pooled throughputs
+(FLOPs are equal across policies on the same batches, so it is the inverse
+ratio of total iteration time).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dcpsim.errors import DcpsimError, InfeasibleError
+from dcpsim.experiments.blog import BlogExperiment
+from dcpsim.run.config import RunConfig
+
+__all__ = [
+    "BREAKDOWN_PARTS",
+    "CellSpec",
+    "ReproduceResult",
+    "main_cells",
+    "main_table",
+    "pooled_tflops",
+    "reproduce",
+    "run_cell",
+    "run_cells",
+    "sensitivity_cells",
+    "sensitivity_table",
+]
+
+BREAKDOWN_PARTS = ("compute_s", "cp_comm_s", "bubble_s", "imbalance_s", "grad_sync_s", "planning_stall_s")
+"""Where the time goes, per GPU, seconds per iteration (the simulator's accounting; they sum to the iteration time)."""
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One simulator run of the experiment.
+
+    Attributes:
+        dataset, policy, seed: what is run.
+        config: the full RunConfig.
+        workload: ``"calibrated"`` or ``"public"`` (the workload table used).
+        axis, value: sensitivity axis name and tick label (``"primary"``, ``""`` for the main table).
+    """
+
+    dataset: str
+    policy: str
+    seed: int
+    config: RunConfig
+    workload: str = "public"
+    axis: str = "primary"
+    value: str = ""
+
+
+def run_cell(spec: CellSpec) -> dict[str, Any]:
+    """Run one cell; a flat row (``status`` ok | infeasible | error, never raises a dcpsim error)."""
+    from dcpsim.run.single import run_simulation
+
+    row: dict[str, Any] = {
+        "dataset": spec.dataset,
+        "policy": spec.policy,
+        "seed": spec.seed,
+        "workload": spec.workload,
+        "axis": spec.axis,
+        "value": spec.value,
+        "config_hash": spec.config.config_hash(),
+        "gpus": spec.config.cluster.gpus,
+    }
+    t0 = time.perf_counter()
+    try:
+        res = run_simulation(spec.config)
+    except InfeasibleError as exc:
+        row.update(status="infeasible", reason=str(exc), wall_s=time.perf_counter() - t0)
+        return row
+    except DcpsimError as exc:
+        row.update(status="error", reason=str(exc), wall_s=time.perf_counter() - t0)
+        return row
+    it = res.iterations
+    s = res.summary
+    row.update(
+        status="ok",
+        reason="",
+        wall_s=time.perf_counter() - t0,
+        iterations=int(len(it)),
+        flops=float(it["flops"].sum()),
+        time_s=float(it["iteration_time_s"].sum()),
+        tflops_per_gpu=float(s["tflops_per_gpu"]),
+        tokens=int(it["tokens"].sum()),
+        steps=float(s.get("steps", float("nan"))),
+        mean_cp=float(s.get("mean_cp", float("nan"))),
+        planning_time_s=float(s.get("planning_time_s", float("nan"))),
+        dropped=int(s.get("dropped", 0) or 0),
+    )
+    for k in BREAKDOWN_PARTS:
+        row[k] = float(s.get(k, float("nan"))) * len(it)  # seconds summed over iterations
+    # CP-size mix: sequences and tokens trained at each CP size
+    seqs: dict[int, int] = {}
+    toks: dict[int, float] = {}
+    for plan in res.plans:
+        lens = np.asarray(plan.lengths)
+        for st in plan.steps:
+            for g in st.groups:
+                ids = np.asarray(g.seq_ids, dtype=np.int64)
+                seqs[g.size] = seqs.get(g.size, 0) + int(ids.size)
+                toks[g.size] = toks.get(g.size, 0.0) + float(lens[ids].sum()) if ids.size else toks.get(g.size, 0.0)
+    for c, n in seqs.items():
+        row[f"cp{c}_seqs"] = n
+        row[f"cp{c}_tokens"] = toks.get(c, 0.0)
+    return row
+
+
+def pooled_tflops(rows: Iterable[dict[str, Any]]) -> float:
+    """Σ FLOPs / (Σ time · GPUs · 1e12) over ok rows (all with the same GPU count)."""
+    rows = [r for r in rows if r.get("status") == "ok"]
+    if not rows:
+        return float("nan")
+    gpus = {int(r["gpus"]) for r in rows}
+    if len(gpus) != 1:
+        raise ValueError(f"pooling rows with different GPU counts {sorted(gpus)}")
+    t = sum(r["time_s"] for r in rows)
+    return sum(r["flops"] for r in rows) / (t * gpus.pop() * 1e12) if t > 0 else float("nan")
+
+
+def _worker(spec: CellSpec) -> dict[str, Any]:
+    return run_cell(spec)
+
+
+def run_cells(
+    specs: list[CellSpec],
+    *,
+    jobs: int = 1,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run cells (in order with ``jobs=1``, else in a process pool); rows in the order of ``specs``."""
+    if jobs <= 1 or len(specs) <= 1:
+        out = []
+        for sp in specs:
+            r = run_cell(sp)
+            out.append(r)
+            if on_done:
+                on_done(r)
+        return out
+    rows: list[dict[str, Any] | None] = [None] * len(specs)
+    # Longest cells first keeps the pool busy to the end (dynamic-solver and big clusters are slow).
+    order = sorted(range(len(specs)), key=lambda i: -_expected_cost(specs[i]))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futs = {pool.submit(_worker, specs[i]): i for i in order}
+        from concurrent.futures import as_completed
+
+        for fut in as_completed(futs):
+            r = fut.result()
+            rows[futs[fut]] = r
+            if on_done:
+                on_done(r)
+    return [r for r in rows if r is not None]
+
+
+def _expected_cost(spec: CellSpec) -> float:
+    c = spec.config
+    return c.cluster.gpus * c.sim.iterations * (4.0 if "solver" in spec.policy else 1.0)
+
+
+# ------------------------------------------------------------------ the cells
+def main_cells(exp: BlogExperiment, *, seeds: int, iterations: int, workloads: Iterable[str]) -> list[CellSpec]:
+    """Cells of the main table: every dataset x policy x seed, for each workload variant."""
+    out = []
+    for wl in workloads:
+        for ds in exp.datasets:
+            if wl == "calibrated" and not exp.is_calibrated(ds):
+                continue
+            for pol in exp.policies:
+                for s in range(seeds):
+                    cfg = exp.config(ds, pol, calibrated=(wl == "calibrated"), seed=s, iterations=iterations)
+                    out.append(CellSpec(dataset=ds, policy=pol, seed=s, config=cfg, workload=wl))
+    return out
+
+
+def sensitivity_cells(exp: BlogExperiment, *, seeds: int, iterations: int, workload: str) -> list[CellSpec]:
+    """Cells of the one-at-a-time sensitivity study (policies of ``[sensitivity]``)."""
+    out = []
+    for ax in exp.axes:
+        for val, tick in zip(ax.values, ax.ticks, strict=True):
+            upd = dict(ax.base)
+            upd[ax.field] = val
+            for ds in exp.datasets:
+                cal = workload == "calibrated" and exp.is_calibrated(ds)
+                for pol in exp.sensitivity_policies:
+                    for s in range(seeds):
+                        cfg = exp.config(ds, pol, calibrated=cal, seed=s, iterations=iterations, updates=upd)
+                        out.append(CellSpec(dataset=ds, policy=pol, seed=s, config=cfg,
+                                            workload="calibrated" if cal else "public", axis=ax.name, value=tick))
+    return out
+
+
+# ------------------------------------------------------------------ the tables
+def _group(rows: list[dict[str, Any]], *keys: str) -> dict[tuple, list[dict[str, Any]]]:
+    out: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return out
+
+
+def _paired_speedups(cell_rows: list[dict[str, Any]], base_rows: list[dict[str, Any]]) -> np.ndarray:
+    """Per-seed speedups (same seed, same batches): base time / policy time."""
+    bt = {r["seed"]: r["time_s"] for r in base_rows if r["status"] == "ok"}
+    return np.array([bt[r["seed"]] / r["time_s"] for r in cell_rows if r["status"] == "ok" and r["seed"] in bt and r["time_s"] > 0])
+
+
+def _rel_err(sim: float, pub: float | None) -> float:
+    if pub is None or not math.isfinite(sim):
+        return float("nan")
+    return (sim - pub) / pub
+
+
+def main_table(exp: BlogExperiment, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (workload variant, dataset, policy): simulated vs published, errors, breakdown, CP mix."""
+    table = []
+    by = _group([r for r in rows if r["axis"] == "primary"], "workload", "dataset", "policy")
+    for wl in ("calibrated", "public"):
+        for ds in exp.datasets:
+            base_rows = by.get((wl, ds, exp.baseline), [])
+            base = pooled_tflops(base_rows)
+            for pol in exp.policies:
+                cell = by.get((wl, ds, pol))
+                if not cell:
+                    continue
+                ok = [r for r in cell if r["status"] == "ok"]
+                tf = pooled_tflops(cell)
+                pub = exp.published[ds]
+                pub_tf = pub["packing"] if pol == exp.baseline else pub["dynamic"] if pol == exp.headline else None
+                pub_sp = 1.0 if pol == exp.baseline else pub["speedup"] if pol == exp.headline else None
+                sp = tf / base if math.isfinite(base) and base > 0 else float("nan")
+                per_seed = _paired_speedups(cell, base_rows)
+                row: dict[str, Any] = {
+                    "workload": wl,
+                    "dataset": ds,
+                    "policy": pol,
+                    "tflops": tf,
+                    "published_tflops": pub_tf,
+                    "tflops_err": _rel_err(tf, pub_tf),
+                    "speedup": sp,
+                    "published_speedup": pub_sp,
+                    "speedup_err": _rel_err(sp, pub_sp),
+                    "speedup_min": float(per_seed.min()) if per_seed.size else float("nan"),
+                    "speedup_max": float(per_seed.max()) if per_seed.size else float("nan"),
+                    "seeds": len(ok),
+                    "failed": len(cell) - len(ok),
+                    "iteration_time_s": sum(r["time_s"] for r in ok) / max(sum(r["iterations"] for r in ok), 1),
+                    "mean_cp": float(np.mean([r["mean_cp"] for r in ok])) if ok else float("nan"),
+                    "steps": float(np.mean([r["steps"] for r in ok])) if ok else float("nan"),
+                    "planning_time_s": float(np.mean([r["planning_time_s"] for r in ok])) if ok else float("nan"),
+                }
+                n_it = max(sum(r["iterations"] for r in ok), 1)
+                for k in BREAKDOWN_PARTS:
+                    row[k] = sum(r[k] for r in ok) / n_it
+                tot_tok = sum(r["tokens"] for r in ok)
+                sizes = sorted({int(k[2:].split("_")[0]) for r in ok for k in r if k.startswith("cp") and k.endswith("_tokens")})
+                row["cp_token_share"] = {c: sum(r.get(f"cp{c}_tokens", 0.0) for r in ok) / tot_tok for c in sizes} if tot_tok else {}
+                tot_seq = sum(sum(r.get(f"cp{c}_seqs", 0) for c in sizes) for r in ok)
+                row["cp_seq_share"] = {c: sum(r.get(f"cp{c}_seqs", 0) for r in ok) / tot_seq for c in sizes} if tot_seq else {}
+                if any(r["status"] != "ok" for r in cell):
+                    row["reason"] = next(r["reason"] for r in cell if r["status"] != "ok")
+                table.append(row)
+    return table
+
+
+def sensitivity_table(exp: BlogExperiment, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (axis, value, dataset): pooled TFLOPS of each sensitivity policy and the headline speedup."""
+    out = []
+    by = _group([r for r in rows if r["axis"] != "primary"], "axis", "value", "dataset", "policy")
+    for ax in exp.axes:
+        for tick in ax.ticks:
+            for ds in exp.datasets:
+                base_rows = by.get((ax.name, tick, ds, exp.baseline), [])
+                head_rows = by.get((ax.name, tick, ds, exp.headline), [])
+                if not base_rows and not head_rows:
+                    continue
+                row: dict[str, Any] = {"axis": ax.name, "label": ax.label, "value": tick, "dataset": ds}
+                for pol in exp.sensitivity_policies:
+                    row[f"{pol}_tflops"] = pooled_tflops(by.get((ax.name, tick, ds, pol), []))
+                b, h = pooled_tflops(base_rows), pooled_tflops(head_rows)
+                row["speedup"] = h / b if b > 0 and math.isfinite(b) else float("nan")
+                ps = _paired_speedups(head_rows, base_rows)
+                row["speedup_min"] = float(ps.min()) if ps.size else float("nan")
+                row["speedup_max"] = float(ps.max()) if ps.size else float("nan")
+                row["published_speedup"] = exp.published[ds]["speedup"]
+                bad = [r for r in base_rows + head_rows if r["status"] != "ok"]
+                row["status"] = "ok" if not bad else bad[0]["status"]
+                row["reason"] = bad[0]["reason"] if bad else ""
+                out.append(row)
+    return out
+
+
+# ------------------------------------------------------------------ one call
+@dataclass
+class ReproduceResult:
+    """Everything ``dcpsim reproduce`` produced (rows are plain dicts)."""
+
+    mode: str
+    cells: list[dict[str, Any]]
+    table: list[dict[str, Any]]
+    sensitivity: list[dict[str, Any]] = field(default_factory=list)
+    wall_s: float = 0.0
+    calibration: dict[str, dict[str, Any]] = field(default_factory=dict)
+    targets: dict[str, Any] = field(default_factory=dict)
+
+
+def targets_met(exp: BlogExperiment, table: list[dict[str, Any]], workload: str) -> dict[str, Any]:
+    """The issue's targets for one workload variant: headline speedups within tol, all four TFLOPS within tol."""
+    tol_sp, tol_tf = exp.tolerances["speedup_rel_tol"], exp.tolerances["tflops_rel_tol"]
+    out: dict[str, Any] = {}
+    rows = [r for r in table if r["workload"] == workload]
+    for r in rows:
+        if r["policy"] == exp.headline:
+            out[f"{r['dataset']}_speedup_within_{tol_sp:.0%}"] = bool(abs(r["speedup_err"]) <= tol_sp)
+        if r["published_tflops"] is not None:
+            out[f"{r['dataset']}_{r['policy']}_tflops_within_{tol_tf:.0%}"] = bool(abs(r["tflops_err"]) <= tol_tf)
+    return out
+
+
+def reproduce(
+    exp: BlogExperiment,
+    *,
+    quick: bool = False,
+    jobs: int = 1,
+    sensitivity: bool | None = None,
+    include_public: bool | None = None,
+    seeds: int | None = None,
+    iterations: int | None = None,
+    on_plan: Callable[[int], None] | None = None,
+    on_done: Callable[[dict[str, Any]], None] | None = None,
+) -> ReproduceResult:
+    """Run the experiment (never re-fits: reads the stored calibration).
+
+    Args:
+        exp: the loaded experiment.
+        quick: use ``[modes.quick]`` (default ``[modes.full]``).
+        jobs: worker processes (1 = in this process).
+        sensitivity: run the sensitivity study (default: the mode's setting).
+        include_public: also run the uncalibrated, public-facts workloads
+            (default: in full mode, or when no dataset is calibrated).
+        seeds, iterations: override the mode's run size (tests).
+        on_plan: called once with the number of cells before running.
+        on_done: called with each finished cell row.
+    """
+    t0 = time.perf_counter()
+    mode = exp.modes["quick" if quick else "full"]
+    n_seeds = seeds or mode.seeds
+    n_its = iterations or mode.iterations
+    any_cal = any(exp.is_calibrated(ds) for ds in exp.datasets)
+    if include_public is None:
+        include_public = (not quick) or not any_cal
+    wls = (["calibrated"] if any_cal else []) + (["public"] if include_public else [])
+    cells = main_cells(exp, seeds=n_seeds, iterations=n_its, workloads=wls)
+    do_sens = mode.sensitivity if sensitivity is None else sensitivity
+    if do_sens:
+        cells += sensitivity_cells(exp, seeds=min(mode.sensitivity_seeds, n_seeds), iterations=n_its,
+                                   workload="calibrated" if any_cal else "public")
+    if on_plan:
+        on_plan(len(cells))
+    rows = run_cells(cells, jobs=max(1, min(jobs, os.cpu_count() or 1)), on_done=on_done)
+    table = main_table(exp, rows)
+    sens = sensitivity_table(exp, rows) if do_sens else []
+    cal = {
+        ds: {"parameter": fp.parameter, "value": fp.value, "public_value": fp.public_value,
+             "fitted_to": f"{fp.target_policy} TFLOPS/GPU = {fp.target_tflops}", "residual_tflops": fp.residual_tflops,
+             "seeds": list(fp.seeds), "iterations": fp.iterations}
+        for ds, fp in exp.calibration.fitted.items()
+    }
+    targets = {wl: targets_met(exp, table, wl) for wl in wls}
+    return ReproduceResult(mode=mode.name, cells=rows, table=table, sensitivity=sens,
+                           wall_s=time.perf_counter() - t0, calibration=cal, targets=targets)

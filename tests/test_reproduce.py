@@ -1,0 +1,109 @@
+"""The Dynamic-CP blog reproduction: shape of the quick run, specs, calibration rules, CLI.
+
+No published number is asserted here: the quick reproduction is checked for its
+shape only (both datasets, every policy, Dynamic-CP faster than packing on both,
+GitHub's gain larger than CommonCrawl's).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dcpsim.errors import ConfigError
+from dcpsim.experiments import DEFAULT_SPEC_DIR, load_experiment, reproduce
+from dcpsim.experiments.blog import read_calibration
+
+pytest.importorskip("dcpsim.policies", reason="policies not available")
+
+
+@pytest.fixture(scope="module")
+def exp():
+    return load_experiment()
+
+
+@pytest.fixture(scope="module")
+def quick(exp):
+    return reproduce(exp, quick=True)
+
+
+def test_spec_folder_loads(exp):
+    assert DEFAULT_SPEC_DIR.is_dir()
+    assert set(exp.datasets) == {"github", "commoncrawl"}
+    assert {"packing", "packing-balanced", "dynamic", "dynamic-solver"} <= set(exp.policies)
+    for ds, cfg in exp.datasets.items():
+        assert cfg.workload.gbs == 2048
+        assert cfg.parallel.pp == 8 and cfg.parallel.tp == 1
+        assert cfg.max_tokens_per_rank * cfg.parallel.cp >= cfg.workload.max_len, ds
+    # the mean length of the public-facts workload is never the fitted parameter
+    assert exp.calibration_setup["parameter"] not in ("mean", "mu")
+
+
+def test_calibration_fits_only_baseline(exp):
+    for ds, fp in exp.calibration.fitted.items():
+        assert fp.target_policy == exp.baseline
+        assert fp.target_tflops == exp.published[ds]["packing"]
+        # the fitted value replaces exactly one field of the public workload
+        pub, cal = exp.workload(ds, calibrated=False), exp.workload(ds, calibrated=True)
+        assert {k for k in pub if pub[k] != cal[k]} <= {fp.parameter}
+        assert pub["mean"] == cal["mean"]
+
+
+def test_quick_reproduction_shape(exp, quick):
+    rows = [r for r in quick.table if r["workload"] == quick.table[0]["workload"]]
+    seen = {(r["dataset"], r["policy"]) for r in rows}
+    assert seen == {(ds, p) for ds in exp.datasets for p in exp.policies}
+    for r in rows:
+        assert r["failed"] == 0, r.get("reason")
+        assert math.isfinite(r["tflops"]) and r["tflops"] > 0
+        parts = sum(r[k] for k in ("compute_s", "cp_comm_s", "bubble_s", "imbalance_s", "grad_sync_s", "planning_stall_s"))
+        assert parts == pytest.approx(r["iteration_time_s"], rel=1e-6)
+    sp = {r["dataset"]: r["speedup"] for r in rows if r["policy"] == exp.headline}
+    assert sp["github"] > 1.0
+    assert sp["commoncrawl"] > 1.0
+    assert sp["github"] > sp["commoncrawl"]
+    # the baseline's speedup is 1 by construction; dynamic uses more than one CP size
+    assert all(r["speedup"] == pytest.approx(1.0) for r in rows if r["policy"] == exp.baseline)
+    dyn = [r for r in rows if r["policy"] == exp.headline]
+    assert all(len([c for c, v in r["cp_token_share"].items() if v > 0]) >= 2 for r in dyn)
+    assert all(sum(r["cp_token_share"].values()) == pytest.approx(1.0) for r in dyn)
+
+
+def test_quick_is_deterministic(exp, quick):
+    again = reproduce(exp, quick=True, seeds=1)
+    first = {(r["dataset"], r["policy"], r["seed"], r["workload"]): r for r in quick.cells}
+    for r in again.cells:
+        assert r["time_s"] == first[(r["dataset"], r["policy"], r["seed"], r["workload"])]["time_s"]
+
+
+def test_cli_writes_table_and_figures(tmp_path, capsys):
+    from dcpsim.cli import main
+
+    out = tmp_path / "out"
+    rc = main(["reproduce", "--quick", "--seeds", "1", "--out", str(out), "--no-progress", "--json"])
+    assert rc == 0
+    res = json.loads(capsys.readouterr().out)
+    assert {r["dataset"] for r in res["table"]} == {"github", "commoncrawl"}
+    for name in ("summary.csv", "summary.md", "cells.csv", "result.json", "tflops.png", "breakdown.png", "cp_mix.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+
+
+def test_bad_spec_folder_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="spec_dir"):
+        load_experiment(tmp_path / "missing")
+
+
+def test_calibration_may_not_target_dynamic(tmp_path):
+    d = tmp_path / "spec"
+    shutil.copytree(DEFAULT_SPEC_DIR, d, ignore=shutil.ignore_patterns("results"))
+    (d / "calibration.toml").write_text(
+        "[fitted.github]\nparameter='alpha'\nvalue=1.5\npublic_value=1.55\ntarget_policy='dynamic'\n"
+        "target_tflops=289.32\nfitted_tflops=289.0\nresidual_tflops=-0.32\nseeds=[0]\niterations=1\n"
+        "bounds=[1.05,4.0]\nat_bound=false\nconfig_hash='x'\n"
+    )
+    with pytest.raises(ConfigError, match="target_policy"):
+        read_calibration(Path(d / "calibration.toml"))
