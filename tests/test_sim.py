@@ -447,11 +447,14 @@ def test_bound_plan_is_reported_not_simulated():
     cfg = cfg_for(cluster__gpus=64)
     lay = build_layout(cfg, build_cost_model(cfg))
     lengths = github_batch(64, seed=4)
-    bound = Plan("bound", lay, lengths, [], dynamic=True, dropped={}, lower_bound_s=1.5)
+    bound = Plan("bound", lay, lengths, [], dynamic=True, dropped={i: "bound: not scheduled" for i in range(64)},
+                 lower_bound_s=1.5)
     res = run_simulation(cfg, plans=[bound])
     row = res.iterations.iloc[0]
     assert not row.simulated and row.iteration_time_s == 1.5 and np.isnan(row.compute_s)
     assert row.tflops_per_gpu == pytest.approx(build_cost_model(cfg).model.flops(lengths) / (1.5 * 64e12))
+    assert res.summary["tflops_per_gpu"] == pytest.approx(row.tflops_per_gpu) and np.isnan(res.summary["frac_bubble"])
+    assert len(res.ranks) == 0
     with pytest.raises(ConfigError, match="policy.name"):
         run_simulation(cfg, plans=[Plan("none", lay, lengths, [], dynamic=True)])
 

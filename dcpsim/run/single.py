@@ -18,7 +18,10 @@ seed only changes the sampled batches (and whatever the policy randomises).
 Policies without steps. A policy that returns a plan without microbatch
 steps but with ``lower_bound_s`` (the ``bound`` policy) is not simulated: its
 iteration row reports ``iteration_time_s = lower_bound_s`` and throughput from
-it, ``simulated = False``, NaN breakdown, and no per-rank rows. A plan with
+it with the FLOPs of the whole batch (the bound lists every sequence as
+"dropped" only because it schedules none), ``simulated = False``, NaN
+breakdown, and no per-rank rows. The bound covers the pipeline, not the
+gradient synchronisation. A plan with
 neither raises :class:`~dcpsim.errors.ConfigError` naming ``policy.name``.
 """
 
@@ -210,14 +213,13 @@ def _bound_row(plan: Plan, i: int, cost: CostModel, gpus: int, peak: float) -> d
     if plan.lower_bound_s is None:
         raise ConfigError("policy.name", plan.policy, "a policy whose plans have microbatch steps or a lower bound")
     T = float(plan.lower_bound_s)
-    kept = np.setdiff1d(np.arange(len(plan.lengths)), np.fromiter(plan.dropped, dtype=np.int64, count=len(plan.dropped)))
-    lens = plan.lengths[kept]
+    lens = np.asarray(plan.lengths, dtype=np.int64)  # the bound covers the whole batch (it schedules nothing)
     flops = cost.model.flops(lens)
     tflops = flops / (T * gpus * 1e12) if T > 0 else float("nan")
     row = {"iteration": i, "policy": plan.policy, "iteration_time_s": T, "sim_time_s": float("nan"),
            "tflops_per_gpu": tflops, "tokens_per_s": float(lens.sum()) / T if T > 0 else float("nan"),
            "mfu": tflops * 1e12 / peak, "flops": flops, "tokens": int(lens.sum()), "sequences": int(lens.size),
-           "dropped": len(plan.dropped), "steps": 0, "planning_time_s": float(plan.planning_time_s),
+           "dropped": 0, "steps": 0, "planning_time_s": float(plan.planning_time_s),
            "events": 0, "sim_wall_s": 0.0, "simulated": False}
     for k in BREAKDOWN:
         row[k] = float("nan")
@@ -252,7 +254,7 @@ def _summary(cfg: RunConfig, it, cp_hist: dict[int, int], gpus: int, peak: float
         "mfu": tflops * 1e12 / peak,
     }
     for k in BREAKDOWN:
-        s = float(it[k].sum())
+        s = float(it[k].sum(skipna=False))  # NaN for runs that were not simulated (bound)
         out[k] = s / max(len(it), 1)
         out["frac_" + k.removesuffix("_s")] = s / T if T > 0 else float("nan")
     for k in ("steps", "groups", "mean_cp"):
