@@ -24,6 +24,11 @@ PP = the smallest power of two dividing the layer count for which the model
 states plus M tokens of activations (``dcpsim.model.memory_per_gpu``, PP
 microbatches in flight) fit the cost model's memory limit. DP = the rest.
 
+Global batch: ``gbs`` sequences at the smallest size, grown in proportion to
+the GPU count by default (``batch_scaling="proportional"``: the same work per
+GPU, as large runs do); ``"fixed"`` keeps it, which shows the strong-scaling
+limit (few microbatches per DP rank, the pipeline bubble dominates).
+
 This module lives at ``dcpsim/planning.py`` (one module, above ``run`` in the
 data flow; ``dcpsim.policies.plan`` is something else: one iteration's schedule).
 """
@@ -43,6 +48,7 @@ LLAMA3_INTERRUPTIONS = 419
 LLAMA3_DAYS = 54
 LLAMA3_GPUS = 16384
 DEFAULT_POLICIES = ("packing", "dynamic")
+DEFAULT_ITERATIONS = 3  # simulated iterations per configuration (fresh global batch each)
 
 
 def llama3_gpu_mtbf_hours() -> float:
@@ -190,6 +196,7 @@ def plan_capacity(
     cp: int | None = None,
     base: RunConfig | None = None,
     gbs: int | None = None,
+    batch_scaling: str = "proportional",
     iterations: int | None = None,
     seed: int | None = None,
     failures: FailureModel | None = None,
@@ -199,7 +206,12 @@ def plan_capacity(
     """Simulate every (GPU type, size, policy) and cost it (see the module docstring).
 
     ``base``: a run configuration for everything not named here (default:
-    RunConfig defaults). ``jobs``: worker processes for the simulations.
+    RunConfig defaults). ``gbs`` (default: the base's) is the global batch
+    at the smallest size; ``batch_scaling="proportional"`` grows it with the
+    GPU count (same sequences per GPU: weak scaling), ``"fixed"`` keeps it
+    (strong scaling: few microbatches per rank at large sizes, so throughput
+    per GPU falls). ``iterations``: simulated iterations per configuration
+    (default 3). ``jobs``: worker processes for the simulations.
     ``runner``: the simulation function (default ``run_simulation``).
     Configurations that cannot run are rows with ``status`` and ``reason``.
     """
@@ -219,20 +231,23 @@ def plan_capacity(
         raise ConfigError("--sizes", sizes, "positive GPU counts")
     if not policies:
         raise ConfigError("--policies", policies, "at least one policy")
+    if batch_scaling not in ("proportional", "fixed"):
+        raise ConfigError("--batch-scaling", batch_scaling, "proportional or fixed")
     fm = failures or FailureModel()
     base = base or RunConfig()
     upd: dict[str, Any] = {"model.name": model, "workload.name": workload}
     if gbs is not None:
         upd["workload.gbs"] = gbs
-    if iterations is not None:
-        upd["sim.iterations"] = iterations
+    upd["sim.iterations"] = DEFAULT_ITERATIONS if iterations is None else iterations
     if seed is not None:
         upd["sim.seed"] = seed
     base = base.with_updates(upd)
 
     specs: list[tuple[dict[str, Any], RunSpec | None, str]] = []
+    gbs0 = base.workload.gbs
     for gpu, price in prices.items():
         for n in sizes:
+            batch = gbs0 if batch_scaling == "fixed" else max(1, round(gbs0 * n / sizes[0]))
             layout_err = ""
             try:
                 t, p, c = choose_layout(base.with_updates({"hardware.gpu": gpu}), n, tp=tp, pp=pp, cp=cp)
@@ -240,13 +255,15 @@ def plan_capacity(
                 t = p = c = None
                 layout_err = str(exc)
             for pol in policies:
-                ident = {"gpu": gpu, "price_per_gpu_h": price, "gpus": n, "policy": pol, "tp": t, "pp": p, "cp": c}
+                ident = {"gpu": gpu, "price_per_gpu_h": price, "gpus": n, "policy": pol, "tp": t, "pp": p, "cp": c,
+                         "gbs": batch}
                 if layout_err:
                     specs.append((ident, None, f"layout: {layout_err}"))
                     continue
                 try:
                     cfg = base.with_updates({"hardware.gpu": gpu, "cluster.gpus": n, "policy.name": pol,
-                                             "parallel.tp": t, "parallel.pp": p, "parallel.cp": c})
+                                             "parallel.tp": t, "parallel.pp": p, "parallel.cp": c,
+                                             "workload.gbs": batch})
                 except ConfigError as exc:
                     specs.append((ident, None, str(exc)))
                     continue
@@ -312,7 +329,7 @@ def plan_capacity(
     df["pareto"] = pareto_front(df, ok)
     req = {"model": model, "workload": workload, "tokens": tokens, "gpu_prices": prices, "sizes": sizes,
            "policies": list(policies), "deadline_days": deadline_days, "tp": tp, "pp": pp, "cp": cp,
-           "gbs": base.workload.gbs, "iterations": base.sim.iterations, "seed": base.sim.seed,
+           "gbs": gbs0, "batch_scaling": batch_scaling, "iterations": base.sim.iterations, "seed": base.sim.seed,
            "max_tokens_per_rank": base.parallel.max_tokens_per_rank, "max_len": base.workload.max_len,
            "failures": {"gpu_mtbf_h": fm.gpu_mtbf_h, "checkpoint_s": fm.checkpoint_s, "restart_s": fm.restart_s}}
     return CapacityPlan(df, recommend(df, deadline_days), req)

@@ -117,6 +117,7 @@ def test_small_real_plan(tmp_path):
     df = plan.rows
     assert len(df) == 2 * 2 * 2 and (df["status"] == "ok").all(), df[["status", "reason"]]
     assert (df["cp"] == 2).all() and (df["dp"] == df["gpus"] // 8).all()
+    assert (df["gbs"] == df["gpus"]).all()  # 32 sequences at 32 GPUs, grown in proportion
     assert np.allclose(df["time_to_train_h"], 1e11 / df["tokens_per_s"] / 3600)
     assert np.allclose(df["effective_time_h"], df["time_to_train_h"] / df["goodput"])
     assert np.allclose(df["gpu_hours"], df["gpus"] * df["effective_time_h"])

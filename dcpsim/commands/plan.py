@@ -18,8 +18,10 @@ def register(sub) -> None:
     p.add_argument("--pp", type=int, default=None, help="fix PP (default: smallest that fits memory)")
     p.add_argument("--cp", type=int, default=None, help="fix static CP (default: smallest power of two with CP*M >= max length)")
     p.add_argument("--config", default=None, help="base run TOML for everything else (max length, M, recompute, ...)")
-    p.add_argument("--gbs", type=int, default=None, help="global batch in sequences (default: the config's, 2048)")
-    p.add_argument("--iterations", type=int, default=None, help="simulated iterations per configuration (default: the config's)")
+    p.add_argument("--gbs", type=int, default=None, help="global batch in sequences at the smallest size (default: the config's, 2048)")
+    p.add_argument("--batch-scaling", default="proportional", choices=["proportional", "fixed"],
+                   help="proportional: the global batch grows with the GPU count (default); fixed: the same at every size")
+    p.add_argument("--iterations", type=int, default=None, help="simulated iterations per configuration (default 3)")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--mtbf-gpu-hours", type=float, default=None,
                    help="per-GPU mean time between failures in hours (default: from Llama 3, 54 d x 24 h x 16384 / 419)")
@@ -43,7 +45,7 @@ def run(args) -> int:
         args.model, args.workload, args.tokens, args.gpus, parse_int_list(args.sizes, "--sizes"),
         policies=[x.strip() for x in args.policies.split(",") if x.strip()], deadline_days=deadline,
         tp=args.tp, pp=args.pp, cp=args.cp, base=load_config(args.config) if args.config else None,
-        gbs=args.gbs, iterations=args.iterations, seed=args.seed, failures=fm, jobs=args.jobs,
+        gbs=args.gbs, batch_scaling=args.batch_scaling, iterations=args.iterations, seed=args.seed, failures=fm, jobs=args.jobs,
     )
     if args.plot:
         from dcpsim.report.plots import plot_cost_time
@@ -55,7 +57,7 @@ def run(args) -> int:
     if args.json:
         print_json(plan.to_dict())
         return 0
-    cols = ["gpu", "gpus", "policy", "tp", "pp", "cp", "dp", "status", "tflops_per_gpu", "scaling_efficiency",
+    cols = ["gpu", "gpus", "policy", "tp", "pp", "cp", "dp", "gbs", "status", "tflops_per_gpu", "scaling_efficiency",
             "goodput", "effective_days", "gpu_hours", "cost", "pareto", "meets_deadline"]
     rows = plan.rows.to_dict("records")
     for r in rows:
