@@ -197,7 +197,7 @@ def _kill_spec(tmp_path: Path, n_seeds: int) -> Path:
 
 
 def test_resume_after_sigkill(tmp_path):
-    spec = _kill_spec(tmp_path, 40)
+    spec = _kill_spec(tmp_path, 60)
     out = tmp_path / "killed"
     cmd = _cli("sweep", str(spec), "--out", str(out), "-j", "1", "--batch-size", "2", "--no-progress",
                "--no-figures", "--json")
@@ -206,16 +206,16 @@ def test_resume_after_sigkill(tmp_path):
     proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
     before = load_results(out, dedupe=False)
-    assert 0 < len(before) < 80
+    assert 0 < len(before) < 120
     first_session = set(before["sweep_session"])
     assert len(first_session) == 1
 
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["skipped_already_done"] == len(before) and summary["ran"] == 80 - len(before)
+    assert summary["skipped_already_done"] == len(before) and summary["ran"] == 120 - len(before)
     after = load_results(out, dedupe=False)
-    assert len(after) == 80 and after["config_hash"].is_unique  # every run exactly once
+    assert len(after) == 120 and after["config_hash"].is_unique  # every run exactly once
     assert set(after["config_hash"]) == {r.run_hash for r in load_sweep_spec(spec).runs()}
     kept = after[after["config_hash"].isin(before["config_hash"])]
     # the rows finished before the kill are the original rows: not rerun
@@ -224,7 +224,7 @@ def test_resume_after_sigkill(tmp_path):
 
 
 def test_ctrl_c_finishes_writing_and_says_how_to_resume(tmp_path):
-    spec = _kill_spec(tmp_path, 40)
+    spec = _kill_spec(tmp_path, 60)
     out = tmp_path / "int"
     cmd = _cli("sweep", str(spec), "--out", str(out), "-j", "1", "--batch-size", "2", "--no-progress", "--no-figures")
     proc = _start_and_wait(cmd, out, min_parts=1)
@@ -233,7 +233,7 @@ def test_ctrl_c_finishes_writing_and_says_how_to_resume(tmp_path):
     assert proc.returncode == 130, err
     assert "run the same command again to resume" in err
     n = len(load_results(out))
-    assert 0 < n < 80 and n % 2 == 0  # whole batches only
+    assert 0 < n < 120 and n % 2 == 0  # whole batches only
 
 
 # ---------------------------------------------------------------- executors
