@@ -390,6 +390,8 @@ def test_write_and_trace_schema(tmp_path):
     cfg = cfg_for(cluster__gpus=64, sim__iterations=2)
     lay = build_layout(cfg, build_cost_model(cfg))
     plans = [dynamic_plan(github_batch(128, seed=s), lay) for s in (1, 2)]
+    plans[1].planning_time_s = 500.0  # longer than iteration 0: stalls iteration 1 under planning = "hidden"
+    cfg = cfg.with_updates({"sim.planning": "hidden"})
     trace = tmp_path / "t" / "trace.json"
     res = run_simulation(cfg, plans=plans, trace_path=trace)
     paths = res.write(tmp_path / "out")
@@ -398,7 +400,11 @@ def test_write_and_trace_schema(tmp_path):
     conf = json.loads(paths["config"].read_text())
     assert conf["config_hash"] == cfg.config_hash() and conf["config"]["cluster"]["gpus"] == 64
     assert json.loads(paths["summary"].read_text())["summary"]["events"] == res.summary["events"]
-    _check_chrome_trace(json.loads(trace.read_text()), max_tracks=64)
+    doc = json.loads(trace.read_text())
+    _check_chrome_trace(doc, max_tracks=64)
+    stall = res.iterations.planning_stall_s
+    assert stall[0] == 0 and stall[1] == pytest.approx(500.0 - res.iterations.iteration_time_s[0])
+    assert any(e.get("cat") == "planning_stall" for e in doc["traceEvents"])
 
 
 def _check_chrome_trace(doc: dict, max_tracks: int) -> None:
@@ -406,6 +412,7 @@ def _check_chrome_trace(doc: dict, max_tracks: int) -> None:
     evs = doc["traceEvents"]
     assert isinstance(evs, list) and evs
     tracks, named = set(), set()
+    it_pid = next(e["pid"] for e in evs if e["name"] == "process_name" and e["args"]["name"] == "iterations")
     n_x = 0
     for e in evs:
         assert isinstance(e["name"], str) and e["ph"] in ("X", "M")
@@ -422,9 +429,14 @@ def _check_chrome_trace(doc: dict, max_tracks: int) -> None:
             if e["name"] == "thread_name":
                 named.add((e["pid"], e["tid"]))
     assert n_x > 0
-    rank_tracks = {t for t in tracks if t in named}
+    assert tracks <= named  # every track is named
+    rank_tracks = {t for t in tracks if t[0] != it_pid}
     assert 0 < len(rank_tracks) <= max_tracks
-    assert tracks - rank_tracks <= {(max(p for p, _ in tracks), 0)}  # the one "iterations" track
+    assert tracks - rank_tracks <= {(it_pid, 0), (it_pid, 1)}  # iterations and planning stalls
+    # ops on a rank's track never overlap (viewers need proper nesting)
+    for t in rank_tracks:
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in evs if e["ph"] == "X" and (e["pid"], e["tid"]) == t)
+        assert all(b0 <= a1 + 1e-6 for (_, b0), (a1, _) in zip(spans[:-1], spans[1:], strict=True))
 
 
 def test_static_and_dynamic_at_16k_gpus(tmp_path):

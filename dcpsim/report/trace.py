@@ -31,6 +31,17 @@ from dcpsim.sim.topology import Topology
 US = 1e6
 
 
+def _span(a_s: float, b_s: float) -> tuple[float, float]:
+    """(ts, dur) in microseconds, rounded to whole nanoseconds from the absolute times.
+
+    Rounding both ends (not the duration) keeps back-to-back ops on a track
+    exactly adjacent, so viewers never see a spurious overlap.
+    """
+    a = round(a_s * US, 3)
+    b = round(b_s * US, 3)
+    return a, round(max(b - a, 0.0), 3)
+
+
 def representative_tracks(pp: int, ranks: int, max_tracks: int = 64) -> list[tuple[int, int]]:
     """(stage, stage rank) pairs to draw: evenly spread, at most ``max_tracks``."""
     max_tracks = max(1, int(max_tracks))
@@ -48,6 +59,8 @@ def chrome_trace(records: list[IterationRecord], topology: Topology, *, max_trac
     it_pid = pp
     ev.append({"name": "process_name", "ph": "M", "pid": it_pid, "tid": 0, "args": {"name": "iterations"}})
     ev.append({"name": "process_sort_index", "ph": "M", "pid": it_pid, "tid": 0, "args": {"sort_index": -1}})
+    ev.append({"name": "thread_name", "ph": "M", "pid": it_pid, "tid": 0, "args": {"name": "iteration"}})
+    ev.append({"name": "thread_name", "ph": "M", "pid": it_pid, "tid": 1, "args": {"name": "planning stall"}})
     for p in sorted({p for p, _ in tracks}):
         ev.append({"name": "process_name", "ph": "M", "pid": p, "tid": 0, "args": {"name": f"pipeline stage {p}"}})
         ev.append({"name": "process_sort_index", "ph": "M", "pid": p, "tid": 0, "args": {"sort_index": p}})
@@ -59,12 +72,14 @@ def chrome_trace(records: list[IterationRecord], topology: Topology, *, max_trac
     for rec in records:
         w, tl = rec.work, rec.timeline
         t0 = rec.offset_s + rec.planning_stall_s
+        ts, dur = _span(rec.offset_s, rec.offset_s + rec.iteration_time_s)
         ev.append({"name": f"iteration {rec.index}", "cat": "iteration", "ph": "X", "pid": it_pid, "tid": 0,
-                   "ts": rec.offset_s * US, "dur": rec.iteration_time_s * US,
+                   "ts": ts, "dur": dur,
                    "args": {"policy": rec.policy, "steps": int(w.table.n_steps), "flops": float(w.flops)}})
         if rec.planning_stall_s > 0:
-            ev.append({"name": "planning stall", "cat": "planning_stall", "ph": "X", "pid": it_pid, "tid": 0,
-                       "ts": rec.offset_s * US, "dur": rec.planning_stall_s * US, "args": {}})
+            ts, dur = _span(rec.offset_s, rec.offset_s + rec.planning_stall_s)
+            ev.append({"name": "planning stall", "cat": "planning_stall", "ph": "X", "pid": it_pid, "tid": 1,
+                       "ts": ts, "dur": dur, "args": {}})
         gid = w.table.gid
         for p, r in tracks:
             for k in range(gid.shape[0]):
@@ -72,10 +87,10 @@ def chrome_trace(records: list[IterationRecord], topology: Topology, *, max_trac
                 if w.table.n_seqs[g] == 0:  # idle fillers and empty packs take no time
                     continue
                 for d, name, cat, cpx in ((FWD, "F", "forward", w.cp_fwd_s), (BWD, "B", "backward", w.cp_bwd_s)):
-                    s = float(tl.start[p, d, g])
+                    ts, dur = _span(t0 + float(tl.start[p, d, g]), t0 + float(tl.finish[p, d, g]))
                     ev.append({
                         "name": f"{name}{k} cp{int(w.table.size[g])}", "cat": cat, "ph": "X", "pid": p, "tid": r,
-                        "ts": (t0 + s) * US, "dur": (float(tl.finish[p, d, g]) - s) * US,
+                        "ts": ts, "dur": dur,
                         "args": {"step": k, "cp": int(w.table.size[g]), "group_start": int(w.table.start[g]),
                                  "local_tokens": float(w.local_tokens[g]), "sequences": int(w.table.n_seqs[g]),
                                  "cp_exposed_ms": float(cpx[p, g]) * 1e3},
@@ -85,8 +100,8 @@ def chrome_trace(records: list[IterationRecord], topology: Topology, *, max_trac
                      ("param all-gather", "param_gather", tl.optimizer_end_s[p], tl.stage_end_s[p]))
             for name, cat, a, b in spans:
                 if b > a:
-                    ev.append({"name": name, "cat": cat, "ph": "X", "pid": p, "tid": r, "ts": (t0 + float(a)) * US,
-                               "dur": float(b - a) * US, "args": {}})
+                    ts, dur = _span(t0 + float(a), t0 + float(b))
+                    ev.append({"name": name, "cat": cat, "ph": "X", "pid": p, "tid": r, "ts": ts, "dur": dur, "args": {}})
     return {"traceEvents": ev, "displayTimeUnit": "ms",
             "otherData": {"generator": "dcpsim", "tracks": len(tracks), "stages": pp, "ranks_per_stage": R}}
 
