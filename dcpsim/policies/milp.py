@@ -1,0 +1,312 @@
+"""``milp``: the exact optimum for small batches, with ``scipy.optimize.milp`` (HiGHS).
+
+Used in tests and in the optimality-gap study of the heuristics. Objective:
+the modelled iteration time (:mod:`dcpsim.policies.costs`) under the
+*additive* cost table :class:`~dcpsim.policies.costs.SeqCosts` (a linear
+objective needs additive costs; the returned plan is also scored with the
+exact cost model by whoever evaluates it). Within that model the result is
+optimal over all plans with at most ``max_steps`` steps, and
+``meta["dual_bound_s"]`` is a proven lower bound on that optimum even when
+the solver stops at its time limit.
+
+``mode="dynamic"`` (default): every step partitions the stage's ranks into
+aligned power-of-two slices of sizes ``min_cp .. max_dynamic_cp``.
+Variables ``x[i,k,b]`` (sequence ``i`` in block ``b`` of step ``k``, only where
+its padded share fits ``M``), ``y[k,b]`` (block used), step times ``S_k`` and
+their maximum ``G``::
+
+    min  Σ_k S_k + (pp-1)·G
+    s.t. Σ_{k,b} x[i,k,b] = 1                      every sequence once
+         x[i,k,b] ≤ y[k,b]
+         Σ_{b ∋ r} y[k,b] ≤ 1                      a rank in one group per step
+         Σ_i tok[i,b]·x[i,k,b] ≤ M·y[k,b]          token capacity per rank
+         Σ_i t[i,b]·x[i,k,b] ≤ S_k ≤ G             step time = slowest group
+         Σ_b c_b·(Σ_i t[i,b]·x[i,k,b]) ≤ R·S_k     (valid cut)
+         the p-th sequence (longest first) in a step ≤ p   (symmetry breaking)
+
+When every block of a size costs the same (all inside or all across the
+NVLink domain), block positions do not matter: the rank constraint becomes
+``Σ_b c_b·y[k,b] ≤ R`` (any multiset of power-of-two sizes with that total
+is laid out aligned, largest first) and equal-size blocks are used in order.
+
+``mode="static"``: group ``j`` of every step is DP replica ``j`` (ranks
+``[j·cp, (j+1)·cp)``) and the objective is ``max_j (Σ_k T_jk + (pp-1)·max_k
+T_jk)``, the static makespan model.
+
+Sizes are limited (``max_sequences`` 64, ``max_ranks`` 16 per stage,
+``max_variables`` 20000); larger inputs raise :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import sparse
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from dcpsim.errors import ConfigError
+from dcpsim.policies.base import Policy, dynamic_sizes, per_rank_tokens, raise_too_long, smallest_fitting_size
+from dcpsim.policies.costs import SeqCosts
+from dcpsim.policies.plan import Group, Layout, Plan, Step
+
+MODES = ("dynamic", "static")
+
+
+class MilpPolicy(Policy):
+    """``milp`` (see the module docstring).
+
+    Options: ``mode`` (``dynamic`` | ``static``), ``max_steps`` (default: the
+    capacity minimum + 3, at most the number of sequences), ``time_limit_s``
+    (default 60), ``max_sequences`` (64), ``max_ranks`` (16),
+    ``max_variables`` (20000).
+    """
+
+    name = "milp"
+    dynamic = True
+
+    def __init__(
+        self,
+        mode: str = "dynamic",
+        max_steps: int | None = None,
+        time_limit_s: float = 60.0,
+        max_sequences: int = 64,
+        max_ranks: int = 16,
+        max_variables: int = 20000,
+    ) -> None:
+        if mode not in MODES:
+            raise ConfigError("policy.options.mode", mode, f"one of {MODES}")
+        if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+            raise ConfigError("policy.options.max_steps", max_steps, "a positive integer or None")
+        if not isinstance(time_limit_s, (int, float)) or time_limit_s <= 0:
+            raise ConfigError("policy.options.time_limit_s", time_limit_s, "a positive number of seconds")
+        self.mode = mode
+        self.max_steps = max_steps
+        self.time_limit_s = float(time_limit_s)
+        self.max_sequences = int(max_sequences)
+        self.max_ranks = int(max_ranks)
+        self.max_variables = int(max_variables)
+
+    def _plan(self, lengths, layout, cost, rng) -> Plan:
+        n = lengths.size
+        R = layout.ranks_per_stage
+        if n > self.max_sequences:
+            raise ConfigError("lengths", f"{n} sequences", f"at most {self.max_sequences} for the milp policy")
+        if R > self.max_ranks:
+            raise ConfigError("layout", f"{R} ranks per stage", f"at most {self.max_ranks} for the milp policy")
+        M = layout.max_tokens_per_rank
+        if self.mode == "dynamic":
+            sizes = dynamic_sizes(layout)
+            need = smallest_fitting_size(lengths, sizes, M)
+            if (need < 0).any():
+                raise_too_long(lengths, need < 0, int(sizes[-1]), M, "dynamic")
+            blocks = [(int(s), int(c)) for c in sizes.tolist() for s in range(0, R - c + 1, c)]
+        else:
+            sizes = np.asarray([layout.cp])
+            bad = per_rank_tokens(lengths, layout.cp) > M
+            if bad.any():
+                raise_too_long(lengths, bad, layout.cp, M, "static")
+            blocks = [(j * layout.cp, layout.cp) for j in range(layout.dp)]
+        if n == 0:
+            return Plan(self.name, layout, lengths, [], self.mode == "dynamic", meta={"status": "empty"})
+        sc = SeqCosts(lengths, layout, cost, sizes)
+        tok_min = per_rank_tokens(lengths, int(sizes[-1])).sum()
+        m0 = max(1, int(np.ceil(tok_min / (R * M))))
+        K = self.max_steps if self.max_steps is not None else min(n, m0 + 3)
+        B = len(blocks)
+        sidx = np.array([sc.size_index[c] for _, c in blocks])
+        span = np.array([int(bool(layout.spans_network(s, c))) for s, c in blocks])
+        t = sc.time_s[sidx, span, :]  # (B, n)
+        tok = sc.tokens[sidx, :]  # (B, n)
+        feas = tok <= M  # (B, n)
+        if self.mode == "dynamic":
+            res, xi, meta = self._solve_dynamic(n, K, B, blocks, t, tok, feas, layout)
+        else:
+            res, xi, meta = self._solve_static(n, K, B, t, tok, feas, layout)
+        if res.x is None:
+            raise ConfigError(
+                "policy.options.max_steps", K, f"a step count with a feasible plan (solver: {res.message})"
+            )
+        x = np.round(res.x[: xi.shape[0]]).astype(bool)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for (i, k, b), on in zip(xi.tolist(), x.tolist(), strict=True):
+            if on:
+                groups.setdefault((k, b), []).append(i)
+        steps = []
+        for k in range(K):
+            if self.mode == "dynamic":
+                gs = [Group(blocks[b][0], blocks[b][1], sorted(groups[(k, b)])) for b in range(B) if (k, b) in groups]
+                if meta.get("formulation") == "slots":  # lay the groups out largest first from rank 0
+                    pos = 0
+                    for g in sorted(gs, key=lambda g: -g.size):
+                        g.start, pos = pos, pos + g.size
+            else:
+                if not any((k, b) in groups for b in range(B)):
+                    continue
+                gs = [Group(blocks[b][0], blocks[b][1], sorted(groups.get((k, b), []))) for b in range(B)]
+            if gs:
+                steps.append(Step(sorted(gs, key=lambda g: g.start)))
+        meta.update(
+            {
+                "mode": self.mode,
+                "max_steps": K,
+                "status": "optimal" if res.status == 0 else "time limit (best found)",
+                "objective_s": float(res.fun),
+                "dual_bound_s": float(getattr(res, "mip_dual_bound", res.fun) if res.status != 0 else res.fun),
+                "mip_gap": float(getattr(res, "mip_gap", 0.0) or 0.0),
+                "cost_model": "additive SeqCosts table (see dcpsim.policies.costs)",
+            }
+        )
+        return Plan(self.name, layout, lengths, steps, self.mode == "dynamic", meta=meta)
+
+    # ------------------------------------------------------------- dynamic
+    def _solve_dynamic(self, n, K, B, blocks, t, tok, feas, layout: Layout):
+        """Block formulation, or the slot formulation when a group's position does not change its cost."""
+        R, M, pp = layout.ranks_per_stage, layout.max_tokens_per_rank, layout.pp
+        sizes_b = np.array([c for _, c in blocks])
+        # slots: positions do not matter when every block of a size has the same cost (all inside or all
+        # across the NVLink domain); then a step is any multiset of sizes with total <= R (largest first
+        # from rank 0 is aligned), and slots of one size are interchangeable (ordered by time below)
+        same = all(
+            np.allclose(t[sizes_b == c], t[sizes_b == c][0]) for c in np.unique(sizes_b)
+        )
+        rows, cols, vals, lo, hi = [], [], [], [], []
+        r = 0
+
+        def add(cs, vs, lb, ub):
+            nonlocal r
+            rows.extend([r] * len(cs))
+            cols.extend(int(x) for x in cs)
+            vals.extend(float(v) for v in vs)
+            lo.append(lb)
+            hi.append(ub)
+            r += 1
+
+        pairs = np.argwhere(feas.T)  # (i, b)
+        xi = np.array([(i, k, b) for k in range(K) for i, b in pairs.tolist()], dtype=np.int64).reshape(-1, 3)
+        nx = xi.shape[0]
+        ny = K * B
+        nvar = nx + ny + K + 1
+        if nvar > self.max_variables:
+            raise ConfigError("milp problem", f"{nvar} variables", f"at most {self.max_variables} (fewer sequences or steps)")
+        sid = nx + ny
+        gid = nx + ny + K
+        xk = xi[:, 1] * B + xi[:, 2]  # (k, b) of each x
+        by_kb = [[] for _ in range(K * B)]
+        for v, kb in enumerate(xk.tolist()):
+            by_kb[kb].append(v)
+        by_i = [[] for _ in range(n)]
+        by_ik = [[] for _ in range(n * K)]
+        for v, (i, k, _) in enumerate(xi.tolist()):
+            by_i[i].append(v)
+            by_ik[i * K + k].append(v)
+        for i in range(n):  # every sequence once
+            add(by_i[i], [1.0] * len(by_i[i]), 1.0, 1.0)
+        # steps are interchangeable: number them by their first sequence in a fixed order, so the
+        # sequence at position p of that order sits in a step <= p
+        rank_of = np.empty(n, dtype=np.int64)
+        rank_of[np.lexsort((np.arange(n), -np.where(feas, t, 0).max(axis=0)))] = np.arange(n)
+        for i in range(n):
+            late = [v for v in by_i[i] if xi[v, 1] > rank_of[i]]
+            if late:
+                add(late, [1.0] * len(late), 0.0, 0.0)
+        for v in range(nx):  # x <= y
+            add([v, nx + int(xk[v])], [1.0, -1.0], -np.inf, 0.0)
+        for k in range(K):
+            if same:  # total ranks of the step's groups
+                add([nx + k * B + b for b in range(B)], sizes_b.tolist(), -np.inf, float(R))
+            else:
+                for rank in range(R):  # one group per rank
+                    cs = [nx + k * B + b for b, (s0, c) in enumerate(blocks) if s0 <= rank < s0 + c]
+                    add(cs, [1.0] * len(cs), -np.inf, 1.0)
+            work_cols, work_vals = [], []
+            for b in range(B):
+                sel = by_kb[k * B + b]
+                ii = xi[sel, 0]
+                add(sel + [nx + k * B + b], tok[b, ii].tolist() + [-float(M)], -np.inf, 0.0)
+                add(sel + [sid + k], t[b, ii].tolist() + [-1.0], -np.inf, 0.0)
+                work_cols += sel
+                work_vals += (sizes_b[b] * t[b, ii]).tolist()
+            # valid cuts: a step lasts at least its GPU-seconds / R, and at least each of its sequences
+            add(work_cols + [sid + k], work_vals + [-float(R)], -np.inf, 0.0)
+            for i in range(n):
+                sel = by_ik[i * K + k]
+                if sel:
+                    add(sel + [sid + k], t[xi[sel, 2], i].tolist() + [-1.0], -np.inf, 0.0)
+            add([sid + k, gid], [1.0, -1.0], -np.inf, 0.0)
+            if same:  # interchangeable slots of one size: used ones first
+                for b in range(1, B):
+                    if sizes_b[b] == sizes_b[b - 1]:
+                        add([nx + k * B + b, nx + k * B + b - 1], [1.0, -1.0], -np.inf, 0.0)
+        cobj = np.zeros(nvar)
+        cobj[sid : sid + K] = 1.0
+        cobj[gid] = pp - 1
+        integrality = np.zeros(nvar)
+        integrality[: nx + ny] = 1
+        ub = np.full(nvar, np.inf)
+        ub[: nx + ny] = 1.0
+        lb = np.zeros(nvar)
+        # the slowest step is at least the longest sequence's fastest time
+        lb[gid] = float(np.where(feas, t, np.inf).min(axis=0).max())
+        A = sparse.csr_array((vals, (rows, cols)), shape=(r, nvar))
+        res = milp(
+            cobj,
+            constraints=LinearConstraint(A, lo, hi),
+            integrality=integrality,
+            bounds=Bounds(lb, ub),
+            options={"time_limit": self.time_limit_s, "mip_rel_gap": 1e-6, "disp": False},
+        )
+        return res, xi, {"variables": nvar, "constraints": r, "formulation": "slots" if same else "blocks"}
+
+    # -------------------------------------------------------------- static
+    def _solve_static(self, n, K, B, t, tok, feas, layout: Layout):
+        M, pp = layout.max_tokens_per_rank, layout.pp
+        # x[i,k,j]; T[k,j] step time of replica j; X[j] its max; Z overall
+        xi = np.array([(i, k, j) for k in range(K) for i in range(n) for j in range(B)], dtype=np.int64).reshape(-1, 3)
+        nx = xi.shape[0]
+        tid = lambda k, j: nx + k * B + j  # noqa: E731
+        mid = nx + K * B
+        zid = mid + B
+        nvar = zid + 1
+        if nvar > self.max_variables:
+            raise ConfigError("milp problem", f"{nvar} variables", f"at most {self.max_variables} (fewer sequences or steps)")
+        rows, cols, vals, lo, hi = [], [], [], [], []
+        r = 0
+
+        def add(cs, vs, lb, ub):
+            nonlocal r
+            rows.extend([r] * len(cs))
+            cols.extend(cs)
+            vals.extend(vs)
+            lo.append(lb)
+            hi.append(ub)
+            r += 1
+
+        for i in range(n):
+            sel = np.nonzero(xi[:, 0] == i)[0]
+            add(sel.tolist(), [1.0] * sel.size, 1.0, 1.0)
+        xk = xi[:, 1] * B + xi[:, 2]
+        for k in range(K):
+            for j in range(B):
+                sel = np.nonzero(xk == k * B + j)[0]
+                ii = xi[sel, 0]
+                add(sel.tolist(), tok[j, ii].astype(float).tolist(), -np.inf, float(M))
+                add(sel.tolist() + [tid(k, j)], t[j, ii].tolist() + [-1.0], -np.inf, 0.0)
+                add([tid(k, j), mid + j], [1.0, -1.0], -np.inf, 0.0)
+                if k:
+                    add([tid(k, j), tid(k - 1, j)], [1.0, -1.0], -np.inf, 0.0)
+        for j in range(B):
+            add([tid(k, j) for k in range(K)] + [mid + j, zid], [1.0] * K + [float(pp - 1), -1.0], -np.inf, 0.0)
+        cobj = np.zeros(nvar)
+        cobj[zid] = 1.0
+        integrality = np.zeros(nvar)
+        integrality[:nx] = 1
+        ub = np.full(nvar, np.inf)
+        ub[:nx] = 1.0
+        A = sparse.csr_array((vals, (rows, cols)), shape=(r, nvar))
+        res = milp(
+            cobj,
+            constraints=LinearConstraint(A, lo, hi),
+            integrality=integrality,
+            bounds=Bounds(np.zeros(nvar), ub),
+            options={"time_limit": self.time_limit_s, "mip_rel_gap": 1e-6, "disp": False},
+        )
+        return res, xi, {"variables": nvar, "constraints": r}
