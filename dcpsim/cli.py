@@ -20,6 +20,7 @@ COMMANDS = [
     "profiles",
     "workload",
     "cost",
+    "schedule",
     "simulate",
     "reproduce",
     "profile",
