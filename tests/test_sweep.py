@@ -300,3 +300,4 @@ def test_cli_sweep_and_plot(tmp_path):
                  "--out", str(tmp_path / "p.pdf")]) == 0
     assert (tmp_path / "p.pdf").stat().st_size > 1000
     assert main(["plot", str(out), "--x", "gpus", "--y", "no_such_column"]) == 2
+    assert main(["sweep", str(spec), "--out", str(out), "--slurm-account", "a"]) == 2  # needs --slurm

@@ -41,10 +41,18 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+_SLURM_DEFAULTS = {"jobs": 1, "cores": 16, "processes": None, "memory": "32GB", "walltime": "01:00:00", "queue": None,
+                   "account": None, "interface": None, "extra": [], "prologue": [], "python": None}
+
+
 def slurm_options(args):
+    from dcpsim.errors import ConfigError
     from dcpsim.run.executors import SlurmOptions
 
     if not args.slurm:
+        given = [f"--slurm-{k.replace('_', '-')}" for k, default in _SLURM_DEFAULTS.items() if getattr(args, f"slurm_{k}") != default]
+        if given:
+            raise ConfigError("--slurm", False, f"--slurm when {', '.join(given)} is given")
         return None
     return SlurmOptions(jobs=args.slurm_jobs, cores=args.slurm_cores, processes=args.slurm_processes,
                         memory=args.slurm_memory, walltime=args.slurm_walltime, queue=args.slurm_queue,

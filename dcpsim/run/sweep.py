@@ -689,6 +689,10 @@ def run_sweep(
 
     Raises :class:`SweepInterrupted` after SIGINT/SIGTERM, once every
     finished batch is written.
+
+    Local worker processes start with ``forkserver``: a script that calls
+    this with ``jobs > 1`` needs the usual ``if __name__ == "__main__":``
+    guard, as any multiprocessing code.
     """
     from dcpsim.run.executors import make_executor
 
@@ -768,8 +772,10 @@ def run_sweep(
         if figures:
             from dcpsim.report.plots import standard_figures
 
-            df = load_results(out)
-            result.figures = standard_figures(df, out / "figures", axes=spec.axis_fields)
+            try:
+                result.figures = standard_figures(load_results(out), out / "figures", axes=spec.axis_fields)
+            except Exception as exc:  # noqa: BLE001 - results are safe on disk; report, do not lose the sweep
+                result.figures = {"all": f"failed: {type(exc).__name__}: {exc} (run `dcpsim plot DIR --standard`)"}
         result.wall_s = time.perf_counter() - t_start
     return result
 
