@@ -39,7 +39,7 @@ def run(args) -> int:
     prof = get_profile(args.profile)
     model_name = args.model or prof.measured.get("model", "llama-13b")
     scale = args.scale
-    if scale is None and args.model is None:
+    if scale is None and args.model is None and "model_scale" in prof.measured:
         try:
             scale = int(prof.measured.get("model_scale", "1"))
         except ValueError:

@@ -242,8 +242,8 @@ def run_validation(
 ) -> ValidationResult:
     """Time one layer per pack, compare with the cost model, write ``VALIDATION.md``.
 
-    ``out`` is the Markdown file to write (default ``<profile folder>/VALIDATION.md``;
-    nothing is written when the profile has no folder and ``out`` is None).
+    ``out`` is the Markdown file to write (default ``<profile folder>/VALIDATION.md``
+    for a measured or mixed profile; nothing for a public one unless ``out``).
     ``threads`` (CPU) defaults to the intra-op thread count the profile was
     measured with.
     """
@@ -335,9 +335,12 @@ def _run_validation(prof: HardwareProfile, model: ModelSpec, *, pack_tokens, sho
         "seed": seed,
     } | info.metadata()
     res = ValidationResult(rows, meta, float(errs.mean()), float(errs.max()), notes=notes)
-    target = out if out is not None else (Path(prof.path) / "VALIDATION.md" if prof.path else None)
+    # a shipped public profile is data of the repository: write next to it only when asked (--out)
+    target = out if out is not None else (Path(prof.path) / "VALIDATION.md" if prof.path and prof.kind != "public" else None)
     if target is not None:
         res.path = write_validation_md(res, target)
+    else:
+        res.notes.append(f"{prof.name} is a public profile: no VALIDATION.md written (give --out to write one)")
     return res
 
 
