@@ -50,7 +50,8 @@ class Policy(ABC):
     :meth:`plan` does the shared work around :meth:`_plan`: it checks the
     input, times the planning (``Plan.planning_time_s``, wall seconds of
     :meth:`_plan` only), fills ``Plan.lower_bound_s`` with
-    :func:`~dcpsim.policies.bound.lower_bound_s` and validates the plan.
+    :func:`~dcpsim.policies.bound.lower_bound_s` of the sequences it did not
+    drop, and validates the plan.
     """
 
     name: ClassVar[str] = ""
@@ -80,7 +81,9 @@ class Policy(ABC):
         plan = self._plan(lengths, layout, cost, rng)
         plan.planning_time_s = time.perf_counter() - t0
         if plan.lower_bound_s is None:
-            plan.lower_bound_s = lower_bound_s(lengths, layout, cost)
+            kept = np.ones(lengths.size, dtype=bool)
+            kept[list(plan.dropped)] = False
+            plan.lower_bound_s = lower_bound_s(lengths[kept], layout, cost)
         plan.meta.setdefault("options", self.options())
         return plan.validate()
 
@@ -203,7 +206,7 @@ def raise_too_long(lengths: np.ndarray, bad: np.ndarray, largest: int, capacity:
     i = int(ids[np.argmax(lengths[ids])])
     raise InfeasibleError(
         "capacity",
-        f"sequence {i} has {int(lengths[i])} tokens; the largest {what} CP group ({largest} ranks x "
+        f"sequence {i} has {int(lengths[i])} tokens; the largest {what + ' ' if what else ''}CP group ({largest} ranks x "
         f"{capacity} tokens per rank, each sequence padded to a multiple of 2*cp) cannot hold it "
         f"({int(bad.sum())} sequence(s) too long)",
     )

@@ -67,7 +67,7 @@ import numpy as np
 
 from dcpsim.cost.model import GEMM_BWD_FLOPS_FACTOR
 from dcpsim.errors import ConfigError
-from dcpsim.policies.base import Policy, check_lengths, dynamic_sizes, per_rank_tokens
+from dcpsim.policies.base import Policy, check_lengths, dynamic_sizes, per_rank_tokens, raise_too_long
 from dcpsim.policies.costs import split_parts
 from dcpsim.policies.plan import Layout, Plan
 
@@ -122,11 +122,13 @@ def profile_is_monotone(profile) -> bool:
     return res
 
 
-def bound_terms(lengths, layout: Layout, cost) -> dict:
+def bound_terms(lengths, layout: Layout, cost, *, standalone: bool = True) -> dict:
     """The terms of the bound (seconds): ``work_s`` (W/R) and ``longest_s`` (t1) for every scope.
 
     Returns ``{"any": (W/R, t1), "dynamic": (...), "static": (...)}`` plus
-    ``gemm_s_per_token`` (λ).
+    ``gemm_s_per_token`` (λ) and ``monotone_profile``. ``standalone=False``
+    leaves out the exact-time-alone term (``hi = lo``): the result then also
+    bounds the additive :class:`~dcpsim.policies.costs.SeqCosts` model.
     """
     L = check_lengths(lengths)
     M = layout.max_tokens_per_rank
@@ -149,7 +151,7 @@ def bound_terms(lengths, layout: Layout, cost) -> dict:
     lo = attn[: ns * n].reshape(ns, n) + lam * tok  # per-rank seconds on each size
     hi = lo
     monotone = profile_is_monotone(cost.profile)
-    if monotone:
+    if monotone and standalone:
         # a size can only be timed inside (or across) the domain if some slice of it is
         inside, across = _span_options(layout, sizes, dyn)
         t_in = np.where(inside[:, None], bc.total_s[: ns * n].reshape(ns, n), np.inf)
@@ -190,17 +192,18 @@ def _span_options(layout: Layout, sizes: np.ndarray, dyn: np.ndarray) -> tuple[n
     return inside, across
 
 
-def lower_bound_s(lengths, layout: Layout, cost, *, scope: str = "any") -> float:
+def lower_bound_s(lengths, layout: Layout, cost, *, scope: str = "any", standalone: bool = True) -> float:
     """Lower bound (s) on the modelled iteration time of any plan of ``lengths`` on ``layout``.
 
     ``scope``: ``"any"`` (valid for every policy; the value plans record),
     ``"dynamic"`` (dynamic plans only; tighter under PP) or ``"static"``.
     See the module docstring for the proof. ``inf`` if a sequence fits no
-    group of the scope.
+    group of the scope. ``standalone=False``: without the exact-time-alone
+    term, so that it also bounds the additive SeqCosts model (used by ``milp``).
     """
     if scope not in SCOPES:
         raise ConfigError("scope", scope, f"one of {SCOPES}")
-    terms = bound_terms(lengths, layout, cost)
+    terms = bound_terms(lengths, layout, cost, standalone=standalone)
     return _combine(terms, layout, scope)
 
 
@@ -236,6 +239,13 @@ class BoundPolicy(Policy):
     def _plan(self, lengths, layout, cost, rng) -> Plan:
         terms = bound_terms(lengths, layout, cost)
         value = _combine(terms, layout, self.scope)
+        if not np.isfinite(value):
+            sizes = dynamic_sizes(layout) if self.scope != "static" else np.array([layout.cp])
+            largest = int(max(sizes.max(), layout.cp if self.scope == "any" else 0))
+            fits = (per_rank_tokens(lengths[None, :], sizes[:, None]) <= layout.max_tokens_per_rank).any(axis=0)
+            if self.scope == "any":
+                fits |= per_rank_tokens(lengths, layout.cp) <= layout.max_tokens_per_rank
+            raise_too_long(lengths, ~fits, largest, layout.max_tokens_per_rank, self.scope if self.scope != "any" else "")
         w, t1 = terms[self.scope]
         meta = {
             "executable": False,

@@ -101,7 +101,7 @@ class DynamicPolicy(Policy):
         for st in steps:
             for g in st.groups:
                 hist[g.size] = hist.get(g.size, 0) + 1
-        meta = {"microbatches": len(steps), "groups_per_size": dict(sorted(hist.items())), **stats}
+        meta = {"microbatches": len(steps), "groups_per_size": {str(c): v for c, v in sorted(hist.items())}, **stats}
         return Plan(self.name, layout, lengths, steps, True, meta=meta)
 
 

@@ -106,7 +106,8 @@ class MilpPolicy(Policy):
                 raise_too_long(lengths, bad, layout.cp, M, "static")
             blocks = [(j * layout.cp, layout.cp) for j in range(layout.dp)]
         if n == 0:
-            return Plan(self.name, layout, lengths, [], self.mode == "dynamic", meta={"status": "empty"})
+            meta = {"status": "optimal", "objective_s": 0.0, "dual_bound_s": 0.0, "additive_lower_bound_s": 0.0}
+            return Plan(self.name, layout, lengths, [], self.mode == "dynamic", meta=meta)
         sc = SeqCosts(lengths, layout, cost, sizes)
         tok_min = per_rank_tokens(lengths, int(sizes[-1])).sum()
         m0 = max(1, int(np.ceil(tok_min / (R * M))))
@@ -144,8 +145,12 @@ class MilpPolicy(Policy):
                 gs = [Group(blocks[b][0], blocks[b][1], sorted(groups.get((k, b), []))) for b in range(B)]
             if gs:
                 steps.append(Step(sorted(gs, key=lambda g: g.start)))
+        from dcpsim.policies.bound import lower_bound_s
+
         meta.update(
             {
+                # the bound that also holds for the additive model the objective uses
+                "additive_lower_bound_s": lower_bound_s(lengths, layout, cost, standalone=False),
                 "mode": self.mode,
                 "max_steps": K,
                 "status": "optimal" if res.status == 0 else "time limit (best found)",

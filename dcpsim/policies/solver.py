@@ -136,7 +136,7 @@ class DynamicSolverPolicy(Policy):
             "fits_memory": ev.fits_memory,
             "modelled_makespan_s": ev.makespan_s,
             "candidates": [{"m": c[2], "makespan_s": c[1], "fits_memory": not c[0], "steps": c[3].n_steps} for c in cands],
-            "groups_per_size": dict(sorted(hist.items())),
+            "groups_per_size": {str(c): v for c, v in sorted(hist.items())},
         }
         return plan
 
