@@ -110,6 +110,8 @@ class BlogExperiment:
         name, title: identification.
         datasets: dataset name -> primary RunConfig (public-facts workload).
         policies: policies of the main table; ``baseline`` and ``headline`` among them.
+        compared: policies whose results are set against the published Dynamic-CP figures
+            (``headline`` first); the baseline is set against the published packing figures.
         published: dataset -> {"packing", "dynamic", "speedup"} reference values.
         tolerances: {"speedup_rel_tol", "tflops_rel_tol"} of the issue's targets.
         modes: "full" and "quick" run sizes.
@@ -126,6 +128,7 @@ class BlogExperiment:
     policies: tuple[str, ...]
     baseline: str
     headline: str
+    compared: tuple[str, ...]
     published: dict[str, dict[str, float]]
     tolerances: dict[str, float]
     modes: dict[str, Mode]
@@ -263,6 +266,13 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:
         if pol not in policies:
             raise ConfigError(f"experiment.{key}", pol, f"one of experiment.policies {list(policies)}")
 
+    compared = tuple(ex.get("compared_to_published", [headline]))
+    if headline not in compared:
+        compared = (headline, *compared)
+    for pol in compared:
+        if pol not in policies or pol == baseline:
+            raise ConfigError("experiment.compared_to_published", pol, f"a non-baseline policy of {list(policies)}")
+
     datasets = {name: load_config(d / str(fname)) for name, fname in _need(raw, "datasets", "experiment.toml", dict).items()}
     if not datasets:
         raise ConfigError("datasets", {}, "at least one dataset")
@@ -324,6 +334,7 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:
         policies=policies,
         baseline=baseline,
         headline=headline,
+        compared=compared,
         published=published,
         tolerances=tolerances,
         modes=modes,

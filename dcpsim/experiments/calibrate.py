@@ -45,6 +45,8 @@ class CalibrationFit:
     evaluations: list[tuple[float, float]] = field(default_factory=list)  # (parameter value, TFLOPS/GPU)
     bracketed: bool = False
     wall_s: float = 0.0
+    tflops_se: float = float("nan")  # seed-to-seed standard error of the pooled TFLOPS at the fitted value
+    value_se: float = float("nan")  # that error carried to the parameter through the local slope of the grid
 
 
 def fit_dataset(
@@ -89,6 +91,7 @@ def fit_dataset(
     seed_list = tuple(range(n_seeds))
 
     cache: dict[float, float] = {}
+    cells: dict[float, list[dict[str, Any]]] = {}
     t0 = time.perf_counter()
 
     def f(p: float) -> float:
@@ -105,6 +108,7 @@ def fit_dataset(
             if bad:
                 raise ConfigError(f"calibration.{param}", p, f"a value every seed can run ({bad[0]['reason']})")
             cache[key] = pooled_tflops(rows)
+            cells[key] = rows
             if on_eval is not None:
                 on_eval(float(p), cache[key])
         return cache[key]
@@ -128,7 +132,7 @@ def fit_dataset(
     cfg = exp.config(dataset, policy, calibrated=False, seed=0, iterations=n_its, workload={**public, param: best})
     note = (
         f"{param} fitted by a {grid_points}-point grid + Brent search so that pooled simulated '{policy}' "
-        f"TFLOPS/GPU over seeds {list(seed_list)} x {n_its} iteration(s) matches the published {policy} figure; "
+        f"TFLOPS/GPU over seeds 0..{n_seeds - 1} x {n_its} iteration(s) matches the published {policy} figure; "
         "nothing else was fitted."
     )
     if not bracketed:
@@ -150,7 +154,26 @@ def fit_dataset(
         note=note,
     )
     evals = sorted(cache.items())
-    return CalibrationFit(fitted=fp, evaluations=evals, bracketed=bracketed, wall_s=time.perf_counter() - t0)
+    se = pooled_se(cells[round(best, 12)])
+    gx = np.asarray(grid, dtype=float)
+    gy = np.asarray([cache[round(float(p), 12)] for p in grid])
+    k = int(np.clip(np.searchsorted(gx, best), 1, len(gx) - 1))
+    slope = (gy[k] - gy[k - 1]) / (gx[k] - gx[k - 1])
+    value_se = abs(se / slope) if slope != 0 else float("inf")
+    return CalibrationFit(fitted=fp, evaluations=evals, bracketed=bracketed, wall_s=time.perf_counter() - t0,
+                          tflops_se=se, value_se=value_se)
+
+
+def pooled_se(rows: list[dict[str, Any]]) -> float:
+    """Standard error (TFLOPS/GPU) of the pooled throughput ``ΣF/(ΣT·G)`` over seeds (ratio estimator)."""
+    f = np.array([r["flops"] for r in rows], dtype=float)
+    t = np.array([r["time_s"] for r in rows], dtype=float)
+    n = f.size
+    if n < 2:
+        return float("nan")
+    ratio = f.sum() / t.sum()
+    resid = f - ratio * t
+    return float(np.sqrt(resid.var(ddof=1) / n) / t.mean() / (int(rows[0]["gpus"]) * 1e12))
 
 
 def _toml_value(v: Any) -> str:
@@ -195,10 +218,13 @@ def write_calibration(path: Path, fits: dict[str, CalibrationFit], exp: BlogExpe
             f"target_tflops = {_toml_value(fp.target_tflops)}        # published packing TFLOPS/GPU (published.toml)",
             f"fitted_tflops = {_toml_value(round(fp.fitted_tflops, 4))}",
             f"residual_tflops = {_toml_value(round(fp.residual_tflops, 4))}",
+            f"tflops_se = {_toml_value(round(fit.tflops_se, 3))}        # seed-to-seed standard error of fitted_tflops",
+            f"value_se = {_toml_value(round(fit.value_se, 4))}         # tflops_se / local slope: how well the seeds pin the value",
             f"bracketed = {_toml_value(fit.bracketed)}",
             f"at_bound = {_toml_value(fp.at_bound)}",
             f"bounds = {_toml_value(list(fp.bounds))}",
             f"seeds = {_toml_value(list(fp.seeds))}",
+            f"seed_count = {len(fp.seeds)}",
             f"iterations = {_toml_value(fp.iterations)}",
             f"config_hash = {_toml_value(fp.config_hash)}   # RunConfig of seed 0 at the fitted value",
             f"fit_wall_s = {_toml_value(round(fit.wall_s, 1))}",
