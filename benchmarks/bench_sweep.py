@@ -8,7 +8,9 @@ GitHub workload, global batch 256 sequences (max 131072 tokens, M = 65536),
 one iteration per run; half the runs packing, half dynamic; each run a
 different seed (so every run is distinct). Reported per setting: wall time of
 the whole sweep (pool start-up, parquet parts and all), runs per minute, and
-the median and interquartile range of the per-run simulation time. With
+the median and interquartile range of the per-run simulation time, the
+median CPU time per run, and the machine's load average (the numbers are only
+comparable on an otherwise idle machine). With
 ``--repeat`` the sweep is repeated and the median and range of runs per minute
 are reported.
 """
@@ -55,10 +57,12 @@ def bench(runs: int, jobs: int, seed0: int) -> dict:
         wall = time.perf_counter() - t0
         df = load_results(Path(d) / "out")
     per_run = df["wall_s"].to_numpy(float)
+    cpu = df["cpu_s"].to_numpy(float)
     return {"jobs": jobs, "runs": res.n_done, "ok": res.counts.get("ok", 0), "wall_s": wall,
             "runs_per_min": 60.0 * res.n_done / wall, "batches": res.batches,
             "run_s_median": float(np.median(per_run)), "run_s_p25": float(np.percentile(per_run, 25)),
-            "run_s_p75": float(np.percentile(per_run, 75)), "counts": res.counts}
+            "run_s_p75": float(np.percentile(per_run, 75)), "cpu_s_median": float(np.median(cpu)),
+            "load_avg_1min_after": os.getloadavg()[0], "counts": res.counts}
 
 
 def main() -> None:
@@ -80,7 +84,8 @@ def main() -> None:
         print(f"-j {j}: {summary['runs_per_min_median']:.1f} runs/min (range {min(rpm):.1f}-{max(rpm):.1f}, "
               f"{args.repeat} repeat(s)); per run median {r0['run_s_median']:.3f} s "
               f"(IQR {r0['run_s_p25']:.3f}-{r0['run_s_p75']:.3f}); {r0['runs']} runs in {r0['wall_s']:.1f} s, "
-              f"{r0['batches']} tasks; {r0['counts']}", flush=True)
+              f"{r0['batches']} tasks; CPU per run median {r0['cpu_s_median']:.3f} s; "
+              f"load average after {r0['load_avg_1min_after']:.1f}; {r0['counts']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
 

@@ -97,7 +97,7 @@ class LocalExecutor(SerialExecutor):
         ctx = mp.get_context(method)
         if method == "forkserver":
             # imported once in the fork server, so each worker starts warm
-            ctx.set_forkserver_preload(["dcpsim.run.sweep", "dcpsim.run.single"])
+            ctx.set_forkserver_preload(["dcpsim.run.sweep", "dcpsim.run.single", "dcpsim.workload", "dcpsim.policies"])
         self._pool = cf.ProcessPoolExecutor(max_workers=self.n_workers, mp_context=ctx, initializer=_worker_init)
 
     def submit(self, fn, *args) -> cf.Future:

@@ -51,7 +51,8 @@ Output directory::
 One row per run: the simulator's ``summary`` (flat; dict and list values as
 JSON strings), the swept values (columns named by dotted path), and
 ``config_hash``, ``status`` (``ok`` | ``infeasible`` | ``error`` | ``failed``),
-``reason``, ``wall_s`` (seconds the run took), ``sweep_session`` and
+``reason``, ``wall_s`` (seconds the run took), ``cpu_s`` (CPU seconds of the
+worker process during the run), ``sweep_session`` and
 ``finished_at`` (Unix seconds). ``infeasible`` is an
 :class:`~dcpsim.errors.InfeasibleError`, ``error`` any other dcpsim error
 (bad configuration), ``failed`` an unexpected exception (a bug: reported,
@@ -399,7 +400,7 @@ def _resolve_runner(runner: Runner | str | None) -> Runner:
 
 def execute_run(rs: RunSpec, runner: Runner | str | None = None) -> dict[str, Any]:
     """Run one configuration and return its row (never raises for a configuration that cannot run)."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     row: dict[str, Any] = {}
     status, reason = "ok", ""
     if rs.config is None:
@@ -423,7 +424,7 @@ def execute_run(rs: RunSpec, runner: Runner | str | None = None) -> dict[str, An
     for k, v in rs.axes.items():
         row[k] = flat_value(v)
     row |= {"config_hash": rs.run_hash, "status": status, "reason": reason,
-            "wall_s": time.perf_counter() - t0}
+            "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0}
     return row
 
 
