@@ -153,3 +153,13 @@ def test_bad_lengths():
         CM.pack_cost([0, 5], 1)
     with pytest.raises(ConfigError, match="lengths"):
         CM.pack_cost([], 1)
+
+
+def test_elementwise_term_is_memory_bound_closed_form():
+    cm = CostModel("h100-sxm", "llama-13b", pp=40, recompute="none")
+    pc = cm.pack_cost([4096, 4096], 1, check_memory=False)
+    m = cm.model
+    per_tok = 20 * m.hidden + 6 * m.ffn_hidden + 4 * (m.q_dim + m.kv_dim)
+    assert pc.elementwise_fwd_s == pytest.approx(8192 * per_tok / cm.profile.hbm_bw_bytes_per_s, rel=1e-12)
+    assert pc.elementwise_bwd_s == pytest.approx(2 * pc.elementwise_fwd_s)
+    assert pc.fwd_s == pytest.approx(pc.gemm_fwd_s + pc.attn_fwd_s + pc.elementwise_fwd_s)

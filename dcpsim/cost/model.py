@@ -24,6 +24,11 @@ Time model (all seconds, for the ``layers_per_stage`` layers of one stage):
   leaves the NVLink domain runs at the slowest hop (one NIC). ``all_gather``
   exposes a K/V all-gather forward and a reduce-scatter backward. ``a2a``
   exposes four all-to-alls each way.
+* Element-wise work (RMSNorms, RoPE, SwiGLU, residual adds) is memory-bound:
+  per token per layer it moves about (20·h + 6·ffn + 4·(q + 2·kv))·/TP bytes
+  forward and twice that backward, at the profile's HBM bandwidth (a
+  measured profile carries the measured copy bandwidth; the public ones the
+  datasheet figure, so this term is optimistic there).
 * TP communication with sequence parallelism: two all-gathers and two
   reduce-scatters of s·h·2 B per layer each way, on NVLink, exposed.
 * Recompute: ``full`` repeats the forward (GEMM, attention, communication)
@@ -45,6 +50,7 @@ from dcpsim.model import RECOMPUTE_MODES, ModelSpec, get_model, memory_per_gpu
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 ATTN_BWD_FLOPS_FACTOR = 2.5  # FlashAttention backward / forward FLOPs (REFERENCE §6)
 GEMM_BWD_FLOPS_FACTOR = 2.0  # dgrad + wgrad
+ELEMENTWISE_BWD_FACTOR = 2.0  # backward of an element-wise op reads the saved input and the incoming gradient
 
 
 @dataclass
@@ -64,6 +70,8 @@ class BatchCost:
     attn_bwd_s: np.ndarray
     cp_bwd_exposed_s: np.ndarray
     tp_bwd_s: np.ndarray
+    elementwise_fwd_s: np.ndarray
+    elementwise_bwd_s: np.ndarray
     recompute_s: np.ndarray
     cp_comm_total_s: np.ndarray
     head_fwd_s: np.ndarray
@@ -73,12 +81,13 @@ class BatchCost:
 
     @property
     def fwd_s(self) -> np.ndarray:
-        return self.gemm_fwd_s + self.attn_fwd_s + self.cp_fwd_exposed_s + self.tp_fwd_s
+        return self.gemm_fwd_s + self.attn_fwd_s + self.cp_fwd_exposed_s + self.tp_fwd_s + self.elementwise_fwd_s
 
     @property
     def bwd_s(self) -> np.ndarray:
         """Backward time including recomputation."""
-        return self.gemm_bwd_s + self.attn_bwd_s + self.cp_bwd_exposed_s + self.tp_bwd_s + self.recompute_s
+        return (self.gemm_bwd_s + self.attn_bwd_s + self.cp_bwd_exposed_s + self.tp_bwd_s + self.elementwise_bwd_s
+                + self.recompute_s)
 
     @property
     def total_s(self) -> np.ndarray:
@@ -104,6 +113,8 @@ class PackCost:
     attn_bwd_s: float
     cp_bwd_exposed_s: float
     tp_bwd_s: float
+    elementwise_fwd_s: float
+    elementwise_bwd_s: float
     recompute_s: float
     cp_comm_total_s: float
     head_fwd_s: float
@@ -113,11 +124,12 @@ class PackCost:
 
     @property
     def fwd_s(self) -> float:
-        return self.gemm_fwd_s + self.attn_fwd_s + self.cp_fwd_exposed_s + self.tp_fwd_s
+        return self.gemm_fwd_s + self.attn_fwd_s + self.cp_fwd_exposed_s + self.tp_fwd_s + self.elementwise_fwd_s
 
     @property
     def bwd_s(self) -> float:
-        return self.gemm_bwd_s + self.attn_bwd_s + self.cp_bwd_exposed_s + self.tp_bwd_s + self.recompute_s
+        return (self.gemm_bwd_s + self.attn_bwd_s + self.cp_bwd_exposed_s + self.tp_bwd_s + self.elementwise_bwd_s
+                + self.recompute_s)
 
     @property
     def total_s(self) -> float:
@@ -309,8 +321,10 @@ class CostModel:
             tp_one = np.zeros(npk)
 
         gemm_bwd = GEMM_BWD_FLOPS_FACTOR * gemm_fwd
+        ew_fwd = s * self.elementwise_bytes_per_token_layer() / prof.hbm_bw_bytes_per_s
+        ew_bwd = ELEMENTWISE_BWD_FACTOR * ew_fwd
         if self.recompute == "full":
-            recompute = gemm_fwd + attn_fwd + cp_fwd + tp_one
+            recompute = gemm_fwd + attn_fwd + cp_fwd + tp_one + ew_fwd
         elif self.recompute == "selective":
             recompute = attn_fwd.copy()
         else:
@@ -332,6 +346,8 @@ class CostModel:
             attn_bwd_s=attn_bwd * L,
             cp_bwd_exposed_s=cp_bwd * L,
             tp_bwd_s=tp_one * L,
+            elementwise_fwd_s=ew_fwd * L,
+            elementwise_bwd_s=ew_bwd * L,
             recompute_s=recompute * L,
             cp_comm_total_s=cp_total * L,
             head_fwd_s=head_fwd,
@@ -339,6 +355,15 @@ class CostModel:
             peak_memory_bytes=mem,
             fits_memory=mem <= self.memory_limit_bytes,
         )
+
+    def elementwise_bytes_per_token_layer(self) -> float:
+        """HBM bytes moved per token per layer by the forward element-wise ops (bf16).
+
+        Two RMSNorms (read + write h: 8h), two residual adds (read 2h, write h: 12h),
+        SwiGLU (read 2·ffn, write ffn: 6·ffn) and RoPE on Q and K (read + write: 4·(q + kv)).
+        """
+        m = self.model
+        return (20.0 * m.hidden + 6.0 * m.ffn_hidden + 4.0 * (m.q_dim + m.kv_dim)) / self.tp
 
     def peak_memory_bytes(self, local_tokens, cp=None) -> np.ndarray:
         """Peak bytes per GPU with ``local_tokens`` per microbatch (PP microbatches in flight)."""

@@ -166,8 +166,7 @@ class DurationModel:
             spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1)
             factor[p, :P] = np.where(spans[p, :P], topo.group_network_factor(p, starts, cps), 1.0)
 
-        fields = ("gemm_fwd_s", "attn_fwd_s", "cp_fwd_exposed_s", "tp_fwd_s", "gemm_bwd_s", "attn_bwd_s",
-                  "cp_bwd_exposed_s", "tp_bwd_s", "recompute_s", "head_fwd_s", "head_bwd_s")
+        fields = ("fwd_s", "bwd_s", "cp_fwd_exposed_s", "cp_bwd_exposed_s", "head_fwd_s", "head_bwd_s")
         per = {f: np.zeros((pp, G)) for f in fields}
         local = np.zeros(G)
         mem = np.full(G, float(cost.peak_memory_bytes(np.zeros(1))[0]))
@@ -194,8 +193,8 @@ class DurationModel:
                     per[name][p, cols] = getattr(bc, name)[rows]
             local[sel] = bc.local_tokens
             mem[sel] = bc.peak_memory_bytes
-        fwd = per["gemm_fwd_s"] + per["attn_fwd_s"] + per["cp_fwd_exposed_s"] + per["tp_fwd_s"]
-        bwd = per["gemm_bwd_s"] + per["attn_bwd_s"] + per["cp_bwd_exposed_s"] + per["tp_bwd_s"] + per["recompute_s"]
+        fwd = per["fwd_s"]  # BatchCost.fwd_s / bwd_s: every term of the cost model, head excluded
+        bwd = per["bwd_s"]
         fwd[pp - 1] += per["head_fwd_s"][pp - 1]
         bwd[pp - 1] += per["head_bwd_s"][pp - 1]
         cpf = per["cp_fwd_exposed_s"].copy()
