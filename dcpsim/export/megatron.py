@@ -235,6 +235,7 @@ def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: st
     flag("--varlen-mock-dataset-config-json", json.dumps(varlen_config(lengths_path), separators=(",", ":")))
     flag("--tokenizer-type", "NullTokenizer")
     flag("--vocab-size", m.vocab)
+    flag("--null-tokenizer-pad-id", 0)
     flag("--dataloader-type", "single")
     flag("--no-create-attention-mask-in-dataloader")
     flag("--split", "99,1,0")
