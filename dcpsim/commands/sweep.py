@@ -83,6 +83,9 @@ def run(args) -> int:
         print(f"{spec.name}: {res.n_runs} runs; {res.n_skipped} already done; ran {res.n_done} "
               f"({describe_counts(res.counts)}) in {res.wall_s:.1f} s on {res.workers} worker(s), {rate}")
         print(f"results: {res.out_dir / 'results'}")
+        if res.n_other:
+            print(f"note: {res.n_other} rows in this directory come from an earlier spec (kept; filter on config_hash "
+                  "with sweep.json to drop them)")
         figs = [{"figure": k, "written": ", ".join(v) if isinstance(v, list) else v} for k, v in res.figures.items()]
         if figs:
             print_table(figs, title="figures")

@@ -560,6 +560,7 @@ class SweepResult:
     n_runs: int
     n_skipped: int = 0
     n_done: int = 0
+    n_other: int = 0  # rows already in the directory that the current spec does not produce (an earlier spec)
     counts: dict[str, int] = field(default_factory=dict)
     interrupted: bool = False
     wall_s: float = 0.0
@@ -576,7 +577,7 @@ class SweepResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"out_dir": str(self.out_dir), "runs": self.n_runs, "skipped_already_done": self.n_skipped,
-                "ran": self.n_done, "counts": dict(self.counts), "interrupted": self.interrupted,
+                "ran": self.n_done, "rows_from_other_specs": self.n_other, "counts": dict(self.counts), "interrupted": self.interrupted,
                 "wall_s": self.wall_s, "batches": self.batches, "workers": self.workers,
                 "runs_per_min": 60.0 * self.n_done / self.wall_s if self.wall_s > 0 else None,
                 "figures": self.figures}
@@ -714,6 +715,7 @@ def run_sweep(
         done = finished_hashes(out)
         pending = [r for r in runs if r.run_hash not in done]
         result = SweepResult(out, len(runs), n_skipped=len(runs) - len(pending))
+        result.n_other = len(done - {r.run_hash for r in runs})
         session = uuid.uuid4().hex[:12]
 
         def record(rows: list[dict[str, Any]]) -> None:
