@@ -10,16 +10,20 @@ of length ``L`` on ``c`` ranks let
   recomputation), exactly as the cost model computes it. The cost model adds
   attention document by document, so this is the sequence's contribution to
   any pack it is in.
-* ``λ``: the smallest GEMM time per local token the cost model can produce,
-  ``layers · Σ_GEMMs 2·n·k · (1 + 2 + [full recompute]) / max_s FLOP/s(s)``,
-  the maximum taken over token counts ``s ≤ M`` (the profile curve is
+* ``λ``: a lower bound on the time per local token of everything that grows
+  with the token count: the GEMMs,
+  ``layers · Σ_GEMMs 2·n·k · (1 + 2 + [full recompute]) / max_s FLOP/s(s)``
+  with the maximum over token counts ``s ≤ M`` (the profile curve is
   piecewise linear in log-log space, so its maximum on ``[1, M]`` is at a
-  table point or at ``M``; both are evaluated).
+  table point or at ``M``; both are evaluated), plus the memory-bound
+  element-wise work, which the cost model prices exactly linearly in tokens
+  (read off one cost call; 0 for a cost model without that term).
 * ``p_c(L)``: its padded per-rank token count.
 
 Then ``lo_c(L) = a_c(L) + λ·p_c(L)`` is at most the time it adds to any
-group of ``c`` ranks it joins (exposed CP and TP communication are ≥ 0, GEMM
-time ≥ λ per token), and ``c·lo_c(L)`` at most the GPU-seconds it adds.
+group of ``c`` ranks it joins (exposed CP and TP communication are ≥ 0,
+GEMM and element-wise time ≥ λ per token), and ``c·lo_c(L)`` at most the
+GPU-seconds it adds.
 Define ``w_i = min_c c·lo_c(L_i)`` and ``W = Σ_i w_i``.
 
 For the longest-sequence term we also use the sequence's exact time *alone*
@@ -87,6 +91,17 @@ def min_gemm_s_per_token(cost, max_tokens: int) -> float:
     return per_fwd * factor * cost.layers_per_stage
 
 
+def min_linear_s_per_token(cost, max_tokens: int) -> float:
+    """λ: GEMM (:func:`min_gemm_s_per_token`) plus element-wise seconds per local token (see the module docstring)."""
+    lam = min_gemm_s_per_token(cost, max_tokens)
+    s = float(max_tokens)
+    bc = cost.batch_cost(np.array([max_tokens]), np.zeros(1, dtype=np.int64), np.array([1]))
+    ew_f = float(getattr(bc, "elementwise_fwd_s", np.zeros(1))[0])
+    ew_b = float(getattr(bc, "elementwise_bwd_s", np.zeros(1))[0])
+    rec = ew_f if cost.recompute == "full" else 0.0  # full recompute repeats the forward element-wise ops
+    return lam + (ew_f + ew_b + rec) / s
+
+
 _MONOTONE: dict[int, bool] = {}
 
 
@@ -126,16 +141,16 @@ def bound_terms(lengths, layout: Layout, cost, *, standalone: bool = True) -> di
     """The terms of the bound (seconds): ``work_s`` (W/R) and ``longest_s`` (t1) for every scope.
 
     Returns ``{"any": (W/R, t1), "dynamic": (...), "static": (...)}`` plus
-    ``gemm_s_per_token`` (λ) and ``monotone_profile``. ``standalone=False``
+    ``linear_s_per_token`` (λ) and ``monotone_profile``. ``standalone=False``
     leaves out the exact-time-alone term (``hi = lo``): the result then also
     bounds the additive :class:`~dcpsim.policies.costs.SeqCosts` model.
     """
     L = check_lengths(lengths)
     M = layout.max_tokens_per_rank
-    lam = min_gemm_s_per_token(cost, M)
+    lam = min_linear_s_per_token(cost, M)
     dyn = dynamic_sizes(layout)
     sizes = np.unique(np.concatenate([dyn, [layout.cp]]))
-    out: dict = {"gemm_s_per_token": lam}
+    out: dict = {"linear_s_per_token": lam}
     n = L.size
     if n == 0:
         for s in SCOPES:
@@ -252,7 +267,7 @@ class BoundPolicy(Policy):
             "scope": self.scope,
             "work_term_s": w,
             "longest_term_s": t1,
-            "gemm_s_per_token": terms["gemm_s_per_token"],
+            "linear_s_per_token": terms["linear_s_per_token"],
             "bounds_s": {s: _combine(terms, layout, s) for s in SCOPES},
             "explain": "max(total GPU-seconds at each sequence's cheapest CP size / ranks, longest sequence's best "
             "per-rank time) plus the pipeline fill/drain term; see dcpsim.policies.bound",

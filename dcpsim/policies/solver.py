@@ -9,28 +9,33 @@ a CP group leaving the NVLink domain pays the network.
    sequence's additive cost on every power-of-two group size (exact
    attention, its exposed CP communication alone, linear GEMM/TP time), with
    and without the network.
-2. **Outer search over the microbatch count m** (capacity minimum
-   ``m0 = ceil(tokens / (ranks·M))`` up to ``m0 + max_extra_microbatches``).
-   ``m`` sets the per-step target ``τ = W/(ranks·m)`` (``W``: GPU-seconds
-   of the batch at each sequence's cheapest size), and each sequence takes
-   the smallest CP size whose time is ``≤ τ`` (the fastest size if none):
-   long sequences get large groups, short ones stay on ``min_cp`` ranks.
-   Candidates that choose the same sizes are planned once.
+2. **Outer search over the microbatch count m**: the capacity minimum
+   ``m0 = ceil(tokens / (ranks·M))`` up to ``m0 + max_extra_microbatches``;
+   with PP, where more microbatches shrink the pipeline bubble, it goes on
+   growing ``m`` by ×1.25 (it stops after three candidates that do not
+   improve, or once the target falls below half the longest sequence's
+   time). ``m`` sets the per-step target ``τ = W/(ranks·m)`` (``W``:
+   GPU-seconds of the batch at each sequence's cheapest size). Each sequence
+   takes the smallest CP size whose time is ``≤ τ`` (the fastest size if
+   none): long sequences get large groups, short ones stay on ``min_cp``
+   ranks. For ``m > m0`` no step may grow past ``H = max(τ, the tallest
+   sequence at its size)``; ``m0`` is planned without that cap.
 3. **Placement** (longest first). Each sequence goes where it increases the
    modelled iteration time least: joining any group that holds it (token cap
-   ``M``) or opening an aligned group of its size on free ranks of any step,
-   or a new step. The increase is that of
-   ``Σ_k S_k + (pp-1)·max_k S_k`` (``S_k``: step time), i.e. the pipeline
-   makespan; among options that add nothing it prefers the fewest
-   GPU-seconds (the CP size that wastes least), then the fullest group that
-   still stays under its step's time (best fit), which fills the room next to
-   long sequences with short ones. This balances work under the token
-   (memory) cap; when only the token cap is binding, sequences go where
-   tokens have room, which balances tokens.
+   ``M``) without pushing its step past ``H``, opening an aligned group of
+   its size on free ranks of a step, or opening a new step. The increase is
+   that of ``Σ_k S_k + (pp-1)·max(H, max_k S_k)`` (``S_k``: step time), the
+   pipeline makespan with the fill/drain term counted only above the target;
+   among options that add nothing it prefers the fewest GPU-seconds (the CP
+   size that wastes least), then the fullest group that still stays under
+   its step's time (best fit), which fills the room next to long sequences
+   with short ones. This balances work under the token (memory) cap; where
+   only the token cap binds, sequences go where tokens have room.
 4. **Scoring.** Every candidate is scored with the exact cost model
    (:func:`~dcpsim.policies.costs.evaluate_plan`): pipeline makespan, and a
    memory check (``fits_memory`` of every pack). The fastest plan that fits
    memory wins (the fastest overall if none fits, flagged in ``meta``).
+
 Speed: placement is a few numpy operations per sequence over the open
 groups; 2048 sequences on 512 ranks plan in well under a second.
 """
@@ -105,11 +110,15 @@ class DynamicSolverPolicy(Policy):
         cands = []
         worse = 0
         best_ms = np.inf
-        for m in candidate_microbatch_counts(m0, n, self.max_extra_microbatches, layout.pp):
+        grid = [(m, 1.0) for m in candidate_microbatch_counts(m0, n, self.max_extra_microbatches, layout.pp)]
+        # a coarser CP choice (sizes for twice the target) for the fewest microbatches, where the rank budget
+        # of a step rather than its height limits how far sequences should be split
+        coarse = [(m, 2.0) for m in range(m0, m0 + 3)]
+        for m, f in coarse + grid:
             tau = W / (R * m)
-            if worse >= 3 or (m > m0 + self.max_extra_microbatches and tau < 0.5 * t_floor):
+            if f == 1.0 and (worse >= 3 or (m > m0 + self.max_extra_microbatches and tau < 0.5 * t_floor)):
                 break  # targets below the longest sequence's time, or no longer improving
-            under = tfeas <= tau
+            under = tfeas <= f * tau
             choice = np.where(under.any(axis=0), np.argmax(under, axis=0), fastest)
             height = max(tau, float(tfeas[choice, np.arange(n)].max())) if m > m0 else np.inf
             key = choice.astype(np.int16).tobytes() + np.float64(height).tobytes()
@@ -124,7 +133,7 @@ class DynamicSolverPolicy(Policy):
             else:
                 worse += 1
         cands.sort(key=lambda x: (x[0], x[1], x[2]))
-        no_fit, best_ms, best_m, plan, ev = cands[0]
+        _, best_ms, best_m, plan, ev = cands[0]
         hist: dict[int, int] = {}
         for st in plan.steps:
             for g in st.groups:
@@ -162,7 +171,8 @@ class _Placer:
         ar = np.arange(n)
         span0 = np.asarray(self.layout.spans_network(np.zeros(len(self.sizes), dtype=np.int64), sc.sizes), dtype=np.int64)
         t_choice = sc.time_s[self.choice, span0[self.choice], ar]
-        order = np.lexsort((ar, -t_choice))
+        # larger CP groups first (aligned blocks before the ranks fragment), then longest first
+        order = np.lexsort((ar, -t_choice, -self.choice))
         gcap = max(16, 2 * R)
         g_step = np.zeros(gcap, dtype=np.int64)
         g_sidx = np.zeros(gcap, dtype=np.int64)
