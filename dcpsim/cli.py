@@ -69,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dcpsim: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and closed early: not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return int(rc or 0)
 
 
