@@ -20,6 +20,11 @@ with at most as many steps as the heuristics used.
 Policy quality on full batches (modelled makespan / lower bound)::
 
     .venv/bin/python benchmarks/bench_policies.py quality [--seeds 3]
+
+The policies' own planning time (``Plan.planning_time_s``; the pytest
+benchmarks above also time the bound and the validation)::
+
+    .venv/bin/python benchmarks/bench_policies.py speed
 """
 
 from __future__ import annotations
@@ -143,16 +148,33 @@ def quality(seeds: int = 3) -> list[dict]:
     return out
 
 
+def speed(runs: int = 15) -> list[dict]:
+    """``Plan.planning_time_s`` (the policy's own time, without bound and validation) over ``runs`` plans."""
+    out = []
+    for pp in (1, 8):
+        lengths, layout, cost = setup_512(pp)
+        for name in ("dynamic", "dynamic-solver"):
+            pol = get_policy(name)
+            t = np.array([pol.plan(lengths, layout, cost).planning_time_s for _ in range(runs)])
+            q1, med, q3 = np.percentile(t, [25, 50, 75])
+            out.append({"policy": name, "ranks": layout.ranks_per_stage, "pp": pp, "runs": runs, "median_ms": med * 1e3,
+                        "iqr_ms": (q3 - q1) * 1e3, "min_ms": t.min() * 1e3, "max_ms": t.max() * 1e3})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["gaps", "quality"])
+    ap.add_argument("what", choices=["gaps", "quality", "speed"])
     ap.add_argument("--cases", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--out", default=None, help="also write the full result as JSON")
     args = ap.parse_args()
-    res = gap_study(args.cases, args.seed, args.time_limit) if args.what == "gaps" else quality(args.seeds)
+    if args.what == "gaps":
+        res = gap_study(args.cases, args.seed, args.time_limit)
+    else:
+        res = quality(args.seeds) if args.what == "quality" else speed()
     if args.out:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -132,6 +132,13 @@ def test_invariants_bound_and_determinism(name, case):
         return
     plan = get_policy(name).plan(lengths, layout, cost)  # validates
     assert plan.dynamic == (name not in STATIC)
+    if name not in STATIC:  # one sequence more than the largest aligned group holds
+        with pytest.raises(InfeasibleError, match="capacity"):
+            get_policy(name).plan(np.append(lengths, layout.max_dynamic_cp * layout.max_tokens_per_rank + 1), layout, cost)
+    if name == "dynamic":
+        b = get_policy("bound").plan(lengths, layout, cost)
+        assert b.n_steps == 0 and len(b.dropped) == lengths.size
+        assert b.lower_bound_s == pytest.approx(plan.lower_bound_s)
     assert not plan.dropped
     ids = sorted(i for s in plan.steps for g in s.groups for i in g.seq_ids)
     assert ids == list(range(lengths.size))
