@@ -72,3 +72,14 @@ def test_workload_show_json_and_plot(capsys, tmp_path):
     assert png.stat().st_size > 1000
     rc, _, err = run(capsys, "workload", "show", "no-such-workload")
     assert rc == 2 and "workload" in err
+
+
+def test_demo_main_job_compares_policies_under_the_bound(capsys):
+    rc, out, _ = run(capsys, "demo", "--iterations", "1", "--json")
+    assert rc == 0
+    rows = {r["policy"].split()[0]: r for r in json.loads(out)["rows"]}
+    assert set(rows) == {"packing", "dynamic", "dynamic-solver", "bound"}
+    assert rows["packing"]["speedup"] == pytest.approx(1.0)
+    for name in ("packing", "dynamic", "dynamic-solver"):
+        # no simulated schedule is faster than the proven lower bound
+        assert rows[name]["iter_s"] >= rows["bound"]["iter_s"] * (1 - 1e-9)
