@@ -19,6 +19,7 @@ from typing import Any
 
 from dcpsim.commands._common import print_json, print_table, to_jsonable
 from dcpsim.errors import ConfigError
+from dcpsim.experiments.blog import source_revision
 
 
 def register(sub) -> None:
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                         prog.update(task, advance=1, description=f"calibrating {ds}: {exp.calibration_setup.get('parameter')}={p:.4g} -> {tf:.1f} TFLOPS")
 
                 fits[ds] = fit_dataset(exp, ds, on_eval=tick)
-        cal_path = exp.spec_dir / str(exp.calibration_setup.get("file", "calibration.toml"))
+        cal_path = exp.calibration_path
         write_calibration(cal_path, fits, exp)
         if not args.json:
             print(f"wrote {cal_path}", file=sys.stderr)
@@ -203,7 +204,9 @@ def write_outputs(exp, res, out: Path, *, plots: bool = True) -> dict[str, str]:
     files: dict[str, str] = {}
     _write_csv(out / "summary.csv", res.table)
     files["summary_csv"] = str(out / "summary.csv")
-    md = [f"# {exp.title}\n", f"{res.mode} run, {len(res.cells)} simulator runs, {res.wall_s:.0f} s.\n"]
+    src = source_revision()
+    rev = f" dcpsim at commit {src['git_commit'][:10]}{' (with uncommitted changes)' if src['uncommitted_changes'] else ''}." if src else ""
+    md = [f"# {exp.title}\n\n", f"{res.mode} run, {len(res.cells)} simulator runs, {res.wall_s:.0f} s.{rev}\n"]
     for wl in ("calibrated", "public"):
         rows = [r for r in res.table if r["workload"] == wl]
         if rows:
@@ -226,7 +229,7 @@ def write_outputs(exp, res, out: Path, *, plots: bool = True) -> dict[str, str]:
     _write_csv(out / "cells.csv", res.cells)
     files["cells_csv"] = str(out / "cells.csv")
     (out / "result.json").write_text(json.dumps(to_jsonable({
-        "experiment": exp.name, "mode": res.mode, "wall_s": res.wall_s, "calibration": res.calibration,
+        "experiment": exp.name, "mode": res.mode, "wall_s": res.wall_s, "source": source_revision(), "calibration": res.calibration,
         "targets": res.targets, "table": res.table, "sensitivity": res.sensitivity,
         "primary_configs": {ds: cfg.resolved() for ds, cfg in exp.datasets.items()},
     }), indent=1))

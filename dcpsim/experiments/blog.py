@@ -119,6 +119,7 @@ class BlogExperiment:
         axes: the sensitivity axes.
         calibration_setup: the [calibration] table of experiment.toml.
         calibration: the fitted values (may be empty).
+        calibration_path: the file they are read from (and ``--recalibrate`` writes).
     """
 
     spec_dir: Path
@@ -136,6 +137,7 @@ class BlogExperiment:
     axes: tuple[SensitivityAxis, ...]
     calibration_setup: dict[str, Any]
     calibration: Calibration
+    calibration_path: Path
 
     # ----------------------------------------------------------- workloads
     def public_workload(self, dataset: str) -> dict[str, Any]:
@@ -218,6 +220,21 @@ def _need(d: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...]
     if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
         raise ConfigError(f"{where}.{key}", v, f"a {kind}")
     return v
+
+
+def source_revision() -> dict[str, Any]:
+    """The git commit of the dcpsim checkout and whether the code under dcpsim/ differs from it (``{}`` outside git)."""
+    import subprocess
+
+    root = DEFAULT_SPEC_DIR.parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "dcpsim"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"git_commit": head, "uncommitted_changes": bool(dirty)}
 
 
 def read_calibration(path: Path) -> Calibration:
@@ -322,7 +339,8 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:
             )
         )
     cal_setup = dict(raw.get("calibration") or {})
-    calibration = read_calibration(d / str(ex.get("calibration", "calibration.toml")))
+    calibration_path = d / str(ex.get("calibration", "calibration.toml"))
+    calibration = read_calibration(calibration_path)
     unknown = sorted(set(calibration.fitted) - set(datasets))
     if unknown:
         raise ConfigError("calibration.fitted", unknown, f"datasets of the experiment {sorted(datasets)}")
@@ -342,4 +360,5 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:
         axes=tuple(axes),
         calibration_setup=cal_setup,
         calibration=calibration,
+        calibration_path=calibration_path,
     )

@@ -31,7 +31,7 @@ import numpy as np
 from scipy import optimize
 
 from dcpsim.errors import ConfigError
-from dcpsim.experiments.blog import BlogExperiment, FittedParameter
+from dcpsim.experiments.blog import BlogExperiment, FittedParameter, source_revision
 from dcpsim.experiments.runner import CellSpec, pooled_tflops, run_cell
 
 __all__ = ["CalibrationFit", "fit_dataset", "write_calibration"]
@@ -203,6 +203,7 @@ def write_calibration(path: Path, fits: dict[str, CalibrationFit], exp: BlogExpe
         "",
         "[meta]",
         f"written_at = {_toml_value(time.strftime('%Y-%m-%dT%H:%M:%S'))}",
+        *[f"{k} = {_toml_value(v)}" for k, v in source_revision().items()],
         f"method = {_toml_value('coarse log-spaced grid over the bounds, then Brent root finding on pooled packing TFLOPS/GPU (common random numbers)')}",
         "",
     ]

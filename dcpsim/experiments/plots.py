@@ -44,7 +44,7 @@ def plot_tflops(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) ->
     """Grouped bars: simulated TFLOPS/GPU per dataset and policy; published values as black diamonds."""
     plt = _plt()
     variants = _variants(table)
-    fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.0), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.4), squeeze=False, sharey=True)
     datasets = list(exp.datasets)
     npol = len(exp.policies)
     width = 0.8 / npol
@@ -67,9 +67,9 @@ def plot_tflops(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) ->
     axes[0][0].set_ylabel("TFLOPS per GPU (Megatron accounting)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     uniq = dict(zip(labels, handles, strict=True))
-    fig.legend(uniq.values(), uniq.keys(), loc="upper center", ncol=len(uniq), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 0.92))
-    fig.savefig(path, dpi=110)
+    fig.legend(uniq.values(), uniq.keys(), loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
@@ -98,7 +98,7 @@ def plot_breakdown(exp: BlogExperiment, table: list[dict[str, Any]], path: Path)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
@@ -124,7 +124,7 @@ def plot_cp_mix(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) ->
     ax.legend(fontsize=8, ncol=min(len(sizes), 8), loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
@@ -169,11 +169,11 @@ def plot_sensitivity(exp: BlogExperiment, sens: list[dict[str, Any]], path: Path
     for k in range(n, nrows * cols):
         axs[k // cols][k % cols].axis("off")
     handles, labels = axs[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 3), fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8, frameon=False)
     fig.suptitle("Sensitivity of the speedup to the unpublished settings (one at a time; bars: per-seed range)",
-                 y=0.995, fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.88))
-    fig.savefig(path, dpi=110)
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.97))
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
