@@ -132,10 +132,11 @@ class RunConfig(_Section):
         p = self.parallel
         per = p.tp * p.pp * p.cp
         if self.cluster.gpus % per:
-            raise ValueError(f"cluster.gpus ({self.cluster.gpus}) must be a multiple of tp*pp*cp ({per})")
+            raise ConfigError("cluster.gpus", self.cluster.gpus,
+                              f"a multiple of tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {per}")
         w = self.workload
         if w.min_len and w.max_len and w.min_len > w.max_len:
-            raise ValueError(f"workload.min_len ({w.min_len}) must be <= workload.max_len ({w.max_len})")
+            raise ConfigError("workload.min_len", w.min_len, f"<= workload.max_len ({w.max_len})")
         return self
 
     @property
@@ -185,6 +186,9 @@ def set_dotted(d: dict, path: str, value: Any) -> None:
 
 def _raise_from_validation(exc: ValidationError, where: str | None) -> None:
     err = exc.errors()[0]
+    cause = err.get("ctx", {}).get("error")
+    if isinstance(cause, ConfigError):  # raised by a cross-field check: already names its field
+        raise ConfigError(cause.field, cause.value, cause.expected, where=where) from None
     field = ".".join(str(x) for x in err["loc"]) or "config"
     value = err.get("input")
     msg = err["msg"]

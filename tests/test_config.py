@@ -1,0 +1,54 @@
+"""Run configuration: defaults, validation errors that name the field, hashing, dotted updates."""
+
+from __future__ import annotations
+
+import pytest
+
+from dcpsim.errors import ConfigError
+from dcpsim.run import RunConfig, config_from_dict, load_config
+
+
+def test_defaults_resolve():
+    cfg = RunConfig()
+    assert cfg.dp == cfg.cluster.gpus // (cfg.parallel.tp * cfg.parallel.pp * cfg.parallel.cp)
+    assert cfg.resolved()["derived"]["dp"] == cfg.dp
+    assert len(cfg.config_hash()) == 12
+
+
+@pytest.mark.parametrize(
+    "d,field",
+    [
+        ({"parallel": {"cp": 3}}, "cluster.gpus"),
+        ({"parallel": {"tp": 0}}, "parallel.tp"),
+        ({"parallel": {"cpp": 2}}, "parallel.cpp"),
+        ({"workload": {"min_len": 500, "max_len": 100}}, "workload.min_len"),
+        ({"sim": {"planning": "later"}}, "sim.planning"),
+    ],
+)
+def test_errors_name_the_field(d, field):
+    with pytest.raises(ConfigError) as ei:
+        config_from_dict(d)
+    assert ei.value.field == field
+    assert str(ei.value).startswith(field)
+
+
+def test_hash_changes_with_any_field_and_not_otherwise():
+    a, b = RunConfig(), RunConfig()
+    assert a.config_hash() == b.config_hash()
+    assert a.with_updates({"sim.seed": 1}).config_hash() != a.config_hash()
+    assert a.with_updates({"parallel.cp": 4}).dp == a.dp // 2
+
+
+def test_unknown_dotted_update_is_refused():
+    with pytest.raises(ConfigError, match="parallel.nope"):
+        RunConfig().with_updates({"parallel.nope": 1})
+
+
+def test_load_config_names_file(tmp_path):
+    f = tmp_path / "run.toml"
+    f.write_text("[parallel]\ntp = 'x'\n")
+    with pytest.raises(ConfigError) as ei:
+        load_config(f)
+    assert "run.toml" in str(ei.value) and ei.value.field == "parallel.tp"
+    with pytest.raises(ConfigError, match="an existing TOML file"):
+        load_config(tmp_path / "missing.toml")
