@@ -35,6 +35,7 @@ BUILTIN_POLICIES: dict[str, str] = {
     "dynamic-solver": "dcpsim.policies.solver:DynamicSolverPolicy",
     "bound": "dcpsim.policies.bound:BoundPolicy",
     "milp": "dcpsim.policies.milp:MilpPolicy",
+    "dynamic-pr2959": "dcpsim.policies.pr2959:Pr2959Policy",
 }
 
 _REGISTRY: dict[str, type[Policy] | str] = dict(BUILTIN_POLICIES)
