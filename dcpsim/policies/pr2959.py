@@ -302,14 +302,14 @@ class Pr2959Policy(Policy):
         if ok:
             best = min(ok, key=lambda c: (c.makespan, c.m))
         else:
-            worst = min(cands, key=lambda c: c.peak_bytes)
+            lowest = min(cands, key=lambda c: (c.peak_bytes, c.m))
             if self.strict_memory:
                 raise InfeasibleError(
                     "memory",
                     f"every candidate microbatch count m in {self.m_values} peaks at >= {self.memory_limit_gib:g} GiB per GPU "
-                    f"(lowest: {worst.peak_bytes / GIB:.1f} GiB at m={worst.m}, {worst.max_tokens} tokens per rank)",
+                    f"(lowest: {lowest.peak_bytes / GIB:.1f} GiB at m={lowest.m}, {lowest.max_tokens} tokens per rank)",
                 )
-            best = worst
+            best = lowest
         hist: dict[int, int] = {}
         for st in best.steps:
             for g in st.groups:

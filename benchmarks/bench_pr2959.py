@@ -1,0 +1,61 @@
+"""Planning speed of ``dynamic-pr2959`` (the blog-era Dynamic-CP scheduler).
+
+Target: a 2048-sequence GitHub batch on a 512-rank stage (DP 64 x CP 8,
+M = 65536 tokens per rank) in < 2 s (median), PP 1 and PP 8::
+
+    .venv/bin/python -m pytest -m benchmark --benchmark-enable benchmarks/bench_pr2959.py
+
+The policy's own planning time (``Plan.planning_time_s``: the solver only,
+without the lower bound and the validation that ``Policy.plan`` adds),
+median and spread over seeds::
+
+    .venv/bin/python benchmarks/bench_pr2959.py [--seeds 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+from dcpsim.cost import CostModel
+from dcpsim.policies import Layout, get_policy
+from dcpsim.workload import get_workload, sample_global_batch
+
+
+def setup_512(pp: int, seed: int = 0) -> tuple[np.ndarray, Layout, CostModel]:
+    dist = get_workload("github", min_len=256, max_len=131072)
+    lengths = sample_global_batch(dist, 2048, np.random.default_rng(seed))
+    layout = Layout(dp=64, cp=8, max_tokens_per_rank=65536, pp=pp)
+    cost = CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=512)
+    return lengths, layout, cost
+
+
+@pytest.mark.benchmark
+@pytest.mark.parametrize("pp", [1, 8])
+def test_pr2959_2048_seqs_512_ranks(benchmark, pp):
+    lengths, layout, cost = setup_512(pp)
+    pol = get_policy("dynamic-pr2959")
+    plan = benchmark.pedantic(pol.plan, args=(lengths, layout, cost), rounds=7, iterations=1)
+    assert plan.n_steps >= pp
+    assert benchmark.stats.stats.median < 2.0
+
+
+def speed(seeds: int) -> dict:
+    out = {}
+    for pp in (1, 8):
+        t = []
+        for seed in range(seeds):
+            lengths, layout, cost = setup_512(pp, seed)
+            t.append(get_policy("dynamic-pr2959").plan(lengths, layout, cost).planning_time_s)
+        a = np.asarray(t)
+        out[f"pp{pp}"] = {"median_s": float(np.median(a)), "min_s": float(a.min()), "max_s": float(a.max()), "runs": seeds}
+    return out
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=7)
+    print(json.dumps(speed(ap.parse_args().seeds), indent=2))
