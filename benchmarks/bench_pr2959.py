@@ -9,7 +9,14 @@ The policy's own planning time (``Plan.planning_time_s``: the solver only,
 without the lower bound and the validation that ``Policy.plan`` adds),
 median and spread over seeds::
 
-    .venv/bin/python benchmarks/bench_pr2959.py [--seeds 7]
+    .venv/bin/python benchmarks/bench_pr2959.py speed [--seeds 7]
+
+What the ambiguous reading of the bubble-folded bucket target is worth in
+the blog reproduction (``bucket_target`` option; primary configuration,
+calibrated workloads, the same seeds as the main table, pooled TFLOPS/GPU
+and speedup over ``packing``; ~1 min per 16 seeds on one core)::
+
+    .venv/bin/python benchmarks/bench_pr2959.py readings [--seeds 64]
 """
 
 from __future__ import annotations
@@ -55,7 +62,36 @@ def speed(seeds: int) -> dict:
     return out
 
 
+def readings(seeds: int) -> dict:
+    from dcpsim.experiments import load_experiment
+    from dcpsim.experiments.runner import CellSpec, pooled_tflops, run_cell
+    from dcpsim.policies.pr2959 import BUCKET_TARGETS
+
+    exp = load_experiment()
+    out = {}
+    for ds in exp.datasets:
+        rows = {}
+        variants = [("packing", {})] + [("dynamic-pr2959", {"bucket_target": r}) for r in BUCKET_TARGETS]
+        for pol, opts in variants:
+            cells = []
+            for seed in range(seeds):
+                cfg = exp.config(ds, pol, calibrated=exp.is_calibrated(ds), seed=seed, iterations=1)
+                if opts:
+                    cfg = cfg.with_updates({"policy.options": opts})
+                cells.append(run_cell(CellSpec(dataset=ds, policy=pol, seed=seed, config=cfg)))
+            rows[opts.get("bucket_target", pol)] = cells
+        base = pooled_tflops(rows["packing"])
+        out[ds] = {k: {"tflops": pooled_tflops(v), "speedup": pooled_tflops(v) / base,
+                       "steps": float(np.mean([r["steps"] for r in v]))} for k, v in rows.items()}
+    return out
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--seeds", type=int, default=7)
-    print(json.dumps(speed(ap.parse_args().seeds), indent=2))
+    ap.add_argument("what", choices=["speed", "readings"], nargs="?", default="speed")
+    ap.add_argument("--seeds", type=int, default=None, help="seeds (speed: 7, readings: 64)")
+    a = ap.parse_args()
+    if a.what == "speed":
+        print(json.dumps(speed(a.seeds or 7), indent=2))
+    else:
+        print(json.dumps(readings(a.seeds or 64), indent=2))

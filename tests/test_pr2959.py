@@ -209,6 +209,11 @@ def test_bubble_folds_into_the_target_and_m_is_searched():
     n = 4 * m["m"]
     assert m["bucket_target_flop"] == pytest.approx(m["mean_bucket_flop"] * (n + 3) / n)
     assert m["target_microbatches"] == n
+    # the other readings of the bubble-folded target (module docstring)
+    for reading, factor in (("timeline", n / (n + 3)), ("mean", 1.0)):
+        p = get_policy(NAME, m_values=[m["m"]], bucket_target=reading).plan(lengths, lay, cost)
+        assert p.meta["bucket_target_flop"] == pytest.approx(p.meta["mean_bucket_flop"] * factor)
+        assert p.meta["mean_bucket_flop"] == pytest.approx(m["mean_bucket_flop"])
 
 
 def test_memory_check_rejects_candidates():
@@ -234,7 +239,7 @@ def test_memory_check_rejects_candidates():
 
 
 @pytest.mark.parametrize("bad", [{"m_values": []}, {"m_values": [0, 1]}, {"m_values": "3"}, {"long_factor": 0},
-                                 {"memory_limit_gib": -1}, {"strict_memory": "yes"}])
+                                 {"memory_limit_gib": -1}, {"strict_memory": "yes"}, {"bucket_target": "median"}])
 def test_bad_options(bad):
     with pytest.raises(ConfigError, match=next(iter(bad))):
         get_policy(NAME, **bad)

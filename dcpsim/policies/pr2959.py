@@ -46,7 +46,10 @@ drain. The target spreads that whole iteration over the ``n`` microbatches:
 bubble's share grows (small ``m``). This reading keeps long samples inside
 the bucket grid: ``Σ_i F_i/τ ≤ F/τ < PP·m·K`` buckets. (The other reading,
 ``F/(K·(n + PP − 1))``, is below the mean and would give the long samples
-more buckets than exist whenever they carry most of the work.)
+more buckets than exist whenever they carry most of the work.) The option
+``bucket_target`` selects the reading: ``"iteration"`` (this one, default),
+``"timeline"`` (the other one) or ``"mean"`` (``τ = μ``, no bubble), so
+that what the ambiguity is worth can be measured.
 
 **Solver**, for each ``m`` in ``m_values`` (default 1..6):
 
@@ -109,6 +112,7 @@ from dcpsim.policies.plan import Group, Layout, Plan, Step
 GEMM_BWD_FACTOR = 2.7  # backward / forward FLOPs of the linear terms (REFERENCE §1, PR #2959)
 ATTN_BWD_FACTOR = 2.77  # backward / forward FLOPs of attention (same source)
 GIB = 2**30
+BUCKET_TARGETS = ("iteration", "timeline", "mean")  # readings of the bubble-folded bucket target
 
 
 def _local_tokens(length: int, c: int) -> int:
@@ -257,14 +261,17 @@ class Pr2959Policy(Policy):
     default ``[1, 2, 3, 4, 5, 6]``), ``long_factor`` (a sample is long above
     this × the mean FLOPs per bucket; 1.3), ``memory_limit_gib`` (candidates
     whose peak is at or above it are rejected; 70), ``strict_memory`` (raise
-    :class:`InfeasibleError` when every candidate is rejected; default False).
+    :class:`InfeasibleError` when every candidate is rejected; default False),
+    ``bucket_target`` (reading of the bubble-folded target: ``"iteration"``,
+    default; ``"timeline"``; ``"mean"``; see the module docstring).
     """
 
     name = "dynamic-pr2959"
     dynamic = True
 
     def __init__(self, m_values: list[int] | None = None, long_factor: float = 1.3,
-                 memory_limit_gib: float = 70.0, strict_memory: bool = False) -> None:
+                 memory_limit_gib: float = 70.0, strict_memory: bool = False,
+                 bucket_target: str = "iteration") -> None:
         vals = [1, 2, 3, 4, 5, 6] if m_values is None else m_values
         if (not isinstance(vals, (list, tuple)) or not vals
                 or any(not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1 for v in vals)):
@@ -279,6 +286,9 @@ class Pr2959Policy(Policy):
         if not isinstance(strict_memory, bool):
             raise ConfigError("policy.options.strict_memory", strict_memory, "true or false")
         self.strict_memory = strict_memory
+        if bucket_target not in BUCKET_TARGETS:
+            raise ConfigError("policy.options.bucket_target", bucket_target, f"one of {list(BUCKET_TARGETS)}")
+        self.bucket_target = bucket_target
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
         sizes = dynamic_sizes(layout)
@@ -290,7 +300,7 @@ class Pr2959Policy(Policy):
             return Plan(self.name, layout, lengths, [], True, meta={"microbatches": 0})
         fm = Pr2959Flops.from_cost(cost)
         fwd, bwd = fm.stage_fwd_bwd(lengths)
-        ctx = _Ctx(lengths, layout, fwd, bwd, sizes[need], self.long_factor)
+        ctx = _Ctx(lengths, layout, fwd, bwd, sizes[need], self.long_factor, self.bucket_target)
         limit = self.memory_limit_gib * GIB
         cands = []
         for m in self.m_values:
@@ -361,7 +371,7 @@ class _Ctx:
     """Per-batch tables shared by the candidates."""
 
     def __init__(self, lengths: np.ndarray, layout: Layout, fwd: np.ndarray, bwd: np.ndarray,
-                 need_ranks: np.ndarray, long_factor: float) -> None:
+                 need_ranks: np.ndarray, long_factor: float, bucket_target: str = "iteration") -> None:
         self.L = lengths
         self.layout = layout
         self.fwd, self.bwd = fwd, bwd
@@ -372,6 +382,7 @@ class _Ctx:
         self.cmax = layout.max_dynamic_cp
         self.need_slots = (need_ranks // self.u).astype(np.int64)
         self.long_factor = long_factor
+        self.bucket_target = bucket_target
         n = lengths.size
         order = np.lexsort((np.arange(n), -self.f))  # largest FLOPs first, ties by id
         self.by_flops_desc = order
@@ -386,7 +397,9 @@ class _Ctx:
         n_steps = pp * m
         F = float(f.sum())
         mu = F / (n_steps * K)
-        tau = mu * (n_steps + pp - 1) / n_steps  # bucket FLOPs target with the bubble folded in
+        bubble = (n_steps + pp - 1) / n_steps  # 1F1B iteration / work, for equal microbatches
+        # bucket FLOPs target with the bubble folded in (see the module docstring for the readings)
+        tau = mu * {"iteration": bubble, "timeline": 1.0 / bubble, "mean": 1.0}[self.bucket_target]
         tau_r = tau / u  # per rank
         cmax_slots = self.cmax // u
         with np.errstate(divide="ignore"):
