@@ -14,7 +14,9 @@ median and spread over seeds::
 What the ambiguous reading of the bubble-folded bucket target is worth in
 the blog reproduction (``bucket_target`` option; primary configuration,
 calibrated workloads, the same seeds as the main table, pooled TFLOPS/GPU
-and speedup over ``packing``; ~1 min per 16 seeds on one core)::
+and speedup over ``packing``; also the default reading restricted to
+``m = 1``, i.e. PP microbatches: balance without extra microbatch steps;
+~1.5 min for 64 seeds on one core)::
 
     .venv/bin/python benchmarks/bench_pr2959.py readings [--seeds 64]
 """
@@ -72,6 +74,7 @@ def readings(seeds: int) -> dict:
     for ds in exp.datasets:
         rows = {}
         variants = [("packing", {})] + [("dynamic-pr2959", {"bucket_target": r}) for r in BUCKET_TARGETS]
+        variants.append(("dynamic-pr2959", {"m_values": [1]}))  # PP microbatches only: balance without extra steps
         for pol, opts in variants:
             cells = []
             for seed in range(seeds):
@@ -79,7 +82,7 @@ def readings(seeds: int) -> dict:
                 if opts:
                     cfg = cfg.with_updates({"policy.options": opts})
                 cells.append(run_cell(CellSpec(dataset=ds, policy=pol, seed=seed, config=cfg)))
-            rows[opts.get("bucket_target", pol)] = cells
+            rows[opts.get("bucket_target", "m=1" if opts else pol)] = cells
         base = pooled_tflops(rows["packing"])
         out[ds] = {k: {"tflops": pooled_tflops(v), "speedup": pooled_tflops(v) / base,
                        "steps": float(np.mean([r["steps"] for r in v]))} for k, v in rows.items()}
