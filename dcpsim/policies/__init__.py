@@ -4,8 +4,10 @@
 validated :class:`Plan`. Built-in names: ``packing`` (Megatron's static
 ``dp_balanced``), ``packing-balanced`` (static CP, cost-balanced),
 ``dynamic`` (Megatron's ``default_dynamic_cp``), ``dynamic-solver`` (dynamic
-CP planned with the cost model), ``bound`` (a lower bound, not a schedule)
-and ``milp`` (exact, small batches). :func:`evaluate_plan` scores any plan
+CP planned with the cost model), ``dynamic-pr2959`` (the blog-era
+scheduler of Megatron-LM pull request #2959: FLOPs model, bucket search,
+1F1B scoring), ``bound`` (a lower bound, not a schedule) and ``milp``
+(exact, small batches). :func:`evaluate_plan` scores any plan
 with the cost model; :func:`lower_bound_s` is the ideal to compare against.
 """
 
