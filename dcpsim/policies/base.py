@@ -188,6 +188,19 @@ def smallest_fitting_size(lengths: np.ndarray, sizes: np.ndarray, capacity: int)
     return np.where(fits.any(axis=0), idx, -1)
 
 
+def dynamic_fit(lengths: np.ndarray, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """(sizes, need): the dynamic CP sizes and, per sequence, the index of the smallest that holds it.
+
+    Raises :class:`InfeasibleError` for a sequence that no dynamic group holds.
+    """
+    sizes = dynamic_sizes(layout)
+    M = layout.max_tokens_per_rank
+    need = smallest_fitting_size(lengths, sizes, M)
+    if (need < 0).any():
+        raise_too_long(lengths, need < 0, int(sizes[-1]), M, "dynamic")
+    return sizes, need
+
+
 def candidate_microbatch_counts(m0: int, m_max: int, extra: int, pp: int):
     """Microbatch counts a search tries: ``m0 .. m0+extra``; with PP (where more microbatches
     shrink the pipeline bubble) then growing by ×1.25 up to ``m_max``. Callers stop early."""

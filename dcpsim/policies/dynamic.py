@@ -41,7 +41,11 @@ from __future__ import annotations
 import numpy as np
 
 from dcpsim.errors import ConfigError
-from dcpsim.policies.base import Policy, dynamic_sizes, per_rank_tokens, raise_too_long, smallest_fitting_size
+from dcpsim.policies.base import (
+    Policy,
+    dynamic_fit,
+    per_rank_tokens,
+)
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
 
@@ -85,11 +89,7 @@ class DynamicPolicy(Policy):
         self.cap_delta = float(cap_delta)
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
-        sizes = dynamic_sizes(layout)
-        M = layout.max_tokens_per_rank
-        need = smallest_fitting_size(lengths, sizes, M)
-        if (need < 0).any():
-            raise_too_long(lengths, need < 0, int(sizes[-1]), M, "dynamic")
+        sizes, need = dynamic_fit(lengths, layout)
         ctx = _Ctx(lengths, layout, sizes, need, self.cap_delta)
         order = np.lexsort((np.arange(lengths.size), -lengths))  # longest first, ties by id
         steps: list[Step] = []

@@ -44,7 +44,12 @@ from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from dcpsim.errors import ConfigError
-from dcpsim.policies.base import Policy, dynamic_sizes, per_rank_tokens, raise_too_long, smallest_fitting_size
+from dcpsim.policies.base import (
+    Policy,
+    dynamic_fit,
+    per_rank_tokens,
+    raise_too_long,
+)
 from dcpsim.policies.costs import SeqCosts
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
@@ -94,10 +99,7 @@ class MilpPolicy(Policy):
             raise ConfigError("layout", f"{R} ranks per stage", f"at most {self.max_ranks} for the milp policy")
         M = layout.max_tokens_per_rank
         if self.mode == "dynamic":
-            sizes = dynamic_sizes(layout)
-            need = smallest_fitting_size(lengths, sizes, M)
-            if (need < 0).any():
-                raise_too_long(lengths, need < 0, int(sizes[-1]), M, "dynamic")
+            sizes, need = dynamic_fit(lengths, layout)
             blocks = [(int(s), int(c)) for c in sizes.tolist() for s in range(0, R - c + 1, c)]
         else:
             sizes = np.asarray([layout.cp])

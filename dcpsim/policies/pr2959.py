@@ -106,7 +106,7 @@ from functools import lru_cache
 import numpy as np
 
 from dcpsim.errors import ConfigError, InfeasibleError
-from dcpsim.policies.base import Policy, dynamic_sizes, raise_too_long, smallest_fitting_size
+from dcpsim.policies.base import Policy, dynamic_fit
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
 GEMM_BWD_FACTOR = 2.7  # backward / forward FLOPs of the linear terms (REFERENCE §1, PR #2959)
@@ -291,11 +291,7 @@ class Pr2959Policy(Policy):
         self.bucket_target = bucket_target
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
-        sizes = dynamic_sizes(layout)
-        M = layout.max_tokens_per_rank
-        need = smallest_fitting_size(lengths, sizes, M)
-        if (need < 0).any():
-            raise_too_long(lengths, need < 0, int(sizes[-1]), M, "dynamic")
+        sizes, need = dynamic_fit(lengths, layout)
         if lengths.size == 0:
             return Plan(self.name, layout, lengths, [], True, meta={"microbatches": 0})
         fm = Pr2959Flops.from_cost(cost)

@@ -48,8 +48,7 @@ from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.policies.base import (
     Policy,
     candidate_microbatch_counts,
-    dynamic_sizes,
-    raise_too_long,
+    dynamic_fit,
     smallest_fitting_size,
 )
 from dcpsim.policies.costs import SeqCosts, evaluate_plan
@@ -77,11 +76,8 @@ class DynamicSolverPolicy(Policy):
 
     # ------------------------------------------------------------------ plan
     def _plan(self, lengths, layout, cost, rng) -> Plan:
-        sizes = dynamic_sizes(layout)
+        sizes, need = dynamic_fit(lengths, layout)
         M = layout.max_tokens_per_rank
-        need = smallest_fitting_size(lengths, sizes, M)
-        if (need < 0).any():
-            raise_too_long(lengths, need < 0, int(sizes[-1]), M, "dynamic")
         cap = M
         if self.respect_memory:
             try:
