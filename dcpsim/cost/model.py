@@ -335,7 +335,7 @@ class CostModel:
         head_fwd = 2.0 * s * m.hidden * v / prof.gemm_flops_per_s(np.maximum(s, 1.0), int(v), m.hidden)
         head_bwd = GEMM_BWD_FLOPS_FACTOR * head_fwd
 
-        mem = self.peak_memory_bytes(s, cp)
+        mem = self.peak_memory_bytes(s)
         return BatchCost(
             local_tokens=s,
             gemm_fwd_s=gemm_fwd * L,
@@ -365,7 +365,7 @@ class CostModel:
         m = self.model
         return (20.0 * m.hidden + 6.0 * m.ffn_hidden + 4.0 * (m.q_dim + m.kv_dim)) / self.tp
 
-    def peak_memory_bytes(self, local_tokens, cp=None) -> np.ndarray:
+    def peak_memory_bytes(self, local_tokens) -> np.ndarray:
         """Peak bytes per GPU with ``local_tokens`` per microbatch (PP microbatches in flight)."""
         s = np.asarray(local_tokens, dtype=np.float64)
         kw = dict(tp=self.tp, pp=self.pp, dp=self.dp_cp, cp=1, recompute=self.recompute)

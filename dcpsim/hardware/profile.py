@@ -194,7 +194,7 @@ class HardwareProfile:
         """nccl-tests bus bandwidth of ``op`` on ``tier`` at message size ``nbytes``."""
         key = (op, tier)
         if key not in self._coll:
-            if op == "sendrecv" or (op, tier) == ("all_to_all", tier):
+            if op in ("sendrecv", "all_to_all"):
                 # fall back to the closest ring collective on the same tier
                 key = ("all_gather", tier)
             if key not in self._coll:

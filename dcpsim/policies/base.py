@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dcpsim.errors import ConfigError, InfeasibleError
-from dcpsim.policies.plan import Layout, Plan
+from dcpsim.policies.plan import Layout, Plan, per_rank_tokens
 
 # name -> "module:Class". One line per built-in policy.
 BUILTIN_POLICIES: dict[str, str] = {
@@ -157,18 +157,6 @@ def check_layout_cost(layout: Layout, cost) -> None:
     for f in ("tp", "pp"):
         if getattr(cost, f) != getattr(layout, f):
             raise ConfigError(f"cost.{f}", getattr(cost, f), f"the layout's {f} ({getattr(layout, f)})")
-
-
-def per_rank_tokens(lengths, c) -> np.ndarray:
-    """Tokens one rank of a ``c``-rank group holds for each sequence (int64).
-
-    A sequence on a group of ``c > 1`` ranks is padded to a multiple of ``2c``
-    (the load-balanced causal split), so each rank holds ``ceil(L/2c)·2``
-    tokens; on one rank it holds ``L``. Broadcasts ``lengths`` against ``c``.
-    """
-    L = np.asarray(lengths, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    return np.where(c > 1, -(-L // (2 * np.maximum(c, 1))) * 2, L)
 
 
 def dynamic_sizes(layout: Layout) -> np.ndarray:

@@ -29,6 +29,18 @@ def is_pow2(x: int) -> bool:
     return x >= 1 and (x & (x - 1)) == 0
 
 
+def per_rank_tokens(lengths, c) -> np.ndarray:
+    """Tokens one rank of a ``c``-rank group holds for each sequence (int64).
+
+    A sequence on a group of ``c > 1`` ranks is padded to a multiple of ``2c``
+    (the load-balanced causal split), so each rank holds ``ceil(L/2c)·2``
+    tokens; on one rank it holds ``L``. Broadcasts ``lengths`` against ``c``.
+    """
+    L = np.asarray(lengths, dtype=np.int64)
+    c = np.asarray(c, dtype=np.int64)
+    return np.where(c > 1, -(-L // (2 * np.maximum(c, 1))) * 2, L)
+
+
 @dataclass(frozen=True)
 class Layout:
     """Parallel layout of one training job.
@@ -188,10 +200,7 @@ class Plan:
                 if ids.size and (ids.min() < 0 or ids.max() >= len(self.lengths)):
                     raise PlanError(f"step {k}: sequence id out of range")
                 np.add.at(seen, ids, 1)
-                lens = self.lengths[ids] if ids.size else np.zeros(0, dtype=np.int64)
-                if g.size > 1:
-                    lens = np.ceil(lens / (2 * g.size)) * (2 * g.size)
-                per_rank = lens.sum() / g.size
+                per_rank = int(per_rank_tokens(self.lengths[ids], g.size).sum())
                 if per_rank > lay.max_tokens_per_rank + 1e-9:
                     raise PlanError(
                         f"step {k}: group [{g.start}, +{g.size}) holds {per_rank:.0f} tokens per rank > capacity {lay.max_tokens_per_rank}"
