@@ -352,3 +352,13 @@ def test_cli_schedule(tmp_path, capsys):
     assert main(["schedule", "--gpus", "60"]) == 2
     assert "tp*pp*cp" in capsys.readouterr().err
     assert main(["schedule", "--policy", "nope"]) == 2
+
+
+def test_check_fits_counts_padding():
+    from dcpsim.errors import InfeasibleError
+    from dcpsim.policies import check_fits
+
+    lay = Layout(dp=1, cp=4, max_tokens_per_rank=1001)  # largest dynamic group: 4 ranks, 4004 tokens unpadded
+    check_fits(np.array([4000, 10]), lay)  # pads to 4000: 1000 tokens per rank
+    with pytest.raises(InfeasibleError, match="sequence 0"):
+        check_fits(np.array([4001, 10]), lay)  # under 4004 unpadded, but pads to 4008: 1002 per rank

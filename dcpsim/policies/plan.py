@@ -257,13 +257,14 @@ class Plan:
 
 
 def check_fits(lengths: np.ndarray, layout: Layout) -> None:
-    """Raise :class:`InfeasibleError` if a sequence exceeds the largest group's capacity."""
+    """Raise :class:`InfeasibleError` if a sequence exceeds the largest group's capacity (padding counted)."""
     cmax = layout.max_dynamic_cp
-    cap = cmax * layout.max_tokens_per_rank
-    if len(lengths) and int(np.max(lengths)) > cap:
-        i = int(np.argmax(lengths))
+    lengths = np.asarray(lengths, dtype=np.int64)
+    bad = per_rank_tokens(lengths, cmax) > layout.max_tokens_per_rank
+    if bad.any():
+        i = int(np.nonzero(bad)[0][np.argmax(lengths[bad])])
         raise InfeasibleError(
             "capacity",
-            f"sequence {i} has {int(lengths[i])} tokens > largest CP group capacity {cap} "
-            f"(cp {cmax} x {layout.max_tokens_per_rank} tokens per rank)",
+            f"sequence {i} has {int(lengths[i])} tokens (padded to a multiple of 2*cp) > largest CP group "
+            f"capacity (cp {cmax} x {layout.max_tokens_per_rank} tokens per rank)",
         )
