@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from functools import cache
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from policy_cases import cases, comparable, cost_model
 
 from dcpsim.cli import main
-from dcpsim.cost import CostModel
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.policies import (
     Layout,
@@ -36,38 +34,8 @@ STATIC = {"packing", "packing-balanced"}
 REL = 1e-9
 
 
-@cache
-def cost_model(tp: int, pp: int, dp_cp: int) -> CostModel:
-    return CostModel("h100-sxm", "llama-13b", tp=tp, pp=pp, dp_cp=dp_cp)
-
-
 def static_fits(lengths: np.ndarray, layout: Layout) -> bool:
     return bool((per_rank_tokens(lengths, layout.cp) <= layout.max_tokens_per_rank).all())
-
-
-def comparable(plan: Plan) -> dict:
-    d = plan.to_dict()
-    d.pop("planning_time_s")
-    return d
-
-
-@st.composite
-def cases(draw, max_seqs: int = 40, max_dp: int = 4):
-    dp = draw(st.integers(1, max_dp))
-    cp = draw(st.sampled_from([1, 2, 3, 4]))
-    tp = draw(st.sampled_from([1, 2]))
-    pp = draw(st.sampled_from([1, 2, 4]))
-    M = draw(st.sampled_from([1024, 4096, 16384]))
-    R = dp * cp
-    cmax = 1 << (R.bit_length() - 1)
-    min_cp = draw(st.sampled_from([c for c in (1, 2, 4) if c <= cmax]))
-    layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=M, tp=tp, pp=pp, min_cp=min_cp, gpus_per_domain=4)
-    n = draw(st.integers(0, max_seqs))
-    seed = draw(st.integers(0, 2**31 - 1))
-    rng = np.random.default_rng(seed)
-    # log-normal around M/4, clipped to what the largest dynamic group holds
-    lengths = np.clip(rng.lognormal(np.log(M / 4), 1.3, n), 1, cmax * M - 2 * cmax).astype(np.int64)
-    return lengths, layout
 
 
 # ------------------------------------------------------------------ registry
