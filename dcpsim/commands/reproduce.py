@@ -62,7 +62,7 @@ def _progress(enabled: bool):
                     TimeRemainingColumn(), console=Console(stderr=True), transient=False)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: C901 - temporary, split by repro
     from dcpsim.experiments import load_experiment, reproduce
     from dcpsim.experiments.calibrate import fit_dataset, write_calibration
 

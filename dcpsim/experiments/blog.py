@@ -269,7 +269,7 @@ def read_calibration(path: Path) -> Calibration:
     return Calibration(fitted=fitted, meta=dict(data.get("meta") or {}))
 
 
-def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:
+def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:  # noqa: C901 - temporary, split by inputs
     """Load the experiment folder (default :data:`DEFAULT_SPEC_DIR`)."""
     d = Path(spec_dir) if spec_dir is not None else DEFAULT_SPEC_DIR
     if not d.is_dir():

@@ -125,7 +125,7 @@ class _Ctx:
         self.align = align_masks_for(sizes, self.R)
         self.cmax = int(sizes[-1])
 
-    def microbatch(self, order: np.ndarray, stats: dict) -> tuple[Step, np.ndarray]:
+    def microbatch(self, order: np.ndarray, stats: dict) -> tuple[Step, np.ndarray]:  # noqa: C901 - temporary, split by dedupe
         """Build one microbatch from ``order`` (ids, longest first); return it and the waiting ids."""
         R, M, ns = self.R, self.M, self.ns
         size_list, align = self.size_list, self.align

@@ -90,7 +90,7 @@ class MilpPolicy(Policy):
         self.max_ranks = int(max_ranks)
         self.max_variables = int(max_variables)
 
-    def _plan(self, lengths, layout, cost, rng) -> Plan:
+    def _plan(self, lengths, layout, cost, rng) -> Plan:  # noqa: C901 - temporary, split by dedupe
         n = lengths.size
         R = layout.ranks_per_stage
         if n > self.max_sequences:
@@ -165,7 +165,7 @@ class MilpPolicy(Policy):
         return Plan(self.name, layout, lengths, steps, self.mode == "dynamic", meta=meta)
 
     # ------------------------------------------------------------- dynamic
-    def _solve_dynamic(self, n, K, B, blocks, t, tok, feas, layout: Layout):
+    def _solve_dynamic(self, n, K, B, blocks, t, tok, feas, layout: Layout):  # noqa: C901 - temporary, split by dedupe
         """Block formulation, or the slot formulation when a group's position does not change its cost."""
         R, M, pp = layout.ranks_per_stage, layout.max_tokens_per_rank, layout.pp
         sizes_b = np.array([c for _, c in blocks])

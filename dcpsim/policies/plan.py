@@ -176,7 +176,7 @@ class Plan:
         return dict(sorted(out.items()))
 
     # ----------------------------------------------------------- invariants
-    def validate(self) -> Plan:
+    def validate(self) -> Plan:  # noqa: C901 - temporary, split by dedupe
         """Check the invariants; raise :class:`PlanError` naming the first broken one."""
         lay = self.layout
         n_ranks = lay.ranks_per_stage

@@ -161,7 +161,7 @@ class _Placer:
         self.align = align_masks_for(sc.sizes, self.R)
         self.pp = layout.pp
 
-    def run(self, name: str, lengths: np.ndarray) -> Plan:
+    def run(self, name: str, lengths: np.ndarray) -> Plan:  # noqa: C901 - temporary, split by dedupe
         sc, R, cap, pp = self.sc, self.R, self.cap, self.pp
         n = lengths.size
         ar = np.arange(n)

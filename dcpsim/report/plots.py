@@ -162,7 +162,7 @@ def _ordered(values) -> list:
         return sorted(vals, key=str)
 
 
-def plot(
+def plot(  # noqa: C901 - temporary, split by dedupe
     data,
     x: str,
     y: str,

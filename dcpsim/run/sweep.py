@@ -245,7 +245,7 @@ def sweep_spec_from_dict(d: dict[str, Any], *, where: str | None = None, base_di
     return SweepSpec(base, tuple(groups), name, seed)
 
 
-def _parse_group(raw: Any, i: int, default_seed: int, base_dict: dict, where: str | None) -> AxisGroup:
+def _parse_group(raw: Any, i: int, default_seed: int, base_dict: dict, where: str | None) -> AxisGroup:  # noqa: C901 - temporary, split by inputs
     label = f"axes[{i}]"
     if not isinstance(raw, dict):
         raise ConfigError(label, raw, "a table of dotted field = values", where=where)
@@ -311,7 +311,7 @@ def _check_field_path(path: str, base_dict: dict, label: str, where: str | None)
         raise ConfigError(label, path, "a field, not a whole section", where=where)
 
 
-def _check_dist(dist: Any, label: str, where: str | None) -> None:
+def _check_dist(dist: Any, label: str, where: str | None) -> None:  # noqa: C901 - temporary, split by inputs
     if isinstance(dist, list):
         if not dist:
             raise ConfigError(label, dist, "a non-empty list of choices", where=where)
@@ -664,7 +664,7 @@ def _progress(enabled: bool | None, total: int, description: str):
     return prog, task
 
 
-def run_sweep(
+def run_sweep(  # noqa: C901 - temporary, split by files
     spec: SweepSpec | str | Path,
     out_dir: str | Path,
     *,

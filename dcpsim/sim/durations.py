@@ -153,7 +153,7 @@ class DurationModel:
             opt[p] = params[p] / n * OPTIMIZER_BYTES_PER_PARAM / prof.hbm_bw_bytes_per_s
         return SyncCost(rs, ag, opt, params, doms)
 
-    def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,
+    def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,  # noqa: C901 - temporary, split by pipeline
              rng: np.random.Generator | None = None) -> IterationWork:
         """Durations of every group op of ``plan`` (noise drawn from ``rng`` when ``noise_cv > 0``)."""
         topo, cost = self.topo, self.cost

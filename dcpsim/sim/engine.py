@@ -60,7 +60,7 @@ class IterationTimeline:
     events: int
 
 
-def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True) -> IterationTimeline:
+def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True) -> IterationTimeline:  # noqa: C901 - temporary, split by pipeline
     """Simulate one iteration in a fresh SimPy environment."""
     pp = work.fwd_s.shape[0]
     G = work.table.n_groups

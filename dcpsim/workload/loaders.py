@@ -58,7 +58,7 @@ SUPPORTED_SUFFIXES: tuple[str, ...] = tuple(sorted(_FORMATS))
 """File suffixes :func:`read_lengths` understands (``""``: no suffix, plain text)."""
 
 
-def read_lengths(
+def read_lengths(  # noqa: C901 - temporary, split by inputs
     path: str | os.PathLike[str],
     column: str | int | None = None,
     *,
