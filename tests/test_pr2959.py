@@ -10,9 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from policy_cases import cases, comparable, cost_model
 
+from dcpsim.cost.padding import per_rank_tokens_int
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.policies import Layout, Plan, evaluate_plan, get_policy, list_policies, lower_bound_s, per_rank_tokens
-from dcpsim.policies.pr2959 import ATTN_BWD_FACTOR, GEMM_BWD_FACTOR, Pr2959Flops, _local_tokens, one_f_one_b_makespan
+from dcpsim.policies.pr2959 import ATTN_BWD_FACTOR, GEMM_BWD_FACTOR, Pr2959Flops, one_f_one_b_makespan
 
 NAME = "dynamic-pr2959"
 REL = 1e-9
@@ -46,7 +47,7 @@ def test_flops_of_one_sequence_match_the_closed_form():
 def test_local_tokens_agree_with_per_rank_tokens():
     for L in (1, 2, 3, 255, 256, 4095, 4096, 65537):
         for c in (1, 2, 4, 8, 64):
-            assert _local_tokens(L, c) == int(per_rank_tokens(L, c))
+            assert per_rank_tokens_int(L, c) == int(per_rank_tokens(L, c))
 
 
 # ------------------------------------------------------------------ 1F1B

@@ -43,6 +43,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from dcpsim.cost.padding import padded_lengths
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.hardware import HardwareProfile, get_profile
 from dcpsim.model import RECOMPUTE_MODES, ModelSpec, get_model, memory_per_gpu
@@ -244,8 +245,7 @@ class CostModel:
         prof = self.profile
 
         c_doc = cp[pack_ids].astype(np.float64)
-        two_c = 2.0 * c_doc
-        padded = np.where(c_doc > 1, np.ceil(lengths / two_c) * two_c, lengths)
+        padded = padded_lengths(lengths, cp[pack_ids]).astype(np.float64)
         tokens = np.bincount(pack_ids, weights=padded, minlength=npk)
         s = tokens / np.maximum(cp, 1)  # local tokens per rank
 

@@ -11,12 +11,12 @@ scheduler of Megatron-LM pull request #2959: FLOPs model, bucket search,
 with the cost model; :func:`lower_bound_s` is the ideal to compare against.
 """
 
+from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.policies.base import (
     BUILTIN_POLICIES,
     Policy,
     get_policy,
     list_policies,
-    per_rank_tokens,
     policy_class,
     register_policy,
 )

@@ -24,8 +24,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError, InfeasibleError
-from dcpsim.policies.plan import Layout, Plan, per_rank_tokens
+from dcpsim.policies.plan import Layout, Plan
 
 # name -> "module:Class". One line per built-in policy.
 BUILTIN_POLICIES: dict[str, str] = {

@@ -70,8 +70,9 @@ from __future__ import annotations
 import numpy as np
 
 from dcpsim.cost.model import GEMM_BWD_FLOPS_FACTOR
+from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
-from dcpsim.policies.base import Policy, check_lengths, dynamic_sizes, per_rank_tokens, raise_too_long
+from dcpsim.policies.base import Policy, check_lengths, dynamic_sizes, raise_too_long
 from dcpsim.policies.costs import split_parts
 from dcpsim.policies.plan import Layout, Plan
 

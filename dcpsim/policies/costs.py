@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dcpsim.policies.base import per_rank_tokens
+from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.policies.plan import Layout, Plan
 
 

@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
 from dcpsim.policies.base import (
     Policy,
     dynamic_fit,
-    per_rank_tokens,
 )
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 

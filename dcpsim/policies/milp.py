@@ -43,11 +43,11 @@ import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
 from dcpsim.policies.base import (
     Policy,
     dynamic_fit,
-    per_rank_tokens,
     raise_too_long,
 )
 from dcpsim.policies.costs import SeqCosts

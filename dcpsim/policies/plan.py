@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError, DcpsimError, InfeasibleError
 
 
@@ -27,18 +28,6 @@ class PlanError(DcpsimError):
 
 def is_pow2(x: int) -> bool:
     return x >= 1 and (x & (x - 1)) == 0
-
-
-def per_rank_tokens(lengths, c) -> np.ndarray:
-    """Tokens one rank of a ``c``-rank group holds for each sequence (int64).
-
-    A sequence on a group of ``c > 1`` ranks is padded to a multiple of ``2c``
-    (the load-balanced causal split), so each rank holds ``ceil(L/2c)·2``
-    tokens; on one rank it holds ``L``. Broadcasts ``lengths`` against ``c``.
-    """
-    L = np.asarray(lengths, dtype=np.int64)
-    c = np.asarray(c, dtype=np.int64)
-    return np.where(c > 1, -(-L // (2 * np.maximum(c, 1))) * 2, L)
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from dcpsim.cost.padding import max_length_for_tokens, per_rank_tokens_int
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.policies.base import Policy, dynamic_fit
 from dcpsim.policies.plan import Group, Layout, Plan, Step
@@ -113,12 +114,6 @@ GEMM_BWD_FACTOR = 2.7  # backward / forward FLOPs of the linear terms (REFERENCE
 ATTN_BWD_FACTOR = 2.77  # backward / forward FLOPs of attention (same source)
 GIB = 2**30
 BUCKET_TARGETS = ("iteration", "timeline", "mean")  # readings of the bubble-folded bucket target
-
-
-def _local_tokens(length: int, c: int) -> int:
-    """Tokens one rank of a ``c``-rank group holds for a sequence (padding to ``2c``), as
-    :func:`~dcpsim.policies.base.per_rank_tokens` computes it, on Python ints."""
-    return length if c == 1 else -(-length // (2 * c)) * 2
 
 
 # ------------------------------------------------------------------ FLOPs model
@@ -437,7 +432,7 @@ class _Ctx:
             g_slot.append(slot)
             g_cs.append(cs)
             g_load.append(float(f[i]) / c)
-            g_tok.append(_local_tokens(Li, c))
+            g_tok.append(per_rank_tokens_int(Li, c))
             members.append([int(i)])
             free[k, slot:slot + cs] = False
             for bs in bsizes:
@@ -472,7 +467,7 @@ class _Ctx:
                     c = g_cs[g] * u
                     if g_cs[g] < self.need_slots[i]:
                         continue
-                    t = _local_tokens(int(L[i]), c)
+                    t = per_rank_tokens_int(int(L[i]), c)
                     if g_tok[g] + t > M:
                         continue
                     v = g_load[g] + float(f[i]) / c
@@ -483,7 +478,7 @@ class _Ctx:
                     g = best_g
                     c = g_cs[g] * u
                     g_load[g] = best_v
-                    g_tok[g] += _local_tokens(int(L[i]), c)
+                    g_tok[g] += per_rank_tokens_int(int(L[i]), c)
                     members[g].append(i)
                     col_tot[g_slot[g]:g_slot[g] + g_cs[g]] += f[i] / c
                     step_load[g_step[g]] += f[i]
@@ -502,7 +497,7 @@ class _Ctx:
                 if room <= 0:
                     break
                 tr = M - g_tok[g]
-                l_tok = tr if c == 1 else 2 * c * (tr // 2)
+                l_tok = max_length_for_tokens(tr, c)
                 idx = min(bisect_right(nl_f, room * c), bisect_right(nl_L, l_tok)) - 1
                 if idx < 0:
                     break
@@ -510,7 +505,7 @@ class _Ctx:
                 nl_L.pop(idx)
                 fi = nl_f.pop(idx)
                 g_load[g] += fi / c
-                g_tok[g] += _local_tokens(int(L[i]), c)
+                g_tok[g] += per_rank_tokens_int(int(L[i]), c)
                 members[g].append(i)
                 step_load[g_step[g]] += fi
 
@@ -532,7 +527,7 @@ class _Ctx:
             for cs in hsizes:
                 h = heaps[cs]
                 c = cs * u
-                t = _local_tokens(int(Li), c)
+                t = per_rank_tokens_int(int(Li), c)
                 st = stash.setdefault(cs, [])
                 while h:
                     load, k, j, g = h[0]
@@ -550,7 +545,7 @@ class _Ctx:
                     g = new_group(i, k, j, cs)
                 else:
                     g_load[g] += fi / c
-                    g_tok[g] += _local_tokens(int(Li), c)
+                    g_tok[g] += per_rank_tokens_int(int(Li), c)
                     members[g].append(i)
                 heapq.heappush(heaps[cs], (g_load[g], k, j, g))
             else:
@@ -564,7 +559,7 @@ class _Ctx:
             left_base = n_rows
             left_groups: list[int] = []
             for i in sorted(leftovers, key=lambda i: (-int(L[i]), i)):
-                t = _local_tokens(int(L[i]), u)
+                t = per_rank_tokens_int(int(L[i]), u)
                 spot = None
                 for k in range(left_base, n_rows):
                     js = np.flatnonzero(free[k, :K])

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
-from dcpsim.policies.base import Policy, candidate_microbatch_counts, per_rank_tokens, raise_too_long
+from dcpsim.policies.base import Policy, candidate_microbatch_counts, raise_too_long
 from dcpsim.policies.costs import SeqCosts, evaluate_plan
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
