@@ -194,3 +194,29 @@ class BalancedPackingPolicy(Policy):
             per[j].append([int(ids[x]) for x in bins[b]])
         cp = layout.cp
         return [Step([Group(j * cp, cp, per[j][k]) for j in range(dp)]) for k in range(m)]
+
+
+def window_plan(lengths: np.ndarray, windows: np.ndarray, mbs: int, layout: Layout, policy: str = "packing") -> Plan:
+    """Static plan of fixed-length windows: ``mbs`` whole windows per microbatch, Megatron's order.
+
+    ``lengths`` are attention blocks (documents cut at window boundaries) and
+    ``windows`` the window of each (0..W-1, non-decreasing). Microbatch ``b``
+    holds windows ``[b*mbs, (b+1)*mbs)``; bin ``i*dp + j`` is microbatch ``i``
+    of replica ``j`` (as :class:`PackingPolicy`). W must be a multiple of
+    ``dp*mbs``. With ``cp > 1`` each block is padded to a multiple of ``2*cp``
+    (THD), so a rank may hold up to 2 tokens per block more than
+    ``mbs*seq_len/cp``; the plan is therefore not checked against the layout's
+    nominal capacity (memory is checked per pack from its real tokens).
+    """
+    windows = np.asarray(windows, dtype=np.int64)
+    n_win = int(windows.max()) + 1 if windows.size else 0
+    if n_win == 0 or n_win % (layout.dp * mbs):
+        raise ConfigError("workload.gbs", n_win, f"a positive multiple of dp*mbs = {layout.dp}*{mbs}")
+    bin_of = windows // mbs
+    n_bins = n_win // mbs
+    order = np.argsort(bin_of, kind="stable")
+    bounds = np.searchsorted(bin_of[order], np.arange(n_bins + 1))
+    bins = [order[bounds[b]:bounds[b + 1]].tolist() for b in range(n_bins)]
+    return Plan(policy=policy, layout=layout, lengths=np.asarray(lengths, dtype=np.int64),
+                steps=_steps_from_bins(bins, layout), dynamic=False,
+                meta={"bins": n_bins, "windows": n_win, "mbs": int(mbs)})

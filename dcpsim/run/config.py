@@ -23,6 +23,7 @@ Example (every field optional; these are the defaults)::
     max_tokens_per_rank = 65536 # Megatron --max-seqlen-per-dp-cp-rank (launch script of PR #2959); 0 = ceil(max_len/(dp*cp))
     cp_comm = "p2p"             # p2p | all_gather | a2a
     recompute = "full"          # none | selective | full
+    mbs = 1                     # sequences per microbatch per DP rank (fixed workload only; Megatron --micro-batch-size)
 
     [workload]
     name = "github"             # preset, lengths file, or distribution table
@@ -30,6 +31,14 @@ Example (every field optional; these are the defaults)::
     min_len = 256
     max_len = 131072
     clip = "drop"               # drop | truncate
+    seq_len = 4096              # only with name = "fixed": tokens per sequence (Megatron --seq-length)
+    documents = "wikipedia"     # only with name = "fixed", optional: per-document attention inside each
+                                # window (documents from this workload); unset = one full-window causal sequence
+
+With ``name = "fixed"`` every sequence has ``seq_len`` tokens (pre-training on
+concatenated documents), ``min_len``/``max_len``/``clip`` and
+``parallel.max_tokens_per_rank`` are not used (a microbatch is ``mbs``
+sequences), and ``gbs`` must be a multiple of ``dp * mbs`` (Megatron's rule).
 
     [policy]
     name = "dynamic"
@@ -89,6 +98,7 @@ class ParallelSection(_Section):
     max_tokens_per_rank: int = Field(65536, ge=0, description="Megatron --max-seqlen-per-dp-cp-rank; 0 = ceil(max_len/(dp*cp))")
     cp_comm: Literal["p2p", "all_gather", "a2a"] = "p2p"
     recompute: Literal["none", "selective", "full"] = "full"
+    mbs: int = Field(1, ge=1, le=4096, description="sequences per microbatch per DP rank (fixed workload only; Megatron --micro-batch-size)")
 
 
 class WorkloadSection(_Section):
@@ -97,6 +107,9 @@ class WorkloadSection(_Section):
     min_len: int | None = Field(256, ge=1)
     max_len: int | None = Field(131072, ge=1)
     clip: Literal["drop", "truncate"] = "drop"
+    seq_len: int | None = Field(None, ge=1, le=2**24, description="fixed workload: tokens per sequence (Megatron --seq-length)")
+    documents: str | dict[str, Any] | None = Field(
+        None, description="fixed workload: documents inside each window (per-document attention); None = full window")
 
 
 class PolicySection(_Section):
@@ -137,7 +150,29 @@ class RunConfig(_Section):
         w = self.workload
         if w.min_len and w.max_len and w.min_len > w.max_len:
             raise ConfigError("workload.min_len", w.min_len, f"<= workload.max_len ({w.max_len})")
+        self._check_fixed()
         return self
+
+    def _check_fixed(self) -> None:
+        """Fields of the fixed-length workload: set only with it, and Megatron's gbs rule."""
+        w, p = self.workload, self.parallel
+        if not self.is_fixed:
+            for field, v, ok in (("parallel.mbs", p.mbs, 1), ("workload.seq_len", w.seq_len, None),
+                                 ("workload.documents", w.documents, None)):
+                if v != ok:
+                    raise ConfigError(field, v, f"{ok} unless workload.name = 'fixed' (variable-length data is packed by "
+                                      "parallel.max_tokens_per_rank)")
+            return
+        if w.seq_len is None:
+            raise ConfigError("workload.seq_len", None, "tokens per sequence (required with workload.name = 'fixed')")
+        if w.gbs % (self.dp * p.mbs):
+            raise ConfigError("workload.gbs", w.gbs, f"a multiple of dp*mbs = {self.dp}*{p.mbs} = {self.dp * p.mbs} "
+                              "(Megatron's rule for fixed-length data)")
+
+    @property
+    def is_fixed(self) -> bool:
+        """Whether the workload is fixed-length windows (``workload.name = "fixed"``)."""
+        return self.workload.name == "fixed"
 
     @property
     def dp(self) -> int:
@@ -147,6 +182,10 @@ class RunConfig(_Section):
     @property
     def max_tokens_per_rank(self) -> int:
         p = self.parallel
+        if self.is_fixed:  # mbs whole windows; a window on cp > 1 ranks is padded to a multiple of 2*cp
+            from dcpsim.policies.plan import per_rank_tokens
+
+            return p.mbs * int(per_rank_tokens(self.workload.seq_len, p.cp))
         if p.max_tokens_per_rank:
             return p.max_tokens_per_rank
         max_len = self.workload.max_len or 131072

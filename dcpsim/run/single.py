@@ -123,9 +123,12 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
     n_iter = len(plans) if plans is not None else cfg.sim.iterations
     policy = None
     dist = None
+    fixed = None
     if plans is None:
         policy = _get_policy(cfg)
-        if batches is None:
+        if batches is None and cfg.is_fixed:
+            fixed = _fixed_workload(cfg)
+        elif batches is None:
             from dcpsim.workload import get_workload
 
             w = cfg.workload
@@ -147,14 +150,13 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
         if plans is not None:
             plan = plans[i]
         else:
-            if batches is not None:
-                lengths = np.asarray(batches[i], dtype=np.int64)
-            else:
-                from dcpsim.workload import sample_global_batch
-
-                lengths = sample_global_batch(dist, cfg.workload.gbs, streams["workload"])
             t0 = time.perf_counter()
-            plan = policy.plan(lengths, layout, cost, rng=streams["policy"])
+            if fixed is not None and fixed.per_document:
+                plan = _window_plan(cfg, fixed, layout, streams["workload"])
+            else:
+                lengths = _batch_lengths(cfg, i, batches, dist, fixed, streams["workload"])
+                t0 = time.perf_counter()
+                plan = policy.plan(lengths, layout, cost, rng=streams["policy"])
             planning_wall += time.perf_counter() - t0
         used_plans.append(plan)
         for c, n in plan.cp_histogram().items():
@@ -207,6 +209,36 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
     summary.update({k: meta[k] for k in ("events", "events_per_s", "sim_wall_s", "planning_wall_s", "wall_s")})
     return SimResult(summary=summary, iterations=iterations, ranks=ranks_df, config=cfg.resolved(),
                      config_hash=cfg.config_hash(), meta=meta, records=records, plans=used_plans)
+
+
+def _fixed_workload(cfg: RunConfig):
+    """The fixed-length workload of ``cfg``; per-document windows need the ``packing`` policy."""
+    from dcpsim.workload.fixed import fixed_from_config
+
+    fixed = fixed_from_config(cfg.workload)
+    if fixed.per_document and cfg.policy.name != "packing":
+        raise ConfigError("policy.name", cfg.policy.name, "'packing' with per-document fixed windows "
+                          "(workload.documents): a microbatch is mbs whole windows")
+    return fixed
+
+
+def _batch_lengths(cfg: RunConfig, i: int, batches, dist, fixed, rng: np.random.Generator) -> np.ndarray:
+    """Sequence lengths of iteration ``i``: given, full fixed-length windows, or sampled."""
+    if batches is not None:
+        return np.asarray(batches[i], dtype=np.int64)
+    if fixed is not None:
+        return fixed.sample_windows(cfg.workload.gbs, rng)[0]
+    from dcpsim.workload import sample_global_batch
+
+    return sample_global_batch(dist, cfg.workload.gbs, rng)
+
+
+def _window_plan(cfg: RunConfig, fixed, layout: Layout, rng: np.random.Generator) -> Plan:
+    """Per-document fixed windows: ``mbs`` whole windows per microbatch (static packing of windows)."""
+    from dcpsim.policies.static import window_plan
+
+    lengths, windows = fixed.sample_windows(cfg.workload.gbs, rng)
+    return window_plan(lengths, windows, cfg.parallel.mbs, layout)
 
 
 def _bound_row(plan: Plan, i: int, cost: CostModel, gpus: int, peak: float) -> dict:
