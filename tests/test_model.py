@@ -92,3 +92,21 @@ def test_max_tokens_per_rank_fits_exactly():
     assert memory_per_gpu(m, tokens_per_rank=t + 1, **kw).total_bytes > lim
     with pytest.raises(InfeasibleError, match="memory"):
         max_tokens_per_rank(get_model("llama-70b"), memory_limit_bytes=lim, tp=1, pp=1, dp=1)
+
+
+def test_inline_spec_from_dimensions():
+    """A spec given as a table of dimensions (published rows; configs' model.name as a dict)."""
+    from dcpsim.model import get_model
+    from dcpsim.run.config import config_from_dict
+    from dcpsim.run.single import build_cost_model
+
+    dims = {"name": "gqa", "n_layers": 4, "hidden": 1024, "n_heads": 16, "n_kv_heads": 4, "ffn_hidden": 4096,
+            "vocab": 50304, "gated_mlp": False}
+    m = get_model(dims)
+    assert m.head_dim == 64 and m.kv_dim == 256 and m.mlp_matrices == 2
+    cfg = config_from_dict({"model": {"name": dims}, "parallel": {"pp": 2}, "cluster": {"gpus": 4}})
+    assert build_cost_model(cfg).model == m
+    with pytest.raises(ConfigError, match="model.head_dim"):
+        get_model(dims | {"hidden": 1000, "n_heads": 16})
+    with pytest.raises(ConfigError, match="model.n_kv_heads"):
+        get_model(dims | {"n_kv_heads": 5})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -101,11 +102,16 @@ def _spec_from_mapping(data: dict, where: str) -> ModelSpec:
     unknown = set(data) - fields
     if unknown:
         raise ConfigError("model", sorted(unknown), f"only fields {sorted(fields)}", where=where)
-    missing = {"name", "n_layers", "hidden", "n_heads", "head_dim", "ffn_hidden", "vocab"} - set(data)
+    missing = {"name", "n_layers", "hidden", "n_heads", "ffn_hidden", "vocab"} - set(data)
     if missing:
         raise ConfigError("model", sorted(missing), "these required fields to be present", where=where)
     data = dict(data)
     data.setdefault("n_kv_heads", data["n_heads"])
+    if "head_dim" not in data:  # the usual hidden / heads (a divisor, else name it)
+        h, a = data["hidden"], data["n_heads"]
+        if not (isinstance(h, int) and isinstance(a, int) and a > 0 and h % a == 0):
+            raise ConfigError("model.head_dim", None, f"given, or hidden ({h}) divisible by n_heads ({a})", where=where)
+        data["head_dim"] = h // a
     return ModelSpec(**data)
 
 
@@ -123,10 +129,12 @@ def _load_spec(path: str, mtime_ns: int = 0) -> ModelSpec:
     return _spec_from_mapping(data, str(p))
 
 
-def get_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
-    """A model spec by name (``llama-13b``) or from a user's TOML file."""
+def get_model(name_or_path: str | Path | ModelSpec | Mapping) -> ModelSpec:
+    """A model spec by name (``llama-13b``), from a user's TOML file, or from a table of its fields."""
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
+    if isinstance(name_or_path, Mapping):
+        return _spec_from_mapping(dict(name_or_path), "model.name (inline spec)")
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.is_file():
         return _load_spec(str(p.resolve()), p.stat().st_mtime_ns)

@@ -3,7 +3,7 @@
 Example (every field optional; these are the defaults)::
 
     [model]
-    name = "llama-13b"          # or a path to a spec .toml
+    name = "llama-13b"          # or a path to a spec .toml, or an inline table of ModelSpec fields
 
     [hardware]
     gpu = "h100-sxm"            # profile name or folder
@@ -75,7 +75,8 @@ class _Section(BaseModel):
 
 
 class ModelSection(_Section):
-    name: str = Field("llama-13b", description="model spec name or path to a spec .toml")
+    name: str | dict[str, Any] = Field(
+        "llama-13b", description="model spec name, path to a spec .toml, or an inline spec table (ModelSpec fields)")
 
 
 class HardwareSection(_Section):

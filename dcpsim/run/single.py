@@ -268,7 +268,7 @@ def _summary(cfg: RunConfig, it, cp_hist: dict[int, int], gpus: int, peak: float
         "config_hash": cfg.config_hash(),
         "policy": cfg.policy.name if not len(it) else str(it["policy"].iloc[0]),
         "workload": _workload_name(cfg),
-        "model": cfg.model.name,
+        "model": cfg.model.name if isinstance(cfg.model.name, str) else str(cfg.model.name.get("name", "custom")),
         "gpu": cfg.hardware.gpu,
         "gpus": gpus,
         "tp": p.tp,

@@ -408,7 +408,7 @@ def execute_run(rs: RunSpec, runner: Runner | str | None = None) -> dict[str, An
     else:
         cfg = rs.config
         row |= {"policy": cfg.policy.name, "gpus": cfg.cluster.gpus,
-                "workload": flat_value(cfg.workload.name), "gpu": cfg.hardware.gpu, "model": cfg.model.name}
+                "workload": flat_value(cfg.workload.name), "gpu": cfg.hardware.gpu, "model": flat_value(cfg.model.name)}
         try:
             res = _resolve_runner(runner)(cfg)
             summary = res.summary if hasattr(res, "summary") else res
