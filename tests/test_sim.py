@@ -495,3 +495,24 @@ def test_simulate_cli(tmp_path, capsys):
     assert doc["summary"]["policy"] == "packing" and doc["summary"]["tflops_per_gpu"] > 0
     assert (out / "iterations.parquet").is_file() and (tmp_path / "tr.json").is_file()
     assert main(["simulate", str(run), "--iterations", "0"]) == 2
+
+
+def test_nvlink_span_one_rule_for_policies_and_sim():
+    """dp 12, pp 2, domain 8: ranks [0, 8) are GPUs 0-7 on stage 0 (one domain) but 12-19 on stage 1 (two)."""
+    from dcpsim.policies import Layout
+
+    lay = Layout(dp=12, cp=1, max_tokens_per_rank=1024, pp=2, gpus_per_domain=8)
+    topo = Topology(tp=1, pp=2, dp=12, cp=1, nvlink_domain_gpus=8)
+    assert not topo.group_spans_network(0, 0, 8) and topo.group_spans_network(1, 0, 8)
+    for stage in (0, 1):
+        assert bool(lay.spans_network(0, 8, stage=stage)) == bool(topo.group_spans_network(stage, 0, 8))
+    assert bool(lay.spans_network(0, 8))  # the policies' view: it leaves a domain on some stage
+    # every aligned slice, several shapes: the policies' view is the OR of the sim's per-stage answers
+    for tp, dp, cp, pp in ((1, 12, 1, 2), (2, 3, 2, 4), (1, 6, 2, 3), (4, 5, 1, 2)):
+        lay = Layout(dp=dp, cp=cp, max_tokens_per_rank=1024, tp=tp, pp=pp, gpus_per_domain=8)
+        topo = Topology(tp=tp, pp=pp, dp=dp, cp=cp, nvlink_domain_gpus=8)
+        R = dp * cp
+        for c in (1, 2, 4, 8):
+            starts = np.arange(0, R - c + 1, c)
+            per_stage = np.array([topo.group_spans_network(p, starts, c) for p in range(pp)])
+            assert (lay.spans_network(starts, c) == per_stage.any(axis=0)).all()

@@ -20,6 +20,7 @@ import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError, DcpsimError, InfeasibleError
+from dcpsim.hardware.placement import group_spans_domain
 
 
 class PlanError(DcpsimError):
@@ -73,13 +74,15 @@ class Layout:
         n = self.ranks_per_stage
         return 1 << (n.bit_length() - 1)
 
-    def spans_network(self, start, size) -> np.ndarray:
-        """Whether ranks [start, start+size) of a stage leave one NVLink domain (vectorised)."""
-        start = np.asarray(start, dtype=np.int64)
-        size = np.asarray(size, dtype=np.int64)
-        first = (start * self.tp) // self.gpus_per_domain
-        last = ((start + size) * self.tp - 1) // self.gpus_per_domain
-        return first != last
+    def spans_network(self, start, size, stage: int | None = None) -> np.ndarray:
+        """Whether stage ranks [start, start+size) leave one NVLink domain (vectorised).
+
+        ``stage=None`` (what the policies cost): on any pipeline stage, since
+        a group keeps its ranks on every stage and the slowest stage sets the
+        pace; see :mod:`dcpsim.hardware.placement`.
+        """
+        return group_spans_domain(start, size, tp=self.tp, ranks_per_stage=self.ranks_per_stage,
+                                  domain_gpus=self.gpus_per_domain, stage=stage, pp=self.pp)
 
     def to_dict(self) -> dict:
         return {f: int(getattr(self, f)) for f in ("dp", "cp", "max_tokens_per_rank", "tp", "pp", "min_cp", "gpus_per_domain")}

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dcpsim.errors import ConfigError
+from dcpsim.hardware.placement import group_gpu_range, group_spans_domain
 
 
 @dataclass(frozen=True)
@@ -82,16 +83,12 @@ class Topology:
 
     # -------------------------------------------------------- CP groups
     def _gpu_span(self, stage: int, start, size) -> tuple[np.ndarray, np.ndarray]:
-        start = np.asarray(start, dtype=np.int64)
-        size = np.asarray(size, dtype=np.int64)
-        first = self.tp * (start + self.ranks_per_stage * stage)
-        last = first + self.tp * size - 1
-        return first, last
+        return group_gpu_range(start, size, tp=self.tp, ranks_per_stage=self.ranks_per_stage, stage=stage)
 
     def group_spans_network(self, stage: int, start, size) -> np.ndarray:
         """Whether CP group(s) ``[start, start+size)`` of ``stage`` leave one NVLink domain."""
-        first, last = self._gpu_span(stage, start, size)
-        return (first // self.nvlink_domain_gpus) != (last // self.nvlink_domain_gpus)
+        return group_spans_domain(start, size, tp=self.tp, ranks_per_stage=self.ranks_per_stage,
+                                  domain_gpus=self.nvlink_domain_gpus, stage=stage)
 
     def group_network_factor(self, stage: int, start, size) -> np.ndarray:
         """Network bandwidth factor of CP group(s) of ``stage`` (only meaningful where they span the network)."""
