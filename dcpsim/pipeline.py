@@ -236,14 +236,13 @@ def chunk_durations(stage_s: np.ndarray, vp: int, head_s: np.ndarray | None = No
     ``vp`` chunks, and the head goes to the last virtual stage only.
     """
     stage_s = np.asarray(stage_s, dtype=np.float64)
+    if vp == 1:
+        return stage_s.copy()  # exactly the rank's time (no split, no rounding)
     pp = stage_s.shape[0]
     body = stage_s.copy()
     if head_s is not None:
         body[pp - 1] = body[pp - 1] - head_s
-    if vp == 1:
-        out = body
-    else:
-        out = np.concatenate([body / vp] * vp, axis=0)
+    out = np.concatenate([body / vp] * vp, axis=0)
     if head_s is not None:
         out[-1] = out[-1] + head_s
     return out

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from dcpsim.cost import CostModel, group_collective_time_s
 from dcpsim.errors import ConfigError
+from dcpsim.pipeline import BWD, FWD, pipeline_schedule, stage_order
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 from dcpsim.run import config_from_dict
 from dcpsim.run.single import build_cost_model, build_layout, run_simulation
@@ -23,12 +24,10 @@ from dcpsim.sim import (
     Topology,
     build_graph,
     build_group_table,
-    one_f_one_b_order,
     rank_arrays,
     run_iteration,
 )
 from dcpsim.sim.durations import OPTIMIZER_BYTES_PER_PARAM
-from dcpsim.sim.schedule import BWD, FWD
 
 
 # ------------------------------------------------------------------ plan builders
@@ -137,7 +136,8 @@ def _synthetic(pp: int, m: int, dp: int, tf: float, tb: float, x: float):
     work.fwd_s[:] = tf
     work.bwd_s[:] = tb
     work.xfer_s[:] = x
-    return run_iteration(work, build_graph(table, pp, work.xfer_s), sim.sync, overlap_grad_sync=False), sim
+    graph = build_graph(table, pipeline_schedule(pp, table.n_steps), work.virtual()[2])
+    return run_iteration(work, graph, sim.sync, overlap_grad_sync=False), sim
 
 
 @settings(max_examples=40, deadline=None)
@@ -220,26 +220,28 @@ def test_pp1_ring_across_nodes_matches_pack_cost():
 
 
 # ------------------------------------------------------------------ schedule invariants
-def _check_timeline(rec, pp: int) -> None:
-    """Every op starts exactly when its last dependency is met; each rank runs its ops in 1F1B order, one at a time."""
+def _check_timeline(rec, pp: int, vp: int = 1) -> None:
+    """Every op starts exactly when its last dependency is met; each rank runs its ops in the schedule's order, one at a time."""
     w, tl = rec.work, rec.timeline
     gid, S, R = w.table.gid, w.table.n_steps, w.table.ranks
+    f, b, x = w.virtual()
+    V = pp * vp
     for p in range(pp):
-        order = one_f_one_b_order(p, pp, S)
         prev_fin = np.zeros(R)
-        for d, k in order:
+        for d, k, c in stage_order(p, pp, S, vp).tolist():
+            s = c * pp + p
             g_of_r = gid[k]
-            for g in np.unique(g_of_r):
+            for g in np.unique(g_of_r[g_of_r >= 0]):
                 members = np.nonzero(g_of_r == g)[0]
                 ready = prev_fin[members].max()
-                if d == FWD and p > 0:
-                    ready = max(ready, tl.finish[p - 1, FWD, g] + w.xfer_s[p - 1, g])
-                if d == BWD and p < pp - 1:
-                    ready = max(ready, tl.finish[p + 1, BWD, g] + w.xfer_s[p, g])
-                assert tl.start[p, d, g] == pytest.approx(ready, abs=1e-12)
-                dur = w.fwd_s[p, g] if d == FWD else w.bwd_s[p, g]
-                assert tl.finish[p, d, g] == pytest.approx(tl.start[p, d, g] + dur, abs=1e-12)
-            prev_fin = tl.finish[p, d, g_of_r]
+                if d == FWD and s > 0:
+                    ready = max(ready, tl.finish[s - 1, FWD, g] + x[s - 1, g])
+                if d == BWD and s < V - 1:
+                    ready = max(ready, tl.finish[s + 1, BWD, g] + x[s, g])
+                assert tl.start[s, d, g] == pytest.approx(ready, abs=1e-12)
+                dur = f[s, g] if d == FWD else b[s, g]
+                assert tl.finish[s, d, g] == pytest.approx(tl.start[s, d, g] + dur, abs=1e-12)
+                prev_fin[members] = tl.finish[s, d, g]
 
 
 @pytest.mark.parametrize("kind", ["static", "dynamic"])

@@ -49,9 +49,10 @@ class Layout:
     pp: int = 1
     min_cp: int = 1
     gpus_per_domain: int = 8
+    vp: int = 1
 
     def __post_init__(self) -> None:
-        for f in ("dp", "cp", "tp", "pp", "min_cp", "max_tokens_per_rank", "gpus_per_domain"):
+        for f in ("dp", "cp", "tp", "pp", "min_cp", "max_tokens_per_rank", "gpus_per_domain", "vp"):
             v = getattr(self, f)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"layout.{f}", v, "a positive integer")
@@ -85,7 +86,7 @@ class Layout:
                                   domain_gpus=self.gpus_per_domain, stage=stage, pp=self.pp)
 
     def to_dict(self) -> dict:
-        return {f: int(getattr(self, f)) for f in ("dp", "cp", "max_tokens_per_rank", "tp", "pp", "min_cp", "gpus_per_domain")}
+        return {f: int(getattr(self, f)) for f in ("dp", "cp", "max_tokens_per_rank", "tp", "pp", "min_cp", "gpus_per_domain", "vp")}
 
 
 @dataclass

@@ -101,12 +101,12 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_right
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from dcpsim.cost.padding import max_length_for_tokens, per_rank_tokens_int
 from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.pipeline import makespan as pipeline_makespan
 from dcpsim.policies.base import Policy, dynamic_fit
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
@@ -168,84 +168,20 @@ class Pr2959Flops:
 
 
 # ------------------------------------------------------------------ 1F1B simulation
-@lru_cache(maxsize=256)
-def _one_f_one_b_graph(n: int, pp: int) -> tuple[tuple[int, int, int, int, int], ...]:  # noqa: C901 - temporary, split by pipeline
-    """Ops of a ``pp``-stage 1F1B schedule of ``n`` microbatches in a topological order.
-
-    Each op is ``(node, is_backward, microbatch, previous op of its stage, cross-stage dependency)``
-    (``-1`` for none). Stage ``p`` runs ``min(pp-1-p, n)`` warm-up forwards, then alternates one
-    forward and one backward, then drains the backwards. A forward on stage ``p`` follows the same
-    microbatch's forward on ``p-1``; a backward on ``p`` follows its backward on ``p+1``.
-    """
-    node_of: dict[tuple[int, int, int], int] = {}
-    seqs: list[list[tuple[int, int]]] = []
-    for p in range(pp):
-        w = min(pp - 1 - p, n)
-        ops = [(0, k) for k in range(w)]
-        for i in range(n - w):
-            ops += [(0, w + i), (1, i)]
-        ops += [(1, k) for k in range(n - w, n)]
-        seqs.append(ops)
-        for d, k in ops:
-            node_of[(p, d, k)] = len(node_of)
-    prev = {}
-    dep = {}
-    for p, ops in enumerate(seqs):
-        for idx, (d, k) in enumerate(ops):
-            v = node_of[(p, d, k)]
-            prev[v] = node_of[(p, *ops[idx - 1])] if idx else -1
-            if d == 0:
-                dep[v] = node_of[(p - 1, 0, k)] if p > 0 else -1
-            else:
-                dep[v] = node_of[(p + 1, 1, k)] if p < pp - 1 else -1
-    # Kahn's algorithm, lowest node id first (deterministic)
-    indeg = {v: (prev[v] >= 0) + (dep[v] >= 0) for v in prev}
-    succ: dict[int, list[int]] = {v: [] for v in prev}
-    for v in prev:
-        for u in (prev[v], dep[v]):
-            if u >= 0:
-                succ[u].append(v)
-    ready = [v for v, d in indeg.items() if d == 0]
-    heapq.heapify(ready)
-    info = {node_of[key]: key for key in node_of}
-    out = []
-    while ready:
-        v = heapq.heappop(ready)
-        _, d, k = info[v]
-        out.append((v, d, k, prev[v], dep[v]))
-        for w in succ[v]:
-            indeg[w] -= 1
-            if indeg[w] == 0:
-                heapq.heappush(ready, w)
-    if len(out) != len(prev):  # the 1F1B graph is acyclic; this guards the construction above
-        raise RuntimeError(f"1F1B graph of {n} microbatches on {pp} stages has a cycle")
-    return tuple(out)
-
-
 def one_f_one_b_makespan(fwd, bwd, pp: int) -> np.ndarray:
     """Makespan of a ``pp``-stage 1F1B pipeline for each column (DP rank) independently.
 
     ``fwd``, ``bwd``: arrays ``(n_microbatches, n_columns)`` of one stage's forward and
     backward durations (every stage takes the same; transfers are free). Returns
-    ``(n_columns,)`` end times of the last op. With equal microbatches ``(f, b)`` this is
+    ``(n_columns,)`` end times of the last op, from the one schedule definition
+    (:func:`dcpsim.pipeline.makespan`). With equal microbatches ``(f, b)`` this is
     ``(n + pp - 1)·(f + b)``.
     """
     fwd = np.asarray(fwd, dtype=np.float64)
     bwd = np.asarray(bwd, dtype=np.float64)
     if fwd.ndim != 2 or fwd.shape != bwd.shape:
         raise ConfigError("fwd/bwd", f"shapes {fwd.shape} and {bwd.shape}", "two equal (microbatches, columns) arrays")
-    n, cols = fwd.shape
-    if n == 0:
-        return np.zeros(cols)
-    ops = _one_f_one_b_graph(n, int(pp))
-    end = np.zeros((len(ops), cols))
-    zero = np.zeros(cols)
-    for v, d, k, pv, dv in ops:
-        a = end[pv] if pv >= 0 else zero
-        b = end[dv] if dv >= 0 else zero
-        np.maximum(a, b, out=end[v])
-        end[v] += bwd[k] if d else fwd[k]
-    return end.max(axis=0)
+    return pipeline_makespan(fwd, bwd, int(pp))
 
 
 # ------------------------------------------------------------------ policy

@@ -20,6 +20,7 @@ group, local tokens, sequences, exposed CP communication in ms),
 from __future__ import annotations
 
 import json
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -86,14 +87,16 @@ def chrome_trace(records: list[IterationRecord], topology: Topology, *, max_trac
                 g = int(gid[k, r])
                 if w.table.n_seqs[g] == 0:  # idle fillers and empty packs take no time
                     continue
-                for d, name, cat, cpx in ((FWD, "F", "forward", w.cp_fwd_s), (BWD, "B", "backward", w.cp_bwd_s)):
-                    ts, dur = _span(t0 + float(tl.start[p, d, g]), t0 + float(tl.finish[p, d, g]))
+                for c, (d, name, cat, cpx) in product(range(w.vp), ((FWD, "F", "forward", w.cp_fwd_s),
+                                                                   (BWD, "B", "backward", w.cp_bwd_s))):
+                    s = c * pp + p  # chunk c of stage p (virtual stage)
+                    ts, dur = _span(t0 + float(tl.start[s, d, g]), t0 + float(tl.finish[s, d, g]))
                     ev.append({
-                        "name": f"{name}{k} cp{int(w.table.size[g])}", "cat": cat, "ph": "X", "pid": p, "tid": r,
-                        "ts": ts, "dur": dur,
-                        "args": {"step": k, "cp": int(w.table.size[g]), "group_start": int(w.table.start[g]),
+                        "name": f"{name}{k}{f'.{c}' if w.vp > 1 else ''} cp{int(w.table.size[g])}", "cat": cat,
+                        "ph": "X", "pid": p, "tid": r, "ts": ts, "dur": dur,
+                        "args": {"step": k, "chunk": c, "cp": int(w.table.size[g]), "group_start": int(w.table.start[g]),
                                  "local_tokens": float(w.local_tokens[g]), "sequences": int(w.table.n_seqs[g]),
-                                 "cp_exposed_ms": float(cpx[p, g]) * 1e3},
+                                 "cp_exposed_ms": float(cpx[p, g]) / w.vp * 1e3},
                     })
             spans = (("grad reduce-scatter (exposed)", "grad_sync", tl.bwd_end_s[p], tl.reduce_scatter_end_s[p]),
                      ("optimizer step", "optimizer", tl.reduce_scatter_end_s[p], tl.optimizer_end_s[p]),

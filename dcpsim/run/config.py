@@ -100,6 +100,9 @@ class ParallelSection(_Section):
     cp_comm: Literal["p2p", "all_gather", "a2a"] = "p2p"
     recompute: Literal["none", "selective", "full"] = "full"
     mbs: int = Field(1, ge=1, le=4096, description="sequences per microbatch per DP rank (fixed workload only; Megatron --micro-batch-size)")
+    vp: int = Field(1, ge=1, le=1024, description="virtual pipeline stages (model chunks) per pipeline rank: interleaved 1F1B "
+                    "when > 1 (Megatron --num-layers-per-virtual-pipeline-stage n maps to vp = layers/(pp*n)); "
+                    "microbatches per pipeline must then be a multiple of pp")
 
 
 class WorkloadSection(_Section):

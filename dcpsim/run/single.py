@@ -64,7 +64,7 @@ def nvlink_domain(cfg: RunConfig, cost: CostModel) -> int:
 def build_layout(cfg: RunConfig, cost: CostModel) -> Layout:
     p = cfg.parallel
     return Layout(dp=cfg.dp, cp=p.cp, max_tokens_per_rank=cfg.max_tokens_per_rank, tp=p.tp, pp=p.pp,
-                  min_cp=p.min_cp, gpus_per_domain=nvlink_domain(cfg, cost))
+                  min_cp=p.min_cp, gpus_per_domain=nvlink_domain(cfg, cost), vp=p.vp)
 
 
 def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
@@ -80,7 +80,7 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
     topo = Topology(tp=p.tp, pp=p.pp, dp=cfg.dp, cp=p.cp, gpus_per_node=cost.profile.gpus_per_node,
                     nvlink_domain_gpus=nvlink_domain(cfg, cost), pod_gpus=h.pod_gpus, oversubscription=h.oversubscription,
                     network_scale=h.network_scale, degraded_gpu=faults.degraded_gpu,
-                    degraded_link_scale=s.degraded_link_scale)
+                    degraded_link_scale=s.degraded_link_scale, vp=p.vp)
     opts = SimOptions(overlap_grad_sync=s.overlap_grad_sync, noise_cv=s.noise_cv, planning=s.planning,
                       grad_reduce_bytes_per_param=s.grad_reduce_bytes_per_param)
     return ClusterSimulator(cost, topo, faults=faults, options=opts)

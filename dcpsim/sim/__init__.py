@@ -5,7 +5,8 @@ Layers (each documented in its module):
 * :mod:`~dcpsim.sim.topology` — GPUs, nodes, NVLink domains, pods; Megatron
   rank order; which links a group crosses.
 * :mod:`~dcpsim.sim.schedule` — plan → groups (one entity per CP group and
-  pipeline stage) → 1F1B dependency graph.
+  pipeline stage) → dependency graph in the op order of :mod:`dcpsim.pipeline`
+  (1F1B or interleaved 1F1B).
 * :mod:`~dcpsim.sim.durations` — every op's duration with numpy from the cost
   model (one vectorised ``batch_cost`` per link class), transfers, gradient sync.
 * :mod:`~dcpsim.sim.variability` — seeded kernel noise, stragglers, a degraded link.
@@ -26,7 +27,7 @@ this from a :class:`~dcpsim.run.config.RunConfig`)::
 from dcpsim.sim.durations import DurationModel, IterationWork, SyncCost
 from dcpsim.sim.engine import IterationTimeline, SimulationError, run_iteration
 from dcpsim.sim.metrics import BREAKDOWN, IterationRecord, SimResult, iteration_row, rank_arrays, rank_rows
-from dcpsim.sim.schedule import GroupTable, build_graph, build_group_table, one_f_one_b_order
+from dcpsim.sim.schedule import GroupTable, build_graph, build_group_table
 from dcpsim.sim.simulator import PLANNING_MODES, ClusterSimulator, SimOptions
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults, sample_faults
@@ -49,7 +50,6 @@ __all__ = [
     "build_graph",
     "build_group_table",
     "iteration_row",
-    "one_f_one_b_order",
     "rank_arrays",
     "rank_rows",
     "run_iteration",

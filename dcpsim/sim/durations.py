@@ -44,6 +44,7 @@ import numpy as np
 from dcpsim.cost import CostModel, group_collective_time_s
 from dcpsim.cost.model import BatchCost
 from dcpsim.hardware import HardwareProfile
+from dcpsim.pipeline import chunk_durations, link_of_transfer
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.schedule import GroupTable
 from dcpsim.sim.topology import Topology
@@ -57,9 +58,14 @@ class IterationWork:
     """Durations (seconds) of one iteration's group ops; arrays are ``(PP, G)`` unless noted.
 
     ``cp_fwd_s``/``cp_bwd_s`` are the exposed CP-communication parts of
-    ``fwd_s``/``bwd_s`` (after noise and stragglers). ``xfer_s`` is ``(PP−1, G)``.
-    Per-group arrays (``(G,)``): ``local_tokens``, ``peak_memory_bytes``,
-    ``fits_memory``, ``tokens`` (unpadded sequence tokens of the whole group).
+    ``fwd_s``/``bwd_s`` (after noise and stragglers); ``fwd_s``/``bwd_s`` are a
+    rank's whole share (all its ``vp`` chunks, and on the last stage the output
+    layer, ``head_fwd_s``/``head_bwd_s``). ``xfer_s`` is ``(n_links, G)``, links
+    as in :attr:`Topology.n_links` (stage ``p`` → ``p+1``, then the
+    interleaved schedule's wrap-around). Per-group arrays (``(G,)``):
+    ``local_tokens``, ``peak_memory_bytes``, ``fits_memory``, ``tokens``
+    (unpadded sequence tokens of the whole group). :meth:`virtual` gives the
+    durations per virtual stage that the schedule runs.
     """
 
     table: GroupTable
@@ -76,6 +82,21 @@ class IterationWork:
     flops: float
     n_seqs: int
     batch_cost_calls: int
+    head_fwd_s: np.ndarray | None = None
+    head_bwd_s: np.ndarray | None = None
+    vp: int = 1
+
+    def virtual(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(forward, backward, transfer) per virtual stage: ``(PP·vp, G)`` twice and ``(PP·vp − 1, G)``.
+
+        A rank's layers split evenly over its ``vp`` chunks; the output layer runs on the last virtual
+        stage; transfer ``s`` (virtual stage ``s`` → ``s + 1``) uses link ``s mod PP``.
+        """
+        pp = self.fwd_s.shape[0]
+        f = chunk_durations(self.fwd_s, self.vp, self.head_fwd_s)
+        b = chunk_durations(self.bwd_s, self.vp, self.head_bwd_s)
+        x = self.xfer_s[link_of_transfer(pp, self.vp)] if pp * self.vp > 1 else np.zeros((0, self.fwd_s.shape[1]))
+        return f, b, x
 
 
 @dataclass(frozen=True)
@@ -124,7 +145,7 @@ class DurationModel:
             stage = g // (topology.tp * R)
             rank = (g % (topology.tp * R)) // topology.tp
             self._slow_rank[stage, rank] = True
-        self._p2p = [topology.p2p_links(p) for p in range(pp - 1)]
+        self._p2p = [topology.p2p_links(p) for p in range(topology.n_links)]
 
     # ---------------------------------------------------------- costs
     def _cost_for(self, factor: float) -> CostModel:
@@ -153,19 +174,46 @@ class DurationModel:
             opt[p] = params[p] / n * OPTIMIZER_BYTES_PER_PARAM / prof.hbm_bw_bytes_per_s
         return SyncCost(rs, ag, opt, params, doms)
 
-    def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,  # noqa: C901 - temporary, split by pipeline
+    def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,
              rng: np.random.Generator | None = None) -> IterationWork:
         """Durations of every group op of ``plan`` (noise drawn from ``rng`` when ``noise_cv > 0``)."""
-        topo, cost = self.topo, self.cost
-        pp, G, P = topo.pp, table.n_groups, table.n_real
+        cost = self.cost
+        G, P = table.n_groups, table.n_real
         lens, pids, cps, starts = plan.packs()
+        spans, factor = self._spans(table, starts, cps)
+        per, local, mem, calls = self._pack_costs(lens, pids, cps, spans, factor, G, P)
+        pp = self.topo.pp
+        fwd, bwd = per["fwd_s"], per["bwd_s"]  # BatchCost.fwd_s / bwd_s: every term of the cost model, head excluded
+        head_f = per["head_fwd_s"][pp - 1].copy()
+        head_b = per["head_bwd_s"][pp - 1].copy()
+        fwd[pp - 1] += head_f
+        bwd[pp - 1] += head_b
+        cpf = per["cp_fwd_exposed_s"].copy()
+        cpb = per["cp_bwd_exposed_s"].copy()
+        self._vary(table, (fwd, cpf), (bwd, cpb), head_f, head_b, noise_cv, rng)
+        xfer = self._transfers(table, local)
+        tokens = np.zeros(G)
+        tokens[:P] = np.bincount(pids, weights=lens, minlength=P) if P else 0.0
+        return IterationWork(
+            table=table, fwd_s=fwd, bwd_s=bwd, cp_fwd_s=cpf, cp_bwd_s=cpb, xfer_s=xfer, spans_network=spans,
+            local_tokens=local, tokens=tokens, peak_memory_bytes=mem, fits_memory=mem <= cost.memory_limit_bytes,
+            flops=cost.model.flops(lens), n_seqs=int(lens.size), batch_cost_calls=calls,
+            head_fwd_s=head_f, head_bwd_s=head_b, vp=self.topo.vp,
+        )
 
-        spans = np.zeros((pp, G), dtype=bool)
-        factor = np.ones((pp, G))
-        for p in range(pp):
+    def _spans(self, table: GroupTable, starts: np.ndarray, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(whether each real group leaves its NVLink domain, its network factor), ``(PP, G)``."""
+        topo, G, P = self.topo, table.n_groups, table.n_real
+        spans = np.zeros((topo.pp, G), dtype=bool)
+        factor = np.ones((topo.pp, G))
+        for p in range(topo.pp):
             spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1)
             factor[p, :P] = np.where(spans[p, :P], topo.group_network_factor(p, starts, cps), 1.0)
+        return spans, factor
 
+    def _pack_costs(self, lens, pids, cps, spans, factor, G: int, P: int):
+        """Per-stage cost terms of every real group: one ``batch_cost`` call per link class."""
+        pp, cost = self.topo.pp, self.cost
         fields = ("fwd_s", "bwd_s", "cp_fwd_exposed_s", "cp_bwd_exposed_s", "head_fwd_s", "head_bwd_s")
         per = {f: np.zeros((pp, G)) for f in fields}
         local = np.zeros(G)
@@ -193,49 +241,50 @@ class DurationModel:
                     per[name][p, cols] = getattr(bc, name)[rows]
             local[sel] = bc.local_tokens
             mem[sel] = bc.peak_memory_bytes
-        fwd = per["fwd_s"]  # BatchCost.fwd_s / bwd_s: every term of the cost model, head excluded
-        bwd = per["bwd_s"]
-        fwd[pp - 1] += per["head_fwd_s"][pp - 1]
-        bwd[pp - 1] += per["head_bwd_s"][pp - 1]
-        cpf = per["cp_fwd_exposed_s"].copy()
-        cpb = per["cp_bwd_exposed_s"].copy()
+        return per, local, mem, calls
 
-        # variability: stragglers (a group runs at its slowest member), then kernel noise
+    def _vary(self, table: GroupTable, fwd_parts, bwd_parts, head_f, head_b, noise_cv: float,
+              rng: np.random.Generator | None) -> None:
+        """Stragglers (a group runs at its slowest member), then kernel noise, in place; the head
+        (last stage) scales with its op."""
+        pp, G = self.topo.pp, table.n_groups
         if self.faults is not None and self.faults.straggler_gpus.size:
             for p in range(pp):
                 hit = slice_any(self._slow_rank[p], table.start, table.size)
                 mult = np.where(hit, self.faults.straggler_slowdown, 1.0)
-                for a in (fwd, bwd, cpf, cpb):
+                for a in (*fwd_parts, *bwd_parts):
                     a[p] *= mult
+                if p == pp - 1:
+                    head_f *= mult
+                    head_b *= mult
         if noise_cv > 0:
             if rng is None:
                 raise ValueError("noise_cv > 0 needs an rng")
             nz = lognormal_factors(noise_cv, (2, pp, G), rng)
-            fwd *= nz[0]
-            cpf *= nz[0]
-            bwd *= nz[1]
-            cpb *= nz[1]
+            for a in fwd_parts:
+                a *= nz[0]
+            for a in bwd_parts:
+                a *= nz[1]
+            head_f *= nz[0, pp - 1]
+            head_b *= nz[1, pp - 1]
 
-        # pipeline transfers: activations forward, their gradients backward (same bytes, same link)
-        xfer = np.zeros((max(pp - 1, 0), G))
-        if pp > 1:
-            prof = cost.profile
-            nbytes = local * cost.model.hidden * 2.0 / cost.tp
-            t_nvl = prof.collective_time_s("sendrecv", "nvlink", nbytes, 2)
-            t_net = prof.collective_time_s("sendrecv", "network", nbytes, 2)
-            for p in range(pp - 1):
-                cross, fac = self._p2p[p]
-                g_cross = slice_any(cross, table.start, table.size)
-                g_fac = np.full(G, float(topo.network_scale))
-                for v in np.unique(fac[cross]):
-                    if v < topo.network_scale:
-                        g_fac = np.where(slice_any(cross & (fac <= v), table.start, table.size), np.minimum(g_fac, v), g_fac)
-                xfer[p] = np.where(g_cross, t_net / g_fac, t_nvl)
-
-        tokens = np.zeros(G)
-        tokens[:P] = np.bincount(pids, weights=lens, minlength=P) if P else 0.0
-        return IterationWork(
-            table=table, fwd_s=fwd, bwd_s=bwd, cp_fwd_s=cpf, cp_bwd_s=cpb, xfer_s=xfer, spans_network=spans,
-            local_tokens=local, tokens=tokens, peak_memory_bytes=mem, fits_memory=mem <= cost.memory_limit_bytes,
-            flops=cost.model.flops(lens), n_seqs=int(lens.size), batch_cost_calls=calls,
-        )
+    def _transfers(self, table: GroupTable, local: np.ndarray) -> np.ndarray:
+        """Pipeline transfer time per link and group, ``(n_links, G)``: activations forward, their
+        gradients backward (same bytes, same link)."""
+        topo, cost, G = self.topo, self.cost, table.n_groups
+        xfer = np.zeros((topo.n_links, G))
+        if topo.n_links == 0:
+            return xfer
+        prof = cost.profile
+        nbytes = local * cost.model.hidden * 2.0 / cost.tp
+        t_nvl = prof.collective_time_s("sendrecv", "nvlink", nbytes, 2)
+        t_net = prof.collective_time_s("sendrecv", "network", nbytes, 2)
+        for p in range(topo.n_links):
+            cross, fac = self._p2p[p]
+            g_cross = slice_any(cross, table.start, table.size)
+            g_fac = np.full(G, float(topo.network_scale))
+            for v in np.unique(fac[cross]):
+                if v < topo.network_scale:
+                    g_fac = np.where(slice_any(cross & (fac <= v), table.start, table.size), np.minimum(g_fac, v), g_fac)
+            xfer[p] = np.where(g_cross, t_net / g_fac, t_nvl)
+        return xfer

@@ -44,9 +44,11 @@ class SimulationError(DcpsimError):
 class IterationTimeline:
     """Simulated times of one iteration (seconds from the iteration's first op; planning stall excluded).
 
-    ``start``/``finish`` are ``(PP, 2, G)`` arrays (stage, direction, group).
-    Per stage: ``bwd_end_s`` (all ranks' last backward done), ``last_bwd_start_s``,
-    ``reduce_scatter_end_s``, ``stage_end_s`` (after optimizer and all-gather).
+    ``start``/``finish`` are ``(PP·vp, 2, G)`` arrays (virtual stage, direction, group); virtual stage
+    ``s = c·PP + p`` is chunk ``c`` of pipeline stage ``p`` (so ``[:PP]`` are the stages themselves
+    without interleaving, and each stage's first chunk with it). Per stage: ``bwd_end_s`` (all ranks'
+    last backward done), ``last_bwd_start_s``, ``reduce_scatter_end_s``, ``stage_end_s`` (after
+    optimizer and all-gather).
     """
 
     start: np.ndarray
@@ -60,106 +62,124 @@ class IterationTimeline:
     events: int
 
 
-def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True) -> IterationTimeline:  # noqa: C901 - temporary, split by pipeline
-    """Simulate one iteration in a fresh SimPy environment."""
-    pp = work.fwd_s.shape[0]
-    G = work.table.n_groups
-    n_nodes = graph.n_nodes
-    dur = np.empty((pp, 2, G))
-    dur[:, FWD, :] = work.fwd_s
-    dur[:, BWD, :] = work.bwd_s
-    dur_l = dur.reshape(-1).tolist()
-    indptr = graph.indptr.tolist()
-    dst = graph.dst.tolist()
-    delay = graph.delay_s.tolist()
-    count = graph.indegree.tolist()
-    start = [math.nan] * n_nodes
-    finish = [math.nan] * n_nodes
+def sync_ends(bwd_end: np.ndarray, last_bstart: np.ndarray, sync: SyncCost,
+              overlap_grad_sync: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(reduce-scatter end, optimizer end, stage end) per stage from its backward end and last backward start."""
+    rs = sync.reduce_scatter_s
+    rs_end = np.maximum(bwd_end, last_bstart + rs) if overlap_grad_sync else bwd_end + rs
+    opt_end = rs_end + sync.optimizer_s
+    return rs_end, opt_end, opt_end + sync.all_gather_s
 
-    stage_left = [len(x) for x in graph.last_ops]
-    is_last = np.full(n_nodes, -1, dtype=np.int64)
-    for p, nodes in enumerate(graph.last_ops):
-        is_last[nodes] = p
-    is_last_l = is_last.tolist()
-    last_bstart = [0.0] * pp
-    bwd_end = [0.0] * pp
-    rs_end = [0.0] * pp
-    opt_end = [0.0] * pp
-    stage_end = [0.0] * pp
-    rs = sync.reduce_scatter_s.tolist()
-    ag = sync.all_gather_s.tolist()
-    opt = sync.optimizer_s.tolist()
-    stages_left = [pp]
-    end_time = [math.nan]
-    n_events = [0]
 
-    env = simpy.Environment()
-    timeout = env.timeout
+class _Run:
+    """State of one SimPy iteration (callbacks on plain lists; see the module docstring)."""
 
-    def launch(n: int) -> None:
-        start[n] = env.now
-        ev = timeout(dur_l[n], n)
-        ev.callbacks.append(on_done)
+    def __init__(self, work: IterationWork, graph: Graph, sync: SyncCost, overlap_grad_sync: bool) -> None:
+        f, b, _ = work.virtual()
+        V, G = f.shape
+        dur = np.empty((V, 2, G))
+        dur[:, FWD, :] = f
+        dur[:, BWD, :] = b
+        self.shape = (V, 2, G)
+        self.dur = dur.reshape(-1).tolist()
+        self.indptr = graph.indptr.tolist()
+        self.dst = graph.dst.tolist()
+        self.delay = graph.delay_s.tolist()
+        self.count = graph.indegree.tolist()
+        n = graph.n_nodes
+        self.start = [math.nan] * n
+        self.finish = [math.nan] * n
+        pp = len(graph.last_ops)
+        self.pp = pp
+        self.stage_left = [len(x) for x in graph.last_ops]
+        is_last = np.full(n, -1, dtype=np.int64)
+        for p, nodes in enumerate(graph.last_ops):
+            is_last[nodes] = p
+        self.is_last = is_last.tolist()
+        self.last_bstart = [0.0] * pp
+        self.bwd_end = [0.0] * pp
+        self.rs = sync.reduce_scatter_s.tolist()
+        self.tail = (sync.optimizer_s + sync.all_gather_s).tolist()
+        self.overlap = overlap_grad_sync
+        self.stage_end = [0.0] * pp
+        self.stages_left = pp
+        self.end_time = math.nan
+        self.events = 0
+        self.env = simpy.Environment()
+        self.timeout = self.env.timeout
 
-    def on_arrive(ev) -> None:
-        n_events[0] += 1
+    def launch(self, n: int) -> None:
+        self.start[n] = self.env.now
+        ev = self.timeout(self.dur[n], n)
+        ev.callbacks.append(self.on_done)
+
+    def on_arrive(self, ev) -> None:
+        self.events += 1
         d = ev.value
-        count[d] -= 1
-        if count[d] == 0:
-            launch(d)
+        self.count[d] -= 1
+        if self.count[d] == 0:
+            self.launch(d)
 
-    def on_stage_done(ev) -> None:
-        n_events[0] += 1
-        p = ev.value
-        stage_end[p] = env.now
-        stages_left[0] -= 1
-        if stages_left[0] == 0:
-            end_time[0] = env.now
+    def on_stage_done(self, ev) -> None:
+        self.events += 1
+        self.stage_end[ev.value] = self.env.now
+        self.stages_left -= 1
+        if self.stages_left == 0:
+            self.end_time = self.env.now
 
-    def on_done(ev) -> None:
-        n_events[0] += 1
+    def on_done(self, ev) -> None:
+        self.events += 1
         n = ev.value
-        now = env.now
-        finish[n] = now
-        for e in range(indptr[n], indptr[n + 1]):
+        now = self.env.now
+        self.finish[n] = now
+        count, dst, delay = self.count, self.dst, self.delay
+        for e in range(self.indptr[n], self.indptr[n + 1]):
             d = dst[e]
             x = delay[e]
             if x > 0.0:
-                t = timeout(x, d)
-                t.callbacks.append(on_arrive)
+                t = self.timeout(x, d)
+                t.callbacks.append(self.on_arrive)
             else:
                 count[d] -= 1
                 if count[d] == 0:
-                    launch(d)
-        p = is_last_l[n]
+                    self.launch(d)
+        p = self.is_last[n]
         if p >= 0:
-            if start[n] > last_bstart[p]:
-                last_bstart[p] = start[n]
-            stage_left[p] -= 1
-            if stage_left[p] == 0:  # the stage's N-way barrier: a counter, one event
-                bwd_end[p] = now
-                r_end = max(now, last_bstart[p] + rs[p]) if overlap_grad_sync else now + rs[p]
-                rs_end[p] = r_end
-                opt_end[p] = r_end + opt[p]
-                t = timeout(opt_end[p] + ag[p] - now, p)
-                t.callbacks.append(on_stage_done)
+            self.on_rank_end(p, n, now)
 
+    def on_rank_end(self, p: int, n: int, now: float) -> None:
+        if self.start[n] > self.last_bstart[p]:
+            self.last_bstart[p] = self.start[n]
+        self.stage_left[p] -= 1
+        if self.stage_left[p] == 0:  # the stage's N-way barrier: a counter, one event
+            self.bwd_end[p] = now
+            rs = self.rs[p]
+            r_end = max(now, self.last_bstart[p] + rs) if self.overlap else now + rs
+            t = self.timeout(r_end + self.tail[p] - now, p)
+            t.callbacks.append(self.on_stage_done)
+
+
+def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True) -> IterationTimeline:
+    """Simulate one iteration in a fresh SimPy environment."""
+    run = _Run(work, graph, sync, overlap_grad_sync)
     for n in np.nonzero(graph.indegree == 0)[0].tolist():
-        launch(n)
-    env.run()
-
-    fin = np.asarray(finish).reshape(pp, 2, G)
-    if np.isnan(fin).any() or math.isnan(end_time[0]):
+        run.launch(n)
+    run.env.run()
+    fin = np.asarray(run.finish).reshape(run.shape)
+    if np.isnan(fin).any() or math.isnan(run.end_time):
         stuck = int(np.isnan(fin).sum())
-        raise SimulationError(f"{stuck} of {n_nodes} group ops never ran (dependency cycle in the plan's schedule)")
+        raise SimulationError(f"{stuck} of {graph.n_nodes} group ops never ran (dependency cycle in the plan's schedule)")
+    bwd_end = np.asarray(run.bwd_end)
+    last_bstart = np.asarray(run.last_bstart)
+    rs_end, opt_end, _ = sync_ends(bwd_end, last_bstart, sync, overlap_grad_sync)
     return IterationTimeline(
-        start=np.asarray(start).reshape(pp, 2, G),
+        start=np.asarray(run.start).reshape(run.shape),
         finish=fin,
-        bwd_end_s=np.asarray(bwd_end),
-        last_bwd_start_s=np.asarray(last_bstart),
-        reduce_scatter_end_s=np.asarray(rs_end),
-        optimizer_end_s=np.asarray(opt_end),
-        stage_end_s=np.asarray(stage_end),
-        makespan_s=float(end_time[0]),
-        events=int(n_events[0]),
+        bwd_end_s=bwd_end,
+        last_bwd_start_s=last_bstart,
+        reduce_scatter_end_s=rs_end,
+        optimizer_end_s=opt_end,
+        stage_end_s=np.asarray(run.stage_end),
+        makespan_s=float(run.end_time),
+        events=int(run.events),
     )

@@ -14,7 +14,7 @@ stage rank are identical). For a rank of stage ``p`` in an iteration of length
   - ``bubble_s``: the idle this rank would have in a 1F1B pipeline where
     every microbatch took this rank's mean forward, backward and transfer
     times on each stage (the rank's chain of stage ranks across stages,
-    evaluated exactly by :func:`~dcpsim.sim.schedule.balanced_1f1b_end`; with
+    evaluated exactly by :func:`balanced_pipeline_end`; with
     no transfers it is ``Σ_q c_q + (S − 1)·max_q c_q − S·c_p``, ``c_q`` the
     mean forward + backward on stage ``q``, ``S`` steps), capped at the idle;
   - ``imbalance_s``: the remaining idle (unequal microbatches and stages,
@@ -34,9 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from dcpsim.pipeline import chain_times, chunk_durations, link_of_transfer, pipeline_schedule
 from dcpsim.sim.durations import IterationWork, SyncCost
 from dcpsim.sim.engine import IterationTimeline
-from dcpsim.sim.schedule import BWD, balanced_1f1b_end
+from dcpsim.sim.schedule import BWD
 
 BREAKDOWN = ("compute_s", "cp_comm_s", "bubble_s", "imbalance_s", "grad_sync_s", "planning_stall_s")
 
@@ -61,20 +62,36 @@ class IterationRecord:
         return self.planning_stall_s + self.timeline.makespan_s
 
 
+def balanced_pipeline_end(fwd_s: np.ndarray, bwd_s: np.ndarray, xfer_s: np.ndarray, n_steps: int, vp: int = 1) -> np.ndarray:
+    """End of the last op of pipelines whose microbatches are all equal, one per column, ``(N,)``.
+
+    ``fwd_s``/``bwd_s`` are ``(PP, N)``: the per-microbatch time of ``N``
+    independent chains on each stage (split evenly over ``vp`` chunks);
+    ``xfer_s`` is ``(n_links, N)``. This is the reference pipeline behind the
+    bubble accounting, evaluated exactly by :func:`dcpsim.pipeline.chain_times`.
+    """
+    pp = fwd_s.shape[0]
+    sched = pipeline_schedule(pp, n_steps, vp)
+    f = chunk_durations(fwd_s, vp)[:, None, :]
+    b = chunk_durations(bwd_s, vp)[:, None, :]
+    x = xfer_s[link_of_transfer(pp, vp)][:, None, :] if pp * vp > 1 else None
+    _, fin = chain_times(sched, f, b, x)
+    return fin[sched.last].max(axis=0)
+
+
 def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
     """Per stage rank, ``(PP, R)`` arrays of the accounting above (plus tokens, microbatches, memory)."""
     w, tl = rec.work, rec.timeline
     gid = w.table.gid  # (S, R)
     S = gid.shape[0]
-    pp = w.fwd_s.shape[0]
     busy = (w.fwd_s[:, gid] + w.bwd_s[:, gid]).sum(axis=1)  # (pp, R)
     cp = (w.cp_fwd_s[:, gid] + w.cp_bwd_s[:, gid]).sum(axis=1)
     grad = (tl.stage_end_s - tl.bwd_end_s)[:, None]
     idle = np.maximum(tl.makespan_s - busy - grad, 0.0)
     c_f = w.fwd_s[:, gid].mean(axis=1)
     c_b = w.bwd_s[:, gid].mean(axis=1)
-    x = w.xfer_s[:, gid].mean(axis=1) if pp > 1 else np.zeros((0, gid.shape[1]))
-    balanced = balanced_1f1b_end(c_f, c_b, x, S).max(axis=0)
+    x = w.xfer_s[:, gid].mean(axis=1)
+    balanced = balanced_pipeline_end(c_f, c_b, x, S, w.vp)
     bubble = np.clip(balanced[None, :] - busy, 0.0, idle)
     real = w.table.pack[gid] >= 0
     return {

@@ -3,8 +3,9 @@
 Entities. Every rank of a CP group does the same work, and so do the TP ranks
 behind a stage rank, so the simulator's unit is one *group op*: the forward
 (or backward) pass of one CP group's microbatch on one pipeline stage. A node
-is identified by ``(stage p, direction d, group g)`` with ``d = 0`` forward and
-``d = 1`` backward, numbered ``(2·p + d)·G + g``.
+is identified by ``(virtual stage s, direction d, group g)`` with ``d = 0`` forward and
+``d = 1`` backward, numbered ``(2·s + d)·G + g`` (``s = p`` without
+interleaving).
 
 Groups. Group ``g`` is the ``g``-th (step, group) of the plan, in
 :meth:`Plan.packs` order. Stage ranks that a step leaves out get a
@@ -13,9 +14,10 @@ ranks of a stage follow the same 1F1B op order (Megatron runs the same number
 of microbatches on every rank; without this, ranks that skip different steps
 could wait on each other in a cycle).
 
-1F1B order of stage ``p`` with ``S`` steps: ``W = min(PP − 1 − p, S)`` warm-up
-forwards, then alternating forward ``W + i`` and backward ``i``, then the
-remaining backwards.
+Op order: :mod:`dcpsim.pipeline` (the one schedule definition: 1F1B, or
+Megatron's interleaved 1F1B with ``vp`` chunks per rank, where chunk ``c`` of
+stage ``p`` is virtual stage ``c·PP + p``); a plan's steps are its
+microbatches.
 
 Edges (a node starts when all its incoming edges have fired):
 
@@ -24,8 +26,8 @@ Edges (a node starts when all its incoming edges have fired):
   the set of (previous group, group) pairs that share a rank (dynamic CP
   regroups ranks between steps; static CP keeps them, giving one chain per
   DP rank);
-* forward of ``g`` on stage ``p`` after its forward on ``p − 1`` plus the
-  activation transfer; backward on ``p`` after the backward on ``p + 1``
+* forward of ``g`` on virtual stage ``s`` after its forward on ``s − 1`` plus
+  the activation transfer; backward on ``s`` after the backward on ``s + 1``
   plus the gradient transfer.
 """
 
@@ -35,9 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dcpsim.pipeline import BWD, FWD, PipelineSchedule
 from dcpsim.policies.plan import Plan
 
-FWD, BWD = 0, 1
+__all__ = ["BWD", "FWD", "Graph", "GroupTable", "build_graph", "build_group_table"]
 
 
 @dataclass
@@ -105,17 +108,6 @@ def build_group_table(plan: Plan) -> GroupTable:
     )
 
 
-def one_f_one_b_order(stage: int, pp: int, n_steps: int) -> list[tuple[int, int]]:
-    """Op order ``[(direction, step), ...]`` of pipeline stage ``stage`` under 1F1B."""
-    w = min(pp - 1 - stage, n_steps)
-    ops = [(FWD, k) for k in range(w)]
-    for i in range(n_steps - w):
-        ops.append((FWD, w + i))
-        ops.append((BWD, i))
-    ops.extend((BWD, k) for k in range(n_steps - w, n_steps))
-    return ops
-
-
 @dataclass
 class Graph:
     """Dependency graph in CSR form (successors of node ``n``: ``dst[indptr[n]:indptr[n+1]]``).
@@ -133,40 +125,43 @@ class Graph:
     last_ops: list[np.ndarray]
 
 
-def build_graph(table: GroupTable, pp: int, xfer_s: np.ndarray) -> Graph:
-    """Edges of one iteration. ``xfer_s[p, g]``: transfer time between stage ``p`` and ``p + 1`` for group ``g``."""
-    G, S = table.n_groups, table.n_steps
+def build_graph(table: GroupTable, sched: PipelineSchedule, xfer_s: np.ndarray) -> Graph:
+    """Edges of one iteration. ``xfer_s[s, g]``: transfer time of group ``g`` between virtual stages ``s`` and ``s + 1``.
+
+    Node of (virtual stage ``s``, direction ``d``, group ``g``): ``(2·s + d)·G + g``. Each pipeline rank
+    follows :func:`~dcpsim.pipeline.pipeline_schedule`'s order; between two consecutive ops of a stage
+    rank there is an edge from the group that ran the first to the group that runs the second (ranks a
+    step leaves out skip it). ``last_ops[p]``: the groups holding the final op of each rank of stage ``p``.
+    """
+    G, R, pp, V = table.n_groups, table.ranks, sched.pp, sched.n_stages
+    n = 2 * V * G
     gid = table.gid
     srcs, dsts, dels = [], [], []
-    pair_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-
-    def pairs(k1: int, k2: int) -> tuple[np.ndarray, np.ndarray]:
-        key = (k1, k2)
-        if key not in pair_cache:
-            code = np.unique(gid[k1] * G + gid[k2])
-            pair_cache[key] = (code // G, code % G)
-        return pair_cache[key]
-
     last_ops = []
     for p in range(pp):
-        order = one_f_one_b_order(p, pp, S)
-        for (d1, k1), (d2, k2) in zip(order[:-1], order[1:], strict=True):
-            a, b = pairs(k1, k2)
-            srcs.append((2 * p + d1) * G + a)
-            dsts.append((2 * p + d2) * G + b)
-            dels.append(np.zeros(a.size))
-        d_last, k_last = order[-1]
-        last_ops.append((2 * p + d_last) * G + table.groups_of_step(k_last))
+        last = np.full(R, -1, dtype=np.int64)
+        for d, k, c in sched.orders[p].tolist():
+            row = gid[k]
+            has = row >= 0
+            cur = (2 * (c * pp + p) + d) * G + row[has]
+            prev = last[has]
+            m = prev >= 0
+            if m.any():
+                code = np.unique(prev[m] * n + cur[m])
+                srcs.append(code // n)
+                dsts.append(code % n)
+                dels.append(np.zeros(code.size))
+            last[has] = cur
+        last_ops.append(np.unique(last[last >= 0]))
     g_all = np.arange(G, dtype=np.int64)
-    for p in range(pp - 1):
-        # forward p -> p+1 and backward p+1 -> p, same group, same link
-        srcs.append((2 * p + FWD) * G + g_all)
-        dsts.append((2 * (p + 1) + FWD) * G + g_all)
-        dels.append(xfer_s[p])
-        srcs.append((2 * (p + 1) + BWD) * G + g_all)
-        dsts.append((2 * p + BWD) * G + g_all)
-        dels.append(xfer_s[p])
-    n = 2 * pp * G
+    for s_ in range(V - 1):
+        # forward s -> s+1 and backward s+1 -> s, same group, same link
+        srcs.append((2 * s_ + FWD) * G + g_all)
+        dsts.append((2 * (s_ + 1) + FWD) * G + g_all)
+        dels.append(xfer_s[s_])
+        srcs.append((2 * (s_ + 1) + BWD) * G + g_all)
+        dsts.append((2 * s_ + BWD) * G + g_all)
+        dels.append(xfer_s[s_])
     src = np.concatenate(srcs) if srcs else np.zeros(0, dtype=np.int64)
     dst = np.concatenate(dsts) if dsts else np.zeros(0, dtype=np.int64)
     dl = np.concatenate(dels) if dels else np.zeros(0)
@@ -181,43 +176,3 @@ def build_graph(table: GroupTable, pp: int, xfer_s: np.ndarray) -> Graph:
         indegree=np.bincount(dst, minlength=n),
         last_ops=last_ops,
     )
-
-
-def balanced_1f1b_end(fwd_s: np.ndarray, bwd_s: np.ndarray, xfer_s: np.ndarray, n_steps: int) -> np.ndarray:
-    """Last-backward end per stage of 1F1B chains whose microbatches are all equal.
-
-    ``fwd_s``/``bwd_s`` are ``(PP, N)``: the per-microbatch time of ``N``
-    independent chains on each stage; ``xfer_s`` is ``(PP−1, N)``. Returns
-    ``(PP, N)``. This is the reference pipeline behind the bubble accounting:
-    evaluated node by node in a topological order of one chain's graph, each
-    node vectorised over the ``N`` chains.
-    """
-    pp = fwd_s.shape[0]
-    S = int(n_steps)
-    orders = [one_f_one_b_order(p, pp, S) for p in range(pp)]
-    done: dict[tuple[int, int, int], np.ndarray] = {}
-    nxt = [0] * pp
-    zero = np.zeros(fwd_s.shape[1])
-    remaining = 2 * pp * S
-    while remaining:
-        progressed = False
-        for p in range(pp):
-            while nxt[p] < 2 * S:
-                d, k = orders[p][nxt[p]]
-                if d == FWD:
-                    dep = (p - 1, FWD, k) if p > 0 else None
-                    x = xfer_s[p - 1] if p > 0 else None
-                else:
-                    dep = (p + 1, BWD, k) if p < pp - 1 else None
-                    x = xfer_s[p] if p < pp - 1 else None
-                if dep is not None and dep not in done:
-                    break
-                prev = done[(p, *orders[p][nxt[p] - 1])] if nxt[p] else zero
-                ready = prev if dep is None else np.maximum(prev, done[dep] + x)
-                done[(p, d, k)] = ready + (fwd_s[p] if d == FWD else bwd_s[p])
-                nxt[p] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:  # pragma: no cover - 1F1B orders are always consistent
-            raise RuntimeError("1F1B reference pipeline has a cycle")
-    return np.stack([done[(p, *orders[p][-1])] for p in range(pp)])

@@ -24,6 +24,7 @@ import numpy as np
 
 from dcpsim.cost import CostModel
 from dcpsim.errors import ConfigError
+from dcpsim.pipeline import pipeline_schedule
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.durations import DurationModel
 from dcpsim.sim.engine import run_iteration
@@ -80,7 +81,8 @@ class ClusterSimulator:
                  rng: np.random.Generator | None = None, validate: bool = True) -> IterationRecord:
         """Simulate one iteration of ``plan``; ``rng`` feeds the kernel noise (needed when ``noise_cv > 0``)."""
         lay = plan.layout
-        if (lay.tp, lay.pp, lay.ranks_per_stage) != (self.topology.tp, self.topology.pp, self.topology.ranks_per_stage):
+        topo = self.topology
+        if (lay.tp, lay.pp, lay.ranks_per_stage, lay.vp) != (topo.tp, topo.pp, topo.ranks_per_stage, topo.vp):
             raise ConfigError("plan.layout", lay.to_dict(), f"a layout matching the cluster ({self.topology.describe()})")
         if not plan.steps:
             raise ConfigError("plan.steps", 0, "at least one microbatch step (a plan without steps cannot be simulated)")
@@ -88,8 +90,9 @@ class ClusterSimulator:
             plan.validate()
         t0 = time.perf_counter()
         table = build_group_table(plan)
+        sched = pipeline_schedule(self.topology.pp, table.n_steps, self.topology.vp)  # InfeasibleError: VP rule
         work = self.durations.work(plan, table, noise_cv=self.options.noise_cv, rng=rng)
-        graph = build_graph(table, self.topology.pp, work.xfer_s)
+        graph = build_graph(table, sched, work.virtual()[2])
         timeline = run_iteration(work, graph, self.sync, overlap_grad_sync=self.options.overlap_grad_sync)
         wall = time.perf_counter() - t0
         return IterationRecord(

@@ -44,9 +44,10 @@ class Topology:
     network_scale: float = 1.0
     degraded_gpu: int | None = None
     degraded_link_scale: float = 1.0
+    vp: int = 1
 
     def __post_init__(self) -> None:
-        for f in ("tp", "pp", "dp", "cp", "gpus_per_node", "nvlink_domain_gpus"):
+        for f in ("tp", "pp", "dp", "cp", "gpus_per_node", "nvlink_domain_gpus", "vp"):
             v = getattr(self, f)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"topology.{f}", v, "a positive integer")
@@ -102,17 +103,25 @@ class Topology:
         return f
 
     # ------------------------------------------------- pipeline transfers
-    def p2p_links(self, stage: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per stage rank: whether the activation send from ``stage`` to ``stage+1`` uses the network, and its factor.
+    @property
+    def n_links(self) -> int:
+        """Pipeline links: stage ``p`` to ``p + 1`` for ``p < pp − 1``, plus the wrap-around from the last
+        stage to the first (link ``pp − 1``) when an interleaved schedule (``vp > 1``) uses it."""
+        return self.pp - 1 + (1 if self.vp > 1 and self.pp > 1 else 0)
 
-        Each TP rank sends to the same (tp, cp, dp) coordinates one stage up,
-        ``tp·R`` GPUs further; the pair crosses the network when the two GPUs
-        sit in different NVLink domains. A stage rank counts as crossing if any
-        of its TP ranks does.
+    def p2p_links(self, stage: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage rank: whether the activation send of link ``stage`` uses the network, and its factor.
+
+        Link ``p < pp − 1`` goes from stage ``p`` to ``p + 1``; link ``pp − 1`` is
+        the interleaved schedule's wrap-around from the last stage to the first.
+        Each TP rank sends to the same (tp, cp, dp) coordinates on the other
+        stage (``tp·R`` GPUs per stage apart); the pair crosses the network when
+        the two GPUs sit in different NVLink domains. A stage rank counts as
+        crossing if any of its TP ranks does.
         """
         r = np.arange(self.ranks_per_stage, dtype=np.int64)
         d = self.nvlink_domain_gpus
-        step = self.tp * self.ranks_per_stage
+        step = self.tp * self.ranks_per_stage * (1 if stage < self.pp - 1 else -(self.pp - 1))
         cross = np.zeros(r.size, dtype=bool)
         factor = np.full(r.size, float(self.network_scale))
         for t in range(self.tp):
@@ -160,5 +169,6 @@ class Topology:
             "network_scale": self.network_scale,
             "degraded_gpu": self.degraded_gpu,
             "degraded_link_scale": self.degraded_link_scale,
+            "vp": self.vp,
             "rank_order": "tp-cp-dp-pp",
         }

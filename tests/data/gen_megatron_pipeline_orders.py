@@ -1,52 +1,90 @@
-"""Generate expected pipeline op orders by running Megatron-LM's own schedule functions.
+"""Generate tests/data/megatron_pipeline_orders.json by running Megatron-LM's own schedule functions.
 
-Megatron-LM commit given on the command line; schedules.py read from the fetched mirror. The two pure
-functions get_pp_rank_microbatches and get_schedule_table are extracted (ast) and executed as is; the
-op order is rebuilt exactly as forward_backward_pipelining_with_interleaving walks them: warm-up forwards
-k < W, steady (forward k+W, backward k), cool-down backwards; chunk of backward k = v-1-chunk_table[k];
-its microbatch = FIFO over that chunk's forwards. Non-interleaved: W = pp-rank-1 clipped to m.
+Not part of the project and not run by the tests: it reads Megatron-LM's
+``megatron/core/pipeline_parallel/schedules.py`` from a checkout given on the
+command line, extracts the two pure functions ``get_pp_rank_microbatches`` and
+``get_schedule_table`` with ``ast`` and executes them unchanged (no torch
+needed). The op order is then rebuilt the way
+``forward_backward_pipelining_with_interleaving`` walks them: warm-up forwards
+``k < W``, steady pairs (forward ``k + W``, backward ``k``), cool-down
+backwards; the chunk of backward ``k`` is ``v − 1 − chunk_table[k]`` and its
+microbatch is the next one of that chunk's forwards (Megatron pops its
+activation queue first in, first out). Without interleaving
+(``forward_backward_pipelining_without_interleaving``) ``W = min(pp − rank − 1, m)``.
+
+Usage (commit d98e8a64ddf34856e74b24714e3bedb2f5a39553 was used)::
+
+    git -C Megatron-LM show HEAD:megatron/core/pipeline_parallel/schedules.py > /tmp/schedules.py
+    python tests/data/gen_megatron_pipeline_orders.py /tmp/schedules.py <commit> tests/data/megatron_pipeline_orders.json
 """
-import ast, json, sys, types
-src = open('/tmp/meg/schedules.py').read()
-tree = ast.parse(src)
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+import types
 from typing import Optional
-ns = {'Optional': Optional, 'P2PCommunicator': object, 'parallel_state': None}
-for node in tree.body:
-    if isinstance(node, ast.FunctionDef) and node.name in ('get_pp_rank_microbatches', 'get_schedule_table'):
-        mod = ast.Module(body=[node], type_ignores=[])
-        exec(compile(mod, 'schedules.py', 'exec'), ns)
 
-class G:
-    def __init__(s, n, r): s.n, s.r = n, r
-    def size(s): return s.n
-    def rank(s): return s.r
+CASES = [(2, 1, 4, None), (4, 1, 6, None), (4, 1, 2, None), (2, 2, 4, None), (4, 2, 8, None), (4, 3, 8, None),
+         (3, 2, 6, None), (2, 2, 5, 3), (4, 2, 12, 4), (4, 4, 4, None), (8, 2, 16, None), (4, 2, 10, 5), (4, 2, 9, 5)]
 
-def order(pp, rank, m, v, N):
-    comm = types.SimpleNamespace(pp_group=G(pp, rank), virtual_pipeline_model_parallel_size=(v if v > 1 else None))
-    total, _, W, rem = ns['get_pp_rank_microbatches'](m, v, N, p2p_communicator=comm)
+
+def load_functions(path: str) -> dict:
+    ns: dict = {"Optional": Optional, "P2PCommunicator": object, "parallel_state": None}
+    tree = ast.parse(open(path).read())
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in ("get_pp_rank_microbatches", "get_schedule_table"):
+            exec(compile(ast.Module(body=[node], type_ignores=[]), "schedules.py", "exec"), ns)  # noqa: S102
+    return ns
+
+
+class _Group:
+    def __init__(self, n: int, r: int) -> None:
+        self.n, self.r = n, r
+
+    def size(self) -> int:
+        return self.n
+
+    def rank(self) -> int:
+        return self.r
+
+
+def order(ns: dict, pp: int, rank: int, m: int, v: int, group: int) -> list[tuple[str, int, int]]:
     if v == 1:
-        W = min(pp - rank - 1, m); rem = m - W  # forward_backward_pipelining_without_interleaving
-        return [('F', k, 0) for k in range(W)] + [x for k in range(rem) for x in (('F', k + W, 0), ('B', k, 0))] + [('B', k, 0) for k in range(rem, m)]
-    table = ns['get_schedule_table'](m, v, N)
-    mb, ch = zip(*table)
-    fifo = {c: 0 for c in range(v)}
-    def F(k): return ('F', mb[k], ch[k])
-    def B(k):
-        c = v - 1 - ch[k]; j = fifo[c]; fifo[c] += 1
-        return ('B', j, c)
-    ops = [F(k) for k in range(W)]
+        w = min(pp - rank - 1, m)
+        steady = [x for k in range(m - w) for x in (("F", k + w, 0), ("B", k, 0))]
+        return [("F", k, 0) for k in range(w)] + steady + [("B", k, 0) for k in range(m - w, m)]
+    comm = types.SimpleNamespace(pp_group=_Group(pp, rank), virtual_pipeline_model_parallel_size=v)
+    total, _, w, rem = ns["get_pp_rank_microbatches"](m, v, group, p2p_communicator=comm)
+    mb, ch = zip(*ns["get_schedule_table"](m, v, group), strict=True)
+    fifo = dict.fromkeys(range(v), 0)
+
+    def bwd(k: int) -> tuple[str, int, int]:
+        c = v - 1 - ch[k]
+        j = fifo[c]
+        fifo[c] += 1
+        return ("B", j, c)
+
+    ops = [("F", mb[k], ch[k]) for k in range(w)]
     for k in range(rem):
-        ops.append(F(k + W)); ops.append(B(k))
-    for k in range(rem, total):
-        ops.append(B(k))
+        ops.append(("F", mb[k + w], ch[k + w]))
+        ops.append(bwd(k))
+    ops.extend(bwd(k) for k in range(rem, total))
     return ops
 
-cases = [(2, 1, 4, None), (4, 1, 6, None), (4, 1, 2, None), (2, 2, 4, None), (4, 2, 8, None), (4, 3, 8, None),
-         (3, 2, 6, None), (2, 2, 5, 3), (4, 2, 12, 4), (4, 4, 4, None), (8, 2, 16, None), (4, 2, 10, 5), (4, 2, 9, 5)]
-out = {'megatron_commit': sys.argv[1], 'cases': []}
-for pp, v, m, N in cases:
-    n = pp if N is None else N
-    out['cases'].append({'pp': pp, 'vp': v, 'm': m, 'group': n,
-                         'orders': [[list(o) for o in order(pp, r, m, v, n)] for r in range(pp)]})
-json.dump(out, open('/tmp/meg/orders.json', 'w'))
-print(json.dumps(out['cases'][7])[:600])
+
+def main(path: str, commit: str, out: str) -> None:
+    ns = load_functions(path)
+    cases = []
+    for pp, v, m, n in CASES:
+        g = pp if n is None else n
+        cases.append({"pp": pp, "vp": v, "m": m, "group": g,
+                      "orders": [[list(o) for o in order(ns, pp, r, m, v, g)] for r in range(pp)]})
+    with open(out, "w") as f:
+        json.dump({"megatron_commit": commit, "generator": "tests/data/gen_megatron_pipeline_orders.py",
+                   "cases": cases}, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

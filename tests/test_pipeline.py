@@ -1,0 +1,162 @@
+"""The one pipeline schedule (dcpsim.pipeline): Megatron's orders, closed forms, the microbatch rule, and the
+simulator running it (1F1B and interleaved)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dcpsim.cost import CostModel
+from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.pipeline import (
+    BWD,
+    FWD,
+    bubble_fraction,
+    chain_times,
+    check_microbatches,
+    makespan,
+    microbatch_rule_violation,
+    pipeline_schedule,
+    stage_order,
+    valid_microbatch_count,
+    vp_from_layers_per_virtual_stage,
+)
+from dcpsim.policies.plan import Layout
+from dcpsim.sim import ClusterSimulator, Topology, build_graph, build_group_table, run_iteration
+
+DATA = Path(__file__).parent / "data" / "megatron_pipeline_orders.json"
+
+
+# ------------------------------------------------------------------ Megatron's order
+def test_orders_equal_megatron():
+    """Expected orders were produced by running Megatron-LM's own get_pp_rank_microbatches and
+    get_schedule_table (commit in the file) outside the project: tests/data/gen_megatron_pipeline_orders.py."""
+    data = json.loads(DATA.read_text())
+    assert len(data["megatron_commit"]) == 40 and len(data["cases"]) >= 10
+    for case in data["cases"]:
+        for rank, ops in enumerate(case["orders"]):
+            want = np.array([[FWD if d == "F" else BWD, k, c] for d, k, c in ops])
+            got = stage_order(rank, case["pp"], case["m"], case["vp"], case["group"])
+            assert np.array_equal(got, want), (case["pp"], case["vp"], case["m"], rank)
+
+
+def test_schedule_graph_is_complete_and_topological():
+    for pp, m, vp in [(1, 3, 1), (4, 6, 1), (4, 8, 2), (3, 9, 3), (8, 16, 4)]:
+        s = pipeline_schedule(pp, m, vp)
+        assert s.n_nodes == 2 * pp * vp * m
+        idx = np.arange(s.n_nodes)
+        assert np.all(s.prev < idx) and np.all(s.dep < idx)
+        # every (virtual stage, direction, microbatch) exactly once
+        key = (s.stage * 2 + s.direction) * m + s.microbatch
+        assert np.array_equal(np.sort(key), np.arange(s.n_nodes))
+        # a backward never precedes its own forward on the last virtual stage
+        last = s.stage == pp * vp - 1
+        for k in range(m):
+            f = idx[last & (s.direction == FWD) & (s.microbatch == k)][0]
+            b = idx[last & (s.direction == BWD) & (s.microbatch == k)][0]
+            assert f < b
+
+
+# ------------------------------------------------------------------ closed forms
+@settings(max_examples=40, deadline=None)
+@given(pp=st.sampled_from([1, 2, 3, 4, 8]), mult=st.integers(1, 4), vp=st.sampled_from([1, 2, 3, 4]),
+       tf=st.floats(0.01, 2.0), tb=st.floats(0.01, 4.0))
+def test_equal_microbatches_closed_forms(pp, mult, vp, tf, tb):
+    m = pp * mult if vp > 1 else mult + pp // 2
+    ms = makespan(np.full((m, 1), tf), np.full((m, 1), tb), pp, vp)[0]
+    ideal = m * (tf + tb)
+    if vp == 1:
+        assert ms == pytest.approx((m + pp - 1) * (tf + tb), rel=1e-12)
+    assert (ms - ideal) / ideal == pytest.approx(bubble_fraction(pp, m, vp), rel=1e-9, abs=1e-12)
+
+
+def test_chain_times_columns_are_independent_and_transfers_add():
+    pp, m = 4, 8
+    f = np.random.default_rng(0).uniform(0.1, 1.0, (m, 3))
+    b = 2 * f
+    both = makespan(f, b, pp)
+    for j in range(3):
+        assert makespan(f[:, j:j + 1], b[:, j:j + 1], pp)[0] == both[j]
+    # one microbatch: fill and drain over every stage plus 2·(pp−1) transfers
+    x = 0.05
+    assert makespan([[1.0]], [[2.0]], pp, xfer_s=x)[0] == pytest.approx(pp * 3.0 + 2 * (pp - 1) * x)
+    # interleaved, one microbatch per... (m = pp): the wrap-around transfers count too
+    s = pipeline_schedule(2, 2, 2)
+    _, fin = chain_times(s, np.full((4, 2, 1), 1.0), np.full((4, 2, 1), 1.0), np.full((3, 2, 1), x))
+    _, fin0 = chain_times(s, np.full((4, 2, 1), 1.0), np.full((4, 2, 1), 1.0), None)
+    assert fin[s.last].max() >= fin0[s.last].max() + 2 * 3 * x - 1e-12
+
+
+# ------------------------------------------------------------------ the rule
+def test_microbatch_rule():
+    assert microbatch_rule_violation(5, 4, 1) is None
+    assert microbatch_rule_violation(8, 4, 2) is None
+    assert "multiple of pp" in microbatch_rule_violation(2, 4, 2)
+    assert "last group of 2" in microbatch_rule_violation(6, 4, 2)
+    assert microbatch_rule_violation(9, 4, 2, group=5) is None  # 9 mod 5 = 4 >= pp
+    with pytest.raises(InfeasibleError, match="pipeline"):
+        check_microbatches(6, 4, 2)
+    with pytest.raises(InfeasibleError):
+        stage_order(0, 4, 6, 2)
+    assert valid_microbatch_count(5, 4, 2) == 8 and valid_microbatch_count(5, 4, 1) == 5
+    assert vp_from_layers_per_virtual_stage(40, 4, 5) == 2
+    with pytest.raises(ConfigError, match="num_layers_per_virtual_pipeline_stage"):
+        vp_from_layers_per_virtual_stage(40, 4, 3)
+
+
+# ------------------------------------------------------------------ the simulator runs it
+def _equal_plan(lay: Layout, m: int, L: int):
+    from dcpsim.policies.plan import Group, Plan, Step
+
+    c, dp = lay.cp, lay.dp
+    steps = [Step([Group(d * c, c, [k * dp + d]) for d in range(dp)]) for k in range(m)]
+    return Plan("equal", lay, np.full(m * dp, L, dtype=np.int64), steps, dynamic=False)
+
+
+@pytest.mark.parametrize("pp,vp,m", [(4, 2, 8), (4, 4, 4), (2, 3, 6), (8, 2, 16)])
+def test_simulated_interleaved_bubble_closed_form(pp, vp, m):
+    tf, tb = 0.3, 0.7
+    lay = Layout(dp=2, cp=1, max_tokens_per_rank=65536, pp=pp, vp=vp)
+    plan = _equal_plan(lay, m, 4096)
+    sim = ClusterSimulator(CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=2), Topology(tp=1, pp=pp, dp=2, cp=1, vp=vp))
+    table = build_group_table(plan)
+    work = sim.durations.work(plan, table)
+    work.fwd_s[:] = tf
+    work.bwd_s[:] = tb
+    work.head_fwd_s[:] = 0.0
+    work.head_bwd_s[:] = 0.0
+    work.xfer_s[:] = 0.0
+    graph = build_graph(table, pipeline_schedule(pp, m, vp), work.virtual()[2])
+    tl = run_iteration(work, graph, sim.sync, overlap_grad_sync=False)
+    ideal = m * (tf + tb)
+    assert (tl.bwd_end_s.max() - ideal) / ideal == pytest.approx((pp - 1) / (vp * m), rel=1e-9)
+
+
+def test_interleaved_run_from_config_and_rule_error():
+    from dcpsim.run import config_from_dict
+    from dcpsim.run.single import build_cost_model, build_layout, run_simulation
+
+    def cfg(vp):
+        return config_from_dict({"cluster": {"gpus": 32}, "parallel": {"pp": 4, "cp": 2, "vp": vp},
+                                 "sim": {"iterations": 1, "planning": "ignore"}})
+
+    times = {}
+    for vp in (1, 2):
+        c = cfg(vp)
+        lay = build_layout(c, build_cost_model(c))
+        assert lay.vp == vp
+        res = run_simulation(c, plans=[_equal_plan(lay, 8, 16384)])
+        times[vp] = res.iterations.iloc[0]
+        assert res.meta["topology"]["vp"] == vp
+    # smaller bubble, more transfers (each chunk sends its activations on)
+    assert times[2].bubble_s < times[1].bubble_s
+    assert times[2].iteration_time_s < times[1].iteration_time_s
+    c = cfg(2)
+    lay = build_layout(c, build_cost_model(c))
+    with pytest.raises(InfeasibleError, match="multiple of pp|last group"):
+        run_simulation(c, plans=[_equal_plan(lay, 6, 16384)])
