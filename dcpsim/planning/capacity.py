@@ -1,0 +1,393 @@
+"""Capacity planning: every GPU type × cluster size × policy, its best layouts, time to train and cost.
+
+:func:`plan_capacity` runs named phases:
+
+1. :func:`plan_tasks` -- one task per (GPU type, size, policy) with its global batch;
+2. per task, :func:`dcpsim.planning.search.search_layouts` (enumerate, prune, screen, simulate) in worker
+   processes, with a progress bar;
+3. :func:`seed_spread` -- the best layout re-simulated with more seeds (variable-length data or kernel
+   noise; fixed windows without noise give one result);
+4. :func:`cost_table` -- time to train (``tokens / tokens_per_s``), failures, checkpoints and restarts
+   (:class:`~dcpsim.planning.failures.FailureModel`), GPU-hours, cost, days, their spread over seeds,
+   scaling efficiency, deadline and Pareto front;
+5. :func:`recommend` -- one sentence: the cheapest configuration meeting the deadline, else the fastest.
+
+Columns of ``CapacityPlan.rows`` (one per GPU type × size × policy, its best simulated layout):
+``time_to_train_h`` (no failures), ``goodput`` (useful fraction of wall time),
+``effective_time_h`` / ``effective_days`` (with failures), ``gpu_hours``, ``cost``,
+``*_min``/``*_max`` over seeds, ``iterations`` (global batches to train on ``tokens``),
+``expected_failures``, ``meets_deadline`` (``None`` without a deadline) and ``pareto``.
+``CapacityPlan.layouts`` holds every simulated layout (``rank`` 1 = best) with its time breakdown and
+``why`` it beats the next one.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dcpsim.errors import ConfigError
+from dcpsim.planning.failures import FailureModel
+from dcpsim.planning.inputs import DataSpec, make_data_spec, parse_gpu_prices
+from dcpsim.planning.search import DEFAULT_SIMULATE, search_layouts
+from dcpsim.planning.space import SearchSpace
+from dcpsim.run.config import RunConfig
+
+DEFAULT_POLICIES = ("packing", "dynamic")
+
+
+@dataclass
+class CapacityPlan:
+    """Best layout per GPU type × size × policy (``rows``), every simulated layout, the choice, the request."""
+
+    rows: Any  # pandas DataFrame
+    recommendation: str
+    request: dict[str, Any]
+    layouts: Any = None  # pandas DataFrame
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        import json
+
+        out = {"request": self.request, "recommendation": self.recommendation, "warnings": self.warnings,
+               "rows": json.loads(self.rows.to_json(orient="records"))}
+        if self.layouts is not None:
+            out["layouts"] = json.loads(self.layouts.to_json(orient="records"))
+        return out
+
+
+@dataclass(frozen=True)
+class Task:
+    """One search: GPU type, price, size, policy, global batch (sequences)."""
+
+    gpu: str
+    price: float
+    gpus: int
+    policy: str
+    gbs: int
+
+
+def plan_tasks(prices: Mapping[str, float], sizes: Sequence[int], policies: Sequence[str], data: DataSpec,
+               batch_scaling: str) -> list[Task]:
+    """Every (GPU type, size, policy) with its batch (``proportional``: grows with the GPU count)."""
+    out = []
+    for gpu, price in prices.items():
+        for n in sizes:
+            gbs = data.gbs if batch_scaling == "fixed" else max(1, round(data.gbs * n / sizes[0]))
+            out += [Task(gpu, price, n, pol, gbs) for pol in policies]
+    return out
+
+
+def run_task(task: Task, base: RunConfig, data: DataSpec, space: SearchSpace, simulate: int, seeds: int,
+             runner=None) -> dict[str, Any]:
+    """Search one task and re-simulate its best layout with more seeds (a worker's unit of work)."""
+    cfg = base.with_updates({"hardware.gpu": task.gpu})
+    res = search_layouts(cfg, task.gpus, data, policy=task.policy, space=space, gbs=task.gbs, simulate=simulate,
+                         runner=runner)
+    spread = seed_spread(res, cfg, data, task, space, seeds, runner) if res.best else []
+    return {"task": task, "rows": res.rows, "counts": res.counts, "reason": res.reason, "seed_tokens_per_s": spread}
+
+
+def seed_spread(res, cfg: RunConfig, data: DataSpec, task: Task, space: SearchSpace, seeds: int,
+                runner=None) -> list[float]:
+    """Simulated tokens/s of the best layout for seeds ``seed .. seed+seeds-1`` (one value when nothing varies)."""
+    from dcpsim.planning.space import Candidate, check_candidate
+    from dcpsim.run.single import run_simulation
+
+    best = res.best
+    if best is None or best["status"] != "ok":
+        return []
+    varies = (not data.fixed) or cfg.sim.noise_cv > 0 or cfg.sim.straggler_fraction > 0
+    if seeds <= 1 or not varies:
+        return [best["tokens_per_s"]]
+    ch = check_candidate(cfg.with_updates({"cluster.gpus": task.gpus, "policy.name": task.policy,
+                                           "parallel.tp": 1, "parallel.pp": 1, "parallel.cp": 1,
+                                           **data.config_updates(task.gbs)}),
+                         Candidate(tp=best["tp"], pp=best["pp"], cp=best["cp"], tokens_per_rank=best["tokens_per_rank"],
+                                   recompute=best["recompute"], vp=best["vp"], mbs=best["mbs"],
+                                   precision=best["precision"], flags=_flags_of(best)),
+                         task.gpus, data, task.gbs)
+    out = [best["tokens_per_s"]]
+    run = runner or run_simulation
+    for k in range(1, seeds):
+        r = run(ch.cfg.with_updates({"sim.seed": ch.cfg.sim.seed + k}))
+        s = r.summary if hasattr(r, "summary") else r
+        out.append(float(s["tokens_per_s"]))
+    return out
+
+
+def _flags_of(row: Mapping[str, Any]) -> tuple[tuple[str, bool], ...]:
+    from dcpsim.planning.space import OVERLAP_FLAGS, optional_field
+
+    return tuple((n, bool(row[n])) for n in OVERLAP_FLAGS if optional_field(n) and n in row)
+
+
+class Progress:
+    """A one-line progress bar on stderr (``done/total`` and elapsed seconds), silent when disabled."""
+
+    def __init__(self, total: int, enabled: bool, label: str = "searching") -> None:
+        import time
+
+        self.total, self.enabled, self.label, self.done = total, enabled, label, 0
+        self.t0 = time.perf_counter()
+        self._draw()
+
+    def step(self, n: int = 1) -> None:
+        self.done += n
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled:
+            return
+        import time
+
+        w = 30
+        k = int(w * self.done / max(self.total, 1))
+        el = time.perf_counter() - self.t0
+        sys.stderr.write(f"\r{self.label} [{'#' * k}{'.' * (w - k)}] {self.done}/{self.total} {el:5.1f}s")
+        if self.done >= self.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchSpace, *, simulate: int, seeds: int,
+              jobs: int | None, progress: bool, runner=None) -> list[dict[str, Any]]:
+    """Every task, in worker processes (``jobs``; 1 = in this process), results in task order."""
+    from dcpsim.run.executors import make_executor
+
+    bar = Progress(len(tasks), progress)
+    results: dict[int, dict[str, Any]] = {}
+    ex = make_executor(jobs=min(jobs or 2, max(1, len(tasks))) if jobs != 1 else 1)
+    try:
+        futs = {ex.submit(run_task, t, base, data, space, simulate, seeds, runner): i for i, t in enumerate(tasks)}
+        pending = list(futs)
+        while pending:
+            done, pending = ex.wait_any(pending, timeout=0.5)
+            for f in done:
+                results[futs[f]] = f.result()
+                bar.step()
+    finally:
+        ex.close()
+    return [results[i] for i in range(len(tasks))]
+
+
+def _best_row(res: dict[str, Any]) -> dict[str, Any]:
+    t: Task = res["task"]
+    row: dict[str, Any] = {"gpu": t.gpu, "price_per_gpu_h": t.price, "gpus": t.gpus, "policy": t.policy, "gbs": t.gbs}
+    best = res["rows"][0] if res["rows"] else None
+    if best is None or best["status"] != "ok":
+        return row | {"status": "infeasible", "reason": res["reason"] or (best or {}).get("reason", "")}
+    row |= {k: v for k, v in best.items() if k not in ("why",)}
+    seeds = res["seed_tokens_per_s"] or [best["tokens_per_s"]]
+    row |= {"tokens_per_s_min": min(seeds), "tokens_per_s_max": max(seeds), "seeds": len(seeds),
+            "layouts_enumerated": res["counts"].get("enumerated", 0), "layouts_fit": res["counts"].get("fit", 0),
+            "layouts_simulated": res["counts"].get("simulated", 0)}
+    return row
+
+
+def _layout_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for res in results:
+        t: Task = res["task"]
+        for i, r in enumerate(res["rows"], start=1):
+            out.append({"gpu": t.gpu, "gpus": t.gpus, "policy": t.policy, "gbs": t.gbs, "rank": i, **r})
+    return out
+
+
+def cost_table(rows: list[dict[str, Any]], *, tokens: float, data: DataSpec, failures: FailureModel,
+               deadline_days: float | None):
+    """The rows as a DataFrame with time to train, failures, GPU-hours, cost, spread, deadline and Pareto."""
+    import numpy as np
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    for c in ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "tokens_per_s_min", "tokens_per_s_max", "reason"):
+        if c not in df.columns:
+            df[c] = np.nan if c != "reason" else ""
+    ok = df["status"] == "ok"
+    n = df["gpus"].astype(float)
+    df["gbs_tokens"] = df["gbs"] * data.mean_len
+    df["iterations"] = np.where(ok, np.ceil(tokens / df["gbs_tokens"]), np.nan)
+    df["time_to_train_h"] = np.where(ok, tokens / df["tokens_per_s"] / 3600.0, np.nan)
+    df["goodput"] = [failures.goodput(int(g)) for g in df["gpus"]]
+    df["checkpoint_interval_min"] = [failures.checkpoint_interval_s(int(g)) / 60.0 for g in df["gpus"]]
+    df["system_mtbf_h"] = [failures.system_mtbf_s(int(g)) / 3600.0 for g in df["gpus"]]
+    no_progress = ok & (df["goodput"] <= 0)
+    df.loc[no_progress, "status"] = "infeasible"
+    df.loc[no_progress, "reason"] = "failures: the job fails faster than it can checkpoint and restart"
+    ok = df["status"] == "ok"
+    good = df["goodput"].where(df["goodput"] > 0)
+    for suffix, col in (("", "tokens_per_s"), ("_min", "tokens_per_s_max"), ("_max", "tokens_per_s_min")):
+        eff_h = np.where(ok, tokens / df[col] / 3600.0 / good, np.nan)  # fastest seed gives the shortest time
+        df["effective_time_h" + suffix] = eff_h
+        df["effective_days" + suffix] = eff_h / 24.0
+        df["gpu_hours" + suffix] = n * eff_h
+        df["cost" + suffix] = df["gpu_hours" + suffix] * df["price_per_gpu_h"]
+    df["expected_failures"] = np.where(ok, df["effective_time_h"] * 3600.0 / (failures.gpu_mtbf_h * 3600.0 / n), np.nan)
+    df["scaling_efficiency"] = np.nan
+    for _, g in df[ok].groupby(["gpu", "policy"]):
+        g = g.sort_values("gpus")
+        ref = g["tokens_per_s"].iloc[0] / g["gpus"].iloc[0]
+        df.loc[g.index, "scaling_efficiency"] = (g["tokens_per_s"] / g["gpus"]) / ref
+    if deadline_days is None:
+        df["meets_deadline"] = None
+    else:
+        df["meets_deadline"] = ok & (df["effective_days"] <= deadline_days)
+    df["pareto"] = pareto_front(df, ok)
+    return df
+
+
+def plan_capacity(
+    model: str = "llama-13b",
+    workload: str | dict | None = None,
+    tokens: float = 1e12,
+    gpu_prices: Mapping[str, float] | str = "h100-sxm:2.5",
+    sizes: Sequence[int] = (512, 1024, 2048, 4096),
+    *,
+    data: DataSpec | None = None,
+    seq_len: int | None = None,
+    gbs: int | None = None,
+    gbs_tokens: int | None = None,
+    max_gbs_tokens: int | None = None,
+    policies: Sequence[str] = DEFAULT_POLICIES,
+    deadline_days: float | None = None,
+    space: SearchSpace | None = None,
+    base: RunConfig | None = None,
+    batch_scaling: str = "fixed",
+    iterations: int | None = None,
+    seed: int | None = None,
+    seeds: int = 3,
+    failures: FailureModel | None = None,
+    simulate: int = DEFAULT_SIMULATE,
+    jobs: int | None = 1,
+    progress: bool = False,
+    runner=None,
+) -> CapacityPlan:
+    """Search, simulate and cost every (GPU type, size, policy); see the module docstring.
+
+    The data: ``data`` or (``seq_len`` for fixed windows | ``workload`` for variable lengths, default
+    fixed 4,096-token windows) with the batch as ``gbs`` sequences or ``gbs_tokens`` (default 4M tokens,
+    the same at every size; ``batch_scaling="proportional"`` grows it with the GPU count). ``space``:
+    the layout search space (forced values narrow it). ``iterations``: simulated iterations per layout
+    (default 1 for fixed windows, 2 otherwise). ``seeds``: seeds for the best layout's spread.
+    ``max_gbs_tokens``: the batch the user knows still converges; larger batches give a warning.
+    """
+    prices = parse_gpu_prices(gpu_prices) if isinstance(gpu_prices, str) else dict(gpu_prices)
+    if not prices:
+        raise ConfigError("--gpus", gpu_prices, "at least one GPU type with a price")
+    if not tokens or tokens <= 0 or not math.isfinite(tokens):
+        raise ConfigError("--tokens", tokens, "a positive number of training tokens")
+    sizes = sorted({int(s) for s in sizes})
+    if not sizes or sizes[0] < 1:
+        raise ConfigError("--sizes", sizes, "positive GPU counts")
+    if not policies:
+        raise ConfigError("--policies", policies, "at least one policy")
+    if batch_scaling not in ("proportional", "fixed"):
+        raise ConfigError("--batch-scaling", batch_scaling, "proportional or fixed")
+    if seeds < 1:
+        raise ConfigError("--seeds", seeds, "at least 1")
+    if data is None:
+        if seq_len is None and workload is None:
+            seq_len = 4096
+        data = make_data_spec(seq_len=seq_len, workload=workload, gbs=gbs, gbs_tokens=gbs_tokens,
+                              max_len=None if base is None or workload is None else base.workload.max_len)
+    fm = failures or FailureModel()
+    space = space or SearchSpace()
+    base = (base or RunConfig()).with_updates({"model.name": model})
+    upd: dict[str, Any] = {"sim.iterations": iterations or (1 if data.fixed else 2)}
+    if seed is not None:
+        upd["sim.seed"] = seed
+    base = base.with_updates(upd)
+
+    tasks = plan_tasks(prices, sizes, policies, data, batch_scaling)
+    results = run_tasks(tasks, base, data, space, simulate=simulate, seeds=seeds, jobs=jobs, progress=progress,
+                        runner=runner)
+    df = cost_table([_best_row(r) for r in results], tokens=tokens, data=data, failures=fm,
+                    deadline_days=deadline_days)
+    import pandas as pd
+
+    layouts = pd.DataFrame(_layout_rows(results))
+    warnings = batch_warnings(df, max_gbs_tokens)
+    req = {"model": model, "data": data.describe(), "seq_len": data.seq_len, "workload": data.workload if not data.fixed
+           else "fixed", "max_len": data.max_len, "gbs": data.gbs, "gbs_tokens": data.gbs_tokens, "tokens": tokens,
+           "gpu_prices": prices, "sizes": sizes, "policies": list(policies), "deadline_days": deadline_days,
+           "batch_scaling": batch_scaling, "iterations": base.sim.iterations, "seed": base.sim.seed, "seeds": seeds,
+           "simulated_layouts_per_search": simulate, "max_gbs_tokens": max_gbs_tokens,
+           "search_space": space_description(space), "failures": fm.describe()}
+    return CapacityPlan(df, recommend(df, deadline_days), req, layouts=layouts, warnings=warnings)
+
+
+def space_description(space: SearchSpace) -> dict[str, Any]:
+    """What each search dimension is (forced values, or 'searched')."""
+    from dcpsim.planning.space import OVERLAP_FLAGS, optional_field
+
+    out: dict[str, Any] = {}
+    for name in ("tp", "pp", "vp", "cp", "mbs", "tokens_per_rank", "recompute", "precision"):
+        v = getattr(space, name)
+        if name == "vp" and not optional_field("vp"):
+            out[name] = "1 (the time model has no virtual pipeline yet)"
+        elif name == "precision" and not optional_field("precision"):
+            out[name] = "bf16 (the time model has no precision setting yet)"
+        else:
+            out[name] = list(v) if v is not None else "searched"
+    out["overlap_flags"] = [n for n in OVERLAP_FLAGS if optional_field(n)]
+    return out
+
+
+def batch_warnings(df, max_gbs_tokens: int | None) -> list[str]:
+    """One warning per distinct batch above the user's convergence limit."""
+    if not max_gbs_tokens:
+        return []
+    over = sorted({float(x) for x in df["gbs_tokens"] if x > max_gbs_tokens})
+    return [f"warning: global batch of {x:,.0f} tokens exceeds the declared convergence limit "
+            f"--max-gbs-tokens {max_gbs_tokens:,} (training may need more tokens to reach the same loss)"
+            for x in over]
+
+
+def pareto_front(df, mask=None):
+    """Boolean Series: rows not dominated in (effective_time_h, cost) by another row (among ``mask``)."""
+    import numpy as np
+    import pandas as pd
+
+    m = pd.Series(True, index=df.index) if mask is None else mask.copy()
+    m &= df["effective_time_h"].notna() & df["cost"].notna()
+    t = df["effective_time_h"].to_numpy(float)
+    c = df["cost"].to_numpy(float)
+    idx = np.flatnonzero(m.to_numpy())
+    out = np.zeros(len(df), dtype=bool)
+    for i in idx:
+        dominated = ((t[idx] <= t[i]) & (c[idx] <= c[i]) & ((t[idx] < t[i]) | (c[idx] < c[i]))).any()
+        out[i] = not dominated
+    return pd.Series(out, index=df.index)
+
+
+def _describe(r) -> str:
+    lay = r.get("layout") or f"TP {int(r['tp'])}, PP {int(r['pp'])}, CP {int(r['cp'])}"
+    return (f"{int(r['gpus'])} x {r['gpu']} with {r['policy']} ({lay}, DP {int(r['dp'])}): "
+            f"{r['effective_days']:.1f} days including failures "
+            f"(goodput {100 * r['goodput']:.1f}%), {r['gpu_hours']:,.0f} GPU-hours, cost {r['cost']:,.0f} "
+            f"at {r['price_per_gpu_h']:g}/GPU-hour, {r['tflops_per_gpu']:.0f} TFLOPS/GPU")
+
+
+def recommend(df, deadline_days: float | None = None) -> str:
+    """One plain sentence: the cheapest configuration meeting the deadline, else the fastest."""
+    ok = df[df["status"] == "ok"]
+    if not len(ok):
+        return "No configuration could run; see the reason column."
+    if deadline_days is None:
+        best = ok.sort_values(["cost", "effective_time_h"]).iloc[0]
+        fastest = ok.sort_values(["effective_time_h", "cost"]).iloc[0]
+        msg = f"Cheapest: {_describe(best)}."
+        if fastest.name != best.name:
+            msg += f" Fastest: {_describe(fastest)}."
+        return msg
+    meet = ok[ok["effective_days"] <= deadline_days]
+    if len(meet):
+        best = meet.sort_values(["cost", "effective_time_h"]).iloc[0]
+        return f"Recommended (cheapest that meets the {deadline_days:g}-day deadline): {_describe(best)}."
+    fastest = ok.sort_values(["effective_time_h", "cost"]).iloc[0]
+    return (f"No configuration meets the {deadline_days:g}-day deadline; the fastest is {_describe(fastest)}. "
+            f"Add larger sizes or faster GPUs.")

@@ -1,0 +1,72 @@
+"""Failures, checkpoints and restarts: the share of wall time a long run loses (first-order Young/Daly model)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from dcpsim.errors import ConfigError
+
+# Llama 3 (Meta, 2024): 419 unexpected interruptions in 54 days of pre-training on 16,384 GPUs (issue 6).
+LLAMA3_INTERRUPTIONS = 419
+LLAMA3_DAYS = 54
+LLAMA3_GPUS = 16384
+
+
+def llama3_gpu_mtbf_hours() -> float:
+    """Per-GPU mean time between failures implied by the Llama 3 report (GPU-hours per interruption)."""
+    return LLAMA3_DAYS * 24.0 * LLAMA3_GPUS / LLAMA3_INTERRUPTIONS
+
+
+@dataclass(frozen=True)
+class FailureModel:
+    """Failures, checkpoints and restarts (first-order Young/Daly model).
+
+    gpu_mtbf_h:   mean time between failures of one GPU (with its share of host, network, ...), hours;
+                  default from the Llama 3 report (:func:`llama3_gpu_mtbf_hours`).
+    checkpoint_s: time training stops to write one checkpoint, seconds (assumed 60 s).
+    restart_s:    time from a failure to training again (detect, reschedule, load), seconds (assumed 600 s).
+
+    With N GPUs the job fails every M = gpu_mtbf_h·3600/N seconds on average.
+    Checkpoints every τ = √(2·δ·M) seconds of work (Young's optimum, δ =
+    checkpoint_s). Per unit of useful work the job spends δ/τ checkpointing,
+    and each failure loses R = restart_s plus on average half a segment
+    (τ+δ)/2, so wall = work·(1 + δ/τ) / (1 − (R + (τ+δ)/2)/M) and goodput =
+    work / wall (0 when failures come faster than the job can progress).
+    """
+
+    gpu_mtbf_h: float = field(default_factory=llama3_gpu_mtbf_hours)
+    checkpoint_s: float = 60.0
+    restart_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not self.gpu_mtbf_h > 0:
+            raise ConfigError("--mtbf-gpu-hours", self.gpu_mtbf_h, "a positive number of hours")
+        if self.checkpoint_s < 0 or self.restart_s < 0:
+            raise ConfigError("--checkpoint-s/--restart-s", (self.checkpoint_s, self.restart_s), "non-negative seconds")
+
+    def system_mtbf_s(self, gpus: int) -> float:
+        """Mean time between failures of a job on ``gpus`` GPUs, seconds."""
+        return self.gpu_mtbf_h * 3600.0 / gpus
+
+    def checkpoint_interval_s(self, gpus: int) -> float:
+        """Young's optimal work time between checkpoints, seconds."""
+        return math.sqrt(2.0 * self.checkpoint_s * self.system_mtbf_s(gpus))
+
+    def goodput(self, gpus: int) -> float:
+        """Useful fraction of wall time on ``gpus`` GPUs (0..1)."""
+        m = self.system_mtbf_s(gpus)
+        d = self.checkpoint_s
+        tau = self.checkpoint_interval_s(gpus)
+        ckpt = d / tau if tau > 0 else 0.0
+        lost = (self.restart_s + (tau + d) / 2.0) / m
+        if lost >= 1.0:
+            return 0.0
+        return (1.0 - lost) / (1.0 + ckpt)
+
+    def expected_failures(self, gpus: int, wall_s: float) -> float:
+        """Expected number of failures in ``wall_s`` seconds of wall time on ``gpus`` GPUs."""
+        return wall_s / self.system_mtbf_s(gpus)
+
+    def describe(self) -> dict:
+        return {"gpu_mtbf_h": self.gpu_mtbf_h, "checkpoint_s": self.checkpoint_s, "restart_s": self.restart_s}

@@ -1,0 +1,209 @@
+"""What a capacity planner is told, as practitioners state it: prices, deadlines, token counts, the data.
+
+Token counts. ``--gbs-tokens`` takes ``4M``, ``16M``, ``512K`` or a plain
+integer (``4194304``); batch suffixes are binary (K = 2^10, M = 2^20, G = 2^30)
+because a global batch is a product of powers of two (Llama 2's "4M tokens"
+is 1,024 sequences of 4,096 = 4,194,304 tokens). ``--tokens`` (the training
+budget) takes decimal suffixes (``2T`` = 2·10^12, ``300B``, ``1e12``).
+
+The data (:class:`DataSpec`) is either *fixed-length* pre-training
+(documents concatenated and cut into windows of ``seq_len`` tokens, every
+sequence exactly ``seq_len``, attention over the whole window) or a
+*variable-length* workload (a preset, a lengths file or a distribution table,
+with ``max_len``: long-context and SFT work). :data:`DATA_PRESETS` names the
+common cases.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dcpsim.errors import ConfigError
+
+_BINARY = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "B": 2**30, "T": 2**40}
+_DECIMAL = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
+
+
+def parse_gpu_prices(text: str) -> dict[str, float]:
+    """``"h100-sxm:2.5,h200-sxm:3.5"`` -> ``{"h100-sxm": 2.5, "h200-sxm": 3.5}`` (price per GPU-hour)."""
+    out: dict[str, float] = {}
+    for item in (x.strip() for x in str(text).split(",")):
+        if not item:
+            continue
+        name, sep, price = item.rpartition(":")
+        try:
+            p = float(price)
+        except ValueError:
+            p = -1.0
+        if not sep or not name or p < 0 or not math.isfinite(p):
+            raise ConfigError("--gpus", item, "GPU:PRICE pairs, e.g. h100-sxm:2.5 (price per GPU-hour, >= 0)")
+        out[name] = p
+    if not out:
+        raise ConfigError("--gpus", text, "at least one GPU:PRICE pair")
+    return out
+
+
+def parse_duration_days(text: str | float | None) -> float | None:
+    """``"30d"``, ``"720h"``, ``"4w"`` or a plain number of days -> days."""
+    if text is None:
+        return None
+    s = str(text).strip().lower()
+    units = {"d": 1.0, "h": 1 / 24.0, "w": 7.0}
+    mult = units.get(s[-1:], None)
+    num = s[:-1] if mult is not None else s
+    try:
+        v = float(num) * (mult or 1.0)
+    except ValueError:
+        v = -1.0
+    if not v > 0 or not math.isfinite(v):
+        raise ConfigError("--deadline", text, "a positive duration such as 30d, 720h or 4w")
+    return v
+
+
+def parse_token_count(text: str | float | int, field: str = "--gbs-tokens", *, binary: bool = True) -> int:
+    """``"4M"`` -> 4,194,304 (``binary``) or 4,000,000; ``"2T"``; ``"4194304"``; ``"1e12"``."""
+    s = str(text).strip().upper().replace("_", "").replace(",", "")
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:E[+-]?[0-9]+)?)\s*([KMGBT]?)", s)
+    table = _BINARY if binary else _DECIMAL
+    v = float(m.group(1)) * table[m.group(2)] if m else -1.0
+    if not (v >= 1 and math.isfinite(v)):
+        raise ConfigError(field, text, "a positive token count such as 4M, 16M, 4194304 or 2T")
+    return int(round(v))
+
+
+def fixed_workload(seq_len: int) -> dict[str, Any]:
+    """The workload of fixed-length pre-training: every sequence is one ``seq_len`` window (full attention).
+
+    Written as an ``empirical`` distribution of one length, which the
+    simulator already understands, so plans from this module run through
+    ``run_simulation`` unchanged.
+    """
+    if not isinstance(seq_len, int) or seq_len < 1:
+        raise ConfigError("--seq-len", seq_len, "a positive number of tokens per sequence")
+    return {"type": "empirical", "source": f"fixed-length windows of {seq_len} tokens", "lengths": [int(seq_len)]}
+
+
+@dataclass(frozen=True)
+class DataPreset:
+    """A named kind of training data: fixed windows (``seq_len``) or a variable-length workload with a cap."""
+
+    name: str
+    description: str
+    seq_len: int | None = None
+    workload: str | None = None
+    max_len: int | None = None
+
+
+DATA_PRESETS: dict[str, DataPreset] = {p.name: p for p in (
+    DataPreset("pretrain-4k", "pre-training, fixed 4,096-token windows (Llama 2)", seq_len=4096),
+    DataPreset("pretrain-8k", "pre-training, fixed 8,192-token windows (Llama 3)", seq_len=8192),
+    DataPreset("long-context-32k", "long-context continued training, GitHub-like lengths up to 32K", workload="github",
+               max_len=32768),
+    DataPreset("long-context-128k", "long-context continued training, GitHub-like lengths up to 128K",
+               workload="github", max_len=131072),
+    DataPreset("sft-8k", "supervised fine-tuning, Wikipedia-like lengths up to 8K (unpacked documents)",
+               workload="wikipedia", max_len=8192),
+    DataPreset("sft-32k", "supervised fine-tuning, CommonCrawl-like lengths up to 32K", workload="commoncrawl",
+               max_len=32768),
+)}
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """The data and global batch a plan is made for.
+
+    seq_len:   fixed-length windows (tokens), or ``None`` for a variable-length workload.
+    workload:  the workload's config form (``workload.name``): a preset name, file or distribution dict.
+    max_len / min_len: the variable-length workload's bounds (tokens); ``None`` for fixed windows.
+    gbs:       sequences per global batch (at every cluster size unless the batch scales).
+    mean_len:  mean sequence length (tokens), to state the batch in tokens.
+    """
+
+    seq_len: int | None
+    workload: str | dict
+    gbs: int
+    mean_len: float
+    max_len: int | None = None
+    min_len: int | None = None
+
+    @property
+    def fixed(self) -> bool:
+        return self.seq_len is not None
+
+    @property
+    def gbs_tokens(self) -> float:
+        return self.gbs * self.mean_len
+
+    @property
+    def longest(self) -> int:
+        """Longest sequence the data can hold (tokens)."""
+        return int(self.seq_len if self.fixed else (self.max_len or 131072))
+
+    def config_updates(self, gbs: int | None = None) -> dict[str, Any]:
+        """``RunConfig.with_updates`` entries for this data (``gbs`` sequences, default the spec's)."""
+        if self.fixed:
+            return {"workload.name": fixed_workload(int(self.seq_len)), "workload.min_len": None,
+                    "workload.max_len": None, "workload.gbs": int(gbs or self.gbs)}
+        return {"workload.name": self.workload, "workload.min_len": self.min_len, "workload.max_len": self.max_len,
+                "workload.gbs": int(gbs or self.gbs)}
+
+    def describe(self) -> str:
+        if self.fixed:
+            return f"fixed-length windows of {self.seq_len} tokens (documents concatenated)"
+        name = self.workload if isinstance(self.workload, str) else "custom distribution"
+        return f"variable-length {name}, {self.min_len or 1}..{self.max_len} tokens (mean {self.mean_len:,.0f})"
+
+
+def workload_mean(workload: str | dict, min_len: int | None, max_len: int | None) -> float:
+    """Mean length (tokens) of a workload within its bounds."""
+    from dcpsim.workload import get_workload
+
+    dist = get_workload(workload, min_len=min_len, max_len=max_len)
+    m = dist.mean_estimate()
+    if m is None or not m > 0:
+        import numpy as np
+
+        m = float(dist.sample(20000, np.random.default_rng(0)).mean())
+    return float(m)
+
+
+def make_data_spec(*, seq_len: int | None = None, workload: str | dict | None = None, max_len: int | None = None,
+                   min_len: int | None = None, gbs: int | None = None, gbs_tokens: int | None = None,
+                   preset: str | None = None) -> DataSpec:
+    """One :class:`DataSpec` from what the user said (see :func:`dcpsim.planning.plan_capacity`).
+
+    Exactly one of ``seq_len`` (fixed windows), ``workload`` (variable lengths)
+    or ``preset`` (:data:`DATA_PRESETS`); the batch as ``gbs`` sequences or
+    ``gbs_tokens`` (rounded to whole sequences of the mean length).
+    """
+    if preset is not None:
+        if preset not in DATA_PRESETS:
+            raise ConfigError("--data", preset, f"one of {sorted(DATA_PRESETS)}")
+        if seq_len is not None or workload is not None:
+            raise ConfigError("--data", preset, "either --data or --seq-len/--workload, not both")
+        p = DATA_PRESETS[preset]
+        seq_len, workload, max_len = p.seq_len, p.workload, max_len or p.max_len
+    if seq_len is not None and workload is not None:
+        raise ConfigError("--seq-len", seq_len, "either --seq-len (fixed windows) or --workload (variable lengths)")
+    if gbs is not None and gbs_tokens is not None:
+        raise ConfigError("--gbs", gbs, "either --gbs (sequences) or --gbs-tokens, not both")
+    if seq_len is not None:
+        if not isinstance(seq_len, int) or seq_len < 1:
+            raise ConfigError("--seq-len", seq_len, "a positive number of tokens per sequence")
+        mean = float(seq_len)
+        wl: str | dict = fixed_workload(seq_len)
+        max_len = min_len = None
+    else:
+        wl = workload if workload is not None else "github"
+        max_len = max_len or 131072
+        min_len = min_len if min_len is not None else 256
+        mean = workload_mean(wl, min_len, max_len)
+    if gbs is None:
+        tokens = gbs_tokens if gbs_tokens is not None else 4 * 2**20
+        gbs = max(1, int(round(tokens / mean)))
+    if not isinstance(gbs, int) or gbs < 1:
+        raise ConfigError("--gbs", gbs, "a positive number of sequences")
+    return DataSpec(seq_len=seq_len, workload=wl, gbs=gbs, mean_len=mean, max_len=max_len, min_len=min_len)

@@ -1,0 +1,251 @@
+"""Layout search for one (GPU type, cluster size, policy): enumerate, prune, screen, simulate.
+
+:func:`search_layouts` runs four named phases:
+
+1. :func:`~dcpsim.planning.space.enumerate_candidates` -- every combination of TP, PP, VP, CP, tokens per
+   rank / micro-batch size, recompute, precision and overlap flags the run configuration supports;
+2. :func:`prune` -- divisibility, the global batch (at least one sequence per DP replica, Megatron's
+   ``gbs % (dp·mbs) == 0`` for fixed windows, the interleaved schedule's microbatch rule) and memory
+   with the simulator's own memory model (never skipped, also for a forced layout);
+3. :func:`screen_all` -- the closed-form iteration time of :mod:`dcpsim.planning.screen`;
+4. :func:`simulate_top` -- ``run_simulation`` on the best ``simulate`` layouts of the screen (and the
+   overlap-flag variants of the screen's best), ranked by simulated tokens/s.
+
+Only simulated numbers are reported; the screen's estimate is kept beside them (``screen_time_s``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from dcpsim.errors import ConfigError, DcpsimError, InfeasibleError
+from dcpsim.planning.inputs import DataSpec
+from dcpsim.planning.screen import screen
+from dcpsim.planning.space import RECOMPUTE, Candidate, Checked, SearchSpace, check_candidate, enumerate_candidates
+from dcpsim.run.config import RunConfig
+
+DEFAULT_SIMULATE = 4  # layouts simulated per (GPU type, size, policy)
+# summary entries ending in _s that are not parts of the iteration time
+NOT_BREAKDOWN = frozenset({"wall_s", "sim_wall_s", "planning_wall_s", "events_per_s", "planning_time_s",
+                           "iteration_time_s", "sim_time_s", "tokens_per_s"})
+
+
+@dataclass
+class LayoutSearch:
+    """What one search found: simulated rows (best first), counts per phase, and why nothing fits if so."""
+
+    gpu: str
+    gpus: int
+    policy: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def best(self) -> dict[str, Any] | None:
+        return self.rows[0] if self.rows else None
+
+
+def prune(base: RunConfig, cands, gpus: int, data: DataSpec, gbs: int) -> tuple[list[Checked], dict[str, Any]]:
+    """(candidates that can run, {reason kind: count, "examples": {kind: first reason}})."""
+    ok: list[Checked] = []
+    counts: dict[str, Any] = {"enumerated": 0, "examples": {}}
+    best_mem: Checked | None = None
+    fitted: set = set()
+    for cand in sorted(cands, key=lambda c: RECOMPUTE.index(c.recompute) if c.recompute in RECOMPUTE else 9):
+        counts["enumerated"] += 1
+        key = (cand.layout_key()[:-2], cand.precision, cand.flags)
+        if key in fitted:  # a lighter recompute of this layout fits: more recompute only adds time
+            counts["dominated"] = counts.get("dominated", 0) + 1
+            continue
+        ch = check_candidate(base, cand, gpus, data, gbs)
+        if ch.cfg is not None:
+            ok.append(ch)
+            fitted.add(key)
+            continue
+        counts[ch.kind] = counts.get(ch.kind, 0) + 1
+        counts["examples"].setdefault(ch.kind, ch.reason)
+        if ch.kind == "memory" and (best_mem is None or ch.memory_bytes < best_mem.memory_bytes):
+            best_mem = ch
+    if best_mem is not None:
+        counts["examples"]["memory"] = best_mem.reason  # the closest miss: the most useful figure
+    return ok, counts
+
+
+def screen_all(checked: list[Checked], data: DataSpec, dynamic: bool) -> list[tuple[float, Checked, dict]]:
+    """(closed-form time, candidate, parts), fastest first; candidates the screen cannot cost are dropped."""
+    out = []
+    for ch in checked:
+        try:
+            parts = screen(ch.cfg, data, mbs=ch.cand.mbs, dynamic=dynamic)
+        except (DcpsimError, ValueError):
+            continue
+        t = parts["time_s"]
+        if math.isfinite(t) and t > 0:
+            out.append((t, ch, parts))
+    out.sort(key=lambda x: (x[0], x[1].cand.label()))
+    return out
+
+
+REFINE_MAX = 24  # variable-length data: most candidates whose policy plan is scored exactly
+
+
+def refine(screened, data: DataSpec, keep: int) -> list[tuple[float, Checked, dict]]:
+    """Variable-length data: re-score candidates with the policy's own plan, in order of the closed form.
+
+    The closed form ignores load imbalance, so it is close to a lower bound: candidates are taken in
+    its order and re-scored exactly (:func:`~dcpsim.planning.screen.refine_variable`) until the next
+    closed form exceeds the ``keep``-th best exact score (or ``REFINE_MAX`` were scored).
+    Fixed windows are returned as they are (the closed form has no imbalance to miss).
+    """
+    if data.fixed:
+        return screened
+    from dcpsim.planning.screen import refine_variable
+
+    out: list[tuple[float, Checked, dict]] = []
+    for t, ch, parts in screened:
+        exact = sorted(x[0] for x in out)
+        if len(out) >= REFINE_MAX or (len(exact) >= keep and t > exact[keep - 1]):
+            break
+        try:
+            out.append((refine_variable(ch.cfg, parts), ch, parts))
+        except (DcpsimError, ValueError):
+            continue
+    out.sort(key=lambda x: (x[0], x[1].cand.label()))
+    return out
+
+
+def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, Any]:
+    from dcpsim.sim import BREAKDOWN
+
+    c = ch.cand
+    row: dict[str, Any] = {"layout": c.label(), "tp": c.tp, "pp": c.pp, "vp": c.vp, "cp": c.cp, "dp": ch.cfg.dp,
+                           "mbs": c.mbs, "tokens_per_rank": c.tokens_per_rank, "recompute": c.recompute,
+                           "precision": c.precision, **{k: v for k, v in c.flags},
+                           "memory_gib": ch.memory_bytes / 2**30, "memory_limit_gib": ch.limit_bytes / 2**30,
+                           "screen_time_s": screen_t, "config_hash": ch.cfg.config_hash()}
+    try:
+        res = runner(ch.cfg)
+    except (DcpsimError, ValueError) as exc:
+        return row | {"status": "error", "reason": str(exc)}
+    s = res.summary if hasattr(res, "summary") else res
+    row |= {"status": "ok", "reason": "", "iteration_time_s": float(s["iteration_time_s"]),
+            "tokens_per_s": float(s["tokens_per_s"]), "tflops_per_gpu": float(s["tflops_per_gpu"]),
+            "mfu": float(s["mfu"]), "peak_memory_gib": s.get("peak_memory_gib")}
+    for k in BREAKDOWN:
+        row[k] = float(s.get(k, float("nan")))
+    for k, v in s.items():  # breakdown terms the time model adds later (fixed costs, ...) come along
+        if k.endswith("_s") and k not in row and isinstance(v, float) and k not in NOT_BREAKDOWN:
+            row[k] = v
+    return row
+
+
+def _flag_variants(ch: Checked, space: SearchSpace, base: RunConfig, gpus: int, data: DataSpec,
+                   gbs: int) -> list[Checked]:
+    """The other overlap-flag settings of one candidate (each checked like any candidate)."""
+    import itertools
+
+    names = [n for n, _ in ch.cand.flags]
+    if not names:
+        return []
+    out = []
+    for combo in itertools.product((True, False), repeat=len(names)):
+        fl = tuple(zip(names, combo, strict=True))
+        if fl == ch.cand.flags or any(v not in space.flags.get(n, (True, False)) for n, v in fl):
+            continue
+        cand = Candidate(**{**ch.cand.__dict__, "flags": fl})
+        v = check_candidate(base, cand, gpus, data, gbs)
+        if v.cfg is not None:
+            out.append(v)
+    return out
+
+
+def simulate_top(screened, data: DataSpec, *, simulate: int, runner, space: SearchSpace, base: RunConfig,
+                 gpus: int, gbs: int) -> list[dict[str, Any]]:
+    """Simulate the best ``simulate`` distinct layouts of the screen; rows by simulated tokens/s, best first."""
+    seen: set = set()
+    picked: list[tuple[float, Checked]] = []
+    for t, ch, _ in screened:
+        k = ch.cand.layout_key()
+        if k in seen:
+            continue
+        seen.add(k)
+        picked.append((t, ch))
+        if len(picked) >= simulate:
+            break
+    rows = [_sim_row(ch, data, t, runner) for t, ch in picked]
+    if picked:
+        t0, ch0 = picked[0]
+        rows += [_sim_row(v, data, float("nan"), runner) for v in _flag_variants(ch0, space, base, gpus, data, gbs)]
+    ok = [r for r in rows if r["status"] == "ok"]
+    ok.sort(key=lambda r: (-r["tokens_per_s"], r["layout"]))
+    return ok + [r for r in rows if r["status"] != "ok"]
+
+
+def explain(rows: list[dict[str, Any]]) -> None:
+    """Add ``why``: where each simulated layout gains or loses against the next one (largest terms)."""
+    from dcpsim.sim import BREAKDOWN
+
+    terms = [k for k in BREAKDOWN] + sorted({k for r in rows for k in r if k.endswith("_s") and k not in BREAKDOWN
+                                             and k not in NOT_BREAKDOWN and k != "screen_time_s"})
+    ok = [r for r in rows if r.get("status") == "ok"]
+    for i, r in enumerate(ok):
+        if i + 1 >= len(ok):
+            r["why"] = "last simulated layout"
+            continue
+        o = ok[i + 1]
+        d = {k: (r.get(k) or 0.0) - (o.get(k) or 0.0) for k in terms
+             if isinstance(r.get(k), float) and isinstance(o.get(k), float)}
+        d = {k: v for k, v in d.items() if math.isfinite(v)}
+        gains = sorted(d.items(), key=lambda kv: kv[1])[:2]
+        parts = [f"{k.removesuffix('_s')} {v * 1e3:+.0f} ms" for k, v in gains if abs(v) > 1e-6]
+        dt = r["iteration_time_s"] - o["iteration_time_s"]
+        r["why"] = (f"vs {o['layout']}: {dt * 1e3:+.0f} ms/iteration" + (" (" + ", ".join(parts) + ")" if parts else ""))
+
+
+def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, space: SearchSpace | None = None,
+                   gbs: int | None = None, simulate: int = DEFAULT_SIMULATE, runner=None) -> LayoutSearch:
+    """Search the layouts of ``base``'s model on ``gpus`` GPUs of ``base.hardware.gpu`` under ``policy``.
+
+    ``gbs``: sequences per global batch (default: the data's). ``simulate``: how many screened layouts
+    are simulated. ``runner``: the simulation function (default ``run_simulation``).
+    """
+    from dcpsim.policies import policy_class
+    from dcpsim.run.single import run_simulation
+
+    space = space or SearchSpace()
+    gbs = int(gbs or data.gbs)
+    try:
+        dynamic = bool(getattr(policy_class(policy), "dynamic", False))
+    except (ConfigError, KeyError):
+        raise ConfigError("--policies", policy, "a registered policy name") from None
+    base = base.with_updates({"cluster.gpus": gpus, "policy.name": policy, **_layout_free(base, gpus),
+                              **data.config_updates(gbs)})
+    out = LayoutSearch(gpu=base.hardware.gpu, gpus=gpus, policy=policy)
+    cands = enumerate_candidates(base, gpus, data, space, dynamic)
+    checked, counts = prune(base, cands, gpus, data, gbs)
+    screened = screen_all(checked, data, dynamic)
+    out.counts = {k: v for k, v in counts.items() if k != "examples"} | {"fit": len(checked),
+                                                                          "screened": len(screened)}
+    if not screened:
+        ex = counts["examples"]
+        out.reason = (ex.get("memory") or ex.get("batch") or ex.get("divisibility")
+                      or "no layout in the search space divides the GPU count")
+        return out
+    screened = refine(screened, data, simulate)
+    out.counts["refined"] = 0 if data.fixed else len(screened)
+    out.rows = simulate_top(screened, data, simulate=simulate, runner=runner or run_simulation, space=space,
+                            base=base, gpus=gpus, gbs=gbs)
+    out.counts["simulated"] = len(out.rows)
+    explain(out.rows)
+    if not any(r["status"] == "ok" for r in out.rows):
+        out.reason = out.rows[0]["reason"] if out.rows else "nothing simulated"
+    return out
+
+
+def _layout_free(base: RunConfig, gpus: int) -> dict[str, Any]:
+    """Updates that make ``base`` valid on ``gpus`` before the layout is set (TP=PP=CP=1)."""
+    del base, gpus
+    return {"parallel.tp": 1, "parallel.pp": 1, "parallel.cp": 1}

@@ -1,0 +1,289 @@
+"""The layout search space: enumerate candidates, prune by divisibility and memory.
+
+A :class:`Candidate` is one way to run the model on ``gpus`` GPUs: TP, PP,
+virtual pipeline stages (VP), static CP, tokens per rank per microbatch
+(for fixed windows: micro-batch size × ``seq_len`` / CP), recompute, and,
+where the run configuration has them, precision and communication-overlap
+flags. Dimensions the configuration does not have yet (``parallel.vp``,
+``precision``, overlap flags are being added to the time model) are found by
+name in :class:`~dcpsim.run.config.RunConfig` (:func:`optional_field`) and
+searched as soon as they exist; until then they stay at their single value.
+
+Memory is checked with the simulator's own memory model: the cost model that
+``run_simulation`` builds for the configuration
+(:func:`dcpsim.run.single.build_cost_model`), its ``peak_memory_bytes`` at
+the candidate's tokens per rank against its ``memory_limit_bytes``. A forced
+layout goes through the same check.
+"""
+
+from __future__ import annotations
+
+import itertools
+import typing
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.planning.inputs import DataSpec
+from dcpsim.run.config import RunConfig
+
+RECOMPUTE = ("none", "selective", "full")
+OVERLAP_FLAGS = ("overlap_grad_sync", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@lru_cache(maxsize=None)
+def optional_field(leaf: str) -> str | None:
+    """Dotted path of the first RunConfig field named ``leaf`` (``"vp"`` -> ``"parallel.vp"``), or None."""
+    for sec_name, sec in RunConfig.model_fields.items():
+        ann = sec.annotation
+        if isinstance(ann, type) and hasattr(ann, "model_fields") and leaf in ann.model_fields:
+            return f"{sec_name}.{leaf}"
+    return None
+
+
+def field_choices(path: str) -> tuple[Any, ...]:
+    """The Literal choices of a RunConfig field (``"parallel.recompute"`` -> ``("none", "selective", "full")``)."""
+    sec, leaf = path.split(".")
+    ann = RunConfig.model_fields[sec].annotation.model_fields[leaf].annotation
+    args = typing.get_args(ann)
+    return tuple(args) if typing.get_origin(ann) is typing.Literal else ()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout. ``tokens_per_rank``: Megatron's max tokens per DP×CP rank per microbatch (``M``)."""
+
+    tp: int
+    pp: int
+    cp: int
+    tokens_per_rank: int
+    recompute: str
+    vp: int = 1
+    mbs: int | None = None  # sequences per microbatch (fixed windows only)
+    precision: str | None = None
+    flags: tuple[tuple[str, bool], ...] = ()
+
+    def updates(self, gpus: int) -> dict[str, Any]:
+        """``RunConfig.with_updates`` entries for this layout on ``gpus`` GPUs."""
+        u: dict[str, Any] = {"cluster.gpus": gpus, "parallel.tp": self.tp, "parallel.pp": self.pp,
+                             "parallel.cp": self.cp, "parallel.max_tokens_per_rank": self.tokens_per_rank,
+                             "parallel.recompute": self.recompute}
+        vp = optional_field("vp")
+        if vp:
+            u[vp] = self.vp
+        prec = optional_field("precision")
+        if prec and self.precision is not None:
+            u[prec] = self.precision
+        for name, on in self.flags:
+            u[optional_field(name)] = on
+        return u
+
+    def label(self) -> str:
+        s = f"TP{self.tp} PP{self.pp}"
+        if self.vp > 1:
+            s += f" VP{self.vp}"
+        s += f" CP{self.cp}"
+        s += f" mbs{self.mbs}" if self.mbs else f" M{self.tokens_per_rank // 1024}K"
+        s += f" rc:{self.recompute}"
+        if self.precision:
+            s += f" {self.precision}"
+        off = [n for n, on in self.flags if not on]
+        if off:
+            s += " no:" + ",".join(off)
+        return s
+
+    def layout_key(self) -> tuple:
+        """Everything but the overlap flags."""
+        return (self.tp, self.pp, self.vp, self.cp, self.tokens_per_rank, self.recompute, self.precision)
+
+
+@dataclass
+class SearchSpace:
+    """Values tried per dimension; ``None`` means "all that make sense" (see :func:`default_space`)."""
+
+    tp: Sequence[int] | None = None
+    pp: Sequence[int] | None = None
+    vp: Sequence[int] | None = None
+    cp: Sequence[int] | None = None
+    mbs: Sequence[int] | None = None
+    tokens_per_rank: Sequence[int] | None = None
+    recompute: Sequence[str] | None = None
+    precision: Sequence[str] | None = None
+    flags: dict[str, Sequence[bool]] = field(default_factory=dict)
+
+    def forced(self) -> bool:
+        """True when the user fixed TP and PP (a forced layout)."""
+        return self.tp is not None and self.pp is not None and len(self.tp) == 1 and len(self.pp) == 1
+
+
+def _divisors(n: int, options: Sequence[int]) -> list[int]:
+    return [x for x in options if n % x == 0]
+
+
+def _gpu_domain(gpu: str) -> int:
+    from dcpsim.hardware import get_profile
+
+    return int(get_profile(gpu).nvlink_domain_gpus)
+
+
+def _model(base: RunConfig):
+    from dcpsim.model import get_model
+
+    return get_model(base.model.name)
+
+
+def _tp_options(space: SearchSpace, base: RunConfig) -> list[int]:
+    if space.tp is not None:
+        return list(space.tp)
+    m = _model(base)
+    dom = _gpu_domain(base.hardware.gpu)
+    return [t for t in (1, 2, 4, 8) if t <= dom and m.n_heads % t == 0 and m.n_kv_heads % t == 0
+            and m.ffn_hidden % t == 0]
+
+
+def _pp_vp_options(space: SearchSpace, base: RunConfig) -> list[tuple[int, int]]:
+    n_layers = _model(base).n_layers
+    pps = list(space.pp) if space.pp is not None else [p for p in POW2[:7] if p <= n_layers and n_layers % p == 0]
+    if space.vp is not None:
+        vps = list(space.vp)
+    else:
+        vps = [1, 2, 4] if optional_field("vp") else [1]
+    out = []
+    for p in pps:
+        for v in vps:
+            if v > 1 and (p == 1 or n_layers % (p * v)):
+                continue
+            out.append((p, v))
+    return out
+
+
+def _precisions(space: SearchSpace) -> list[str | None]:
+    if space.precision is not None:
+        return list(space.precision)
+    path = optional_field("precision")
+    return list(field_choices(path)) if path else [None]
+
+
+def _flag_options(space: SearchSpace) -> list[tuple[tuple[str, bool], ...]]:
+    names = [n for n in OVERLAP_FLAGS if optional_field(n)]
+    per = [[(n, v) for v in space.flags.get(n, (True,))] for n in names]
+    return [tuple(c) for c in itertools.product(*per)] if per else [()]
+
+
+def _cp_mbs(space: SearchSpace, data: DataSpec, policy_dynamic: bool) -> list[tuple[int, int, int | None]]:
+    """(cp, tokens_per_rank, mbs) choices for the data."""
+    out: list[tuple[int, int, int | None]] = []
+    if data.fixed:
+        L = int(data.seq_len)
+        cps = list(space.cp) if space.cp is not None else [c for c in (1, 2, 4, 8, 16) if c == 1 or L % (2 * c) == 0]
+        if policy_dynamic and space.cp is None:
+            cps = [1]
+        mbss = list(space.mbs) if space.mbs is not None else [1, 2, 4, 8]
+        for c in cps:
+            for b in mbss:
+                per_rank = -(-b * L // c)
+                if c > 1:
+                    per_rank = b * (-(-L // (2 * c)) * 2)  # each window padded to a multiple of 2*cp
+                out.append((c, int(per_rank), b))
+        return out
+    longest = data.longest
+    Ms = list(space.tokens_per_rank) if space.tokens_per_rank is not None else [4096 * 2**k for k in range(6)]
+    if policy_dynamic:
+        cps = list(space.cp) if space.cp is not None else [1]
+        return [(c, M, None) for c in cps for M in Ms]
+    for M in Ms:
+        need = -(-longest // M)
+        cps = list(space.cp) if space.cp is not None else [c for c in (1, 2, 4, 8, 16, 32) if c >= need][:2]
+        out += [(c, M, None) for c in cps if c * M >= longest or space.cp is not None]
+    return out
+
+
+def enumerate_candidates(base: RunConfig, gpus: int, data: DataSpec, space: SearchSpace,
+                         policy_dynamic: bool) -> Iterator[Candidate]:
+    """Every combination of the space's values (divisibility is checked by :func:`check_candidate`)."""
+    recs = list(space.recompute) if space.recompute is not None else list(RECOMPUTE)
+    flags = _flag_options(space)
+    for tp in _tp_options(space, base):
+        for pp, vp in _pp_vp_options(space, base):
+            for cp, M, mbs in _cp_mbs(space, data, policy_dynamic):
+                if gpus % (tp * pp * cp):
+                    continue
+                for rc, prec, fl in itertools.product(recs, _precisions(space), flags):
+                    yield Candidate(tp=tp, pp=pp, cp=cp, tokens_per_rank=M, recompute=rc, vp=vp, mbs=mbs,
+                                    precision=prec, flags=fl)
+
+
+@dataclass
+class Checked:
+    """A candidate that passed (``cfg`` set) or its reason (``reason``); memory figures in bytes."""
+
+    cand: Candidate
+    cfg: RunConfig | None = None
+    reason: str = ""
+    kind: str = ""
+    memory_bytes: float = float("nan")
+    limit_bytes: float = float("nan")
+
+
+def batch_check(cand: Candidate, gpus: int, data: DataSpec, gbs: int) -> str:
+    """Why the global batch cannot be split over this layout ('' when it can)."""
+    dp = gpus // (cand.tp * cand.pp * cand.cp)
+    if gbs < dp:
+        return f"batch: {gbs} sequences per global batch < DP {dp} (every replica needs at least one)"
+    if data.fixed:
+        mbs = cand.mbs or 1
+        if gbs % (dp * mbs):
+            return f"batch: {gbs} sequences not divisible by DP x micro-batch = {dp} x {mbs}"
+        m = gbs // (dp * mbs)
+        if cand.vp > 1 and m % cand.pp:
+            return f"batch: interleaved schedule needs microbatches ({m}) divisible by PP ({cand.pp})"
+    return ""
+
+
+def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec, gbs: int) -> Checked:
+    """Divisibility, batch and memory (the simulator's cost model) of one candidate."""
+    why = batch_check(cand, gpus, data, gbs)
+    if why:
+        return Checked(cand, reason=why, kind="batch")
+    try:
+        cfg = base.with_updates(cand.updates(gpus))
+        cost = _cached_cost(cfg)
+    except (ConfigError, InfeasibleError) as exc:
+        return Checked(cand, reason=f"layout: {exc}", kind="divisibility")
+    mem, limit = memory_of(cost, cfg)
+    if not mem <= limit:
+        return Checked(cand, reason=f"memory: needs {mem / 2**30:.1f} GiB per GPU > limit {limit / 2**30:.1f} GiB "
+                                    f"({cand.label()})", kind="memory", memory_bytes=mem, limit_bytes=limit)
+    return Checked(cand, cfg=cfg, memory_bytes=mem, limit_bytes=limit)
+
+
+def memory_of(cost, cfg: RunConfig) -> tuple[float, float]:
+    """(peak bytes per GPU at the layout's tokens per rank, limit) from the simulator's cost model."""
+    mem = float(cost.peak_memory_bytes([cfg.max_tokens_per_rank])[0])
+    return mem, float(cost.memory_limit_bytes)
+
+
+_COST_CACHE: dict[str, Any] = {}
+
+
+def _cost_key(cfg: RunConfig) -> str:
+    d = cfg.model_dump(mode="json")
+    keep = {k: d[k] for k in ("model", "hardware", "parallel")}
+    keep["dp"] = cfg.dp
+    return repr(keep)
+
+
+def _cached_cost(cfg: RunConfig):
+    """The cost model run_simulation would build for ``cfg`` (cached per layout; bounded)."""
+    from dcpsim.run.single import build_cost_model
+
+    key = _cost_key(cfg)
+    cost = _COST_CACHE.get(key)
+    if cost is None:
+        if len(_COST_CACHE) > 4096:
+            _COST_CACHE.clear()
+        cost = _COST_CACHE[key] = build_cost_model(cfg)
+    return cost
