@@ -1,4 +1,4 @@
-"""Capacity planning: failure model, layout choice, Pareto front, recommendation, and a small real plan."""
+"""Capacity planning: failure model, parsers, layout search (memory enforced), batch in tokens, the CLI's refusals."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ from scipy import optimize
 from dcpsim.errors import ConfigError
 from dcpsim.planning import (
     FailureModel,
-    choose_layout,
+    SearchSpace,
     llama3_gpu_mtbf_hours,
+    make_data_spec,
     pareto_front,
     parse_duration_days,
     parse_gpu_prices,
+    parse_token_count,
     plan_capacity,
     recommend,
+    search_layouts,
 )
 from dcpsim.run.config import RunConfig
 
@@ -63,28 +66,90 @@ def test_parsers():
     for bad in ("soon", "-3d", "0"):
         with pytest.raises(ConfigError, match="--deadline"):
             parse_duration_days(bad)
+    # batch tokens: binary suffixes (4M = 1024 x 4096); training tokens: decimal
+    assert parse_token_count("4M") == 4_194_304 == parse_token_count("4194304") == 1024 * 4096
+    assert parse_token_count("16M") == 16 * 2**20 and parse_token_count("512k") == 2**19
+    assert parse_token_count("2T", "--tokens", binary=False) == 2 * 10**12
+    assert parse_token_count("1e12", "--tokens", binary=False) == 10**12
+    for bad in ("many", "-4M", "0", "4X"):
+        with pytest.raises(ConfigError, match="--gbs-tokens"):
+            parse_token_count(bad)
 
 
-def test_layout_choice():
-    base = RunConfig()  # llama-13b, M = 65536, max_len = 131072, full recompute
-    t, p, c = choose_layout(base, 512)
-    assert (t, c) == (1, 2) and 40 % p == 0
-    # the chosen PP fits memory and the next smaller one does not
-    from dcpsim.cost import CostModel
-    from dcpsim.model import get_model, memory_per_gpu
+def test_data_spec_batch_in_tokens():
+    d = make_data_spec(seq_len=4096, gbs_tokens=parse_token_count("4M"))
+    assert d.fixed and d.gbs == 1024 and d.gbs_tokens == 4 * 2**20
+    u = d.config_updates()
+    cfg = RunConfig().with_updates({**u, "cluster.gpus": 64, "parallel.pp": 1, "parallel.cp": 1})
+    assert cfg.is_fixed and cfg.workload.seq_len == 4096 and cfg.workload.gbs == 1024
+    v = make_data_spec(workload="github", max_len=16384, gbs_tokens=parse_token_count("1M"))
+    assert not v.fixed and v.gbs == round(2**20 / v.mean_len) and 256 < v.mean_len < 16384
+    with pytest.raises(ConfigError, match="--seq-len"):
+        make_data_spec(seq_len=4096, workload="github")
+    with pytest.raises(ConfigError, match="--gbs"):
+        make_data_spec(seq_len=4096, gbs=8, gbs_tokens=4096)
+    p = make_data_spec(preset="long-context-32k")
+    assert p.max_len == 32768 and p.workload == "github"
 
-    m = get_model("llama-13b")
-    limit = CostModel("h100-sxm", m).memory_limit_bytes
 
-    def mem(pp: int) -> float:
-        return memory_per_gpu(m, tokens_per_rank=65536, tp=1, pp=pp, dp=512 // (pp * 2), cp=2).total_bytes
+def _small_base(gpu: str = "a100-sxm-80gb") -> RunConfig:
+    return RunConfig().with_updates({"model.name": "llama2-7b", "hardware.gpu": gpu})
 
-    assert mem(p) <= limit and (p == 1 or mem(p // 2) > limit)
-    # more memory per GPU never needs more stages
-    assert choose_layout(base.with_updates({"hardware.gpu": "b200"}), 512)[1] <= p
-    assert choose_layout(base, 512, tp=2, pp=8, cp=4) == (2, 8, 4)
-    big = base.with_updates({"parallel.max_tokens_per_rank": 16384})
-    assert choose_layout(big, 512)[2] == 8  # 131072 / 16384
+
+def test_search_ranks_by_simulation_and_every_layout_fits_memory():
+    from dcpsim.planning.space import Candidate, check_candidate
+    from dcpsim.run.single import build_cost_model
+
+    data = make_data_spec(seq_len=4096, gbs=128)
+    space = SearchSpace(tp=[1, 2], pp=[1, 2, 4], mbs=[1, 2])
+    res = search_layouts(_small_base(), 64, data, policy="packing", space=space, simulate=3)
+    ok = [r for r in res.rows if r["status"] == "ok"]
+    assert len(ok) >= 3 and res.counts["fit"] >= 3
+    tps = [r["tokens_per_s"] for r in ok]
+    assert tps == sorted(tps, reverse=True)
+    for r in ok:
+        cand = Candidate(tp=r["tp"], pp=r["pp"], cp=r["cp"], tokens_per_rank=r["tokens_per_rank"],
+                         recompute=r["recompute"], mbs=r["mbs"])
+        ch = check_candidate(_small_base(), cand, 64, data, 128, {"policy.name": "packing", **data.config_updates()})
+        cost = build_cost_model(ch.cfg)
+        # the planner's memory figure is the simulator's cost model's figure, and it fits
+        assert r["memory_gib"] * 2**30 == pytest.approx(float(cost.peak_memory_bytes([ch.cfg.max_tokens_per_rank])[0]))
+        assert r["memory_gib"] <= r["memory_limit_gib"]
+        assert r["peak_memory_gib"] <= r["memory_limit_gib"] + 1e-9
+        assert r["iteration_time_s"] > 0 and "why" in r
+    # the screen is the simulator's closed form for equal microbatches without pipeline (PP = 1)
+    pp1 = [r for r in ok if r["pp"] == 1 and r["screen_time_s"] == r["screen_time_s"]]
+    for r in pp1:
+        assert r["screen_time_s"] == pytest.approx(r["iteration_time_s"], rel=0.02)
+
+
+def test_forced_layout_over_memory_is_refused_with_the_figure():
+    data = make_data_spec(seq_len=4096, gbs=64)
+    res = search_layouts(RunConfig().with_updates({"model.name": "llama-70b", "hardware.gpu": "a100-sxm-80gb"}), 64,
+                         data, policy="packing", space=SearchSpace(tp=[1], pp=[1], cp=[1], recompute=["full"]))
+    assert not res.rows and res.reason.startswith("memory: needs") and "GiB per GPU > limit" in res.reason
+    need = float(res.reason.split("needs ")[1].split(" GiB")[0])
+    assert need > 100  # 70B states alone: 16 B/param unsharded weights+grads, far over 80 GB
+
+
+def test_batch_smaller_than_dp_is_refused():
+    data = make_data_spec(seq_len=4096, gbs=32)
+    res = search_layouts(_small_base(), 64, data, policy="packing", space=SearchSpace(tp=[1], pp=[1], cp=[1]))
+    assert not res.rows and "batch: 32 sequences per global batch < DP 64" in res.reason
+    # the free search finds a layout with DP <= 32 instead
+    free = search_layouts(_small_base(), 64, data, policy="packing", space=SearchSpace(pp=[1, 2], mbs=[1]),
+                          simulate=2)
+    assert free.best["status"] == "ok" and free.best["dp"] <= 32
+
+
+def test_variable_length_search_both_policies():
+    data = make_data_spec(workload="github", max_len=16384, gbs=64)
+    base = RunConfig().with_updates({"model.name": "llama2-7b", "sim.iterations": 1})
+    for pol in ("packing", "dynamic"):
+        res = search_layouts(base, 32, data, policy=pol, space=SearchSpace(pp=[1, 2], tokens_per_rank=[8192, 16384]),
+                             simulate=2)
+        assert res.best["status"] == "ok" and res.counts["refined"] >= 1
+        assert res.best["tokens_per_s"] > 0 and res.best["cp"] * res.best["tokens_per_rank"] >= 16384 or pol == "dynamic"
 
 
 def _synthetic() -> pd.DataFrame:
@@ -109,41 +174,71 @@ def test_pareto_and_recommendation():
     assert "64 x b" in recommend(df)  # no deadline: cheapest overall
 
 
-def test_small_real_plan(tmp_path):
-    base = RunConfig().with_updates({"workload.max_len": 16384, "parallel.max_tokens_per_rank": 8192,
-                                     "workload.gbs": 32})
-    plan = plan_capacity("llama-13b", "github", 1e11, {"h100-sxm": 2.0, "h200-sxm": 3.0}, [32, 64],
-                         base=base, deadline_days=1e6, pp=4, jobs=1)
+def test_small_real_plan():
+    space = SearchSpace(tp=[1, 2], pp=[1, 2], mbs=[1])
+    plan = plan_capacity("llama2-7b", None, 1e11, {"a100-sxm-80gb": 1.5, "h100-sxm": 2.5}, [32, 64],
+                         seq_len=4096, gbs=64, policies=["packing"], space=space, deadline_days=1e6, jobs=1,
+                         max_gbs_tokens=2**17)
     df = plan.rows
-    assert len(df) == 2 * 2 * 2 and (df["status"] == "ok").all(), df[["status", "reason"]]
-    assert (df["cp"] == 2).all() and (df["dp"] == df["gpus"] // 8).all()
-    assert (df["gbs"] == df["gpus"]).all()  # 32 sequences at 32 GPUs, grown in proportion
+    assert len(df) == 2 * 2 and (df["status"] == "ok").all(), df[["status", "reason"]]
+    assert (df["gbs"] == 64).all()  # the batch is the same at every size (fixed)
     assert np.allclose(df["time_to_train_h"], 1e11 / df["tokens_per_s"] / 3600)
     assert np.allclose(df["effective_time_h"], df["time_to_train_h"] / df["goodput"])
     assert np.allclose(df["gpu_hours"], df["gpus"] * df["effective_time_h"])
     assert np.allclose(df["cost"], df["gpu_hours"] * df["price_per_gpu_h"])
-    smallest = df[df["gpus"] == 32]
-    assert np.allclose(smallest["scaling_efficiency"], 1.0)
+    assert (df["effective_days_min"] <= df["effective_days"]).all() and (df["effective_days"] <= df["effective_days_max"]).all()
+    assert np.allclose(df["iterations"], np.ceil(1e11 / (64 * 4096)))
     assert df["pareto"].any() and df["meets_deadline"].all()
     assert plan.recommendation.startswith("Recommended")
-    best = df[df["meets_deadline"]].sort_values(["cost", "effective_time_h"]).iloc[0]
-    assert f"{int(best['gpus'])} x {best['gpu']} with {best['policy']}" in plan.recommendation
+    assert plan.warnings and "exceeds the declared convergence limit" in plan.warnings[0]
+    lay = plan.layouts
+    assert set(lay["rank"]) >= {1, 2} and (lay.groupby(["gpu", "gpus", "policy"])["rank"].min() == 1).all()
     d = json.loads(json.dumps(plan.to_dict()))
-    assert len(d["rows"]) == 8 and d["request"]["failures"]["gpu_mtbf_h"] == pytest.approx(llama3_gpu_mtbf_hours())
+    assert len(d["rows"]) == 4 and d["request"]["failures"]["gpu_mtbf_h"] == pytest.approx(llama3_gpu_mtbf_hours())
+    # without a deadline nothing claims to meet one
+    plan2 = plan_capacity("llama2-7b", None, 1e11, {"a100-sxm-80gb": 1.5}, [32], seq_len=4096, gbs=64,
+                          policies=["packing"], space=space, jobs=1)
+    assert plan2.rows["meets_deadline"].isna().all()
 
 
 def test_cli_plan(tmp_path, capsys):
     from dcpsim.cli import main
 
-    run = tmp_path / "base.toml"
-    run.write_text("[parallel]\nmax_tokens_per_rank = 8192\n[workload]\ngbs = 32\nmax_len = 16384\n")
     png = tmp_path / "plan.png"
-    rc = main(["plan", "--config", str(run), "--gpus", "h100-sxm:2.5", "--sizes", "32,64", "--pp", "4",
-               "--tokens", "1e11", "--deadline", "0.5h", "-j", "1", "--plot", str(png), "--json"])
+    args = ["plan", "--model", "llama2-7b", "--gpus", "a100-sxm-80gb:1.5", "--sizes", "32,64", "--gbs", "64",
+            "--tp", "1,2", "--pp", "1,2", "--mbs", "1", "--policies", "packing", "--tokens", "1e11", "-j", "1"]
+    rc = main(args + ["--deadline", "0.5h", "--plot", str(png), "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     assert out["recommendation"].startswith("No configuration meets the 0.0208333-day deadline")
     assert png.stat().st_size > 1000
-    assert not any(r["meets_deadline"] for r in out["rows"])
+    assert not any(r["meets_deadline"] for r in out["rows"]) and out["layouts"]
     assert all(math.isfinite(r["cost"]) for r in out["rows"])
+    # the text output prints every input, defaults marked, and the top layouts with their breakdown
+    assert main(args + ["--no-progress"]) == 0
+    text = capsys.readouterr().out
+    for label in ("model", "tokens", "data", "global batch", "batch scaling", "search recompute", "deadline",
+                  "failures", "seeds", "base config"):
+        assert f"  {label}" in text
+    assert "fixed-length windows of 4096 tokens" in text and "* " in text or " *\n" in text
+    assert "top 3 layouts per size" in text and "bubble_s" in text
     assert main(["plan", "--gpus", "h100-sxm", "--sizes", "32"]) == 2
+
+
+def test_cli_refusals(tmp_path, capsys):
+    from dcpsim.cli import main
+
+    # a forced layout that does not fit memory: refused, with the figure
+    rc = main(["plan", "--model", "llama-70b", "--gpus", "a100-sxm-80gb:1", "--sizes", "64", "--tp", "1", "--pp", "1",
+               "--cp", "1", "--recompute", "full", "--policies", "packing", "--gbs", "64", "-j", "1", "--json"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "memory: needs" in err and "GiB per GPU > limit" in err
+    # batch smaller than DP: refused
+    rc = main(["plan", "--model", "llama2-7b", "--gpus", "a100-sxm-80gb:1", "--sizes", "64", "--tp", "1", "--pp", "1",
+               "--cp", "1", "--policies", "packing", "--gbs", "32", "-j", "1", "--json"])
+    assert rc == 2 and "< DP 64" in capsys.readouterr().err
+    # an explicit --workload cannot silently disagree with the config's
+    cfg = tmp_path / "base.toml"
+    cfg.write_text('[workload]\nname = "github"\nmax_len = 16384\n')
+    rc = main(["plan", "--config", str(cfg), "--workload", "wikipedia", "--gpus", "h100-sxm:2", "--sizes", "32"])
+    assert rc == 2 and "--workload" in capsys.readouterr().err

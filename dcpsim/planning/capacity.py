@@ -100,16 +100,16 @@ def seed_spread(res, cfg: RunConfig, data: DataSpec, task: Task, space: SearchSp
     best = res.best
     if best is None or best["status"] != "ok":
         return []
-    varies = (not data.fixed) or cfg.sim.noise_cv > 0 or cfg.sim.straggler_fraction > 0
+    varies = (not data.fixed) or data.documents is not None or cfg.sim.noise_cv > 0 or cfg.sim.straggler_fraction > 0
     if seeds <= 1 or not varies:
         return [best["tokens_per_s"]]
-    ch = check_candidate(cfg.with_updates({"cluster.gpus": task.gpus, "policy.name": task.policy,
-                                           "parallel.tp": 1, "parallel.pp": 1, "parallel.cp": 1,
-                                           **data.config_updates(task.gbs)}),
+    from dcpsim.planning.search import search_updates
+
+    ch = check_candidate(cfg,
                          Candidate(tp=best["tp"], pp=best["pp"], cp=best["cp"], tokens_per_rank=best["tokens_per_rank"],
                                    recompute=best["recompute"], vp=best["vp"], mbs=best["mbs"],
                                    precision=best["precision"], flags=_flags_of(best)),
-                         task.gpus, data, task.gbs)
+                         task.gpus, data, task.gbs, search_updates(data, task.policy, task.gbs))
     out = [best["tokens_per_s"]]
     run = runner or run_simulation
     for k in range(1, seeds):

@@ -74,16 +74,18 @@ def parse_token_count(text: str | float | int, field: str = "--gbs-tokens", *, b
     return int(round(v))
 
 
-def fixed_workload(seq_len: int) -> dict[str, Any]:
-    """The workload of fixed-length pre-training: every sequence is one ``seq_len`` window (full attention).
+def fixed_workload(seq_len: int, documents: str | dict | None = None, gbs: int | None = None) -> dict[str, Any]:
+    """``RunConfig.with_updates`` entries of fixed-length pre-training (the simulator's ``fixed`` workload).
 
-    Written as an ``empirical`` distribution of one length, which the
-    simulator already understands, so plans from this module run through
-    ``run_simulation`` unchanged.
+    Every sequence is one ``seq_len`` window; ``documents`` (a workload) makes attention per document
+    inside each window, ``None`` one causal block over the whole window.
     """
-    if not isinstance(seq_len, int) or seq_len < 1:
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
         raise ConfigError("--seq-len", seq_len, "a positive number of tokens per sequence")
-    return {"type": "empirical", "source": f"fixed-length windows of {seq_len} tokens", "lengths": [int(seq_len)]}
+    u: dict[str, Any] = {"workload.name": "fixed", "workload.seq_len": int(seq_len), "workload.documents": documents}
+    if gbs is not None:
+        u["workload.gbs"] = int(gbs)
+    return u
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ class DataSpec:
     mean_len: float
     max_len: int | None = None
     min_len: int | None = None
+    documents: str | dict | None = None
 
     @property
     def fixed(self) -> bool:
@@ -145,14 +148,15 @@ class DataSpec:
     def config_updates(self, gbs: int | None = None) -> dict[str, Any]:
         """``RunConfig.with_updates`` entries for this data (``gbs`` sequences, default the spec's)."""
         if self.fixed:
-            return {"workload.name": fixed_workload(int(self.seq_len)), "workload.min_len": None,
-                    "workload.max_len": None, "workload.gbs": int(gbs or self.gbs)}
+            return fixed_workload(int(self.seq_len), self.documents, int(gbs or self.gbs))
         return {"workload.name": self.workload, "workload.min_len": self.min_len, "workload.max_len": self.max_len,
-                "workload.gbs": int(gbs or self.gbs)}
+                "workload.gbs": int(gbs or self.gbs), "workload.seq_len": None, "workload.documents": None}
 
     def describe(self) -> str:
         if self.fixed:
-            return f"fixed-length windows of {self.seq_len} tokens (documents concatenated)"
+            att = (f"per-document attention ({self.documents})" if self.documents is not None
+                   else "attention over the whole window")
+            return f"fixed-length windows of {self.seq_len} tokens (documents concatenated; {att})"
         name = self.workload if isinstance(self.workload, str) else "custom distribution"
         return f"variable-length {name}, {self.min_len or 1}..{self.max_len} tokens (mean {self.mean_len:,.0f})"
 
@@ -172,7 +176,7 @@ def workload_mean(workload: str | dict, min_len: int | None, max_len: int | None
 
 def make_data_spec(*, seq_len: int | None = None, workload: str | dict | None = None, max_len: int | None = None,
                    min_len: int | None = None, gbs: int | None = None, gbs_tokens: int | None = None,
-                   preset: str | None = None) -> DataSpec:
+                   preset: str | None = None, documents: str | dict | None = None) -> DataSpec:
     """One :class:`DataSpec` from what the user said (see :func:`dcpsim.planning.plan_capacity`).
 
     Exactly one of ``seq_len`` (fixed windows), ``workload`` (variable lengths)
@@ -194,7 +198,7 @@ def make_data_spec(*, seq_len: int | None = None, workload: str | dict | None = 
         if not isinstance(seq_len, int) or seq_len < 1:
             raise ConfigError("--seq-len", seq_len, "a positive number of tokens per sequence")
         mean = float(seq_len)
-        wl: str | dict = fixed_workload(seq_len)
+        wl: str | dict = "fixed"
         max_len = min_len = None
     else:
         wl = workload if workload is not None else "github"
@@ -206,4 +210,7 @@ def make_data_spec(*, seq_len: int | None = None, workload: str | dict | None = 
         gbs = max(1, int(round(tokens / mean)))
     if not isinstance(gbs, int) or gbs < 1:
         raise ConfigError("--gbs", gbs, "a positive number of sequences")
-    return DataSpec(seq_len=seq_len, workload=wl, gbs=gbs, mean_len=mean, max_len=max_len, min_len=min_len)
+    if documents is not None and seq_len is None:
+        raise ConfigError("--documents", documents, "only with --seq-len (per-document attention in fixed windows)")
+    return DataSpec(seq_len=seq_len, workload=wl, gbs=gbs, mean_len=mean, max_len=max_len, min_len=min_len,
+                    documents=documents)

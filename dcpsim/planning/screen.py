@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from dcpsim.planning.inputs import DataSpec
-from dcpsim.planning.space import _cached_cost, _cost_key
+from dcpsim.planning.space import _cached_cost
 from dcpsim.run.config import RunConfig
 
 _SYNC_CACHE: dict[str, Any] = {}

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from dcpsim.errors import ConfigError, DcpsimError, InfeasibleError
+from dcpsim.errors import ConfigError, DcpsimError
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.planning.screen import screen
 from dcpsim.planning.space import RECOMPUTE, Candidate, Checked, SearchSpace, check_candidate, enumerate_candidates
@@ -48,7 +48,8 @@ class LayoutSearch:
         return self.rows[0] if self.rows else None
 
 
-def prune(base: RunConfig, cands, gpus: int, data: DataSpec, gbs: int) -> tuple[list[Checked], dict[str, Any]]:
+def prune(base: RunConfig, cands, gpus: int, data: DataSpec, gbs: int,
+          common: dict[str, Any]) -> tuple[list[Checked], dict[str, Any]]:
     """(candidates that can run, {reason kind: count, "examples": {kind: first reason}})."""
     ok: list[Checked] = []
     counts: dict[str, Any] = {"enumerated": 0, "examples": {}}
@@ -60,7 +61,7 @@ def prune(base: RunConfig, cands, gpus: int, data: DataSpec, gbs: int) -> tuple[
         if key in fitted:  # a lighter recompute of this layout fits: more recompute only adds time
             counts["dominated"] = counts.get("dominated", 0) + 1
             continue
-        ch = check_candidate(base, cand, gpus, data, gbs)
+        ch = check_candidate(base, cand, gpus, data, gbs, common)
         if ch.cfg is not None:
             ok.append(ch)
             fitted.add(key)
@@ -143,7 +144,7 @@ def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, 
 
 
 def _flag_variants(ch: Checked, space: SearchSpace, base: RunConfig, gpus: int, data: DataSpec,
-                   gbs: int) -> list[Checked]:
+                   gbs: int, common: dict[str, Any]) -> list[Checked]:
     """The other overlap-flag settings of one candidate (each checked like any candidate)."""
     import itertools
 
@@ -156,14 +157,14 @@ def _flag_variants(ch: Checked, space: SearchSpace, base: RunConfig, gpus: int, 
         if fl == ch.cand.flags or any(v not in space.flags.get(n, (True, False)) for n, v in fl):
             continue
         cand = Candidate(**{**ch.cand.__dict__, "flags": fl})
-        v = check_candidate(base, cand, gpus, data, gbs)
+        v = check_candidate(base, cand, gpus, data, gbs, common)
         if v.cfg is not None:
             out.append(v)
     return out
 
 
 def simulate_top(screened, data: DataSpec, *, simulate: int, runner, space: SearchSpace, base: RunConfig,
-                 gpus: int, gbs: int) -> list[dict[str, Any]]:
+                 gpus: int, gbs: int, common: dict[str, Any]) -> list[dict[str, Any]]:
     """Simulate the best ``simulate`` distinct layouts of the screen; rows by simulated tokens/s, best first."""
     seen: set = set()
     picked: list[tuple[float, Checked]] = []
@@ -178,7 +179,7 @@ def simulate_top(screened, data: DataSpec, *, simulate: int, runner, space: Sear
     rows = [_sim_row(ch, data, t, runner) for t, ch in picked]
     if picked:
         t0, ch0 = picked[0]
-        rows += [_sim_row(v, data, float("nan"), runner) for v in _flag_variants(ch0, space, base, gpus, data, gbs)]
+        rows += [_sim_row(v, data, float("nan"), runner) for v in _flag_variants(ch0, space, base, gpus, data, gbs, common)]
     ok = [r for r in rows if r["status"] == "ok"]
     ok.sort(key=lambda r: (-r["tokens_per_s"], r["layout"]))
     return ok + [r for r in rows if r["status"] != "ok"]
@@ -221,11 +222,10 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
         dynamic = bool(getattr(policy_class(policy), "dynamic", False))
     except (ConfigError, KeyError):
         raise ConfigError("--policies", policy, "a registered policy name") from None
-    base = base.with_updates({"cluster.gpus": gpus, "policy.name": policy, **_layout_free(base, gpus),
-                              **data.config_updates(gbs)})
+    common = search_updates(data, policy, gbs)
     out = LayoutSearch(gpu=base.hardware.gpu, gpus=gpus, policy=policy)
     cands = enumerate_candidates(base, gpus, data, space, dynamic)
-    checked, counts = prune(base, cands, gpus, data, gbs)
+    checked, counts = prune(base, cands, gpus, data, gbs, common)
     screened = screen_all(checked, data, dynamic)
     out.counts = {k: v for k, v in counts.items() if k != "examples"} | {"fit": len(checked),
                                                                           "screened": len(screened)}
@@ -237,7 +237,7 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
     screened = refine(screened, data, simulate)
     out.counts["refined"] = 0 if data.fixed else len(screened)
     out.rows = simulate_top(screened, data, simulate=simulate, runner=runner or run_simulation, space=space,
-                            base=base, gpus=gpus, gbs=gbs)
+                            base=base, gpus=gpus, gbs=gbs, common=common)
     out.counts["simulated"] = len(out.rows)
     explain(out.rows)
     if not any(r["status"] == "ok" for r in out.rows):
@@ -245,7 +245,6 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
     return out
 
 
-def _layout_free(base: RunConfig, gpus: int) -> dict[str, Any]:
-    """Updates that make ``base`` valid on ``gpus`` before the layout is set (TP=PP=CP=1)."""
-    del base, gpus
-    return {"parallel.tp": 1, "parallel.pp": 1, "parallel.cp": 1}
+def search_updates(data: DataSpec, policy: str, gbs: int) -> dict[str, Any]:
+    """The config updates every candidate of one search shares (the data, its batch, the policy)."""
+    return {"policy.name": policy, **data.config_updates(gbs)}

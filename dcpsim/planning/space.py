@@ -22,7 +22,7 @@ import itertools
 import typing
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from dcpsim.errors import ConfigError, InfeasibleError
@@ -34,7 +34,7 @@ OVERLAP_FLAGS = ("overlap_grad_sync", "overlap_grad_reduce", "overlap_param_gath
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
-@lru_cache(maxsize=None)
+@cache
 def optional_field(leaf: str) -> str | None:
     """Dotted path of the first RunConfig field named ``leaf`` (``"vp"`` -> ``"parallel.vp"``), or None."""
     for sec_name, sec in RunConfig.model_fields.items():
@@ -70,7 +70,7 @@ class Candidate:
         """``RunConfig.with_updates`` entries for this layout on ``gpus`` GPUs."""
         u: dict[str, Any] = {"cluster.gpus": gpus, "parallel.tp": self.tp, "parallel.pp": self.pp,
                              "parallel.cp": self.cp, "parallel.max_tokens_per_rank": self.tokens_per_rank,
-                             "parallel.recompute": self.recompute}
+                             "parallel.recompute": self.recompute, "parallel.mbs": self.mbs or 1}
         vp = optional_field("vp")
         if vp:
             u[vp] = self.vp
@@ -243,13 +243,18 @@ def batch_check(cand: Candidate, gpus: int, data: DataSpec, gbs: int) -> str:
     return ""
 
 
-def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec, gbs: int) -> Checked:
-    """Divisibility, batch and memory (the simulator's cost model) of one candidate."""
+def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec, gbs: int,
+                    common: dict[str, Any] | None = None) -> Checked:
+    """Divisibility, batch and memory (the simulator's cost model) of one candidate.
+
+    ``common``: updates applied with the layout's (the data, the policy), so that ``base`` need not be
+    valid on ``gpus`` GPUs by itself.
+    """
     why = batch_check(cand, gpus, data, gbs)
     if why:
         return Checked(cand, reason=why, kind="batch")
     try:
-        cfg = base.with_updates(cand.updates(gpus))
+        cfg = base.with_updates({**(common or {}), **cand.updates(gpus)})
         cost = _cached_cost(cfg)
     except (ConfigError, InfeasibleError) as exc:
         return Checked(cand, reason=f"layout: {exc}", kind="divisibility")
