@@ -1,4 +1,13 @@
-"""``dcpsim validate --profile profiles/NAME``: time real layers and compare with the cost model.
+"""``dcpsim validate``: check the model against reality, two ways.
+
+``dcpsim validate --published [--subset quick|all|fit|held-out] [--rows 1,5] [--out DIR] [--json]``
+replays the published Megatron-LM / NeMo runs of ``experiments/published_throughput``
+through the simulator (the code path of ``dcpsim simulate``) and compares
+tokens/s per GPU: a table per row, mean and worst |error| per GPU x
+precision x source, rows not expressible yet listed with the reason; with
+``--out`` it writes CSV, Markdown, JSON and a parity plot there.
+
+``dcpsim validate --profile profiles/NAME``: time real layers and compare with the cost model.
 
 Runs one transformer layer of the model (forward and backward) per pack on
 this machine and compares with the cost model's prediction from the profile;
@@ -13,8 +22,13 @@ from dcpsim.commands._common import parse_int_list, print_json, print_table
 
 
 def register(sub) -> None:
-    p = sub.add_parser("validate", help="compare the cost model with real layer timings on this machine (extra: profile)")
-    p.add_argument("--profile", required=True, help="profile folder (or shipped name) whose predictions are checked")
+    p = sub.add_parser("validate", help="compare with published training runs (--published) or real layer timings (--profile)")
+    p.add_argument("--published", action="store_true", help="replay the published-throughput suite")
+    p.add_argument("--subset", default="all", choices=["quick", "all", "fit", "held-out"],
+                   help="--published: which rows (default all)")
+    p.add_argument("--rows", default=None, help="--published: explicit row ids, comma-separated (overrides --subset)")
+    p.add_argument("--suite", default=None, help="--published: suite folder (default experiments/published_throughput)")
+    p.add_argument("--profile", default=None, help="profile folder (or shipped name) whose predictions are checked")
     p.add_argument("--model", default=None, help="model name or spec .toml (default: the one the profile measured, else llama-13b)")
     p.add_argument("--scale", type=int, default=None, help="model shrink factor (default: the profile's)")
     p.add_argument("--quick", action="store_true", help="small packs and few repeats (CPU, CI)")
@@ -25,12 +39,53 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=int, default=None, help="maximum timed repeats per pack")
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads on a CPU (default: the profile's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="Markdown file to write (default <profile>/VALIDATION.md)")
+    p.add_argument("--out", default=None, help="--published: folder for CSV/Markdown/JSON/plot; "
+                   "--profile: Markdown file (default <profile>/VALIDATION.md)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run, _parser=p)
 
 
 def run(args) -> int:
+    from dcpsim.errors import ConfigError
+
+    if args.published == bool(args.profile):
+        raise ConfigError("--published/--profile", None, "exactly one of --published or --profile")
+    if args.published:
+        return run_published(args)
+    return run_profile(args)
+
+
+def run_published(args) -> int:
+    """Replay the published suite; print the per-row table and the per-group error table."""
+    from dcpsim.published import replay_suite
+
+    rows = parse_int_list(args.rows, "--rows") if args.rows else None
+    res = replay_suite(args.subset, suite_dir=args.suite, rows=rows)
+    written = res.write(args.out) if args.out else []
+    if args.json:
+        print_json(res.to_json() | {"written": [str(p) for p in written]})
+        return 0
+    table = [{"row": d["row"], "model": d["model"], "prec": d["precision"], "GPUs": d["gpus"], "layout": d["layout"],
+              "measured": d["measured_tokens_per_s_per_gpu"], "simulated": d["simulated_tokens_per_s_per_gpu"],
+              "error_%": d["error"] * 100, "status": d["status"], "reason": d["reason"]}
+             for d in res.table()]
+    print_table(table, title="tokens/s per GPU: published vs dcpsim")
+    print_table(_pct_rows(res.stats("group")), title="|error| per GPU x precision x source")
+    print_table(_pct_rows(res.stats("split")), title="|error| per split (fit / held-out, as declared in suite.toml)")
+    o = res.overall()
+    print(f"{o['compared']} of {o['rows']} rows compared ({o['memory']} flagged by the memory model), "
+          f"{o['unexpressible']} not expressible yet; mean |error| {o['mean_abs_error']:.1%}, "
+          f"worst {o['worst_abs_error']:.1%}; {o['wall_s']:.1f} s")
+    for p in written:
+        print(f"wrote {p}")
+    return 0
+
+
+def _pct_rows(stats: list[dict]) -> list[dict]:
+    return [{k: (v * 100 if k.endswith("abs_error") else v) for k, v in s.items()} for s in stats]
+
+
+def run_profile(args) -> int:
     from dcpsim.commands.profile import command_line
     from dcpsim.errors import ConfigError
     from dcpsim.hardware import get_profile
