@@ -160,3 +160,33 @@ def test_interleaved_run_from_config_and_rule_error():
     lay = build_layout(c, build_cost_model(c))
     with pytest.raises(InfeasibleError, match="multiple of pp|last group"):
         run_simulation(c, plans=[_equal_plan(lay, 6, 16384)])
+
+
+# ------------------------------------------------------------------ policies score with the same schedule
+def test_evaluate_plan_is_the_schedule_makespan():
+    from dcpsim.policies import evaluate_plan
+
+    pp, dp, m, L = 4, 2, 8, 8192
+    cost = CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=dp)
+    for vp in (1, 2):
+        lay = Layout(dp=dp, cp=1, max_tokens_per_rank=65536, pp=pp, vp=vp)
+        plan = _equal_plan(lay, m, L)
+        pc = cost.pack_cost([L], 1, spans_network=False)
+        ev = evaluate_plan(plan, cost)
+        assert ev.makespan_s == pytest.approx((m + (pp - 1) / vp) * (pc.fwd_s + pc.bwd_s), rel=1e-9)
+
+
+def test_policies_pad_steps_for_the_interleaved_rule():
+    from dcpsim.policies import get_policy
+    from dcpsim.workload import get_workload, sample_global_batch
+
+    lengths = sample_global_batch(get_workload("github", min_len=256, max_len=32768), 64, np.random.default_rng(0))
+    cost = CostModel("h100-sxm", "llama-13b", pp=4, dp_cp=8)
+    lay = Layout(dp=4, cp=2, max_tokens_per_rank=32768, pp=4, vp=2)
+    for name in ("packing", "dynamic"):
+        plan = get_policy(name).plan(lengths, lay, cost)
+        assert microbatch_rule_violation(plan.n_steps, 4, 2) is None
+        assert plan.meta.get("padding_steps", 0) >= 0
+        topo = Topology(tp=1, pp=4, dp=4, cp=2, vp=2)
+        rec = ClusterSimulator(cost, topo).simulate(plan)
+        assert rec.timeline.makespan_s > 0

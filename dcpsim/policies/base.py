@@ -26,7 +26,7 @@ import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError, InfeasibleError
-from dcpsim.policies.plan import Layout, Plan
+from dcpsim.policies.plan import Layout, Plan, Step
 
 # name -> "module:Class". One line per built-in policy.
 BUILTIN_POLICIES: dict[str, str] = {
@@ -40,6 +40,25 @@ BUILTIN_POLICIES: dict[str, str] = {
 }
 
 _REGISTRY: dict[str, type[Policy] | str] = dict(BUILTIN_POLICIES)
+
+
+def pad_for_schedule(plan: Plan) -> Plan:
+    """Append empty steps until the interleaved schedule allows the step count (in place).
+
+    With ``layout.vp > 1`` Megatron runs a multiple of ``pp`` microbatches
+    (:func:`dcpsim.pipeline.microbatch_rule_violation`); a plan with fewer
+    steps gets microbatch slots in which no rank works (they cost nothing in
+    dcpsim's model). ``plan.meta["padding_steps"]`` records how many.
+    """
+    from dcpsim.pipeline import valid_microbatch_count
+
+    lay = plan.layout
+    if lay.vp > 1 and plan.steps:
+        extra = valid_microbatch_count(plan.n_steps, lay.pp, lay.vp) - plan.n_steps
+        if extra:
+            plan.steps.extend(Step([]) for _ in range(extra))
+            plan.meta["padding_steps"] = extra
+    return plan
 
 
 class Policy(ABC):
@@ -87,6 +106,7 @@ class Policy(ABC):
             kept[list(plan.dropped)] = False
             plan.lower_bound_s = lower_bound_s(lengths[kept], layout, cost)
         plan.meta.setdefault("options", self.options())
+        pad_for_schedule(plan)
         return plan.validate()
 
     @abstractmethod

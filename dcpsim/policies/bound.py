@@ -39,27 +39,29 @@ per layer). Then every group holding the sequence takes ``≥ T_c(L)``. With
 ``t1 = max_i min_c hi_c(L_i)``.
 
 **Theorem.** For every plan ``P`` of the batch on the layout (dropped
-sequences aside), ``makespan(P) ≥ B`` with (see
-:mod:`dcpsim.policies.costs` for the makespan model)::
+sequences aside), ``makespan(P) ≥ B`` for the exact schedule makespan of
+:func:`~dcpsim.policies.costs.evaluate_plan` (1F1B or interleaved 1F1B, see
+:mod:`dcpsim.pipeline`) and for the linear surrogate
+:func:`~dcpsim.policies.costs.pipeline_makespan_s`, with::
 
-    B_any     = max(W/R + (pp-1)·t1/dp,  pp·t1)        (every plan)
-    B_dynamic = max(W/R, t1) + (pp-1)·t1               (dynamic plans)
+    B = max(W/R, pp·t1)
 
-*Proof.* Let ``T_g`` be the time of group ``g`` (size ``c_g``). Summed over
-all groups of all steps, ``Σ_g c_g·T_g ≥ W`` because each sequence adds at
-least ``w_i`` GPU-seconds to the group holding it. The group holding the
-sequence that attains ``t1`` has ``T_g ≥ hi_{c_g} ≥ t1``.
-Dynamic plan, steps ``k`` with ``S_k = max_{g∈k} T_g``: each step has at
-most ``R`` busy ranks, so ``R·S_k ≥ Σ_{g∈k} c_g·T_g`` and
-``Σ_k S_k ≥ W/R``; also ``Σ_k S_k ≥ max_k S_k ≥ t1``. Hence
-``Σ_k S_k + (pp-1)·max_k S_k ≥ max(W/R, t1) + (pp-1)·t1`` (≥ ``B_any`` too).
-Static plan, replica ``j`` with microbatch times ``T_jk``: the maximum over
-``j`` of ``Σ_k T_jk + (pp-1)·max_k T_jk`` is at least its mean over the
-``dp`` replicas, ``(1/dp)·Σ_{j,k} T_jk + (pp-1)·(1/dp)·Σ_j max_k T_jk``.
-The first term is ``≥ W/R`` (every group has ``cp`` ranks, ``R = dp·cp``);
-in the second, the replica holding the ``t1`` sequence has ``max_k ≥ t1``
-and the others ``≥ 0``. The replica holding it also gives
-``Σ_k + (pp-1)·max_k ≥ t1 + (pp-1)·t1``. ∎
+*Proof.* Let ``T_g`` be the time of group ``g`` (size ``c_g``) on one stage.
+Summed over all groups of all steps, ``Σ_g c_g·T_g ≥ W`` because each
+sequence adds at least ``w_i`` GPU-seconds to the group holding it. Every
+stage rank runs its groups' ops one at a time, so the makespan is at least
+any rank's busy time, hence at least the mean over the ``R`` ranks of a
+stage, ``Σ_g c_g·T_g / R ≥ W/R``. The group holding the sequence that attains
+``t1`` has ``T_g ≥ hi_{c_g} ≥ t1``; its forwards run stage after stage and
+its backwards back (every virtual stage in turn with interleaving), a chain
+of ops that takes ``pp·T_g ≥ pp·t1`` in all. For the surrogate,
+``Σ_k S_k + (pp-1)·max_k S_k`` is at least both as well. ∎
+
+(Earlier versions added a pipeline fill/drain term, ``(pp−1)·t1`` for
+dynamic plans; that holds for the surrogate's barrier-per-step model but
+not for the exact 1F1B schedule, where small microbatches can run inside a
+large one's fill, so it was dropped. The three scopes now differ only in the
+group sizes ``W`` and ``t1`` range over.)
 
 The bound needs one vectorised cost call (every sequence alone on every
 size), a few milliseconds for thousands of sequences.
@@ -224,15 +226,9 @@ def lower_bound_s(lengths, layout: Layout, cost, *, scope: str = "any", standalo
 
 
 def _combine(terms: dict, layout: Layout, scope: str) -> float:
-    pp, dp = layout.pp, layout.dp
-    if scope == "any":
-        # valid for both models: the weaker of the two bubble terms
-        w, t1 = terms["any"]
-        return max(w + (pp - 1) * t1 / dp, pp * t1)
+    """``max(W/R, pp·t1)`` of the scope's terms (see the module docstring)."""
     w, t1 = terms[scope]
-    if scope == "dynamic":
-        return max(w, t1) + (pp - 1) * t1
-    return max(w + (pp - 1) * t1 / dp, pp * t1)
+    return max(w, layout.pp * t1)
 
 
 class BoundPolicy(Policy):
@@ -270,8 +266,8 @@ class BoundPolicy(Policy):
             "longest_term_s": t1,
             "linear_s_per_token": terms["linear_s_per_token"],
             "bounds_s": {s: _combine(terms, layout, s) for s in SCOPES},
-            "explain": "max(total GPU-seconds at each sequence's cheapest CP size / ranks, longest sequence's best "
-            "per-rank time) plus the pipeline fill/drain term; see dcpsim.policies.bound",
+            "explain": "max(total GPU-seconds at each sequence's cheapest CP size / ranks, pp x the longest "
+            "sequence's best per-stage time); see dcpsim.policies.bound",
         }
         return Plan(
             policy=self.name,

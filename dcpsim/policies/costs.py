@@ -6,20 +6,20 @@ Time model (all seconds, one pipeline stage, output layer excluded):
   (forward + backward, recomputation and exposed communication included) of
   its pack on its ``size`` ranks, with ``spans_network`` from
   :meth:`Layout.spans_network`. Every rank of the group takes that time.
-* :func:`pipeline_makespan_s` turns the microbatch times of one pipeline into
-  an iteration time: ``sum(t) + (pp - 1) * max(t)``. That is the exact
-  makespan of a *proportionate flow shop* (every stage takes the same time for
-  a given microbatch, which holds here because stages have equal layer counts
-  and the head is ignored): the first microbatch takes ``pp`` stage-times to
-  drain through, the largest one delays the rest by ``(pp-1)·max``. It
-  ignores the forward/backward split of 1F1B; the simulator does that exactly.
-* A **dynamic** plan (groups change between steps) is modelled with a barrier
-  per step: step time = the slowest group, iteration =
-  ``pipeline_makespan_s(step_times, pp)``. (Ranks of different groups need not
-  wait for each other in reality, so this slightly overstates dynamic plans.)
-* A **static** plan has independent DP replicas (group ``j`` = ranks
-  ``[j·cp, (j+1)·cp)``) that meet only at the gradient sync: iteration =
-  ``max_j pipeline_makespan_s(times of replica j's microbatches, pp)``.
+* The iteration time of a plan (:func:`evaluate_plan`) is the exact makespan
+  of its groups under the one pipeline schedule, :func:`dcpsim.pipeline.group_times`
+  (1F1B, or interleaved 1F1B with ``layout.vp`` chunks): every stage takes
+  the group's forward and backward (each chunk ``1/vp`` of it), a group's op
+  starts when all its ranks are free and its input has arrived, ranks a step
+  leaves out skip it; transfers, the output layer and the gradient sync are
+  left to the simulator. Static plans are the case where groups never change.
+* :func:`pipeline_makespan_s` (``sum(t) + (pp − 1)·max(t)``) is the linear
+  *surrogate* the MILP and the greedy heuristics optimise (the makespan of a
+  proportionate flow shop that ignores the forward/backward split); it is an
+  objective, not a schedule, and plans are always scored with
+  :func:`evaluate_plan` in the end. For dynamic plans the surrogate puts a
+  barrier after every step (step time = the slowest group); for static plans
+  it takes the slowest DP replica's ``pipeline_makespan_s``.
 
 :class:`SeqCosts` is an *additive* surrogate of the cost model used inside
 the heuristics and the MILP: a sequence's cost on a group of ``c`` ranks is
@@ -37,14 +37,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens
+from dcpsim.pipeline import StepGroups, group_times, pipeline_schedule, valid_microbatch_count
 from dcpsim.policies.plan import Layout, Plan
 
 
 def pipeline_makespan_s(step_times, pp: int) -> float:
-    """Iteration time (s) of microbatches taking ``step_times`` seconds per stage on a ``pp``-stage pipeline.
+    """The linear surrogate of a pipeline's time (s): ``sum(step_times) + (pp - 1) * max(step_times)``.
 
-    ``sum(step_times) + (pp - 1) * max(step_times)`` (0 for no microbatches);
-    see the module docstring for why.
+    0 for no microbatches. Used as an optimisation objective (MILP, greedy
+    heuristics); see the module docstring.
     """
     t = np.asarray(step_times, dtype=np.float64)
     if t.size == 0:
@@ -101,7 +102,7 @@ class PlanCost:
 
 
 def makespan_from_groups(step, start, size, time_s, n_steps: int, layout: Layout, dynamic: bool) -> tuple[float, np.ndarray]:
-    """(iteration time, step times) from per-group arrays; see the module docstring."""
+    """(surrogate iteration time, step times) from per-group arrays (the :func:`pipeline_makespan_s` surrogate)."""
     step_t = np.zeros(n_steps)
     if time_s.size:
         np.maximum.at(step_t, step, time_s)
@@ -116,6 +117,25 @@ def makespan_from_groups(step, start, size, time_s, n_steps: int, layout: Layout
     return float(ms.max(initial=0.0)), step_t
 
 
+def schedule_makespan_s(step, start, size, fwd_s, bwd_s, n_steps: int, layout: Layout) -> float:
+    """Exact makespan (s) of groups under the one pipeline schedule (:func:`dcpsim.pipeline.group_times`).
+
+    Per group: its step, first rank, size, and one stage's forward and backward time (every stage the
+    same; each of the ``layout.vp`` chunks takes ``1/vp``). No transfers, no output layer. A step count
+    that the interleaved schedule does not allow is padded with empty steps, as :meth:`Policy.plan` pads
+    plans (:func:`~dcpsim.pipeline.valid_microbatch_count`).
+    """
+    if n_steps == 0:
+        return 0.0
+    n_steps = valid_microbatch_count(n_steps, layout.pp, layout.vp)
+    order = np.lexsort((start, step))
+    groups = StepGroups.from_arrays(step[order], start[order], size[order], n_steps, layout.ranks_per_stage)
+    sched = pipeline_schedule(layout.pp, n_steps, layout.vp)
+    f = np.broadcast_to(np.asarray(fwd_s, dtype=np.float64)[order] / layout.vp, (sched.n_stages, order.size))
+    b = np.broadcast_to(np.asarray(bwd_s, dtype=np.float64)[order] / layout.vp, (sched.n_stages, order.size))
+    return float(group_times(sched, groups, f, b).rank_end.max(initial=0.0))
+
+
 def evaluate_plan(plan: Plan, cost) -> PlanCost:
     """Score ``plan`` with the exact cost model (one vectorised :meth:`CostModel.batch_cost` call)."""
     lay = plan.layout
@@ -127,7 +147,9 @@ def evaluate_plan(plan: Plan, cost) -> PlanCost:
     bc = cost.batch_cost(lens, pids, sizes, lay.spans_network(starts, sizes))
     gt = bc.total_s
     nonempty = bc.local_tokens > 0
-    makespan, step_t = makespan_from_groups(steps, starts, sizes, gt, plan.n_steps, lay, plan.dynamic)
+    step_t = np.zeros(plan.n_steps)
+    np.maximum.at(step_t, steps, gt)
+    makespan = schedule_makespan_s(steps, starts, sizes, bc.fwd_s, bc.bwd_s, plan.n_steps, lay)
     # rank work: add each group's time to its ranks (difference array over rank ranges)
     diff = np.zeros(n_ranks + 1)
     np.add.at(diff, starts, gt)
@@ -150,7 +172,7 @@ def evaluate_plan(plan: Plan, cost) -> PlanCost:
 
 
 def plan_makespan_s(plan: Plan, cost) -> float:
-    """Modelled iteration time (s) of ``plan``; see the module docstring."""
+    """Modelled iteration time (s) of ``plan`` (exact schedule, :func:`evaluate_plan`)."""
     return evaluate_plan(plan, cost).makespan_s
 
 
@@ -219,6 +241,6 @@ class SeqCosts:
         return a[:, 0].astype(np.int64), a[:, 1].astype(np.int64), a[:, 2].astype(np.int64), a[:, 3]
 
     def plan_makespan_s(self, plan: Plan) -> float:
-        """Iteration time (s) of ``plan`` under this additive surrogate (same makespan model as :func:`evaluate_plan`)."""
+        """Iteration time (s) of ``plan`` under this additive surrogate and the :func:`pipeline_makespan_s` objective."""
         step, start, size, t = self.plan_group_times(plan)
         return makespan_from_groups(step, start, size, t, plan.n_steps, plan.layout, plan.dynamic)[0]
