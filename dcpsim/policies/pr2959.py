@@ -1,131 +1,131 @@
-"""``dynamic-pr2959``: the Dynamic-CP scheduler at the time of NVIDIA's blog (Megatron-LM pull request #2959).
+"""``dynamic-pr2959``: the Dynamic-CP scheduler NVIDIA's blog measured, as its code behaves.
 
-Written from the description in REFERENCE §1 ("Scheduler at the time of the
-blog (pull request #2959)"), in dcpsim's own code. Unlike ``dynamic-solver``
-it never looks at dcpsim's :class:`~dcpsim.cost.CostModel` times: it plans
-with its own FLOPs model, as the blog-era code did, and the simulator then
-times its plans with the real cost model. Only the model shape, TP, PP and
-the recompute mode are read from ``cost`` (plus its memory formula for the
-memory check).
+Source read: Megatron-LM pull request #2959 at ``refs/pull/2959/head`` (commit
+3b309c6, 2026-01-20). Its launch script (``examples/run_hybrid_cp.sh``) passes
+``--async-hybrid-context-parallel-scheduler``, which plans each global batch in
+a background process with ``PipelineAwareBalancedHybridCPscheduler``
+(``megatron/core/pipeline_parallel/data_schedule.py``), its FLOPs function
+``TFLOPs`` and its pipeline simulator (``megatron/pipeline_simulator``). This
+module does what that code does, in dcpsim's own code; nothing of it is copied.
+``experiments/dynamic_cp_blog/equivalence/`` runs both on the same batches and
+counts how often the plans agree. Where the code differs from the earlier
+description (REFERENCE §1), the code is followed; the differences are listed in
+``experiments/dynamic_cp_blog/README.md``.
 
-**Cost model** (:class:`Pr2959Flops`), FLOPs per transformer block per TP
-rank for one sequence of ``s`` tokens:
+It never looks at dcpsim's :class:`~dcpsim.cost.CostModel` times: it plans with
+its own FLOPs model and the simulator times the plan with the real cost model.
 
-* linear terms ``2·s·h1·h2`` for each GEMM of the block (QKV, output
-  projection, and the gated MLP's up/gate and down projections), i.e.
-  ``G(s) = 2·s·Σ n·k`` over :meth:`ModelSpec.gemm_shapes`;
-* attention ``A(s) = 2·2·s²·h·0.5`` (causal), with ``h`` read as the
-  attention width (heads × head_dim; equal to the hidden size for Llama-13B);
-* backward ``2.7·G + 2.77·A``; ``full`` recompute adds one more forward
-  ``G + A``; ``selective`` recompute (not named in the description) adds the
-  attention forward ``A`` only, as that mode recomputes core attention;
-* communication costs nothing; a sequence on ``c`` ranks costs ``1/c`` of its
-  FLOPs on each rank (its padding to ``2c`` is not counted).
+**FLOPs** (:class:`Pr2959Flops`), forward per transformer block for a sequence
+of ``s`` tokens, ``h`` the hidden size: QKV ``2·s·h²·(1 + 2/g)`` with ``g``
+the number of query groups (the code's formula; the true K/V width is
+``2·h·g/heads``, so for MHA it counts 1.05 h² where there are 3 h²), output
+projection ``2·s·h²``, MLP ``2·s·h·f_up + 2·s·f·h`` (``f_up = 2f`` when gated),
+attention ``2·2·s²·h·0.5``. Backward ``2.7×`` the linear terms and ``2.77×``
+attention; ``full`` recompute adds the forward (no other mode adds anything).
+Everything the solver compares is *forward* FLOPs.
 
-The per-stage cost is the block cost × ``n_layers/pp``.
+**Search.** ``K = (DP·CP)/min_cp`` slots (data-parallel ranks of ``min_cp``
+GPUs). For each ``m`` in ``m_values`` (the code's ``search_space = 6``: 1..6;
+every slot runs the same ``m``), skipped when ``PP·m·K`` exceeds the number of
+samples, there are ``n_b = PP·m·K`` buckets and the target ``τ`` is the mean
+forward FLOPs per bucket (the bubble ratio of the code's ``compute_ratios``
+cancels when every slot has the same ``m``). One candidate is built in phases:
 
-**Buckets** (reading of "bucket count = PP·m·DP"). A bucket is one slot of
-the rank grid in one microbatch step: ``DP`` is read as the number of
-data-parallel slots when every sample runs at the smallest CP size, i.e.
-``K = (DP×CP) // min_cp`` slots of ``min_cp`` ranks (with the default
-``min_cp = 1``, every DP×CP rank is a slot, as in Megatron's pooled
-"dp_cp" ranks). Each slot runs ``PP·m`` microbatches, so there are
-``PP·m·K`` buckets: step ``k`` (a microbatch every rank of a stage runs),
-slot ``j`` = ranks ``[j·min_cp, (j+1)·min_cp)``. A normal sample occupies
-one bucket (a CP group of ``min_cp`` ranks); a long sample occupies an
-aligned block of ``c/min_cp`` buckets of one step (a CP group of ``c``
-ranks). Every group of a step becomes a :class:`Group`; buckets nobody uses
-leave their ranks idle for that step.
+1. :meth:`_Candidate.long_sizes` -- *long* samples have forward FLOPs
+   ``> long_factor·τ`` (1.3). Longest first, each takes
+   ``c = nearest_pow2(ceil(f/τ))`` slots (ties round up), capped at
+   ``max_cp/min_cp``, at ``K`` and at the buckets left minus one per long sample
+   still to come. There is no memory minimum.
+2. :meth:`_Candidate.place_long` -- each long sample takes the aligned block of
+   ``c`` slots whose fullest slot has the most buckets left (first such block),
+   and fills its group with normal samples, largest first, each whose forward
+   FLOPs are below ``fill_slack`` (1.05) × the room ``c·τ − f`` left, while more
+   than ``K·r(m)`` normal samples remain (``r(m) = m·PP(2PP−1)/(m·PP+PP−1)``,
+   the code's ratio) and the group holds fewer than ``M·c`` tokens (checked
+   before adding, so a group can end above it).
+3. :meth:`_Candidate.fill_normal` -- the ``n_b − Σc`` normal buckets get a token
+   target ``T`` = the remaining normal tokens / the number of normal buckets.
+   Largest first, each normal sample goes to the bucket with the lowest forward
+   FLOPs after adding it among those staying ``<= T`` tokens; samples that fit
+   none go, longest first, to the bucket whose tokens end closest to ``T``.
+4. :meth:`_Candidate.assign_slots` -- each slot's list starts with its long
+   groups in placement order; normal buckets, in ascending forward FLOPs, go to
+   the slot with the least forward FLOPs that has fewer than ``PP·m`` buckets.
+   Backward estimates as in the code: ``3·f`` for a long sample, ``2·f`` for a
+   sample in a normal bucket, the model's backward for a long group's fillers.
+5. :meth:`_Candidate.score` -- the 1F1B makespan of each slot's list
+   (:func:`one_f_one_b_makespan`), largest over slots. The lowest wins (ties:
+   smaller ``m``). A candidate with an empty bucket is rejected, as in the code.
+   The code's memory simulator is off in the blog's runs (``run_memory_simulator``
+   is a class attribute no flag sets); ``memory_limit_gib`` turns dcpsim's
+   memory formula on as a check (default off).
+6. :meth:`_Candidate.steps` -- microbatch ``k`` of slot ``s`` is the ``k``-th
+   bucket of its list.
 
-**Per-bucket target** (reading of "folds in the pipeline bubble"). With
-``n = PP·m`` microbatches of equal time ``t`` a 1F1B pipeline takes
-``(n + PP - 1)·t``: the work plus ``PP − 1`` microbatch times of fill and
-drain. The target spreads that whole iteration over the ``n`` microbatches:
-``τ = μ·(n + PP − 1)/n`` with ``μ = F/(PP·m·K)`` the mean FLOPs per bucket
-(``F``: the batch's FLOPs). It is the mean for ``PP = 1`` and grows as the
-bubble's share grows (small ``m``). This reading keeps long samples inside
-the bucket grid: ``Σ_i F_i/τ ≤ F/τ < PP·m·K`` buckets. (The other reading,
-``F/(K·(n + PP − 1))``, is below the mean and would give the long samples
-more buckets than exist whenever they carry most of the work.) The option
-``bucket_target`` selects the reading: ``"iteration"`` (this one, default),
-``"timeline"`` (the other one) or ``"mean"`` (``τ = μ``, no bubble), so
-that what the ambiguity is worth can be measured.
+Where the code's plan cannot run as written, dcpsim departs from it, counts
+it in ``meta`` and the equivalence study reports it: a candidate whose groups
+hold more than ``M`` tokens on a rank is rejected (the code does not check;
+dcpsim's plans must hold); a long group whose slots have it at different list
+positions (the code would pair ranks running different microbatches) runs at
+the latest of those positions and the other slots' next buckets move into the
+gap (``misaligned``); a long sample finding no block with a free bucket takes
+the last aligned block (the code indexes slot ``-1``). If every ``m`` is
+rejected, the candidates are rebuilt in *safe* mode (tokens capped at ``M`` per
+rank everywhere, extra microbatches for what does not fit, empty buckets
+allowed) and ``meta["safe_mode"]`` is True.
 
-**Solver**, for each ``m`` in ``m_values`` (default 1..6):
-
-1. *Long samples*: FLOPs ``> long_factor × μ`` (1.3), or too long to fit one
-   bucket's ``min_cp`` ranks within ``M`` tokens per rank (padding to ``2c``
-   counted). Their CP size is the power of two nearest (in log scale) to
-   ``F_i/τ`` buckets, at least one bucket, at least the smallest size that
-   holds the sequence within ``M`` tokens per rank, at most the largest
-   power of two ``≤ DP×CP``. Longest first, each takes a free aligned block
-   of that size: the block whose slots have the least FLOPs so far (summed
-   over the block's slots, so long work spreads over DP ranks), then the step
-   with the least FLOPs, then the lowest step and rank. If no step has a free
-   aligned block, it joins the long group (of a size that holds it) whose
-   per-rank FLOPs stay lowest with tokens under ``M``; failing that, a step
-   is added.
-2. *Room next to long samples*: each long group, in placement order, takes
-   the largest remaining normal samples that fit its room ``τ − load`` (per
-   rank) and its token room (``M`` per rank, each sample padded to ``2c``).
-3. *Bi-objective filling*: the remaining normal samples, largest FLOPs first,
-   each go to the bucket (empty slot, or a group formed so far) whose
-   per-rank FLOPs after adding it are lowest (ties: smaller group, lower step,
-   lower rank) among those whose tokens stay ``≤ M`` per rank. *Leftovers*
-   (no bucket has token room) go, largest first, to the bucket with the
-   fewest tokens of steps added for them (keeping token counts even).
-4. *Scoring*: a 1F1B simulation (:func:`one_f_one_b_makespan`) of every slot
-   with the FLOPs model's forward and backward (+recompute) per step;
-   the candidate's score is the largest makespan over slots ("makespan over
-   DP ranks"), in FLOPs per rank (a time at a nominal FLOP rate). A memory
-   check rejects candidates whose peak (:meth:`CostModel.peak_memory_bytes`
-   at the largest tokens per rank of any microbatch, PP microbatches in
-   flight) is ``≥ memory_limit_gib`` (70 GiB). The lowest score wins (ties:
-   smaller ``m``). If every candidate is rejected the one with the lowest
-   peak is taken and ``meta["memory_ok"]`` is False (``strict_memory=True``
-   raises :class:`InfeasibleError` instead): whether a configuration fits
-   is the simulator's call; the check ranks candidates.
-
-Steps run in order of creation (steps left empty are dropped; steps added
-in 1. or 3. come last). Planning is meant to be hidden (REFERENCE §1: the plan
-of batch k+1 is made while batch k trains); ``planning_time_s`` records what
-it took here.
-
-Speed: one numpy pass over the free blocks per long sample, a heap per group
-size for the filling, and a 1F1B recursion vectorised over slots; 2048
-sequences on 512 ranks (PP 8) plan in well under 2 s.
+Planning is hidden in the blog's runs (the next batch is planned in a
+background process); ``planning_time_s`` records what it took here.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
-from dcpsim.cost.padding import max_length_for_tokens, per_rank_tokens_int
+from dcpsim.cost.padding import per_rank_tokens_int
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.pipeline import makespan as pipeline_makespan
 from dcpsim.policies.base import Policy, dynamic_fit
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
-GEMM_BWD_FACTOR = 2.7  # backward / forward FLOPs of the linear terms (REFERENCE §1, PR #2959)
-ATTN_BWD_FACTOR = 2.77  # backward / forward FLOPs of attention (same source)
+GEMM_BWD_FACTOR = 2.7  # backward / forward FLOPs of the linear terms (PR #2959, fwd_flops_to_bwd_flops)
+ATTN_BWD_FACTOR = 2.77  # backward / forward FLOPs of attention (same)
+LONG_BWD_FACTOR = 3.0  # the solver's backward estimate of a long sample (× its forward)
+NORMAL_BWD_FACTOR = 2.0  # the solver's backward estimate of a sample in a normal bucket (× its forward)
 GIB = 2**30
-BUCKET_TARGETS = ("iteration", "timeline", "mean")  # readings of the bubble-folded bucket target
+BUCKET_TARGETS = ("mean", "iteration", "timeline")  # the code's target, and two readings of "folds in the bubble"
+
+
+def nearest_pow2(n: int) -> int:
+    """The power of two nearest ``n`` (ties round up; 1 for ``n < 1``), as the PR's helper rounds."""
+    if n < 1:
+        return 1
+    lo = 1 << (int(n).bit_length() - 1)
+    hi = lo << 1
+    return lo if n - lo < hi - n else hi
+
+
+def pipeline_ratio(m: int, pp: int) -> float:
+    """The code's per-slot bucket ratio ``r(m) = m·PP·(2PP−1)/(m·PP + PP − 1)`` (non-interleaved)."""
+    return m * pp * (2 * pp - 1) / (m * pp + pp - 1)
 
 
 # ------------------------------------------------------------------ FLOPs model
 @dataclass(frozen=True)
 class Pr2959Flops:
-    """The blog-era scheduler's FLOPs cost model (see the module docstring).
+    """The blog-era scheduler's FLOPs model (see the module docstring).
 
-    ``gemm_flops_per_token``: forward linear FLOPs per token per block per TP
-    rank (``2·Σ n·k``); ``attn_flops_per_token2``: forward causal attention
-    FLOPs per block per TP rank per squared token (``2·2·0.5·q/TP``);
-    ``layers``: blocks per pipeline stage; ``recompute``: ``none``,
-    ``selective`` or ``full``.
+    ``gemm_flops_per_token``: forward linear FLOPs per token of one block, as
+    the code counts them; ``attn_flops_per_token2``: forward causal attention
+    FLOPs of one block per squared token (``2·2·0.5·h``); ``layers``: blocks
+    per pipeline stage (a common factor, kept so the meta figures are per
+    stage); ``recompute``: ``none``, ``selective`` or ``full``.
     """
 
     gemm_flops_per_token: float
@@ -135,14 +135,17 @@ class Pr2959Flops:
 
     @classmethod
     def from_cost(cls, cost) -> Pr2959Flops:
-        """The FLOPs model of ``cost``'s model, TP, layers per stage and recompute mode."""
+        """The FLOPs model of ``cost``'s model, layers per stage and recompute mode (TP does not enter)."""
         m = cost.model
-        gemm = 2.0 * sum(n * k * cnt for _, n, k, cnt in m.gemm_shapes(cost.tp))
-        attn = 2.0 * 2.0 * 0.5 * m.q_dim / cost.tp
+        h = m.hidden
+        up = m.ffn_hidden * (2 if m.gated_mlp else 1)
+        qkv = 2.0 * h * h * (1.0 + 2.0 / m.n_kv_heads)
+        gemm = qkv + 2.0 * h * h + 2.0 * h * up + 2.0 * m.ffn_hidden * h
+        attn = 2.0 * 2.0 * 0.5 * h
         return cls(float(gemm), float(attn), int(cost.layers_per_stage), str(cost.recompute))
 
     def block_forward(self, lengths) -> tuple[np.ndarray, np.ndarray]:
-        """(linear, attention) forward FLOPs of one block for each sequence (per TP rank)."""
+        """(linear, attention) forward FLOPs of one block for each sequence."""
         s = np.asarray(lengths, dtype=np.float64)
         return self.gemm_flops_per_token * s, self.attn_flops_per_token2 * s * s
 
@@ -152,8 +155,6 @@ class Pr2959Flops:
         bwd = GEMM_BWD_FACTOR * g + ATTN_BWD_FACTOR * a
         if self.recompute == "full":
             bwd = bwd + g + a
-        elif self.recompute == "selective":
-            bwd = bwd + a
         return g + a, bwd
 
     def block_flops(self, lengths) -> np.ndarray:
@@ -184,36 +185,149 @@ def one_f_one_b_makespan(fwd, bwd, pp: int) -> np.ndarray:
     return pipeline_makespan(fwd, bwd, int(pp))
 
 
+# ------------------------------------------------------------------ the PR's pipeline simulator
+@lru_cache(maxsize=256)
+def _pr_pipeline_graph(n: int, pp: int) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+    """Ops of the pipeline the PR's solver simulates (its ``SplitFuseSchedule``, one chunk per microbatch).
+
+    Returns ``(is_backward, microbatch, predecessor ops)`` in a topological order. The op order
+    follows the PR's tick pattern: ``pp`` forward ticks, then backward and forward ticks
+    alternating, then backward ticks; in a forward tick with counter ``v`` stage ``s`` runs the
+    forward of microbatch ``v + pp − 1 − s``, in a backward tick with counter ``w`` the backward
+    of ``w − (pp − 1 − s)``. So stage ``s`` runs ``1 + 2·(pp − 1 − s)`` warm-up forwards (1F1B
+    runs ``pp − 1 − s``). Dependencies: each stage's order; forward ``s−1 → s`` and backward
+    ``s+1 → s`` of a microbatch; forward before backward on the last stage; and the PR's extra
+    chain across stages (last stage first): on each stage its first run of backwards after the
+    warm-up, then the run of forwards that follows.
+    """
+    per_stage: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
+    ticks: list[list[tuple[int, int] | None]] = []
+    fwd, bwd = 1 - pp, 0
+    while bwd < n + pp - 1:
+        is_b = not (fwd < 1) and (fwd == n or fwd - bwd == 1)
+        row: list[tuple[int, int] | None] = []
+        for s in range(pp):
+            k = bwd - (pp - 1 - s) if is_b else fwd + pp - 1 - s
+            row.append((int(is_b), k) if 0 <= k < n else None)
+        ticks.append(row)
+        if is_b:
+            bwd += 1
+        else:
+            fwd += 1
+    for row in ticks:
+        for s, op in enumerate(row):
+            if op is not None:
+                per_stage[s].append(op)
+    return _pr_pipeline_order(n, pp, per_stage, _pr_extra_chain(pp, ticks))
+
+
+def _pr_extra_chain(pp: int, ticks: list) -> list[tuple[int, int, int]]:
+    """The PR's extra dependency chain: stages last to first; on each, after its warm-up forwards,
+    its first run of backwards and the run of forwards that follows it."""
+    chain: list[tuple[int, int, int]] = []
+    for s in reversed(range(pp)):
+        col = [row[s] for row in ticks]
+        i = 0
+        for kind, take in ((0, False), (1, True), (0, True)):
+            while i < len(col) and (col[i] is None or col[i][0] == kind):
+                if take and col[i] is not None:
+                    chain.append((s, *col[i]))
+                i += 1
+    return chain
+
+
+def _pr_pipeline_order(n: int, pp: int, per_stage: list[list[tuple[int, int]]],
+                       chain: list[tuple[int, int, int]]) -> tuple[tuple[int, int, tuple[int, ...]], ...]:
+    """Number the ops, collect their predecessors and sort them topologically (Kahn, lowest id first)."""
+    node = {(s, d, k): i for i, (s, d, k) in enumerate((s, d, k) for s in range(pp) for d, k in per_stage[s])}
+    preds: dict[int, set[int]] = {v: set() for v in node.values()}
+    for s, ops in enumerate(per_stage):
+        for a, b in zip(ops, ops[1:], strict=False):
+            preds[node[(s, *b)]].add(node[(s, *a)])
+    for k in range(n):
+        for s in range(1, pp):
+            preds[node[(s, 0, k)]].add(node[(s - 1, 0, k)])
+            preds[node[(s - 1, 1, k)]].add(node[(s, 1, k)])
+        for s in range(pp):
+            preds[node[(s, 1, k)]].add(node[(s, 0, k)])
+    for a, b in zip(chain, chain[1:], strict=False):
+        preds[node[b]].add(node[a])
+    info = {v: key for key, v in node.items()}
+    return tuple((v, info[v][1], info[v][2], tuple(sorted(preds[v]))) for v in _topological(preds))
+
+
+def _topological(preds: dict[int, set[int]]) -> list[int]:
+    """Kahn's algorithm, lowest node id first (deterministic)."""
+    succ: dict[int, list[int]] = {v: [] for v in preds}
+    indeg = {v: len(p) for v, p in preds.items()}
+    for v, p in preds.items():
+        for u in p:
+            succ[u].append(v)
+    ready = [v for v, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        v = heapq.heappop(ready)
+        out.append(v)
+        for w in succ[v]:
+            indeg[w] -= 1
+            if indeg[w] == 0:
+                heapq.heappush(ready, w)
+    if len(out) != len(preds):
+        raise RuntimeError("the PR's pipeline graph has a cycle")
+    return out
+
+
+def pr_pipeline_makespan(fwd, bwd, pp: int) -> np.ndarray:
+    """Makespan of the PR's simulated pipeline for each column (slot) independently (see :func:`_pr_pipeline_graph`).
+
+    ``fwd``, ``bwd``: ``(n_microbatches, n_columns)`` durations of one stage (every stage alike).
+    """
+    fwd = np.asarray(fwd, dtype=np.float64)
+    bwd = np.asarray(bwd, dtype=np.float64)
+    n, cols = fwd.shape
+    if n == 0:
+        return np.zeros(cols)
+    ops = _pr_pipeline_graph(n, int(pp))
+    end = np.zeros((len(ops), cols))
+    for v, d, k, preds in ops:
+        if preds:
+            end[v] = end[list(preds)].max(axis=0)
+        end[v] += bwd[k] if d else fwd[k]
+    return end.max(axis=0)
+
+
 # ------------------------------------------------------------------ policy
 class Pr2959Policy(Policy):
     """``dynamic-pr2959`` (see the module docstring).
 
     Options: ``m_values`` (microbatches per slot per pipeline stage to try;
-    default ``[1, 2, 3, 4, 5, 6]``), ``long_factor`` (a sample is long above
-    this × the mean FLOPs per bucket; 1.3), ``memory_limit_gib`` (candidates
-    whose peak is at or above it are rejected; 70), ``strict_memory`` (raise
-    :class:`InfeasibleError` when every candidate is rejected; default False),
-    ``bucket_target`` (reading of the bubble-folded target: ``"iteration"``,
-    default; ``"timeline"``; ``"mean"``; see the module docstring).
+    default ``[1, 2, 3, 4, 5, 6]``, the code's ``search_space``),
+    ``long_factor`` (a sample is long above this × the target; 1.3),
+    ``fill_slack`` (a filler's forward FLOPs must stay below this × the room
+    left in a long group; 1.05), ``memory_limit_gib`` (``None``, the default, as
+    in the blog's runs: no memory check; a number rejects candidates whose
+    peak is at or above it), ``strict_memory`` (raise :class:`InfeasibleError`
+    when the memory check rejects every candidate; default False),
+    ``bucket_target`` (``"mean"``, the code's; ``"iteration"`` and
+    ``"timeline"`` are the readings of the description the earlier version
+    used, kept for comparison).
     """
 
     name = "dynamic-pr2959"
     dynamic = True
 
-    def __init__(self, m_values: list[int] | None = None, long_factor: float = 1.3,
-                 memory_limit_gib: float = 70.0, strict_memory: bool = False,
-                 bucket_target: str = "iteration") -> None:
+    def __init__(self, m_values: list[int] | None = None, long_factor: float = 1.3, fill_slack: float = 1.05,
+                 memory_limit_gib: float | None = None, strict_memory: bool = False,
+                 bucket_target: str = "mean") -> None:
         vals = [1, 2, 3, 4, 5, 6] if m_values is None else m_values
         if (not isinstance(vals, (list, tuple)) or not vals
                 or any(not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1 for v in vals)):
             raise ConfigError("policy.options.m_values", m_values, "a non-empty list of positive integers")
         self.m_values = sorted({int(v) for v in vals})
-        if isinstance(long_factor, bool) or not isinstance(long_factor, (int, float)) or long_factor <= 0:
-            raise ConfigError("policy.options.long_factor", long_factor, "a number > 0")
-        self.long_factor = float(long_factor)
-        if isinstance(memory_limit_gib, bool) or not isinstance(memory_limit_gib, (int, float)) or memory_limit_gib <= 0:
-            raise ConfigError("policy.options.memory_limit_gib", memory_limit_gib, "a number of GiB > 0")
-        self.memory_limit_gib = float(memory_limit_gib)
+        self.long_factor = _positive("long_factor", long_factor)
+        self.fill_slack = _positive("fill_slack", fill_slack)
+        self.memory_limit_gib = None if memory_limit_gib is None else _positive("memory_limit_gib", memory_limit_gib)
         if not isinstance(strict_memory, bool):
             raise ConfigError("policy.options.strict_memory", strict_memory, "true or false")
         self.strict_memory = strict_memory
@@ -222,325 +336,367 @@ class Pr2959Policy(Policy):
         self.bucket_target = bucket_target
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
-        sizes, need = dynamic_fit(lengths, layout)
+        dynamic_fit(lengths, layout)  # a sequence no aligned group holds: InfeasibleError
         if lengths.size == 0:
             return Plan(self.name, layout, lengths, [], True, meta={"microbatches": 0})
-        fm = Pr2959Flops.from_cost(cost)
-        fwd, bwd = fm.stage_fwd_bwd(lengths)
-        ctx = _Ctx(lengths, layout, fwd, bwd, sizes[need], self.long_factor, self.bucket_target)
-        limit = self.memory_limit_gib * GIB
-        cands = []
-        for m in self.m_values:
-            c = ctx.candidate(m)
-            c.peak_bytes = float(cost.peak_memory_bytes(c.max_tokens))
-            c.memory_ok = c.peak_bytes < limit
-            cands.append(c)
-        ok = [c for c in cands if c.memory_ok]
+        fwd, bwd = Pr2959Flops.from_cost(cost).stage_fwd_bwd(lengths)
+        batch = _Batch(lengths, layout, fwd, bwd)
+        cands = self._candidates(batch, cost, safe=False)
+        safe = not any(c.valid for c in cands)
+        if safe:
+            cands = self._candidates(batch, cost, safe=True)
+        valid = [c for c in cands if c.valid]
+        ok = [c for c in valid if c.memory_ok]
         if ok:
             best = min(ok, key=lambda c: (c.makespan, c.m))
         else:
-            lowest = min(cands, key=lambda c: (c.peak_bytes, c.m))
+            lowest = min(valid, key=lambda c: (c.peak_bytes, c.m))
             if self.strict_memory:
                 raise InfeasibleError(
                     "memory",
                     f"every candidate microbatch count m in {self.m_values} peaks at >= {self.memory_limit_gib:g} GiB per GPU "
-                    f"(lowest: {lowest.peak_bytes / GIB:.1f} GiB at m={lowest.m}, {lowest.max_tokens} tokens per rank)",
+                    f"(lowest: {lowest.peak_bytes / GIB:.1f} GiB at m={lowest.m})",
                 )
             best = lowest
+        steps = best.steps()
+        return Plan(self.name, layout, lengths, steps, True, meta=self._meta(best, cands, safe, steps))
+
+    def _candidates(self, batch: _Batch, cost, *, safe: bool) -> list[_Candidate]:
+        """Build and score one candidate per ``m`` (the code skips ``m`` with more buckets than samples)."""
+        out = []
+        for m in self.m_values:
+            if not safe and batch.layout.pp * m * batch.K > batch.n:
+                continue
+            c = _Candidate(batch, m, self.long_factor, self.fill_slack, self.bucket_target, safe)
+            c.build()
+            if c.valid:
+                c.peak_bytes = float(cost.peak_memory_bytes(c.max_tokens))
+                c.memory_ok = self.memory_limit_gib is None or c.peak_bytes < self.memory_limit_gib * GIB
+            out.append(c)
+        if safe and not any(c.valid for c in out):  # safe mode builds valid plans by construction
+            raise InfeasibleError("capacity", "dynamic-pr2959 found no plan within max_tokens_per_rank")
+        return out
+
+    @staticmethod
+    def _meta(best: _Candidate, cands: list[_Candidate], safe: bool, steps: list[Step]) -> dict:
         hist: dict[int, int] = {}
-        for st in best.steps:
+        for st in steps:
             for g in st.groups:
                 hist[g.size] = hist.get(g.size, 0) + 1
-        total = fwd + bwd
-        bound = max(float(total.sum()) / (ctx.u * ctx.K), layout.pp * float(total.max()) / ctx.cmax)
-        meta = {
+        return {
             "m": best.m,
-            "microbatches": len(best.steps),
-            "target_microbatches": layout.pp * best.m,
-            "extra_steps": best.extra_steps,
-            "long_sequences": best.n_long,
-            "long_joins": best.long_joins,
-            "leftovers": best.leftovers,
-            "mean_bucket_flop": best.mean_bucket,
-            "bucket_target_flop": best.target,
+            "microbatches": len(steps),
+            "target_microbatches": best.batch.layout.pp * best.m,
+            "long_sequences": len(best.long_ids),
+            "leftovers": best.n_leftovers,
+            "misaligned": best.misaligned,
+            "overflow_blocks": best.overflow_blocks,
+            "clamped_sizes": best.clamped,
+            "mean_bucket_flop": best.mu,
+            "bucket_target_flop": best.tau,
             "flops_makespan": best.makespan,
-            "flops_lower_bound": bound,
             "peak_memory_gib": best.peak_bytes / GIB,
             "memory_ok": best.memory_ok,
+            "safe_mode": safe,
             "candidates": [
-                {"m": c.m, "steps": len(c.steps), "extra_steps": c.extra_steps, "long_sequences": c.n_long,
-                 "long_joins": c.long_joins, "leftovers": c.leftovers,
-                 "flops_makespan": c.makespan, "peak_memory_gib": c.peak_bytes / GIB, "memory_ok": c.memory_ok}
+                {"m": c.m, "valid": c.valid, "reason": c.reason, "long_sequences": len(c.long_ids),
+                 "leftovers": c.n_leftovers, "flops_makespan": c.makespan if c.valid else None,
+                 "peak_memory_gib": c.peak_bytes / GIB if c.valid else None, "memory_ok": c.memory_ok}
                 for c in cands
             ],
             "groups_per_size": {str(c): v for c, v in sorted(hist.items())},
         }
-        return Plan(self.name, layout, lengths, best.steps, True, meta=meta)
+
+
+def _positive(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ConfigError(f"policy.options.{name}", value, "a number > 0")
+    return float(value)
+
+
+class _Batch:
+    """Per-batch tables shared by the candidates: lengths, FLOPs and the code's sample order."""
+
+    def __init__(self, lengths: np.ndarray, layout: Layout, fwd: np.ndarray, bwd: np.ndarray) -> None:
+        self.L = np.asarray(lengths, dtype=np.int64)
+        self.layout = layout
+        self.f, self.b = fwd, bwd
+        self.n = int(self.L.size)
+        self.M = layout.max_tokens_per_rank
+        self.u = layout.min_cp
+        self.K = layout.ranks_per_stage // self.u
+        self.cmax_slots = max(1, layout.max_dynamic_cp // self.u)
+        # the code sorts the batch longest first (stable); every later order is a stable sort of this one
+        self.order = np.argsort(-self.L, kind="stable")
+
+    def tokens(self, i: int, slots: int) -> int:
+        """Tokens per rank of sample ``i`` on a group of ``slots`` slots (padding counted)."""
+        return per_rank_tokens_int(int(self.L[i]), slots * self.u)
+
+    def need_slots(self, i: int) -> int:
+        """Smallest power-of-two slot count that holds sample ``i`` within ``M`` tokens per rank."""
+        cs = 1
+        while cs < self.cmax_slots and self.tokens(i, cs) > self.M:
+            cs *= 2
+        return cs
+
+
+@dataclass
+class _LongGroup:
+    start: int  # first slot
+    slots: int
+    members: list[int]
+    fwd: float  # the solver's forward FLOPs of the whole group
+    bwd: float  # the solver's backward estimate of the whole group
+    tokens: int  # per rank
 
 
 @dataclass
 class _Candidate:
+    """One ``m`` of the search, built phase by phase (see the module docstring)."""
+
+    batch: _Batch
     m: int
-    steps: list[Step]
-    makespan: float  # FLOPs per rank (largest 1F1B makespan over slots)
-    max_tokens: int  # largest tokens per rank of any group
-    extra_steps: int
-    n_long: int
-    mean_bucket: float
-    target: float
-    long_joins: int  # long samples that found no free aligned block and joined a long group
-    leftovers: int  # normal samples that found no bucket with token room
+    long_factor: float
+    fill_slack: float
+    bucket_target: str
+    safe: bool
+    valid: bool = True
+    reason: str = ""
+    makespan: float = math.inf
     peak_bytes: float = 0.0
     memory_ok: bool = True
+    max_tokens: int = 0
+    misaligned: int = 0
+    overflow_blocks: int = 0
+    clamped: int = 0
+    n_leftovers: int = 0
+    long_ids: list[int] = field(default_factory=list)
+    groups: list[_LongGroup] = field(default_factory=list)
+    slot_lists: list[list[tuple[str, int]]] = field(default_factory=list)
 
+    # ------------------------------------------------------------ phases
+    def build(self) -> None:
+        bt, lay = self.batch, self.batch.layout
+        self.n_b = lay.pp * self.m * bt.K
+        self.mu = float(bt.f.sum()) / self.n_b
+        bubble = (lay.pp * self.m + lay.pp - 1) / (lay.pp * self.m)
+        self.tau = self.mu * {"mean": 1.0, "iteration": bubble, "timeline": 1.0 / bubble}[self.bucket_target]
+        is_long = bt.f[bt.order] > self.long_factor * self.mu
+        if self.safe:  # safe mode: a sample one slot cannot hold is long
+            is_long |= np.array([bt.tokens(int(i), 1) > bt.M for i in bt.order], dtype=bool)
+        self.long_ids = [int(i) for i in bt.order[is_long]]
+        self.normal = [int(i) for i in bt.order[~is_long]]
+        sizes = self.long_sizes()
+        self.place_long(sizes)
+        self.fill_normal(self.n_b - sum(sizes))
+        if self.valid:
+            self.assign_slots()
+        if self.valid:
+            self.score()
 
-class _Ctx:
-    """Per-batch tables shared by the candidates."""
+    def _reject(self, reason: str) -> None:
+        if self.valid:
+            self.valid, self.reason = False, reason
 
-    def __init__(self, lengths: np.ndarray, layout: Layout, fwd: np.ndarray, bwd: np.ndarray,
-                 need_ranks: np.ndarray, long_factor: float, bucket_target: str = "iteration") -> None:
-        self.L = lengths
-        self.layout = layout
-        self.fwd, self.bwd = fwd, bwd
-        self.f = fwd + bwd
-        self.M = layout.max_tokens_per_rank
-        self.u = layout.min_cp
-        self.K = layout.ranks_per_stage // self.u
-        self.cmax = layout.max_dynamic_cp
-        self.need_slots = (need_ranks // self.u).astype(np.int64)
-        self.long_factor = long_factor
-        self.bucket_target = bucket_target
-        n = lengths.size
-        order = np.lexsort((np.arange(n), -self.f))  # largest FLOPs first, ties by id
-        self.by_flops_desc = order
-        asc = np.lexsort((np.arange(n), lengths))  # shortest first (FLOPs grow with length)
-        self.by_len_asc = asc
+    def long_sizes(self) -> list[int]:
+        """Phase 1: slots per long sample (``nearest_pow2(ceil(f/τ))``, capped as the code caps it)."""
+        bt = self.batch
+        left = self.n_b
+        out = []
+        n_long = len(self.long_ids)
+        for idx, i in enumerate(self.long_ids):
+            want = nearest_pow2(math.ceil(float(bt.f[i]) / self.tau))
+            c = min(want, bt.cmax_slots, bt.K, left - (n_long - 1 - idx))
+            c2 = 1 << (max(c, 1).bit_length() - 1)  # dcpsim's groups are powers of two, at least one slot
+            if self.safe:
+                c2 = max(c2, bt.need_slots(i))
+            self.clamped += c2 != c
+            left -= c2
+            out.append(c2)
+        return out
 
-    # ---------------------------------------------------------------- one m
-    def candidate(self, m: int) -> _Candidate:  # noqa: C901 - temporary, split by repro
-        lay, u, K, M = self.layout, self.u, self.K, self.M
-        pp = lay.pp
-        L, f = self.L, self.f
-        n_steps = pp * m
-        F = float(f.sum())
-        mu = F / (n_steps * K)
-        bubble = (n_steps + pp - 1) / n_steps  # 1F1B iteration / work, for equal microbatches
-        # bucket FLOPs target with the bubble folded in (see the module docstring for the readings)
-        tau = mu * {"iteration": bubble, "timeline": 1.0 / bubble, "mean": 1.0}[self.bucket_target]
-        tau_r = tau / u  # per rank
-        cmax_slots = self.cmax // u
-        with np.errstate(divide="ignore"):
-            want = np.exp2(np.round(np.log2(f / tau)))
-        c_slots = np.clip(want, 1, cmax_slots).astype(np.int64)
-        c_slots = np.maximum(c_slots, self.need_slots)
-        is_long = (f > self.long_factor * mu) | (self.need_slots > 1)
+    def place_long(self, sizes: list[int]) -> None:
+        """Phase 2: an aligned block per long sample (most buckets left), filled with normal samples."""
+        bt = self.batch
+        remain = np.full(bt.K, bt.layout.pp * self.m, dtype=np.int64)
+        self._flag_all = self.n_b - sum(sizes) <= 0
+        self._total_num = bt.K * pipeline_ratio(self.m, bt.layout.pp)
+        self._negf = [-float(bt.f[i]) for i in self.normal]
+        for i, cs in zip(self.long_ids, sizes, strict=True):
+            nb = bt.K // cs
+            mins = remain[: nb * cs].reshape(nb, cs).min(axis=1)
+            blk = int(np.argmax(mins))
+            if mins[blk] <= -1:  # the code finds no block and indexes slot -1
+                blk = nb - 1
+                self.overflow_blocks += 1
+            start = blk * cs
+            remain[start:start + cs] -= 1
+            members = [i, *self._fill_group(i, cs)]
+            fsum = float(bt.f[members].sum())
+            bwd = LONG_BWD_FACTOR * float(bt.f[i]) + float(bt.b[members[1:]].sum())
+            tok = sum(bt.tokens(j, cs) for j in members)
+            self.groups.append(_LongGroup(start, cs, members, fsum, bwd, tok))
 
-        # groups: step, first slot, slots, per-rank FLOPs, per-rank tokens, members
-        g_step: list[int] = []
-        g_slot: list[int] = []
-        g_cs: list[int] = []
-        g_load: list[float] = []
-        g_tok: list[int] = []
-        members: list[list[int]] = []
-        cap = max(n_steps, 4)
-        free = np.ones((cap, K), dtype=bool)
-        # free aligned blocks of every size (in slots), kept up to date as groups open
-        bsizes = [1 << e for e in range(cmax_slots.bit_length())]
-        bfree = {cs: np.ones((cap, K // cs), dtype=bool) for cs in bsizes}
-        col_tot = np.zeros(K)
-        step_load = np.zeros(cap)
-        n_rows = n_steps
-        base_steps = n_steps
-
-        def add_step() -> None:
-            nonlocal free, step_load, n_rows
-            if n_rows == free.shape[0]:
-                free = np.vstack([free, np.ones_like(free)])
-                step_load = np.concatenate([step_load, np.zeros(step_load.size)])
-                for cs in bsizes:
-                    bfree[cs] = np.vstack([bfree[cs], np.ones_like(bfree[cs])])
-            n_rows += 1
-
-        def new_group(i: int, k: int, slot: int, cs: int) -> int:
-            c = cs * u
-            Li = int(L[i])
-            g_step.append(k)
-            g_slot.append(slot)
-            g_cs.append(cs)
-            g_load.append(float(f[i]) / c)
-            g_tok.append(per_rank_tokens_int(Li, c))
-            members.append([int(i)])
-            free[k, slot:slot + cs] = False
-            for bs in bsizes:
-                bfree[bs][k, slot // bs:(slot + cs - 1) // bs + 1] = False
-            col_tot[slot:slot + cs] += f[i] / c
-            step_load[k] += f[i]
-            return len(g_step) - 1
-
-        # 1. long samples on aligned blocks, largest first
-        long_ids = [int(i) for i in self.by_flops_desc if is_long[i]]
-        long_groups: list[int] = []
-        joins = 0
-        for i in long_ids:
-            cs = int(c_slots[i])
-            placed = False
-            while not placed:
-                nb = K // cs
-                fr = bfree[cs][:n_rows]
-                anyb = fr.any(axis=0)
-                if anyb.any():
-                    bt = col_tot[: nb * cs].reshape(nb, cs).sum(axis=1)
-                    bmin = bt[anyb].min()
-                    sel = fr & (anyb & (bt <= bmin))[None, :]
-                    score = np.where(sel, step_load[:n_rows, None], np.inf)
-                    k, b = divmod(int(np.argmin(score)), nb)
-                    long_groups.append(new_group(i, k, b * cs, cs))
-                    placed = True
-                    continue
-                # no free aligned block anywhere: join the long group that stays lightest, else add a step
-                best_g, best_v = -1, np.inf
-                for g in long_groups:
-                    c = g_cs[g] * u
-                    if g_cs[g] < self.need_slots[i]:
-                        continue
-                    t = per_rank_tokens_int(int(L[i]), c)
-                    if g_tok[g] + t > M:
-                        continue
-                    v = g_load[g] + float(f[i]) / c
-                    if v < best_v:
-                        best_g, best_v = g, v
-                if best_g >= 0:
-                    joins += 1
-                    g = best_g
-                    c = g_cs[g] * u
-                    g_load[g] = best_v
-                    g_tok[g] += per_rank_tokens_int(int(L[i]), c)
-                    members[g].append(i)
-                    col_tot[g_slot[g]:g_slot[g] + g_cs[g]] += f[i] / c
-                    step_load[g_step[g]] += f[i]
-                    placed = True
-                else:
-                    add_step()
-
-        # 2. fill the room next to each long sample with the largest normal samples that fit
-        norm = [int(i) for i in self.by_len_asc if not is_long[i]]
-        nl_L = [int(L[i]) for i in norm]
-        nl_f = [float(f[i]) for i in norm]
-        for g in long_groups:
-            c = g_cs[g] * u
-            while nl_L:
-                room = tau_r - g_load[g]
-                if room <= 0:
-                    break
-                tr = M - g_tok[g]
-                l_tok = max_length_for_tokens(tr, c)
-                idx = min(bisect_right(nl_f, room * c), bisect_right(nl_L, l_tok)) - 1
-                if idx < 0:
-                    break
-                i = norm.pop(idx)
-                nl_L.pop(idx)
-                fi = nl_f.pop(idx)
-                g_load[g] += fi / c
-                g_tok[g] += per_rank_tokens_int(int(L[i]), c)
-                members[g].append(i)
-                step_load[g_step[g]] += fi
-
-        # 3. bi-objective filling: lowest resulting per-rank FLOPs among buckets with token room
-        rest = sorted(norm, key=lambda i: (-f[i], i))
-        heaps: dict[int, list[tuple[float, int, int, int]]] = {}  # slots -> [(load, step, slot, group or -1)]
-        for g in range(len(g_step)):
-            heaps.setdefault(g_cs[g], []).append((g_load[g], g_step[g], g_slot[g], g))
-        ks, js = np.nonzero(free[:n_rows])
-        heaps.setdefault(1, []).extend((0.0, int(k), int(j), -1) for k, j in zip(ks.tolist(), js.tolist(), strict=True))
-        for h in heaps.values():
-            heapq.heapify(h)
-        hsizes = sorted(heaps)
-        leftovers: list[int] = []
-        for i in rest:
-            fi, Li = float(f[i]), int(L[i])
-            best = None  # (new load, slots, step, slot, heap size)
-            stash: dict[int, list] = {}
-            for cs in hsizes:
-                h = heaps[cs]
-                c = cs * u
-                t = per_rank_tokens_int(int(Li), c)
-                st = stash.setdefault(cs, [])
-                while h:
-                    load, k, j, g = h[0]
-                    if (g_tok[g] if g >= 0 else 0) + t <= M:
-                        key = (load + fi / c, cs, k, j)
-                        if best is None or key < best:
-                            best = key
-                        break
-                    st.append(heapq.heappop(h))
-            if best is not None:
-                cs = best[1]
-                load, k, j, g = heapq.heappop(heaps[cs])
-                c = cs * u
-                if g < 0:
-                    g = new_group(i, k, j, cs)
-                else:
-                    g_load[g] += fi / c
-                    g_tok[g] += per_rank_tokens_int(int(Li), c)
-                    members[g].append(i)
-                heapq.heappush(heaps[cs], (g_load[g], k, j, g))
-            else:
-                leftovers.append(i)
-            for cs, st in stash.items():
-                for e in st:
-                    heapq.heappush(heaps[cs], e)
-
-        # leftovers: steps of their own, each to the bucket with the fewest tokens (an empty one first)
-        if leftovers:
-            left_base = n_rows
-            left_groups: list[int] = []
-            for i in sorted(leftovers, key=lambda i: (-int(L[i]), i)):
-                t = per_rank_tokens_int(int(L[i]), u)
-                spot = None
-                for k in range(left_base, n_rows):
-                    js = np.flatnonzero(free[k, :K])
-                    if js.size:
-                        spot = (k, int(js[0]))
-                        break
-                if spot is None:
-                    fit = [g for g in left_groups if g_tok[g] + t <= M]
-                    if fit:
-                        g = min(fit, key=lambda g: (g_tok[g], g))
-                        g_load[g] += float(f[i]) / u
-                        g_tok[g] += t
-                        members[g].append(i)
-                        continue
-                    add_step()
-                    spot = (n_rows - 1, 0)
-                left_groups.append(new_group(i, spot[0], spot[1], 1))
-
-        # steps, dropping empty ones; per-slot FLOPs for the 1F1B score
-        keep = sorted({g_step[g] for g in range(len(g_step)) if members[g]})
-        row = {k: r for r, k in enumerate(keep)}
-        S = len(keep)
-        fw = np.zeros((S, K + 1))
-        bw = np.zeros((S, K + 1))
-        by_step: list[list[Group]] = [[] for _ in range(S)]
-        max_tok = 0
-        for g in range(len(g_step)):
-            if not members[g]:
+    def _fill_group(self, i: int, cs: int) -> list[int]:
+        """Normal samples a long sample's group takes, largest first, under the code's three limits."""
+        bt = self.batch
+        room = cs * self.tau - float(bt.f[i])
+        length_sum = int(bt.L[i])
+        tok = bt.tokens(i, cs)
+        cap = bt.M * cs
+        taken: list[int] = []
+        j = 0
+        while self._flag_all or (len(self.normal) > self._total_num and length_sum < cap):
+            x = room * self.fill_slack
+            if x <= 0:
+                break
+            j = bisect_right(self._negf, -x, j)  # first normal sample (from j) with forward FLOPs < x
+            if j >= len(self.normal):
+                break
+            k = self.normal[j]
+            t = bt.tokens(k, cs)
+            if self.safe and tok + t > bt.M:
+                j += 1
                 continue
-            r = row[g_step[g]]
-            c = g_cs[g] * u
-            ids = members[g]
-            by_step[r].append(Group(g_slot[g] * u, c, ids))
-            a, b = g_slot[g], g_slot[g] + g_cs[g]
-            vf = float(self.fwd[ids].sum()) / c
-            vb = float(self.bwd[ids].sum()) / c
-            fw[r, a] += vf
-            fw[r, b] -= vf
-            bw[r, a] += vb
-            bw[r, b] -= vb
-            max_tok = max(max_tok, g_tok[g])
-        fw = np.cumsum(fw, axis=1)[:, :K]
-        bw = np.cumsum(bw, axis=1)[:, :K]
-        makespan = float(one_f_one_b_makespan(fw, bw, pp).max()) if S else 0.0
-        steps = [Step(sorted(gs, key=lambda gr: gr.start)) for gs in by_step]
-        return _Candidate(m=m, steps=steps, makespan=makespan, max_tokens=int(max_tok),
-                          extra_steps=max(0, n_rows - base_steps), n_long=len(long_ids), mean_bucket=mu, target=tau,
-                          long_joins=joins, leftovers=len(leftovers))
+            self.normal.pop(j)
+            self._negf.pop(j)
+            room -= float(bt.f[k])
+            length_sum += int(bt.L[k])
+            tok += t
+            taken.append(k)
+        return taken
+
+    def fill_normal(self, n_nb: int) -> None:
+        """Phase 3: normal buckets, FLOPs-first under the mean-token target, then leftovers by tokens."""
+        bt = self.batch
+        if n_nb <= 0:
+            if self.normal and not self.safe:
+                self._reject("no normal bucket left for the normal samples")
+            n_nb = 1 if self.normal else 0
+        self.bf = np.zeros(n_nb)
+        self.bb = np.zeros(n_nb)
+        self.bl = np.zeros(n_nb, dtype=np.int64)
+        self.members: list[list[int]] = [[] for _ in range(n_nb)]
+        if not self.normal:
+            return
+        T = float(bt.L[self.normal].sum()) / n_nb
+        cap = bt.M if self.safe else np.inf
+        left = []
+        for i in self.normal:
+            Li = int(bt.L[i])
+            ok = (self.bl + Li <= T) & (self._bucket_tokens(Li) <= cap)
+            if ok.any():
+                self._add(int(np.argmin(np.where(ok, self.bf, np.inf))), i)
+            else:
+                left.append(i)
+        self.n_leftovers = len(left)
+        self._leftovers(sorted(left, key=lambda i: -int(bt.L[i])), T, cap)
+
+    def _bucket_tokens(self, Li: int) -> np.ndarray:
+        """Tokens per rank of every normal bucket with a sample of ``Li`` tokens added (min_cp ranks)."""
+        u = self.batch.u
+        return self.bl + (Li if u == 1 else per_rank_tokens_int(Li, u))  # with u > 1: a bound (bucket padding aside)
+
+    def _add(self, k: int, i: int) -> None:
+        f = float(self.batch.f[i])
+        self.bf[k] += f
+        self.bb[k] += NORMAL_BWD_FACTOR * f
+        self.bl[k] += int(self.batch.L[i])
+        self.members[k].append(i)
+
+    def _leftovers(self, left: list[int], T: float, cap: float) -> None:
+        """Samples no bucket took: to the bucket whose tokens end closest to ``T`` (safe mode: an extra bucket)."""
+        if not left:
+            return
+        rank = np.argsort(self.bl, kind="stable")  # the code sorts the buckets by tokens once
+        for i in left:
+            Li = int(self.batch.L[i])
+            score = ((self.bl[rank] + Li) - T) ** 2
+            score = np.where(self._bucket_tokens(Li)[rank] <= cap, score, np.inf)
+            if np.isfinite(score).any():
+                self._add(int(rank[int(np.argmin(score))]), i)
+                continue
+            self.bf = np.append(self.bf, 0.0)
+            self.bb = np.append(self.bb, 0.0)
+            self.bl = np.append(self.bl, 0)
+            self.members.append([])
+            rank = np.append(rank, self.bf.size - 1)
+            self._add(self.bf.size - 1, i)
+
+    def assign_slots(self) -> None:
+        """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot."""
+        bt = self.batch
+        per_slot = bt.layout.pp * self.m
+        lists: list[list[tuple[str, int]]] = [[] for _ in range(bt.K)]
+        fsum = np.zeros(bt.K)
+        for g_id, g in enumerate(self.groups):
+            for s in range(g.start, g.start + g.slots):
+                lists[s].append(("g", g_id))
+                fsum[s] += g.fwd / g.slots
+        count = np.array([len(x) for x in lists])
+        for k in np.argsort(self.bf, kind="stable"):
+            if not self.members[k]:
+                if not self.safe:
+                    self._reject("an empty normal bucket")
+                    return
+                continue
+            room = count < per_slot
+            if not room.any():
+                if not self.safe:
+                    self._reject("more buckets than slots can take")
+                    return
+                room = np.ones(bt.K, dtype=bool)
+            s = int(np.argmin(np.where(room, fsum, np.inf)))
+            lists[s].append(("b", int(k)))
+            fsum[s] += self.bf[k]
+            count[s] += 1
+        self.slot_lists = lists
+        toks = [g.tokens for g in self.groups] + [self._normal_tokens(k) for k in range(self.bf.size)]
+        self.max_tokens = int(max(toks, default=0))
+        if self.max_tokens > bt.M:
+            self._reject(f"a group holds {self.max_tokens} tokens per rank > max_tokens_per_rank {bt.M}")
+
+    def _normal_tokens(self, k: int) -> int:
+        return sum(self.batch.tokens(i, 1) for i in self.members[k])
+
+    def score(self) -> None:
+        """Phase 5: the makespan of each slot's list in the PR's pipeline simulation (solver FLOPs), largest over slots."""
+        n = max(len(x) for x in self.slot_lists)
+        fw = np.zeros((n, self.batch.K))
+        bw = np.zeros((n, self.batch.K))
+        for s, lst in enumerate(self.slot_lists):
+            for k, (kind, idx) in enumerate(lst):
+                if kind == "g":
+                    g = self.groups[idx]
+                    fw[k, s], bw[k, s] = g.fwd / g.slots, g.bwd / g.slots
+                else:
+                    fw[k, s], bw[k, s] = self.bf[idx], self.bb[idx]
+        self.makespan = float(pr_pipeline_makespan(fw, bw, self.batch.layout.pp).max())
+
+    def steps(self) -> list[Step]:
+        """Phase 6: microbatch ``k`` of a slot is its ``k``-th bucket; a long group runs where all its slots reach it."""
+        bt = self.batch
+        nxt = np.zeros(bt.K, dtype=np.int64)
+        taken: list[set[int]] = [set() for _ in range(bt.K)]
+        at: dict[int, list[Group]] = {}
+        for g_id, g in enumerate(self.groups):
+            sl = slice(g.start, g.start + g.slots)
+            pos = int(nxt[sl].max())
+            code_pos = {[i for i, (kind, x) in enumerate(self.slot_lists[s]) if kind == "g" and x == g_id][0]
+                        for s in range(g.start, g.start + g.slots)}
+            self.misaligned += len(code_pos) > 1
+            nxt[sl] = pos + 1
+            for s in range(g.start, g.start + g.slots):
+                taken[s].add(pos)
+            at.setdefault(pos, []).append(Group(g.start * bt.u, g.slots * bt.u, list(g.members)))
+        for s, lst in enumerate(self.slot_lists):
+            pos = 0
+            for kind, k in lst:
+                if kind != "b":
+                    continue
+                while pos in taken[s]:
+                    pos += 1
+                taken[s].add(pos)
+                at.setdefault(pos, []).append(Group(s * bt.u, bt.u, list(self.members[k])))
+        return [Step(sorted(at[k], key=lambda gr: gr.start)) for k in sorted(at)]
