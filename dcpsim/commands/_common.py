@@ -1,14 +1,177 @@
-"""Helpers shared by CLI sub-commands: JSON output and rich tables."""
+"""Helpers shared by CLI sub-commands: typed flags, config flags, JSON output and rich tables.
+
+Flags. Every numeric flag has a declared type with bounds (:func:`typed`,
+:data:`POS_INT`, ...): ``--seed -1`` or ``--gpus 2.5`` is one line and exit
+status 2, worded like a config error. Flags that set a run-config field are
+*derived* from :class:`~dcpsim.run.config.RunConfig` with
+:func:`add_config_flags` (type, bounds, choices, help and default come from
+the field, so a flag cannot disagree with the config file), and every
+command that builds a run config also takes ``--set section.field=VALUE``
+(any field, TOML value syntax). :func:`config_from_args` applies them and
+names the flag in errors.
+
+Adding a validated config field and its flag: declare the field with its
+bounds in dcpsim/run/config.py (``vp: int = Field(1, ge=1, description=...)``);
+``--set parallel.vp=2`` works at once; for a dedicated flag add
+``"parallel.vp"`` to the command's ``add_config_flags`` list (the flag is
+``--vp``; :data:`FLAG_NAMES` overrides the name).
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, get_args
 
 import numpy as np
+from pydantic import Field
 
 from dcpsim.errors import ConfigError
+
+# ------------------------------------------------------------ typed flags
+PosInt = Annotated[int, Field(ge=1)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+
+
+def typed(annotation: Any) -> Callable[[str], Any]:
+    """An argparse ``type=`` that reads the text as a TOML value and checks it against ``annotation``.
+
+    Errors become argparse errors (one line, exit status 2):
+    ``argument --seed: got '-1'; expected an integer >= 0``.
+    """
+    from dcpsim.validation import check_value, describe, parse_text_value
+
+    def convert(text: str) -> Any:
+        try:
+            return check_value(annotation, parse_text_value(text, annotation), "value")
+        except ConfigError:
+            raise argparse.ArgumentTypeError(f"got {text!r}; expected {describe(annotation)}") from None
+
+    convert.__name__ = describe(annotation)
+    convert.annotation = annotation  # type: ignore[attr-defined]  # read by the fuzz tests
+    return convert
+
+
+POS_INT = typed(PosInt)
+NONNEG_INT = typed(NonNegInt)
+POS_FLOAT = typed(PosFloat)
+NONNEG_FLOAT = typed(NonNegFloat)
+SEED = typed(Seed)
+
+# ------------------------------------------------------------ config flags
+# dotted config path -> flag, where the flag is not --<field name>
+FLAG_NAMES: dict[str, str] = {
+    "model.name": "--model",
+    "hardware.gpu": "--gpu",
+    "cluster.gpus": "--gpus",
+    "workload.name": "--workload",
+    "policy.name": "--policy",
+}
+_CFG_DEST = "cfg:"
+
+
+def config_field(path: str):
+    """The pydantic FieldInfo of a dotted RunConfig path (ConfigError if there is none)."""
+    from dcpsim.run.config import RunConfig
+
+    model: Any = RunConfig
+    info = None
+    for key in path.split("."):
+        fields = getattr(model, "model_fields", None)
+        if not fields or key not in fields:
+            raise ConfigError(path, None, "a RunConfig field (section.field)")
+        info = fields[key]
+        model = info.annotation
+    return info
+
+
+def flag_name(path: str) -> str:
+    return FLAG_NAMES.get(path, "--" + path.rsplit(".", 1)[-1].replace("_", "-"))
+
+
+def add_config_flags(parser: argparse.ArgumentParser, paths: Sequence[str], *, set_flag: bool = True) -> None:
+    """Add one flag per RunConfig field in ``paths`` (plus ``--set KEY=VALUE``), derived from the field.
+
+    The flag's default is "the config's": None here, so the base config
+    (file or defaults) keeps its value unless the flag is given.
+    """
+    from dcpsim.validation import describe
+
+    for path in paths:
+        info = config_field(path)
+        choices = get_args(info.annotation) if str(info.annotation).startswith("typing.Literal") else None
+        default = info.get_default(call_default_factory=True)
+        help_ = (f"{info.description or path} ({describe(info.annotation, info.metadata)}; "
+                 f"config field {path}, default {default!r})")
+        if choices:
+            parser.add_argument(flag_name(path), dest=_CFG_DEST + path, default=None, choices=choices, help=help_)
+        else:
+            parser.add_argument(flag_name(path), dest=_CFG_DEST + path, default=None, metavar="VALUE", help=help_)
+    if set_flag:
+        parser.add_argument("--set", dest="set_fields", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                            help="set any run-config field (TOML value syntax), repeatable, "
+                            "e.g. --set sim.noise_cv=0.05 --set policy.options.cap_delta=0.1")
+
+
+def parse_set_item(item: str, flag: str = "--set") -> tuple[str, Any]:
+    """``"parallel.cp=4"`` -> ``("parallel.cp", 4)``, the value read as the field's type would be in TOML."""
+    from dcpsim.validation import parse_text_value
+
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(flag, item, "SECTION.FIELD=VALUE (e.g. parallel.cp=4)")
+    try:
+        ann = config_field(key).annotation
+    except ConfigError:
+        ann = Any  # policy options and unknown keys: read as TOML; set_dotted names what is wrong
+    return key, parse_text_value(text, ann) if ann is not Any else _toml_or_text(text)
+
+
+def _toml_or_text(text: str) -> Any:
+    import tomllib
+
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def config_updates(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
+    """(dotted updates, path -> flag) from the derived flags and ``--set`` items on ``args``."""
+    from dcpsim.validation import parse_text_value
+
+    updates: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for dest, text in vars(args).items():
+        if dest.startswith(_CFG_DEST) and text is not None:
+            path = dest[len(_CFG_DEST):]
+            updates[path] = parse_text_value(text, config_field(path).annotation)
+            names[path] = flag_name(path)
+    for item in getattr(args, "set_fields", None) or []:
+        key, value = parse_set_item(item)
+        updates[key] = value
+        names[key] = f"--set {key}"
+    return updates, names
+
+
+def config_from_args(args: argparse.Namespace, base=None, extra: dict[str, Any] | None = None):
+    """The RunConfig of ``base`` (default: all defaults) with the flags on ``args`` applied.
+
+    ``extra`` holds further updates (already typed) applied first. Errors
+    name the flag that set the field.
+    """
+    from dcpsim.run.config import RunConfig
+
+    base = base if base is not None else RunConfig()
+    updates, names = config_updates(args)
+    merged = {**(extra or {}), **updates}
+    return base.with_updates(merged, names=names) if merged else base
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -59,10 +222,23 @@ def print_table(rows: list[dict], title: str | None = None, columns: list[str] |
 
 
 def parse_int_list(text: str, field: str) -> list[int]:
-    try:
-        vals = [int(float(x)) for x in str(text).split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(field, text, "a comma-separated list of integers") from None
+    """``"32768,4096"`` -> ``[32768, 4096]``: positive integers only (``2.5``, ``nan``, ``-1`` are refused)."""
+    parts = [x.strip() for x in str(text).split(",")]
+    vals = []
+    for x in parts:
+        if not x:
+            continue
+        try:
+            v = int(x.replace("_", ""))
+        except ValueError:
+            try:
+                f = float(x)  # 1e6 is a whole number; 2.5, nan and inf are not
+            except ValueError:
+                f = math.nan
+            if not (math.isfinite(f) and f.is_integer() and abs(f) < 2**63):
+                raise ConfigError(field, text, f"a comma-separated list of positive integers ({x!r} is not one)") from None
+            v = int(f)
+        vals.append(v)
     if not vals or any(v <= 0 for v in vals):
         raise ConfigError(field, text, "a non-empty comma-separated list of positive integers")
     return vals

@@ -2,50 +2,69 @@
 
 from __future__ import annotations
 
-from dcpsim.commands._common import parse_int_list, print_json, print_table
-from dcpsim.cost import CP_COMM_TYPES, CostModel
-from dcpsim.model import RECOMPUTE_MODES
+from dcpsim.commands._common import (
+    POS_INT,
+    add_config_flags,
+    config_from_args,
+    config_updates,
+    parse_int_list,
+    print_json,
+    print_table,
+)
 
 
 def register(sub) -> None:
     p = sub.add_parser("cost", help="per-rank time and memory of one pack on one CP group")
-    p.add_argument("--model", default="llama-13b", help="model name or spec .toml (default llama-13b)")
-    p.add_argument("--gpu", default="h100-sxm", help="hardware profile name or folder (default h100-sxm)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
-    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size (cost is for one stage)")
-    p.add_argument("--cp", type=int, default=1, help="CP group size")
-    p.add_argument("--dp-cp", type=int, default=None, help="ranks per stage sharing the optimizer (default: cp)")
+    p.add_argument("--config", default=None, metavar="RUN.toml", help="base run configuration (default: dcpsim's defaults)")
+    add_config_flags(p, ["model.name", "hardware.gpu", "parallel.tp", "parallel.pp", "parallel.cp",
+                         "parallel.cp_comm", "parallel.recompute"])
+    p.add_argument("--dp-cp", type=POS_INT, default=None,
+                   help="ranks per stage sharing the optimizer (default: cp, the CP group alone)")
     p.add_argument("--lengths", required=True, help="comma-separated sequence lengths in tokens, e.g. 32768,4096,1024")
     p.add_argument("--spans-network", action="store_true", help="the CP group leaves the NVLink domain")
-    p.add_argument("--cp-comm", default="p2p", choices=CP_COMM_TYPES)
-    p.add_argument("--recompute", default="full", choices=RECOMPUTE_MODES)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from dcpsim.cost import CostModel
+    from dcpsim.run import RunConfig, load_config
+
     lengths = parse_int_list(args.lengths, "--lengths")
-    cm = CostModel(args.gpu, args.model, tp=args.tp, pp=args.pp, dp_cp=args.dp_cp or args.cp,
-                   cp_comm=args.cp_comm, recompute=args.recompute)
-    pc = cm.pack_cost(lengths, args.cp, spans_network=args.spans_network, check_memory=False)
+    cfg = _config(args, load_config(args.config) if args.config else RunConfig())
+    p = cfg.parallel
+    cm = CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp,
+                   dp_cp=p.cp if args.dp_cp is None else args.dp_cp, cp_comm=p.cp_comm, recompute=p.recompute)
+    pc = cm.pack_cost(lengths, p.cp, spans_network=args.spans_network, check_memory=False)
     flops = cm.flops(lengths) / cm.pp  # counted FLOPs of this stage's share
     d = pc.as_dict()
     result = {
-        "config": cm.describe() | {"cp": args.cp, "spans_network": args.spans_network, "lengths": lengths},
+        "config": cm.describe() | {"cp": p.cp, "spans_network": args.spans_network, "lengths": lengths},
         "breakdown_s": {k: v for k, v in d.items() if k.endswith("_s")},
         "local_tokens": d["local_tokens"],
         "peak_memory_gib": d["peak_memory_bytes"] / 2**30,
         "memory_limit_gib": cm.memory_limit_bytes / 2**30,
         "fits_memory": bool(d["fits_memory"]),
-        "counted_tflops_per_gpu": flops / args.cp / args.tp / pc.total_s / 1e12,
+        "counted_tflops_per_gpu": flops / p.cp / p.tp / pc.total_s / 1e12,
     }
     if args.json:
         print_json(result)
         return 0
     rows = [{"component": k.removesuffix("_s"), "time_ms": v * 1e3} for k, v in result["breakdown_s"].items()]
-    print_table(rows, title=f"{cm.model.name} on {cm.profile.name}: tp={args.tp} pp={args.pp} cp={args.cp} "
+    print_table(rows, title=f"{cm.model.name} on {cm.profile.name}: tp={p.tp} pp={p.pp} cp={p.cp} "
                 f"({'network' if args.spans_network else 'NVLink'}), {len(lengths)} sequences, per rank per stage")
     print(f"local tokens per rank: {d['local_tokens']:.0f}   peak memory: {result['peak_memory_gib']:.1f} GiB "
           f"(limit {result['memory_limit_gib']:.1f}, {'fits' if result['fits_memory'] else 'DOES NOT FIT'})   "
           f"counted TFLOPS/GPU (excl. head): {result['counted_tflops_per_gpu']:.1f}")
     return 0
+
+
+def _config(args, base):
+    """The run config of the flags; cluster.gpus (no part of one group's cost) follows tp*pp*cp."""
+    updates, _ = config_updates(args)
+    p = base.parallel
+    sizes = [updates.get(f"parallel.{k}", getattr(p, k)) for k in ("tp", "pp", "cp")]
+    extra = {}
+    if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in sizes):
+        extra = {"cluster.gpus": sizes[0] * sizes[1] * sizes[2], "workload.gbs": max(base.workload.gbs, 1)}
+    return config_from_args(args, base, extra=extra)

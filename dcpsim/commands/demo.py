@@ -10,7 +10,7 @@ bound (``bound``: no schedule can beat it) for scale.
 
 from __future__ import annotations
 
-from dcpsim.commands._common import print_json, print_table
+from dcpsim.commands._common import POS_INT, SEED, print_json, print_table
 
 POLICIES = ("packing", "dynamic", "dynamic-solver", "bound")
 # The blog's headline for Llama-13B on GitHub data (REFERENCE §1); GPU type, count and layout were not
@@ -20,8 +20,8 @@ BLOG_REFERENCE = "blog: Llama-13B, GitHub, gbs 2048: 195.88 -> 289.32 TFLOPS/GPU
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="simulate packing vs dynamic CP (and the solver, and the bound) on built-in defaults")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampled global batches")
-    p.add_argument("--iterations", type=int, default=3, help="iterations per policy (each a fresh global batch)")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the sampled global batches")
+    p.add_argument("--iterations", type=POS_INT, default=3, help="iterations per policy (each a fresh global batch)")
     p.add_argument("--trace", default=None, metavar="PREFIX",
                    help="also write PREFIX-<policy>.json Chrome/Perfetto traces")
     p.add_argument("--json", action="store_true", help="machine-readable output")

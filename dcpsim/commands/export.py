@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dcpsim.commands._common import print_json
+from dcpsim.commands._common import POS_INT, print_json
 
 
 def register(sub) -> None:
@@ -12,8 +12,8 @@ def register(sub) -> None:
     p.add_argument("--allow-approximate", action="store_true",
                    help="export a policy Megatron lacks (packing-balanced, dynamic-solver, milp) as the closest Megatron scheduler")
     p.add_argument("--no-simulate", action="store_true", help="skip the simulation (no expected.json)")
-    p.add_argument("--train-iters", type=int, default=30, help="--train-iters of the exported run (default 30)")
-    p.add_argument("--gpus-per-node", type=int, default=None, help="for launch.sh (default: the hardware profile's)")
+    p.add_argument("--train-iters", type=POS_INT, default=30, help="--train-iters of the exported run (default 30)")
+    p.add_argument("--gpus-per-node", type=POS_INT, default=None, help="for launch.sh (default: the hardware profile's)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dcpsim.commands._common import parse_int_list, print_json, print_table
+from dcpsim.commands._common import NONNEG_FLOAT, POS_FLOAT, POS_INT, SEED, parse_int_list, print_json, print_table
 
 DEFAULTS: dict[str, Any] = {
     "model": "llama-13b", "tokens": "1T", "gpus": "h100-sxm:2.5", "sizes": "512,1024,2048,4096",
@@ -23,19 +23,19 @@ def register(sub) -> None:
     p.add_argument("--sizes", default=None, help=f"cluster sizes in GPUs (default {d['sizes']})")
     p.add_argument("--policies", default=None, help=f"policies to compare (default {d['policies']})")
     g = p.add_argument_group("data and batch")
-    g.add_argument("--seq-len", type=int, default=None,
+    g.add_argument("--seq-len", type=POS_INT, default=None,
                    help=f"fixed-length pre-training windows of this many tokens (default {d['seq_len']} "
                         "unless --workload, --data or a --config workload is given)")
     g.add_argument("--documents", default=None, help="with --seq-len: per-document attention, documents from this "
                                                      "workload (default: attention over the whole window)")
     g.add_argument("--workload", default=None, help="variable-length workload preset or lengths file (long-context, SFT)")
-    g.add_argument("--max-len", type=int, default=None, help="longest sequence of a variable-length workload "
+    g.add_argument("--max-len", type=POS_INT, default=None, help="longest sequence of a variable-length workload "
                                                              "(default 131072)")
     g.add_argument("--data", default=None, help="named data preset (see dcpsim.planning.DATA_PRESETS), e.g. "
                                                 "pretrain-4k, long-context-128k, sft-8k")
     g.add_argument("--gbs-tokens", default=None, help=f"global batch in tokens: 4M, 16M, 4194304 "
                                                       f"(default {d['gbs_tokens']}; K/M/G are powers of two)")
-    g.add_argument("--gbs", type=int, default=None, help="global batch in sequences (instead of --gbs-tokens)")
+    g.add_argument("--gbs", type=POS_INT, default=None, help="global batch in sequences (instead of --gbs-tokens)")
     g.add_argument("--max-gbs-tokens", default=None, help="the largest batch known to converge; larger batches warn")
     g.add_argument("--batch-scaling", default=None, choices=["proportional", "fixed"],
                    help="fixed: the same batch at every size (default); proportional: grows with the GPU count")
@@ -46,24 +46,24 @@ def register(sub) -> None:
         s.add_argument(f"--{name}", default=None, help=f"{what} (default: searched)")
     s.add_argument("--recompute", default=None, help="none,selective,full (default: searched)")
     s.add_argument("--precision", default=None, help="bf16,fp8 where the time model has it (default: searched)")
-    s.add_argument("--top", type=int, default=None, help=f"layouts shown per size (default {d['top']})")
-    s.add_argument("--simulate", type=int, default=None,
+    s.add_argument("--top", type=POS_INT, default=None, help=f"layouts shown per size (default {d['top']})")
+    s.add_argument("--simulate", type=POS_INT, default=None,
                    help=f"screened layouts simulated per size and policy (default {d['simulate']})")
     t = p.add_argument_group("time to train")
     t.add_argument("--deadline", default=None, help="e.g. 30d, 720h, 4w (plain number = days; default none)")
-    t.add_argument("--iterations", type=int, default=None, help="simulated iterations per layout (default 1 for "
+    t.add_argument("--iterations", type=POS_INT, default=None, help="simulated iterations per layout (default 1 for "
                                                                  "fixed windows, 2 otherwise)")
-    t.add_argument("--seed", type=int, default=None)
-    t.add_argument("--seeds", type=int, default=None, help=f"seeds for the spread of the best layouts (default "
+    t.add_argument("--seed", type=SEED, default=None)
+    t.add_argument("--seeds", type=POS_INT, default=None, help=f"seeds for the spread of the best layouts (default "
                                                           f"{d['seeds']}; fixed windows without noise need one)")
-    t.add_argument("--mtbf-gpu-hours", type=float, default=None,
+    t.add_argument("--mtbf-gpu-hours", type=POS_FLOAT, default=None,
                    help="per-GPU mean time between failures in hours (default: from Llama 3, 54 d x 24 h x 16384 / 419)")
-    t.add_argument("--checkpoint-s", type=float, default=None, help=f"seconds to write a checkpoint (default "
+    t.add_argument("--checkpoint-s", type=NONNEG_FLOAT, default=None, help=f"seconds to write a checkpoint (default "
                                                                     f"{d['checkpoint_s']:g})")
-    t.add_argument("--restart-s", type=float, default=None, help=f"seconds from a failure to training again "
+    t.add_argument("--restart-s", type=NONNEG_FLOAT, default=None, help=f"seconds from a failure to training again "
                                                                  f"(default {d['restart_s']:g})")
     p.add_argument("--config", default=None, help="base run TOML for everything else (recompute, network, sim ...)")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="worker processes (default 2)")
+    p.add_argument("-j", "--jobs", type=POS_INT, default=None, help="worker processes (default 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--plot", default=None, help="write cost vs days (Pareto front highlighted) to this PNG/PDF")
     p.add_argument("--csv", default=None, help="write the best layout per GPU type, size and policy to this CSV")
@@ -175,7 +175,7 @@ def run(args) -> int:
     base = load_config(args.config) if args.config else None
     model = args.model or (base.model.name if base is not None else DEFAULTS["model"])
     tokens = float(parse_token_count(args.tokens or DEFAULTS["tokens"], "--tokens", binary=False))
-    fm = FailureModel(gpu_mtbf_h=args.mtbf_gpu_hours or llama3_gpu_mtbf_hours(),
+    fm = FailureModel(gpu_mtbf_h=llama3_gpu_mtbf_hours() if args.mtbf_gpu_hours is None else args.mtbf_gpu_hours,
                       checkpoint_s=_get(args, "checkpoint_s")[0], restart_s=_get(args, "restart_s")[0])
     deadline = parse_duration_days(args.deadline)
     data = build_data(args, base)

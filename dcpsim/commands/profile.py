@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import shlex
 
-from dcpsim.commands._common import parse_int_list, print_json, print_table
+from dcpsim.commands._common import NONNEG_INT, POS_INT, SEED, parse_int_list, print_json, print_table
 
 
 def register(sub) -> None:
     p = sub.add_parser("profile", help="measure a hardware profile with torch on this machine (extra: profile)")
     p.add_argument("--out", required=True, help="profile folder to write, e.g. profiles/my-h100")
     p.add_argument("--model", default="llama-13b", help="model whose layer shapes are measured (name or spec .toml)")
-    p.add_argument("--scale", type=int, default=None,
+    p.add_argument("--scale", type=POS_INT, default=None,
                    help="divide hidden, heads, FFN and vocab by this (head dim kept); default 1, or the smallest "
                         "divisor giving hidden <= 512 with --quick")
-    p.add_argument("--tp", type=int, default=1, help="measure the per-GPU shapes of a TP-sharded layer")
+    p.add_argument("--tp", type=POS_INT, default=1, help="measure the per-GPU shapes of a TP-sharded layer")
     p.add_argument("--quick", action="store_true", help="small sizes and a shrunk model (CPU, CI)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
@@ -32,14 +32,14 @@ def register(sub) -> None:
     p.add_argument("--tokens", default=None, help="GEMM token counts, comma-separated")
     p.add_argument("--seqlens", default=None, help="attention document lengths, comma-separated")
     p.add_argument("--sizes", default=None, help="collective message sizes in bytes, comma-separated")
-    p.add_argument("--varlen-tokens", type=int, default=None, help="tokens of the packed varlen buffer")
-    p.add_argument("--nproc", type=int, default=None, help="collective ranks (default: GPUs visible, 2 on a CPU)")
+    p.add_argument("--varlen-tokens", type=POS_INT, default=None, help="tokens of the packed varlen buffer")
+    p.add_argument("--nproc", type=POS_INT, default=None, help="collective ranks (default: GPUs visible, 2 on a CPU)")
     p.add_argument("--no-collectives", action="store_true", help="copy the collective rows from --base instead")
-    p.add_argument("--warmup", type=int, default=None)
-    p.add_argument("--min-repeats", type=int, default=None)
-    p.add_argument("--max-repeats", type=int, default=None)
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads on a CPU (default: torch's; 1 with --quick)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup", type=NONNEG_INT, default=None)
+    p.add_argument("--min-repeats", type=POS_INT, default=None)
+    p.add_argument("--max-repeats", type=POS_INT, default=None)
+    p.add_argument("--threads", type=POS_INT, default=None, help="torch intra-op threads on a CPU (default: torch's; 1 with --quick)")
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run, _parser=p)
 

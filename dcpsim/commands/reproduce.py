@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dcpsim.commands._common import print_json, print_table, to_jsonable
+from dcpsim.commands._common import POS_INT, print_json, print_table, to_jsonable
 from dcpsim.errors import ConfigError
 from dcpsim.experiments.blog import source_revision
 
@@ -28,9 +28,9 @@ def register(sub) -> None:
     p.add_argument("--quick", action="store_true", help="small run (2 seeds, no sensitivity): under a minute on one core")
     p.add_argument("--out", default="dcpsim-reproduce", help="output folder (tables, figures, cells); default ./dcpsim-reproduce")
     p.add_argument("--spec", default=None, help="experiment folder (default: experiments/dynamic_cp_blog of this checkout)")
-    p.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: the mode's)")
-    p.add_argument("--iterations", type=int, default=None, help="global batches per seed (default: the mode's)")
+    p.add_argument("--jobs", type=POS_INT, default=1, help="worker processes (default 1)")
+    p.add_argument("--seeds", type=POS_INT, default=None, help="seeds per cell (default: the mode's)")
+    p.add_argument("--iterations", type=POS_INT, default=None, help="global batches per seed (default: the mode's)")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the sensitivity study")
     p.add_argument("--sensitivity", action="store_true", help="run the sensitivity study even with --quick")
     p.add_argument("--public", action="store_true", help="also run the uncalibrated public-facts workloads (default in full mode)")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dcpsim.commands._common import print_json, print_table, to_jsonable
+from dcpsim.commands._common import add_config_flags, config_from_args, print_json, print_table, to_jsonable
 
 
 def register(sub) -> None:
@@ -14,8 +14,7 @@ def register(sub) -> None:
                    help="write iterations.parquet, ranks.parquet, config.json and summary.json into DIR")
     p.add_argument("--policy", default=None,
                    help="override policy.name (the file's policy.options are dropped when the name changes)")
-    p.add_argument("--iterations", type=int, default=None, help="override sim.iterations")
-    p.add_argument("--seed", type=int, default=None, help="override sim.seed")
+    add_config_flags(p, ["sim.iterations", "sim.seed"])
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -25,15 +24,10 @@ def run(args) -> int:
     from dcpsim.run.single import run_simulation
 
     cfg = load_config(args.config)
-    updates: dict = {}
+    extra: dict = {}
     if args.policy is not None and args.policy != cfg.policy.name:
-        updates |= {"policy.name": args.policy, "policy.options": {}}
-    if args.iterations is not None:
-        updates["sim.iterations"] = args.iterations
-    if args.seed is not None:
-        updates["sim.seed"] = args.seed
-    if updates:
-        cfg = cfg.with_updates(updates)
+        extra = {"policy.name": args.policy, "policy.options": {}}
+    cfg = config_from_args(args, cfg, extra=extra)
     res = run_simulation(cfg, trace_path=args.trace)
     outputs = {k: str(v) for k, v in res.write(args.out).items()} if args.out else {}
     if args.trace:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from dcpsim.commands._common import print_json, print_table
+from dcpsim.commands._common import POS_INT, print_json, print_table
 
 
 def register(sub) -> None:
@@ -17,15 +17,15 @@ def register(sub) -> None:
     )
     p.add_argument("spec", help="sweep spec TOML ([base] + [[axes]])")
     p.add_argument("--out", required=True, help="output directory (results/, figures/, spec.toml, sweep.json)")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="local worker processes (default: all cores; 1 = in this process)")
-    p.add_argument("--batch-size", type=int, default=None, help="runs per task (default: adaptive, tasks of ~1.5 s)")
+    p.add_argument("-j", "--jobs", type=POS_INT, default=None, help="local worker processes (default: all cores; 1 = in this process)")
+    p.add_argument("--batch-size", type=POS_INT, default=None, help="runs per task (default: adaptive, tasks of ~1.5 s)")
     p.add_argument("--dask-address", default=None, metavar="tcp://HOST:PORT", help="send tasks to this running Dask scheduler")
-    p.add_argument("--dask-local", type=int, default=None, metavar="N", help="start a Dask LocalCluster of N single-threaded worker processes (127.0.0.1)")
+    p.add_argument("--dask-local", type=POS_INT, default=None, metavar="N", help="start a Dask LocalCluster of N single-threaded worker processes (127.0.0.1)")
     s = p.add_argument_group("SLURM (via dask-jobqueue; workers must be able to import dcpsim)")
     s.add_argument("--slurm", action="store_true", help="start Dask workers as SLURM jobs")
-    s.add_argument("--slurm-jobs", type=int, default=1, help="number of SLURM jobs (default 1)")
-    s.add_argument("--slurm-cores", type=int, default=16, help="cores per job (default 16)")
-    s.add_argument("--slurm-processes", type=int, default=None, help="worker processes per job (default: one per core)")
+    s.add_argument("--slurm-jobs", type=POS_INT, default=1, help="number of SLURM jobs (default 1)")
+    s.add_argument("--slurm-cores", type=POS_INT, default=16, help="cores per job (default 16)")
+    s.add_argument("--slurm-processes", type=POS_INT, default=None, help="worker processes per job (default: one per core)")
     s.add_argument("--slurm-memory", default="32GB", help="memory per job (default 32GB)")
     s.add_argument("--slurm-walltime", default="01:00:00", help="time limit per job (default 01:00:00)")
     s.add_argument("--slurm-queue", default=None, help="partition (#SBATCH -p)")

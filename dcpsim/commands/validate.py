@@ -18,7 +18,7 @@ its scale and the dtype default to those the profile was measured with.
 
 from __future__ import annotations
 
-from dcpsim.commands._common import parse_int_list, print_json, print_table
+from dcpsim.commands._common import POS_INT, SEED, parse_int_list, print_json, print_table
 
 
 def register(sub) -> None:
@@ -30,15 +30,15 @@ def register(sub) -> None:
     p.add_argument("--suite", default=None, help="--published: suite folder (default experiments/published_throughput)")
     p.add_argument("--profile", default=None, help="profile folder (or shipped name) whose predictions are checked")
     p.add_argument("--model", default=None, help="model name or spec .toml (default: the one the profile measured, else llama-13b)")
-    p.add_argument("--scale", type=int, default=None, help="model shrink factor (default: the profile's)")
+    p.add_argument("--scale", type=POS_INT, default=None, help="model shrink factor (default: the profile's)")
     p.add_argument("--quick", action="store_true", help="small packs and few repeats (CPU, CI)")
     p.add_argument("--pack-tokens", default=None, help="pack sizes in tokens, comma-separated (default 16384,65536; quick 1024)")
-    p.add_argument("--short", type=int, default=None, help="short document length (default 512; quick 128)")
+    p.add_argument("--short", type=POS_INT, default=None, help="short document length (default 512; quick 128)")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default=None, choices=["bf16", "fp16", "fp32"], help="default: the profile's")
-    p.add_argument("--repeats", type=int, default=None, help="maximum timed repeats per pack")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads on a CPU (default: the profile's)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeats", type=POS_INT, default=None, help="maximum timed repeats per pack")
+    p.add_argument("--threads", type=POS_INT, default=None, help="torch intra-op threads on a CPU (default: the profile's)")
+    p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--out", default=None, help="--published: folder for CSV/Markdown/JSON/plot; "
                    "--profile: Markdown file (default <profile>/VALIDATION.md)")
     p.add_argument("--json", action="store_true", help="machine-readable output")

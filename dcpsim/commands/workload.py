@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from dcpsim.commands._common import print_json, print_table
+from dcpsim.commands._common import POS_INT, SEED, print_json, print_table
 
 
 def register(sub) -> None:
     p = sub.add_parser("workload", help="list workload presets, or show a workload's length statistics")
     p.add_argument("action", choices=["list", "show"])
     p.add_argument("name", nargs="?", help="preset name or a lengths file (txt/csv/parquet/jsonl)")
-    p.add_argument("--samples", type=int, default=200_000, help="sequences drawn for the statistics (default 200000)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--min-len", type=int, default=None, help="drop sequences shorter than this")
-    p.add_argument("--max-len", type=int, default=None, help="drop sequences longer than this")
+    p.add_argument("--samples", type=POS_INT, default=200_000, help="sequences drawn for the statistics (default 200000)")
+    p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--min-len", type=POS_INT, default=None, help="drop sequences shorter than this")
+    p.add_argument("--max-len", type=POS_INT, default=None, help="drop sequences longer than this")
     p.add_argument("--plot", default=None, help="write the count and token-weighted histograms to this PNG/PDF")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)

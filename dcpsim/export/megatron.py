@@ -157,7 +157,7 @@ def check_megatron(cfg: RunConfig, policy: str) -> list[str]:  # noqa: C901 - te
     if dynamic and s.planning == "hidden":
         notes.append("the simulation hides planning time (sim.planning='hidden'); Megatron's dev branch plans "
                      "synchronously, so a real run may be slower by the planning time")
-    if cfg.hardware.pod_gpus or cfg.hardware.oversubscription != 1.0:
+    if cfg.hardware.pod_gpus != "flat" or cfg.hardware.oversubscription != 1.0:
         notes.append("network topology (pod_gpus, oversubscription) is a property of the cluster, not a flag")
     return notes
 

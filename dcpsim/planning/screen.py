@@ -54,7 +54,7 @@ def sync_exposed_s(cfg: RunConfig, cost, bwd_one_s: float) -> float:
 
 
 def _spans(cfg: RunConfig, cost, cp) -> np.ndarray:
-    dom = cfg.hardware.nvlink_domain_gpus or cost.profile.nvlink_domain_gpus
+    dom = cost.profile.nvlink_domain_gpus if cfg.hardware.nvlink_domain_gpus == "profile" else cfg.hardware.nvlink_domain_gpus
     return np.asarray(cp) * cfg.parallel.tp > dom
 
 

@@ -157,7 +157,9 @@ def get_policy(name: str, **options: Any) -> Policy:
     for key in options:
         if key not in params:
             raise ConfigError(f"policy.options.{key}", options[key], f"an option of policy {name!r} (one of {params})")
-    return cls(**options)
+    from dcpsim.validation import check_options
+
+    return cls(**check_options(cls.__init__, options, "policy.options"))
 
 
 # ------------------------------------------------------------------ checks

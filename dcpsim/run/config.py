@@ -8,9 +8,9 @@ Example (every field optional; these are the defaults)::
     [hardware]
     gpu = "h100-sxm"            # profile name or folder
     network_scale = 1.0         # multiplies network bandwidth (<1: degraded/oversubscribed)
-    pod_gpus = 0                # GPUs per full-bandwidth pod (0 = one flat fabric)
+    pod_gpus = "flat"           # GPUs per full-bandwidth pod ("flat" = one flat fabric)
     oversubscription = 1.0      # bandwidth divisor for traffic leaving a pod
-    nvlink_domain_gpus = 0      # GPUs per NVLink domain (72 for NVL72); 0 = the profile's value
+    nvlink_domain_gpus = "profile"  # GPUs per NVLink domain (72 for NVL72); "profile" = the profile's value
 
     [cluster]
     gpus = 64                   # = tp * pp * dp * cp
@@ -20,7 +20,7 @@ Example (every field optional; these are the defaults)::
     pp = 8
     cp = 2                      # static CP size; dynamic CP goes up to dp*cp
     min_cp = 1
-    max_tokens_per_rank = 65536 # Megatron --max-seqlen-per-dp-cp-rank (launch script of PR #2959); 0 = ceil(max_len/(dp*cp))
+    max_tokens_per_rank = 65536 # Megatron --max-seqlen-per-dp-cp-rank (launch script of PR #2959); "auto" = ceil(max_len/(dp*cp))
     cp_comm = "p2p"             # p2p | all_gather | a2a
     recompute = "full"          # none | selective | full
     mbs = 1                     # sequences per microbatch per DP rank (fixed workload only; Megatron --micro-batch-size)
@@ -47,13 +47,22 @@ sequences), and ``gbs`` must be a multiple of ``dp * mbs`` (Megatron's rule).
     [sim]
     iterations = 1
     seed = 0
-    noise_cv = 0.0              # coefficient of variation of kernel times
+    noise_cv = 0.0              # coefficient of variation of kernel times (0 .. 1)
     straggler_fraction = 0.0
     straggler_slowdown = 1.0
     degraded_link_scale = 1.0   # bandwidth factor of one degraded network link
     overlap_grad_sync = true
-    planning = "hidden"         # hidden (overlaps the previous iteration) | stall | ignore
+    planning = "hidden"         # modelled planning time: hidden (overlaps the previous iteration) | stall | ignore
     grad_reduce_bytes_per_param = 4
+
+Validation (:mod:`dcpsim.validation`): types are strict (``2.5`` is not an
+int, ``"false"`` is not a bool), numbers finite, bounds physical, unknown keys
+refused; a value never silently means "default" (``"auto"``, ``"flat"`` and
+``"profile"`` say so). To add a field, declare it with its bounds and a
+description (``vp: int = Field(1, ge=1, description=...)``): the TOML file,
+``--set section.field=VALUE`` on every command and the fuzz tests
+(tests/test_fuzz.py) pick it up; a dedicated CLI flag is one entry in the
+command's ``add_config_flags`` list (dcpsim/commands/_common.py).
 """
 
 from __future__ import annotations
@@ -61,44 +70,52 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
+from dcpsim.choices import Clip, CpComm, Planning, Recompute
 from dcpsim.errors import ConfigError
+from dcpsim.validation import InputModel, read_toml, validate_model
+
+PositiveInt = Annotated[int, Field(ge=1)]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Section(InputModel):
+    """A config section: strict types, finite numbers, no unknown keys (see :mod:`dcpsim.validation`)."""
 
 
 class ModelSection(_Section):
-    name: str | dict[str, Any] = Field(
+    name: Annotated[str, Field(min_length=1)] | dict[str, Any] = Field(
         "llama-13b", description="model spec name, path to a spec .toml, or an inline spec table (ModelSpec fields)")
 
 
 class HardwareSection(_Section):
-    gpu: str = Field("h100-sxm", description="hardware profile name or folder")
-    network_scale: float = Field(1.0, gt=0, description="multiplier on network bandwidth")
-    pod_gpus: int = Field(0, ge=0, description="GPUs per full-bandwidth pod (0 = flat fabric)")
-    oversubscription: float = Field(1.0, ge=1.0, description="bandwidth divisor for traffic leaving a pod")
-    nvlink_domain_gpus: int = Field(0, ge=0, description="GPUs per NVLink domain (72 for NVL72); 0 = the profile's value")
+    gpu: str = Field("h100-sxm", min_length=1, description="hardware profile name or folder")
+    network_scale: float = Field(1.0, gt=0, le=1000, description="multiplier on network bandwidth")
+    pod_gpus: PositiveInt | Literal["flat"] = Field(
+        "flat", description='GPUs per full-bandwidth pod; "flat" = one flat fabric')
+    oversubscription: float = Field(1.0, ge=1.0, le=1000, description="bandwidth divisor for traffic leaving a pod")
+    nvlink_domain_gpus: PositiveInt | Literal["profile"] = Field(
+        "profile", description='GPUs per NVLink domain (72 for NVL72); "profile" = the hardware profile\'s value')
 
 
 class ClusterSection(_Section):
-    gpus: int = Field(64, ge=1, description="total GPUs = tp*pp*dp*cp")
+    gpus: int = Field(64, ge=1, le=10_000_000, description="total GPUs = tp*pp*dp*cp")
 
 
 class ParallelSection(_Section):
-    tp: int = Field(1, ge=1)
-    pp: int = Field(8, ge=1)
-    cp: int = Field(2, ge=1, description="static CP size; dynamic CP uses powers of two up to dp*cp")
-    min_cp: int = Field(1, ge=1)
-    max_tokens_per_rank: int = Field(65536, ge=0, description="Megatron --max-seqlen-per-dp-cp-rank; 0 = ceil(max_len/(dp*cp))")
-    cp_comm: Literal["p2p", "all_gather", "a2a"] = "p2p"
-    recompute: Literal["none", "selective", "full"] = "full"
+    tp: int = Field(1, ge=1, le=1024, description="tensor-parallel size")
+    pp: int = Field(8, ge=1, le=4096, description="pipeline-parallel size")
+    cp: int = Field(2, ge=1, le=1_000_000, description="static CP size; dynamic CP uses powers of two up to dp*cp")
+    min_cp: int = Field(1, ge=1, le=1_000_000, description="smallest dynamic CP size (a power of two)")
+    max_tokens_per_rank: PositiveInt | Literal["auto"] = Field(
+        65536, description='Megatron --max-seqlen-per-dp-cp-rank (tokens per rank per microbatch); '
+        '"auto" = ceil(max_len/(dp*cp))')
+    cp_comm: CpComm = Field("p2p", description="CP communication: p2p ring, all_gather or a2a")
+    recompute: Recompute = Field("full", description="activation recomputation")
     mbs: int = Field(1, ge=1, le=4096, description="sequences per microbatch per DP rank (fixed workload only; Megatron --micro-batch-size)")
     vp: int = Field(1, ge=1, le=1024, description="virtual pipeline stages (model chunks) per pipeline rank: interleaved 1F1B "
                     "when > 1 (Megatron --num-layers-per-virtual-pipeline-stage n maps to vp = layers/(pp*n)); "
@@ -107,30 +124,30 @@ class ParallelSection(_Section):
 
 class WorkloadSection(_Section):
     name: str | dict[str, Any] = Field("github", description="preset name, lengths file, or distribution table")
-    gbs: int = Field(2048, ge=1, description="sequences per global batch")
-    min_len: int | None = Field(256, ge=1)
-    max_len: int | None = Field(131072, ge=1)
-    clip: Literal["drop", "truncate"] = "drop"
+    gbs: int = Field(2048, ge=1, le=100_000_000, description="sequences per global batch")
+    min_len: int | None = Field(256, ge=1, le=1 << 40, description="drop (or clamp) sequences shorter than this")
+    max_len: int | None = Field(131072, ge=1, le=1 << 40, description="drop (or clamp) sequences longer than this")
+    clip: Clip = Field("drop", description="lengths outside [min_len, max_len]: drop (redraw) or truncate")
     seq_len: int | None = Field(None, ge=1, le=2**24, description="fixed workload: tokens per sequence (Megatron --seq-length)")
     documents: str | dict[str, Any] | None = Field(
         None, description="fixed workload: documents inside each window (per-document attention); None = full window")
 
 
 class PolicySection(_Section):
-    name: str = "dynamic"
-    options: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field("dynamic", min_length=1, description="scheduling policy (dcpsim schedule --list)")
+    options: dict[str, Any] = Field(default_factory=dict, description="policy options (keyword arguments)")
 
 
 class SimSection(_Section):
-    iterations: int = Field(1, ge=1)
-    seed: int = Field(0, ge=0)
-    noise_cv: float = Field(0.0, ge=0)
-    straggler_fraction: float = Field(0.0, ge=0, le=1)
-    straggler_slowdown: float = Field(1.0, ge=1.0)
-    degraded_link_scale: float = Field(1.0, gt=0, le=1.0)
-    overlap_grad_sync: bool = True
-    planning: Literal["hidden", "stall", "ignore"] = "hidden"
-    grad_reduce_bytes_per_param: int = Field(4, ge=1, le=4)
+    iterations: int = Field(1, ge=1, le=1_000_000, description="simulated iterations (a fresh batch each)")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of every random stream")
+    noise_cv: float = Field(0.0, ge=0, le=1.0, description="coefficient of variation of kernel times (<= 1)")
+    straggler_fraction: float = Field(0.0, ge=0, le=1, description="share of GPUs that run slow")
+    straggler_slowdown: float = Field(1.0, ge=1.0, le=1000, description="time factor of a slow GPU")
+    degraded_link_scale: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor of one degraded network link")
+    overlap_grad_sync: bool = Field(True, description="gradient reduce-scatter overlaps the last backward pass")
+    planning: Planning = Field("hidden", description="modelled planning time: hidden, stall or ignore")
+    grad_reduce_bytes_per_param: int = Field(4, ge=1, le=4, description="bytes per gradient element reduced")
 
 
 class RunConfig(_Section):
@@ -151,9 +168,14 @@ class RunConfig(_Section):
         if self.cluster.gpus % per:
             raise ConfigError("cluster.gpus", self.cluster.gpus,
                               f"a multiple of tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {per}")
+        if p.min_cp & (p.min_cp - 1):
+            raise ConfigError("parallel.min_cp", p.min_cp, "a power of two (1, 2, 4, ...)")
         w = self.workload
         if w.min_len and w.max_len and w.min_len > w.max_len:
             raise ConfigError("workload.min_len", w.min_len, f"<= workload.max_len ({w.max_len})")
+        if w.gbs < self.dp:
+            raise ConfigError("workload.gbs", w.gbs,
+                              f">= the data-parallel size dp = gpus/(tp*pp*cp) = {self.dp} (every DP rank needs a sequence)")
         self._check_fixed()
         return self
 
@@ -185,12 +207,13 @@ class RunConfig(_Section):
 
     @property
     def max_tokens_per_rank(self) -> int:
+        """Tokens per rank per microbatch; ``"auto"`` resolves to ceil(max_len / (dp*cp))."""
         p = self.parallel
         if self.is_fixed:  # mbs whole windows; a window on cp > 1 ranks is padded to a multiple of 2*cp
             from dcpsim.policies.plan import per_rank_tokens
 
             return p.mbs * int(per_rank_tokens(self.workload.seq_len, p.cp))
-        if p.max_tokens_per_rank:
+        if p.max_tokens_per_rank != "auto":
             return p.max_tokens_per_rank
         max_len = self.workload.max_len or 131072
         return math.ceil(max_len / (self.dp * p.cp))
@@ -206,54 +229,49 @@ class RunConfig(_Section):
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
-    def with_updates(self, updates: dict[str, Any]) -> RunConfig:
-        """A copy with dotted-path updates, e.g. ``{"parallel.cp": 4, "cluster.gpus": 512}``."""
+    def with_updates(self, updates: Mapping[str, Any], *, names: Mapping[str, str] | None = None,
+                     where: str | None = None) -> RunConfig:
+        """A copy with dotted-path updates, e.g. ``{"parallel.cp": 4, "cluster.gpus": 512}``.
+
+        ``names`` maps a dotted path to the name the user gave it (a CLI flag
+        such as ``--cp``), so errors name that instead.
+        """
         d = self.model_dump(mode="python")
         for path, value in updates.items():
-            set_dotted(d, path, value)
-        return config_from_dict(d)
+            try:
+                set_dotted(d, path, value)
+            except ConfigError as exc:
+                raise ConfigError((names or {}).get(path, exc.field), exc.value, exc.expected, where=where) from None
+        return config_from_dict(d, where=where, names=names)
 
 
 def set_dotted(d: dict, path: str, value: Any) -> None:
+    """Set ``d[a][b] = value`` for ``path = "a.b"``; only existing fields (and policy options) may be set."""
     keys = path.split(".")
+    if any(not k for k in keys) or len(keys) < 2:
+        raise ConfigError(path, value, "a dotted config path section.field (e.g. parallel.cp)")
     cur = d
-    for k in keys[:-1]:
-        if not isinstance(cur.get(k), dict):
-            raise ConfigError(path, value, "a dotted path to an existing config field (section.field)")
-        cur = cur[k]
-    if keys[-1] not in cur and not (len(keys) > 1 and keys[-2] == "options"):
-        if keys[0] != "policy" or keys[1] != "options":
-            raise ConfigError(path, value, f"a known field (section has {sorted(cur)})")
+    for i, k in enumerate(keys[:-1]):
+        nxt = cur.get(k)
+        if not isinstance(nxt, dict):
+            if i >= 1 and keys[i - 1] == "policy" and k == "options":
+                nxt = cur[k] = {}
+            else:
+                known = ", ".join(sorted(cur)) if isinstance(cur, dict) else ""
+                raise ConfigError(path, value, f"a dotted path to a config field ({k!r} is not a section; known: {known})")
+        cur = nxt
+    free = keys[:2] == ["policy", "options"] and len(keys) > 2
+    if keys[-1] not in cur and not free:
+        raise ConfigError(path, value, f"a known field (this section has: {', '.join(sorted(cur))})")
     cur[keys[-1]] = value
 
 
-def _raise_from_validation(exc: ValidationError, where: str | None) -> None:
-    err = exc.errors()[0]
-    cause = err.get("ctx", {}).get("error")
-    if isinstance(cause, ConfigError):  # raised by a cross-field check: already names its field
-        raise ConfigError(cause.field, cause.value, cause.expected, where=where) from None
-    field = ".".join(str(x) for x in err["loc"]) or "config"
-    value = err.get("input")
-    msg = err["msg"]
-    if err["type"] == "extra_forbidden":
-        msg = "no such field (check the spelling; see dcpsim/run/config.py for the fields)"
-    raise ConfigError(field, value, msg.removeprefix("Value error, "), where=where) from None
-
-
-def config_from_dict(d: dict, where: str | None = None) -> RunConfig:
-    try:
-        return RunConfig.model_validate(d)
-    except ValidationError as exc:
-        _raise_from_validation(exc, where)
-        raise  # unreachable
+def config_from_dict(d: Mapping[str, Any], where: str | None = None,
+                     names: Mapping[str, str] | None = None) -> RunConfig:
+    """Validate a parsed TOML table (or dict) as a :class:`RunConfig`; one ConfigError in the user's words."""
+    return validate_model(RunConfig, d, where=where, names=names)
 
 
 def load_config(path: str | Path) -> RunConfig:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError("config", str(p), "an existing TOML file")
-    try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", str(p), f"valid TOML ({exc})") from None
-    return config_from_dict(data, where=str(p))
+    """Read and validate a run TOML file (UTF-8)."""
+    return config_from_dict(read_toml(path, "config"), where=str(path))

@@ -58,7 +58,15 @@ def build_cost_model(cfg: RunConfig) -> CostModel:
 
 
 def nvlink_domain(cfg: RunConfig, cost: CostModel) -> int:
-    return cfg.hardware.nvlink_domain_gpus or cost.profile.nvlink_domain_gpus
+    """GPUs per NVLink domain: the config's, or the hardware profile's when it says ``"profile"``."""
+    n = cfg.hardware.nvlink_domain_gpus
+    return cost.profile.nvlink_domain_gpus if n == "profile" else n
+
+
+def pod_gpus(cfg: RunConfig) -> int:
+    """GPUs per full-bandwidth pod as the topology takes it (0: one flat fabric)."""
+    n = cfg.hardware.pod_gpus
+    return 0 if n == "flat" else n
 
 
 def build_layout(cfg: RunConfig, cost: CostModel) -> Layout:
@@ -78,7 +86,7 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                            straggler_slowdown=s.straggler_slowdown, degraded_link_scale=s.degraded_link_scale,
                            rng=fault_rng)
     topo = Topology(tp=p.tp, pp=p.pp, dp=cfg.dp, cp=p.cp, gpus_per_node=cost.profile.gpus_per_node,
-                    nvlink_domain_gpus=nvlink_domain(cfg, cost), pod_gpus=h.pod_gpus, oversubscription=h.oversubscription,
+                    nvlink_domain_gpus=nvlink_domain(cfg, cost), pod_gpus=pod_gpus(cfg), oversubscription=h.oversubscription,
                     network_scale=h.network_scale, degraded_gpu=faults.degraded_gpu,
                     degraded_link_scale=s.degraded_link_scale, vp=p.vp)
     opts = SimOptions(overlap_grad_sync=s.overlap_grad_sync, noise_cv=s.noise_cv, planning=s.planning,
