@@ -212,25 +212,14 @@ def translate(exc: ValidationError, model: type[BaseModel] | Any, *, where: str 
     err = errors[0]
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, ConfigError):  # a cross-field check: already names its field and the expectation
-        field = _rename(cause.field, names)
-        return ConfigError(field, cause.value, cause.expected, where=where)
-    loc = err["loc"][:-1] if err["type"] == "extra_forbidden" else err["loc"]
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        path, info, ann = locate(model, loc)
-        if err["type"] == "extra_forbidden":
-            path = [*path, str(err["loc"][-1])]
-    else:
-        path, info, ann = [], None, model
-        for seg in loc:
-            if isinstance(seg, int):
-                path[-1:] = [f"{path[-1] if path else ''}[{seg}]"]
-            elif not _is_tag(seg):
-                path.append(str(seg))
-    field = ".".join(p for p in [prefix, *path] if p) or prefix or "value"
-    field = field.replace(".[", "[")
-    field = _rename(field, names)
+        return ConfigError(_rename(cause.field, names), cause.value, cause.expected, where=where)
+    extra = err["type"] == "extra_forbidden"
+    path, info, ann = _error_path(model, err["loc"][:-1] if extra else err["loc"])
+    if extra:
+        path = [*path, str(err["loc"][-1])]
+    field = _rename((".".join(p for p in [prefix, *path] if p) or "value").replace(".[", "["), names)
     value = _shown(err.get("input"))
-    if err["type"] == "extra_forbidden":
+    if extra:
         parent, _, key = field.rpartition(".")
         known = _known_keys(model, err["loc"][:-1])
         where_in = f"[{parent}]" if parent else "the top level"
@@ -239,18 +228,36 @@ def translate(exc: ValidationError, model: type[BaseModel] | Any, *, where: str 
     if err["type"] == "missing":
         expected = describe(ann, info.metadata if info else ()) if (info or ann is not Any) else "a value"
         return ConfigError(field, None, f"a value ({expected}); it is required", where=where)
-    if info is not None:
-        expected = describe(info.annotation, info.metadata)
-    elif ann is not Any and not (isinstance(model, type) and issubclass(model, BaseModel)):
-        expected = describe(ann)
-    else:
-        expected = _plain_message(err)
     # union members report each member's failure: the value of the innermost non-union error
     for e in errors:
         if e["loc"][: len(err["loc"])] == err["loc"] and e.get("input") is not None:
             value = _shown(e["input"])
             break
-    return ConfigError(field, value, expected, where=where)
+    return ConfigError(field, value, _expected(model, info, ann, err), where=where)
+
+
+def _is_model_class(model: Any) -> bool:
+    return isinstance(model, type) and issubclass(model, BaseModel)
+
+
+def _error_path(model: Any, loc: Sequence[Any]) -> tuple[list[str], FieldInfo | None, Any]:
+    if _is_model_class(model):
+        return locate(model, loc)
+    path: list[str] = []
+    for seg in loc:
+        if isinstance(seg, int):
+            path[-1:] = [f"{path[-1] if path else ''}[{seg}]"]
+        elif not _is_tag(seg):
+            path.append(str(seg))
+    return path, None, model
+
+
+def _expected(model: Any, info: FieldInfo | None, ann: Any, err: Mapping[str, Any]) -> str:
+    if info is not None:
+        return describe(info.annotation, info.metadata)
+    if ann is not Any and not _is_model_class(model):
+        return describe(ann)
+    return _plain_message(err)
 
 
 def _is_tag(seg: Any) -> bool:
