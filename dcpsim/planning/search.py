@@ -26,7 +26,8 @@ from dcpsim.planning.screen import screen
 from dcpsim.planning.space import RECOMPUTE, Candidate, Checked, SearchSpace, check_candidate, enumerate_candidates
 from dcpsim.run.config import RunConfig
 
-DEFAULT_SIMULATE = 4  # layouts simulated per (GPU type, size, policy)
+DEFAULT_SIMULATE = 3  # layouts simulated per (GPU type, size, policy)
+SIM_MARGIN = 1.25  # layouts whose screened time exceeds the best screened time by more are not simulated
 # summary entries ending in _s that are not parts of the iteration time
 NOT_BREAKDOWN = frozenset({"wall_s", "sim_wall_s", "planning_wall_s", "events_per_s", "planning_time_s",
                            "iteration_time_s", "sim_time_s", "tokens_per_s"})
@@ -118,6 +119,15 @@ def refine(screened, data: DataSpec, keep: int) -> list[tuple[float, Checked, di
     return out
 
 
+def add_flag_variants(screened, data: DataSpec, dynamic: bool, top: int, variants) -> list:
+    """Screen the overlap-flag variants of the ``top`` screened candidates and merge them into the ranking
+    (flags are searched on the shortlist, not across the whole space)."""
+    extra = [ch for _, ch, _ in screened[:top] for ch in variants(ch)]
+    if not extra:
+        return screened
+    return sorted(screened + screen_all(extra, data, dynamic), key=lambda x: (x[0], x[1].cand.label()))
+
+
 def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, Any]:
     from dcpsim.sim import BREAKDOWN
 
@@ -144,17 +154,21 @@ def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, 
 
 
 def _flag_variants(ch: Checked, space: SearchSpace, base: RunConfig, gpus: int, data: DataSpec,
-                   gbs: int, common: dict[str, Any]) -> list[Checked]:
-    """The other overlap-flag settings of one candidate (each checked like any candidate)."""
+                   gbs: int, common: dict[str, Any], screened: bool) -> list[Checked]:
+    """The other settings of one candidate's overlap flags that the screen models (``screened``) or
+    does not, each checked like any candidate."""
     import itertools
 
-    names = [n for n, _ in ch.cand.flags]
+    from dcpsim.planning.space import SCREENED_FLAGS
+
+    names = [n for n, _ in ch.cand.flags if (n in SCREENED_FLAGS) == screened]
     if not names:
         return []
     out = []
     for combo in itertools.product((True, False), repeat=len(names)):
-        fl = tuple(zip(names, combo, strict=True))
-        if fl == ch.cand.flags or any(v not in space.flags.get(n, (True, False)) for n, v in fl):
+        new = dict(zip(names, combo, strict=True))
+        fl = tuple((n, new.get(n, v)) for n, v in ch.cand.flags)
+        if fl == ch.cand.flags or any(v not in space.flags.get(n, (True, False)) for n, v in new.items()):
             continue
         cand = Candidate(**{**ch.cand.__dict__, "flags": fl})
         v = check_candidate(base, cand, gpus, data, gbs, common)
@@ -168,10 +182,13 @@ def simulate_top(screened, data: DataSpec, *, simulate: int, runner, space: Sear
     """Simulate the best ``simulate`` distinct layouts of the screen; rows by simulated tokens/s, best first."""
     seen: set = set()
     picked: list[tuple[float, Checked]] = []
+    best_t = screened[0][0] if screened else 0.0
     for t, ch, _ in screened:
         k = ch.cand.layout_key()
         if k in seen:
             continue
+        if picked and t > SIM_MARGIN * best_t:
+            break
         seen.add(k)
         picked.append((t, ch))
         if len(picked) >= simulate:
@@ -179,7 +196,8 @@ def simulate_top(screened, data: DataSpec, *, simulate: int, runner, space: Sear
     rows = [_sim_row(ch, data, t, runner) for t, ch in picked]
     if picked:
         t0, ch0 = picked[0]
-        rows += [_sim_row(v, data, float("nan"), runner) for v in _flag_variants(ch0, space, base, gpus, data, gbs, common)]
+        rows += [_sim_row(v, data, float("nan"), runner) for v in _flag_variants(ch0, space, base, gpus, data, gbs, common,
+                                                                             screened=False)]
     ok = [r for r in rows if r["status"] == "ok"]
     ok.sort(key=lambda r: (-r["tokens_per_s"], r["layout"]))
     return ok + [r for r in rows if r["status"] != "ok"]
@@ -227,6 +245,8 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
     cands = enumerate_candidates(base, gpus, data, space, dynamic)
     checked, counts = prune(base, cands, gpus, data, gbs, common)
     screened = screen_all(checked, data, dynamic)
+    screened = add_flag_variants(screened, data, dynamic, simulate, lambda ch: _flag_variants(
+        ch, space, base, gpus, data, gbs, common, screened=True))
     out.counts = {k: v for k, v in counts.items() if k != "examples"} | {"fit": len(checked),
                                                                           "screened": len(screened)}
     if not screened:

@@ -31,6 +31,7 @@ from dcpsim.run.config import RunConfig
 
 RECOMPUTE = ("none", "selective", "full")
 OVERLAP_FLAGS = ("overlap_grad_sync", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+SCREENED_FLAGS = ("overlap_grad_sync",)  # flags the closed-form screen models (their variants are screened)
 POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
