@@ -242,3 +242,20 @@ def test_cli_refusals(tmp_path, capsys):
     cfg.write_text('[workload]\nname = "github"\nmax_len = 16384\n')
     rc = main(["plan", "--config", str(cfg), "--workload", "wikipedia", "--gpus", "h100-sxm:2", "--sizes", "32"])
     assert rc == 2 and "--workload" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tp,pp,vp,cp", [(1, 2, 1, 1), (1, 2, 2, 1), (2, 4, 2, 2), (1, 4, 1, 2)])
+def test_screen_equals_the_simulator_for_equal_microbatches(tp, pp, vp, cp):
+    """Fixed windows: the closed form (bubble (PP-1)/VP, transfers, chunk-level grad-sync overlap) is the simulation."""
+    from dcpsim.planning.screen import screen
+    from dcpsim.planning.space import Candidate, check_candidate
+    from dcpsim.run.single import run_simulation
+
+    data = make_data_spec(seq_len=4096, gbs=64)
+    cand = Candidate(tp=tp, pp=pp, vp=vp, cp=cp, tokens_per_rank=4096 // cp, recompute="none", mbs=1,
+                     flags=(("overlap_grad_sync", True),))
+    ch = check_candidate(_small_base("h100-sxm"), cand, 64, data, 64, {"policy.name": "packing",
+                                                                        **data.config_updates()})
+    assert ch.cfg is not None, ch.reason
+    est = screen(ch.cfg, data, mbs=1, dynamic=False)["time_s"]
+    assert est == pytest.approx(run_simulation(ch.cfg).summary["iteration_time_s"], rel=1e-3)

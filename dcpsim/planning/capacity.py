@@ -37,6 +37,7 @@ from dcpsim.planning.space import SearchSpace
 from dcpsim.run.config import RunConfig
 
 DEFAULT_POLICIES = ("packing", "dynamic")
+SERIAL_TASKS = 3  # this many searches or fewer run in this process
 
 
 @dataclass
@@ -160,7 +161,9 @@ def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchS
 
     bar = Progress(len(tasks), progress)
     results: dict[int, dict[str, Any]] = {}
-    ex = make_executor(jobs=min(jobs or 2, max(1, len(tasks))) if jobs != 1 else 1)
+    # a worker pool costs each worker a fresh interpreter and imports (~1-2 s): not worth it for a few tasks
+    n_workers = 1 if jobs == 1 or len(tasks) <= SERIAL_TASKS else min(jobs or 2, len(tasks))
+    ex = make_executor(jobs=n_workers)
     try:
         futs = {ex.submit(run_task, t, base, data, space, simulate, seeds, runner): i for i, t in enumerate(tasks)}
         pending = list(futs)
