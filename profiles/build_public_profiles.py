@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dcpsim.hardware.profile import HardwareProfile, write_profile  # noqa: E402
+from dcpsim.hardware.profile import HardwareProfile, Timing, write_profile  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 KIB, MIB, GIB = 1024, 1024**2, 1024**3
@@ -42,16 +42,43 @@ def attention_rows(scale: float, src_note: str) -> list[dict]:
     return rows
 
 
-def gemm_rows(best_tflops: float, src: str) -> list[dict]:
-    # Saturation curve E(T) = Emax*T/(T+T0). Emax is the best measured GEMM
-    # (public); T0 = 128 tokens is an assumption (the roll-off of real layer
-    # shapes is not published) that a measured profile replaces.
-    t0 = 128.0
+def gemm_rows(best_tflops: float, src: str, timing: Timing) -> list[dict]:
+    """The 8192x8192 weight at several token counts: the published 8192³ figure times the
+    shape model's factor relative to 8192³ (so the table shows the model's roll-off in M;
+    the profile's other shapes follow from the model, see HardwareProfile.gemm_shape_factor)."""
+    probe = HardwareProfile(name="probe", peak_bf16_flops=1.0, hbm_bytes=1.0, hbm_bw_bytes_per_s=1.0,
+                            nvlink_bw_bytes_per_s=1.0, nic_bw_bytes_per_s=1.0, gpus_per_node=8,
+                            nvlink_domain_gpus=8, timing=timing)
+    ref = float(probe.gemm_shape_factor(8192, 8192, 8192))
     return [
-        dict(n=8192, k=8192, tokens=t, tflops=best_tflops * t / (t + t0),
-             source=f"assumed roll-off Emax*T/(T+128) with Emax={best_tflops:g} TFLOPS ({src})")
+        dict(n=8192, k=8192, tokens=t, tflops=best_tflops * float(probe.gemm_shape_factor(t, 8192, 8192)) / ref,
+             source=f"derived: best measured 8192^3 GEMM {best_tflops:g} TFLOPS ({src}) x shape model "
+                    f"(wave quantization over {timing.sms} SMs, K prologue {timing.gemm_k_half:g}) relative to 8192^3")
         for t in [64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
     ]
+
+
+# Timing values shared by every public profile (each stated as a source below).
+GEMM_K_HALF = 256.0  # assumed: a Hopper/Ampere multistage main loop fills ~4 k-blocks of 64 before steady state
+PER_KERNEL_OVERHEAD_S = 11e-6  # REFERENCE §9: PyTorch tiny-op launch loop 11-18 us per op (lower end)
+TIMING_SOURCES = {
+    "timing.gemm_tile_m": "CUTLASS/cuBLAS large-tile GEMM kernels (128x256, 256x128; 128x128 and 64x128 as "
+                          "fallbacks): assumed tile set of the shape model",
+    "timing.gemm_tile_n": "see timing.gemm_tile_m",
+    "timing.gemm_k_half": "assumed: K-loop prologue/epilogue worth 256 of K (about 4 pipelined k-blocks of 64)",
+    "timing.per_kernel_overhead_s": "REFERENCE §9: a PyTorch tiny-GEMM launch loop costs 11-18 us per op (NVIDIA "
+                                    "dgxc-benchmarking microbenchmarks/cpu_overhead); lower end; calibration knob",
+    "timing.iteration_overhead_s": "assumed 0: data loading overlaps training (DataLoader workers prefetch); "
+                                   "optimizer, grad-norm and zeroing are priced from bytes in the simulator",
+    "timing.gemm_efficiency_scale": "uncalibrated (1.0); a calibration command replaces it, naming its fit data",
+    "timing.fp8_gemm_efficiency_scale": "uncalibrated (1.0); a calibration command replaces it, naming its fit data",
+    "timing.attention_efficiency_scale": "uncalibrated (1.0); a calibration command replaces it, naming its fit data",
+    "timing.nvlink_efficiency": "uncalibrated (1.0); a calibration command replaces it, naming its fit data",
+    "timing.network_efficiency": "uncalibrated (1.0); a calibration command replaces it, naming its fit data",
+}
+FP8_SRC = ("derived: best BF16 GEMM x 2 (FP8 dense peak is twice BF16, same fraction of peak assumed); "
+           "corroborated by a public cuBLASLt E4M3 8192^3 benchmark on 8-GPU Hopper nodes, 1599-1630 TFLOPS "
+           "(gitea.d-robotics.cc han.zhao/test_gpu_scripts reports_cublaslt_fp8_crosscheck_20260524.md)")
 
 
 def alpha_beta_rows(op: str, tier: str, peak_gbps: float, lat_s: float, ranks: int, src: str, sizes=None) -> list[dict]:
@@ -98,24 +125,32 @@ def collective_rows(nvl_ring_gbps: float, nvl_p2p_gbps: float, nic_gbps: float, 
 
 GPUS = {
     "h100-sxm": dict(
+        sms=132, sms_src="H100 SXM5: 132 SMs (NVIDIA H100 datasheet / Hopper whitepaper)",
+        fp8=1979e12, fp8_src="H100 SXM dense FP8 peak 1,979 TFLOPS (NVIDIA H100 datasheet; 3,958 with sparsity)",
         peak=989e12, hbm=80e9, hbmbw=3.35e12, nvl=450e9, nic=50e9, gemm=795, attn_scale=1.0, attn_note="",
         nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
         desc="NVIDIA H100 SXM 80GB, 8 per node (DGX/HGX H100), 400 Gb/s NDR per GPU. Public figures.",
         ar_note="(H200 all-reduce curve used: same NVLink 4 / NVSwitch generation)",
     ),
     "h200-sxm": dict(
+        sms=132, sms_src="H200 SXM: 132 SMs, the H100's GH100 compute (NVIDIA H200 datasheet)",
+        fp8=1979e12, fp8_src="H200 SXM dense FP8 peak 1,979 TFLOPS (NVIDIA H200 datasheet; 3,958 with sparsity)",
         peak=989e12, hbm=141e9, hbmbw=4.8e12, nvl=450e9, nic=50e9, gemm=790, attn_scale=1.0,
         attn_note="; H200 has the H100's compute (same 989 TFLOPS peak), attention assumed equal",
         nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
         desc="NVIDIA H200 SXM 141GB, 8 per node (HGX H200), 400 Gb/s per GPU. Public figures.", ar_note="",
     ),
     "a100-sxm-80gb": dict(
+        sms=108, sms_src="A100 SXM: 108 SMs (NVIDIA A100 datasheet / Ampere whitepaper)",
+        fp8=0.0, fp8_src="A100 has no FP8 tensor cores (Ampere): no FP8 figures",
         peak=312e12, hbm=80e9, hbmbw=2.0e12, nvl=300e9, nic=25e9, gemm=271, attn_scale=0.73 * 312 / 648,
         attn_note="; scaled to A100 by FlashAttention-2's reported 73% of peak (Dao 2023) over FA3's 648 TFLOPS: assumed",
         nvl_ring=300 * 365 / 450, nvl_p2p=300 * 390 / 450, nic_eff=24, h200_ar=False,
         desc="NVIDIA A100 SXM 80GB, 8 per node (DGX A100), 200 Gb/s HDR per GPU. Public figures.", ar_note="",
     ),
     "b200": dict(
+        sms=148, sms_src="B200: 148 SMs (NVIDIA Blackwell architecture technical brief)",
+        fp8=4500e12, fp8_src="B200 dense FP8 peak 4,500 TFLOPS (NVIDIA HGX B200 datasheet; 9,000 with sparsity)",
         peak=2250e12, hbm=180e9, hbmbw=8e12, nvl=900e9, nic=50e9, gemm=1745, attn_scale=1745 / 795,
         attn_note="; scaled by B200/H100 best GEMM (1745/795): assumed, Blackwell attention kernels not in REFERENCE",
         nvl_ring=900 * 365 / 450, nvl_p2p=900 * 390 / 450, nic_eff=47, h200_ar=False,
@@ -124,8 +159,19 @@ GPUS = {
 }
 
 
+def timing_for(g: dict) -> Timing:
+    return Timing(
+        peak_fp8_flops=g["fp8"], fp8_gemm_best_tflops=2.0 * g["gemm"] if g["fp8"] else 0.0,
+        sms=g["sms"], gemm_tile_m=128, gemm_tile_n=256, gemm_k_half=GEMM_K_HALF,
+        per_kernel_overhead_s=PER_KERNEL_OVERHEAD_S, iteration_overhead_s=0.0,
+    )
+
+
 def build(name: str) -> HardwareProfile:
     g = GPUS[name]
+    timing = timing_for(g)
+    timing_sources = dict(TIMING_SOURCES, **{"timing.sms": g["sms_src"], "timing.peak_fp8_flops": g["fp8_src"],
+                                             "timing.fp8_gemm_best_tflops": FP8_SRC if g["fp8"] else g["fp8_src"]})
     ref5 = "REFERENCE §5 (vendor datasheet / nccl-tests figures)"
     scaled = name in ("a100-sxm-80gb", "b200")
     ring_src = (
@@ -152,11 +198,13 @@ def build(name: str) -> HardwareProfile:
             "nic_bw_bytes_per_s": f"scale-out NIC line rate per GPU, {ref5}",
             "gpus_per_node": "8-GPU HGX/DGX baseboard, REFERENCE §5 (8-GPU NVLink figures)",
             "nvlink_domain_gpus": "one 8-GPU NVSwitch domain per node, REFERENCE §5",
-            "gemm": f"best measured dense GEMM {g['gemm']} TFLOPS, {ref5}; token roll-off assumed",
+            "gemm": f"best measured dense GEMM {g['gemm']} TFLOPS on 8192^3, {ref5}; other shapes from the shape model",
             "attention": FA3_SRC + g["attn_note"],
             "collectives": ring_src + " " + g["ar_note"],
+            **timing_sources,
         },
-        gemm_rows=gemm_rows(g["gemm"], ref5),
+        timing=timing,
+        gemm_rows=gemm_rows(g["gemm"], ref5, timing),
         attention_rows=attention_rows(g["attn_scale"], g["attn_note"]),
         collective_rows=coll,
     )

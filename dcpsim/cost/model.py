@@ -33,8 +33,34 @@ Time model (all seconds, for the ``layers_per_stage`` layers of one stage):
   reduce-scatters of s·h·2 B per layer each way, on NVLink, exposed.
 * Recompute: ``full`` repeats the forward (GEMM, attention, communication)
   before the backward; ``selective`` repeats the attention forward only.
-* The output layer (logits GEMM) is reported separately (``head_*``), since
-  only the last pipeline stage runs it.
+* The output layer (logits GEMM, final norm, cross-entropy) is reported
+  separately (``head_*``), since only the last pipeline stage runs it; the
+  embedding (``embed_*``) runs on the first stage only.
+* Precision: with ``precision="fp8"`` the block GEMMs run at the profile's
+  FP8 rate (:meth:`HardwareProfile.gemm_flops_per_s`) and pay their casts,
+  memory-bound at HBM bandwidth (``fp8_cast_*``): forward, each GEMM input
+  is read in BF16 and written in FP8 plus its FP8 transpose for the weight
+  gradient (4 B per element of the M×K input); backward, each output
+  gradient likewise (4 B per element of M×N). Assumed unfused (Transformer
+  Engine fuses some casts into norms; this is the upper end). Attention
+  and the output layer stay BF16. Weight casts are once per iteration
+  (:func:`fp8_weight_cast_bytes`, priced by the simulator).
+* Fixed costs: every layer launches ``KERNELS_*`` kernels (counted below for
+  Megatron-Core with Transformer Engine); the host needs
+  ``per_kernel_overhead_s`` per launch (profile ``[timing]``), so a layer
+  takes at least ``kernels × per_kernel_overhead_s``: when the GPU work is
+  shorter, the difference is exposed (``launch_*``). Each microbatch pays
+  its own launches (pipeline send/receive, embedding or loss) as
+  ``overhead_*``, not scaled by layers.
+* TP communication overlap (``tp_comm_overlap``, Megatron --tp-comm-overlap):
+  the TP collectives are split into TP chunks pipelined with the GEMMs
+  (Transformer Engine userbuffers); one chunk stays exposed, the rest hides
+  behind the GEMMs of the same pass: exposed ``max(t_tp / TP, t_tp − t_gemm)``.
+* Uneven pipeline stages (``first_stage_layers``, ``last_stage_layers``,
+  Megatron --decoder-first/last-pipeline-num-layers): ``stage_layers`` holds
+  every stage's layer count; batch costs are for ``layers_per_stage`` =
+  the largest count, and :attr:`BatchCost.layer_fwd_s` scales linearly to
+  any other stage (:mod:`dcpsim.sim.durations` does so per stage).
 """
 
 from __future__ import annotations
@@ -52,6 +78,19 @@ CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 ATTN_BWD_FLOPS_FACTOR = 2.5  # FlashAttention backward / forward FLOPs (REFERENCE §6)
 GEMM_BWD_FLOPS_FACTOR = 2.0  # dgrad + wgrad
 ELEMENTWISE_BWD_FACTOR = 2.0  # backward of an element-wise op reads the saved input and the incoming gradient
+PRECISIONS = ("bf16", "fp8")
+
+# Kernels per transformer layer, Megatron-Core with Transformer Engine (fused ops), counted:
+KERNELS_FWD = 12  # norm, QKV GEMM, RoPE q and k (2), flash fwd, proj GEMM, residual add, norm, fc1 GEMM, SwiGLU, fc2 GEMM, residual add
+KERNELS_BWD = 20  # 4 GEMMs x (dgrad + wgrad), 2 norms x (dx + dgamma), SwiGLU, RoPE q and k (2), flash bwd (preprocess, main, dq convert), 2 residual-gradient adds
+KERNELS_TP = 4  # sequence parallel: 2 all-gathers + 2 reduce-scatters, each way
+KERNELS_FP8 = 4  # one cast(+transpose) per GEMM input (fwd) or output gradient (bwd)
+KERNELS_RING_STEP_FWD = 3  # per extra ring step: attention block, output/LSE correction, send/recv
+KERNELS_RING_STEP_BWD = 5  # per extra ring step: attention bwd (3), dK/dV accumulate, send/recv
+KERNELS_CP_COLLECTIVE = {"all_gather": 1, "a2a": 4}  # per pass
+KERNELS_MICROBATCH = 2  # pipeline send + receive, each way, every stage
+KERNELS_EMBED = (1, 2)  # first stage: embedding lookup fwd; bwd (gradient scatter-add, zeroing)
+KERNELS_HEAD = (9, 8)  # last stage fwd: final norm, logits GEMM, cross-entropy (max, exp-sum, 2 TP all-reduces, target logit, loss), loss average; bwd: CE grad, 2 GEMMs, 2 norm, scale, 2 misc
 
 
 @dataclass
@@ -79,16 +118,36 @@ class BatchCost:
     head_bwd_s: np.ndarray
     peak_memory_bytes: np.ndarray
     fits_memory: np.ndarray
+    fp8_cast_fwd_s: np.ndarray
+    fp8_cast_bwd_s: np.ndarray
+    launch_fwd_s: np.ndarray
+    launch_bwd_s: np.ndarray
+    overhead_fwd_s: np.ndarray
+    overhead_bwd_s: np.ndarray
+    embed_fwd_s: np.ndarray
+    embed_bwd_s: np.ndarray
+
+    @property
+    def layer_fwd_s(self) -> np.ndarray:
+        """Forward time of the ``layers_per_stage`` layers (scales linearly with the layer count)."""
+        return (self.gemm_fwd_s + self.attn_fwd_s + self.cp_fwd_exposed_s + self.tp_fwd_s + self.elementwise_fwd_s
+                + self.fp8_cast_fwd_s + self.launch_fwd_s)
+
+    @property
+    def layer_bwd_s(self) -> np.ndarray:
+        """Backward time of the layers including recomputation (scales linearly with the layer count)."""
+        return (self.gemm_bwd_s + self.attn_bwd_s + self.cp_bwd_exposed_s + self.tp_bwd_s + self.elementwise_bwd_s
+                + self.recompute_s + self.fp8_cast_bwd_s + self.launch_bwd_s)
 
     @property
     def fwd_s(self) -> np.ndarray:
-        return self.gemm_fwd_s + self.attn_fwd_s + self.cp_fwd_exposed_s + self.tp_fwd_s + self.elementwise_fwd_s
+        """Forward time of one stage: its layers plus the per-microbatch overhead (embedding and head excluded)."""
+        return self.layer_fwd_s + self.overhead_fwd_s
 
     @property
     def bwd_s(self) -> np.ndarray:
-        """Backward time including recomputation."""
-        return (self.gemm_bwd_s + self.attn_bwd_s + self.cp_bwd_exposed_s + self.tp_bwd_s + self.elementwise_bwd_s
-                + self.recompute_s)
+        """Backward time including recomputation and the per-microbatch overhead."""
+        return self.layer_bwd_s + self.overhead_bwd_s
 
     @property
     def total_s(self) -> np.ndarray:
@@ -122,15 +181,24 @@ class PackCost:
     head_bwd_s: float
     peak_memory_bytes: float
     fits_memory: float
+    fp8_cast_fwd_s: float = 0.0
+    fp8_cast_bwd_s: float = 0.0
+    launch_fwd_s: float = 0.0
+    launch_bwd_s: float = 0.0
+    overhead_fwd_s: float = 0.0
+    overhead_bwd_s: float = 0.0
+    embed_fwd_s: float = 0.0
+    embed_bwd_s: float = 0.0
 
     @property
     def fwd_s(self) -> float:
-        return self.gemm_fwd_s + self.attn_fwd_s + self.cp_fwd_exposed_s + self.tp_fwd_s + self.elementwise_fwd_s
+        return (self.gemm_fwd_s + self.attn_fwd_s + self.cp_fwd_exposed_s + self.tp_fwd_s + self.elementwise_fwd_s
+                + self.fp8_cast_fwd_s + self.launch_fwd_s + self.overhead_fwd_s)
 
     @property
     def bwd_s(self) -> float:
         return (self.gemm_bwd_s + self.attn_bwd_s + self.cp_bwd_exposed_s + self.tp_bwd_s + self.elementwise_bwd_s
-                + self.recompute_s)
+                + self.recompute_s + self.fp8_cast_bwd_s + self.launch_bwd_s + self.overhead_bwd_s)
 
     @property
     def total_s(self) -> float:
@@ -140,6 +208,44 @@ class PackCost:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d.update(fwd_s=self.fwd_s, bwd_s=self.bwd_s, total_s=self.total_s)
         return d
+
+
+def stage_layer_counts(n_layers: int, pp: int, first: int = 0, last: int = 0) -> np.ndarray:
+    """Layers on each of ``pp`` pipeline stages (Megatron --decoder-first/last-pipeline-num-layers).
+
+    ``first``/``last`` (0 = not set) fix the first/last stage's count; the
+    remaining layers split evenly over the other stages, which must divide
+    them (Megatron's rule). Raises :class:`ConfigError` naming the field.
+    """
+    for name, v in (("parallel.first_stage_layers", first), ("parallel.last_stage_layers", last)):
+        if not isinstance(v, (int, np.integer)) or v < 0:
+            raise ConfigError(name, v, "an integer >= 0 (0 = even split)")
+    if pp == 1:
+        if first or last:
+            raise ConfigError("parallel.first_stage_layers" if first else "parallel.last_stage_layers",
+                              first or last, "0 with pp = 1 (one stage holds every layer)")
+        return np.array([n_layers], dtype=np.int64)
+    fixed = int(first > 0) + int(last > 0)
+    rest, others = n_layers - first - last, pp - fixed
+    if rest < 0 or (others == 0 and rest != 0) or (others > 0 and (rest % others or rest == 0)):
+        field = "parallel.first_stage_layers" if first else "parallel.last_stage_layers"
+        if not fixed:
+            raise ConfigError("pp", pp, f"a divisor of the model's {n_layers} layers "
+                                        "(or set parallel.first_stage_layers / last_stage_layers)")
+        raise ConfigError(field, first if first else last,
+                          f"first/last stage layers leaving a positive multiple of the other {others} stages "
+                          f"from {n_layers} layers (got first={first}, last={last})")
+    out = np.full(pp, rest // others if others else 0, dtype=np.int64)
+    if first:
+        out[0] = first
+    if last:
+        out[-1] = last
+    return out
+
+
+def fp8_weight_cast_bytes(model: ModelSpec, tp: int) -> float:
+    """HBM bytes per layer to cast the block weights to FP8 once per iteration (read BF16, write FP8 + transpose)."""
+    return 4.0 * model.linear_params_per_layer() / tp
 
 
 class CostModel:
@@ -160,6 +266,12 @@ class CostModel:
         ``none``, ``selective`` or ``full``.
     memory_limit_bytes:
         usable HBM per GPU; default 90% of the profile's HBM.
+    precision:
+        ``bf16`` or ``fp8`` (block GEMMs in FP8; needs a profile with FP8 figures).
+    tp_comm_overlap:
+        overlap TP collectives with the GEMMs (Megatron --tp-comm-overlap).
+    first_stage_layers, last_stage_layers:
+        Megatron --decoder-first/last-pipeline-num-layers (0: even split).
     """
 
     def __init__(
@@ -173,14 +285,25 @@ class CostModel:
         cp_comm: str = "p2p",
         recompute: str = "full",
         memory_limit_bytes: float | None = None,
+        precision: str = "bf16",
+        tp_comm_overlap: bool = False,
+        first_stage_layers: int = 0,
+        last_stage_layers: int = 0,
     ) -> None:
         self.profile = get_profile(profile)
         self.model = get_model(model)
         for name, v in (("tp", tp), ("pp", pp), ("dp_cp", dp_cp)):
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise ConfigError(name, v, "a positive integer")
-        if self.model.n_layers % pp:
-            raise ConfigError("pp", pp, f"a divisor of the model's {self.model.n_layers} layers")
+        self.stage_layers = stage_layer_counts(self.model.n_layers, int(pp), first_stage_layers, last_stage_layers)
+        if precision not in PRECISIONS:
+            raise ConfigError("parallel.precision", precision, f"one of {PRECISIONS}")
+        if precision == "fp8" and not self.profile.timing.has_fp8:
+            raise ConfigError("parallel.precision", precision,
+                              f"'bf16': profile {self.profile.name} has no FP8 figures "
+                              "(timing.peak_fp8_flops, timing.fp8_gemm_best_tflops)")
+        self.precision = precision
+        self.tp_comm_overlap = bool(tp_comm_overlap)
         if tp > self.profile.nvlink_domain_gpus:
             raise ConfigError("tp", tp, f"<= the NVLink domain ({self.profile.nvlink_domain_gpus} GPUs)")
         for dim in ("n_heads", "n_kv_heads", "ffn_hidden"):
@@ -192,7 +315,7 @@ class CostModel:
             raise ConfigError("recompute", recompute, f"one of {RECOMPUTE_MODES}")
         self.tp, self.pp, self.dp_cp = int(tp), int(pp), int(dp_cp)
         self.cp_comm, self.recompute = cp_comm, recompute
-        self.layers_per_stage = self.model.n_layers // pp
+        self.layers_per_stage = int(self.stage_layers.max())
         self.memory_limit_bytes = (
             0.9 * self.profile.hbm_bytes if memory_limit_bytes is None else float(memory_limit_bytes)
         )
@@ -249,11 +372,17 @@ class CostModel:
         tokens = np.bincount(pack_ids, weights=padded, minlength=npk)
         s = tokens / np.maximum(cp, 1)  # local tokens per rank
 
-        # GEMMs (one block, forward)
+        # GEMMs (one block, forward) and, in FP8, their casts
         gemm_fwd = np.zeros(npk)
+        cast_fwd = np.zeros(npk)
+        cast_bwd = np.zeros(npk)
+        fp8 = self.precision == "fp8"
         for _, n, k, cnt in self._shapes:
-            eff = prof.gemm_flops_per_s(np.maximum(s, 1.0), n, k)
+            eff = prof.gemm_flops_per_s(np.maximum(s, 1.0), n, k, precision=self.precision)
             gemm_fwd += cnt * 2.0 * s * n * k / eff
+            if fp8:
+                cast_fwd += cnt * 4.0 * s * k / prof.hbm_bw_bytes_per_s
+                cast_bwd += cnt * 4.0 * s * n / prof.hbm_bw_bytes_per_s
         # attention per document, per rank
         f_fwd = 2.0 * padded**2 * m.q_dim / tp / c_doc  # causal forward FLOPs on this rank, one layer
         hd = m.head_dim
@@ -321,19 +450,41 @@ class CostModel:
             tp_one = np.zeros(npk)
 
         gemm_bwd = GEMM_BWD_FLOPS_FACTOR * gemm_fwd
+        if self.tp_comm_overlap and tp > 1:  # one of TP chunks exposed, the rest behind the same pass's GEMMs
+            tp_fwd = np.maximum(tp_one / tp, tp_one - gemm_fwd)
+            tp_bwd = np.maximum(tp_one / tp, tp_one - gemm_bwd)
+        else:
+            tp_fwd = tp_bwd = tp_one
         ew_fwd = s * self.elementwise_bytes_per_token_layer() / prof.hbm_bw_bytes_per_s
         ew_bwd = ELEMENTWISE_BWD_FACTOR * ew_fwd
         if self.recompute == "full":
-            recompute = gemm_fwd + attn_fwd + cp_fwd + tp_one + ew_fwd
+            recompute = gemm_fwd + attn_fwd + cp_fwd + tp_fwd + ew_fwd + cast_fwd
         elif self.recompute == "selective":
             recompute = attn_fwd.copy()
         else:
             recompute = np.zeros(npk)
 
-        # output layer (last stage only)
+        # launch floors per layer: the host needs kernels x per-kernel time; the GPU work hides it when longer
+        k_fwd, k_bwd = self.kernels_per_layer(cp)
+        o = prof.timing.per_kernel_overhead_s
+        gpu_fwd = gemm_fwd + attn_fwd + cp_fwd + tp_fwd + ew_fwd + cast_fwd
+        gpu_bwd = gemm_bwd + attn_bwd + cp_bwd + tp_bwd + ew_bwd + cast_bwd + recompute
+        k_re = k_fwd if self.recompute == "full" else (1 if self.recompute == "selective" else 0)
+        launch_fwd = np.maximum(0.0, k_fwd * o - gpu_fwd)
+        launch_bwd = np.maximum(0.0, (k_bwd + k_re) * o - gpu_bwd)
+
+        # output layer, final norm and loss (last stage only), BF16
         v = m.vocab // tp if m.vocab % tp == 0 else m.vocab / tp
         head_fwd = 2.0 * s * m.hidden * v / prof.gemm_flops_per_s(np.maximum(s, 1.0), int(v), m.hidden)
         head_bwd = GEMM_BWD_FLOPS_FACTOR * head_fwd
+        # cross-entropy over s x V/TP logits: fwd reads them twice (max, exp-sum), bwd reads and writes them (bf16)
+        logits_b = s * v * 2.0
+        head_fwd = np.maximum(head_fwd + 2.0 * logits_b / prof.hbm_bw_bytes_per_s, KERNELS_HEAD[0] * o)
+        head_bwd = np.maximum(head_bwd + 2.0 * logits_b / prof.hbm_bw_bytes_per_s, KERNELS_HEAD[1] * o)
+        # embedding (first stage only): write s x h bf16; bwd scatter-adds into fp32 gradients (read + write)
+        emb_fwd = np.maximum(s * m.hidden * 4.0 / prof.hbm_bw_bytes_per_s, KERNELS_EMBED[0] * o)
+        emb_bwd = np.maximum(s * m.hidden * 10.0 / prof.hbm_bw_bytes_per_s, KERNELS_EMBED[1] * o)
+        overhead = np.full(npk, KERNELS_MICROBATCH * o)
 
         mem = self.peak_memory_bytes(s)
         return BatchCost(
@@ -341,11 +492,11 @@ class CostModel:
             gemm_fwd_s=gemm_fwd * L,
             attn_fwd_s=attn_fwd * L,
             cp_fwd_exposed_s=cp_fwd * L,
-            tp_fwd_s=tp_one * L,
+            tp_fwd_s=tp_fwd * L,
             gemm_bwd_s=gemm_bwd * L,
             attn_bwd_s=attn_bwd * L,
             cp_bwd_exposed_s=cp_bwd * L,
-            tp_bwd_s=tp_one * L,
+            tp_bwd_s=tp_bwd * L,
             elementwise_fwd_s=ew_fwd * L,
             elementwise_bwd_s=ew_bwd * L,
             recompute_s=recompute * L,
@@ -354,7 +505,35 @@ class CostModel:
             head_bwd_s=head_bwd,
             peak_memory_bytes=mem,
             fits_memory=mem <= self.memory_limit_bytes,
+            fp8_cast_fwd_s=cast_fwd * L,
+            fp8_cast_bwd_s=cast_bwd * L,
+            launch_fwd_s=launch_fwd * L,
+            launch_bwd_s=launch_bwd * L,
+            overhead_fwd_s=overhead,
+            overhead_bwd_s=overhead.copy(),
+            embed_fwd_s=emb_fwd,
+            embed_bwd_s=emb_bwd,
         )
+
+    def kernels_per_layer(self, cp) -> tuple[np.ndarray, np.ndarray]:
+        """Kernels one layer launches forward and backward (recompute excluded), per pack of CP size ``cp``."""
+        cp = np.asarray(cp, dtype=np.float64)
+        kf = np.full(cp.shape, float(KERNELS_FWD))
+        kb = np.full(cp.shape, float(KERNELS_BWD))
+        if self.tp > 1:
+            kf += KERNELS_TP
+            kb += KERNELS_TP
+        if self.precision == "fp8":
+            kf += KERNELS_FP8
+            kb += KERNELS_FP8
+        multi = cp > 1
+        if self.cp_comm == "p2p":
+            kf += np.where(multi, (cp - 1) * KERNELS_RING_STEP_FWD, 0.0)
+            kb += np.where(multi, (cp - 1) * KERNELS_RING_STEP_BWD, 0.0)
+        else:
+            kf += np.where(multi, KERNELS_CP_COLLECTIVE[self.cp_comm], 0.0)
+            kb += np.where(multi, KERNELS_CP_COLLECTIVE[self.cp_comm], 0.0)
+        return kf, kb
 
     def elementwise_bytes_per_token_layer(self) -> float:
         """HBM bytes moved per token per layer by the forward element-wise ops (bf16).
@@ -395,5 +574,8 @@ class CostModel:
             "cp_comm": self.cp_comm,
             "recompute": self.recompute,
             "layers_per_stage": self.layers_per_stage,
+            "stage_layers": self.stage_layers.tolist(),
+            "precision": self.precision,
+            "tp_comm_overlap": self.tp_comm_overlap,
             "memory_limit_bytes": self.memory_limit_bytes,
         }

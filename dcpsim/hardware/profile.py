@@ -15,6 +15,21 @@ reduce-scatter the input). ``profile.toml`` holds the scalar device values in
 (measured: device, date, versions; or a public source). Measured profiles add
 a ``[measured]`` table (device name, driver, torch, CUDA, NCCL, date, command).
 
+Optional ``[timing]`` table (format 1, added later; a profile without it
+loads and behaves as before: GEMM from the table alone, no FP8, no fixed
+costs, every scale 1). Every value present needs ``sources."timing.<name>"``::
+
+    peak_fp8_flops              dense FP8 peak (datasheet); 0 = no FP8
+    fp8_gemm_best_tflops        best achieved FP8 GEMM at the table's anchor shape
+    sms, gemm_tile_m, gemm_tile_n, gemm_k_half
+                                the GEMM shape model (see :meth:`HardwareProfile.gemm_shape_factor`)
+    per_kernel_overhead_s       host launch floor per kernel (CPU-bound regime)
+    iteration_overhead_s        fixed per-iteration host time (data loading, logging)
+    gemm_efficiency_scale, fp8_gemm_efficiency_scale, attention_efficiency_scale,
+    nvlink_efficiency, network_efficiency
+                                calibration knobs (1.0 = uncalibrated); a calibrated
+                                profile names its fit data and commit in their sources
+
 Interpolation is linear in log(size)–log(throughput) between rows. Outside
 the measured range:
 
@@ -52,6 +67,46 @@ DEVICE_FIELDS = (
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
 TIERS = ("nvlink", "network")
 ATTN_LAYOUTS = ("dense", "varlen")
+# GEMM tiles the shape model chooses from: (rows, cols, relative main-loop efficiency).
+# Assumed: CUTLASS/cuBLAS Hopper/Ampere kernels ship 128x256 and 256x128 tiles at full
+# efficiency; smaller tiles reuse less data per byte loaded (arithmetic intensity
+# tm*tn/(tm+tn): 85 for 128x256, 64 for 128x128, 43 for 64x128), assumed to cost 10% and 30%.
+GEMM_TILES = ((128, 256, 1.0), (256, 128, 1.0), (128, 128, 0.9), (64, 128, 0.7))
+GEMM_SPLIT_K = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Optional timing parameters of a profile (``[timing]``); defaults reproduce a format-1 profile without it."""
+
+    peak_fp8_flops: float = 0.0
+    fp8_gemm_best_tflops: float = 0.0
+    sms: int = 0
+    gemm_tile_m: int = 128
+    gemm_tile_n: int = 256
+    gemm_k_half: float = 0.0
+    per_kernel_overhead_s: float = 0.0
+    iteration_overhead_s: float = 0.0
+    gemm_efficiency_scale: float = 1.0
+    fp8_gemm_efficiency_scale: float = 1.0
+    attention_efficiency_scale: float = 1.0
+    nvlink_efficiency: float = 1.0
+    network_efficiency: float = 1.0
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.peak_fp8_flops > 0 and self.fp8_gemm_best_tflops > 0
+
+    @property
+    def has_gemm_model(self) -> bool:
+        return self.sms > 0
+
+
+TIMING_FIELDS = tuple(Timing.__dataclass_fields__)
+TIMING_INT_FIELDS = ("sms", "gemm_tile_m", "gemm_tile_n")
+# fields that may be 0 (mechanism off); the scales must be > 0
+TIMING_ZERO_OK = ("peak_fp8_flops", "fp8_gemm_best_tflops", "sms", "gemm_k_half", "per_kernel_overhead_s",
+                  "iteration_overhead_s")
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -120,6 +175,7 @@ class HardwareProfile:
     gemm_rows: list[dict] = field(default_factory=list)
     attention_rows: list[dict] = field(default_factory=list)
     collective_rows: list[dict] = field(default_factory=list)
+    timing: Timing = field(default_factory=Timing)
     path: Path | None = None
     _gemm: dict = field(default_factory=dict, repr=False)
     _attn: dict = field(default_factory=dict, repr=False)
@@ -133,10 +189,20 @@ class HardwareProfile:
         groups: dict[tuple, list] = {}
         for r in self.gemm_rows:
             groups.setdefault((int(r["n"]), int(r["k"])), []).append(r)
-        self._gemm = {
-            key: Curve.from_points([r["tokens"] for r in rs], [r["tflops"] * 1e12 for r in rs])
-            for key, rs in groups.items()
-        }
+        if self.timing.has_gemm_model:
+            # residual efficiency R = measured / shape factor, held flat outside the rows
+            self._gemm = {
+                key: Curve.from_points(
+                    [r["tokens"] for r in rs],
+                    [r["tflops"] * 1e12 / float(self.gemm_shape_factor(r["tokens"], key[0], key[1])) for r in rs],
+                    below="efficiency")
+                for key, rs in groups.items()
+            }
+        else:
+            self._gemm = {
+                key: Curve.from_points([r["tokens"] for r in rs], [r["tflops"] * 1e12 for r in rs])
+                for key, rs in groups.items()
+            }
         groups = {}
         for r in self.attention_rows:
             key = (r["direction"], bool(r["causal"]), r["layout"], int(r["head_dim"]))
@@ -156,17 +222,89 @@ class HardwareProfile:
         }
 
     # ----------------------------------------------------------------- lookups
-    def gemm_flops_per_s(self, tokens, n: int, k: int) -> np.ndarray:
-        """Achieved FLOP/s of a (tokens × k) @ (k × n) bf16 GEMM.
+    def gemm_shape_factor(self, m, n: int, k: int) -> np.ndarray:
+        """Fraction (<= 1) of the tensor cores' main-loop rate an (m × k) @ (k × n) GEMM keeps.
+
+        Wave quantization: the output is cut into tiles (``GEMM_TILES``, best
+        choice per shape, as cuBLAS's heuristics pick one), optionally split
+        along K (``GEMM_SPLIT_K``) when there are fewer tiles than SMs; tiles
+        run in waves of ``sms``; the last partial wave and partially filled
+        edge tiles waste their share. Each tile's K loop pays a fixed
+        prologue/epilogue worth ``gemm_k_half`` of K: efficiency
+        ``k_piece / (k_piece + gemm_k_half)``. 1.0 when the profile has no
+        shape model (``timing.sms == 0``).
+        """
+        m = np.maximum(np.asarray(m, dtype=float), 1.0)
+        t = self.timing
+        if not t.has_gemm_model:
+            return np.ones_like(m)
+        best = np.zeros_like(m)
+        sms = float(t.sms)
+        for tm, tn, rel in GEMM_TILES:
+            tiles = np.ceil(m / tm) * math.ceil(n / tn)
+            for split in GEMM_SPLIT_K:
+                kp = k / split
+                if split > 1 and kp < 4 * t.gemm_k_half:
+                    break
+                waves = np.ceil(tiles * split / sms)
+                util = (m * n * split) / (waves * sms * tm * tn)
+                best = np.maximum(best, rel * util * kp / (kp + t.gemm_k_half))
+        return best
+
+    def gemm_flops_per_s(self, tokens, n: int, k: int, *, precision: str = "bf16") -> np.ndarray:
+        """Achieved FLOP/s of a (tokens × k) @ (k × n) GEMM (compute rate; no memory roofline).
 
         Uses the table shape nearest to (n, k) in log(n·k) (ties: nearest in
-        log(n/k)), interpolated over the token count.
+        log(n/k)), interpolated over the token count. With a shape model
+        (``[timing] sms``) the table's rate is divided by its own shape factor
+        and multiplied by the asked shape's (:meth:`gemm_shape_factor`), so the
+        rate depends on all of M, N and K and equals the table at its rows.
+        ``precision="fp8"`` scales by ``fp8_gemm_best_tflops`` over the BF16
+        rate of an 8192³ product (the same ratio at every shape; raises
+        :class:`ProfileError` naming ``timing.fp8_gemm_best_tflops`` when the
+        profile has no FP8 figures). Calibration scales multiply the result.
         """
         key = min(
             self._gemm,
             key=lambda s: (abs(math.log(s[0] * s[1]) - math.log(n * k)), abs(math.log(s[0] / s[1]) - math.log(n / k))),
         )
-        return self._gemm[key](tokens)
+        t = self.timing
+        rate = self._gemm[key](tokens)
+        if t.has_gemm_model:
+            rate = rate * self.gemm_shape_factor(tokens, n, k)
+        rate = rate * t.gemm_efficiency_scale
+        if precision == "fp8":
+            rate = rate * self.fp8_gemm_ratio() * t.fp8_gemm_efficiency_scale
+        elif precision != "bf16":
+            raise ProfileError("precision", precision, "'bf16' or 'fp8'", where=str(self.path or self.name))
+        if t.has_gemm_model:  # memory roofline: operands in, bf16 result out, at HBM bandwidth
+            m = np.maximum(np.asarray(tokens, dtype=float), 1.0)
+            b_in = 1.0 if precision == "fp8" else 2.0
+            nbytes = b_in * (m * k + k * n) + 2.0 * m * n
+            rate = np.minimum(rate, 2.0 * m * n * k * self.hbm_bw_bytes_per_s / nbytes)
+        return rate
+
+    def gemm_max_flops_per_s(self, n: int, k: int, *, precision: str = "bf16") -> float:
+        """An upper bound of :meth:`gemm_flops_per_s` over every token count (for lower bounds on time)."""
+        key = min(
+            self._gemm,
+            key=lambda s: (abs(math.log(s[0] * s[1]) - math.log(n * k)), abs(math.log(s[0] / s[1]) - math.log(n / k))),
+        )
+        rate = float(np.exp(self._gemm[key].log_y.max())) * self.timing.gemm_efficiency_scale  # shape factor <= 1
+        if precision == "fp8":
+            rate *= self.fp8_gemm_ratio() * self.timing.fp8_gemm_efficiency_scale
+        return rate
+
+    def fp8_gemm_ratio(self) -> float:
+        """FP8 over BF16 achieved GEMM rate, both on an 8192³ product (``fp8_gemm_best_tflops`` is one)."""
+        t = self.timing
+        if not t.has_fp8:
+            raise ProfileError("timing.fp8_gemm_best_tflops", t.fp8_gemm_best_tflops,
+                               "FP8 figures in the profile ([timing] peak_fp8_flops and fp8_gemm_best_tflops) "
+                               "to run precision = 'fp8'", where=str(self.path or self.name))
+        key = min(self._gemm, key=lambda s: abs(math.log(s[0] * s[1]) - math.log(8192.0 * 8192.0)))
+        bf16 = float(self._gemm[key](8192.0) * self.gemm_shape_factor(8192.0, 8192, 8192))
+        return t.fp8_gemm_best_tflops * 1e12 / bf16
 
     def attention_flops_per_s(self, seqlen, *, direction: str, causal: bool, head_dim: int) -> np.ndarray:
         """Achieved FLOP/s of flash attention on one sequence of ``seqlen`` tokens.
@@ -185,7 +323,7 @@ class HardwareProfile:
             raise ProfileError(
                 "attention", f"direction={direction}, causal={causal}", "rows for this case", where=str(self.path or self.name)
             )
-        return best[1](seqlen)
+        return best[1](seqlen) * self.timing.attention_efficiency_scale
 
     def has_collective(self, op: str, tier: str) -> bool:
         return (op, tier) in self._coll
@@ -199,7 +337,8 @@ class HardwareProfile:
                 key = ("all_gather", tier)
             if key not in self._coll:
                 raise ProfileError("collectives", f"{op}/{tier}", "rows for this op and tier", where=str(self.path or self.name))
-        return self._coll[key](nbytes)
+        scale = self.timing.network_efficiency if tier == "network" else self.timing.nvlink_efficiency
+        return self._coll[key](nbytes) * scale
 
     def collective_time_s(self, op: str, tier: str, nbytes, n: int) -> np.ndarray:
         """Time of one collective of message size ``nbytes`` over ``n`` ranks.
@@ -346,6 +485,7 @@ def load_profile(path: str | Path) -> HardwareProfile:  # noqa: C901 - temporary
             raise ProfileError(f"sources.{f}", sources.get(f), "a sentence naming the origin of this value", where=where)
     if values["nvlink_domain_gpus"] < values["gpus_per_node"]:
         raise ProfileError("device.nvlink_domain_gpus", values["nvlink_domain_gpus"], f">= gpus_per_node ({values['gpus_per_node']})", where=where)
+    timing = _read_timing(meta.get("timing", {}), sources, where)
     tables = meta.get("tables", {})
     gemm = _read_csv(folder / tables.get("gemm", "gemm.csv"), GEMM_COLUMNS)
     attn = _read_csv(folder / tables.get("attention", "attention.csv"), ATTN_COLUMNS)
@@ -368,9 +508,43 @@ def load_profile(path: str | Path) -> HardwareProfile:  # noqa: C901 - temporary
         gemm_rows=gemm,
         attention_rows=attn,
         collective_rows=coll,
+        timing=timing,
         path=folder,
         **values,
     )
+
+
+def _read_timing(table, sources: dict, where: str) -> Timing:
+    """Validate the optional ``[timing]`` table (every value present names its origin)."""
+    if not isinstance(table, dict):
+        raise ProfileError("timing", table, "a [timing] table", where=where)
+    unknown = sorted(set(table) - set(TIMING_FIELDS))
+    if unknown:
+        raise ProfileError(f"timing.{unknown[0]}", table[unknown[0]], f"one of {list(TIMING_FIELDS)}", where=where)
+    vals = {}
+    for f, v in table.items():
+        zero_ok = f in TIMING_ZERO_OK
+        try:
+            fv = float(v)
+        except (TypeError, ValueError):
+            raise ProfileError(f"timing.{f}", v, "a number", where=where) from None
+        if isinstance(v, bool) or not math.isfinite(fv) or fv < 0 or (fv == 0 and not zero_ok):
+            raise ProfileError(f"timing.{f}", v, "a finite number >= 0" if zero_ok else "a finite number > 0", where=where)
+        if f in TIMING_INT_FIELDS:
+            if fv != int(fv):
+                raise ProfileError(f"timing.{f}", v, "an integer", where=where)
+            fv = int(fv)
+        if not str(sources.get(f"timing.{f}", "")).strip():
+            raise ProfileError(f"sources.timing.{f}", sources.get(f"timing.{f}"),
+                               "a sentence naming the origin of this value", where=where)
+        vals[f] = fv
+    t = Timing(**vals)
+    if t.has_gemm_model and (t.gemm_tile_m < 1 or t.gemm_tile_n < 1):
+        raise ProfileError("timing.gemm_tile_m", t.gemm_tile_m, "positive tile sizes", where=where)
+    if (t.peak_fp8_flops > 0) != (t.fp8_gemm_best_tflops > 0):
+        raise ProfileError("timing.fp8_gemm_best_tflops", t.fp8_gemm_best_tflops,
+                           "set together with timing.peak_fp8_flops (both or neither)", where=where)
+    return t
 
 
 def write_profile(profile: HardwareProfile, folder: str | Path) -> Path:
@@ -392,9 +566,13 @@ def write_profile(profile: HardwareProfile, folder: str | Path) -> Path:
     for f in DEVICE_FIELDS:
         v = getattr(profile, f)
         lines.append(f"{f} = {int(v) if f in ('gpus_per_node', 'nvlink_domain_gpus') else repr(float(v))}")
+    timing = [(f, getattr(profile.timing, f)) for f in TIMING_FIELDS]
+    if profile.timing != Timing():
+        lines += ["", "[timing]"]
+        lines += [f"{f} = {v if isinstance(v, int) else repr(float(v))}" for f, v in timing]
     lines += ["", "[sources]"]
     for k, v in profile.sources.items():
-        lines.append(f"{k} = {q(v)}")
+        lines.append(f"{q(k) if '.' in k else k} = {q(v)}")
     if profile.measured:
         lines += ["", "[measured]"]
         for k, v in profile.measured.items():

@@ -87,8 +87,12 @@ def min_gemm_s_per_token(cost, max_tokens: int) -> float:
     knots = sorted({float(r["tokens"]) for r in prof.gemm_rows if float(r["tokens"]) <= max_tokens})
     grid = np.asarray(knots + [1.0, float(max_tokens)])
     per_fwd = 0.0
+    precision = getattr(cost, "precision", "bf16")
     for _, n, k, cnt in cost.model.gemm_shapes(cost.tp):
-        best = float(np.max(prof.gemm_flops_per_s(grid, n, k)))
+        if prof.timing.has_gemm_model:  # rate not monotone in tokens (wave quantization): use its upper bound
+            best = prof.gemm_max_flops_per_s(n, k, precision=precision)
+        else:
+            best = float(np.max(prof.gemm_flops_per_s(grid, n, k)))
         per_fwd += cnt * 2.0 * n * k / best
     factor = 1.0 + GEMM_BWD_FLOPS_FACTOR + (1.0 if cost.recompute == "full" else 0.0)
     return per_fwd * factor * cost.layers_per_stage

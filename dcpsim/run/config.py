@@ -24,6 +24,9 @@ Example (every field optional; these are the defaults)::
     cp_comm = "p2p"             # p2p | all_gather | a2a
     recompute = "full"          # none | selective | full
     mbs = 1                     # sequences per microbatch per DP rank (fixed workload only; Megatron --micro-batch-size)
+    precision = "bf16"          # bf16 | fp8 (GEMMs in FP8, attention in BF16; needs a profile with FP8 figures)
+    first_stage_layers = 0      # Megatron --decoder-first-pipeline-num-layers; 0 = even split
+    last_stage_layers = 0       # Megatron --decoder-last-pipeline-num-layers; 0 = even split
 
     [workload]
     name = "github"             # preset, lengths file, or distribution table
@@ -51,7 +54,10 @@ sequences), and ``gbs`` must be a multiple of ``dp * mbs`` (Megatron's rule).
     straggler_fraction = 0.0
     straggler_slowdown = 1.0
     degraded_link_scale = 1.0   # bandwidth factor of one degraded network link
-    overlap_grad_sync = true
+    overlap_grad_sync = true    # Megatron --overlap-grad-reduce (bucketed gradient reduce-scatter)
+    overlap_param_gather = true # Megatron --overlap-param-gather (bucketed parameter all-gather)
+    tp_comm_overlap = false     # Megatron --tp-comm-overlap (TP collectives overlapped with GEMMs)
+    grad_bucket_params = 0      # parameters per DDP bucket; 0 = Megatron's default max(40M, 1M x DP)
     planning = "hidden"         # modelled planning time: hidden (overlaps the previous iteration) | stall | ignore
     grad_reduce_bytes_per_param = 4
 
@@ -120,6 +126,9 @@ class ParallelSection(_Section):
     vp: int = Field(1, ge=1, le=1024, description="virtual pipeline stages (model chunks) per pipeline rank: interleaved 1F1B "
                     "when > 1 (Megatron --num-layers-per-virtual-pipeline-stage n maps to vp = layers/(pp*n)); "
                     "microbatches per pipeline must then be a multiple of pp")
+    precision: Literal["bf16", "fp8"] = Field("bf16", description="GEMM precision; fp8 needs a profile with FP8 figures")
+    first_stage_layers: int = Field(0, ge=0, le=100_000, description="Megatron --decoder-first-pipeline-num-layers; 0 = even split")
+    last_stage_layers: int = Field(0, ge=0, le=100_000, description="Megatron --decoder-last-pipeline-num-layers; 0 = even split")
 
 
 class WorkloadSection(_Section):
@@ -145,7 +154,13 @@ class SimSection(_Section):
     straggler_fraction: float = Field(0.0, ge=0, le=1, description="share of GPUs that run slow")
     straggler_slowdown: float = Field(1.0, ge=1.0, le=1000, description="time factor of a slow GPU")
     degraded_link_scale: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor of one degraded network link")
-    overlap_grad_sync: bool = Field(True, description="gradient reduce-scatter overlaps the last backward pass")
+    overlap_grad_sync: bool = Field(True, description="Megatron --overlap-grad-reduce: bucketed gradient reduce-scatter "
+                                    "overlaps the last backward pass")
+    overlap_param_gather: bool = Field(True, description="Megatron --overlap-param-gather: bucketed parameter all-gather "
+                                       "overlaps the next forward pass")
+    tp_comm_overlap: bool = Field(False, description="Megatron --tp-comm-overlap: TP collectives overlap the GEMMs")
+    grad_bucket_params: int = Field(0, ge=0, le=10**12, description="parameters per DDP bucket; 0 = Megatron's "
+                                    "default max(40M, 1M x DP)")
     planning: Planning = Field("hidden", description="modelled planning time: hidden, stall or ignore")
     grad_reduce_bytes_per_param: int = Field(4, ge=1, le=4, description="bytes per gradient element reduced")
 

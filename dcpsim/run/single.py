@@ -54,7 +54,9 @@ from dcpsim.sim import (
 def build_cost_model(cfg: RunConfig) -> CostModel:
     p = cfg.parallel
     return CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp, dp_cp=cfg.dp * p.cp,
-                     cp_comm=p.cp_comm, recompute=p.recompute)
+                     cp_comm=p.cp_comm, recompute=p.recompute, precision=p.precision,
+                     tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
+                     last_stage_layers=p.last_stage_layers)
 
 
 def nvlink_domain(cfg: RunConfig, cost: CostModel) -> int:
@@ -90,7 +92,8 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                     network_scale=h.network_scale, degraded_gpu=faults.degraded_gpu,
                     degraded_link_scale=s.degraded_link_scale, vp=p.vp)
     opts = SimOptions(overlap_grad_sync=s.overlap_grad_sync, noise_cv=s.noise_cv, planning=s.planning,
-                      grad_reduce_bytes_per_param=s.grad_reduce_bytes_per_param)
+                      grad_reduce_bytes_per_param=s.grad_reduce_bytes_per_param,
+                      overlap_param_gather=s.overlap_param_gather, grad_bucket_params=s.grad_bucket_params)
     return ClusterSimulator(cost, topo, faults=faults, options=opts)
 
 

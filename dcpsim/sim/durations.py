@@ -27,22 +27,38 @@ with the number of NVLink domains the group spans):
 
 * reduce-scatter of the gradients: ``params_stage/TP × grad_reduce_bytes_per_param``;
 * all-gather of the updated bf16 parameters: ``params_stage/TP × 2 B``;
-* optimizer step on the local shard, HBM-bound: it reads and writes bf16
-  weights, fp32 gradients and 12 B of fp32 master weights + Adam moments,
-  ``(2 + 4 + 12) × 2`` bytes per shard parameter at ``hbm_bw_bytes_per_s``.
+* both in buckets of ``grad_bucket_params`` parameters (0: Megatron-Core's
+  default ``max(40M, 1M × DP)``, ``DistributedDataParallelConfig.bucket_size``);
+  Megatron turns bucketing off on every pipeline stage but the first (one
+  bucket there). ``*_bucket_s`` is one bucket's time; the engine overlaps
+  the rest (``--overlap-grad-reduce``, ``--overlap-param-gather``);
+* optimizer step on the local shard, HBM-bound (``OPTIMIZER_BYTES_PER_PARAM``:
+  fused Adam reads the fp32 gradient, master weight and both moments, 16 B,
+  and writes the master weight, moments and the bf16 weight, 14 B), plus the
+  gradient norm (reads the shard's fp32 gradients, 4 B), zeroing the full
+  fp32 gradient buffer of the stage (4 B per stage parameter), FP8 weight
+  casts once per iteration (FP8 only), ``KERNELS_ITERATION`` launches and
+  the profile's ``iteration_overhead_s``. Gradient clipping only rescales
+  when the norm exceeds the threshold (assumed rare: not priced); data
+  loading is assumed hidden by prefetching workers.
 
-``params_stage`` counts the stage's blocks, plus the embedding on the first
-stage and the output layer and final norm on the last.
+``params_stage`` counts the stage's blocks (``CostModel.stage_layers``),
+plus the embedding on the first stage and the output layer and final norm on
+the last. Uneven stages: every layer term of a stage's op is the cost
+model's ``layer_*`` time scaled by ``stage_layers[p] / layers_per_stage``;
+the per-microbatch overhead is not scaled; the first stage adds the
+embedding (``embed_*``), the last the output layer and loss (``head_*``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dcpsim.cost import CostModel, group_collective_time_s
-from dcpsim.cost.model import BatchCost
+from dcpsim.cost.model import BatchCost, fp8_weight_cast_bytes
 from dcpsim.hardware import HardwareProfile
 from dcpsim.pipeline import chunk_durations, link_of_transfer
 from dcpsim.policies.plan import Plan
@@ -50,7 +66,11 @@ from dcpsim.sim.schedule import GroupTable
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults, lognormal_factors, slice_any
 
-OPTIMIZER_BYTES_PER_PARAM = (2 + 4 + 12) * 2  # read + write of bf16 weight, fp32 grad, fp32 master + Adam m, v
+OPTIMIZER_BYTES_PER_PARAM = 16 + 14  # Adam reads fp32 grad, master, m, v (16 B); writes master, m, v, bf16 weight (14 B)
+GRAD_NORM_BYTES_PER_PARAM = 4  # the shard's fp32 gradients read once for the norm
+ZERO_GRAD_BYTES_PER_PARAM = 4  # the stage's full fp32 gradient buffer zeroed (per stage parameter, not per shard)
+KERNELS_ITERATION = 20  # assumed: multi-tensor Adam and norm launches, scalar all-reduces, zeroing, loss scaling
+DEFAULT_BUCKET_PARAMS = 40_000_000  # Megatron-Core bucket_size default: max(40M, 1M x DP) parameters
 
 
 @dataclass
@@ -108,6 +128,9 @@ class SyncCost:
     optimizer_s: np.ndarray
     params_per_gpu: np.ndarray
     domains: np.ndarray
+    reduce_scatter_bucket_s: np.ndarray | None = None
+    all_gather_bucket_s: np.ndarray | None = None
+    buckets: np.ndarray | None = None
 
 
 def scale_network(profile: HardwareProfile, factor: float) -> HardwareProfile:
@@ -119,9 +142,8 @@ def scale_network(profile: HardwareProfile, factor: float) -> HardwareProfile:
 
 def stage_params(cost: CostModel) -> np.ndarray:
     """Parameters per GPU of each pipeline stage (blocks / TP, embedding on the first, head on the last)."""
-    m, tp, pp = cost.model, cost.tp, cost.pp
-    block = cost.layers_per_stage * (m.linear_params_per_layer() / tp + 2 * m.hidden)
-    out = np.full(pp, float(block))
+    m, tp = cost.model, cost.tp
+    out = cost.stage_layers.astype(float) * (m.linear_params_per_layer() / tp + 2 * m.hidden)
     out[0] += m.vocab * m.hidden / tp
     out[-1] += m.vocab * m.hidden / tp + m.hidden
     return out
@@ -131,11 +153,13 @@ class DurationModel:
     """Turns plans into :class:`IterationWork` for one (cost model, topology, faults) setting."""
 
     def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
-                 grad_reduce_bytes_per_param: int = 4) -> None:
+                 grad_reduce_bytes_per_param: int = 4, grad_bucket_params: int = 0) -> None:
         self.cost = cost
         self.topo = topology
         self.faults = faults
         self.grad_reduce_bytes_per_param = int(grad_reduce_bytes_per_param)
+        self.grad_bucket_params = int(grad_bucket_params)
+        self.stage_scale = cost.stage_layers / float(cost.layers_per_stage)
         self._scaled: dict[float, CostModel] = {}
         # which stage ranks hold a straggler GPU (any of their TP ranks)
         R, pp = topology.ranks_per_stage, topology.pp
@@ -156,6 +180,9 @@ class DurationModel:
             self._scaled[factor] = CostModel(
                 scale_network(c.profile, factor), c.model, tp=c.tp, pp=c.pp, dp_cp=c.dp_cp,
                 cp_comm=c.cp_comm, recompute=c.recompute, memory_limit_bytes=c.memory_limit_bytes,
+                precision=c.precision, tp_comm_overlap=c.tp_comm_overlap,
+                first_stage_layers=int(c.stage_layers[0]) if c.pp > 1 else 0,
+                last_stage_layers=int(c.stage_layers[-1]) if c.pp > 1 else 0,
             )
         return self._scaled[factor]
 
@@ -164,15 +191,26 @@ class DurationModel:
         cost, topo = self.cost, self.topo
         prof = cost.profile
         params = stage_params(cost)
-        rs, ag, opt, doms = (np.zeros(topo.pp) for _ in range(4))
+        rs, ag, opt, doms, rs_b, ag_b, nb = (np.zeros(topo.pp) for _ in range(7))
+        bw = prof.hbm_bw_bytes_per_s
+        fixed = KERNELS_ITERATION * prof.timing.per_kernel_overhead_s + prof.timing.iteration_overhead_s
         for p in range(topo.pp):
             n, domains, factor = topo.stage_dp_group(p)
             doms[p] = domains
-            rs[p] = float(group_collective_time_s(prof, "reduce_scatter", params[p] * self.grad_reduce_bytes_per_param, n,
-                                                  domains=domains, network_scale=factor))
-            ag[p] = float(group_collective_time_s(prof, "all_gather", params[p] * 2.0, n, domains=domains, network_scale=factor))
-            opt[p] = params[p] / n * OPTIMIZER_BYTES_PER_PARAM / prof.hbm_bw_bytes_per_s
-        return SyncCost(rs, ag, opt, params, doms)
+            bucket = self.grad_bucket_params or max(DEFAULT_BUCKET_PARAMS, 1_000_000 * n)
+            nb[p] = max(1, math.ceil(params[p] / bucket)) if p == 0 else 1
+
+            def t(op: str, nbytes: float, n=n, domains=domains, factor=factor) -> float:
+                return float(group_collective_time_s(prof, op, nbytes, n, domains=domains, network_scale=factor))
+
+            g, w = params[p] * self.grad_reduce_bytes_per_param, params[p] * 2.0
+            rs_b[p], ag_b[p] = t("reduce_scatter", g / nb[p]), t("all_gather", w / nb[p])
+            rs[p], ag[p] = nb[p] * rs_b[p], nb[p] * ag_b[p]
+            opt[p] = (params[p] / n * (OPTIMIZER_BYTES_PER_PARAM + GRAD_NORM_BYTES_PER_PARAM)
+                      + params[p] * ZERO_GRAD_BYTES_PER_PARAM) / bw + fixed
+            if cost.precision == "fp8":
+                opt[p] += cost.stage_layers[p] * fp8_weight_cast_bytes(cost.model, cost.tp) / bw
+        return SyncCost(rs, ag, opt, params, doms, rs_b, ag_b, nb)
 
     def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,
              rng: np.random.Generator | None = None) -> IterationWork:
@@ -183,13 +221,19 @@ class DurationModel:
         spans, factor = self._spans(table, starts, cps)
         per, local, mem, calls = self._pack_costs(lens, pids, cps, spans, factor, G, P)
         pp = self.topo.pp
-        fwd, bwd = per["fwd_s"], per["bwd_s"]  # BatchCost.fwd_s / bwd_s: every term of the cost model, head excluded
+        # layer terms scaled to each stage's layer count, plus the per-microbatch overhead; the
+        # embedding on the first stage, the output layer + loss on the last
+        scale = self.stage_scale[:, None]
+        fwd = per["layer_fwd_s"] * scale + per["overhead_fwd_s"]
+        bwd = per["layer_bwd_s"] * scale + per["overhead_bwd_s"]
+        fwd[0] += per["embed_fwd_s"][0]
+        bwd[0] += per["embed_bwd_s"][0]
         head_f = per["head_fwd_s"][pp - 1].copy()
         head_b = per["head_bwd_s"][pp - 1].copy()
         fwd[pp - 1] += head_f
         bwd[pp - 1] += head_b
-        cpf = per["cp_fwd_exposed_s"].copy()
-        cpb = per["cp_bwd_exposed_s"].copy()
+        cpf = per["cp_fwd_exposed_s"] * scale
+        cpb = per["cp_bwd_exposed_s"] * scale
         self._vary(table, (fwd, cpf), (bwd, cpb), head_f, head_b, noise_cv, rng)
         xfer = self._transfers(table, local)
         tokens = np.zeros(G)
@@ -214,7 +258,8 @@ class DurationModel:
     def _pack_costs(self, lens, pids, cps, spans, factor, G: int, P: int):
         """Per-stage cost terms of every real group: one ``batch_cost`` call per link class."""
         pp, cost = self.topo.pp, self.cost
-        fields = ("fwd_s", "bwd_s", "cp_fwd_exposed_s", "cp_bwd_exposed_s", "head_fwd_s", "head_bwd_s")
+        fields = ("layer_fwd_s", "layer_bwd_s", "overhead_fwd_s", "overhead_bwd_s", "cp_fwd_exposed_s",
+                  "cp_bwd_exposed_s", "head_fwd_s", "head_bwd_s", "embed_fwd_s", "embed_bwd_s")
         per = {f: np.zeros((pp, G)) for f in fields}
         local = np.zeros(G)
         mem = np.full(G, float(cost.peak_memory_bytes(np.zeros(1))[0]))

@@ -15,12 +15,21 @@ starts only when all its member ranks are free and its pipeline input has
 arrived. Simultaneous events are processed in scheduling order (SimPy's
 insertion counter), so one input gives one timeline.
 
-Gradient sync of stage ``p`` (distributed optimizer): with
-``overlap_grad_sync`` the reduce-scatter runs during the last backward pass
-of the stage's ranks, so it ends at ``max(last backward end, last backward
-start + t_rs)``; without it, it starts when the last backward ends. The
-optimizer step and the parameter all-gather follow, exposed. The iteration
-ends when every stage is done (the next one starts in step on all ranks).
+Gradient sync of stage ``p`` (distributed optimizer, ``B`` buckets of
+``t_b`` each, :class:`~dcpsim.sim.durations.SyncCost`). With
+``overlap_grad_sync`` (Megatron --overlap-grad-reduce) the buckets become
+ready evenly during the stage's last backward op ``[b0, b1]`` and their
+reduce-scatters run one after another as they become ready, so the last
+ends at ``max(b1 + t_b, b0 + (b1 − b0)/B + B·t_b)``: exactly one bucket is
+exposed when compute outlasts the communication; without overlap all of it
+starts at ``b1``. The optimizer step follows. The parameter all-gather then
+either runs exposed, or with ``overlap_param_gather`` (Megatron
+--overlap-param-gather) overlaps the next iteration's first forward op ``F``
+on the stage: bucket ``i`` is needed after ``i/B`` of it, so the stall is
+``max(t_b, B·t_b − F·(B−1)/B)``, less the time the stage waits for its first
+pipeline input anyway (its first forward's start in this iteration). The
+iteration ends when every stage is done (the next one starts in step on all
+ranks).
 """
 
 from __future__ import annotations
@@ -62,19 +71,43 @@ class IterationTimeline:
     events: int
 
 
+def grad_sync_end_s(b0: float, b1: float, total_s: float, bucket_s: float, buckets: int, overlap: bool) -> float:
+    """End of the bucketed gradient reduce-scatter of a stage whose last backward runs over ``[b0, b1]``."""
+    if not overlap:
+        return b1 + total_s
+    return max(b1 + bucket_s, b0 + (b1 - b0) / buckets + buckets * bucket_s)
+
+
+def param_gather_stall_s(total_s: float, bucket_s: float, buckets: int, first_fwd_s: float, overlap: bool) -> float:
+    """Time the next iteration's first forward waits for the bucketed parameter all-gather (before pipeline fill)."""
+    if not overlap:
+        return total_s
+    return max(bucket_s, buckets * bucket_s - first_fwd_s * (buckets - 1) / buckets)
+
+
+def _buckets(sync: SyncCost) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(buckets, reduce-scatter per bucket, all-gather per bucket) per stage; one bucket when not given."""
+    pp = sync.reduce_scatter_s.size
+    nb = sync.buckets if sync.buckets is not None else np.ones(pp)
+    rs_b = sync.reduce_scatter_bucket_s if sync.reduce_scatter_bucket_s is not None else sync.reduce_scatter_s
+    ag_b = sync.all_gather_bucket_s if sync.all_gather_bucket_s is not None else sync.all_gather_s
+    return nb.astype(int), rs_b, ag_b
+
+
 def sync_ends(bwd_end: np.ndarray, last_bstart: np.ndarray, sync: SyncCost,
-              overlap_grad_sync: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(reduce-scatter end, optimizer end, stage end) per stage from its backward end and last backward start."""
-    rs = sync.reduce_scatter_s
-    rs_end = np.maximum(bwd_end, last_bstart + rs) if overlap_grad_sync else bwd_end + rs
-    opt_end = rs_end + sync.optimizer_s
-    return rs_end, opt_end, opt_end + sync.all_gather_s
+              overlap_grad_sync: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(reduce-scatter end, optimizer end) per stage from its backward end and last backward start."""
+    nb, rs_b, _ = _buckets(sync)
+    rs_end = np.array([grad_sync_end_s(float(last_bstart[p]), float(bwd_end[p]), float(sync.reduce_scatter_s[p]),
+                                       float(rs_b[p]), int(nb[p]), overlap_grad_sync) for p in range(nb.size)])
+    return rs_end, rs_end + sync.optimizer_s
 
 
 class _Run:
     """State of one SimPy iteration (callbacks on plain lists; see the module docstring)."""
 
-    def __init__(self, work: IterationWork, graph: Graph, sync: SyncCost, overlap_grad_sync: bool) -> None:
+    def __init__(self, work: IterationWork, graph: Graph, sync: SyncCost, overlap_grad_sync: bool,
+                 overlap_param_gather: bool = False) -> None:
         f, b, _ = work.virtual()
         V, G = f.shape
         dur = np.empty((V, 2, G))
@@ -98,9 +131,11 @@ class _Run:
         self.is_last = is_last.tolist()
         self.last_bstart = [0.0] * pp
         self.bwd_end = [0.0] * pp
-        self.rs = sync.reduce_scatter_s.tolist()
-        self.tail = (sync.optimizer_s + sync.all_gather_s).tolist()
+        self.sync = sync
         self.overlap = overlap_grad_sync
+        self.overlap_pg = overlap_param_gather
+        self.G = G
+        self.first_fwd = [float(f[p, 0]) if G else 0.0 for p in range(pp)]  # chunk 0 of stage p is virtual stage p
         self.stage_end = [0.0] * pp
         self.stages_left = pp
         self.end_time = math.nan
@@ -153,15 +188,28 @@ class _Run:
         self.stage_left[p] -= 1
         if self.stage_left[p] == 0:  # the stage's N-way barrier: a counter, one event
             self.bwd_end[p] = now
-            rs = self.rs[p]
-            r_end = max(now, self.last_bstart[p] + rs) if self.overlap else now + rs
-            t = self.timeout(r_end + self.tail[p] - now, p)
+            t = self.timeout(self.stage_tail_s(p, now), p)
             t.callbacks.append(self.on_stage_done)
 
+    def stage_tail_s(self, p: int, now: float) -> float:
+        """Time from stage ``p``'s last backward end to its end: exposed reduce-scatter, optimizer, all-gather stall."""
+        sync = self.sync
+        nb, rs_b, ag_b = _buckets(sync)
+        r_end = grad_sync_end_s(self.last_bstart[p], now, float(sync.reduce_scatter_s[p]), float(rs_b[p]), int(nb[p]),
+                                self.overlap)
+        stall = param_gather_stall_s(float(sync.all_gather_s[p]), float(ag_b[p]), int(nb[p]), self.first_fwd[p],
+                                     self.overlap_pg)
+        if self.overlap_pg:  # the stage waits for its first pipeline input anyway
+            base = (2 * p + FWD) * self.G
+            fill = min((x for x in self.start[base:base + self.G] if x == x), default=0.0)  # skips NaN
+            stall = max(0.0, stall - fill)
+        return r_end + float(sync.optimizer_s[p]) + stall - now
 
-def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True) -> IterationTimeline:
+
+def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True,
+                  overlap_param_gather: bool = False) -> IterationTimeline:
     """Simulate one iteration in a fresh SimPy environment."""
-    run = _Run(work, graph, sync, overlap_grad_sync)
+    run = _Run(work, graph, sync, overlap_grad_sync, overlap_param_gather)
     for n in np.nonzero(graph.indegree == 0)[0].tolist():
         run.launch(n)
     run.env.run()
@@ -171,7 +219,7 @@ def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_
         raise SimulationError(f"{stuck} of {graph.n_nodes} group ops never ran (dependency cycle in the plan's schedule)")
     bwd_end = np.asarray(run.bwd_end)
     last_bstart = np.asarray(run.last_bstart)
-    rs_end, opt_end, _ = sync_ends(bwd_end, last_bstart, sync, overlap_grad_sync)
+    rs_end, opt_end = sync_ends(bwd_end, last_bstart, sync, overlap_grad_sync)
     return IterationTimeline(
         start=np.asarray(run.start).reshape(run.shape),
         finish=fin,

@@ -44,6 +44,8 @@ class SimOptions:
     noise_cv: float = 0.0
     planning: str = "hidden"
     grad_reduce_bytes_per_param: int = 4
+    overlap_param_gather: bool = False
+    grad_bucket_params: int = 0
 
     def __post_init__(self) -> None:
         if self.planning not in PLANNING_MODES:
@@ -64,7 +66,8 @@ class ClusterSimulator:
             raise ConfigError("topology", topology.describe(),
                               f"tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp} as in the cost model")
         self.durations = DurationModel(cost, topology, faults=faults,
-                                       grad_reduce_bytes_per_param=self.options.grad_reduce_bytes_per_param)
+                                       grad_reduce_bytes_per_param=self.options.grad_reduce_bytes_per_param,
+                                       grad_bucket_params=self.options.grad_bucket_params)
         self.sync = self.durations.sync_cost()
 
     def planning_stall_s(self, planning_time_s: float, index: int, previous_iteration_s: float | None) -> float:
@@ -93,7 +96,8 @@ class ClusterSimulator:
         sched = pipeline_schedule(self.topology.pp, table.n_steps, self.topology.vp)  # InfeasibleError: VP rule
         work = self.durations.work(plan, table, noise_cv=self.options.noise_cv, rng=rng)
         graph = build_graph(table, sched, work.virtual()[2])
-        timeline = run_iteration(work, graph, self.sync, overlap_grad_sync=self.options.overlap_grad_sync)
+        timeline = run_iteration(work, graph, self.sync, overlap_grad_sync=self.options.overlap_grad_sync,
+                                 overlap_param_gather=self.options.overlap_param_gather)
         wall = time.perf_counter() - t0
         return IterationRecord(
             index=index,
