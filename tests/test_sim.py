@@ -28,7 +28,6 @@ from dcpsim.sim import (
     run_iteration,
 )
 from dcpsim.sim.durations import KERNELS_ITERATION, OPTIMIZER_BYTES_PER_PARAM
-from dcpsim.sim.schedule import BWD, FWD
 
 
 # ------------------------------------------------------------------ plan builders

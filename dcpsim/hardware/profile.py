@@ -180,6 +180,7 @@ class HardwareProfile:
     _gemm: dict = field(default_factory=dict, repr=False)
     _attn: dict = field(default_factory=dict, repr=False)
     _coll: dict = field(default_factory=dict, repr=False)
+    _gemm_best: float = field(default=0.0, repr=False)
 
     def __post_init__(self) -> None:
         self._build_curves()
@@ -189,6 +190,7 @@ class HardwareProfile:
         groups: dict[tuple, list] = {}
         for r in self.gemm_rows:
             groups.setdefault((int(r["n"]), int(r["k"])), []).append(r)
+        self._gemm_best = max((r["tflops"] * 1e12 for r in self.gemm_rows), default=0.0)
         if self.timing.has_gemm_model:
             # residual efficiency R = measured / shape factor, held flat outside the rows
             self._gemm = {
@@ -270,8 +272,8 @@ class HardwareProfile:
         )
         t = self.timing
         rate = self._gemm[key](tokens)
-        if t.has_gemm_model:
-            rate = rate * self.gemm_shape_factor(tokens, n, k)
+        if t.has_gemm_model:  # no shape beats the best measured row
+            rate = np.minimum(rate * self.gemm_shape_factor(tokens, n, k), self._gemm_best)
         rate = rate * t.gemm_efficiency_scale
         if precision == "fp8":
             rate = rate * self.fp8_gemm_ratio() * t.fp8_gemm_efficiency_scale
@@ -290,7 +292,10 @@ class HardwareProfile:
             self._gemm,
             key=lambda s: (abs(math.log(s[0] * s[1]) - math.log(n * k)), abs(math.log(s[0] / s[1]) - math.log(n / k))),
         )
-        rate = float(np.exp(self._gemm[key].log_y.max())) * self.timing.gemm_efficiency_scale  # shape factor <= 1
+        rate = float(np.exp(self._gemm[key].log_y.max()))  # shape factor <= 1
+        if self.timing.has_gemm_model:
+            rate = min(rate, self._gemm_best)
+        rate *= self.timing.gemm_efficiency_scale
         if precision == "fp8":
             rate *= self.fp8_gemm_ratio() * self.timing.fp8_gemm_efficiency_scale
         return rate
