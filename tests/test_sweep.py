@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.report.plots import standard_figures
 from dcpsim.run.executors import SlurmOptions, make_executor, slurm_job_script
 from dcpsim.run.sweep import (
     BatchSizer,
@@ -119,7 +120,7 @@ def test_sweep_rows_resume_and_figures(tmp_path):
     axes = '[axes]\npolicy.name = ["packing", "dynamic"]\ncluster.gpus = [32, 64, 36]\n'
     spec = load_sweep_spec(_spec_file(tmp_path, axes))
     out = tmp_path / "out"
-    res = run_sweep(spec, out, jobs=1, progress=False)
+    res = run_sweep(spec, out, jobs=1, progress=False, figures=standard_figures)
     assert res.n_runs == 6 and res.n_done == 6 and res.counts == {"ok": 4, "error": 2}
     df = load_results(out)
     assert len(df) == 6 and df["config_hash"].is_unique

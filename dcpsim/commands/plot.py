@@ -38,7 +38,10 @@ def run(args) -> int:
             axes = [f for g in json.loads(meta.read_text()).get("axes", []) for f in g.get("fields", {})]
         written |= standard_figures(load_results(d), d / "figures", axes=axes)
     if args.x:
-        fig = plot(d, args.x, args.y, hue=args.hue, col=args.col, title=args.title)
+        results = load_results(d)
+        if not len(results):
+            raise ConfigError("results", str(d), "a sweep directory with results (results/part-*.parquet)")
+        fig = plot(results, args.x, args.y, hue=args.hue, col=args.col, title=args.title)
         name = f"{args.y}_vs_{args.x}" + (f"_by_{args.hue}" if args.hue else "") + (f"_per_{args.col}" if args.col else "")
         out = Path(args.out) if args.out else d / "figures" / name.replace(".", "-")
         written[name] = [str(p) for p in save_figure(fig, out)]

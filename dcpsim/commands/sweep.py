@@ -61,6 +61,7 @@ def slurm_options(args):
 
 
 def run(args) -> int:
+    from dcpsim.report.plots import standard_figures
     from dcpsim.run.executors import make_executor
     from dcpsim.run.sweep import SweepInterrupted, describe_counts, load_sweep_spec, run_sweep
 
@@ -69,7 +70,7 @@ def run(args) -> int:
                        slurm=slurm_options(args))
     try:
         res = run_sweep(spec, args.out, executor=ex, batch_size=args.batch_size, progress=args.progress,
-                        figures=not args.no_figures)
+                        figures=None if args.no_figures else standard_figures)
     except SweepInterrupted as exc:
         print(f"dcpsim: {exc}", file=sys.stderr)
         return 130

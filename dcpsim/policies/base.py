@@ -20,12 +20,21 @@ import importlib
 import inspect
 import time
 from abc import ABC, abstractmethod
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 
-from dcpsim.cost.padding import per_rank_tokens
-from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.errors import ConfigError
+from dcpsim.policies.bound import lower_bound_s
+from dcpsim.policies.fit import (  # noqa: F401 - re-exported: policies import them from here
+    check_layout_cost,
+    check_lengths,
+    dynamic_fit,
+    dynamic_sizes,
+    raise_too_long,
+    smallest_fitting_size,
+)
 from dcpsim.policies.plan import Layout, Plan, Step
 
 # name -> "module:Class". One line per built-in policy.
@@ -34,7 +43,7 @@ BUILTIN_POLICIES: dict[str, str] = {
     "packing-balanced": "dcpsim.policies.static:BalancedPackingPolicy",
     "dynamic": "dcpsim.policies.dynamic:DynamicPolicy",
     "dynamic-solver": "dcpsim.policies.solver:DynamicSolverPolicy",
-    "bound": "dcpsim.policies.bound:BoundPolicy",
+    "bound": "dcpsim.policies.bound_policy:BoundPolicy",
     "milp": "dcpsim.policies.milp:MilpPolicy",
     "dynamic-pr2959": "dcpsim.policies.pr2959:Pr2959Policy",
 }
@@ -70,9 +79,9 @@ class Policy(ABC):
 
     :meth:`plan` does the shared work around :meth:`_plan`: it checks the
     input, times the planning (``Plan.planning_time_s``, wall seconds of
-    :meth:`_plan` only), fills ``Plan.lower_bound_s`` with
-    :func:`~dcpsim.policies.bound.lower_bound_s` of the sequences it did not
-    drop, and validates the plan.
+    :meth:`_plan` only), attaches :func:`~dcpsim.policies.bound.lower_bound_s`
+    of the sequences it did not drop as the plan's bound evaluator (run only
+    when ``Plan.lower_bound_s`` is read), and validates the plan.
     """
 
     name: ClassVar[str] = ""
@@ -94,17 +103,15 @@ class Policy(ABC):
         :class:`~dcpsim.errors.InfeasibleError` when a sequence cannot fit
         any group the policy may form.
         """
-        from dcpsim.policies.bound import lower_bound_s
-
         lengths = check_lengths(lengths)
         check_layout_cost(layout, cost)
         t0 = time.perf_counter()
         plan = self._plan(lengths, layout, cost, rng)
         plan.planning_time_s = time.perf_counter() - t0
-        if plan.lower_bound_s is None:
+        if plan.lower_bound_s is None:  # evaluated only if someone reads plan.lower_bound_s
             kept = np.ones(lengths.size, dtype=bool)
             kept[list(plan.dropped)] = False
-            plan.lower_bound_s = lower_bound_s(lengths[kept], layout, cost)
+            plan.bound_evaluator = partial(lower_bound_s, lengths[kept], layout, cost)
         plan.meta.setdefault("options", self.options())
         pad_for_schedule(plan)
         return plan.validate()
@@ -162,56 +169,7 @@ def get_policy(name: str, **options: Any) -> Policy:
     return cls(**check_options(cls.__init__, options, "policy.options"))
 
 
-# ------------------------------------------------------------------ checks
-def check_lengths(lengths) -> np.ndarray:
-    """Lengths as a 1-D int64 array of positive token counts (ConfigError otherwise)."""
-    arr = np.asarray(lengths)
-    if arr.ndim != 1:
-        raise ConfigError("lengths", f"array of shape {arr.shape}", "a 1-D array of sequence lengths")
-    if arr.size and (not np.issubdtype(arr.dtype, np.number) or np.any(arr != np.floor(arr)) or arr.min() < 1):
-        raise ConfigError("lengths", arr[:8].tolist(), "positive integer token counts")
-    return arr.astype(np.int64)
-
-
-def check_layout_cost(layout: Layout, cost) -> None:
-    """The cost model must describe the layout's TP and PP (its times are per stage)."""
-    if not isinstance(layout, Layout):
-        raise ConfigError("layout", type(layout).__name__, "a dcpsim.policies.Layout")
-    for f in ("tp", "pp"):
-        if getattr(cost, f) != getattr(layout, f):
-            raise ConfigError(f"cost.{f}", getattr(cost, f), f"the layout's {f} ({getattr(layout, f)})")
-
-
-def dynamic_sizes(layout: Layout) -> np.ndarray:
-    """CP group sizes a dynamic plan may use: powers of two from min_cp to max_dynamic_cp."""
-    out = []
-    c = layout.min_cp
-    while c <= layout.max_dynamic_cp:
-        out.append(c)
-        c *= 2
-    return np.asarray(out, dtype=np.int64)
-
-
-def smallest_fitting_size(lengths: np.ndarray, sizes: np.ndarray, capacity: int) -> np.ndarray:
-    """Index into ``sizes`` (ascending) of the smallest group that holds each sequence; -1 if none."""
-    fits = per_rank_tokens(lengths[None, :], sizes[:, None]) <= capacity  # (n_sizes, n)
-    idx = np.argmax(fits, axis=0)
-    return np.where(fits.any(axis=0), idx, -1)
-
-
-def dynamic_fit(lengths: np.ndarray, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """(sizes, need): the dynamic CP sizes and, per sequence, the index of the smallest that holds it.
-
-    Raises :class:`InfeasibleError` for a sequence that no dynamic group holds.
-    """
-    sizes = dynamic_sizes(layout)
-    M = layout.max_tokens_per_rank
-    need = smallest_fitting_size(lengths, sizes, M)
-    if (need < 0).any():
-        raise_too_long(lengths, need < 0, int(sizes[-1]), M, "dynamic")
-    return sizes, need
-
-
+# ------------------------------------------------------------------ search
 def candidate_microbatch_counts(m0: int, m_max: int, extra: int, pp: int):
     """Microbatch counts a search tries: ``m0 .. m0+extra``; with PP (where more microbatches
     shrink the pipeline bubble) then growing by ×1.25 up to ``m_max``. Callers stop early."""
@@ -223,15 +181,3 @@ def candidate_microbatch_counts(m0: int, m_max: int, extra: int, pp: int):
     while m < m_max:
         m = min(m_max, max(m + 1, int(round(m * 1.25))))
         yield m
-
-
-def raise_too_long(lengths: np.ndarray, bad: np.ndarray, largest: int, capacity: int, what: str) -> None:
-    """Raise InfeasibleError for the longest of the sequences flagged in ``bad``."""
-    ids = np.nonzero(bad)[0]
-    i = int(ids[np.argmax(lengths[ids])])
-    raise InfeasibleError(
-        "capacity",
-        f"sequence {i} has {int(lengths[i])} tokens; the largest {what + ' ' if what else ''}CP group ({largest} ranks x "
-        f"{capacity} tokens per rank, each sequence padded to a multiple of 2*cp) cannot hold it "
-        f"({int(bad.sum())} sequence(s) too long)",
-    )

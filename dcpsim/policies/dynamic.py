@@ -42,10 +42,8 @@ import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
-from dcpsim.policies.base import (
-    Policy,
-    dynamic_fit,
-)
+from dcpsim.policies.base import Policy
+from dcpsim.policies.fit import dynamic_fit
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
 

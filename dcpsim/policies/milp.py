@@ -45,12 +45,10 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
-from dcpsim.policies.base import (
-    Policy,
-    dynamic_fit,
-    raise_too_long,
-)
+from dcpsim.policies.base import Policy
+from dcpsim.policies.bound import lower_bound_s
 from dcpsim.policies.costs import SeqCosts
+from dcpsim.policies.fit import dynamic_fit, raise_too_long
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
 MODES = ("dynamic", "static")
@@ -147,7 +145,6 @@ class MilpPolicy(Policy):
                 gs = [Group(blocks[b][0], blocks[b][1], sorted(groups.get((k, b), []))) for b in range(B)]
             if gs:
                 steps.append(Step(sorted(gs, key=lambda g: g.start)))
-        from dcpsim.policies.bound import lower_bound_s
 
         meta.update(
             {

@@ -13,6 +13,7 @@ Plans are plain data: ``to_dict``/``from_dict`` round-trip through JSON, and
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,8 +119,13 @@ class Plan:
     ``dynamic`` says whether groups may change between steps (aligned
     power-of-two slices are then required). ``dropped`` maps sequence id to
     the reason it was not scheduled. ``planning_time_s`` is the wall time the
-    policy took. ``lower_bound_s`` is optional (the ``bound`` policy and
-    solvers fill it).
+    policy took.
+
+    ``lower_bound_s`` (seconds, optional) is evaluated on first read: the
+    ``bound`` and ``milp`` policies set a value; :meth:`Policy.plan
+    <dcpsim.policies.base.Policy.plan>` attaches ``bound_evaluator`` (a
+    no-argument callable, :func:`~dcpsim.policies.bound.lower_bound_s` of the
+    kept sequences), so planning itself never pays for the bound.
     """
 
     policy: str
@@ -129,8 +135,9 @@ class Plan:
     dynamic: bool
     dropped: dict[int, str] = field(default_factory=dict)
     planning_time_s: float = 0.0
-    lower_bound_s: float | None = None
+    lower_bound_s: float | None = field(default=None, repr=False)  # a lazy property: see _lower_bound_get below
     meta: dict = field(default_factory=dict)
+    bound_evaluator: Callable[[], float] | None = field(default=None, repr=False, compare=False)
 
     # ---------------------------------------------------------------- views
     @property
@@ -247,6 +254,24 @@ class Plan:
     @classmethod
     def load(cls, path: str | Path) -> Plan:
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+
+def _lower_bound_get(self: Plan) -> float | None:
+    value = self.__dict__.get("_lower_bound_s")
+    if value is None and self.bound_evaluator is not None:
+        value = float(self.bound_evaluator())
+        self.__dict__["_lower_bound_s"] = value
+        self.bound_evaluator = None  # evaluated once; drop the references to the batch and the cost model
+    return value
+
+
+def _lower_bound_set(self: Plan, value: float | None) -> None:
+    self.__dict__["_lower_bound_s"] = None if value is None else float(value)
+
+
+# The dataclass field gives the constructor its ``lower_bound_s=`` argument; the property makes reading it lazy.
+Plan.lower_bound_s = property(_lower_bound_get, _lower_bound_set, doc="Lower bound on the iteration time (s), or None.")  # type: ignore[assignment]
 
 
 def check_fits(lengths: np.ndarray, layout: Layout) -> None:

@@ -91,7 +91,8 @@ import numpy as np
 from dcpsim.cost.padding import per_rank_tokens_int
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.pipeline import makespan as pipeline_makespan
-from dcpsim.policies.base import Policy, dynamic_fit
+from dcpsim.policies.base import Policy
+from dcpsim.policies.fit import dynamic_fit
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
 GEMM_BWD_FACTOR = 2.7  # backward / forward FLOPs of the linear terms (PR #2959, fwd_flops_to_bwd_flops)

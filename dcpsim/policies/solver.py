@@ -45,14 +45,10 @@ from __future__ import annotations
 import numpy as np
 
 from dcpsim.errors import ConfigError, InfeasibleError
-from dcpsim.policies.base import (
-    Policy,
-    candidate_microbatch_counts,
-    dynamic_fit,
-    smallest_fitting_size,
-)
+from dcpsim.policies.base import Policy, candidate_microbatch_counts
 from dcpsim.policies.costs import SeqCosts, evaluate_plan
 from dcpsim.policies.dynamic import align_masks_for, lowest_free_slice
+from dcpsim.policies.fit import dynamic_fit, smallest_fitting_size
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
 

@@ -33,8 +33,9 @@ import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
-from dcpsim.policies.base import Policy, candidate_microbatch_counts, raise_too_long
+from dcpsim.policies.base import Policy, candidate_microbatch_counts
 from dcpsim.policies.costs import SeqCosts, evaluate_plan
+from dcpsim.policies.fit import raise_too_long
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
 TOO_LONG = ("error", "drop")

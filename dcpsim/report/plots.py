@@ -1,15 +1,16 @@
 """Figures from sweep results: a general x/y/hue/col plot and the standard sweep figures.
 
-Everything here works on the flat rows of a sweep (a pandas DataFrame, or a
-sweep directory read with :func:`dcpsim.run.sweep.load_results`). Figures are
+Everything here works on the flat rows of a sweep, a pandas DataFrame (read
+a sweep directory with :func:`dcpsim.run.sweep.load_results`; this module
+reads no files and imports nothing from ``dcpsim.run``). Figures are
 built with :class:`matplotlib.figure.Figure` directly (no pyplot state), in the
 Okabe–Ito colour-blind-safe palette, with a distinct marker per series as
 well, and axis labels that carry units. A path with a suffix (``.png``,
 ``.pdf``, ``.svg``) is written as given; a path without one is written as both
 PNG and PDF.
 
-Standard figures (:func:`standard_figures`, written by every sweep into
-``DIR/figures`` when its axes make them meaningful):
+Standard figures (:func:`standard_figures`, written by the ``sweep`` command
+into ``DIR/figures`` when its axes make them meaningful):
 
 * ``speedup_vs_gpus``, ``speedup_vs_workload``, ``speedup_vs_network``:
   speedup of each policy over ``packing`` (TFLOPS/GPU of the policy divided by
@@ -105,17 +106,10 @@ def resolve_column(df, name: str, field: str = "column") -> str:
 def _load(data) -> Any:
     import pandas as pd
 
-    if isinstance(data, pd.DataFrame):
-        df = data
-    else:
-        from dcpsim.run.sweep import load_results
-
-        p = Path(data)
-        if not p.is_dir():
-            raise ConfigError("results", str(p), "a sweep output directory or a DataFrame")
-        df = load_results(p)
-        if not len(df):
-            raise ConfigError("results", str(p), "a sweep directory with results (results/part-*.parquet)")
+    if not isinstance(data, pd.DataFrame):
+        raise ConfigError("results", str(data), "a DataFrame of results (read a sweep folder with "
+                          "dcpsim.run.sweep.load_results)")
+    df = data
     if "status" in df.columns:
         df = df[df["status"] == "ok"]
     return df.reset_index(drop=True)
@@ -176,8 +170,8 @@ def plot(  # noqa: C901 - temporary, split by dedupe
 ):
     """Plot ``y`` against ``x`` for each value of ``hue``, one panel per value of ``col``.
 
-    ``data``: a DataFrame of sweep rows or a sweep directory (only rows with
-    ``status == "ok"`` are used). Rows with equal (col, hue, x) are averaged;
+    ``data``: a DataFrame of sweep rows (only rows with ``status == "ok"``
+    are used). Rows with equal (col, hue, x) are averaged;
     error bars show their range. A numeric ``x`` gives lines (log₂ axis when
     its values are powers of two spanning 4× or more, unless ``logx`` says
     otherwise); a categorical ``x`` gives grouped bars. ``baseline`` draws a

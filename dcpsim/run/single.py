@@ -197,7 +197,7 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
         ranks_df = pd.DataFrame(columns=["iteration", "stage", "stage_rank"])
     trace_file = None
     if trace_path is not None:
-        from dcpsim.report.trace import write_chrome_trace
+        from dcpsim.sim.trace import write_chrome_trace
 
         trace_file = str(write_chrome_trace(records, trace_path, sim.topology, max_tracks=trace_max_tracks))
     wall = time.perf_counter() - t_run

@@ -664,6 +664,9 @@ def _progress(enabled: bool | None, total: int, description: str):
     return prog, task
 
 
+FigureWriter = Callable[..., dict[str, Any]]  # (results DataFrame, folder, axes=[...]) -> {figure: files or reason}
+
+
 def run_sweep(  # noqa: C901 - temporary, split by files
     spec: SweepSpec | str | Path,
     out_dir: str | Path,
@@ -673,7 +676,7 @@ def run_sweep(  # noqa: C901 - temporary, split by files
     batch_size: int | None = None,
     target_task_s: float = 1.5,
     progress: bool | None = None,
-    figures: bool = True,
+    figures: FigureWriter | None = None,
     compact: bool = True,
     runner: Runner | str | None = None,
 ) -> SweepResult:
@@ -683,8 +686,10 @@ def run_sweep(  # noqa: C901 - temporary, split by files
     processes, ``jobs`` of them, default all cores; ``jobs=1`` runs in this
     process). ``batch_size`` fixes the runs per task (default: adaptive, tasks
     of about ``target_task_s`` seconds). ``progress``: rich progress bar on
-    stderr (default: only on a terminal). ``figures``: write the standard
-    figures into ``out_dir/figures`` when the sweep completes. ``runner``:
+    stderr (default: only on a terminal). ``figures``: called as
+    ``figures(results, out_dir / "figures", axes=...)`` when the sweep
+    completes (e.g. :func:`dcpsim.report.plots.standard_figures`, which the
+    ``sweep`` command passes; run does not import report, a higher layer). ``runner``:
     the function that simulates one configuration (default
     :func:`dcpsim.run.single.run_simulation`; a ``"module:function"`` string
     is imported in the worker).
@@ -773,10 +778,8 @@ def run_sweep(  # noqa: C901 - temporary, split by files
         if compact:
             compact_results(out)
         if figures:
-            from dcpsim.report.plots import standard_figures
-
             try:
-                result.figures = standard_figures(load_results(out), out / "figures", axes=spec.axis_fields)
+                result.figures = figures(load_results(out), out / "figures", axes=spec.axis_fields)
             except Exception as exc:  # noqa: BLE001 - results are safe on disk; report, do not lose the sweep
                 result.figures = {"all": f"failed: {type(exc).__name__}: {exc} (run `dcpsim plot DIR --standard`)"}
         result.wall_s = time.perf_counter() - t_start

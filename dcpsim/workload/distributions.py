@@ -35,6 +35,7 @@ import numpy as np
 from scipy import integrate, optimize, special
 
 from dcpsim.errors import ConfigError
+from dcpsim.workload.loaders import LENGTH_CAP, read_lengths  # files are read in loaders, never here
 
 __all__ = [
     "LENGTH_CAP",
@@ -48,12 +49,6 @@ __all__ = [
     "lognormal_from_mean",
     "lognormal_pareto_from_mean",
 ]
-
-LENGTH_CAP: int = 2**31 - 1
-"""Largest length (tokens) a continuous distribution can produce.
-
-An overflow guard only: ``LENGTH_CAP ** 2 < 2 ** 62`` so squared lengths stay
-inside ``int64``."""
 
 EMPIRICAL_INLINE_LIMIT: int = 4096
 """An :class:`Empirical` loaded from a file with more lengths than this is
@@ -730,8 +725,6 @@ class Empirical(LengthDistribution):
             return cls(np.asarray(d["lengths"]), d["source"], path=d.get("path"), column=column)
         if "path" not in d:
             raise ConfigError("lengths", None, "inline 'lengths' or a 'path' to read", where=where)
-        from dcpsim.workload.loaders import read_lengths  # local: loaders imports this module
-
         arr = read_lengths(d["path"], column=column)
         out = cls(arr, d["source"], path=str(d["path"]), column=column)
         if "sha256" in d and d["sha256"] != out.sha256:

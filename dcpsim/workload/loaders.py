@@ -34,7 +34,13 @@ import numpy as np
 import pandas as pd
 
 from dcpsim.errors import ConfigError
-from dcpsim.workload.distributions import LENGTH_CAP
+
+LENGTH_CAP: int = 2**31 - 1
+"""Largest length (tokens) a file may hold and a continuous distribution can produce.
+
+An overflow guard only: ``LENGTH_CAP ** 2 < 2 ** 62`` so squared lengths stay
+inside ``int64``. Defined here, the lowest workload module (distributions
+import it)."""
 
 __all__ = ["LENGTH_KEYS", "SUPPORTED_SUFFIXES", "read_lengths"]
 
