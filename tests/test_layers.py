@@ -18,13 +18,13 @@ PKG = Path(__file__).resolve().parent.parent / "dcpsim"
 
 # top-level subpackage/module of dcpsim -> layer (lowest first); same layer may import each other
 LAYERS: dict[str, int] = {
-    "errors": 0, "units": 0,
+    "errors": 0, "units": 0, "serialize": 0,
     "hardware": 1, "model": 1, "workload": 1,
-    "cost": 2,
+    "cost": 2, "pipeline": 2,
     "policies": 3,
     "sim": 4,
     "run": 5,
-    "report": 6, "export": 6, "experiments": 6, "planning": 6, "profiling": 6,
+    "report": 6, "export": 6, "experiments": 6, "planning": 6, "profiling": 6, "published": 6,
     "commands": 7, "cli": 7, "__main__": 7,
 }
 
@@ -153,3 +153,17 @@ def test_plan_evaluates_its_lower_bound_only_when_read():
     assert plan.bound_evaluator is not None and plan.__dict__.get("_lower_bound_s") is None
     assert plan.lower_bound_s == pytest.approx(lower_bound_s(lengths, lay, cost))
     assert plan.bound_evaluator is None  # evaluated once, references dropped
+
+
+def test_to_jsonable_is_strict_json():
+    import json
+    import math
+
+    from dcpsim.serialize import to_jsonable
+
+    obj = {1: np.float64("nan"), "a": (np.int64(3), np.array([1.5, np.inf])), "p": Path("/x"), "f": math.inf}
+    out = to_jsonable(obj)
+    assert out == {"1": None, "a": [3, [1.5, None]], "p": "/x", "f": None}
+    json.dumps(out, allow_nan=False)
+    kept = to_jsonable(obj, nonfinite_as_null=False)
+    assert math.isnan(kept["1"]) and kept["a"][1][1] == math.inf

@@ -29,6 +29,7 @@ import numpy as np
 from pydantic import Field
 
 from dcpsim.errors import ConfigError
+from dcpsim.serialize import to_jsonable
 
 # ------------------------------------------------------------ typed flags
 PosInt = Annotated[int, Field(ge=1)]
@@ -172,22 +173,6 @@ def config_from_args(args: argparse.Namespace, base=None, extra: dict[str, Any] 
     updates, names = config_updates(args)
     merged = {**(extra or {}), **updates}
     return base.with_updates(merged, names=names) if merged else base
-
-
-def to_jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if hasattr(obj, "__fspath__"):
-        return str(obj)
-    return obj
 
 
 def print_json(obj: Any) -> None:

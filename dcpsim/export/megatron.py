@@ -41,6 +41,7 @@ import numpy as np
 
 from dcpsim.errors import ConfigError
 from dcpsim.run.config import RunConfig, load_config
+from dcpsim.serialize import to_jsonable as _plain
 
 SCHEDULERS = {"packing": "dp_balanced", "dynamic": "default_dynamic_cp"}
 CLOSEST = {"packing-balanced": "packing", "dynamic-solver": "dynamic", "milp": "dynamic"}
@@ -302,21 +303,6 @@ def build_export(cfg: RunConfig, *, allow_approximate: bool = False, simulate: b
             expected["exported_policy"] = {k: dict(alt.summary).get(k) for k in keys} | {"policy": policy}
     return MegatronExport(cfg.policy.name, policy, SCHEDULERS[policy], approx, args, lengths,
                           varlen_config(lengths_path), expected, notes)
-
-
-def _plain(obj: Any) -> Any:
-    """JSON-safe copy: numpy scalars and arrays as Python values, non-finite floats as null."""
-    if isinstance(obj, dict):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [_plain(v) for v in (obj.tolist() if isinstance(obj, np.ndarray) else obj)]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
 
 
 def _launch_script(exp: MegatronExport, cfg: RunConfig, gpus_per_node: int) -> str:

@@ -143,7 +143,7 @@ class ReplayResult:
         paths = [out / "published_validation.csv", out / "published_validation.md", out / "published_validation.json"]
         _atomic_text(paths[0], df.to_csv(index=False))
         _atomic_text(paths[1], self.markdown())
-        from dcpsim.commands._common import to_jsonable
+        from dcpsim.serialize import to_jsonable
 
         _atomic_text(paths[2], json.dumps(to_jsonable(self.to_json()), indent=1))
         plot = out / "published_parity.png"

@@ -84,6 +84,7 @@ import numpy as np
 
 from dcpsim.errors import ConfigError, DcpsimError, InfeasibleError
 from dcpsim.run.config import RunConfig, config_from_dict, load_config
+from dcpsim.serialize import to_jsonable
 
 AXIS_MODES = ("grid", "zip", "random")
 RANDOM_DISTS = ("uniform", "loguniform", "randint")
@@ -360,18 +361,11 @@ def _draw(field_: str, dist: Any, rng: np.random.Generator) -> Any:
 
 
 # ====================================================================== rows
+
+
 def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, Path):
-        return str(v)
-    return v
+    """JSON-safe copy that keeps nan/inf as they are (hashes and parquet cells of the values given)."""
+    return to_jsonable(v, nonfinite_as_null=False)
 
 
 def flat_value(v: Any) -> Any:

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from dcpsim.pipeline import chain_times, chunk_durations, link_of_transfer, pipeline_schedule
+from dcpsim.serialize import to_jsonable as _jsonable
 from dcpsim.sim.durations import IterationWork, SyncCost
 from dcpsim.sim.engine import IterationTimeline
 from dcpsim.sim.schedule import BWD
@@ -205,15 +206,3 @@ class SimResult:
         paths["config"].write_text(json.dumps({"config_hash": self.config_hash, "config": self.config}, indent=2, sort_keys=True))
         paths["summary"].write_text(json.dumps({"summary": _jsonable(self.summary), "meta": _jsonable(self.meta)}, indent=2))
         return paths
-
-
-def _jsonable(obj):
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    return obj
