@@ -25,6 +25,7 @@ COMMANDS = [
     "reproduce",
     "profile",
     "validate",
+    "calibrate",
     "sweep",
     "plot",
     "plan",

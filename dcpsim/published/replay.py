@@ -81,6 +81,11 @@ def _run_row(rc: RowConfig) -> RowResult:
                          wall_s=time.perf_counter() - t0)
     s = res.summary
     sim = float(s["tokens_per_s"]) / rc.row.gpus
+    pad = sum(int(p.meta.get("padding_steps", 0) or 0) for p in res.plans)
+    if pad:
+        return RowResult(rc.row, STATUS_UNEXPRESSIBLE, f"VP rule: microbatches per pipeline not a multiple of pp "
+                         f"({pad} empty steps padded; Megatron refuses this layout)", sim, rc.assumptions, dict(s),
+                         time.perf_counter() - t0)
     status, reason = STATUS_OK, ""
     if s.get("packs_over_memory", 0):
         cost_limit = rc.config.hardware.gpu

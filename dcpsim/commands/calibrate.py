@@ -1,0 +1,56 @@
+"""``dcpsim calibrate --gpu h100-sxm``: fit a profile's timing knobs on the published suite's fit rows.
+
+Fits at most five named ``[timing]`` knobs of one GPU profile on the rows of
+``experiments/published_throughput`` declared ``fit`` (suite.toml), reports
+error on the fit rows, per left-out model family (leave-one-family-out), and
+on the held-out rows, all re-simulated at the fitted values. ``--out DIR``
+writes a calibrated profile copy, ``calibration.json`` and ``CALIBRATION.md``;
+``--apply`` also writes the values into the shipped profile (with the data
+hash, the fit rows and the git commit as their source). See
+:mod:`dcpsim.published.calibrate`.
+"""
+
+from __future__ import annotations
+
+from dcpsim.commands._common import print_json, print_table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit a profile's timing knobs on the published suite's fit rows")
+    p.add_argument("--gpu", required=True, help="profile name (h100-sxm, a100-sxm-80gb)")
+    p.add_argument("--params", default=None, help="knobs to fit, comma-separated (default: the GPU's declared set)")
+    p.add_argument("--iterations", type=int, default=2, help="Gauss-Newton steps (default 2)")
+    p.add_argument("--no-folds", action="store_true", help="skip the leave-one-family-out cross-validation")
+    p.add_argument("--suite", default=None, help="suite folder (default experiments/published_throughput)")
+    p.add_argument("--out", default=None, help="folder for the calibrated profile copy and the report")
+    p.add_argument("--apply", action="store_true", help="also write the fitted values into the shipped profile")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run, _parser=p)
+
+
+def run(args) -> int:
+    from dcpsim.errors import ConfigError
+    from dcpsim.published.calibrate import calibrate, write_calibration
+
+    if args.apply and not args.out:
+        raise ConfigError("--apply", True, "--out DIR too (the report is written there)")
+    params = [s.strip() for s in args.params.split(",") if s.strip()] if args.params else None
+    res = calibrate(args.gpu, params=params, iterations=args.iterations, suite_dir=args.suite, folds=not args.no_folds)
+    written = write_calibration(res, args.out, apply=args.apply) if args.out else []
+    if args.json:
+        print_json(res.to_json() | {"written": [str(p) for p in written]})
+        return 0
+    print_table([{"knob": k, "uncalibrated": res.uncalibrated[k], "fitted": res.fitted[k]} for k in res.params],
+                title=f"{res.gpu}: fitted on rows {res.fit_rows}")
+    rows = [{"rows": name, "n": e["compared"], "mean_abs_error_%": e["mean_abs_error"] * 100,
+             "worst_abs_error_%": e["worst_abs_error"] * 100}
+            for name, e in (("fit (before)", res.fit_error_before), ("fit (after)", res.fit_error),
+                            ("held-out (before)", res.held_out_error_before), ("held-out (after)", res.held_out_error))]
+    rows += [{"rows": f"left out: {f['family']}", "n": f["error"]["compared"],
+              "mean_abs_error_%": f["error"]["mean_abs_error"] * 100,
+              "worst_abs_error_%": f["error"]["worst_abs_error"] * 100} for f in res.folds]
+    print_table(rows, title="|error| of tokens/s per GPU (re-simulated at the fitted values)")
+    print(f"{res.n_profile_candidates} candidate profiles, {res.wall_s:.0f} s")
+    for p in written:
+        print(f"wrote {p}")
+    return 0

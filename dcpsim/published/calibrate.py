@@ -1,0 +1,418 @@
+"""Calibrate a GPU profile's timing knobs on the declared FIT rows of the published suite.
+
+``dcpsim calibrate --gpu h100-sxm [--params a,b] [--iterations 2] [--out DIR] [--apply]``
+
+What is fitted. At most five named ``[timing]`` knobs of the hardware profile
+(:data:`DEFAULT_PARAMS`; the cost model defines what they do), one set per
+GPU type, chosen before any fitting. Nothing else moves.
+
+On what. Only rows of the suite whose split is ``fit`` (``suite.toml``,
+declared before any fit) and whose GPU is the profile's; the objective is the
+sum of squared log errors of tokens/s per GPU, ``log(simulated / measured)``.
+The suite holds no Dynamic-CP figure, so none can enter a fit.
+
+How. Every evaluation is the real replay (:func:`dcpsim.run.single.run_simulation`
+on a candidate profile folder holding the candidate knob values). The fit is
+Gauss-Newton with a finite-difference Jacobian of the log tokens/s per row:
+each iteration simulates the fit rows at the current point and once per
+knob at a small step, then solves the bounded linear least-squares problem
+(:func:`scipy.optimize.least_squares`); ``iterations`` such steps (default 2).
+Errors reported are always re-simulated at the fitted values, never the linear
+prediction.
+
+Cross-validation. Leave one model family out: for each family with fit rows,
+the same procedure on the other families' fit rows (the first iteration reuses
+the shared Jacobian at the uncalibrated point: the simulator's response does
+not depend on which rows are fitted), then the left-out family's rows are
+simulated at that fold's values. The report gives error on the fit rows, per
+left-out family, and on the held-out rows (never fitted in any fold).
+
+Where the result goes. ``--out DIR`` receives a calibrated copy of the
+profile (usable as ``hardware.gpu = DIR``) and ``calibration.json`` /
+``CALIBRATION.md``; ``--apply`` also writes the fitted values into the
+shipped profile's ``profile.toml`` with a source naming the data file hash,
+the fit rows and the git commit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dcpsim.errors import ConfigError
+from dcpsim.published.replay import COMPARED, RowResult, _run_row
+from dcpsim.published.suite import GPU_PROFILES, Row, RowConfig, Suite, load_suite, row_config
+
+
+@dataclass(frozen=True)
+class Param:
+    """One knob: ``log`` knobs are multiplicative scales fitted in log space; ``lin`` ones additive (seconds)."""
+
+    name: str
+    kind: str  # "log" | "lin"
+    lo: float
+    hi: float
+    step: float  # finite-difference step in the fitted coordinate
+
+    def to_x(self, v: float) -> float:
+        return math.log(v) if self.kind == "log" else v
+
+    def from_x(self, x: float) -> float:
+        return math.exp(x) if self.kind == "log" else x
+
+    @property
+    def x_bounds(self) -> tuple[float, float]:
+        return self.to_x(self.lo), self.to_x(self.hi)
+
+
+KNOBS = {
+    "gemm_efficiency_scale": Param("gemm_efficiency_scale", "log", 0.4, 1.6, 0.05),
+    "fp8_gemm_efficiency_scale": Param("fp8_gemm_efficiency_scale", "log", 0.4, 1.6, 0.05),
+    "attention_efficiency_scale": Param("attention_efficiency_scale", "log", 0.3, 2.0, 0.05),
+    "nvlink_efficiency": Param("nvlink_efficiency", "log", 0.3, 1.5, 0.05),
+    "network_efficiency": Param("network_efficiency", "log", 0.2, 1.5, 0.05),
+    "per_kernel_overhead_s": Param("per_kernel_overhead_s", "lin", 0.0, 100e-6, 4e-6),
+    "iteration_overhead_s": Param("iteration_overhead_s", "lin", 0.0, 2.0, 0.05),
+}
+DEFAULT_PARAMS = {
+    "h100-sxm": ["gemm_efficiency_scale", "fp8_gemm_efficiency_scale", "attention_efficiency_scale",
+                 "per_kernel_overhead_s", "network_efficiency"],
+    "a100-sxm-80gb": ["gemm_efficiency_scale", "attention_efficiency_scale", "per_kernel_overhead_s",
+                      "network_efficiency"],
+}
+MAX_PARAMS = 5
+
+
+# ---------------------------------------------------------------- candidate profiles
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    if isinstance(v, str):
+        return json.dumps(v)
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def dump_profile_toml(data: dict[str, Any]) -> str:
+    """Write a profile.toml dict (scalars at the top, then one level of tables)."""
+    lines = [f"{_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for k, v in data.items():
+        if isinstance(v, dict):
+            lines += ["", f"[{_key(k)}]"] + [f"{_key(a)} = {_toml_value(b)}" for a, b in v.items()]
+    return "\n".join(lines) + "\n"
+
+
+def profile_folder(gpu: str) -> Path:
+    from dcpsim.hardware import get_profile
+
+    prof = get_profile(gpu)
+    path = getattr(prof, "path", None)
+    if path is None:
+        raise ConfigError("--gpu", gpu, "a profile loaded from a folder")
+    p = Path(path)
+    return p.parent if p.suffix == ".toml" else p
+
+
+def write_profile(base: Path, out: Path, values: dict[str, float], sources: dict[str, str]) -> Path:
+    """A copy of profile folder ``base`` in ``out`` with ``[timing]`` values (and their sources) replaced."""
+    out.mkdir(parents=True, exist_ok=True)
+    for f in base.iterdir():
+        if f.is_file() and f.name != "profile.toml" and f.suffix in (".csv", ".toml", ".md"):
+            shutil.copyfile(f, out / f.name)
+    data = tomllib.loads((base / "profile.toml").read_text())
+    timing = dict(data.get("timing", {}))
+    srcs = dict(data.get("sources", {}))
+    for k, v in values.items():
+        timing[k] = float(v)
+        srcs[f"timing.{k}"] = sources.get(k, "calibration candidate")
+    data["timing"] = timing
+    data["sources"] = srcs
+    (out / "profile.toml").write_text(dump_profile_toml(data))
+    return out
+
+
+def check_knobs(gpu: str, names: list[str]) -> list[Param]:
+    """The knobs to fit: known, at most five, and present in the profile format (the cost model's Timing)."""
+    if not names:
+        raise ConfigError("--params", names, "at least one knob")
+    if len(names) > MAX_PARAMS:
+        raise ConfigError("--params", names, f"at most {MAX_PARAMS} knobs per GPU type")
+    try:
+        from dcpsim.hardware.profile import TIMING_FIELDS
+    except ImportError:
+        raise ConfigError("--gpu", gpu, "a build whose profiles have a [timing] table (cost model knobs)") from None
+    out = []
+    for n in names:
+        if n not in KNOBS or n not in TIMING_FIELDS:
+            raise ConfigError("--params", n, f"knobs of the profile's [timing] table among {sorted(set(KNOBS) & set(TIMING_FIELDS))}")
+        out.append(KNOBS[n])
+    return out
+
+
+# ---------------------------------------------------------------- evaluation
+@dataclass
+class Evaluator:
+    """Simulates rows at knob values through candidate profile folders (counts simulations)."""
+
+    base: Path
+    params: list[Param]
+    workdir: Path
+    n_evals: int = 0
+    cache: dict[tuple, RowResult] = field(default_factory=dict)
+
+    def values(self, x: np.ndarray) -> dict[str, float]:
+        return {p.name: p.from_x(float(v)) for p, v in zip(self.params, x, strict=True)}
+
+    def run(self, x: np.ndarray, rcs: list[RowConfig]) -> list[RowResult]:
+        key_x = tuple(np.round(np.asarray(x, dtype=float), 12))
+        todo = [rc for rc in rcs if (key_x, rc.row.id) not in self.cache]
+        if todo:
+            folder = write_profile(self.base, self.workdir / f"cand{self.n_evals:04d}", self.values(x), {})
+            self.n_evals += 1
+            for rc in todo:
+                cfg = rc.config.with_updates({"hardware.gpu": str(folder)})
+                self.cache[(key_x, rc.row.id)] = _run_row(RowConfig(rc.row, cfg, None, rc.assumptions))
+        return [self.cache[(key_x, rc.row.id)] for rc in rcs]
+
+    def log_ratio(self, x: np.ndarray, rcs: list[RowConfig]) -> np.ndarray:
+        """log(simulated / measured) per row (NaN for rows the simulator could not run)."""
+        out = []
+        for r in self.run(x, rcs):
+            out.append(math.log(r.simulated / r.row.measured) if r.status in COMPARED else math.nan)
+        return np.array(out)
+
+
+def _jacobian(ev: Evaluator, x: np.ndarray, rcs: list[RowConfig], r0: np.ndarray) -> np.ndarray:
+    J = np.zeros((len(rcs), len(x)))
+    for j, p in enumerate(ev.params):
+        lo, hi = p.x_bounds
+        h = p.step if x[j] + p.step <= hi else -p.step
+        xj = x.copy()
+        xj[j] = min(max(x[j] + h, lo), hi)
+        J[:, j] = (ev.log_ratio(xj, rcs) - r0) / (xj[j] - x[j])
+    return J
+
+
+def _solve_linear(r0: np.ndarray, J: np.ndarray, x: np.ndarray, params: list[Param]) -> np.ndarray:
+    from scipy.optimize import least_squares
+
+    lo = np.array([p.x_bounds[0] for p in params])
+    hi = np.array([p.x_bounds[1] for p in params])
+    x0 = np.clip(x, lo, hi)
+    sol = least_squares(lambda z: r0 + J @ (z - x), x0, bounds=(lo, hi), method="trf")
+    return sol.x
+
+
+def gauss_newton(ev: Evaluator, rcs: list[RowConfig], x0: np.ndarray, iterations: int,
+                 first: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, list[dict]]:
+    """``iterations`` Gauss-Newton steps on the rows ``rcs`` from ``x0``; returns x and a log of the steps."""
+    x = x0.copy()
+    log = []
+    for it in range(iterations):
+        if it == 0 and first is not None:
+            r0, J = first
+        else:
+            r0 = ev.log_ratio(x, rcs)
+            J = _jacobian(ev, x, rcs, r0)
+        ok = np.isfinite(r0) & np.isfinite(J).all(axis=1)
+        if not ok.any():
+            raise ConfigError("calibration rows", [rc.row.id for rc in rcs], "rows the simulator can run")
+        x_new = _solve_linear(r0[ok], J[ok], x, ev.params)
+        log.append({"iteration": it, "rms_log_error_before": float(np.sqrt(np.mean(r0[ok] ** 2))),
+                    "values": ev.values(x_new)})
+        x = x_new
+    return x, log
+
+
+# ---------------------------------------------------------------- report
+def _errors(results: list[RowResult]) -> dict[str, Any]:
+    errs = [abs(r.error) for r in results if r.status in COMPARED]
+    return {"rows": [r.row.id for r in results], "compared": len(errs),
+            "mean_abs_error": float(np.mean(errs)) if errs else math.nan,
+            "worst_abs_error": float(np.max(errs)) if errs else math.nan}
+
+
+@dataclass
+class CalibrationResult:
+    gpu: str
+    params: list[str]
+    uncalibrated: dict[str, float]
+    fitted: dict[str, float]
+    fit_rows: list[int]
+    held_out_rows: list[int]
+    fit_error: dict[str, Any]
+    fit_error_before: dict[str, Any]
+    held_out_error: dict[str, Any]
+    held_out_error_before: dict[str, Any]
+    folds: list[dict[str, Any]]
+    steps: list[dict]
+    data_sha256: str
+    revision: dict[str, Any]
+    n_profile_candidates: int
+    wall_s: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def markdown(self) -> str:
+        def pct(v: float) -> str:
+            return f"{v * 100:.1f}%" if isinstance(v, float) and math.isfinite(v) else "-"
+
+        lines = [f"# Calibration of `{self.gpu}` on the published suite", "",
+                 f"Data sha256 `{self.data_sha256}`; dcpsim {self.revision or 'revision unknown'}; "
+                 f"{self.n_profile_candidates} candidate profiles simulated in {self.wall_s:.0f} s.", "",
+                 "Fitted only on the declared fit rows of this GPU (suite.toml); objective: squared log error of "
+                 "tokens/s per GPU; every error below is re-simulated at the fitted values.", "",
+                 "| knob | uncalibrated | fitted |", "|---|---:|---:|"]
+        lines += [f"| {k} | {self.uncalibrated[k]:.6g} | {self.fitted[k]:.6g} |" for k in self.params]
+        lines += ["", "| rows | n | mean abs error before | after | worst before | after |", "|---|---:|---:|---:|---:|---:|",
+                  f"| fit | {self.fit_error['compared']} | {pct(self.fit_error_before['mean_abs_error'])} | "
+                  f"{pct(self.fit_error['mean_abs_error'])} | {pct(self.fit_error_before['worst_abs_error'])} | "
+                  f"{pct(self.fit_error['worst_abs_error'])} |",
+                  f"| held-out | {self.held_out_error['compared']} | {pct(self.held_out_error_before['mean_abs_error'])} | "
+                  f"{pct(self.held_out_error['mean_abs_error'])} | {pct(self.held_out_error_before['worst_abs_error'])} | "
+                  f"{pct(self.held_out_error['worst_abs_error'])} |"]
+        lines += ["", "## Leave one family out", "",
+                  "| left-out family | rows | mean abs error (fold fit without it) | worst | fold values |",
+                  "|---|---:|---:|---:|---|"]
+        for f in self.folds:
+            vals = ", ".join(f"{k} {v:.4g}" for k, v in f["values"].items())
+            lines.append(f"| {f['family']} | {f['error']['compared']} | {pct(f['error']['mean_abs_error'])} | "
+                         f"{pct(f['error']['worst_abs_error'])} | {vals} |")
+        lines += ["", "## Rows at the fitted values", "", "| row | model | split | measured | simulated | error | status |",
+                  "|---:|---|---|---:|---:|---:|---|"]
+        for r in self.rows:
+            e = r["error"]
+            lines.append(f"| {r['row']} | {r['model']} {r['precision'].upper()} | {r['split']} | "
+                         f"{r['measured_tokens_per_s_per_gpu']:,.0f} | {r['simulated_tokens_per_s_per_gpu']:,.0f} | "
+                         f"{pct(e) if math.isfinite(e) else '-'} | {r['status']} |")
+        return "\n".join(lines) + "\n"
+
+
+def _revision() -> dict[str, Any]:
+    from dcpsim.experiments.blog import source_revision
+
+    return source_revision()
+
+
+def _rows_for(suite: Suite, gpu: str) -> tuple[list[RowConfig], list[RowConfig], list[Row]]:
+    rows = [r for r in suite.rows if GPU_PROFILES.get(r.gpu_name) == gpu]
+    if not rows:
+        raise ConfigError("--gpu", gpu, f"a GPU with rows in the suite ({sorted(set(GPU_PROFILES.values()))})")
+    rcs = [row_config(r) for r in rows]
+    fit = [rc for rc in rcs if rc.config is not None and rc.row.split == "fit"]
+    held = [rc for rc in rcs if rc.config is not None and rc.row.split == "held-out"]
+    return fit, held, [rc.row for rc in rcs if rc.config is None]
+
+
+def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2, suite_dir: str | Path | None = None,
+              folds: bool = True, workdir: str | Path | None = None) -> CalibrationResult:
+    """Fit the knobs of profile ``gpu`` on its fit rows; cross-validate by family; evaluate held-out rows."""
+    from dcpsim.hardware import get_profile
+
+    if iterations < 1:
+        raise ConfigError("--iterations", iterations, "a positive number of Gauss-Newton steps")
+    t0 = time.perf_counter()
+    suite = load_suite(suite_dir)
+    knobs = check_knobs(gpu, params or DEFAULT_PARAMS.get(gpu, []))
+    fit, held, _ = _rows_for(suite, gpu)
+    if not fit:
+        raise ConfigError("--gpu", gpu, "a GPU with expressible fit rows")
+    base = profile_folder(gpu)
+    timing = get_profile(gpu).timing
+    x0 = np.array([p.to_x(max(float(getattr(timing, p.name)), 0.0)) for p in knobs])
+    tmp = tempfile.TemporaryDirectory(prefix="dcpsim-calib-") if workdir is None else None
+    wd = Path(workdir) if workdir is not None else Path(tmp.name)
+    try:
+        ev = Evaluator(base, knobs, wd)
+        r0 = ev.log_ratio(x0, fit)
+        J0 = _jacobian(ev, x0, fit, r0)
+        x, steps = gauss_newton(ev, fit, x0, iterations, first=(r0, J0))
+        before_fit, after_fit = ev.run(x0, fit), ev.run(x, fit)
+        before_held, after_held = ev.run(x0, held), ev.run(x, held)
+        fold_out = _folds(ev, fit, x0, r0, J0, iterations) if folds else []
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    vals = ev.values(x)
+    return CalibrationResult(
+        gpu=gpu, params=[p.name for p in knobs], uncalibrated=ev.values(x0), fitted=vals,
+        fit_rows=[rc.row.id for rc in fit], held_out_rows=[rc.row.id for rc in held],
+        fit_error=_errors(after_fit), fit_error_before=_errors(before_fit),
+        held_out_error=_errors(after_held), held_out_error_before=_errors(before_held),
+        folds=fold_out, steps=steps, data_sha256=suite.data_sha256, revision=_revision(),
+        n_profile_candidates=ev.n_evals, wall_s=time.perf_counter() - t0,
+        rows=[r.as_dict() for r in after_fit + after_held])
+
+
+def _folds(ev: Evaluator, fit: list[RowConfig], x0: np.ndarray, r0: np.ndarray, J0: np.ndarray,
+           iterations: int) -> list[dict[str, Any]]:
+    out = []
+    for fam in sorted({rc.row.family for rc in fit}):
+        keep = np.array([rc.row.family != fam for rc in fit])
+        train = [rc for rc, k in zip(fit, keep, strict=True) if k]
+        test = [rc for rc, k in zip(fit, keep, strict=True) if not k]
+        if not train:
+            continue
+        xf, _ = gauss_newton(ev, train, x0, iterations, first=(r0[keep], J0[keep]))
+        out.append({"family": fam, "values": ev.values(xf), "train_rows": [rc.row.id for rc in train],
+                    "error": _errors(ev.run(xf, test))})
+    return out
+
+
+def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = False) -> list[Path]:
+    """Calibrated profile copy + calibration.json + CALIBRATION.md in ``out``; ``apply``: into the shipped profile too."""
+    from dcpsim.commands._common import to_jsonable
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    src = (f"fitted by dcpsim calibrate on published_throughput.csv (sha256 {res.data_sha256[:16]}) fit rows "
+           f"{_ranges(res.fit_rows)} of {res.gpu}; dcpsim {res.revision.get('git_commit', 'unknown')[:12]}"
+           f"{' + uncommitted changes' if res.revision.get('uncommitted_changes') else ''}; fit mean |error| "
+           f"{res.fit_error['mean_abs_error']:.3f}, held-out {res.held_out_error['mean_abs_error']:.3f}")
+    base = profile_folder(res.gpu)
+    srcs = {k: src for k in res.fitted}
+    prof_dir = write_profile(base, out / f"{res.gpu}-calibrated", res.fitted, srcs)
+    paths = [prof_dir / "profile.toml", out / "calibration.json", out / "CALIBRATION.md"]
+    paths[1].write_text(json.dumps(to_jsonable(res.to_json()), indent=1))
+    paths[2].write_text(res.markdown())
+    if apply:
+        tmp = out / f".{res.gpu}-apply"
+        write_profile(base, tmp, res.fitted, srcs)
+        shutil.copyfile(tmp / "profile.toml", base / "profile.toml")
+        shutil.rmtree(tmp)
+        paths.append(base / "profile.toml")
+    return paths
+
+
+def _ranges(ids: list[int]) -> str:
+    ids = sorted(ids)
+    parts = []
+    start = prev = None
+    for i in ids + [None]:
+        if start is None:
+            start = prev = i
+        elif i is not None and i == prev + 1:
+            prev = i
+        else:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+            start = prev = i
+    return ",".join(parts)
