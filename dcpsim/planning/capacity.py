@@ -16,7 +16,8 @@ Columns of ``CapacityPlan.rows`` (one per GPU type × size × policy, its best s
 ``time_to_train_h`` (no failures), ``goodput`` (useful fraction of wall time),
 ``effective_time_h`` / ``effective_days`` (with failures), ``gpu_hours``, ``cost``,
 ``*_min``/``*_max`` over seeds, ``iterations`` (global batches to train on ``tokens``),
-``expected_failures``, ``meets_deadline`` (``None`` without a deadline) and ``pareto``.
+``expected_failures``, ``meets_deadline`` (``None`` without a deadline), ``pareto`` (over all rows) and
+``pareto_gpu`` (within the row's GPU type).
 ``CapacityPlan.layouts`` holds every simulated layout (``rank`` 1 = best) with its time breakdown and
 ``why`` it beats the next one.
 """
@@ -240,6 +241,9 @@ def cost_table(rows: list[dict[str, Any]], *, tokens: float, data: DataSpec, fai
     else:
         df["meets_deadline"] = ok & (df["effective_days"] <= deadline_days)
     df["pareto"] = pareto_front(df, ok)
+    df["pareto_gpu"] = False  # not beaten by another row of the same GPU type
+    for _, g in df.groupby("gpu"):
+        df.loc[g.index, "pareto_gpu"] = pareto_front(g, ok.loc[g.index]).to_numpy()
     return df
 
 

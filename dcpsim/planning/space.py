@@ -168,9 +168,15 @@ def _precisions(space: SearchSpace) -> list[str | None]:
     return list(field_choices(path)) if path else [None]
 
 
-def _flag_options(space: SearchSpace) -> list[tuple[tuple[str, bool], ...]]:
+def _flag_options(space: SearchSpace, base: RunConfig) -> list[tuple[tuple[str, bool], ...]]:
+    """Overlap-flag settings to enumerate: the space's values, else the base configuration's own."""
     names = [n for n in OVERLAP_FLAGS if optional_field(n)]
-    per = [[(n, v) for v in space.flags.get(n, (True,))] for n in names]
+
+    def base_value(n: str) -> bool:
+        sec, leaf = optional_field(n).split(".")
+        return bool(getattr(getattr(base, sec), leaf))
+
+    per = [[(n, v) for v in space.flags.get(n, (base_value(n),))] for n in names]
     return [tuple(c) for c in itertools.product(*per)] if per else [()]
 
 
@@ -182,7 +188,7 @@ def _cp_mbs(space: SearchSpace, data: DataSpec, policy_dynamic: bool) -> list[tu
         cps = list(space.cp) if space.cp is not None else [c for c in (1, 2, 4, 8, 16) if c == 1 or L % (2 * c) == 0]
         if policy_dynamic and space.cp is None:
             cps = [1]
-        mbss = list(space.mbs) if space.mbs is not None else [1, 2, 4, 8]
+        mbss = list(space.mbs) if space.mbs is not None else [1, 2, 4, 8, 16]
         for c in cps:
             for b in mbss:
                 per_rank = -(-b * L // c)
@@ -206,7 +212,7 @@ def enumerate_candidates(base: RunConfig, gpus: int, data: DataSpec, space: Sear
                          policy_dynamic: bool) -> Iterator[Candidate]:
     """Every combination of the space's values (divisibility is checked by :func:`check_candidate`)."""
     recs = list(space.recompute) if space.recompute is not None else list(RECOMPUTE)
-    flags = _flag_options(space)
+    flags = _flag_options(space, base)
     for tp in _tp_options(space, base):
         for pp, vp in _pp_vp_options(space, base):
             for cp, M, mbs in _cp_mbs(space, data, policy_dynamic):

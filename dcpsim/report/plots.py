@@ -392,6 +392,8 @@ def plot_cost_time(df, out: str | Path | None = None, *, time_col: str = "effect
                    cost_col: str = "cost", deadline: float | None = None, title: str | None = None):
     """Cost against time to train, one colour per GPU type and one marker per policy; the Pareto front highlighted.
 
+    With a ``pareto_gpu`` column each GPU type's own front is drawn as a wide translucent line in its colour.
+
     ``df``: capacity-planning rows (see :mod:`dcpsim.planning`) with ``gpu``,
     ``policy``, ``gpus``, ``pareto`` and the two columns. ``deadline`` (same
     unit as ``time_col``) draws a vertical line.
@@ -411,6 +413,12 @@ def plot_cost_time(df, out: str | Path | None = None, *, time_col: str = "effect
             for _, r in s.iterrows():
                 ax.annotate(str(int(r["gpus"])), (r[time_col], r[cost_col]), fontsize=6, xytext=(3, 3),
                             textcoords="offset points")
+    if "pareto_gpu" in d.columns:  # each GPU type's own cost-vs-time front, in its colour
+        for gi, g in enumerate(gpus_types):
+            f = d[(d["gpu"] == g) & d["pareto_gpu"].astype(bool)].sort_values(time_col)
+            if len(f) > 1:
+                ax.plot(f[time_col], f[cost_col], color=PALETTE[gi % len(PALETTE)], linewidth=4.0, alpha=0.25,
+                        zorder=0, solid_capstyle="round")
     if "pareto" in d.columns and d["pareto"].any():
         f = d[d["pareto"]].sort_values(time_col)
         ax.plot(f[time_col], f[cost_col], color="black", linewidth=2.2, alpha=0.35, zorder=0, label="Pareto front")
