@@ -380,7 +380,7 @@ def _folds(ev: Evaluator, fit: list[RowConfig], x0: np.ndarray, r0: np.ndarray, 
 
 def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = False) -> list[Path]:
     """Calibrated profile copy + calibration.json + CALIBRATION.md in ``out``; ``apply``: into the shipped profile too."""
-    from dcpsim.commands._common import to_jsonable
+    from dcpsim.serialize import to_jsonable
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
