@@ -21,6 +21,7 @@ def register(sub) -> None:
     p.add_argument("--params", default=None, help="knobs to fit, comma-separated (default: the GPU's declared set)")
     p.add_argument("--iterations", type=int, default=2, help="Gauss-Newton steps (default 2)")
     p.add_argument("--no-folds", action="store_true", help="skip the leave-one-family-out cross-validation")
+    p.add_argument("--fold-iterations", type=int, default=1, help="Gauss-Newton steps per fold (default 1)")
     p.add_argument("--suite", default=None, help="suite folder (default experiments/published_throughput)")
     p.add_argument("--out", default=None, help="folder for the calibrated profile copy and the report")
     p.add_argument("--apply", action="store_true", help="also write the fitted values into the shipped profile")
@@ -35,7 +36,8 @@ def run(args) -> int:
     if args.apply and not args.out:
         raise ConfigError("--apply", True, "--out DIR too (the report is written there)")
     params = [s.strip() for s in args.params.split(",") if s.strip()] if args.params else None
-    res = calibrate(args.gpu, params=params, iterations=args.iterations, suite_dir=args.suite, folds=not args.no_folds)
+    res = calibrate(args.gpu, params=params, iterations=args.iterations, suite_dir=args.suite, folds=not args.no_folds,
+                    fold_iterations=args.fold_iterations)
     written = write_calibration(res, args.out, apply=args.apply) if args.out else []
     if args.json:
         print_json(res.to_json() | {"written": [str(p) for p in written]})

@@ -21,10 +21,11 @@ Errors reported are always re-simulated at the fitted values, never the linear
 prediction.
 
 Cross-validation. Leave one model family out: for each family with fit rows,
-the same procedure on the other families' fit rows (the first iteration reuses
-the shared Jacobian at the uncalibrated point: the simulator's response does
-not depend on which rows are fitted), then the left-out family's rows are
-simulated at that fold's values. The report gives error on the fit rows, per
+the same procedure on the other families' fit rows, with ``fold_iterations``
+steps (default 1, to bound the cost: the first step reuses the Jacobian at the
+uncalibrated point, which does not depend on which rows are fitted, so a
+one-step fold costs no simulation beyond the left-out rows), then the left-out
+family's rows are simulated at that fold's values. The report gives error on the fit rows, per
 left-out family, and on the held-out rows (never fitted in any fold).
 
 Where the result goes. ``--out DIR`` receives a calibrated copy of the
@@ -262,6 +263,7 @@ class CalibrationResult:
     held_out_error: dict[str, Any]
     held_out_error_before: dict[str, Any]
     folds: list[dict[str, Any]]
+    fold_iterations: int
     steps: list[dict]
     data_sha256: str
     revision: dict[str, Any]
@@ -291,6 +293,8 @@ class CalibrationResult:
                   f"{pct(self.held_out_error['mean_abs_error'])} | {pct(self.held_out_error_before['worst_abs_error'])} | "
                   f"{pct(self.held_out_error['worst_abs_error'])} |"]
         lines += ["", "## Leave one family out", "",
+                  f"Each fold is fitted without the family ({self.fold_iterations} Gauss-Newton step(s) from the "
+                  "uncalibrated point), then the family's fit rows are simulated at the fold's values.", "",
                   "| left-out family | rows | mean abs error (fold fit without it) | worst | fold values |",
                   "|---|---:|---:|---:|---|"]
         for f in self.folds:
@@ -324,7 +328,7 @@ def _rows_for(suite: Suite, gpu: str) -> tuple[list[RowConfig], list[RowConfig],
 
 
 def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2, suite_dir: str | Path | None = None,
-              folds: bool = True, workdir: str | Path | None = None) -> CalibrationResult:
+              folds: bool = True, fold_iterations: int = 1, workdir: str | Path | None = None) -> CalibrationResult:
     """Fit the knobs of profile ``gpu`` on its fit rows; cross-validate by family; evaluate held-out rows."""
     from dcpsim.hardware import get_profile
 
@@ -348,7 +352,7 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         x, steps = gauss_newton(ev, fit, x0, iterations, first=(r0, J0))
         before_fit, after_fit = ev.run(x0, fit), ev.run(x, fit)
         before_held, after_held = ev.run(x0, held), ev.run(x, held)
-        fold_out = _folds(ev, fit, x0, r0, J0, iterations) if folds else []
+        fold_out = _folds(ev, fit, x0, r0, J0, min(iterations, fold_iterations)) if folds else []
     finally:
         if tmp is not None:
             tmp.cleanup()
@@ -358,7 +362,7 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         fit_rows=[rc.row.id for rc in fit], held_out_rows=[rc.row.id for rc in held],
         fit_error=_errors(after_fit), fit_error_before=_errors(before_fit),
         held_out_error=_errors(after_held), held_out_error_before=_errors(before_held),
-        folds=fold_out, steps=steps, data_sha256=suite.data_sha256, revision=_revision(),
+        folds=fold_out, fold_iterations=min(iterations, fold_iterations), steps=steps, data_sha256=suite.data_sha256, revision=_revision(),
         n_profile_candidates=ev.n_evals, wall_s=time.perf_counter() - t0,
         rows=[r.as_dict() for r in after_fit + after_held])
 
