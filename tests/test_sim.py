@@ -250,10 +250,11 @@ def _check_timeline(rec, pp: int, vp: int = 1) -> None:
                 prev_fin[members] = tl.finish[s, d, g]
 
 
+@pytest.mark.parametrize("engine", ["events", "fast"])
 @pytest.mark.parametrize("kind", ["static", "dynamic"])
-def test_schedule_invariants_hold(kind):
+def test_schedule_invariants_hold(kind, engine):
     cfg = cfg_for(cluster__gpus=64, parallel__pp=4, parallel__cp=2, parallel__max_tokens_per_rank=16384,
-                  sim__noise_cv=0.2, sim__straggler_fraction=0.05, sim__straggler_slowdown=1.5)
+                  sim__noise_cv=0.2, sim__straggler_fraction=0.05, sim__straggler_slowdown=1.5, sim__engine=engine)
     sim, lay, _ = _sim_for(cfg)
     lengths = github_batch(96, seed=3, max_len=120000)
     plan = (static_plan if kind == "static" else dynamic_plan)(lengths, lay)
@@ -280,7 +281,7 @@ def test_dynamic_regrouping_waits_for_all_members():
 
 # ------------------------------------------------------------------ accounting
 def test_breakdown_sums_to_iteration_time_and_conserves_work():
-    cfg = cfg_for(cluster__gpus=64, sim__planning="stall", sim__iterations=2)
+    cfg = cfg_for(cluster__gpus=64, sim__planning="stall", sim__iterations=2, sim__engine="events")
     cost = build_cost_model(cfg)
     lay = build_layout(cfg, cost)
     batches = [github_batch(256, seed=s) for s in (1, 2)]

@@ -163,6 +163,9 @@ class SimSection(_Section):
                                     "default max(40M, 1M x DP)")
     planning: Planning = Field("hidden", description="modelled planning time: hidden, stall or ignore")
     grad_reduce_bytes_per_param: int = Field(4, ge=1, le=4, description="bytes per gradient element reduced")
+    engine: Literal["auto", "events", "fast"] = Field(
+        "auto", description="events: SimPy event simulation; fast: the exact vectorised evaluation of the same "
+        "schedule (same finish times); auto: fast whenever no modelled effect needs events")
 
 
 class RunConfig(_Section):

@@ -105,6 +105,7 @@ class IterationWork:
     head_fwd_s: np.ndarray | None = None
     head_bwd_s: np.ndarray | None = None
     vp: int = 1
+    idle_memory_bytes: float = 0.0  # a rank's peak memory in a step that leaves it out (weights, optimizer state)
 
     def virtual(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(forward, backward, transfer) per virtual stage: ``(PP·vp, G)`` twice and ``(PP·vp − 1, G)``.
@@ -243,6 +244,7 @@ class DurationModel:
             local_tokens=local, tokens=tokens, peak_memory_bytes=mem, fits_memory=mem <= cost.memory_limit_bytes,
             flops=cost.model.flops(lens), n_seqs=int(lens.size), batch_cost_calls=calls,
             head_fwd_s=head_f, head_bwd_s=head_b, vp=self.topo.vp,
+            idle_memory_bytes=float(cost.peak_memory_bytes(np.zeros(1))[0]),
         )
 
     def _spans(self, table: GroupTable, starts: np.ndarray, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

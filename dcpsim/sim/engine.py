@@ -193,17 +193,26 @@ class _Run:
 
     def stage_tail_s(self, p: int, now: float) -> float:
         """Time from stage ``p``'s last backward end to its end: exposed reduce-scatter, optimizer, all-gather stall."""
-        sync = self.sync
-        nb, rs_b, ag_b = _buckets(sync)
-        r_end = grad_sync_end_s(self.last_bstart[p], now, float(sync.reduce_scatter_s[p]), float(rs_b[p]), int(nb[p]),
-                                self.overlap)
-        stall = param_gather_stall_s(float(sync.all_gather_s[p]), float(ag_b[p]), int(nb[p]), self.first_fwd[p],
-                                     self.overlap_pg)
-        if self.overlap_pg:  # the stage waits for its first pipeline input anyway
-            base = (2 * p + FWD) * self.G
-            fill = min((x for x in self.start[base:base + self.G] if x == x), default=0.0)  # skips NaN
-            stall = max(0.0, stall - fill)
-        return r_end + float(sync.optimizer_s[p]) + stall - now
+        base = (2 * p + FWD) * self.G
+        fill = min((x for x in self.start[base:base + self.G] if x == x), default=0.0)  # skips NaN
+        return stage_end_s(p, self.last_bstart[p], now, fill, self.first_fwd[p], self.sync, self.overlap,
+                           self.overlap_pg) - now
+
+
+def stage_end_s(p: int, last_bstart: float, bwd_end: float, first_fwd_start: float, first_fwd_s: float,
+                sync: SyncCost, overlap_grad_sync: bool, overlap_param_gather: bool) -> float:
+    """End of stage ``p`` (seconds): its bucketed reduce-scatter after the last backward (which started at
+    ``last_bstart`` and ended at ``bwd_end``), the optimizer step, and the parameter all-gather stall (less
+    the time the stage's first forward of this iteration, starting at ``first_fwd_start``, waited for its
+    pipeline input anyway). The one formula of the event simulation and the fast path."""
+    nb, rs_b, ag_b = _buckets(sync)
+    r_end = grad_sync_end_s(last_bstart, bwd_end, float(sync.reduce_scatter_s[p]), float(rs_b[p]), int(nb[p]),
+                            overlap_grad_sync)
+    stall = param_gather_stall_s(float(sync.all_gather_s[p]), float(ag_b[p]), int(nb[p]), first_fwd_s,
+                                 overlap_param_gather)
+    if overlap_param_gather:  # the stage waits for its first pipeline input anyway
+        stall = max(0.0, stall - first_fwd_start)
+    return r_end + float(sync.optimizer_s[p]) + stall
 
 
 def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True,

@@ -80,21 +80,35 @@ def balanced_pipeline_end(fwd_s: np.ndarray, bwd_s: np.ndarray, xfer_s: np.ndarr
     return fin[sched.last].max(axis=0)
 
 
+def _by_rank(a: np.ndarray, gid: np.ndarray, fill: float = 0.0) -> np.ndarray:
+    """``a[..., gid]`` with ``fill`` where ``gid < 0`` (a rank a step leaves out)."""
+    pad = np.full(a.shape[:-1] + (1,), fill)
+    return np.concatenate([a, pad], axis=-1)[..., np.where(gid < 0, a.shape[-1], gid)]
+
+
+def _last_op_end(finish_b: np.ndarray, gid: np.ndarray) -> np.ndarray:
+    """Per stage rank, the end of its last backward (first chunk), ``(PP, R)``; 0 for a rank with no op."""
+    S, R = gid.shape
+    used = gid >= 0
+    k_last = np.where(used.any(axis=0), S - 1 - np.argmax(used[::-1], axis=0), 0)
+    g_last = gid[k_last, np.arange(R)]
+    return np.where(g_last >= 0, _by_rank(finish_b, g_last[None, :])[:, 0, :], 0.0)
+
+
 def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
     """Per stage rank, ``(PP, R)`` arrays of the accounting above (plus tokens, microbatches, memory)."""
     w, tl = rec.work, rec.timeline
-    gid = w.table.gid  # (S, R)
+    gid = w.table.gid  # (S, R), -1 where a step leaves the rank out
     S = gid.shape[0]
-    busy = (w.fwd_s[:, gid] + w.bwd_s[:, gid]).sum(axis=1)  # (pp, R)
-    cp = (w.cp_fwd_s[:, gid] + w.cp_bwd_s[:, gid]).sum(axis=1)
+    pp = w.fwd_s.shape[0]
+    f, b = _by_rank(w.fwd_s, gid), _by_rank(w.bwd_s, gid)  # (pp, S, R)
+    busy = (f + b).sum(axis=1)  # (pp, R)
+    cp = (_by_rank(w.cp_fwd_s, gid) + _by_rank(w.cp_bwd_s, gid)).sum(axis=1)
     grad = (tl.stage_end_s - tl.bwd_end_s)[:, None]
     idle = np.maximum(tl.makespan_s - busy - grad, 0.0)
-    c_f = w.fwd_s[:, gid].mean(axis=1)
-    c_b = w.bwd_s[:, gid].mean(axis=1)
-    x = w.xfer_s[:, gid].mean(axis=1)
-    balanced = balanced_pipeline_end(c_f, c_b, x, S, w.vp)
+    x = _by_rank(w.xfer_s, gid).mean(axis=1)
+    balanced = balanced_pipeline_end(f.mean(axis=1), b.mean(axis=1), x, S, w.vp)
     bubble = np.clip(balanced[None, :] - busy, 0.0, idle)
-    real = w.table.pack[gid] >= 0
     return {
         "compute_s": busy - cp,
         "cp_comm_s": cp,
@@ -104,10 +118,11 @@ def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
         "planning_stall_s": np.full(busy.shape, rec.planning_stall_s),
         "busy_s": busy,
         "idle_s": idle,
-        "microbatches": np.broadcast_to(real.sum(axis=0), busy.shape),
-        "local_tokens": np.broadcast_to(w.local_tokens[gid].sum(axis=0), busy.shape),
-        "peak_memory_bytes": np.broadcast_to(w.peak_memory_bytes[gid].max(axis=0), busy.shape),
-        "last_bwd_end_s": tl.finish[:, BWD, :][:, gid[-1]],
+        "microbatches": np.broadcast_to((gid >= 0).sum(axis=0), busy.shape),
+        "local_tokens": np.broadcast_to(_by_rank(w.local_tokens, gid).sum(axis=0), busy.shape),
+        "peak_memory_bytes": np.broadcast_to(_by_rank(w.peak_memory_bytes, gid, w.idle_memory_bytes).max(axis=0),
+                                             busy.shape),
+        "last_bwd_end_s": _last_op_end(tl.finish[:pp, BWD, :], gid),
     }
 
 

@@ -8,11 +8,12 @@ is identified by ``(virtual stage s, direction d, group g)`` with ``d = 0`` forw
 interleaving).
 
 Groups. Group ``g`` is the ``g``-th (step, group) of the plan, in
-:meth:`Plan.packs` order. Stage ranks that a step leaves out get a
-one-rank *idle group* of zero work, so that every rank runs every step and all
-ranks of a stage follow the same 1F1B op order (Megatron runs the same number
-of microbatches on every rank; without this, ranks that skip different steps
-could wait on each other in a cycle).
+:meth:`Plan.packs` order. Stage ranks that a step leaves out skip that
+microbatch: they have no op in it. This cannot deadlock: every group op maps
+to an op of the schedule's template (virtual stage, direction, microbatch),
+and every edge below maps to a path of the template's acyclic graph (a rank's
+next op comes later in its order; pipeline edges are the template's), so
+the graph of group ops is acyclic too.
 
 Op order: :mod:`dcpsim.pipeline` (the one schedule definition: 1F1B, or
 Megatron's interleaved 1F1B with ``vp`` chunks per rank, where chunk ``c`` of
@@ -45,10 +46,12 @@ __all__ = ["BWD", "FWD", "Graph", "GroupTable", "build_graph", "build_group_tabl
 
 @dataclass
 class GroupTable:
-    """All groups of one plan (real ones first, then idle fillers), and who is in which.
+    """All groups of one plan, in :meth:`Plan.packs` order, and who is in which.
 
-    ``gid[k, r]`` is the group that stage rank ``r`` belongs to in step ``k``.
-    ``pack[g]`` is the plan's pack index (``-1`` for idle groups).
+    ``gid[k, r]`` is the group that stage rank ``r`` belongs to in step ``k``
+    (``-1``: the step leaves the rank out, it skips that microbatch).
+    ``pack[g]`` is the plan's pack index (``g`` itself; kept for readers of
+    older tables, where idle filler groups had ``-1``); ``n_real`` = ``G``.
     """
 
     n_steps: int
@@ -66,46 +69,27 @@ class GroupTable:
         return int(self.step.size)
 
     def groups_of_step(self, k: int) -> np.ndarray:
-        return np.unique(self.gid[k])
+        row = self.gid[k]
+        return np.unique(row[row >= 0])
+
+    def member_ranks(self) -> np.ndarray:
+        """Stage ranks of every group, group after group (``size.sum()`` entries)."""
+        before = np.cumsum(self.size) - self.size
+        return np.repeat(self.start - before, self.size) + np.arange(int(self.size.sum()))
 
 
 def build_group_table(plan: Plan) -> GroupTable:
-    """Number the plan's groups and fill the ranks each step leaves out with idle groups."""
+    """Number the plan's groups (no fillers: ranks a step leaves out have ``gid = -1``)."""
     R = plan.layout.ranks_per_stage
     S = plan.n_steps
-    step, start, size, nseq = [], [], [], []
-    gid = np.full((S, R), -1, dtype=np.int64)
-    g = 0
-    for k, st in enumerate(plan.steps):
-        for grp in st.groups:
-            gid[k, grp.start:grp.start + grp.size] = g
-            step.append(k)
-            start.append(grp.start)
-            size.append(grp.size)
-            nseq.append(len(grp.seq_ids))
-            g += 1
-    n_real = g
-    step_a = [np.asarray(step, dtype=np.int64)]
-    start_a = [np.asarray(start, dtype=np.int64)]
-    for k in range(S):
-        empty = np.nonzero(gid[k] < 0)[0]
-        if empty.size:
-            gid[k, empty] = np.arange(g, g + empty.size)
-            step_a.append(np.full(empty.size, k, dtype=np.int64))
-            start_a.append(empty)
-            g += empty.size
-    n_idle = g - n_real
-    return GroupTable(
-        n_steps=S,
-        ranks=R,
-        step=np.concatenate(step_a),
-        start=np.concatenate(start_a),
-        size=np.concatenate([np.asarray(size, dtype=np.int64), np.ones(n_idle, dtype=np.int64)]),
-        pack=np.concatenate([np.arange(n_real, dtype=np.int64), np.full(n_idle, -1, dtype=np.int64)]),
-        n_seqs=np.concatenate([np.asarray(nseq, dtype=np.int64), np.zeros(n_idle, dtype=np.int64)]),
-        gid=gid,
-        n_real=n_real,
-    )
+    rows = [(k, grp.start, grp.size, len(grp.seq_ids)) for k, st in enumerate(plan.steps) for grp in st.groups]
+    a = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+    step, start, size, nseq = (np.ascontiguousarray(a[:, i]) for i in range(4))
+    G = step.size
+    table = GroupTable(n_steps=S, ranks=R, step=step, start=start, size=size, pack=np.arange(G, dtype=np.int64),
+                       n_seqs=nseq, gid=np.full((S, R), -1, dtype=np.int64), n_real=G)
+    table.gid[np.repeat(step, size), table.member_ranks()] = np.repeat(np.arange(G, dtype=np.int64), size)
+    return table
 
 
 @dataclass

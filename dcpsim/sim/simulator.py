@@ -28,12 +28,14 @@ from dcpsim.pipeline import pipeline_schedule
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.durations import DurationModel
 from dcpsim.sim.engine import run_iteration
+from dcpsim.sim.fastpath import fast_iteration
 from dcpsim.sim.metrics import IterationRecord
 from dcpsim.sim.schedule import build_graph, build_group_table
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults
 
 PLANNING_MODES = ("hidden", "stall", "ignore")
+ENGINES = ("auto", "events", "fast")
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,13 @@ class SimOptions:
     grad_reduce_bytes_per_param: int = 4
     overlap_param_gather: bool = False
     grad_bucket_params: int = 0
+    engine: str = "auto"
 
     def __post_init__(self) -> None:
         if self.planning not in PLANNING_MODES:
             raise ConfigError("sim.planning", self.planning, f"one of {PLANNING_MODES}")
+        if self.engine not in ENGINES:
+            raise ConfigError("sim.engine", self.engine, f"one of {ENGINES}")
         if self.noise_cv < 0:
             raise ConfigError("sim.noise_cv", self.noise_cv, ">= 0")
 
@@ -69,6 +74,12 @@ class ClusterSimulator:
                                        grad_reduce_bytes_per_param=self.options.grad_reduce_bytes_per_param,
                                        grad_bucket_params=self.options.grad_bucket_params)
         self.sync = self.durations.sync_cost()
+
+    def uses_events(self) -> bool:
+        """Whether iterations run as a SimPy event simulation (``engine = "events"``) or on the exact fast
+        path (``"fast"``; ``"auto"`` picks it whenever every duration is known before the iteration starts,
+        which holds for everything modelled so far)."""
+        return self.options.engine == "events"
 
     def planning_stall_s(self, planning_time_s: float, index: int, previous_iteration_s: float | None) -> float:
         mode = self.options.planning
@@ -95,9 +106,13 @@ class ClusterSimulator:
         table = build_group_table(plan)
         sched = pipeline_schedule(self.topology.pp, table.n_steps, self.topology.vp)  # InfeasibleError: VP rule
         work = self.durations.work(plan, table, noise_cv=self.options.noise_cv, rng=rng)
-        graph = build_graph(table, sched, work.virtual()[2])
-        timeline = run_iteration(work, graph, self.sync, overlap_grad_sync=self.options.overlap_grad_sync,
-                                 overlap_param_gather=self.options.overlap_param_gather)
+        if self.uses_events():
+            graph = build_graph(table, sched, work.virtual()[2])
+            timeline = run_iteration(work, graph, self.sync, overlap_grad_sync=self.options.overlap_grad_sync,
+                                     overlap_param_gather=self.options.overlap_param_gather)
+        else:
+            timeline = fast_iteration(work, sched, self.sync, overlap_grad_sync=self.options.overlap_grad_sync,
+                                      overlap_param_gather=self.options.overlap_param_gather)
         wall = time.perf_counter() - t0
         return IterationRecord(
             index=index,

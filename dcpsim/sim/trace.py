@@ -85,7 +85,7 @@ def chrome_trace(records: list[IterationRecord], topology: Topology, *, max_trac
         for p, r in tracks:
             for k in range(gid.shape[0]):
                 g = int(gid[k, r])
-                if w.table.n_seqs[g] == 0:  # idle fillers and empty packs take no time
+                if g < 0 or w.table.n_seqs[g] == 0:  # the step leaves the rank out, or an empty pack
                     continue
                 for c, (d, name, cat, cpx) in product(range(w.vp), ((FWD, "F", "forward", w.cp_fwd_s),
                                                                    (BWD, "B", "backward", w.cp_bwd_s))):

@@ -1,0 +1,69 @@
+"""The exact fast path: one iteration's times without events (numpy, vectorised over groups and ranks).
+
+While every duration is known before the iteration starts (``network =
+"ideal"``, faults drawn per run: stragglers, kernel noise, a degraded link),
+the event simulation computes the longest path through the dependency graph
+of :mod:`dcpsim.sim.schedule`. :func:`fast_iteration` evaluates the same
+graph directly with :func:`dcpsim.pipeline.group_times`: the schedule's ops in
+a topological order, each op vectorised over the groups of its microbatch
+(a group starts when all its ranks are free, a ``reduceat`` over the stage's
+per-rank free times, and when its pipeline input has arrived), then the
+gradient synchronisation with the engine's own formula
+(:func:`~dcpsim.sim.engine.stage_end_s`). The op order comes from the one
+schedule definition (:mod:`dcpsim.pipeline`), as the event simulation's
+does; the two give the same finish times (tested to 1e-9 relative; the
+floating-point operations are the same, so they agree to the last bit but for
+the stage end's ``now + (end − now)``).
+
+Cost: ``O(2·pp·vp·S·R)`` element operations for ``S`` steps and ``R`` ranks
+per stage, with ``2·pp·vp·S`` numpy calls, against one SimPy event per group
+op and transfer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dcpsim.pipeline import PipelineSchedule, StepGroups, group_times
+from dcpsim.sim.durations import IterationWork, SyncCost
+from dcpsim.sim.engine import IterationTimeline, stage_end_s, sync_ends
+
+
+def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost, *,
+                   overlap_grad_sync: bool = True, overlap_param_gather: bool = False) -> IterationTimeline:
+    """The :class:`IterationTimeline` of :func:`~dcpsim.sim.engine.run_iteration`, computed without events."""
+    table = work.table
+    f, b, x = work.virtual()
+    G = table.n_groups
+    first_fwd = f[:sched.pp, 0] if G else np.zeros(sched.pp)  # group 0's first-chunk forward per stage
+    order = np.lexsort((table.start, table.step))
+    ident = bool(np.array_equal(order, np.arange(order.size)))
+    if not ident:
+        f, b, x = f[:, order], b[:, order], x[:, order]
+    groups = StepGroups.from_arrays(table.step[order], table.start[order], table.size[order],
+                                    table.n_steps, table.ranks)
+    gt = group_times(sched, groups, f, b, x if x.shape[0] else None)
+    start, finish = gt.start, gt.finish
+    if not ident:
+        start = np.empty_like(gt.start)
+        finish = np.empty_like(gt.finish)
+        start[..., order] = gt.start
+        finish[..., order] = gt.finish
+    used = gt.rank_used
+    bwd_end = np.where(used, gt.rank_end, 0.0).max(axis=1, initial=0.0)
+    last_bstart = np.where(used, gt.rank_last_start, 0.0).max(axis=1, initial=0.0)
+    rs_end, opt_end = sync_ends(bwd_end, last_bstart, sync, overlap_grad_sync)
+    fill = start[:sched.pp, 0, :].min(axis=1) if G else np.zeros(sched.pp)  # first forward start per stage
+    stage_end = np.array([stage_end_s(p, float(last_bstart[p]), float(bwd_end[p]), float(fill[p]), float(first_fwd[p]),
+                                      sync, overlap_grad_sync, overlap_param_gather) for p in range(sched.pp)])
+    return IterationTimeline(
+        start=start,
+        finish=finish,
+        bwd_end_s=bwd_end,
+        last_bwd_start_s=last_bstart,
+        reduce_scatter_end_s=rs_end,
+        optimizer_end_s=opt_end,
+        stage_end_s=stage_end,
+        makespan_s=float(stage_end.max()),
+        events=0,
+    )
