@@ -202,7 +202,7 @@ def test_samples_are_capped_for_int64_safety() -> None:
 
 
 def test_presets_have_their_documented_means() -> None:
-    assert list_workloads() == ["commoncrawl", "github", "wikipedia"]
+    assert list_workloads() == ["commoncrawl", "github", "github-proxy", "wikipedia"]
     for name, preset in PRESETS.items():
         assert preset.name == name and preset.description and preset.sources
         dist = preset.distribution

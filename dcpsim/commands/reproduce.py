@@ -19,13 +19,14 @@ from typing import Any
 
 from dcpsim.commands._common import POS_INT, print_json, print_table, to_jsonable
 from dcpsim.errors import ConfigError
-from dcpsim.experiments.blog import source_revision
+from dcpsim.experiments.blog import VARIANT_LABELS, WORKLOAD_VARIANTS, source_revision
 
 
 def register(sub) -> None:
     p = sub.add_parser("reproduce", help="reproduce the Dynamic-CP blog's published results (TFLOPS, speedups)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small run (2 seeds, no sensitivity): under a minute on one core")
+    p.add_argument("--quick", action="store_true",
+                   help="small run (8 seeds, primary workloads, no sensitivity): about 20 s on one core")
     p.add_argument("--out", default="dcpsim-reproduce", help="output folder (tables, figures, cells); default ./dcpsim-reproduce")
     p.add_argument("--spec", default=None, help="experiment folder (default: experiments/dynamic_cp_blog of this checkout)")
     p.add_argument("--jobs", type=POS_INT, default=1, help="worker processes (default 1)")
@@ -33,7 +34,8 @@ def register(sub) -> None:
     p.add_argument("--iterations", type=POS_INT, default=None, help="global batches per seed (default: the mode's)")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the sensitivity study")
     p.add_argument("--sensitivity", action="store_true", help="run the sensitivity study even with --quick")
-    p.add_argument("--public", action="store_true", help="also run the uncalibrated public-facts workloads (default in full mode)")
+    p.add_argument("--calibrated", action="store_true",
+                   help="also run the secondary, calibrated view (tail index fitted to the packing figure; default in full mode)")
     p.add_argument("--recalibrate", action="store_true",
                    help="re-fit the workload parameter of each dataset to its published PACKING TFLOPS, "
                         "write calibration.toml into the experiment folder, then run")
@@ -107,25 +109,25 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - temporary, split by re
                 prog.advance(task)
 
         res = reproduce(exp, quick=args.quick, jobs=args.jobs, sensitivity=sens,
-                        include_public=True if args.public else None, seeds=args.seeds,
+                        include_calibrated=True if args.calibrated else None, seeds=args.seeds,
                         iterations=args.iterations, on_plan=on_plan, on_done=on_done)
     files = write_outputs(exp, res, out, plots=not args.no_plots)
     if args.json:
         print_json({"mode": res.mode, "wall_s": res.wall_s, "table": res.table, "sensitivity": res.sensitivity,
                     "calibration": res.calibration, "targets": res.targets, "files": files})
         return 0
-    for wl in ("calibrated", "public"):
+    for wl in WORKLOAD_VARIANTS:
         rows = [r for r in res.table if r["workload"] == wl]
         if rows:
-            print_table(display_rows(rows), title=f"{exp.title} -- {wl} workload ({res.mode} run, {rows[0]['seeds']} seeds)")
+            print_table(display_rows(rows), title=f"{exp.title} -- {VARIANT_LABELS[wl]} ({res.mode} run, {rows[0]['seeds']} seeds)")
     for ds, c in res.calibration.items():
         print(f"calibrated: {ds} {c['parameter']} = {c['value']:.4g} (public {c['public_value']:g}), fitted to {c['fitted_to']} only")
     if not res.calibration:
-        print("no calibration stored: every workload is the public-facts one")
+        print("no calibration stored: only the primary real-data workloads were run")
     for wl, t in res.targets.items():
         met = [k for k, v in t.items() if v]
         missed = [k for k, v in t.items() if not v]
-        print(f"targets ({wl}): met {len(met)}/{len(t)}" + (f"; missed: {', '.join(missed)}" if missed else ""))
+        print(f"targets ({VARIANT_LABELS[wl]}): met {len(met)}/{len(t)}" + (f"; missed: {', '.join(missed)}" if missed else ""))
     if res.sensitivity:
         print_table(sensitivity_rows(exp, res.sensitivity), title=f"Sensitivity (speedup over {exp.baseline})")
     print(f"{len(res.cells)} runs in {res.wall_s:.1f} s; wrote {out}/")
@@ -207,17 +209,17 @@ def write_outputs(exp, res, out: Path, *, plots: bool = True) -> dict[str, str]:
     src = source_revision()
     rev = f" dcpsim at commit {src['git_commit'][:10]}{' (with uncommitted changes)' if src['uncommitted_changes'] else ''}." if src else ""
     md = [f"# {exp.title}\n\n", f"{res.mode} run, {len(res.cells)} simulator runs, {res.wall_s:.0f} s.{rev}\n"]
-    for wl in ("calibrated", "public"):
+    for wl in WORKLOAD_VARIANTS:
         rows = [r for r in res.table if r["workload"] == wl]
         if rows:
-            md += [f"\n## {wl} workload\n\n", _markdown(display_rows(rows))]
+            md += [f"\n## {VARIANT_LABELS[wl]}\n\n", _markdown(display_rows(rows))]
     if res.calibration:
         md.append("\n## Calibration (read from calibration.toml, not re-fitted)\n\n")
         for ds, c in res.calibration.items():
             md.append(f"- {ds}: {c['parameter']} = {c['value']:.4g} (public value {c['public_value']:g}); fitted to "
                       f"{c['fitted_to']} only; residual {c['residual_tflops']:+.2f} TFLOPS.\n")
     for wl, t in res.targets.items():
-        md.append(f"\n## Targets, {wl} workload\n\n")
+        md.append(f"\n## Targets, {VARIANT_LABELS[wl]}\n\n")
         md += [f"- {k}: {'met' if v else 'MISSED'}\n" for k, v in t.items()]
     if res.sensitivity:
         _write_csv(out / "sensitivity.csv", res.sensitivity)

@@ -28,6 +28,8 @@ from dcpsim.run.config import RunConfig, load_config
 
 __all__ = [
     "DEFAULT_SPEC_DIR",
+    "VARIANT_LABELS",
+    "WORKLOAD_VARIANTS",
     "BlogExperiment",
     "Calibration",
     "FittedParameter",
@@ -36,6 +38,13 @@ __all__ = [
     "load_experiment",
     "read_calibration",
 ]
+
+WORKLOAD_VARIANTS = ("public", "calibrated")
+"""Workload variants in display order: the primary real-data one, then the secondary calibrated view."""
+
+VARIANT_LABELS = {"public": "primary: real length data, uncalibrated",
+                  "calibrated": "secondary: tail index fitted to the packing figure"}
+"""Human-readable names of the workload variants (tables, figures)."""
 
 DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "experiments" / "dynamic_cp_blog"
 """Where the specification lives in a source checkout (dcpsim is installed editable)."""
@@ -63,6 +72,7 @@ class SensitivityAxis:
         values: the values the field takes (file names resolved against the spec folder).
         ticks: tick labels for the plot, one per value.
         base: extra dotted-path updates applied at every point (e.g. ``cluster.gpus``).
+        datasets: the datasets the axis applies to (empty: all).
     """
 
     name: str
@@ -71,6 +81,7 @@ class SensitivityAxis:
     values: tuple[Any, ...]
     ticks: tuple[str, ...]
     base: tuple[tuple[str, Any], ...] = ()
+    datasets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -120,6 +131,8 @@ class BlogExperiment:
         calibration_setup: the [calibration] table of experiment.toml.
         calibration: the fitted values (may be empty).
         calibration_path: the file they are read from (and ``--recalibrate`` writes).
+        calibration_workloads: dataset -> the workload table the calibration fits one field of
+            (``[calibration.workloads]`` of experiment.toml; the secondary, calibrated view).
     """
 
     spec_dir: Path
@@ -138,20 +151,28 @@ class BlogExperiment:
     calibration_setup: dict[str, Any]
     calibration: Calibration
     calibration_path: Path
+    calibration_workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # ----------------------------------------------------------- workloads
-    def public_workload(self, dataset: str) -> dict[str, Any]:
-        """The dataset's public-facts workload table (as in its run spec)."""
+    def public_workload(self, dataset: str) -> dict[str, Any] | str:
+        """The dataset's primary, uncalibrated workload (as in its run spec): real length data."""
         wl = self._cfg(dataset).workload.name
+        return dict(wl) if isinstance(wl, dict) else wl
+
+    def calibration_base(self, dataset: str) -> dict[str, Any]:
+        """The workload table the calibration fits one field of (the secondary view's public-facts values)."""
+        wl = self.calibration_workloads.get(dataset)
         if not isinstance(wl, dict):
-            raise ConfigError(f"{dataset}.workload.name", wl, "a distribution table (the calibration replaces one field)")
+            raise ConfigError(f"calibration.workloads.{dataset}", wl, "a distribution table (the calibration replaces one field)")
         return dict(wl)
 
-    def workload(self, dataset: str, *, calibrated: bool) -> dict[str, Any]:
-        """The workload table used for ``dataset``: public facts, with the fitted field when calibrated."""
-        wl = self.public_workload(dataset)
+    def workload(self, dataset: str, *, calibrated: bool) -> dict[str, Any] | str:
+        """The workload used for ``dataset``: the primary real-data one, or the calibration table with its fitted field."""
+        if not calibrated:
+            return self.public_workload(dataset)
+        wl = self.calibration_base(dataset)
         fp = self.calibration.fitted.get(dataset)
-        if calibrated and fp is not None:
+        if fp is not None:
             if fp.parameter not in wl:
                 raise ConfigError(
                     f"calibration.{dataset}.parameter", fp.parameter, f"a field of the workload table {sorted(wl)}"
@@ -160,7 +181,7 @@ class BlogExperiment:
         return wl
 
     def is_calibrated(self, dataset: str) -> bool:
-        return dataset in self.calibration.fitted
+        return dataset in self.calibration.fitted and dataset in self.calibration_workloads
 
     # -------------------------------------------------------------- configs
     def config(
@@ -336,9 +357,11 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:  # no
                 values=values,
                 ticks=ticks,
                 base=tuple(sorted((a.get("base") or {}).items())),
+                datasets=tuple(str(x) for x in a.get("datasets", ())),
             )
         )
     cal_setup = dict(raw.get("calibration") or {})
+    cal_workloads = {str(k): dict(v) for k, v in (cal_setup.pop("workloads", None) or {}).items()}
     calibration_path = d / str(ex.get("calibration", "calibration.toml"))
     calibration = read_calibration(calibration_path)
     unknown = sorted(set(calibration.fitted) - set(datasets))
@@ -361,4 +384,5 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:  # no
         calibration_setup=cal_setup,
         calibration=calibration,
         calibration_path=calibration_path,
+        calibration_workloads=cal_workloads,
     )

@@ -76,7 +76,7 @@ def fit_dataset(
     if policy != exp.baseline:
         raise ConfigError("calibration.policy", policy, f"the baseline policy '{exp.baseline}' (the rule: fit only the baseline)")
     param = str(setup.get("parameter", ""))
-    public = exp.public_workload(dataset)
+    public = exp.calibration_base(dataset)
     if param not in public or not isinstance(public[param], (int, float)):
         raise ConfigError("calibration.parameter", param, f"a numeric field of {dataset}'s workload table {sorted(public)}")
     if param in ("mean", "mu"):
@@ -214,7 +214,7 @@ def write_calibration(path: Path, fits: dict[str, CalibrationFit], exp: BlogExpe
             f"parameter = {_toml_value(fp.parameter)}",
             f"value = {_toml_value(round(fp.value, 6))}",
             f"public_value = {_toml_value(fp.public_value)}          # the uncalibrated (public-facts) value",
-            f"public_workload = {_toml_value(exp.public_workload(ds))}",
+            f"public_workload = {_toml_value(exp.calibration_base(ds))}",
             f"target_policy = {_toml_value(fp.target_policy)}",
             f"target_tflops = {_toml_value(fp.target_tflops)}        # published packing TFLOPS/GPU (published.toml)",
             f"fitted_tflops = {_toml_value(round(fp.fitted_tflops, 4))}",

@@ -37,7 +37,13 @@ def _plt():
 
 
 def _variants(table: list[dict[str, Any]]) -> list[str]:
-    return [w for w in ("calibrated", "public") if any(r["workload"] == w for r in table)]
+    return [w for w in ("public", "calibrated") if any(r["workload"] == w for r in table)]
+
+
+def _label(wl: str) -> str:
+    from dcpsim.experiments.blog import VARIANT_LABELS
+
+    return VARIANT_LABELS.get(wl, f"{wl} workload")
 
 
 def plot_tflops(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) -> Path:
@@ -61,7 +67,7 @@ def plot_tflops(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) ->
                 ax.scatter(px, py, marker="D", s=36, facecolor="white", edgecolor="black", zorder=3,
                            label="published" if j == 0 or pol == exp.headline else None)
         ax.set_xticks(np.arange(len(datasets)), datasets)
-        ax.set_title(f"{wl} workload")
+        ax.set_title(_label(wl), fontsize=9)
         ax.set_xlabel("dataset")
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("TFLOPS per GPU (Megatron accounting)")
@@ -94,7 +100,7 @@ def plot_breakdown(exp: BlogExperiment, table: list[dict[str, Any]], path: Path)
     ax.set_yticks(np.arange(len(rows)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("seconds per iteration, mean over GPUs")
-    ax.set_title(f"Where the time goes ({wl} workload)")
+    ax.set_title(f"Where the time goes ({_label(wl)})", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -120,7 +126,7 @@ def plot_cp_mix(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) ->
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of trained tokens")
-    ax.set_title(f"CP sizes chosen ({wl} workload)")
+    ax.set_title(f"CP sizes chosen ({_label(wl)})", fontsize=9)
     ax.legend(fontsize=8, ncol=min(len(sizes), 8), loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -168,7 +174,7 @@ def plot_sensitivity(exp: BlogExperiment, sens: list[dict[str, Any]], path: Path
         ax.grid(alpha=0.3)
     for k in range(n, nrows * cols):
         axs[k // cols][k % cols].axis("off")
-    handles, labels = axs[0][0].get_legend_handles_labels()
+    handles, labels = max((axs[k // cols][k % cols].get_legend_handles_labels() for k in range(n)), key=lambda hl: len(hl[1]))
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=8, frameon=False)
     fig.suptitle("Sensitivity of the speedup to the unpublished settings (one at a time; bars: per-seed range)",
                  fontsize=10)

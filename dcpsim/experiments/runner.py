@@ -22,11 +22,13 @@ from typing import Any
 import numpy as np
 
 from dcpsim.errors import DcpsimError, InfeasibleError
-from dcpsim.experiments.blog import BlogExperiment
+from dcpsim.experiments.blog import VARIANT_LABELS, WORKLOAD_VARIANTS, BlogExperiment
 from dcpsim.run.config import RunConfig
 
 __all__ = [
     "BREAKDOWN_PARTS",
+    "VARIANT_LABELS",
+    "WORKLOAD_VARIANTS",
     "CellSpec",
     "ReproduceResult",
     "main_cells",
@@ -50,7 +52,8 @@ class CellSpec:
     Attributes:
         dataset, policy, seed: what is run.
         config: the full RunConfig.
-        workload: ``"calibrated"`` or ``"public"`` (the workload table used).
+        workload: ``"public"`` (the primary, uncalibrated real-data workload) or ``"calibrated"``
+            (the secondary view: a tail index fitted to the packing figure).
         axis, value: sensitivity axis name and tick label (``"primary"``, ``""`` for the main table).
     """
 
@@ -194,6 +197,8 @@ def sensitivity_cells(exp: BlogExperiment, *, seeds: int, iterations: int, workl
             upd = dict(ax.base)
             upd[ax.field] = val
             for ds in exp.datasets:
+                if ax.datasets and ds not in ax.datasets:
+                    continue
                 cal = workload == "calibrated" and exp.is_calibrated(ds)
                 for pol in exp.sensitivity_policies:
                     for s in range(seeds):
@@ -227,7 +232,7 @@ def main_table(exp: BlogExperiment, rows: list[dict[str, Any]]) -> list[dict[str
     """One row per (workload variant, dataset, policy): simulated vs published, errors, breakdown, CP mix."""
     table = []
     by = _group([r for r in rows if r["axis"] == "primary"], "workload", "dataset", "policy")
-    for wl in ("calibrated", "public"):
+    for wl in WORKLOAD_VARIANTS:
         for ds in exp.datasets:
             base_rows = by.get((wl, ds, exp.baseline), [])
             base = pooled_tflops(base_rows)
@@ -352,7 +357,7 @@ def reproduce(
     quick: bool = False,
     jobs: int = 1,
     sensitivity: bool | None = None,
-    include_public: bool | None = None,
+    include_calibrated: bool | None = None,
     seeds: int | None = None,
     iterations: int | None = None,
     on_plan: Callable[[int], None] | None = None,
@@ -365,8 +370,8 @@ def reproduce(
         quick: use ``[modes.quick]`` (default ``[modes.full]``).
         jobs: worker processes (1 = in this process).
         sensitivity: run the sensitivity study (default: the mode's setting).
-        include_public: also run the uncalibrated, public-facts workloads
-            (default: in full mode, or when no dataset is calibrated).
+        include_calibrated: also run the secondary, calibrated view (default: in full mode). The
+            primary, uncalibrated real-data workloads always run.
         seeds, iterations: override the mode's run size (tests).
         on_plan: called once with the number of cells before running.
         on_done: called with each finished cell row.
@@ -376,14 +381,13 @@ def reproduce(
     n_seeds = seeds or mode.seeds
     n_its = iterations or mode.iterations
     any_cal = any(exp.is_calibrated(ds) for ds in exp.datasets)
-    if include_public is None:
-        include_public = (not quick) or not any_cal
-    wls = (["calibrated"] if any_cal else []) + (["public"] if include_public else [])
+    if include_calibrated is None:
+        include_calibrated = not quick
+    wls = ["public"] + (["calibrated"] if include_calibrated and any_cal else [])
     cells = main_cells(exp, seeds=n_seeds, iterations=n_its, workloads=wls)
     do_sens = mode.sensitivity if sensitivity is None else sensitivity
     if do_sens:
-        cells += sensitivity_cells(exp, seeds=min(mode.sensitivity_seeds, n_seeds), iterations=n_its,
-                                   workload="calibrated" if any_cal else "public")
+        cells += sensitivity_cells(exp, seeds=min(mode.sensitivity_seeds, n_seeds), iterations=n_its, workload="public")
     if on_plan:
         on_plan(len(cells))
     rows = run_cells(cells, jobs=max(1, min(jobs, os.cpu_count() or 1)), on_done=on_done)

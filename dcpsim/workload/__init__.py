@@ -44,6 +44,7 @@ from dcpsim.workload.distributions import (
 from dcpsim.workload.loaders import LENGTH_KEYS, SUPPORTED_SUFFIXES, read_lengths
 from dcpsim.workload.plot import plot_length_histograms
 from dcpsim.workload.presets import PRESETS, Preset, get_workload, list_workloads
+from dcpsim.workload.real import GithubCodeProxy, WikipediaShape
 from dcpsim.workload.stats import (
     DEFAULT_THRESHOLDS,
     fit_lognormal_pareto,
@@ -60,11 +61,13 @@ __all__ = [
     "SUPPORTED_SUFFIXES",
     "Clipped",
     "Empirical",
+    "GithubCodeProxy",
     "LengthDistribution",
     "LogNormal",
     "LogNormalPareto",
     "Mixture",
     "Preset",
+    "WikipediaShape",
     "distribution_from_dict",
     "fit_lognormal_pareto",
     "get_workload",
