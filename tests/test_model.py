@@ -110,3 +110,23 @@ def test_inline_spec_from_dimensions():
         get_model(dims | {"hidden": 1000, "n_heads": 16})
     with pytest.raises(ConfigError, match="model.n_kv_heads"):
         get_model(dims | {"n_kv_heads": 5})
+
+
+def test_one_parameter_count_and_throughput_accounting():
+    import numpy as np
+
+    from dcpsim.model import params_per_gpu, stage_params
+    from dcpsim.model.accounting import attention_flops, throughput
+
+    m = get_model("llama-13b")
+    assert stage_params(m, 1, [m.n_layers]).sum() == pytest.approx(m.n_params)
+    sp = stage_params(m, 2, np.full(4, m.n_layers / 4))
+    norms = (2 * m.n_layers + 1) * m.hidden  # RMSNorm weights are not split over TP
+    assert sp.sum() == pytest.approx((m.n_params - norms) / 2 + norms)
+    assert params_per_gpu(m, 2, 4) == pytest.approx(sp.max()) and sp.argmax() == 3  # head + norm on the last
+    # Megatron's per-sequence attention FLOPs (fwd + 2x bwd GEMM-style) and the kernel count agree on the forward
+    L = np.array([1000.0, 3000.0])
+    assert attention_flops(L, m.q_dim).sum() * 3 * m.n_layers == pytest.approx(m.attn_flops_coeff * (L**2).sum())
+    t = throughput(6e15, 4096, 2.0, 8, 1e15)
+    assert t == pytest.approx({"tflops_per_gpu": 375.0, "tokens_per_s": 2048.0, "mfu": 0.375})
+    assert np.isnan(throughput(1.0, 1, 0.0, 8, 1e15)["tflops_per_gpu"])

@@ -28,6 +28,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from dcpsim.cost import CostModel
+    from dcpsim.model.accounting import tflops_per_gpu
     from dcpsim.run import RunConfig, load_config
 
     lengths = parse_int_list(args.lengths, "--lengths")
@@ -45,7 +46,7 @@ def run(args) -> int:
         "peak_memory_gib": d["peak_memory_bytes"] / 2**30,
         "memory_limit_gib": cm.memory_limit_bytes / 2**30,
         "fits_memory": bool(d["fits_memory"]),
-        "counted_tflops_per_gpu": flops / p.cp / p.tp / pc.total_s / 1e12,
+        "counted_tflops_per_gpu": tflops_per_gpu(flops, pc.total_s, p.cp * p.tp),
     }
     if args.json:
         print_json(result)

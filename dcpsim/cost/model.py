@@ -73,9 +73,9 @@ from dcpsim.cost.padding import padded_lengths
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.hardware import HardwareProfile, get_profile
 from dcpsim.model import RECOMPUTE_MODES, ModelSpec, get_model, memory_per_gpu
+from dcpsim.model.accounting import ATTN_BWD_FLOPS_FACTOR, attention_flops
 
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
-ATTN_BWD_FLOPS_FACTOR = 2.5  # FlashAttention backward / forward FLOPs (REFERENCE §6)
 GEMM_BWD_FLOPS_FACTOR = 2.0  # dgrad + wgrad
 ELEMENTWISE_BWD_FACTOR = 2.0  # backward of an element-wise op reads the saved input and the incoming gradient
 PRECISIONS = ("bf16", "fp8")
@@ -384,7 +384,7 @@ class CostModel:
                 cast_fwd += cnt * 4.0 * s * k / prof.hbm_bw_bytes_per_s
                 cast_bwd += cnt * 4.0 * s * n / prof.hbm_bw_bytes_per_s
         # attention per document, per rank
-        f_fwd = 2.0 * padded**2 * m.q_dim / tp / c_doc  # causal forward FLOPs on this rank, one layer
+        f_fwd = attention_flops(padded, m.q_dim / tp) / c_doc  # causal forward FLOPs on this rank, one layer
         hd = m.head_dim
         if self.cp_comm == "a2a":
             seq = padded

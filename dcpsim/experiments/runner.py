@@ -23,6 +23,7 @@ import numpy as np
 
 from dcpsim.errors import DcpsimError, InfeasibleError
 from dcpsim.experiments.blog import VARIANT_LABELS, WORKLOAD_VARIANTS, BlogExperiment
+from dcpsim.model.accounting import tflops_per_gpu
 from dcpsim.run.config import RunConfig
 
 __all__ = [
@@ -132,7 +133,7 @@ def pooled_tflops(rows: Iterable[dict[str, Any]]) -> float:
     if len(gpus) != 1:
         raise ValueError(f"pooling rows with different GPU counts {sorted(gpus)}")
     t = sum(r["time_s"] for r in rows)
-    return sum(r["flops"] for r in rows) / (t * gpus.pop() * 1e12) if t > 0 else float("nan")
+    return tflops_per_gpu(sum(r["flops"] for r in rows), t, gpus.pop())
 
 
 def _worker(spec: CellSpec) -> dict[str, Any]:

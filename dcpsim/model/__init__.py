@@ -164,13 +164,29 @@ class MemoryBreakdown:
         return self.states_bytes + self.activations_bytes + self.transient_bytes
 
 
-def params_per_gpu(model: ModelSpec, tp: int, pp: int) -> float:
-    """Parameters held by the busiest GPU (the first stage holds the embedding; the last the head)."""
-    h = model.hidden
-    layers = model.n_layers / pp
-    block = layers * (model.linear_params_per_layer() / tp + 2 * h)
-    n_emb = 1 if (pp > 1 or model.tied_embeddings) else 2
-    return block + n_emb * model.vocab * h / tp
+def stage_params(model: ModelSpec, tp: int, stage_layers) -> np.ndarray:
+    """Parameters per GPU of each pipeline stage (float array, one entry per stage): the one parameter count.
+
+    ``stage_layers``: transformer blocks on each stage (``pp`` entries). A
+    block holds its GEMM weights split over TP and two RMSNorm weight vectors;
+    the first stage adds the word embedding (split over TP), the last the
+    output layer (split over TP) and the final norm. Tied embeddings share
+    one matrix only when one stage holds both ends; across stages Megatron
+    keeps a copy on the last stage. ``stage_params(m, 1, [n_layers]).sum()``
+    with untied embeddings is :attr:`ModelSpec.n_params`.
+    """
+    layers = np.asarray(stage_layers, dtype=np.float64)
+    h, emb = model.hidden, model.vocab * model.hidden / tp
+    out = layers * (model.linear_params_per_layer() / tp + 2 * h)
+    out[0] += emb
+    out[-1] += h + (0.0 if (layers.size == 1 and model.tied_embeddings) else emb)
+    return out
+
+
+def params_per_gpu(model: ModelSpec, tp: int, pp: int, stage_layers=None) -> float:
+    """Parameters held by the busiest GPU: the largest of :func:`stage_params` (even stages unless ``stage_layers``)."""
+    layers = np.full(pp, model.n_layers / pp) if stage_layers is None else stage_layers
+    return float(stage_params(model, tp, layers).max())
 
 
 def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: str) -> float:
@@ -271,4 +287,5 @@ __all__ = [
     "max_tokens_per_rank",
     "memory_per_gpu",
     "params_per_gpu",
+    "stage_params",
 ]

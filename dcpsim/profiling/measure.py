@@ -52,10 +52,10 @@ from typing import Any
 import numpy as np
 
 from dcpsim.errors import ConfigError, DcpsimError
+from dcpsim.model.accounting import attention_flops as model_attention_flops
 
 PROFILE_EXTRA_HINT = "an importable torch; install the profile extra: pip install 'dcpsim[profile]'"
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-ATTN_BWD_FLOPS_FACTOR = 2.5  # same convention as dcpsim.cost.model
 
 
 class ProfilingError(DcpsimError):
@@ -371,9 +371,7 @@ def measure_gemm(
 # ----------------------------------------------------------------- attention
 def attention_flops(lengths, n_heads: int, head_dim: int, causal: bool, direction: str = "fwd") -> float:
     """FLOPs of attention over documents ``lengths`` (see the module docstring)."""
-    sq = float(np.square(np.asarray(lengths, dtype=np.float64)).sum())
-    f = 4.0 * sq * head_dim * n_heads * (0.5 if causal else 1.0)
-    return f * (ATTN_BWD_FLOPS_FACTOR if direction == "bwd" else 1.0)
+    return float(model_attention_flops(lengths, head_dim * n_heads, causal=causal, direction=direction).sum())
 
 
 class _Ordered:

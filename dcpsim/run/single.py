@@ -35,6 +35,7 @@ import numpy as np
 
 from dcpsim.cost import CostModel
 from dcpsim.errors import ConfigError
+from dcpsim.model.accounting import throughput
 from dcpsim.policies.plan import Layout, Plan
 from dcpsim.run.config import RunConfig
 from dcpsim.sim import (
@@ -258,10 +259,8 @@ def _bound_row(plan: Plan, i: int, cost: CostModel, gpus: int, peak: float) -> d
     T = float(plan.lower_bound_s)
     lens = np.asarray(plan.lengths, dtype=np.int64)  # the bound covers the whole batch (it schedules nothing)
     flops = cost.model.flops(lens)
-    tflops = flops / (T * gpus * 1e12) if T > 0 else float("nan")
     row = {"iteration": i, "policy": plan.policy, "iteration_time_s": T, "sim_time_s": float("nan"),
-           "tflops_per_gpu": tflops, "tokens_per_s": float(lens.sum()) / T if T > 0 else float("nan"),
-           "mfu": tflops * 1e12 / peak, "flops": flops, "tokens": int(lens.sum()), "sequences": int(lens.size),
+           **throughput(flops, float(lens.sum()), T, gpus, peak), "flops": flops, "tokens": int(lens.sum()), "sequences": int(lens.size),
            "dropped": 0, "steps": 0, "planning_time_s": float(plan.planning_time_s),
            "events": 0, "sim_wall_s": 0.0, "simulated": False}
     for k in BREAKDOWN:
@@ -274,7 +273,6 @@ def _summary(cfg: RunConfig, it, cp_hist: dict[int, int], gpus: int, peak: float
     p = cfg.parallel
     T = float(it["iteration_time_s"].sum())
     flops = float(it["flops"].sum())
-    tflops = flops / (T * gpus * 1e12) if T > 0 else float("nan")
     out = {
         "config_hash": cfg.config_hash(),
         "policy": cfg.policy.name if not len(it) else str(it["policy"].iloc[0]),
@@ -292,9 +290,7 @@ def _summary(cfg: RunConfig, it, cp_hist: dict[int, int], gpus: int, peak: float
         "seed": cfg.sim.seed,
         "simulated": bool(it["simulated"].all()) if len(it) else False,
         "iteration_time_s": T / max(len(it), 1),
-        "tflops_per_gpu": tflops,
-        "tokens_per_s": float(it["tokens"].sum()) / T if T > 0 else float("nan"),
-        "mfu": tflops * 1e12 / peak,
+        **throughput(flops, float(it["tokens"].sum()), T, gpus, peak),
     }
     for k in BREAKDOWN:
         s = float(it[k].sum(skipna=False))  # NaN for runs that were not simulated (bound)

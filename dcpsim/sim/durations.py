@@ -60,6 +60,7 @@ import numpy as np
 from dcpsim.cost import CostModel, group_collective_time_s
 from dcpsim.cost.model import BatchCost, fp8_weight_cast_bytes
 from dcpsim.hardware import HardwareProfile
+from dcpsim.model import stage_params as model_stage_params
 from dcpsim.pipeline import chunk_durations, link_of_transfer
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.schedule import GroupTable
@@ -142,12 +143,8 @@ def scale_network(profile: HardwareProfile, factor: float) -> HardwareProfile:
 
 
 def stage_params(cost: CostModel) -> np.ndarray:
-    """Parameters per GPU of each pipeline stage (blocks / TP, embedding on the first, head on the last)."""
-    m, tp = cost.model, cost.tp
-    out = cost.stage_layers.astype(float) * (m.linear_params_per_layer() / tp + 2 * m.hidden)
-    out[0] += m.vocab * m.hidden / tp
-    out[-1] += m.vocab * m.hidden / tp + m.hidden
-    return out
+    """Parameters per GPU of each pipeline stage of ``cost`` (:func:`dcpsim.model.stage_params`)."""
+    return model_stage_params(cost.model, cost.tp, cost.stage_layers)
 
 
 class DurationModel:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dcpsim.model.accounting import throughput
 from dcpsim.pipeline import chain_times, chunk_durations, link_of_transfer, pipeline_schedule
 from dcpsim.serialize import to_jsonable as _jsonable
 from dcpsim.sim.durations import IterationWork, SyncCost
@@ -131,7 +132,7 @@ def iteration_row(rec: IterationRecord, gpus: int, peak_flops: float, ranks: dic
     w, tl = rec.work, rec.timeline
     ranks = rank_arrays(rec) if ranks is None else ranks
     T = rec.iteration_time_s
-    tflops = w.flops / (T * gpus * 1e12) if T > 0 else float("nan")
+    tput = throughput(w.flops, float(w.tokens.sum()), T, gpus, peak_flops)
     real = w.table.pack >= 0
     sizes = w.table.size[real]
     row = {
@@ -139,9 +140,7 @@ def iteration_row(rec: IterationRecord, gpus: int, peak_flops: float, ranks: dic
         "policy": rec.policy,
         "iteration_time_s": T,
         "sim_time_s": tl.makespan_s,
-        "tflops_per_gpu": tflops,
-        "tokens_per_s": float(w.tokens.sum()) / T if T > 0 else float("nan"),
-        "mfu": tflops * 1e12 / peak_flops,
+        **tput,
         "flops": w.flops,
         "tokens": int(w.tokens.sum()),
         "sequences": w.n_seqs,
