@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+import dcpsim.workload.distributions as _dist  # the module, not the package facade (no import cycle)
 from dcpsim.errors import ConfigError
-from dcpsim.workload import distributions as _dist
 from dcpsim.workload.distributions import Empirical, LengthDistribution, _check_keys, _positive_real
 
 __all__ = ["GithubCodeProxy", "WikipediaShape", "github_code_lengths", "wikipedia_log_quantiles"]
