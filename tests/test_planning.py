@@ -246,7 +246,7 @@ def test_cli_refusals(tmp_path, capsys):
 
 @pytest.mark.parametrize("tp,pp,vp,cp", [(1, 2, 1, 1), (1, 2, 2, 1), (2, 4, 2, 2), (1, 4, 1, 2)])
 def test_screen_equals_the_simulator_for_equal_microbatches(tp, pp, vp, cp):
-    """Fixed windows: the closed form (bubble (PP-1)/VP, transfers, chunk-level grad-sync overlap) is the simulation."""
+    """Fixed windows: the closed form (bubble (PP-1)/VP, transfers, the sync rules) is within 1% of the simulation."""
     from dcpsim.planning.screen import screen
     from dcpsim.planning.space import Candidate, check_candidate
     from dcpsim.run.single import run_simulation
@@ -258,4 +258,29 @@ def test_screen_equals_the_simulator_for_equal_microbatches(tp, pp, vp, cp):
                                                                         **data.config_updates()})
     assert ch.cfg is not None, ch.reason
     est = screen(ch.cfg, data, mbs=1, dynamic=False)["time_s"]
-    assert est == pytest.approx(run_simulation(ch.cfg).summary["iteration_time_s"], rel=1e-3)
+    assert est == pytest.approx(run_simulation(ch.cfg).summary["iteration_time_s"], rel=0.01)
+
+
+def test_cached_cost_model_is_the_simulators():
+    """The search's cost models (one per layout, copied per DP) give the memory build_cost_model gives."""
+    from dcpsim.planning.space import _cached_cost
+    from dcpsim.run.single import build_cost_model
+
+    data = make_data_spec(seq_len=4096, gbs=512)
+    for gpus in (64, 128, 512):
+        cfg = _small_base().with_updates({**data.config_updates(), "cluster.gpus": gpus, "parallel.pp": 2,
+                                          "parallel.cp": 1, "parallel.tp": 2})
+        a, b = _cached_cost(cfg), build_cost_model(cfg)
+        assert a.dp_cp == b.dp_cp == cfg.dp
+        assert a.peak_memory_bytes([4096])[0] == pytest.approx(b.peak_memory_bytes([4096])[0])
+        assert a.describe() == b.describe()
+
+
+def test_uneven_stages_and_non_power_of_two_pipelines():
+    from dcpsim.planning.space import _pp_vp_options, uneven_stages
+
+    assert (7, 7) in uneven_stages(126, 16)  # Llama 3 405B: 7 + 14 x 8 + 7
+    assert all((126 - 2 * f) % 14 == 0 for f, _ in uneven_stages(126, 16))
+    opts = _pp_vp_options(SearchSpace(), RunConfig().with_updates({"model.name": "llama2-7b"}))
+    pps = {p for p, _, f, _ in opts if f == 0}
+    assert {1, 2, 4, 8, 16, 32} <= pps

@@ -110,6 +110,8 @@ def seed_spread(res, cfg: RunConfig, data: DataSpec, task: Task, space: SearchSp
     ch = check_candidate(cfg,
                          Candidate(tp=best["tp"], pp=best["pp"], cp=best["cp"], tokens_per_rank=best["tokens_per_rank"],
                                    recompute=best["recompute"], vp=best["vp"], mbs=best["mbs"],
+                                   first_stage_layers=best["first_stage_layers"],
+                                   last_stage_layers=best["last_stage_layers"],
                                    precision=best["precision"], flags=_flags_of(best)),
                          task.gpus, data, task.gbs, search_updates(data, task.policy, task.gbs))
     out = [best["tokens_per_s"]]

@@ -7,15 +7,17 @@ simulation by a formula:
 * fixed windows: every microbatch costs the same ``t`` per stage (forward,
   backward, recompute, exposed TP/CP communication); with ``m`` microbatches
   per replica and the output layer ``h`` per microbatch on the last stage,
-  ``T = m·(t + h) + (PP−1)/VP·t + 2·(PP·VP−1)·x + sync`` with ``x`` one activation transfer between
-  stages (it matches the event simulation of equal microbatches to within rounding; tested);
+  ``T = m·max_p t_p + (PP−1)/VP·mean_p t_p + 2·(PP·VP−1)·x + sync`` with ``t_p`` stage ``p``'s
+  forward + backward (its layers, the per-microbatch overhead, the embedding on the first stage and
+  the output layer ``h`` on the last) and ``x`` one activation transfer between stages (within 1% of
+  the event simulation of equal microbatches; tested);
 * variable lengths: per-sequence time on its CP group (attention exact, the
   rest linear in tokens at the layout's tokens per rank), summed over the
   batch and spread over the DP×CP ranks of a stage (``W``), with
   ``m`` = tokens / (M·CP·DP) microbatches: ``T = W + (PP−1)/VP·W/m + sync``;
-* ``sync`` = the slowest stage's parameter all-gather + optimizer step, plus
-  its gradient reduce-scatter (minus the last chunk's backward, ``b/VP``, when
-  overlapped).
+* ``sync`` = the simulator's own rules for the bucketed gradient reduce-scatter (overlapping the
+  last chunk's backward, ``b/VP``), the optimizer step and the parameter all-gather (overlapping the
+  next iteration's first forward), per stage from its place in the pipeline.
 
 The screen only orders candidates; the survivors are simulated
 (:mod:`dcpsim.planning.search`), and only simulated numbers are reported.
@@ -33,15 +35,15 @@ from dcpsim.run.config import RunConfig
 
 _SYNC_CACHE: dict[str, Any] = {}
 _BATCH_CACHE: dict[tuple, np.ndarray] = {}
-_MB_CACHE: dict[tuple, tuple[float, float, float]] = {}
+_MB_CACHE: dict[tuple, dict[str, float]] = {}
 
 
-def sync_exposed_s(cfg: RunConfig, cost, bwd_one_s: float) -> float:
-    """Exposed gradient-sync time of the slowest stage (seconds), from the simulator's sync cost."""
+def _sync_cost(cfg: RunConfig, cost):
+    """The simulator's gradient-sync cost of ``cfg`` (cached: it ignores recompute, tokens, mbs and vp)."""
     from dcpsim.run.single import build_simulator
 
     p = cfg.parallel.model_dump(mode="json")
-    for k in ("recompute", "max_tokens_per_rank", "cp_comm", "min_cp", "mbs", "vp"):  # the sync cost ignores these
+    for k in ("recompute", "max_tokens_per_rank", "cp_comm", "min_cp", "mbs", "vp"):
         p.pop(k, None)
     key = repr((cfg.model.name, cfg.hardware.model_dump(mode="json"), p, cfg.dp, cfg.sim.model_dump(mode="json")))
     sync = _SYNC_CACHE.get(key)
@@ -49,10 +51,34 @@ def sync_exposed_s(cfg: RunConfig, cost, bwd_one_s: float) -> float:
         if len(_SYNC_CACHE) > 4096:
             _SYNC_CACHE.clear()
         sync = _SYNC_CACHE[key] = build_simulator(cfg, cost).sync
-    rs = np.asarray(sync.reduce_scatter_s, dtype=float)
-    overlap = bool(getattr(cfg.sim, "overlap_grad_sync", True))
-    rs_exp = np.maximum(0.0, rs - bwd_one_s) if overlap else rs
-    return float(np.max(rs_exp + np.asarray(sync.all_gather_s) + np.asarray(sync.optimizer_s)))
+    return sync
+
+
+def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) -> float:
+    """Time after the pipeline's last backward until every stage is done (seconds), with the simulator's rules
+    (:func:`dcpsim.sim.engine.grad_sync_end_s`, :func:`~dcpsim.sim.engine.param_gather_stall_s`).
+
+    Stage ``p`` ends its last backward ``p·(b_chunk + x)`` before stage 0 and starts its first forward
+    ``p·(f_chunk + x)`` after it (equal microbatches).
+    """
+    from dcpsim.sim.engine import grad_sync_end_s, param_gather_stall_s
+
+    sync = _sync_cost(cfg, cost)
+    pp = cfg.parallel.pp
+    nb = sync.buckets if sync.buckets is not None else np.ones(pp)
+    rs_b = sync.reduce_scatter_bucket_s if sync.reduce_scatter_bucket_s is not None else sync.reduce_scatter_s
+    ag_b = sync.all_gather_bucket_s if sync.all_gather_bucket_s is not None else sync.all_gather_s
+    ov_g = bool(getattr(cfg.sim, "overlap_grad_sync", True))
+    ov_p = bool(getattr(cfg.sim, "overlap_param_gather", False))
+    tail = 0.0
+    for p in range(pp):
+        b1 = -p * (b_chunk + x)
+        end = grad_sync_end_s(b1 - b_chunk, b1, float(sync.reduce_scatter_s[p]), float(rs_b[p]), int(nb[p]), ov_g)
+        stall = param_gather_stall_s(float(sync.all_gather_s[p]), float(ag_b[p]), int(nb[p]), f_chunk, ov_p)
+        if ov_p:
+            stall = max(0.0, stall - p * (f_chunk + x))
+        tail = max(tail, end + float(sync.optimizer_s[p]) + stall)
+    return tail
 
 
 def _spans(cfg: RunConfig, cost, cp) -> np.ndarray:
@@ -66,33 +92,66 @@ def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
     p = cfg.parallel
     vp = int(getattr(p, "vp", 1) or 1)
     L = int(data.seq_len)
-    key = (_cost_key(cfg).replace(f"'vp': {vp}", ""), mbs, L)
-    t, h, bwd = _MB_CACHE.get(key) or _MB_CACHE.setdefault(key, _microbatch(cfg, cost, L, mbs))
+    key = (_cost_key(cfg, drop=MB_INDEPENDENT), L)
+    table = _MB_CACHE.get(key) or _MB_CACHE.setdefault(key, _microbatch_table(cfg, cost, L))
+    mb = table.get((p.cp, mbs)) or _microbatch_table(cfg, cost, L, [(p.cp, mbs)])[(p.cp, mbs)]
+    stage = stage_times_s(cost, mb)
     m = max(1, data.gbs // (cfg.dp * mbs))
-    compute = m * (t + h)
-    bubble = (p.pp - 1) / vp * t + pipeline_transfers_s(cfg, cost, mbs * L / p.cp)
-    sync = sync_exposed_s(cfg, cost, bwd / vp)  # the reduce-scatter hides behind the last chunk's backward only
+    x = pipeline_transfer_s(cfg, cost, mbs * L / p.cp)
+    compute = m * float(stage.max())
+    bubble = (p.pp - 1) / vp * float(stage.mean()) + 2.0 * (p.pp * vp - 1) * x
+    sync = sync_tail_s(cfg, cost, mb["fwd"] / vp, mb["bwd"] / vp, x)
     return {"time_s": compute + bubble + sync, "compute_s": compute, "bubble_s": bubble, "sync_s": sync,
             "microbatches": float(m)}
 
 
-def pipeline_transfers_s(cfg: RunConfig, cost, local_tokens: float) -> float:
-    """Activation and gradient transfers on the fill/drain path: 2·(PP·VP − 1) hops over the network; seconds."""
+def stage_times_s(cost, mb: dict[str, float]) -> np.ndarray:
+    """Forward + backward of one microbatch on every stage: its layers' share, the per-microbatch overhead,
+    the embedding on the first stage and the output layer on the last; seconds."""
+    layers = np.asarray(getattr(cost, "stage_layers", [cost.layers_per_stage] * cost.pp), dtype=float)
+    t = mb["layers"] * layers / max(layers.max(), 1.0) + mb["overhead"]
+    t[0] += mb["embed"]
+    t[-1] += mb["head"]
+    return t
+
+
+def pipeline_transfer_s(cfg: RunConfig, cost, local_tokens: float) -> float:
+    """One activation transfer between pipeline stages over the network (0 without a pipeline); seconds."""
     p = cfg.parallel
-    hops = p.pp * int(getattr(p, "vp", 1) or 1) - 1
-    if hops <= 0:
+    if p.pp * int(getattr(p, "vp", 1) or 1) <= 1:
         return 0.0
     nbytes = local_tokens * cost.model.hidden * 2.0 / p.tp
-    return 2.0 * hops * float(cost.profile.collective_time_s("sendrecv", "network", np.array([nbytes]), 2)[0])
+    return float(cost.profile.collective_time_s("sendrecv", "network", np.array([nbytes]), 2)[0])
 
 
-def _microbatch(cfg: RunConfig, cost, L: int, mbs: int) -> tuple[float, float, float]:
-    """(forward+backward per stage, output layer, backward) of one microbatch of ``mbs`` windows; seconds."""
-    cp = cfg.parallel.cp
-    bc = cost.batch_cost(np.full(mbs, L), np.zeros(mbs, dtype=np.int64), np.array([cp]), _spans(cfg, cost, [cp]))
+MB_CP = (1, 2, 4, 8, 16)
+MB_MBS = (1, 2, 4, 8, 16)
+# a microbatch's cost does not depend on these (DP only shards memory; VP splits the same layers)
+MB_INDEPENDENT = ("dp", "cp", "mbs", "vp", "max_tokens_per_rank", "overlap_grad_sync", "overlap_param_gather",
+                  "grad_bucket_params", "min_cp")
+
+
+def _microbatch_table(cfg: RunConfig, cost, L: int, combos=None) -> dict[tuple[int, int], dict[str, float]]:
+    """Parts of one microbatch of ``mbs`` windows on ``cp`` ranks, largest stage (seconds), for every
+    (cp, mbs) in ``combos`` (default all of MB_CP x MB_MBS) in ONE vectorised cost-model call:
+    layers (forward + backward with recompute), per-microbatch overhead, embedding, output layer, and the
+    stage's forward and backward."""
+    combos = list(combos or [(c, b) for c in MB_CP for b in MB_MBS if c == 1 or L % (2 * c) == 0])
+    cps = np.array([c for c, _ in combos])
+    pids = np.concatenate([np.full(b, i) for i, (_, b) in enumerate(combos)])
+    bc = cost.batch_cost(np.full(pids.size, L), pids, cps, _spans(cfg, cost, cps))
     if len(_MB_CACHE) > 4096:
         _MB_CACHE.clear()
-    return float(bc.total_s[0]), float(bc.head_fwd_s[0] + bc.head_bwd_s[0]), float(bc.bwd_s[0])
+
+    def get(name: str) -> np.ndarray:
+        v = getattr(bc, name, None)
+        return np.asarray(v, dtype=float) if v is not None else np.zeros(len(combos))
+
+    layers = get("layer_fwd_s") + get("layer_bwd_s") if hasattr(bc, "layer_fwd_s") else get("total_s")
+    parts = {"layers": layers, "overhead": get("overhead_fwd_s") + get("overhead_bwd_s"),
+             "embed": get("embed_fwd_s") + get("embed_bwd_s"), "head": get("head_fwd_s") + get("head_bwd_s"),
+             "fwd": get("fwd_s"), "bwd": get("bwd_s")}
+    return {cb: {k: float(v[i]) for k, v in parts.items()} for i, cb in enumerate(combos)}
 
 
 def first_batch(data: DataSpec, gbs: int, seed: int) -> np.ndarray:
@@ -139,8 +198,9 @@ def screen_variable(cfg: RunConfig, data: DataSpec, dynamic: bool, seed: int = 0
     work = float((per_seq * c).sum()) / ranks
     head = head_per_tok * float((local * c).sum()) / ranks
     m = max(1.0, float(np.ceil((local * c).sum() / (M * ranks))))
-    bubble = (p.pp - 1) / vp * (work + head) / m + pipeline_transfers_s(cfg, cost, M)
-    sync = sync_exposed_s(cfg, cost, float(bref.bwd_s[0]) / vp)
+    x = pipeline_transfer_s(cfg, cost, M)
+    bubble = (p.pp - 1) / vp * (work + head) / m + 2.0 * (p.pp * vp - 1) * x
+    sync = sync_tail_s(cfg, cost, float(bref.fwd_s[0]) / vp, float(bref.bwd_s[0]) / vp, x)
     return {"time_s": work + head + bubble + sync, "compute_s": work + head, "bubble_s": bubble, "sync_s": sync,
             "microbatches": m, "head_s": head, "head_per_token_s": head_per_tok}
 

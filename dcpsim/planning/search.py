@@ -58,7 +58,7 @@ def prune(base: RunConfig, cands, gpus: int, data: DataSpec, gbs: int,
     fitted: set = set()
     for cand in sorted(cands, key=lambda c: RECOMPUTE.index(c.recompute) if c.recompute in RECOMPUTE else 9):
         counts["enumerated"] += 1
-        key = (cand.layout_key()[:-2], cand.precision, cand.flags)
+        key = (cand.layout_key()[:-2], cand.precision, cand.flags)  # all but recompute
         if key in fitted:  # a lighter recompute of this layout fits: more recompute only adds time
             counts["dominated"] = counts.get("dominated", 0) + 1
             continue
@@ -133,6 +133,7 @@ def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, 
 
     c = ch.cand
     row: dict[str, Any] = {"layout": c.label(), "tp": c.tp, "pp": c.pp, "vp": c.vp, "cp": c.cp, "dp": ch.cfg.dp,
+                           "first_stage_layers": c.first_stage_layers, "last_stage_layers": c.last_stage_layers,
                            "mbs": c.mbs, "tokens_per_rank": c.tokens_per_rank, "recompute": c.recompute,
                            "precision": c.precision, **{k: v for k, v in c.flags},
                            "memory_gib": ch.memory_bytes / 2**30, "memory_limit_gib": ch.limit_bytes / 2**30,

@@ -31,8 +31,10 @@ from dcpsim.run.config import RunConfig
 
 RECOMPUTE = ("none", "selective", "full")
 OVERLAP_FLAGS = ("overlap_grad_sync", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
-SCREENED_FLAGS = ("overlap_grad_sync",)  # flags the closed-form screen models (their variants are screened)
-POW2 = (1, 2, 4, 8, 16, 32, 64, 128)
+# flags the closed-form screen models (their variants are screened on the shortlist; others are simulated)
+SCREENED_FLAGS = ("overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap")
+POW2 = (1, 2, 4, 8, 16, 32, 64)
+MAX_PP = 64
 
 
 @cache
@@ -43,6 +45,13 @@ def optional_field(leaf: str) -> str | None:
         if isinstance(ann, type) and hasattr(ann, "model_fields") and leaf in ann.model_fields:
             return f"{sec_name}.{leaf}"
     return None
+
+
+@cache
+def flag_default(leaf: str) -> bool:
+    """RunConfig's default value of an overlap flag."""
+    sec, name = optional_field(leaf).split(".")
+    return bool(getattr(getattr(RunConfig(), sec), name))
 
 
 def field_choices(path: str) -> tuple[Any, ...]:
@@ -66,6 +75,8 @@ class Candidate:
     mbs: int | None = None  # sequences per microbatch (fixed windows only)
     precision: str | None = None
     flags: tuple[tuple[str, bool], ...] = ()
+    first_stage_layers: int = 0  # uneven pipeline: layers on the first / last stage (0 = even split)
+    last_stage_layers: int = 0
 
     def updates(self, gpus: int) -> dict[str, Any]:
         """``RunConfig.with_updates`` entries for this layout on ``gpus`` GPUs."""
@@ -80,25 +91,31 @@ class Candidate:
             u[prec] = self.precision
         for name, on in self.flags:
             u[optional_field(name)] = on
+        for name in ("first_stage_layers", "last_stage_layers"):
+            path = optional_field(name)
+            if path:
+                u[path] = getattr(self, name)
         return u
 
     def label(self) -> str:
         s = f"TP{self.tp} PP{self.pp}"
         if self.vp > 1:
             s += f" VP{self.vp}"
+        if self.first_stage_layers or self.last_stage_layers:
+            s += f" first/last {self.first_stage_layers}/{self.last_stage_layers} layers"
         s += f" CP{self.cp}"
         s += f" mbs{self.mbs}" if self.mbs else f" M{self.tokens_per_rank // 1024}K"
         s += f" rc:{self.recompute}"
         if self.precision:
             s += f" {self.precision}"
-        off = [n for n, on in self.flags if not on]
-        if off:
-            s += " no:" + ",".join(off)
+        changed = [(n, on) for n, on in self.flags if on != flag_default(n)]  # flags off their defaults
+        s += "".join(f" {'+' if on else 'no-'}{n}" for n, on in changed)
         return s
 
     def layout_key(self) -> tuple:
         """Everything but the overlap flags."""
-        return (self.tp, self.pp, self.vp, self.cp, self.tokens_per_rank, self.recompute, self.precision)
+        return (self.tp, self.pp, self.vp, self.first_stage_layers, self.last_stage_layers, self.cp,
+                self.tokens_per_rank, self.recompute, self.precision)
 
 
 @dataclass
@@ -145,19 +162,39 @@ def _tp_options(space: SearchSpace, base: RunConfig) -> list[int]:
             and m.ffn_hidden % t == 0]
 
 
-def _pp_vp_options(space: SearchSpace, base: RunConfig) -> list[tuple[int, int]]:
+def uneven_stages(n_layers: int, pp: int) -> list[tuple[int, int]]:
+    """(first, last) stage layer counts worth trying on ``pp`` stages (Megatron's uneven pipeline).
+
+    The first and last stages also hold the embedding and the output layer, so
+    giving them one layer fewer than the others (or the even share when the layers
+    do not divide) balances the pipeline, e.g. 126 layers on 16 stages: 7 + 14 x 8 + 7.
+    """
+    if pp < 3 or not optional_field("first_stage_layers"):
+        return []
+    out = []
+    for k in (n_layers // pp, n_layers // pp - 1):
+        rest = n_layers - 2 * k
+        if k >= 1 and rest % (pp - 2) == 0 and rest // (pp - 2) > k:
+            out.append((k, k))
+    return out
+
+
+def _pp_vp_options(space: SearchSpace, base: RunConfig) -> list[tuple[int, int, int, int]]:
+    """(pp, vp, first-stage layers, last-stage layers) choices."""
     n_layers = _model(base).n_layers
-    pps = list(space.pp) if space.pp is not None else [p for p in POW2[:7] if p <= n_layers and n_layers % p == 0]
+    # every divisor of the layers up to 64 stages (PP 6 for 96 layers, PP 35 for 105 ...), and powers of two
+    # (uneven first/last stages make those usable when they do not divide)
+    pps = list(space.pp) if space.pp is not None else sorted(
+        {p for p in range(1, min(n_layers, MAX_PP) + 1) if n_layers % p == 0} | {p for p in POW2 if p <= n_layers})
     if space.vp is not None:
         vps = list(space.vp)
     else:
         vps = [1, 2, 4] if optional_field("vp") else [1]
     out = []
     for p in pps:
-        for v in vps:
-            if v > 1 and (p == 1 or n_layers % (p * v)):
-                continue
-            out.append((p, v))
+        if n_layers % p == 0:
+            out += [(p, v, 0, 0) for v in vps if v == 1 or (p > 1 and n_layers % (p * v) == 0)]
+        out += [(p, 1, f, last) for f, last in uneven_stages(n_layers, p)]
     return out
 
 
@@ -214,13 +251,13 @@ def enumerate_candidates(base: RunConfig, gpus: int, data: DataSpec, space: Sear
     recs = list(space.recompute) if space.recompute is not None else list(RECOMPUTE)
     flags = _flag_options(space, base)
     for tp in _tp_options(space, base):
-        for pp, vp in _pp_vp_options(space, base):
+        for pp, vp, first, last in _pp_vp_options(space, base):
             for cp, M, mbs in _cp_mbs(space, data, policy_dynamic):
                 if gpus % (tp * pp * cp):
                     continue
                 for rc, prec, fl in itertools.product(recs, _precisions(space), flags):
                     yield Candidate(tp=tp, pp=pp, cp=cp, tokens_per_rank=M, recompute=rc, vp=vp, mbs=mbs,
-                                    precision=prec, flags=fl)
+                                    precision=prec, flags=fl, first_stage_layers=first, last_stage_layers=last)
 
 
 @dataclass
@@ -281,21 +318,39 @@ def memory_of(cost, cfg: RunConfig) -> tuple[float, float]:
 _COST_CACHE: dict[str, Any] = {}
 
 
-def _cost_key(cfg: RunConfig) -> str:
+def _cost_key(cfg: RunConfig, drop: tuple[str, ...] = ()) -> str:
+    """The inputs of ``build_cost_model(cfg)`` (all of model, hardware, parallel and sim; DP), less ``drop``."""
     d = cfg.model_dump(mode="json")
-    keep = {k: d[k] for k in ("model", "hardware", "parallel")}
-    keep["dp"] = cfg.dp
+    keep = {k: d[k] for k in ("model", "hardware", "parallel", "sim")}
+    for name in drop:
+        keep["parallel"].pop(name, None)
+        keep["sim"].pop(name, None)
+    if "dp" not in drop:
+        keep["dp"] = cfg.dp
     return repr(keep)
 
 
 def _cached_cost(cfg: RunConfig):
-    """The cost model run_simulation would build for ``cfg`` (cached per layout; bounded)."""
+    """The cost model ``run_simulation`` builds for ``cfg`` (:func:`dcpsim.run.single.build_cost_model`).
+
+    Built once per layout without DP; for each DP a shallow copy with its ``dp_cp`` (the cost model uses
+    ``dp_cp`` only to shard the optimizer state in its memory figure, so the copy is the model
+    ``build_cost_model`` would return; tested).
+    """
+    import copy
+
     from dcpsim.run.single import build_cost_model
 
     key = _cost_key(cfg)
     cost = _COST_CACHE.get(key)
     if cost is None:
-        if len(_COST_CACHE) > 4096:
+        if len(_COST_CACHE) > 8192:
             _COST_CACHE.clear()
-        cost = _COST_CACHE[key] = build_cost_model(cfg)
+        proto_key = _cost_key(cfg, drop=("dp", "cp", "mbs", "vp", "max_tokens_per_rank", "min_cp"))
+        proto = _COST_CACHE.get(proto_key)
+        if proto is None:
+            proto = _COST_CACHE[proto_key] = build_cost_model(cfg)
+        cost = copy.copy(proto)
+        cost.dp_cp = cfg.dp * cfg.parallel.cp
+        _COST_CACHE[key] = cost
     return cost
