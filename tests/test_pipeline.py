@@ -190,3 +190,34 @@ def test_policies_pad_steps_for_the_interleaved_rule():
         topo = Topology(tp=1, pp=4, dp=4, cp=2, vp=2)
         rec = ClusterSimulator(cost, topo).simulate(plan)
         assert rec.timeline.makespan_s > 0
+
+
+# ------------------------------------------------------------------ scale: the bound on distinct lengths
+def test_bound_terms_equal_the_per_sequence_definition():
+    """bound_terms (distinct lengths, attention-only W, t1 from the longest) equals the definition evaluated
+    sequence by sequence on every size, inside and across the domain."""
+    from dcpsim.cost.padding import per_rank_tokens
+    from dcpsim.policies.bound import _span_options, bound_terms, dynamic_sizes, min_linear_s_per_token
+    from dcpsim.policies.costs import split_parts
+
+    rng = np.random.default_rng(5)
+    lay = Layout(dp=4, cp=2, max_tokens_per_rank=16384, pp=4)
+    cost = CostModel("h100-sxm", "llama-13b", pp=4, dp_cp=8)
+    L = np.concatenate([rng.integers(256, 60000, 40), [1000, 1000, 60000]])
+    got = bound_terms(L, lay, cost)
+    dyn = dynamic_sizes(lay)
+    sizes = np.unique(np.concatenate([dyn, [lay.cp]]))
+    ns, n = sizes.size, L.size
+    bc = cost.batch_cost(np.tile(L, 2 * ns), np.arange(2 * ns * n), np.tile(np.repeat(sizes, n), 2),
+                         np.repeat([False, True], ns * n))
+    tok = per_rank_tokens(L[None, :], sizes[:, None])
+    lo = split_parts(bc, cost.recompute)[0][: ns * n].reshape(ns, n) + min_linear_s_per_token(cost, 16384) * tok
+    inside, across = _span_options(lay, sizes, dyn)
+    t_in = np.where(inside[:, None], bc.total_s[: ns * n].reshape(ns, n), np.inf)
+    t_out = np.where(across[:, None], bc.total_s[ns * n:].reshape(ns, n), np.inf)
+    fits = tok <= 16384
+    gpu = np.where(fits, lo * sizes[:, None], np.inf)
+    per = np.where(fits, np.maximum(lo, np.minimum(t_in, t_out)), np.inf)
+    for scope, allowed in (("any", np.ones(ns, bool)), ("dynamic", np.isin(sizes, dyn)), ("static", sizes == lay.cp)):
+        want = (gpu[allowed].min(axis=0).sum() / 8, per[allowed].min(axis=0).max())
+        assert got[scope] == pytest.approx(want, rel=1e-12)

@@ -63,8 +63,15 @@ not for the exact 1F1B schedule, where small microbatches can run inside a
 large one's fill, so it was dropped. The three scopes now differ only in the
 group sizes ``W`` and ``t1`` range over.)
 
-The bound needs one vectorised cost call (every sequence alone on every
-size), a few milliseconds for thousands of sequences.
+Cost: the terms depend on a sequence's length only, so they are computed
+once per distinct length (``W`` weights them by their counts); ``W`` needs
+only the attention part of each length alone on each size where it fits
+(inside the NVLink domain; attention does not depend on the link), and
+``t1`` only the longest length when the profile is monotone (``min_c hi_c``
+never falls as the length grows: ``lo_c`` and ``T_c`` are non-decreasing in
+it and longer sequences fit on fewer sizes); otherwise ``hi = lo`` and the
+maximum is taken over all lengths. Vectorised cost calls in chunks of at
+most 262,144 packs bound the memory.
 """
 
 from __future__ import annotations
@@ -158,34 +165,31 @@ def bound_terms(lengths, layout: Layout, cost, *, standalone: bool = True) -> di
     dyn = dynamic_sizes(layout)
     sizes = np.unique(np.concatenate([dyn, [layout.cp]]))
     out: dict = {"linear_s_per_token": lam}
-    n = L.size
-    if n == 0:
+    if L.size == 0:
         for s in SCOPES:
             out[s] = (0.0, 0.0)
         return out
-    ns = sizes.size
-    # every sequence alone on every size, inside (first half) and across (second half) the NVLink domain
-    bc = cost.batch_cost(
-        np.tile(L, 2 * ns), np.arange(2 * ns * n), np.tile(np.repeat(sizes, n), 2), np.repeat([False, True], ns * n)
-    )
-    attn, _, _ = split_parts(bc, cost.recompute)
-    tok = per_rank_tokens(L[None, :], sizes[:, None])
-    lo = attn[: ns * n].reshape(ns, n) + lam * tok  # per-rank seconds on each size
-    hi = lo
-    monotone = profile_is_monotone(cost.profile)
-    if monotone and standalone:
-        # a size can only be timed inside (or across) the domain if some slice of it is
-        inside, across = _span_options(layout, sizes, dyn)
-        t_in = np.where(inside[:, None], bc.total_s[: ns * n].reshape(ns, n), np.inf)
-        t_out = np.where(across[:, None], bc.total_s[ns * n :].reshape(ns, n), np.inf)
-        hi = np.maximum(lo, np.minimum(t_in, t_out))
-    out["monotone_profile"] = monotone
+    U, count = np.unique(L, return_counts=True)  # every term depends on the length only
+    tok = per_rank_tokens(U[None, :], sizes[:, None])
     fits = tok <= M
-    gpu = np.where(fits, lo * sizes[:, None], np.inf)
-    per = np.where(fits, hi, np.inf)
+    lo = np.full(tok.shape, np.inf)
+    lo[fits] = _attention_s(cost, U, sizes, fits) + lam * tok[fits]  # per-rank seconds on each size
+    monotone = profile_is_monotone(cost.profile)
+    out["monotone_profile"] = monotone
+    gpu = lo * sizes[:, None]
+    if monotone and standalone:
+        # min over sizes of hi_c(L) never falls as L grows (module docstring), so t1 is the longest's
+        inside, across = _span_options(layout, sizes, dyn)
+        bc = cost.batch_cost(np.tile(U[-1:], 2 * sizes.size), np.arange(2 * sizes.size), np.tile(sizes, 2),
+                             np.repeat([False, True], sizes.size))
+        t_in = np.where(inside, bc.total_s[: sizes.size], np.inf)
+        t_out = np.where(across, bc.total_s[sizes.size:], np.inf)
+        per = np.where(fits[:, -1:], np.maximum(lo[:, -1:], np.minimum(t_in, t_out)[:, None]), np.inf)
+    else:
+        per = lo
     R = layout.ranks_per_stage
     for scope, allowed in (
-        ("any", np.ones(ns, dtype=bool)),
+        ("any", np.ones(sizes.size, dtype=bool)),
         ("dynamic", np.isin(sizes, dyn)),
         ("static", sizes == layout.cp),
     ):
@@ -194,7 +198,20 @@ def bound_terms(lengths, layout: Layout, cost, *, standalone: bool = True) -> di
         if not np.all(np.isfinite(w)):  # some sequence cannot run in this scope: no finite plan exists
             out[scope] = (float("inf"), float("inf"))
         else:
-            out[scope] = (float(w.sum() / R), float(t.max()))
+            out[scope] = (float((w * count).sum() / R), float(t.max()))
+    return out
+
+
+def _attention_s(cost, lengths: np.ndarray, sizes: np.ndarray, fits: np.ndarray, chunk: int = 262_144) -> np.ndarray:
+    """Attention seconds per rank (forward, backward, recomputation) of each length alone on each size where
+    ``fits`` (``fits[k, i]``: size ``sizes[k]``, length ``lengths[i]``), in ``fits``' row-major order; one
+    vectorised cost call per ``chunk`` packs (bounded memory)."""
+    k_idx, i_idx = np.nonzero(fits)
+    out = np.empty(k_idx.size)
+    for a in range(0, k_idx.size, chunk):
+        z = min(a + chunk, k_idx.size)
+        bc = cost.batch_cost(lengths[i_idx[a:z]], np.arange(z - a), sizes[k_idx[a:z]], np.zeros(z - a, dtype=bool))
+        out[a:z] = split_parts(bc, cost.recompute)[0]
     return out
 
 
