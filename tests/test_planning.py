@@ -221,7 +221,7 @@ def test_cli_plan(tmp_path, capsys):
                   "failures", "seeds", "base config"):
         assert f"  {label}" in text
     assert "fixed-length windows of 4096 tokens" in text and "* " in text or " *\n" in text
-    assert "top 3 layouts per size" in text and "bubble_s" in text
+    assert "Top 3 layouts per size" in text and "why: vs" in text and "compute" in text
     assert main(["plan", "--gpus", "h100-sxm", "--sizes", "32"]) == 2
 
 

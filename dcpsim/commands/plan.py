@@ -156,6 +156,9 @@ def header(args, data, space_desc: dict, fm, tokens: float) -> list[str]:
         args.mtbf_gpu_hours is None and args.checkpoint_s is None and args.restart_s is None)
     add("simulated iterations", args.iterations or "1 (fixed windows) / 2 (variable lengths)", args.iterations is None)
     add("seeds", _get(args, "seeds")[0], args.seeds is None)
+    add("simulated per search", _get(args, "simulate")[0], args.simulate is None)
+    add("layouts shown", _get(args, "top")[0], args.top is None)
+    add("worker processes", args.jobs or 2, args.jobs is None)
     add("base config", args.config or "RunConfig defaults (dcpsim/run/config.py)", args.config is None)
     return lines
 
@@ -213,8 +216,8 @@ def run(args) -> int:
 def _print_plan(plan, top: int, model: str, tokens: float) -> None:
     import math
 
-    cols = ["gpu", "gpus", "policy", "layout", "dp", "gbs", "status", "tflops_per_gpu", "mfu", "goodput",
-            "effective_days", "days_spread", "gpu_hours", "cost", "pareto", "meets_deadline"]
+    cols = ["gpu", "gpus", "policy", "layout", "status", "tflops_per_gpu", "goodput", "effective_days", "days_spread",
+            "gpu_hours", "cost", "pareto", "meets_deadline"]
     rows = plan.rows.to_dict("records")
     for r in rows:
         if r["status"] != "ok":
@@ -225,17 +228,28 @@ def _print_plan(plan, top: int, model: str, tokens: float) -> None:
             r["meets_deadline"] = "-"
     print_table(rows, columns=[c for c in cols if c in plan.rows.columns or c == "days_spread"],
                 title=f"{model}, {tokens:.3g} tokens: best layout per GPU type, size and policy (failures included)")
-    lay = plan.layouts
-    if lay is not None and len(lay):
-        from dcpsim.sim import BREAKDOWN
-
-        shown = lay[(lay["rank"] <= top) & (lay["status"] == "ok")]
-        extra = [c for c in shown.columns if c.endswith("_s") and c not in BREAKDOWN and c not in
-                 ("iteration_time_s", "screen_time_s", "tokens_per_s") and shown[c].notna().any()]
-        cols = ["gpu", "gpus", "policy", "rank", "layout", "memory_gib", "iteration_time_s", "tflops_per_gpu",
-                *BREAKDOWN, *extra, "why"]
-        print_table(shown.to_dict("records"), columns=[c for c in cols if c in shown.columns],
-                    title=f"top {top} layouts per size (simulated; time breakdown per iteration, seconds)")
+    if plan.layouts is not None and len(plan.layouts):
+        print(f"Top {top} layouts per size (simulated; seconds per iteration and where they go):")
+        print("\n".join(layout_lines(plan.layouts, top)))
     for w in plan.warnings:
         print(w)
     print(plan.recommendation)
+
+
+def layout_lines(layouts, top: int) -> list[str]:
+    """The top simulated layouts of every search as indented text: time, throughput, memory, breakdown, why."""
+    from dcpsim.sim import BREAKDOWN
+
+    skip = {"iteration_time_s", "screen_time_s", "tokens_per_s"}
+    extra = [c for c in layouts.columns if c.endswith("_s") and c not in BREAKDOWN and c not in skip]
+    out: list[str] = []
+    for (gpu, gpus, pol), g in layouts.groupby(["gpu", "gpus", "policy"], sort=False):
+        out.append(f"  {gpus} x {gpu}, {pol}:")
+        for _, r in g[(g["rank"] <= top) & (g["status"] == "ok")].iterrows():
+            parts = ", ".join(f"{k.removesuffix('_s')} {r[k]:.3f}" for k in (*BREAKDOWN, *extra)
+                              if isinstance(r.get(k), float) and r[k] == r[k] and abs(r[k]) > 5e-4)
+            out.append(f"    {int(r['rank'])}. {r['layout']} (DP {int(r['dp'])}): {r['iteration_time_s']:.3f} s, "
+                       f"{r['tflops_per_gpu']:.0f} TFLOPS/GPU, {r['memory_gib']:.1f} GiB")
+            out.append(f"       {parts}")
+            out.append(f"       why: {r.get('why', '')}")
+    return out

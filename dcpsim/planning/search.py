@@ -243,6 +243,9 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
         raise ConfigError("--policies", policy, "a registered policy name") from None
     common = search_updates(data, policy, gbs)
     out = LayoutSearch(gpu=base.hardware.gpu, gpus=gpus, policy=policy)
+    if data.documents is not None and policy != "packing":
+        out.reason = f"policy {policy}: fixed windows with per-document attention run with 'packing' only"
+        return out
     cands = enumerate_candidates(base, gpus, data, space, dynamic)
     checked, counts = prune(base, cands, gpus, data, gbs, common)
     screened = screen_all(checked, data, dynamic)
