@@ -19,7 +19,7 @@ def _cfg(gpus: int, policy: str):
     from dcpsim.run import RunConfig
 
     return RunConfig().with_updates({"cluster.gpus": gpus, "parallel.pp": 8, "parallel.cp": 8,
-                                     "policy.name": policy, "sim.iterations": 1})
+                                     "policy.name": policy, "sim.iterations": 1, "sim.engine": "events"})
 
 
 @pytest.mark.benchmark

@@ -42,7 +42,8 @@ def config(gpus: int, policy: str, gbs: int = 2048):
     from dcpsim.run import RunConfig
 
     return RunConfig().with_updates({"cluster.gpus": gpus, "parallel.pp": 8, "parallel.cp": 8, "parallel.tp": 1,
-                                     "policy.name": policy, "workload.gbs": gbs, "sim.iterations": 1, "sim.seed": 0})
+                                     "policy.name": policy, "workload.gbs": gbs, "sim.iterations": 1, "sim.seed": 0,
+                                     "sim.engine": "events"})
 
 
 def measure(gpus: int, policy: str, repeats: int, weak: bool = False) -> dict:

@@ -142,18 +142,21 @@ class _Run:
         self.events = 0
         self.env = simpy.Environment()
         self.timeout = self.env.timeout
+        self.cb_done = self.on_done  # bound once (callbacks are appended per event)
+        self.cb_arrive = self.on_arrive
 
     def launch(self, n: int) -> None:
         self.start[n] = self.env.now
-        ev = self.timeout(self.dur[n], n)
-        ev.callbacks.append(self.on_done)
+        self.timeout(self.dur[n], n).callbacks.append(self.cb_done)
 
     def on_arrive(self, ev) -> None:
         self.events += 1
         d = ev.value
-        self.count[d] -= 1
-        if self.count[d] == 0:
-            self.launch(d)
+        count = self.count
+        count[d] -= 1
+        if count[d] == 0:
+            self.start[d] = self.env.now
+            self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
 
     def on_stage_done(self, ev) -> None:
         self.events += 1
@@ -167,17 +170,17 @@ class _Run:
         n = ev.value
         now = self.env.now
         self.finish[n] = now
-        count, dst, delay = self.count, self.dst, self.delay
+        count, dst, delay, timeout, start, dur = self.count, self.dst, self.delay, self.timeout, self.start, self.dur
         for e in range(self.indptr[n], self.indptr[n + 1]):
             d = dst[e]
             x = delay[e]
             if x > 0.0:
-                t = self.timeout(x, d)
-                t.callbacks.append(self.on_arrive)
+                timeout(x, d).callbacks.append(self.cb_arrive)
             else:
                 count[d] -= 1
                 if count[d] == 0:
-                    self.launch(d)
+                    start[d] = now
+                    timeout(dur[d], d).callbacks.append(self.cb_done)
         p = self.is_last[n]
         if p >= 0:
             self.on_rank_end(p, n, now)
