@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
-from dcpsim.errors import DcpsimError
+from dcpsim.errors import DcpsimError, DcpsimWarning
 
 # One line per sub-command module; order is the order of `dcpsim --help`.
 COMMANDS = [
@@ -56,9 +57,23 @@ def _version() -> str:
         return "unknown"
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """dcpsim's own warnings as one line (no file/line noise); others as Python formats them."""
+    if issubclass(category, DcpsimWarning):
+        return f"dcpsim: warning: {message}\n"
+    return _default_formatwarning(message, category, filename, lineno, line)
+
+
+_default_formatwarning = warnings.formatwarning
+
+
 def main(argv: list[str] | None = None) -> int:
+    from dcpsim.outdir import reset_forced
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    reset_forced()
+    warnings.formatwarning = _format_warning
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -14,6 +14,10 @@ class DcpsimError(Exception):
     """Base class of every error dcpsim raises on purpose."""
 
 
+class DcpsimWarning(UserWarning):
+    """Something the user should know that does not stop the command (the CLI prints it as one line)."""
+
+
 class ConfigError(DcpsimError, ValueError):
     """Bad input: names the field, the value and what was expected."""
 

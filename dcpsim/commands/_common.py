@@ -227,3 +227,10 @@ def parse_int_list(text: str, field: str) -> list[int]:
     if not vals or any(v <= 0 for v in vals):
         raise ConfigError(field, text, "a non-empty comma-separated list of positive integers")
     return vals
+
+
+def add_force(p) -> None:
+    """The ``--force`` flag of every command that writes (see :mod:`dcpsim.outdir`)."""
+    p.add_argument("--force", action="store_true",
+                   help="write even where files dcpsim did not write are (they may be overwritten); "
+                        "without it such a folder or file is refused before any work starts")

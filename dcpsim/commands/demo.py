@@ -10,7 +10,7 @@ bound (``bound``: no schedule can beat it) for scale.
 
 from __future__ import annotations
 
-from dcpsim.commands._common import POS_INT, SEED, print_json, print_table
+from dcpsim.commands._common import POS_INT, SEED, add_force, print_json, print_table
 
 POLICIES = ("packing", "dynamic", "dynamic-solver", "bound")
 # The blog's headline for Llama-13B on GitHub data (REFERENCE §1); GPU type, count and layout were not
@@ -25,6 +25,7 @@ def register(sub) -> None:
     p.add_argument("--trace", default=None, metavar="PREFIX",
                    help="also write PREFIX-<policy>.json Chrome/Perfetto traces")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_force(p)
     p.set_defaults(func=run)
 
 
@@ -33,6 +34,11 @@ def run(args) -> int:
     from dcpsim.run.single import run_simulation
 
     base = RunConfig().with_updates({"sim.seed": args.seed, "sim.iterations": args.iterations})
+    if args.trace:
+        from dcpsim.outdir import check_out_file
+
+        for name in POLICIES:
+            check_out_file(f"{args.trace}-{name}.json", force=args.force, field="--trace")
     rows, results = [], {}
     for name in POLICIES:
         cfg = base.with_updates({"policy.name": name})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dcpsim.commands._common import POS_INT, print_json
+from dcpsim.commands._common import POS_INT, add_force, print_json
 
 
 def register(sub) -> None:
@@ -15,6 +15,7 @@ def register(sub) -> None:
     p.add_argument("--train-iters", type=POS_INT, default=30, help="--train-iters of the exported run (default 30)")
     p.add_argument("--gpus-per-node", type=POS_INT, default=None, help="for launch.sh (default: the hardware profile's)")
     p.add_argument("--json", action="store_true")
+    add_force(p)
     p.set_defaults(func=run)
 
 
@@ -23,7 +24,7 @@ def run(args) -> int:
 
     exp = export_megatron(args.config, args.out, allow_approximate=args.allow_approximate,
                           simulate=not args.no_simulate, train_iters=args.train_iters,
-                          gpus_per_node=args.gpus_per_node)
+                          gpus_per_node=args.gpus_per_node, force=args.force)
     info = {"policy": exp.policy, "scheduler": exp.scheduler, "approximate": exp.approximate,
             "files": exp.files, "notes": exp.notes,
             "expected": {k: v for k, v in (exp.expected or {}).items() if k in

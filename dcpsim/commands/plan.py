@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from dcpsim.commands._common import NONNEG_FLOAT, POS_FLOAT, POS_INT, SEED, parse_int_list, print_json, print_table
+from dcpsim.commands._common import (
+    NONNEG_FLOAT,
+    POS_FLOAT,
+    POS_INT,
+    SEED,
+    add_force,
+    parse_int_list,
+    print_json,
+    print_table,
+)
 
 DEFAULTS: dict[str, Any] = {
     "model": "llama-13b", "tokens": "1T", "gpus": "h100-sxm:2.5", "sizes": "512,1024,2048,4096",
@@ -68,6 +77,7 @@ def register(sub) -> None:
     p.add_argument("--plot", default=None, help="write cost vs days (Pareto front highlighted) to this PNG/PDF")
     p.add_argument("--csv", default=None, help="write the best layout per GPU type, size and policy to this CSV")
     p.add_argument("--json", action="store_true")
+    add_force(p)
     p.set_defaults(func=run)
 
 
@@ -163,6 +173,17 @@ def header(args, data, space_desc: dict, fm, tokens: float) -> list[str]:
     return lines
 
 
+def _check_outputs(args) -> None:
+    """--plot and --csv are checked before any work (see dcpsim.outdir)."""
+    from dcpsim.outdir import check_out_file
+    from dcpsim.report.plots import FIGURE_SUFFIXES
+
+    if args.plot:
+        check_out_file(args.plot, force=args.force, field="--plot", suffixes=FIGURE_SUFFIXES)
+    if args.csv:
+        check_out_file(args.csv, force=args.force, field="--csv")
+
+
 def run(args) -> int:
     from dcpsim.errors import InfeasibleError
     from dcpsim.planning import (
@@ -174,6 +195,8 @@ def run(args) -> int:
     )
     from dcpsim.planning.capacity import space_description
     from dcpsim.run.config import load_config
+
+    _check_outputs(args)
 
     base = load_config(args.config) if args.config else None
     model = args.model or (base.model.name if base is not None else DEFAULTS["model"])
@@ -203,7 +226,9 @@ def run(args) -> int:
 
         plot_cost_time(df, args.plot, deadline=deadline, title=f"{model}: {tokens:.3g} tokens")
     if args.csv:
-        df.to_csv(args.csv, index=False)
+        from dcpsim.outdir import write_with
+
+        write_with(args.csv, lambda t: df.to_csv(t, index=False))
     if args.json:
         print_json(plan.to_dict())
         return 0

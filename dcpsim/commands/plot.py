@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dcpsim.commands._common import print_json
+from dcpsim.commands._common import add_force, print_json
 
 
 def register(sub) -> None:
@@ -14,11 +14,12 @@ def register(sub) -> None:
     p.add_argument("--y", default="tflops_per_gpu", help="numeric column for the y axis (default tflops_per_gpu)")
     p.add_argument("--hue", default=None, help="one line/bar colour per value of this column, e.g. policy")
     p.add_argument("--col", default=None, help="one panel per value of this column, e.g. workload")
-    p.add_argument("--out", default=None, help="figure file (.png/.pdf/.svg; no suffix = both PNG and PDF; "
-                   "default DIR/figures/<y>_vs_<x>.png and .pdf)")
+    p.add_argument("--out", default=None, help="figure file (.png/.pdf/.svg), or a folder to write "
+                   "<y>_vs_<x>.png and .pdf into (default DIR/figures); nothing is written outside it")
     p.add_argument("--title", default=None)
     p.add_argument("--standard", action="store_true", help="(re)write the standard sweep figures into DIR/figures")
     p.add_argument("--json", action="store_true")
+    add_force(p)
     p.set_defaults(func=run)
 
 
@@ -30,6 +31,11 @@ def run(args) -> int:
     from dcpsim.run.sweep import load_results
 
     d = Path(args.dir)
+    if not d.is_dir():
+        raise ConfigError("DIR", str(d), "a sweep output folder")
+    if not (args.x or args.standard):
+        raise ConfigError("--x", None, "a column for the x axis (or --standard for the standard figures)")
+    target = _target(args, d)
     written: dict[str, object] = {}
     if args.standard:
         axes = None
@@ -42,14 +48,35 @@ def run(args) -> int:
         if not len(results):
             raise ConfigError("results", str(d), "a sweep directory with results (results/part-*.parquet)")
         fig = plot(results, args.x, args.y, hue=args.hue, col=args.col, title=args.title)
-        name = f"{args.y}_vs_{args.x}" + (f"_by_{args.hue}" if args.hue else "") + (f"_per_{args.col}" if args.col else "")
-        out = Path(args.out) if args.out else d / "figures" / name.replace(".", "-")
-        written[name] = [str(p) for p in save_figure(fig, out)]
-    elif not args.standard:
-        raise ConfigError("--x", None, "a column for the x axis (or --standard for the standard figures)")
+        written[_name(args)] = [str(p) for p in save_figure(fig, target)]
     if args.json:
         print_json(written)
     else:
         for k, v in written.items():
             print(f"{k}: {', '.join(v) if isinstance(v, list) else v}")
     return 0
+
+
+def _name(args) -> str:
+    name = f"{args.y}_vs_{args.x}" + (f"_by_{args.hue}" if args.hue else "") + (f"_per_{args.col}" if args.col else "")
+    return name.replace(".", "-").replace("/", "-")
+
+
+def _target(args, d: Path) -> Path | None:
+    """Where the ``--x`` figure goes, checked before anything is plotted (see :mod:`dcpsim.outdir`).
+
+    ``--out`` with a figure suffix is a file; any other ``--out`` is a folder the
+    figure is written into (never ``DIR.png`` beside it).
+    """
+    from dcpsim.outdir import check_out_dir, check_out_file
+    from dcpsim.report.plots import FIGURE_SUFFIXES
+
+    if args.standard:
+        check_out_dir(d / "figures", force=args.force)
+    if not args.x:
+        return None
+    out = Path(args.out) if args.out else d / "figures"
+    if args.out and out.suffix.lower() in FIGURE_SUFFIXES and not out.is_dir():
+        return check_out_file(out, force=args.force)
+    check_out_dir(out, force=args.force)
+    return out / _name(args)

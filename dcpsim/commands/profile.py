@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import shlex
 
-from dcpsim.commands._common import NONNEG_INT, POS_INT, SEED, parse_int_list, print_json, print_table
+from dcpsim.commands._common import NONNEG_INT, POS_INT, SEED, add_force, parse_int_list, print_json, print_table
 
 
 def register(sub) -> None:
@@ -41,6 +41,7 @@ def register(sub) -> None:
     p.add_argument("--threads", type=POS_INT, default=None, help="torch intra-op threads on a CPU (default: torch's; 1 with --quick)")
     p.add_argument("--seed", type=SEED, default=0)
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_force(p)
     p.set_defaults(func=run, _parser=p)
 
 
@@ -64,8 +65,10 @@ def command_line(args, name: str) -> str:
 
 
 def run(args) -> int:
+    from dcpsim.outdir import check_out_dir
     from dcpsim.profiling import ProfileOptions, resolve_model, run_profile
 
+    check_out_dir(args.out, force=args.force)
     model, scale = resolve_model(args.model, args.scale, args.quick)
     ints = lambda s, f: tuple(parse_int_list(s, f)) if s else ()  # noqa: E731
     base = None if str(args.base).lower() == "none" else args.base
@@ -76,7 +79,7 @@ def run(args) -> int:
         min_repeats=args.min_repeats, max_repeats=args.max_repeats, seed=args.seed, threads=args.threads,
         command=command_line(args, "profile"),
     )
-    res = run_profile(opts)
+    res = run_profile(opts, force=args.force)
     info = res.summary()
     if args.json:
         print_json(info)

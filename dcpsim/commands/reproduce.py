@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dcpsim.commands._common import POS_INT, print_json, print_table, to_jsonable
+from dcpsim.commands._common import POS_INT, add_force, print_json, print_table, to_jsonable
 from dcpsim.errors import ConfigError
 from dcpsim.experiments.blog import VARIANT_LABELS, WORKLOAD_VARIANTS, source_revision
 
@@ -42,6 +42,7 @@ def register(sub) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_force(p)
     p.set_defaults(func=run)
 
 
@@ -76,7 +77,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - temporary, split by re
             raise ConfigError(f"--{name}", v, "a positive integer")
     exp = load_experiment(args.spec)
     show = not (args.json or args.no_progress)
-    out = Path(args.out)
+    from dcpsim.outdir import check_out_dir
+
+    out = check_out_dir(args.out, force=args.force)
 
     if args.recalibrate:
         fits = {}
@@ -190,19 +193,25 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    from dcpsim.outdir import write_with
+
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if k not in cols]
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=cols)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: json.dumps(to_jsonable(v)) if isinstance(v, dict) else v for k, v in r.items()})
+
+    def _write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=cols)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: json.dumps(to_jsonable(v)) if isinstance(v, dict) else v for k, v in r.items()})
+
+    write_with(path, _write)
 
 
 def write_outputs(exp, res, out: Path, *, plots: bool = True) -> dict[str, str]:
-    """summary.csv / summary.md / sensitivity.csv / cells.csv / result.json and the figures."""
-    out.mkdir(parents=True, exist_ok=True)
+    """summary.csv / summary.md / sensitivity.csv / cells.csv / result.json and the figures (atomic, :mod:`dcpsim.outdir`)."""
+    from dcpsim.outdir import write_text
     files: dict[str, str] = {}
     _write_csv(out / "summary.csv", res.table)
     files["summary_csv"] = str(out / "summary.csv")
@@ -226,11 +235,11 @@ def write_outputs(exp, res, out: Path, *, plots: bool = True) -> dict[str, str]:
         files["sensitivity_csv"] = str(out / "sensitivity.csv")
         md.append(f"\n## Sensitivity (speedup over {exp.baseline}; one setting changed at a time)\n\n")
         md.append(_markdown(sensitivity_rows(exp, res.sensitivity)))
-    (out / "summary.md").write_text("".join(md))
+    write_text(out / "summary.md", "".join(md))
     files["summary_md"] = str(out / "summary.md")
     _write_csv(out / "cells.csv", res.cells)
     files["cells_csv"] = str(out / "cells.csv")
-    (out / "result.json").write_text(json.dumps(to_jsonable({
+    write_text(out / "result.json", json.dumps(to_jsonable({
         "experiment": exp.name, "mode": res.mode, "wall_s": res.wall_s, "source": source_revision(), "calibration": res.calibration,
         "targets": res.targets, "table": res.table, "sensitivity": res.sensitivity,
         "primary_configs": {ds: cfg.resolved() for ds, cfg in exp.datasets.items()},

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from dcpsim.commands._common import add_config_flags, config_from_args, parse_set_item, print_json, print_table
+from dcpsim.commands._common import (
+    add_config_flags,
+    add_force,
+    config_from_args,
+    parse_set_item,
+    print_json,
+    print_table,
+)
 from dcpsim.errors import ConfigError
 
 SCHEDULE_FIELDS = (
@@ -26,6 +33,7 @@ def register(sub) -> None:
     p.add_argument("--list", action="store_true", help="list the policies and exit")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
     p.add_argument("--out", default=None, help="write the plan as JSON (Plan.save) to this path")
+    add_force(p)
     p.set_defaults(func=run)
 
 
@@ -50,6 +58,10 @@ def run(args) -> int:
         rows = [{"policy": n} for n in list_policies()]
         print_json(rows) if args.json else print_table(rows, title="policies")
         return 0
+    if args.out:
+        from dcpsim.outdir import check_out_file
+
+        check_out_file(args.out, force=args.force)
     base = load_config(args.config) if args.config else None
     cfg = config_from_args(args, base, extra=_options(args.option))
     p, w = cfg.parallel, cfg.workload

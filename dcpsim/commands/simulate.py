@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dcpsim.commands._common import add_config_flags, config_from_args, print_json, print_table, to_jsonable
+from dcpsim.commands._common import add_config_flags, add_force, config_from_args, print_json, print_table, to_jsonable
 
 
 def register(sub) -> None:
@@ -16,14 +16,20 @@ def register(sub) -> None:
                    help="override policy.name (the file's policy.options are dropped when the name changes)")
     add_config_flags(p, ["sim.iterations", "sim.seed"])
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_force(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from dcpsim.outdir import check_out_dir, check_out_file
     from dcpsim.run import load_config
     from dcpsim.run.single import run_simulation
 
     cfg = load_config(args.config)
+    if args.out:
+        check_out_dir(args.out, force=args.force)
+    if args.trace:
+        check_out_file(args.trace, force=args.force, field="--trace")
     extra: dict = {}
     if args.policy is not None and args.policy != cfg.policy.name:
         extra = {"policy.name": args.policy, "policy.options": {}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from dcpsim.commands._common import POS_INT, print_json, print_table
+from dcpsim.commands._common import POS_INT, add_force, print_json, print_table
 
 
 def register(sub) -> None:
@@ -38,6 +38,8 @@ def register(sub) -> None:
     p.add_argument("--progress", dest="progress", action="store_true", default=None, help="always show the progress bar")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="never show the progress bar (default: only on a terminal)")
     p.add_argument("--json", action="store_true", help="machine-readable summary")
+    p.add_argument("--yes", action="store_true", help="confirm a sweep above the size limit (100,000 runs)")
+    add_force(p)
     p.set_defaults(func=run)
 
 
@@ -63,14 +65,25 @@ def slurm_options(args):
 def run(args) -> int:
     from dcpsim.report.plots import standard_figures
     from dcpsim.run.executors import make_executor
-    from dcpsim.run.sweep import SweepInterrupted, describe_counts, load_sweep_spec, run_sweep
+    from dcpsim.run.sweep import (
+        SweepInterrupted,
+        check_sweep_out,
+        check_sweep_size,
+        describe_counts,
+        load_sweep_spec,
+        run_sweep,
+    )
 
     spec = load_sweep_spec(args.spec)
+    check_sweep_out(args.out, force=args.force)  # before any executor starts
+    check_sweep_size(spec, confirmed=args.yes)
+    slurm = slurm_options(args)
     ex = make_executor(jobs=args.jobs, dask_address=args.dask_address, dask_local=args.dask_local,
-                       slurm=slurm_options(args))
+                       slurm=slurm)
     try:
         res = run_sweep(spec, args.out, executor=ex, batch_size=args.batch_size, progress=args.progress,
-                        figures=None if args.no_figures else standard_figures)
+                        figures=None if args.no_figures else standard_figures, force=args.force,
+                        confirm_large=args.yes)
     except SweepInterrupted as exc:
         print(f"dcpsim: {exc}", file=sys.stderr)
         return 130

@@ -18,7 +18,7 @@ its scale and the dtype default to those the profile was measured with.
 
 from __future__ import annotations
 
-from dcpsim.commands._common import POS_INT, SEED, parse_int_list, print_json, print_table
+from dcpsim.commands._common import POS_INT, SEED, add_force, parse_int_list, print_json, print_table
 
 
 def register(sub) -> None:
@@ -42,6 +42,7 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="--published: folder for CSV/Markdown/JSON/plot; "
                    "--profile: Markdown file (default <profile>/VALIDATION.md)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_force(p)
     p.set_defaults(func=run, _parser=p)
 
 
@@ -60,6 +61,10 @@ def run_published(args) -> int:
     from dcpsim.published import replay_suite
 
     rows = parse_int_list(args.rows, "--rows") if args.rows else None
+    if args.out:
+        from dcpsim.outdir import check_out_dir
+
+        check_out_dir(args.out, force=args.force)  # before the replay
     res = replay_suite(args.subset, suite_dir=args.suite, rows=rows)
     written = res.write(args.out) if args.out else []
     if args.json:
@@ -89,9 +94,14 @@ def run_profile(args) -> int:
     from dcpsim.commands.profile import command_line
     from dcpsim.errors import ConfigError
     from dcpsim.hardware import get_profile
+    from dcpsim.outdir import check_out_file
     from dcpsim.profiling import resolve_model, run_validation
+    from dcpsim.profiling.validate import validation_target
 
     prof = get_profile(args.profile)
+    target = validation_target(prof, args.out)
+    if target is not None:
+        check_out_file(target, force=args.force, field="--out")
     model_name = args.model or prof.measured.get("model", "llama-13b")
     scale = args.scale
     if scale is None and args.model is None and "model_scale" in prof.measured:

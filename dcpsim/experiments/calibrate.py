@@ -236,4 +236,7 @@ def write_calibration(path: Path, fits: dict[str, CalibrationFit], exp: BlogExpe
             "]",
             "",
         ]
-    path.write_text("\n".join(lines))
+    from dcpsim.outdir import write_text
+
+    # --recalibrate rewrites the experiment's own calibration.toml on purpose (an explicit request): force
+    write_text(path, "\n".join(lines), force=True)

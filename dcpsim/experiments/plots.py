@@ -75,7 +75,7 @@ def plot_tflops(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) ->
     uniq = dict(zip(labels, handles, strict=True))
     fig.legend(uniq.values(), uniq.keys(), loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.12, 1, 1))
-    fig.savefig(path, dpi=90)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -104,7 +104,7 @@ def plot_breakdown(exp: BlogExperiment, table: list[dict[str, Any]], path: Path)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -130,7 +130,7 @@ def plot_cp_mix(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) ->
     ax.legend(fontsize=8, ncol=min(len(sizes), 8), loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    _save(fig, path)
     plt.close(fig)
     return path
 
@@ -179,14 +179,19 @@ def plot_sensitivity(exp: BlogExperiment, sens: list[dict[str, Any]], path: Path
     fig.suptitle("Sensitivity of the speedup to the unpublished settings (one at a time; bars: per-seed range)",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 0.97))
-    fig.savefig(path, dpi=90)
+    _save(fig, path)
     plt.close(fig)
     return path
 
 
+def _save(fig, path: Path) -> None:
+    from dcpsim.outdir import write_with
+
+    write_with(path, lambda t: fig.savefig(t, dpi=90, format=Path(path).suffix[1:].lower() or "png"))
+
+
 def plot_all(exp: BlogExperiment, table: list[dict[str, Any]], sens: list[dict[str, Any]], out_dir: Path) -> dict[str, Path]:
     """Write every figure into ``out_dir``; returns name -> path."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
         "tflops": plot_tflops(exp, table, out_dir / "tflops.png"),
         "breakdown": plot_breakdown(exp, table, out_dir / "breakdown.png"),

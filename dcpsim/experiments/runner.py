@@ -12,10 +12,8 @@ ratio of total iteration time).
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +23,7 @@ from dcpsim.errors import DcpsimError, InfeasibleError
 from dcpsim.experiments.blog import VARIANT_LABELS, WORKLOAD_VARIANTS, BlogExperiment
 from dcpsim.model.accounting import tflops_per_gpu
 from dcpsim.run.config import RunConfig
+from dcpsim.run.pool import cap_jobs
 
 __all__ = [
     "BREAKDOWN_PARTS",
@@ -155,19 +154,47 @@ def run_cells(
             if on_done:
                 on_done(r)
         return out
+    return _run_pooled(specs, jobs, on_done)
+
+
+def _run_pooled(specs: list[CellSpec], jobs: int, on_done: Callable[[dict[str, Any]], None] | None,
+                attempts: int = 2) -> list[dict[str, Any]]:
+    """Cells in a :func:`dcpsim.run.pool.worker_pool`; a cell whose worker dies is retried, then a ``failed`` row."""
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    from dcpsim.run.pool import worker_pool
+
     rows: list[dict[str, Any] | None] = [None] * len(specs)
     # Longest cells first keeps the pool busy to the end (dynamic-solver and big clusters are slow).
-    order = sorted(range(len(specs)), key=lambda i: -_expected_cost(specs[i]))
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futs = {pool.submit(_worker, specs[i]): i for i in order}
-        from concurrent.futures import as_completed
-
-        for fut in as_completed(futs):
-            r = fut.result()
-            rows[futs[fut]] = r
-            if on_done:
-                on_done(r)
+    todo = sorted(range(len(specs)), key=lambda i: -_expected_cost(specs[i]))
+    for attempt in range(1, attempts + 1):
+        lost: list[int] = []
+        pool = worker_pool(jobs if attempt == 1 else 1)  # a retry runs one cell at a time
+        try:
+            futs = {pool.submit(_worker, specs[i]): i for i in todo}
+            for fut in as_completed(futs):
+                try:
+                    rows[futs[fut]] = fut.result()
+                except BrokenProcessPool as exc:
+                    lost.append(futs[fut])
+                    if attempt == attempts:
+                        rows[futs[fut]] = _lost_row(specs[futs[fut]], exc)
+                if rows[futs[fut]] is not None and on_done:
+                    on_done(rows[futs[fut]])
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if not lost:
+            break
+        todo = sorted(lost, key=lambda i: -_expected_cost(specs[i]))
     return [r for r in rows if r is not None]
+
+
+def _lost_row(spec: CellSpec, exc: BaseException) -> dict[str, Any]:
+    return {"dataset": spec.dataset, "policy": spec.policy, "seed": spec.seed, "workload": spec.workload,
+            "axis": spec.axis, "value": spec.value, "config_hash": spec.config.config_hash(),
+            "gpus": spec.config.cluster.gpus, "status": "failed", "wall_s": float("nan"),
+            "reason": f"worker process died ({type(exc).__name__}: {exc})"}
 
 
 def _expected_cost(spec: CellSpec) -> float:
@@ -391,7 +418,7 @@ def reproduce(
         cells += sensitivity_cells(exp, seeds=min(mode.sensitivity_seeds, n_seeds), iterations=n_its, workload="public")
     if on_plan:
         on_plan(len(cells))
-    rows = run_cells(cells, jobs=max(1, min(jobs, os.cpu_count() or 1)), on_done=on_done)
+    rows = run_cells(cells, jobs=cap_jobs(jobs, "--jobs"), on_done=on_done)
     table = main_table(exp, rows)
     sens = sensitivity_table(exp, rows) if do_sens else []
     cal = {

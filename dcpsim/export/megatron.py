@@ -389,17 +389,21 @@ Predicted: iteration time {f("iteration_time_s", ".3f")} s, {f("tflops_per_gpu",
 
 def export_megatron(cfg: RunConfig | str | Path, out_dir: str | Path, *, allow_approximate: bool = False,
                     simulate: bool = True, train_iters: int = DEFAULT_TRAIN_ITERS,
-                    gpus_per_node: int | None = None) -> MegatronExport:
+                    gpus_per_node: int | None = None, force: bool = False) -> MegatronExport:
     """Check ``cfg`` against Megatron's constraints and write the export files into ``out_dir``.
 
     ``cfg``: a RunConfig or a run TOML path. Raises ConfigError (nothing is
     written) when Megatron would reject the configuration. ``simulate=False``
     skips ``expected.json``. ``gpus_per_node`` for the launch template
-    (default: the hardware profile's, else 8).
+    (default: the hardware profile's, else 8). ``out_dir`` is checked first:
+    an existing folder may hold only files dcpsim wrote unless ``force``
+    (:mod:`dcpsim.outdir`); every file is written atomically.
     """
+    from dcpsim.outdir import check_out_dir, write_text
+
     if not isinstance(cfg, RunConfig):
         cfg = load_config(cfg)
-    out = Path(out_dir)
+    out = check_out_dir(out_dir, force=force)
     if train_iters < 1:
         raise ConfigError("train_iters", train_iters, "a positive number of iterations")
     exp = build_export(cfg, allow_approximate=allow_approximate, simulate=simulate,
@@ -411,12 +415,10 @@ def export_megatron(cfg: RunConfig | str | Path, out_dir: str | Path, *, allow_a
             gpus_per_node = int(get_profile(cfg.hardware.gpu).gpus_per_node)
         except Exception:  # noqa: BLE001 - a template default only
             gpus_per_node = GPUS_PER_NODE_DEFAULT
-    out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
 
-    def write(name: str, text: str) -> None:
-        (out / name).write_text(text)
-        files[name] = str(out / name)
+    def write(name: str, text: str, mode: int | None = None) -> None:
+        files[name] = str(write_text(out / name, text, mode=mode))
 
     write("megatron_args.txt", "\n".join(exp.flag_lines()) + "\n")
     write("megatron_args.json", json.dumps({"policy": exp.policy, "megatron_policy": exp.megatron_policy,
@@ -426,8 +428,7 @@ def export_megatron(cfg: RunConfig | str | Path, out_dir: str | Path, *, allow_a
     write("varlen_config.json", json.dumps(varlen_config("lengths.csv"), indent=2) + "\n")
     if exp.expected is not None:
         write("expected.json", json.dumps(_plain(exp.expected), indent=2) + "\n")
-    write("launch.sh", _launch_script(exp, cfg, gpus_per_node))
-    (out / "launch.sh").chmod(0o755)
+    write("launch.sh", _launch_script(exp, cfg, gpus_per_node), mode=0o755)
     write("README.md", _readme(exp, cfg))
     return MegatronExport(exp.policy, exp.megatron_policy, exp.scheduler, exp.approximate, exp.args, exp.lengths,
                           exp.varlen_config, exp.expected, exp.notes, files)

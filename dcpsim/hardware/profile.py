@@ -492,9 +492,11 @@ def load_profile(path: str | Path) -> HardwareProfile:  # noqa: C901 - temporary
         raise ProfileError("device.nvlink_domain_gpus", values["nvlink_domain_gpus"], f">= gpus_per_node ({values['gpus_per_node']})", where=where)
     timing = _read_timing(meta.get("timing", {}), sources, where)
     tables = meta.get("tables", {})
-    gemm = _read_csv(folder / tables.get("gemm", "gemm.csv"), GEMM_COLUMNS)
-    attn = _read_csv(folder / tables.get("attention", "attention.csv"), ATTN_COLUMNS)
-    coll = _read_csv(folder / tables.get("collectives", "collectives.csv"), COLL_COLUMNS)
+    if not isinstance(tables, dict):
+        raise ProfileError("tables", tables, "a [tables] table of file names", where=where)
+    gemm = _read_csv(_table_path(folder, tables, "gemm", where), GEMM_COLUMNS)
+    attn = _read_csv(_table_path(folder, tables, "attention", where), ATTN_COLUMNS)
+    coll = _read_csv(_table_path(folder, tables, "collectives", where), COLL_COLUMNS)
     _check_sorted_unique(gemm, ("n", "k"), "tokens", folder / "gemm.csv")
     _check_sorted_unique(attn, ("direction", "causal", "layout", "head_dim"), "seqlen", folder / "attention.csv")
     _check_sorted_unique(coll, ("op", "tier"), "bytes", folder / "collectives.csv")
@@ -552,10 +554,25 @@ def _read_timing(table, sources: dict, where: str) -> Timing:
     return t
 
 
-def write_profile(profile: HardwareProfile, folder: str | Path) -> Path:
-    """Write ``profile`` in the on-disk format (used by the profiler and builders)."""
+def _table_path(folder: Path, tables: dict, key: str, where: str) -> Path:
+    """``tables.<key>``: a plain file name inside the profile folder (no path, no ``..``), default ``<key>.csv``."""
+    name = tables.get(key, f"{key}.csv")
+    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+            or "\x00" in name or Path(name).is_absolute() or Path(name).name != name):
+        raise ProfileError(f"tables.{key}", name, "a plain file name inside the profile folder, e.g. "
+                           f"\"{key}.csv\" (no folders, no '..', not an absolute path)", where=where)
+    return folder / name
+
+
+def write_profile(profile: HardwareProfile, folder: str | Path, *, force: bool = False) -> Path:
+    """Write ``profile`` in the on-disk format (used by the profiler and builders).
+
+    Atomic, and only over files dcpsim wrote unless ``force`` (the builder of
+    the shipped profiles regenerates the repository's own files): see :mod:`dcpsim.outdir`.
+    """
+    from dcpsim.outdir import write_text, write_with
+
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
 
     def q(s: str) -> str:
         return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -583,21 +600,25 @@ def write_profile(profile: HardwareProfile, folder: str | Path) -> Path:
         for k, v in profile.measured.items():
             lines.append(f"{k} = {q(v)}")
     lines += ["", "[tables]", 'gemm = "gemm.csv"', 'attention = "attention.csv"', 'collectives = "collectives.csv"', ""]
-    (folder / "profile.toml").write_text("\n".join(lines))
+    write_text(folder / "profile.toml", "\n".join(lines), force=force)
     for fname, rows, cols in (
         ("gemm.csv", profile.gemm_rows, GEMM_COLUMNS),
         ("attention.csv", profile.attention_rows, ATTN_COLUMNS),
         ("collectives.csv", profile.collective_rows, COLL_COLUMNS),
     ):
-        with (folder / fname).open("w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(cols))
-            w.writeheader()
-            for r in rows:
-                out = dict(r)
-                if "causal" in out:
-                    out["causal"] = int(bool(out["causal"]))
-                for c in ("tflops", "busbw_gb_per_s"):
-                    if c in out:
-                        out[c] = f"{float(out[c]):.6g}"
-                w.writerow({c: out[c] for c in cols})
+        write_with(folder / fname, lambda t, rows=rows, cols=cols: _write_table(t, rows, cols), force=force)
     return folder
+
+
+def _write_table(path: Path, rows: list[dict], cols: tuple[str, ...]) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(cols))
+        w.writeheader()
+        for r in rows:
+            out = dict(r)
+            if "causal" in out:
+                out["causal"] = int(bool(out["causal"]))
+            for c in ("tflops", "busbw_gb_per_s"):
+                if c in out:
+                    out[c] = f"{float(out[c]):.6g}"
+            w.writerow({c: out[c] for c in cols})

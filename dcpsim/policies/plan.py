@@ -249,7 +249,10 @@ class Plan:
             raise ConfigError("plan", str(exc), "a plan dictionary as written by Plan.to_dict") from None
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict()))
+        """Write the plan as JSON, atomically and only over a file dcpsim wrote (:mod:`dcpsim.outdir`)."""
+        from dcpsim.outdir import write_text
+
+        write_text(path, json.dumps(self.to_dict()))
 
     @classmethod
     def load(cls, path: str | Path) -> Plan:

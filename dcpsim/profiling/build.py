@@ -44,6 +44,7 @@ from dcpsim.errors import ConfigError
 from dcpsim.hardware import HardwareProfile, get_profile, load_profile, write_profile
 from dcpsim.hardware.profile import COLLECTIVE_OPS, DEVICE_FIELDS
 from dcpsim.model import ModelSpec, get_model
+from dcpsim.outdir import write_text
 from dcpsim.profiling.measure import (
     AttentionKernels,
     MeasureContext,
@@ -245,12 +246,18 @@ def _interactive() -> bool:
     return sys.stderr.isatty()
 
 
-def run_profile(opts: ProfileOptions, *, show_progress: bool | None = None) -> ProfileResult:
+def run_profile(opts: ProfileOptions, *, show_progress: bool | None = None, force: bool = False) -> ProfileResult:
     """Measure and write a profile to ``opts.out``; returns the reloaded profile.
+
+    ``opts.out`` is checked before anything is measured: an existing folder may
+    hold only files dcpsim wrote unless ``force`` (:mod:`dcpsim.outdir`).
 
     ``opts.threads`` sets torch's intra-op threads for the whole run (CPU;
     default torch's own count, or 1 for a quick CPU run).
     """
+    from dcpsim.outdir import check_out_dir
+
+    check_out_dir(opts.out, force=force)
     threads = opts.threads
     if threads is None and opts.quick and (opts.device or "cpu") == "cpu" and not require_torch().cuda.is_available():
         threads = 1  # quick CPU runs: one thread is steadier on small shared machines (see cpu_threads)
@@ -326,7 +333,7 @@ def _run_profile(opts: ProfileOptions, show_progress: bool | None) -> ProfileRes
     out = Path(opts.out)
     write_profile(profile, out)
     seconds["total"] = sum(seconds.values())
-    (out / "measurements.json").write_text(json.dumps(
+    write_text(out / "measurements.json", json.dumps(
         {"measured": profile.measured, "options": _opts_dict(opts), "kernel_probes_s": kernels.probes,
          "seconds": seconds, "records": raw}, indent=1, default=str))
     loaded = load_profile(out)

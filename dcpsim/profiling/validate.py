@@ -247,7 +247,12 @@ def run_validation(
     ``threads`` (CPU) defaults to the intra-op thread count the profile was
     measured with.
     """
+    from dcpsim.outdir import check_out_file
+
     prof = profile if isinstance(profile, HardwareProfile) else load_profile(profile)
+    target = validation_target(prof, out)
+    if target is not None:  # before any measurement: a bad or foreign path fails fast
+        check_out_file(target, field="--out")
     if threads is None and prof.measured.get("device_kind") == "cpu" and str(prof.measured.get("threads", "")).isdigit():
         threads = int(prof.measured["threads"])  # time the layer as the kernels were timed
     if threads is not None and detect_device(device).kind != "cpu":
@@ -335,8 +340,7 @@ def _run_validation(prof: HardwareProfile, model: ModelSpec, *, pack_tokens, sho
         "seed": seed,
     } | info.metadata()
     res = ValidationResult(rows, meta, float(errs.mean()), float(errs.max()), notes=notes)
-    # a shipped public profile is data of the repository: write next to it only when asked (--out)
-    target = out if out is not None else (Path(prof.path) / "VALIDATION.md" if prof.path and prof.kind != "public" else None)
+    target = validation_target(prof, out)
     if target is not None:
         res.path = write_validation_md(res, target)
     else:
@@ -352,10 +356,19 @@ def _pct(e: float) -> str:
     return f"{e * 100:+.1f}%"
 
 
+def validation_target(prof: HardwareProfile, out: str | Path | None) -> Path | None:
+    """Where the Markdown goes: ``out``, else ``<profile>/VALIDATION.md`` for a measured profile, else nowhere."""
+    # a shipped public profile is data of the repository: write next to it only when asked (--out)
+    if out is not None:
+        return Path(out)
+    return Path(prof.path) / "VALIDATION.md" if prof.path and prof.kind != "public" else None
+
+
 def write_validation_md(res: ValidationResult, path: str | Path) -> Path:
-    """Write the error table and its context as Markdown."""
+    """Write the error table and its context as Markdown (atomically; only over a file dcpsim wrote)."""
+    from dcpsim.outdir import write_text
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     m = res.meta
     gpu = m.get("device_kind") == "cuda"
     verdict = (
@@ -395,5 +408,4 @@ def write_validation_md(res: ValidationResult, path: str | Path) -> Path:
               "framework overhead, which the cost model does not price."]
     if res.notes:
         lines += ["", "Notes:", *[f"- {n}" for n in res.notes]]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_text(path, "\n".join(lines) + "\n")

@@ -139,11 +139,12 @@ class ReplayResult:
                 "rows": self.table()}
 
     def write(self, out: str | Path) -> list[Path]:
-        """CSV + Markdown + JSON + parity plot into ``out`` (created), each written atomically."""
+        """CSV + Markdown + JSON + parity plot into ``out``, each written atomically (:mod:`dcpsim.outdir`)."""
         import pandas as pd
 
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
+        from dcpsim.outdir import check_out_dir
+
+        out = check_out_dir(out)
         df = pd.DataFrame(self.table())
         paths = [out / "published_validation.csv", out / "published_validation.md", out / "published_validation.json"]
         _atomic_text(paths[0], df.to_csv(index=False))
@@ -213,10 +214,10 @@ class ReplayResult:
                      fontsize=10)
         ax.legend(fontsize=7, loc="upper left")
         fig.tight_layout()
-        tmp = path.with_name(path.name + ".tmp.png")
-        fig.savefig(tmp, dpi=130)
+        from dcpsim.outdir import write_with
+
+        write_with(path, lambda t: fig.savefig(t, dpi=130, format="png"))
         plt.close(fig)
-        tmp.replace(path)
         return path
 
 
@@ -231,9 +232,9 @@ def _num(v: float) -> str:
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    from dcpsim.outdir import write_text
+
+    write_text(path, text)
 
 
 def subset_rows(suite: Suite, subset: str, rows: list[int] | None = None) -> list[Row]:

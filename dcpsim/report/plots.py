@@ -126,13 +126,22 @@ def _is_pow2_range(values: Sequence[float]) -> bool:
     return len(v) >= 3 and min(v) > 0 and all(math.log2(x).is_integer() for x in v) and max(v) / min(v) >= 4
 
 
-def save_figure(fig, out: str | Path) -> list[Path]:
-    """Write ``fig`` to ``out`` (its suffix), or to ``out``.png and ``out``.pdf when it has none."""
+FIGURE_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def figure_paths(out: str | Path) -> list[Path]:
+    """The files :func:`save_figure` writes for ``out``: itself with a figure suffix, else ``out``.png and .pdf."""
     p = Path(out)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    paths = [p] if p.suffix.lower() in (".png", ".pdf", ".svg") else [p.with_suffix(".png"), p.with_suffix(".pdf")]
+    return [p] if p.suffix.lower() in FIGURE_SUFFIXES else [p.with_name(p.name + ".png"), p.with_name(p.name + ".pdf")]
+
+
+def save_figure(fig, out: str | Path) -> list[Path]:
+    """Write ``fig`` to ``out`` (its suffix), or to ``out``.png and ``out``.pdf when it has none (atomically)."""
+    from dcpsim.outdir import write_with
+
+    paths = figure_paths(out)
     for q in paths:
-        fig.savefig(q, dpi=150, bbox_inches="tight")
+        write_with(q, lambda t, q=q: fig.savefig(t, dpi=150, bbox_inches="tight", format=q.suffix[1:].lower()))
     return paths
 
 

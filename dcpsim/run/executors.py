@@ -12,9 +12,12 @@ Every executor has the same small interface, used by
 Executors (pick one with :func:`make_executor`):
 
 ``SerialExecutor``   ``-j 1``: runs each task in this process when it is submitted.
-``LocalExecutor``    ``-j N`` (default: all cores): a pool of N worker processes
-                     (``forkserver`` start method; workers ignore SIGINT so that
-                     Ctrl-C reaches only the sweep, which finishes what is running).
+``LocalExecutor``    ``-j N`` (default and most: all cores): a pool of N worker
+                     processes from :func:`dcpsim.run.pool.worker_pool` (they die
+                     with the driver and ignore SIGINT, so Ctrl-C reaches only the
+                     sweep, which finishes what is running). A worker killed from
+                     outside breaks the pool; :meth:`LocalExecutor.restart` starts
+                     a fresh one (the sweep retries or records the lost tasks).
 ``DaskExecutor``     ``--dask-address tcp://HOST:PORT``: an existing Dask cluster
                      (every worker must be able to ``import dcpsim``);
                      ``--dask-local N``: a ``distributed.LocalCluster`` of N
@@ -22,26 +25,30 @@ Executors (pick one with :func:`make_executor`):
                      ``--slurm``: workers started as SLURM jobs by ``dask_jobqueue``
                      (see :class:`SlurmOptions`).
 
-Dask is imported only when a Dask executor is asked for.
+Dask is imported only when a Dask executor is asked for. An unreachable
+scheduler (``DASK_CONNECT_TIMEOUT_S``) and ``--slurm`` without ``sbatch`` on
+``PATH`` are one-line errors before any work.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
-import signal
+import re
+import shutil
 from dataclasses import dataclass
 from typing import Any
 
 from dcpsim.errors import ConfigError
+from dcpsim.run.pool import available_cores, cap_jobs, worker_pool
+
+DASK_CONNECT_TIMEOUT_S = 5
+"""Seconds to wait for a Dask scheduler given by ``--dask-address`` before giving up."""
+_PRELOAD = ("dcpsim.run.sweep", "dcpsim.run.single", "dcpsim.workload", "dcpsim.policies")
 
 
 def default_jobs() -> int:
     """All cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    return available_cores()
 
 
 class SerialExecutor:
@@ -76,29 +83,21 @@ class SerialExecutor:
         self.close()
 
 
-def _worker_init() -> None:
-    # Ctrl-C in a terminal signals the whole process group; only the sweep
-    # driver should react (it lets running tasks finish and writes them).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 class LocalExecutor(SerialExecutor):
-    """A pool of worker processes on this machine."""
+    """A pool of worker processes on this machine (:func:`dcpsim.run.pool.worker_pool`)."""
 
     name = "local"
 
     def __init__(self, jobs: int | None = None):
-        import multiprocessing as mp
+        self.n_workers = cap_jobs(jobs)
+        self.generation = 0
+        self._pool = worker_pool(self.n_workers, preload=_PRELOAD)
 
-        self.n_workers = int(jobs or default_jobs())
-        if self.n_workers < 1:
-            raise ConfigError("jobs", jobs, "a positive number of worker processes")
-        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-        ctx = mp.get_context(method)
-        if method == "forkserver":
-            # imported once in the fork server, so each worker starts warm
-            ctx.set_forkserver_preload(["dcpsim.run.sweep", "dcpsim.run.single", "dcpsim.workload", "dcpsim.policies"])
-        self._pool = cf.ProcessPoolExecutor(max_workers=self.n_workers, mp_context=ctx, initializer=_worker_init)
+    def restart(self) -> None:
+        """Replace a broken pool (a worker was killed) with a fresh one; ``generation`` counts up."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = worker_pool(self.n_workers, preload=_PRELOAD)
+        self.generation += 1
 
     def submit(self, fn, *args) -> cf.Future:
         return self._pool.submit(fn, *args)
@@ -192,6 +191,7 @@ class SlurmOptions:
     local_directory: str | None = None
 
     def __post_init__(self) -> None:
+        self._check_text()
         for f in ("jobs", "cores"):
             v = getattr(self, f)
             if not isinstance(v, int) or v < 1:
@@ -201,6 +201,20 @@ class SlurmOptions:
         parts = self.walltime.split(":")
         if not (1 <= len(parts) <= 4 and all(p.isdigit() for p in parts)):
             raise ConfigError("--slurm-walltime", self.walltime, "a SLURM time such as 01:00:00")
+
+    def _check_text(self) -> None:
+        """Every text option ends up in a shell script: allow only what SLURM needs, never a line break."""
+        for f, (pattern, expected) in _SAFE.items():
+            v = getattr(self, f)
+            if v is not None and not re.fullmatch(pattern, str(v)):
+                raise ConfigError(f"--slurm-{f.replace('_', '-').replace('local-directory', 'local-dir')}", v, expected)
+        for flag, items, pattern, expected in (
+                ("--slurm-extra", self.job_extra, _EXTRA, "an #SBATCH option such as --gres=gpu:1 (no spaces, quotes, "
+                 "line breaks or shell characters)"),
+                ("--slurm-prologue", self.prologue, _PROLOGUE, "one shell line (no line breaks or control characters)")):
+            for v in items:
+                if not re.fullmatch(pattern, str(v)):
+                    raise ConfigError(flag, v, expected)
 
     @property
     def workers(self) -> int:
@@ -225,6 +239,20 @@ class SlurmOptions:
         return kw
 
 
+_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.,:+-]{0,127}"
+_PATH = r"[A-Za-z0-9_./~+-][A-Za-z0-9_./~+-]{0,1023}"
+_SAFE = {
+    "queue": (_NAME, "a partition name (letters, digits, _ . , : + -)"),
+    "account": (_NAME, "an account name (letters, digits, _ . , : + -)"),
+    "interface": (r"[A-Za-z0-9_.:-]{1,64}", "a network interface name such as ib0"),
+    "memory": (r"[0-9]+(\.[0-9]+)?\s?[KMGTP]?i?B?", "a memory size such as 32GB"),
+    "python": (_PATH, "a path to a Python executable (no spaces or shell characters)"),
+    "local_directory": (_PATH, "a folder path (no spaces or shell characters)"),
+}
+_EXTRA = r"--?[A-Za-z][A-Za-z0-9-]*(=[A-Za-z0-9_.,:/+=@%-]+)?"
+_PROLOGUE = r"[^\x00-\x1f\x7f]{1,4096}"
+
+
 def slurm_job_script(opts: SlurmOptions, scheduler_address: str = "tcp://127.0.0.1:8786") -> str:
     """The batch script one SLURM job would run (for checking options without a cluster)."""
     from dask_jobqueue.slurm import SLURMJob
@@ -245,27 +273,50 @@ def make_executor(
     if len(chosen) > 1:
         raise ConfigError(chosen[1], "", f"only one executor option (also got {chosen[0]})")
     if dask_address is not None:
-        if "://" not in dask_address:
-            raise ConfigError("--dask-address", dask_address, "a scheduler address such as tcp://HOST:8786")
-        from distributed import Client
-
-        return DaskExecutor(Client(dask_address))
+        return DaskExecutor(_connect(dask_address))
     if dask_local is not None:
-        if dask_local < 1:
-            raise ConfigError("--dask-local", dask_local, "a positive number of workers")
-        from distributed import Client, LocalCluster
+        dask_local = cap_jobs(dask_local, "--dask-local")
+        Client, LocalCluster = _import_dask("--dask-local")
 
         cluster = LocalCluster(n_workers=dask_local, threads_per_worker=1, processes=True, host="127.0.0.1",
                                dashboard_address=None, worker_dashboard_address=None)
         return DaskExecutor(Client(cluster), cluster, expected_workers=dask_local)
     if slurm is not None:
-        from dask_jobqueue import SLURMCluster
-        from distributed import Client
-
-        cluster = SLURMCluster(**slurm.job_kwargs())
-        cluster.scale(jobs=slurm.jobs)
-        return DaskExecutor(Client(cluster), cluster, expected_workers=slurm.workers)
-    if jobs is not None and jobs < 1:
-        raise ConfigError("-j/--jobs", jobs, "a positive number of worker processes")
-    n = int(jobs or default_jobs())
+        return _slurm_executor(slurm)
+    n = cap_jobs(jobs)
     return SerialExecutor() if n == 1 else LocalExecutor(n)
+
+
+def _import_dask(flag: str):
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise ConfigError(flag, "", "the 'distributed' extra installed (pip install 'dcpsim[distributed]')") from None
+    return Client, LocalCluster
+
+
+def _connect(address: str):
+    """A Client of the scheduler at ``address``; one-line ConfigError when it does not answer in time."""
+    if not re.fullmatch(r"[a-z+]+://[^\s]+", address):
+        raise ConfigError("--dask-address", address, "a scheduler address such as tcp://HOST:8786")
+    Client, _ = _import_dask("--dask-address")
+    try:
+        return Client(address, timeout=f"{DASK_CONNECT_TIMEOUT_S}s")
+    except (OSError, TimeoutError) as exc:
+        raise ConfigError("--dask-address", address, f"a running Dask scheduler (none answered within "
+                          f"{DASK_CONNECT_TIMEOUT_S} s: {type(exc).__name__})") from None
+    except ValueError as exc:
+        raise ConfigError("--dask-address", address, f"a scheduler address such as tcp://HOST:8786 ({exc})") from None
+
+
+def _slurm_executor(slurm: SlurmOptions) -> DaskExecutor:
+    if shutil.which("sbatch") is None:
+        raise ConfigError("--slurm", "sbatch", "SLURM's sbatch on PATH (run on a SLURM login node)")
+    try:
+        from dask_jobqueue import SLURMCluster
+    except ImportError:
+        raise ConfigError("--slurm", "", "the 'distributed' extra installed (pip install 'dcpsim[distributed]')") from None
+    Client, _ = _import_dask("--slurm")
+    cluster = SLURMCluster(**slurm.job_kwargs())
+    cluster.scale(jobs=slurm.jobs)
+    return DaskExecutor(Client(cluster), cluster, expected_workers=slurm.workers)

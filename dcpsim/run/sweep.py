@@ -63,6 +63,7 @@ same directory skips every run already recorded as ok, infeasible or error.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import itertools
 import json
@@ -74,6 +75,7 @@ import time
 import tomllib
 import traceback
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -82,7 +84,7 @@ from typing import Any
 
 import numpy as np
 
-from dcpsim.errors import ConfigError, DcpsimError, InfeasibleError
+from dcpsim.errors import ConfigError, DcpsimError, DcpsimWarning, InfeasibleError
 from dcpsim.run.config import RunConfig, config_from_dict, load_config
 from dcpsim.serialize import to_jsonable
 
@@ -432,47 +434,87 @@ def results_dir(out_dir: str | Path) -> Path:
     return Path(out_dir) / RESULTS_DIR
 
 
-def _part_files(out_dir: str | Path) -> list[Path]:
+def _is_part(p: Path) -> bool:
+    return p.parent.name == RESULTS_DIR and fnmatch.fnmatch(p.name, PART_GLOB)
+
+
+def _all_parts(out_dir: str | Path) -> list[Path]:
     d = results_dir(out_dir)
     return sorted(d.glob(PART_GLOB)) if d.is_dir() else []
 
 
+def _part_files(out_dir: str | Path) -> list[Path]:
+    """The part files this sweep wrote (listed in results/'s manifest), in write order."""
+    from dcpsim.outdir import owned_names
+
+    owned = owned_names(results_dir(out_dir))
+    return [p for p in _all_parts(out_dir) if p.name in owned]
+
+
+def foreign_parts(out_dir: str | Path) -> list[Path]:
+    """Part files in ``results/`` that dcpsim did not write there: never read, merged or deleted."""
+    from dcpsim.outdir import owned_names
+
+    owned = owned_names(results_dir(out_dir))
+    return [p for p in _all_parts(out_dir) if p.name not in owned]
+
+
+def _warn_foreign(out_dir: str | Path) -> list[Path]:
+    bad = foreign_parts(out_dir)
+    if bad:
+        names = ", ".join(p.name for p in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        warnings.warn(f"{results_dir(out_dir)}: ignored {len(bad)} part file(s) this sweep did not write ({names}); "
+                      "they are left as they are", DcpsimWarning, stacklevel=3)
+    return bad
+
+
+def _read_part(p: Path, columns: list[str] | None = None):
+    """A part as a pyarrow Table, or None (with a warning) when it cannot be read (truncated, not parquet)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(p, columns=columns)
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        warnings.warn(f"{p}: unreadable part file ignored ({type(exc).__name__}); its runs count as not done",
+                      DcpsimWarning, stacklevel=3)
+        return None
+
+
 def write_part(out_dir: str | Path, rows: list[dict[str, Any]]) -> Path:
-    """Write rows as the next part file, atomically (temporary file, fsync, rename)."""
+    """Write rows as the next part file, atomically (temporary file, fsync, rename; :mod:`dcpsim.outdir`)."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from dcpsim.outdir import write_with
+
     d = results_dir(out_dir)
-    d.mkdir(parents=True, exist_ok=True)
     existing = _part_files(out_dir)
     seq = (int(existing[-1].stem.split("-")[1]) + 1) if existing else 0
     final = d / f"part-{seq:06d}-{uuid.uuid4().hex[:8]}.parquet"
-    tmp = final.with_name(final.name + ".tmp")
     table = pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False)
-    with open(tmp, "wb") as fh:
-        pq.write_table(table, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    return final
+    return write_with(final, lambda t: pq.write_table(table, t))
 
 
-def load_results(out_dir: str | Path, *, dedupe: bool = True, status: str | tuple[str, ...] | None = None):
+def load_results(out_dir: str | Path, *, dedupe: bool = True, status: str | tuple[str, ...] | None = None,
+                 warn: bool = True):
     """The sweep's rows as a pandas DataFrame (part files in write order).
 
+    Only parts this sweep wrote are read (others are named in a warning).
     ``dedupe`` keeps the last row of each ``config_hash`` (a failed run that
     was retried, or a compaction interrupted before it removed old parts).
-    ``status`` keeps only rows with that status (or statuses).
+    ``status`` keeps only rows with that status (or statuses). ``warn=False``
+    leaves the warning about foreign parts to the caller.
     """
     import pandas as pd
 
-    parts = _part_files(out_dir)
-    if not parts:
+    if warn:
+        _warn_foreign(out_dir)
+    tables = [t for t in (_read_part(p) for p in _part_files(out_dir)) if t is not None and t.num_rows]
+    if not tables:
         return pd.DataFrame(columns=["config_hash", "status", "reason", "wall_s"])
-    frames = [pd.read_parquet(p) for p in parts]
-    frames = [f for f in frames if len(f)]
-    df = pd.concat(frames, ignore_index=True, sort=False) if frames else pd.DataFrame(columns=["config_hash", "status"])
+    df = pd.concat([t.to_pandas() for t in tables], ignore_index=True, sort=False)
     if dedupe and len(df):
         df = df.drop_duplicates("config_hash", keep="last").reset_index(drop=True)
     if status is not None:
@@ -483,39 +525,48 @@ def load_results(out_dir: str | Path, *, dedupe: bool = True, status: str | tupl
 
 def finished_hashes(out_dir: str | Path) -> set[str]:
     """Ids of runs already recorded as ok, infeasible or error (failed runs are retried)."""
-    import pyarrow.parquet as pq
-
     done: dict[str, str] = {}
     for p in _part_files(out_dir):
-        t = pq.read_table(p, columns=["config_hash", "status"])
+        t = _read_part(p, ["config_hash", "status"])
+        if t is None:
+            continue
         for h, s in zip(t.column("config_hash").to_pylist(), t.column("status").to_pylist(), strict=True):
             done[h] = s
     return {h for h, s in done.items() if s in DONE_STATUSES}
 
 
 def compact_results(out_dir: str | Path) -> Path | None:
-    """Merge all part files into one (deduplicated). Safe to interrupt: old parts go only after the new one is in place."""
+    """Merge this sweep's part files into one (deduplicated).
+
+    Safe to interrupt: old parts go only after the new one is in place. Parts
+    dcpsim did not write are neither merged nor deleted.
+    """
+    from dcpsim.outdir import remove_owned
+
     parts = _part_files(out_dir)
     if len(parts) <= 1:
         return parts[0] if parts else None
-    df = load_results(out_dir)
+    df = load_results(out_dir, warn=False)
     new = write_part(out_dir, df.to_dict("records"))
     for p in parts:
-        p.unlink(missing_ok=True)
+        remove_owned(p)
     return new
 
 
 def _clean_temporaries(out_dir: Path) -> None:
-    d = results_dir(out_dir)
-    if d.is_dir():
-        for t in d.glob("*.parquet.tmp"):
-            t.unlink(missing_ok=True)
+    """Remove dcpsim's own temporary files left by a killed sweep (the caller holds the folder's lock)."""
+    from dcpsim.outdir import TMP_PREFIX
+
+    for d in (out_dir, results_dir(out_dir)):
+        if d.is_dir():
+            for t in d.glob(TMP_PREFIX + "*"):
+                t.unlink(missing_ok=True)
 
 
 def _write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_jsonable(obj), indent=2, default=str) + "\n")
-    os.replace(tmp, path)
+    from dcpsim.outdir import write_text
+
+    write_text(path, json.dumps(_jsonable(obj), indent=2, default=str) + "\n")
 
 
 @contextlib.contextmanager
@@ -523,7 +574,9 @@ def _dir_lock(out_dir: Path) -> Iterator[None]:
     """One sweep process per output directory (the lock dies with the process, even on SIGKILL)."""
     import fcntl
 
-    fh = open(out_dir / ".lock", "w")  # noqa: SIM115 - held for the whole sweep
+    from dcpsim.outdir import OWN_PREFIX
+
+    fh = open(out_dir / f"{OWN_PREFIX}lock", "w")  # noqa: SIM115 - held for the whole sweep
     try:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -661,7 +714,7 @@ def _progress(enabled: bool | None, total: int, description: str):
 FigureWriter = Callable[..., dict[str, Any]]  # (results DataFrame, folder, axes=[...]) -> {figure: files or reason}
 
 
-def run_sweep(  # noqa: C901 - temporary, split by files
+def run_sweep(
     spec: SweepSpec | str | Path,
     out_dir: str | Path,
     *,
@@ -673,6 +726,8 @@ def run_sweep(  # noqa: C901 - temporary, split by files
     figures: FigureWriter | None = None,
     compact: bool = True,
     runner: Runner | str | None = None,
+    force: bool = False,
+    confirm_large: bool = False,
 ) -> SweepResult:
     """Run (or resume) a sweep into ``out_dir``; return what was done.
 
@@ -688,6 +743,14 @@ def run_sweep(  # noqa: C901 - temporary, split by files
     :func:`dcpsim.run.single.run_simulation`; a ``"module:function"`` string
     is imported in the worker).
 
+    ``out_dir`` is checked first (:func:`check_sweep_out`): it may hold only
+    files dcpsim wrote, unless ``force``; part files in ``results/`` that it
+    did not write are ignored and named in a warning, never merged or deleted.
+    A sweep of more than :data:`dcpsim.limits.MAX_SWEEP_RUNS` runs is refused
+    (with an estimate of its size) unless ``confirm_large``. A task whose worker
+    process dies is retried once, run by run; a run that loses its worker twice
+    is recorded as ``failed`` (and retried when the sweep is started again).
+
     Raises :class:`SweepInterrupted` after SIGINT/SIGTERM, once every
     finished batch is written.
 
@@ -695,89 +758,212 @@ def run_sweep(  # noqa: C901 - temporary, split by files
     this with ``jobs > 1`` needs the usual ``if __name__ == "__main__":``
     guard, as any multiprocessing code.
     """
-    from dcpsim.run.executors import make_executor
-
     if not isinstance(spec, SweepSpec):
         spec = load_sweep_spec(spec)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_sweep_out(out_dir, force=force)
+    check_sweep_size(spec, confirmed=confirm_large)
     t_start = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
     with _dir_lock(out):
         _clean_temporaries(out)
-        if spec.source_text is not None:
-            tmp = out / "spec.toml.tmp"
-            tmp.write_text(spec.source_text)
-            os.replace(tmp, out / "spec.toml")
-        runs = spec.runs()
-        _write_json_atomic(out / "sweep.json", spec.to_dict() | {
-            "runs": [{"config_hash": r.run_hash, "updates": r.axes, "error": r.error} for r in runs]})
-        done = finished_hashes(out)
-        pending = [r for r in runs if r.run_hash not in done]
-        result = SweepResult(out, len(runs), n_skipped=len(runs) - len(pending))
-        result.n_other = len(done - {r.run_hash for r in runs})
-        session = uuid.uuid4().hex[:12]
-
-        def record(rows: list[dict[str, Any]]) -> None:
-            now = time.time()
-            for r in rows:
-                r["sweep_session"] = session
-                r["finished_at"] = now
-                result.counts[r["status"]] = result.counts.get(r["status"], 0) + 1
-            write_part(out, rows)
-            result.n_done += len(rows)
-            result.batches += 1
-
+        _warn_foreign(out)
+        runs = _write_spec(spec, out)
+        result, pending = _plan_session(out, runs)
+        session = _Session(out, result, uuid.uuid4().hex[:12])
         invalid = [r for r in pending if r.config is None]
         if invalid:
-            record(execute_batch(invalid))
+            session.record(execute_batch(invalid))
         queue = deque(r for r in pending if r.config is not None)
-
         own_executor = executor is None
-        ex = make_executor(jobs=jobs) if own_executor else executor
-        result.workers = ex.n_workers
-        sizer = BatchSizer(ex.n_workers, target_s=target_task_s, fixed=batch_size)
-        prog, task = _progress(progress, len(runs), spec.name)
-        prog.update(task, completed=result.n_skipped + result.n_done)
+        if own_executor:
+            from dcpsim.run.executors import make_executor
+
+            executor = make_executor(jobs=jobs)
         try:
-            with _StopFlag() as stop, prog:
-                in_flight: list[Any] = []
-                while (queue or in_flight) and not stop.set:
-                    while queue and len(in_flight) < 2 * ex.n_workers and not stop.set:
-                        k = sizer.next_size(len(queue))
-                        batch = [queue.popleft() for _ in range(k)]
-                        in_flight.append(ex.submit(execute_batch, batch, runner))
-                    finished, in_flight = ex.wait_any(in_flight, timeout=0.25)
-                    for fut in finished:
-                        rows = fut.result()
-                        sizer.observe(rows)
-                        record(rows)
-                        bad = sum(result.counts.get(s, 0) for s in ("infeasible", "error", "failed"))
-                        prog.update(task, completed=result.n_skipped + result.n_done,
-                                    note=f"{bad} not ok" if bad else "")
-                if stop.set:
-                    # finish and write what is already running; drop what has not started
-                    in_flight = ex.cancel_pending(in_flight)
-                    while in_flight:
-                        finished, in_flight = ex.wait_any(in_flight, timeout=0.25)
-                        for fut in finished:
-                            with contextlib.suppress(Exception):
-                                record(fut.result())
-                    result.interrupted = True
+            _drive(session, executor, queue, runner, BatchSizer(executor.n_workers, target_s=target_task_s,
+                                                                 fixed=batch_size), progress, spec.name)
         finally:
             if own_executor:
-                ex.close()
-        result.wall_s = time.perf_counter() - t_start
+                executor.close()
         if result.interrupted:
+            result.wall_s = time.perf_counter() - t_start
             raise SweepInterrupted(result)
         if compact:
             compact_results(out)
         if figures:
-            try:
-                result.figures = figures(load_results(out), out / "figures", axes=spec.axis_fields)
-            except Exception as exc:  # noqa: BLE001 - results are safe on disk; report, do not lose the sweep
-                result.figures = {"all": f"failed: {type(exc).__name__}: {exc} (run `dcpsim plot DIR --standard`)"}
+            result.figures = _figures(out, spec, figures)
         result.wall_s = time.perf_counter() - t_start
     return result
+
+
+def check_sweep_out(out_dir: str | Path, *, force: bool = False) -> Path:
+    """Check ``out_dir`` before a sweep starts (:func:`dcpsim.outdir.check_out_dir`; foreign parts are not a reason to refuse)."""
+    from dcpsim.outdir import check_out_dir
+
+    return check_out_dir(out_dir, force=force, ignore=_is_part)
+
+
+def count_runs(spec: SweepSpec) -> int:
+    """How many combinations ``spec`` has, without building them (an upper bound on its distinct runs)."""
+    n = 1
+    for g in spec.groups:
+        n *= g.samples if g.mode == "random" else (len(g.values[0]) if g.mode == "zip" else math.prod(len(v) for v in g.values))
+    return n
+
+
+def check_sweep_size(spec: SweepSpec, *, confirmed: bool = False) -> int:
+    """The number of runs; ConfigError above :data:`dcpsim.limits.MAX_SWEEP_RUNS` unless ``confirmed``."""
+    from dcpsim.limits import MAX_SWEEP_RUNS, SWEEP_RUN_BYTES, SWEEP_RUN_PREP_S, require_confirmation
+
+    n = count_runs(spec)
+    require_confirmation(n, MAX_SWEEP_RUNS, field="sweep size", what="runs", bytes_each=SWEEP_RUN_BYTES,
+                         seconds_each=SWEEP_RUN_PREP_S, confirmed=confirmed)
+    return n
+
+
+def _write_spec(spec: SweepSpec, out: Path) -> list[RunSpec]:
+    """Copy the spec, resolve its runs and write ``sweep.json``; returns the runs."""
+    from dcpsim.outdir import write_text
+
+    if spec.source_text is not None:
+        write_text(out / "spec.toml", spec.source_text)
+    runs = spec.runs()
+    _write_json_atomic(out / "sweep.json", spec.to_dict() | {
+        "runs": [{"config_hash": r.run_hash, "updates": r.axes, "error": r.error} for r in runs]})
+    return runs
+
+
+def _plan_session(out: Path, runs: list[RunSpec]) -> tuple[SweepResult, list[RunSpec]]:
+    done = finished_hashes(out)
+    pending = [r for r in runs if r.run_hash not in done]
+    result = SweepResult(out, len(runs), n_skipped=len(runs) - len(pending))
+    result.n_other = len(done - {r.run_hash for r in runs})
+    return result, pending
+
+
+@dataclass
+class _Session:
+    """Where finished rows go: stamped, counted and written as one part per batch."""
+
+    out: Path
+    result: SweepResult
+    session: str
+
+    def record(self, rows: list[dict[str, Any]]) -> None:
+        now = time.time()
+        for r in rows:
+            r["sweep_session"] = self.session
+            r["finished_at"] = now
+            self.result.counts[r["status"]] = self.result.counts.get(r["status"], 0) + 1
+        write_part(self.out, rows)
+        self.result.n_done += len(rows)
+        self.result.batches += 1
+
+
+WORKER_ATTEMPTS = 2
+"""Times a run is tried when its worker process dies under it (the second time one run per task)."""
+
+
+def lost_worker_rows(batch: list[RunSpec], exc: BaseException) -> list[dict[str, Any]]:
+    """``failed`` rows for runs whose worker process died (killed, out of memory, ...)."""
+    reason = f"worker process died ({type(exc).__name__}: {exc}); tried {WORKER_ATTEMPTS} times"
+    return [{**{k: flat_value(v) for k, v in rs.axes.items()}, "config_hash": rs.run_hash, "status": "failed",
+             "reason": reason, "wall_s": float("nan"), "cpu_s": float("nan")} for rs in batch]
+
+
+class _InFlight:
+    """Tasks submitted to an executor, with their runs and attempt counts."""
+
+    def __init__(self, executor, runner: Runner | str | None):
+        self.ex = executor
+        self.runner = runner
+        self.tasks: dict[Any, tuple[list[RunSpec], int, int]] = {}
+
+    @property
+    def generation(self) -> int:
+        """Which pool of the executor is current (a restarted local pool counts up)."""
+        return getattr(self.ex, "generation", 0)
+
+    def submit(self, batch: list[RunSpec], attempt: int = 1) -> None:
+        self.tasks[self.ex.submit(execute_batch, batch, self.runner)] = (batch, attempt, self.generation)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def finished(self, timeout: float) -> list[tuple[list[RunSpec], int, Any]]:
+        """``(batch, attempt, rows or the exception)`` of the tasks that ended.
+
+        A broken local pool (a worker died) is replaced once, by the first of its tasks seen here.
+        """
+        done, _ = self.ex.wait_any(list(self.tasks), timeout=timeout)
+        out = []
+        for fut in done:
+            batch, attempt, gen = self.tasks.pop(fut)
+            try:
+                out.append((batch, attempt, fut.result()))
+            except Exception as exc:  # noqa: BLE001 - the worker died (BrokenProcessPool, KilledWorker, ...)
+                if _is_broken_pool(exc) and gen == self.generation and hasattr(self.ex, "restart"):
+                    self.ex.restart()
+                out.append((batch, attempt, exc))
+        return out
+
+    def cancel_pending(self) -> None:
+        running = set(self.ex.cancel_pending(list(self.tasks)))
+        self.tasks = {f: v for f, v in self.tasks.items() if f in running}
+
+
+def _handle(session: _Session, flight: _InFlight, sizer: BatchSizer, batch: list[RunSpec], attempt: int,
+            outcome: Any, *, retry: bool) -> None:
+    """Write a finished task's rows; resubmit (one run per task) or record a task whose worker died."""
+    if not isinstance(outcome, BaseException):
+        sizer.observe(outcome)
+        session.record(outcome)
+        return
+    if retry and attempt < WORKER_ATTEMPTS:
+        for rs in batch:
+            flight.submit([rs], attempt + 1)
+    else:
+        session.record(lost_worker_rows(batch, outcome))
+
+
+def _is_broken_pool(exc: BaseException) -> bool:
+    from concurrent.futures.process import BrokenProcessPool
+
+    return isinstance(exc, BrokenProcessPool)
+
+
+def _drive(session: _Session, ex, queue: deque, runner, sizer: BatchSizer, progress: bool | None, name: str) -> None:
+    """Keep the executor busy until the queue is empty or a stop signal; write every finished task."""
+    result = session.result
+    flight = _InFlight(ex, runner)
+    prog, task = _progress(progress, result.n_runs, name)
+    prog.update(task, completed=result.n_skipped + result.n_done)
+    result.workers = ex.n_workers
+    with _StopFlag() as stop, prog:
+        while (queue or flight) and not stop.set:
+            while queue and len(flight) < 2 * ex.n_workers and not stop.set:
+                flight.submit([queue.popleft() for _ in range(sizer.next_size(len(queue)))])
+            for batch, attempt, outcome in flight.finished(timeout=0.25):
+                _handle(session, flight, sizer, batch, attempt, outcome, retry=True)
+                bad = sum(result.counts.get(s, 0) for s in ("infeasible", "error", "failed"))
+                prog.update(task, completed=result.n_skipped + result.n_done, note=f"{bad} not ok" if bad else "")
+        if stop.set:
+            # finish and write what is already running; drop what has not started
+            flight.cancel_pending()
+            while flight:
+                for batch, attempt, outcome in flight.finished(timeout=0.25):
+                    if not isinstance(outcome, BaseException):
+                        _handle(session, flight, sizer, batch, attempt, outcome, retry=False)
+            result.interrupted = True
+
+
+def _figures(out: Path, spec: SweepSpec, writer: FigureWriter) -> dict[str, Any]:
+    try:
+        return writer(load_results(out, warn=False), out / "figures", axes=spec.axis_fields)
+    except DcpsimError as exc:
+        return {"all": f"failed: {exc} (run `dcpsim plot DIR --standard`)"}
+    except Exception as exc:  # noqa: BLE001 - results are safe on disk; report, do not lose the sweep
+        return {"all": f"failed: {type(exc).__name__}: {exc} (run `dcpsim plot DIR --standard`)"}
 
 
 def describe_counts(counts: dict[str, int]) -> str:

@@ -206,17 +206,21 @@ class SimResult:
     plans: list = field(default_factory=list, repr=False)
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
-        """Write ``iterations.parquet``, ``ranks.parquet``, ``config.json`` and ``summary.json`` into ``out_dir``."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        """Write ``iterations.parquet``, ``ranks.parquet``, ``config.json`` and ``summary.json`` into ``out_dir``.
+
+        Atomic, and only over files dcpsim wrote there (see :mod:`dcpsim.outdir`).
+        """
+        from dcpsim.outdir import check_out_dir, write_text, write_with
+
+        out = check_out_dir(out_dir)
         paths = {
             "iterations": out / "iterations.parquet",
             "ranks": out / "ranks.parquet",
             "config": out / "config.json",
             "summary": out / "summary.json",
         }
-        self.iterations.to_parquet(paths["iterations"], index=False)
-        self.ranks.to_parquet(paths["ranks"], index=False)
-        paths["config"].write_text(json.dumps({"config_hash": self.config_hash, "config": self.config}, indent=2, sort_keys=True))
-        paths["summary"].write_text(json.dumps({"summary": _jsonable(self.summary), "meta": _jsonable(self.meta)}, indent=2))
+        write_with(paths["iterations"], lambda t: self.iterations.to_parquet(t, index=False))
+        write_with(paths["ranks"], lambda t: self.ranks.to_parquet(t, index=False))
+        write_text(paths["config"], json.dumps({"config_hash": self.config_hash, "config": self.config}, indent=2, sort_keys=True))
+        write_text(paths["summary"], json.dumps({"summary": _jsonable(self.summary), "meta": _jsonable(self.meta)}, indent=2))
         return paths

@@ -112,8 +112,6 @@ def chrome_trace(records: list[IterationRecord], topology: Topology, *, max_trac
 def write_chrome_trace(records: list[IterationRecord], path: str | Path, topology: Topology, *,
                        max_tracks: int = 64) -> Path:
     """Write :func:`chrome_trace` as JSON to ``path``; return the path."""
-    path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(chrome_trace(records, topology, max_tracks=max_tracks), separators=(",", ":")))
-    return path
+    from dcpsim.outdir import write_text
+
+    return write_text(path, json.dumps(chrome_trace(records, topology, max_tracks=max_tracks), separators=(",", ":")))

@@ -84,6 +84,6 @@ def plot_length_histograms(
     if title is None:
         title = f"{arr.size:,} sequences, mean {x.mean():,.0f} tokens, total {int(arr.sum()):,} tokens"
     fig.suptitle(title)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format=fmt, dpi=150)
-    return out
+    from dcpsim.outdir import write_with
+
+    return write_with(out, lambda t: fig.savefig(t, format=fmt, dpi=150))
