@@ -182,9 +182,12 @@ def test_jobs_capped_at_the_cores(tmp_path):
 
 def test_workload_samples_huge_refused(capsys):
     t0 = time.perf_counter()
-    rc = main(["workload", "show", "github", "--samples", "1e9"])
+    rc = main(["workload", "show", "github", "--samples", "1000000000"])
     _one_line_error(capsys, rc, "--samples", "--yes", "GB")
     assert time.perf_counter() - t0 < 10.0
+    with pytest.raises(SystemExit) as ei:  # 1e9 is not an integer flag value: argparse's one line
+        main(["workload", "show", "github", "--samples", "1e9"])
+    assert ei.value.code == 2 and "--samples" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- executors and injection
