@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dcpsim.errors import ConfigError
+from dcpsim.resources import data_dir, source_root
 from dcpsim.run.config import RunConfig, load_config
 
 __all__ = [
@@ -46,8 +47,8 @@ VARIANT_LABELS = {"public": "primary: real length data, uncalibrated",
                   "calibrated": "secondary: tail index fitted to the packing figure"}
 """Human-readable names of the workload variants (tables, figures)."""
 
-DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "experiments" / "dynamic_cp_blog"
-"""Where the specification lives in a source checkout (dcpsim is installed editable)."""
+DEFAULT_SPEC_DIR = data_dir("experiments") / "dynamic_cp_blog"
+"""Where the specification lives: the checkout's ``experiments/``, or the wheel's copy (:mod:`dcpsim.resources`)."""
 
 
 @dataclass(frozen=True)
@@ -247,7 +248,9 @@ def source_revision() -> dict[str, Any]:
     """The git commit of the dcpsim checkout and whether the code under dcpsim/ differs from it (``{}`` outside git)."""
     import subprocess
 
-    root = DEFAULT_SPEC_DIR.parents[1]
+    root = source_root()
+    if root is None:  # an installed wheel: no git checkout to name
+        return {}
     try:
         head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()

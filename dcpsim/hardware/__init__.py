@@ -18,6 +18,7 @@ from dcpsim.hardware.profile import (
     load_profile,
     write_profile,
 )
+from dcpsim.resources import data_dir
 
 __all__ = [
     "COLLECTIVE_OPS",
@@ -38,7 +39,7 @@ __all__ = [
 def profile_dirs() -> list[Path]:
     """Folders searched for named profiles: ``$DCPSIM_PROFILES`` (``:``-separated), then the shipped ``profiles/``."""
     dirs = [Path(p) for p in os.environ.get("DCPSIM_PROFILES", "").split(os.pathsep) if p]
-    dirs.append(Path(__file__).resolve().parents[2] / "profiles")
+    dirs.append(data_dir("profiles"))
     return dirs
 
 

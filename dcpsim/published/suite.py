@@ -40,8 +40,10 @@ GPU_PROFILES = {"H100-SXM-80GB": "h100-sxm", "A100-SXM-80GB": "a100-sxm-80gb"}
 
 
 def default_suite_dir() -> Path:
-    """``experiments/published_throughput`` of the source tree this package lives in."""
-    return Path(__file__).resolve().parents[2] / SUITE_DIR_NAME
+    """``experiments/published_throughput`` of the checkout, or of the installed wheel (:mod:`dcpsim.resources`)."""
+    from dcpsim.resources import data_dir
+
+    return data_dir("experiments") / Path(SUITE_DIR_NAME).name
 
 
 def parse_ranges(text: str) -> list[int]:
