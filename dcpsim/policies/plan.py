@@ -126,6 +126,10 @@ class Plan:
     <dcpsim.policies.base.Policy.plan>` attaches ``bound_evaluator`` (a
     no-argument callable, :func:`~dcpsim.policies.bound.lower_bound_s` of the
     kept sequences), so planning itself never pays for the bound.
+
+    ``counted_lengths`` (optional): the real lengths when ``lengths`` are
+    padded ones (Megatron's dynamic-CP sample padding, ``sim.dynamic_cp_padding``):
+    the simulator times ``lengths`` and counts FLOPs on these.
     """
 
     policy: str
@@ -138,6 +142,7 @@ class Plan:
     lower_bound_s: float | None = field(default=None, repr=False)  # a lazy property: see _lower_bound_get below
     meta: dict = field(default_factory=dict)
     bound_evaluator: Callable[[], float] | None = field(default=None, repr=False, compare=False)
+    counted_lengths: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     # ---------------------------------------------------------------- views
     @property

@@ -163,6 +163,18 @@ class SimSection(_Section):
                                     "default max(40M, 1M x DP)")
     planning: Planning = Field("hidden", description="modelled planning time: hidden, stall or ignore")
     grad_reduce_bytes_per_param: int = Field(4, ge=1, le=4, description="bytes per gradient element reduced")
+    dynamic_cp_padding: bool = Field(False, description="Megatron's dynamic-CP sample padding: a dynamic policy's "
+                                     "samples are padded to a multiple of 2*DP*CP*(TP if TP>1) tokens before "
+                                     "scheduling; the padding is timed, not counted as FLOPs")
+    dynamic_cp_exchange: Literal["none", "async", "sync"] = Field(
+        "none", description="per-iteration scheduler communication of a dynamic plan before its first microbatch: "
+        "async (PR #2959's background scheduler: one small all-reduce over DP*CP), sync (lengths all-gather and "
+        "all-to-all rerouting of the samples' tokens), none")
+    cp_switch_s: float = Field(0.0, ge=0, le=1.0, description="seconds a group op pays when its ranks ran another CP "
+                               "size in the previous microbatch (communicator switch; assumed, no public figure)")
+    microbatch_overhead_s: float = Field(0.0, ge=0, le=10.0, description="extra seconds every microbatch op pays "
+                                         "(forward), every policy: a fixed cost the time model does not contain "
+                                         "(sensitivity; assumed, not measured)")
     engine: Literal["auto", "events", "fast"] = Field(
         "auto", description="events: SimPy event simulation; fast: the exact vectorised evaluation of the same "
         "schedule (same finish times); auto: fast whenever no modelled effect needs events")

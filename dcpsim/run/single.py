@@ -94,7 +94,9 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                     degraded_link_scale=s.degraded_link_scale, vp=p.vp)
     opts = SimOptions(overlap_grad_sync=s.overlap_grad_sync, noise_cv=s.noise_cv, planning=s.planning,
                       grad_reduce_bytes_per_param=s.grad_reduce_bytes_per_param,
-                      overlap_param_gather=s.overlap_param_gather, grad_bucket_params=s.grad_bucket_params, engine=s.engine)
+                      overlap_param_gather=s.overlap_param_gather, grad_bucket_params=s.grad_bucket_params, engine=s.engine,
+                      dynamic_cp_exchange=s.dynamic_cp_exchange, cp_switch_s=s.cp_switch_s,
+                      microbatch_overhead_s=s.microbatch_overhead_s)
     return ClusterSimulator(cost, topo, faults=faults, options=opts)
 
 
@@ -109,6 +111,20 @@ def _get_policy(cfg: RunConfig):
     except ImportError:
         raise ConfigError("policy.name", cfg.policy.name, "a registered policy (dcpsim.policies has no registry yet)") from None
     return get_policy(cfg.policy.name, **dict(cfg.policy.options))
+
+
+def plan_batch(policy, lengths: np.ndarray, layout: Layout, cost: CostModel, rng, cfg: RunConfig) -> Plan:
+    """Plan one batch; with ``sim.dynamic_cp_padding`` a dynamic policy plans (and the simulator times) the
+    samples padded as Megatron's dynamic-CP data path pads them, while FLOPs stay those of the real lengths."""
+    if not (cfg.sim.dynamic_cp_padding and policy.dynamic):
+        return policy.plan(lengths, layout, cost, rng=rng)
+    from dcpsim.cost.padding import padded_lengths
+
+    tp = cfg.parallel.tp
+    padded = padded_lengths(lengths, layout.ranks_per_stage, tp if tp > 1 else 1)
+    plan = policy.plan(padded, layout, cost, rng=rng)
+    plan.counted_lengths = np.asarray(lengths, dtype=np.int64)
+    return plan
 
 
 def _workload_name(cfg: RunConfig) -> str:
@@ -168,7 +184,7 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
             else:
                 lengths = _batch_lengths(cfg, i, batches, dist, fixed, streams["workload"])
                 t0 = time.perf_counter()
-                plan = policy.plan(lengths, layout, cost, rng=streams["policy"])
+                plan = plan_batch(policy, lengths, layout, cost, streams["policy"], cfg)
             planning_wall += time.perf_counter() - t0
         used_plans.append(plan)
         for c, n in plan.cp_histogram().items():

@@ -151,8 +151,13 @@ class DurationModel:
     """Turns plans into :class:`IterationWork` for one (cost model, topology, faults) setting."""
 
     def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
-                 grad_reduce_bytes_per_param: int = 4, grad_bucket_params: int = 0) -> None:
+                 grad_reduce_bytes_per_param: int = 4, grad_bucket_params: int = 0,
+                 dynamic_cp_exchange: str = "none", cp_switch_s: float = 0.0,
+                 microbatch_overhead_s: float = 0.0) -> None:
         self.cost = cost
+        self.microbatch_overhead_s = float(microbatch_overhead_s)
+        self.dynamic_cp_exchange = dynamic_cp_exchange
+        self.cp_switch_s = float(cp_switch_s)
         self.topo = topology
         self.faults = faults
         self.grad_reduce_bytes_per_param = int(grad_reduce_bytes_per_param)
@@ -232,6 +237,10 @@ class DurationModel:
         bwd[pp - 1] += head_b
         cpf = per["cp_fwd_exposed_s"] * scale
         cpb = per["cp_bwd_exposed_s"] * scale
+        if plan.dynamic:
+            self._dynamic_cp_costs(plan, table, fwd, bwd, lens)
+        if self.microbatch_overhead_s > 0:
+            fwd += self.microbatch_overhead_s
         self._vary(table, (fwd, cpf), (bwd, cpb), head_f, head_b, noise_cv, rng)
         xfer = self._transfers(table, local)
         tokens = np.zeros(G)
@@ -239,10 +248,52 @@ class DurationModel:
         return IterationWork(
             table=table, fwd_s=fwd, bwd_s=bwd, cp_fwd_s=cpf, cp_bwd_s=cpb, xfer_s=xfer, spans_network=spans,
             local_tokens=local, tokens=tokens, peak_memory_bytes=mem, fits_memory=mem <= cost.memory_limit_bytes,
-            flops=cost.model.flops(lens), n_seqs=int(lens.size), batch_cost_calls=calls,
+            flops=cost.model.flops(lens if plan.counted_lengths is None else plan.counted_lengths),
+            n_seqs=int(lens.size), batch_cost_calls=calls,
             head_fwd_s=head_f, head_bwd_s=head_b, vp=self.topo.vp,
             idle_memory_bytes=float(cost.peak_memory_bytes(np.zeros(1))[0]),
         )
+
+    def exchange_s(self, n_samples: int, tokens: float) -> float:
+        """Per-iteration scheduler communication of a dynamic plan before its first microbatch (seconds).
+
+        ``async`` (PR #2959's launch script: plans in a background process from the sampler, each rank
+        loads its own samples): one all-reduce of two int64 counters over the DP×CP group. ``sync`` (its
+        in-loop path): an all-gather of the samples' lengths (4 B each) and an all-to-all moving each
+        rank's share of the batch's tokens, 28 B a token (tokens, labels and positions int64, loss mask
+        fp32), to the ranks the plan gives them.
+        """
+        mode = self.dynamic_cp_exchange
+        if mode == "none":
+            return 0.0
+        n, domains, factor = self.topo.stage_dp_group(0)
+        prof = self.cost.profile
+
+        def t(op: str, nbytes: float) -> float:
+            return float(group_collective_time_s(prof, op, nbytes, n, domains=domains, network_scale=factor))
+
+        out = t("all_reduce", 16.0)
+        if mode == "sync":
+            out += t("all_gather", 4.0 * n_samples) + t("all_to_all", 28.0 * tokens / max(n, 1))
+        return out
+
+    def _dynamic_cp_costs(self, plan: Plan, table: GroupTable, fwd: np.ndarray, bwd: np.ndarray,
+                          lens: np.ndarray) -> None:
+        """Megatron's run-time costs of dynamic CP, in place: the per-iteration exchange delays the first
+        microbatch on the first stage; a group whose ranks ran another CP size in the previous microbatch
+        pays ``cp_switch_s`` forward and backward on every stage."""
+        x = self.exchange_s(int(lens.size), float(lens.sum()))
+        if x > 0:
+            first = np.unique(table.gid[0][table.gid[0] >= 0])
+            fwd[0, first] += x
+        if self.cp_switch_s > 0 and table.n_steps > 1:
+            sizes = np.where(table.gid >= 0, table.size[np.maximum(table.gid, 0)], 0)  # (steps, ranks)
+            moved = (sizes[1:] != sizes[:-1]) & (sizes[1:] > 0) & (sizes[:-1] > 0)
+            hit = np.zeros(table.n_groups, dtype=bool)
+            g = table.gid[1:][moved]
+            hit[g] = True
+            fwd[:, hit] += self.cp_switch_s
+            bwd[:, hit] += self.cp_switch_s
 
     def _spans(self, table: GroupTable, starts: np.ndarray, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each real group leaves its NVLink domain, its network factor), ``(PP, G)``."""

@@ -36,6 +36,7 @@ from dcpsim.sim.variability import Faults
 
 PLANNING_MODES = ("hidden", "stall", "ignore")
 ENGINES = ("auto", "events", "fast")
+EXCHANGES = ("none", "async", "sync")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,9 @@ class SimOptions:
     overlap_param_gather: bool = False
     grad_bucket_params: int = 0
     engine: str = "auto"
+    dynamic_cp_exchange: str = "none"
+    cp_switch_s: float = 0.0
+    microbatch_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.planning not in PLANNING_MODES:
@@ -57,6 +61,10 @@ class SimOptions:
             raise ConfigError("sim.engine", self.engine, f"one of {ENGINES}")
         if self.noise_cv < 0:
             raise ConfigError("sim.noise_cv", self.noise_cv, ">= 0")
+        if self.dynamic_cp_exchange not in EXCHANGES:
+            raise ConfigError("sim.dynamic_cp_exchange", self.dynamic_cp_exchange, f"one of {EXCHANGES}")
+        if not self.cp_switch_s >= 0:
+            raise ConfigError("sim.cp_switch_s", self.cp_switch_s, ">= 0 seconds")
 
 
 class ClusterSimulator:
@@ -72,7 +80,10 @@ class ClusterSimulator:
                               f"tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp} as in the cost model")
         self.durations = DurationModel(cost, topology, faults=faults,
                                        grad_reduce_bytes_per_param=self.options.grad_reduce_bytes_per_param,
-                                       grad_bucket_params=self.options.grad_bucket_params)
+                                       grad_bucket_params=self.options.grad_bucket_params,
+                                       dynamic_cp_exchange=self.options.dynamic_cp_exchange,
+                                       cp_switch_s=self.options.cp_switch_s,
+                                       microbatch_overhead_s=self.options.microbatch_overhead_s)
         self.sync = self.durations.sync_cost()
 
     def uses_events(self) -> bool:
