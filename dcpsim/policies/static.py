@@ -29,6 +29,8 @@ Sequences longer than a ``cp``-rank group holds raise
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens
@@ -164,19 +166,34 @@ class BalancedPackingPolicy(Policy):
 
     @staticmethod
     def _lpt(order: np.ndarray, t: np.ndarray, tok: np.ndarray, n_bins: int, cap: int) -> list[list[int]] | None:
-        """Longest-processing-time first into ``n_bins`` bins with a token cap; None if a sequence fits nowhere."""
-        load = np.zeros(n_bins)
-        room = np.full(n_bins, cap, dtype=np.int64)
+        """Longest-processing-time first into ``n_bins`` bins with a token cap; None if a sequence fits nowhere.
+
+        Each sequence goes to the least-loaded bin with room for it (ties: the lowest bin). A heap of
+        (load, bin) gives that bin: entries without room are set aside and pushed back afterwards, and
+        bins with less room than any sequence still to place are dropped for good.
+        """
+        room = [cap] * n_bins
+        heap = [(0.0, b) for b in range(n_bins)]
         members: list[list[int]] = [[] for _ in range(n_bins)]
-        inf = np.inf
-        for i in order.tolist():
-            cand = np.where(room >= tok[i], load, inf)
-            b = int(np.argmin(cand))
-            if cand[b] == inf:
+        seq = order.tolist()
+        tok_l = tok.tolist()
+        t_l = t.tolist()
+        rest_min = np.minimum.accumulate(tok[order][::-1])[::-1].tolist() if seq else []
+        for pos, i in enumerate(seq):
+            need = tok_l[i]
+            aside = []
+            while heap and room[heap[0][1]] < need:
+                e = heapq.heappop(heap)
+                if room[e[1]] >= rest_min[pos]:  # still useful for a later, smaller sequence
+                    aside.append(e)
+            if not heap:
                 return None
-            load[b] += t[i]
-            room[b] -= tok[i]
+            load, b = heap[0]
+            room[b] -= need
             members[b].append(i)
+            heapq.heapreplace(heap, (load + t_l[i], b))
+            for e in aside:
+                heapq.heappush(heap, e)
         return members
 
     @staticmethod
