@@ -12,7 +12,7 @@ hash, the fit rows and the git commit as their source). See
 
 from __future__ import annotations
 
-from dcpsim.commands._common import print_json, print_table
+from dcpsim.commands._common import add_force, print_json, print_table
 
 
 def register(sub) -> None:
@@ -26,6 +26,7 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="folder for the calibrated profile copy and the report")
     p.add_argument("--apply", action="store_true", help="also write the fitted values into the shipped profile")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_force(p)
     p.set_defaults(func=run, _parser=p)
 
 
@@ -35,6 +36,10 @@ def run(args) -> int:
 
     if args.apply and not args.out:
         raise ConfigError("--apply", True, "--out DIR too (the report is written there)")
+    if args.out:
+        from dcpsim.outdir import check_out_dir
+
+        check_out_dir(args.out, force=args.force)  # before the fit
     params = [s.strip() for s in args.params.split(",") if s.strip()] if args.params else None
     res = calibrate(args.gpu, params=params, iterations=args.iterations, suite_dir=args.suite, folds=not args.no_folds,
                     fold_iterations=args.fold_iterations)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import shutil
 import tempfile
 import time
 import tomllib
@@ -132,11 +131,21 @@ def profile_folder(gpu: str) -> Path:
 
 
 def write_profile(base: Path, out: Path, values: dict[str, float], sources: dict[str, str]) -> Path:
-    """A copy of profile folder ``base`` in ``out`` with ``[timing]`` values (and their sources) replaced."""
-    out.mkdir(parents=True, exist_ok=True)
+    """A copy of profile folder ``base`` in ``out`` with ``[timing]`` values (and their sources) replaced.
+
+    Written atomically, only over files dcpsim wrote (:mod:`dcpsim.outdir`).
+    """
+    from dcpsim.outdir import write_bytes, write_text
+
     for f in base.iterdir():
         if f.is_file() and f.name != "profile.toml" and f.suffix in (".csv", ".toml", ".md"):
-            shutil.copyfile(f, out / f.name)
+            write_bytes(out / f.name, f.read_bytes())
+    write_text(out / "profile.toml", calibrated_profile_text(base, values, sources))
+    return out
+
+
+def calibrated_profile_text(base: Path, values: dict[str, float], sources: dict[str, str]) -> str:
+    """``base``'s profile.toml with ``[timing]`` values (and their sources) replaced."""
     data = tomllib.loads((base / "profile.toml").read_text())
     timing = dict(data.get("timing", {}))
     srcs = dict(data.get("sources", {}))
@@ -145,8 +154,7 @@ def write_profile(base: Path, out: Path, values: dict[str, float], sources: dict
         srcs[f"timing.{k}"] = sources.get(k, "calibration candidate")
     data["timing"] = timing
     data["sources"] = srcs
-    (out / "profile.toml").write_text(dump_profile_toml(data))
-    return out
+    return dump_profile_toml(data)
 
 
 def check_knobs(gpu: str, names: list[str]) -> list[Param]:
@@ -384,10 +392,10 @@ def _folds(ev: Evaluator, fit: list[RowConfig], x0: np.ndarray, r0: np.ndarray, 
 
 def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = False) -> list[Path]:
     """Calibrated profile copy + calibration.json + CALIBRATION.md in ``out``; ``apply``: into the shipped profile too."""
+    from dcpsim.outdir import check_out_dir, write_text
     from dcpsim.serialize import to_jsonable
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_out_dir(out)
     src = (f"fitted by dcpsim calibrate on published_throughput.csv (sha256 {res.data_sha256[:16]}) fit rows "
            f"{_ranges(res.fit_rows)} of {res.gpu}; dcpsim {res.revision.get('git_commit', 'unknown')[:12]}"
            f"{' + uncommitted changes' if res.revision.get('uncommitted_changes') else ''}; fit mean |error| "
@@ -396,13 +404,10 @@ def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = 
     srcs = {k: src for k in res.fitted}
     prof_dir = write_profile(base, out / f"{res.gpu}-calibrated", res.fitted, srcs)
     paths = [prof_dir / "profile.toml", out / "calibration.json", out / "CALIBRATION.md"]
-    paths[1].write_text(json.dumps(to_jsonable(res.to_json()), indent=1))
-    paths[2].write_text(res.markdown())
-    if apply:
-        tmp = out / f".{res.gpu}-apply"
-        write_profile(base, tmp, res.fitted, srcs)
-        shutil.copyfile(tmp / "profile.toml", base / "profile.toml")
-        shutil.rmtree(tmp)
+    write_text(paths[1], json.dumps(to_jsonable(res.to_json()), indent=1))
+    write_text(paths[2], res.markdown())
+    if apply:  # --apply: rewrite the shipped profile on purpose (an explicit request), atomically
+        write_text(base / "profile.toml", calibrated_profile_text(base, res.fitted, srcs), force=True)
         paths.append(base / "profile.toml")
     return paths
 
