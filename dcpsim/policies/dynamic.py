@@ -123,155 +123,65 @@ class _Ctx:
         self.align = align_masks_for(sizes, self.R)
         self.cmax = int(sizes[-1])
 
-    def microbatch(self, order: np.ndarray, stats: dict) -> tuple[Step, np.ndarray]:  # noqa: C901 - temporary, split by dedupe
-        """Build one microbatch from ``order`` (ids, longest first); return it and the waiting ids."""
-        R, M, ns = self.R, self.M, self.ns
-        size_list, align = self.size_list, self.align
-        tok_tab, work_tab, need_tab, L = self.tok, self.work, self.need, self.L
-        g_sidx = np.zeros(R, dtype=np.int64)
-        g_load = np.zeros(R)
-        g_tok = np.zeros(R, dtype=np.int64)
-        g_start: list[int] = []
-        members: list[list[int]] = []
-        ng = 0
-        free = (1 << R) - 1
-        slice_cache: list[int | None] = [None] * ns
+    def microbatch(self, order: np.ndarray, stats: dict) -> tuple[Step, np.ndarray]:
+        """Build one microbatch from ``order`` (ids, longest first); return it and the waiting ids.
 
-        def first_free(k: int) -> int:
-            v = slice_cache[k]
-            if v is None:
-                v = lowest_free_slice(free, size_list[k], R, align)
-                slice_cache[k] = v
-            return v
-
+        Phases: the longest sequence opens the first group; every other one
+        takes the option that raises the maximum rank load least (or waits);
+        then empty ranks are filled (doubling groups, or one group over all ranks).
+        """
         ids = order.tolist()
-        i0 = ids[0]
-        k = int(need_tab[i0])
-        g_sidx[0], g_load[0], g_tok[0] = k, work_tab[i0, k], tok_tab[i0, k]
-        start = lowest_free_slice(free, size_list[k], R, align)
-        g_start.append(start)
-        members.append([i0])
-        free &= ~(((1 << size_list[k]) - 1) << start)
-        ng = 1
-        cur_max = float(work_tab[i0, k])
-        cap = (1.0 + self.delta) * float(L[i0]) * M
-        min_tok = int(g_tok[0])
-        big = size_list[k]
+        mb = _Microbatch(self, ids[0])
         leftovers: list[int] = []
-        shortest = int(L[ids[-1]])
-        n_ids = len(ids)
-        BIG = float(4 * R + 4)
-
-        for pos in range(1, n_ids):
+        shortest = int(self.L[ids[-1]])
+        for pos in range(1, len(ids)):
             i = ids[pos]
-            Li = int(L[i])
-            if free == 0 and Li > (M - min_tok) * big:
-                # no free rank and no group has room even for a perfect split: cannot place
+            if mb.full_for(int(self.L[i])):
                 leftovers.append(i)
-                if shortest > (M - min_tok) * big:  # nor can any shorter remaining sequence
+                if mb.full_for(shortest):  # nor can any shorter remaining sequence be placed
                     leftovers.extend(ids[pos + 1 :])
                     break
                 continue
-            k0 = int(need_tab[i])
-            tok_row = tok_tab[i]
-            work_row = work_tab[i]
-            gs = g_sidx[:ng]
-            ok = (gs >= k0) & (g_tok[:ng] + tok_row[gs] <= M)
-            newv = g_load[:ng] + work_row[gs]
-            choice = None  # ("join", group) or ("new", size index)
-            # options whose score is the current maximum (nothing rises): first in option order wins
-            f0 = ok & (newv <= cur_max)
-            kj = ns
-            gj = -1
-            if f0.any():
-                key = np.where(f0, gs * BIG + np.arange(ng), np.inf)
-                gj = int(np.argmin(key))
-                kj = int(gs[gj])
-            kn = -1
-            for kk in range(k0, kj):  # a new group of a smaller size comes first in option order
-                if work_row[kk] <= cur_max and first_free(kk) >= 0:
-                    kn = kk
-                    break
-            if kn >= 0:
-                choice = ("new", kn)
-            elif gj >= 0:
-                choice = ("join", gj)
-            else:
-                # every option raises the maximum: take the smallest resulting maximum under the cap
-                okc = ok & (newv <= cap)
-                best_v, best_key = np.inf, np.inf
-                if okc.any():
-                    vv = np.where(okc, newv, np.inf)
-                    jv = float(vv.min())
-                    cand = np.where(vv == jv, gs * BIG + np.arange(ng), np.inf)
-                    g = int(np.argmin(cand))
-                    best_v, best_key, choice = jv, float(cand[g]), ("join", g)
-                for kk in range(k0, ns):
-                    v = float(work_row[kk])
-                    if v > cap or first_free(kk) < 0:
-                        continue
-                    key = kk * BIG + 2 * R + 1  # after the existing groups of its size
-                    if v < best_v or (v == best_v and key < best_key):
-                        best_v, best_key, choice = v, key, ("new", kk)
+            choice = mb.choose(i)
             if choice is None:
                 leftovers.append(i)
-                continue
-            if choice[0] == "join":
-                g = choice[1]
-                kk = int(g_sidx[g])
-                g_load[g] += work_row[kk]
-                g_tok[g] += tok_row[kk]
-                members[g].append(i)
-                if g_load[g] > cur_max:
-                    cur_max = float(g_load[g])
             else:
-                kk = choice[1]
-                c = size_list[kk]
-                start = first_free(kk)
-                g_sidx[ng], g_load[ng], g_tok[ng] = kk, work_row[kk], tok_row[kk]
-                g_start.append(start)
-                members.append([i])
-                ng += 1
-                free &= ~(((1 << c) - 1) << start)
-                slice_cache = [None] * ns
-                if work_row[kk] > cur_max:
-                    cur_max = float(work_row[kk])
-                if c > big:
-                    big = c
-            min_tok = int(g_tok[:ng].min())
+                mb.apply(choice, i)
+        return self._fill_empty_ranks(mb, order, ids, np.asarray(leftovers, dtype=np.int64), stats)
 
-        # ---------------------------------------------------------- fill empty ranks
-        sizes_g = [size_list[int(x)] for x in g_sidx[:ng]]
-        starts = list(g_start)
+    def _fill_empty_ranks(self, mb: _Microbatch, order: np.ndarray, ids: list[int], left: np.ndarray,
+                          stats: dict) -> tuple[Step, np.ndarray]:
+        """Ranks left empty: double the smallest group while it fits; failing that, one group over all ranks."""
+        sizes_g = [self.size_list[int(x)] for x in mb.g_sidx[: mb.ng]]
+        starts = list(mb.g_start)
         used = sum(sizes_g)
-        left = np.asarray(leftovers, dtype=np.int64)
-        full_fallback = False
+        free = mb.free
         while free:
             cmin = min(sizes_g)
-            if 2 * cmin <= self.cmax and used + cmin <= R:
-                g = sizes_g.index(cmin)  # first-created group of the smallest size
-                sizes_g[g] = 2 * cmin
-                used += cmin
-                stats["doublings"] += 1
-                starts, free = self._relayout(sizes_g)
-            else:
-                full_fallback = True
-                break
-        if full_fallback:
-            stats["full_group_fills"] += 1
-            c = self.cmax
-            tok_c = per_rank_tokens(L[order], c)
-            sel, rest, used_tok = [], [], 0
-            for i, t in zip(ids, tok_c.tolist(), strict=True):
-                if used_tok + t <= M:
-                    sel.append(i)
-                    used_tok += t
-                else:
-                    rest.append(i)
-            return Step([Group(0, c, sel)]), np.asarray(rest, dtype=np.int64)
-        groups = [Group(int(starts[g]), int(sizes_g[g]), members[g]) for g in range(ng)]
+            if not (2 * cmin <= self.cmax and used + cmin <= self.R):
+                stats["full_group_fills"] += 1
+                return self._one_full_group(order, ids)
+            g = sizes_g.index(cmin)  # first-created group of the smallest size
+            sizes_g[g] = 2 * cmin
+            used += cmin
+            stats["doublings"] += 1
+            starts, free = self._relayout(sizes_g)
+        groups = [Group(int(starts[g]), int(sizes_g[g]), mb.members[g]) for g in range(mb.ng)]
         groups.sort(key=lambda gr: gr.start)
         return Step(groups), left
+
+    def _one_full_group(self, order: np.ndarray, ids: list[int]) -> tuple[Step, np.ndarray]:
+        """One group over the largest aligned slice, packed greedily in order; the rest waits."""
+        c = self.cmax
+        tok_c = per_rank_tokens(self.L[order], c)
+        sel, rest, used_tok = [], [], 0
+        for i, t in zip(ids, tok_c.tolist(), strict=True):
+            if used_tok + t <= self.M:
+                sel.append(i)
+                used_tok += t
+            else:
+                rest.append(i)
+        return Step([Group(0, c, sel)]), np.asarray(rest, dtype=np.int64)
 
     def _relayout(self, sizes_g: list[int]) -> tuple[list[int], int]:
         """Place groups largest first from rank 0 (aligned because sizes are powers of two); return starts and free mask."""
@@ -283,3 +193,106 @@ class _Ctx:
             pos += sizes_g[g]
         free = ((1 << self.R) - 1) & ~((1 << pos) - 1)
         return starts, free
+
+
+class _Microbatch:
+    """The groups of one microbatch under construction (one entry per group, at most R of them)."""
+
+    def __init__(self, ctx: _Ctx, first: int) -> None:
+        R = ctx.R
+        self.ctx = ctx
+        self.g_sidx = np.zeros(R, dtype=np.int64)
+        self.g_load = np.zeros(R)  # L²/c proxy per rank
+        self.g_tok = np.zeros(R, dtype=np.int64)  # tokens per rank (padded)
+        self.g_start: list[int] = []
+        self.members: list[list[int]] = []
+        self.ng = 0
+        self.free = (1 << R) - 1  # bit r set: rank r free
+        self.slice_cache: list[int | None] = [None] * ctx.ns
+        self.BIG = float(4 * R + 4)  # option-order key: size index * BIG + position
+        k = int(ctx.need[first])
+        self.cur_max = float(ctx.work[first, k])
+        self.cap = (1.0 + ctx.delta) * float(ctx.L[first]) * ctx.M
+        self.big = ctx.size_list[k]
+        self.apply(("new", k), first)
+
+    def first_free(self, k: int) -> int:
+        """Lowest free aligned slice for size index ``k`` (-1 if none), cached until the free ranks change."""
+        v = self.slice_cache[k]
+        if v is None:
+            v = lowest_free_slice(self.free, self.ctx.size_list[k], self.ctx.R, self.ctx.align)
+            self.slice_cache[k] = v
+        return v
+
+    def full_for(self, length: int) -> bool:
+        """No free rank, and no group has room for ``length`` tokens even split perfectly over the largest group."""
+        return self.free == 0 and length > (self.ctx.M - self.min_tok) * self.big
+
+    def choose(self, i: int):
+        """("join", group) or ("new", size index) for sequence ``i``, or None if it must wait."""
+        ctx, ng = self.ctx, self.ng
+        k0 = int(ctx.need[i])
+        gs = self.g_sidx[:ng]
+        ok = (gs >= k0) & (self.g_tok[:ng] + ctx.tok[i][gs] <= ctx.M)
+        newv = self.g_load[:ng] + ctx.work[i][gs]
+        return self._without_raise(i, k0, gs, ok, newv) or self._least_raise(i, k0, gs, ok, newv)
+
+    def _without_raise(self, i: int, k0: int, gs: np.ndarray, ok: np.ndarray, newv: np.ndarray):
+        """The first option in option order whose load stays within the current maximum (None if none)."""
+        f0 = ok & (newv <= self.cur_max)
+        kj, gj = self.ctx.ns, -1
+        if f0.any():
+            key = np.where(f0, gs * self.BIG + np.arange(self.ng), np.inf)
+            gj = int(np.argmin(key))
+            kj = int(gs[gj])
+        work_row = self.ctx.work[i]
+        for kk in range(k0, kj):  # a new group of a smaller size comes first in option order
+            if work_row[kk] <= self.cur_max and self.first_free(kk) >= 0:
+                return ("new", kk)
+        return ("join", gj) if gj >= 0 else None
+
+    def _least_raise(self, i: int, k0: int, gs: np.ndarray, ok: np.ndarray, newv: np.ndarray):
+        """Every option raises the maximum: the smallest resulting maximum under the cap (None if none)."""
+        okc = ok & (newv <= self.cap)
+        best_v, best_key, choice = np.inf, np.inf, None
+        if okc.any():
+            vv = np.where(okc, newv, np.inf)
+            jv = float(vv.min())
+            cand = np.where(vv == jv, gs * self.BIG + np.arange(self.ng), np.inf)
+            g = int(np.argmin(cand))
+            best_v, best_key, choice = jv, float(cand[g]), ("join", g)
+        work_row = self.ctx.work[i]
+        for kk in range(k0, self.ctx.ns):
+            v = float(work_row[kk])
+            if v > self.cap or self.first_free(kk) < 0:
+                continue
+            key = kk * self.BIG + 2 * self.ctx.R + 1  # after the existing groups of its size
+            if v < best_v or (v == best_v and key < best_key):
+                best_v, best_key, choice = v, key, ("new", kk)
+        return choice
+
+    def apply(self, choice, i: int) -> None:
+        """Add sequence ``i`` to a group (``join``) or open a group of a size index on the lowest free slice (``new``)."""
+        ctx = self.ctx
+        if choice[0] == "join":
+            g = choice[1]
+            kk = int(self.g_sidx[g])
+            self.g_load[g] += ctx.work[i, kk]
+            self.g_tok[g] += ctx.tok[i, kk]
+            self.members[g].append(i)
+            load = float(self.g_load[g])
+        else:
+            kk = choice[1]
+            c = ctx.size_list[kk]
+            start = self.first_free(kk)
+            g = self.ng
+            self.g_sidx[g], self.g_load[g], self.g_tok[g] = kk, ctx.work[i, kk], ctx.tok[i, kk]
+            self.g_start.append(start)
+            self.members.append([i])
+            self.ng += 1
+            self.free &= ~(((1 << c) - 1) << start)
+            self.slice_cache = [None] * ctx.ns
+            load = float(ctx.work[i, kk])
+            self.big = max(self.big, c)
+        self.cur_max = max(self.cur_max, load)
+        self.min_tok = int(self.g_tok[: self.ng].min())
