@@ -90,6 +90,8 @@ KERNELS_RING_STEP_BWD = 5  # per extra ring step: attention bwd (3), dK/dV accum
 KERNELS_CP_COLLECTIVE = {"all_gather": 1, "a2a": 4}  # per pass
 KERNELS_MICROBATCH = 2  # pipeline send + receive, each way, every stage
 KERNELS_EMBED = (1, 2)  # first stage: embedding lookup fwd; bwd (gradient scatter-add, zeroing)
+KERNELS_UNFUSED_ATTENTION = (5, 8)  # extra over one flash kernel: scores GEMM, softmax, dropout, context GEMM, copies; bwd: 4 GEMMs, 2 elementwise, copies
+ATTENTION_KERNELS = ("flash", "unfused")
 KERNELS_HEAD = (9, 8)  # last stage fwd: final norm, logits GEMM, cross-entropy (max, exp-sum, 2 TP all-reduces, target logit, loss), loss average; bwd: CE grad, 2 GEMMs, 2 norm, scale, 2 misc
 
 
@@ -272,6 +274,10 @@ class CostModel:
         overlap TP collectives with the GEMMs (Megatron --tp-comm-overlap).
     first_stage_layers, last_stage_layers:
         Megatron --decoder-first/last-pipeline-num-layers (0: even split).
+    attention:
+        ``flash`` (fused kernels, the profile's attention table) or ``unfused``
+        (Megatron before fused attention: batched GEMMs + softmax + dropout
+        over the L×L scores, see :meth:`_unfused_attention`; cp = 1 only).
     """
 
     def __init__(
@@ -289,6 +295,7 @@ class CostModel:
         tp_comm_overlap: bool = False,
         first_stage_layers: int = 0,
         last_stage_layers: int = 0,
+        attention: str = "flash",
     ) -> None:
         self.profile = get_profile(profile)
         self.model = get_model(model)
@@ -304,6 +311,9 @@ class CostModel:
                               "(timing.peak_fp8_flops, timing.fp8_gemm_best_tflops)")
         self.precision = precision
         self.tp_comm_overlap = bool(tp_comm_overlap)
+        if attention not in ATTENTION_KERNELS:
+            raise ConfigError("parallel.attention", attention, f"one of {ATTENTION_KERNELS}")
+        self.attention = attention
         if tp > self.profile.nvlink_domain_gpus:
             raise ConfigError("tp", tp, f"<= the NVLink domain ({self.profile.nvlink_domain_gpus} GPUs)")
         for dim in ("n_heads", "n_kv_heads", "ffn_hidden"):
@@ -343,7 +353,7 @@ class CostModel:
             )
         return pc
 
-    def batch_cost(self, lengths, pack_ids, cp, spans_network=None) -> BatchCost:  # noqa: C901 - temporary, split by costmodel
+    def batch_cost(self, lengths, pack_ids, cp, spans_network=None) -> BatchCost:
         """Vectorised cost of many packs.
 
         ``lengths`` (int, one per document) and ``pack_ids`` (same size, the
@@ -354,107 +364,17 @@ class CostModel:
         pack_ids = np.asarray(pack_ids, dtype=np.int64)
         cp = np.asarray(cp, dtype=np.int64)
         npk = cp.size
-        spans = np.zeros(npk, dtype=bool) if spans_network is None else np.asarray(spans_network, dtype=bool)
-        if spans.size != npk:
-            raise ConfigError("spans_network", spans.size, f"one entry per pack ({npk})")
-        if (cp < 1).any():
-            raise ConfigError("cp", int(cp.min()), "CP sizes >= 1")
-        if self.cp_comm == "a2a":
-            bad = (self.model.n_heads % (cp * self.tp) != 0) | (self.model.n_kv_heads % np.minimum(cp * self.tp, self.model.n_kv_heads) != 0)
-            if bad.any():
-                c = int(cp[bad][0])
-                raise InfeasibleError("divisibility", f"a2a needs n_heads ({self.model.n_heads}) divisible by cp*tp ({c}*{self.tp})")
-        m, tp, L = self.model, self.tp, self.layers_per_stage
-        prof = self.profile
+        spans = self._check_packs(cp, spans_network)
+        L, prof = self.layers_per_stage, self.profile
 
-        c_doc = cp[pack_ids].astype(np.float64)
         padded = padded_lengths(lengths, cp[pack_ids]).astype(np.float64)
-        tokens = np.bincount(pack_ids, weights=padded, minlength=npk)
-        s = tokens / np.maximum(cp, 1)  # local tokens per rank
+        s = np.bincount(pack_ids, weights=padded, minlength=npk) / np.maximum(cp, 1)  # local tokens per rank
 
-        # GEMMs (one block, forward) and, in FP8, their casts
-        gemm_fwd = np.zeros(npk)
-        cast_fwd = np.zeros(npk)
-        cast_bwd = np.zeros(npk)
-        fp8 = self.precision == "fp8"
-        for _, n, k, cnt in self._shapes:
-            eff = prof.gemm_flops_per_s(np.maximum(s, 1.0), n, k, precision=self.precision)
-            gemm_fwd += cnt * 2.0 * s * n * k / eff
-            if fp8:
-                cast_fwd += cnt * 4.0 * s * k / prof.hbm_bw_bytes_per_s
-                cast_bwd += cnt * 4.0 * s * n / prof.hbm_bw_bytes_per_s
-        # attention per document, per rank
-        f_fwd = attention_flops(padded, m.q_dim / tp) / c_doc  # causal forward FLOPs on this rank, one layer
-        hd = m.head_dim
-        if self.cp_comm == "a2a":
-            seq = padded
-            diag = np.ones_like(c_doc)
-        else:
-            seq = padded / c_doc
-            diag = 1.0 / c_doc
-        e = prof.attention_flops_per_s
-        t_fwd_doc = f_fwd * (
-            diag / e(seq, direction="fwd", causal=True, head_dim=hd)
-            + (1 - diag) / e(seq, direction="fwd", causal=False, head_dim=hd)
-        )
-        f_bwd = ATTN_BWD_FLOPS_FACTOR * f_fwd
-        t_bwd_doc = f_bwd * (
-            diag / e(seq, direction="bwd", causal=True, head_dim=hd)
-            + (1 - diag) / e(seq, direction="bwd", causal=False, head_dim=hd)
-        )
-        attn_fwd = np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk)
-        attn_bwd = np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk)
-
-        # CP communication per layer
-        cpf = cp.astype(np.float64)
-        cp_fwd = np.zeros(npk)
-        cp_bwd = np.zeros(npk)
-        cp_total = np.zeros(npk)
-        multi = cp > 1
-        if multi.any():
-            kv_bytes = s * 2.0 * m.kv_dim * 2.0 / tp
-            for tier, sel in (("nvlink", multi & ~spans), ("network", multi & spans)):
-                if not sel.any():
-                    continue
-                idx = np.nonzero(sel)[0]
-                if self.cp_comm == "p2p":
-                    tx = prof.collective_time_s("sendrecv", tier, kv_bytes[idx], 2)
-                    tx_b = prof.collective_time_s("sendrecv", tier, 2.0 * kv_bytes[idx], 2)
-                    steps = cpf[idx] - 1
-                    cp_fwd[idx] = steps * np.maximum(0.0, tx - attn_fwd[idx] / cpf[idx])
-                    cp_bwd[idx] = steps * np.maximum(0.0, tx_b - attn_bwd[idx] / cpf[idx])
-                    cp_total[idx] = steps * (tx + tx_b)
-                else:
-                    for c in np.unique(cp[idx]):
-                        sub = idx[cp[idx] == c]
-                        if self.cp_comm == "all_gather":
-                            full = kv_bytes[sub] * c
-                            fw = prof.collective_time_s("all_gather", tier, full, int(c))
-                            bw = prof.collective_time_s("reduce_scatter", tier, full, int(c))
-                        else:  # a2a: Q, K, V, O each way
-                            q_b = s[sub] * m.q_dim * 2.0 / tp
-                            kv1 = s[sub] * m.kv_dim * 2.0 / tp
-                            fw = 2 * prof.collective_time_s("all_to_all", tier, q_b, int(c)) + 2 * prof.collective_time_s(
-                                "all_to_all", tier, kv1, int(c)
-                            )
-                            bw = fw
-                        cp_fwd[sub], cp_bwd[sub] = fw, bw
-                        cp_total[sub] = fw + bw
-        # TP communication (sequence parallel): 2 AG + 2 RS of s*h*2 B each way
-        if tp > 1:
-            buf = s * m.hidden * 2.0
-            tp_one = 2 * prof.collective_time_s("all_gather", "nvlink", buf, tp) + 2 * prof.collective_time_s(
-                "reduce_scatter", "nvlink", buf, tp
-            )
-        else:
-            tp_one = np.zeros(npk)
-
+        gemm_fwd, cast_fwd, cast_bwd = self._gemm_terms(s)
         gemm_bwd = GEMM_BWD_FLOPS_FACTOR * gemm_fwd
-        if self.tp_comm_overlap and tp > 1:  # one of TP chunks exposed, the rest behind the same pass's GEMMs
-            tp_fwd = np.maximum(tp_one / tp, tp_one - gemm_fwd)
-            tp_bwd = np.maximum(tp_one / tp, tp_one - gemm_bwd)
-        else:
-            tp_fwd = tp_bwd = tp_one
+        attn_fwd, attn_bwd = self._attention_terms(padded, cp, pack_ids)
+        cp_fwd, cp_bwd, cp_total = self._cp_terms(s, cp, spans, attn_fwd, attn_bwd)
+        tp_fwd, tp_bwd = self._tp_terms(s, gemm_fwd, gemm_bwd)
         ew_fwd = s * self.elementwise_bytes_per_token_layer() / prof.hbm_bw_bytes_per_s
         ew_bwd = ELEMENTWISE_BWD_FACTOR * ew_fwd
         if self.recompute == "full":
@@ -472,18 +392,7 @@ class CostModel:
         k_re = k_fwd if self.recompute == "full" else (1 if self.recompute == "selective" else 0)
         launch_fwd = np.maximum(0.0, k_fwd * o - gpu_fwd)
         launch_bwd = np.maximum(0.0, (k_bwd + k_re) * o - gpu_bwd)
-
-        # output layer, final norm and loss (last stage only), BF16
-        v = m.vocab // tp if m.vocab % tp == 0 else m.vocab / tp
-        head_fwd = 2.0 * s * m.hidden * v / prof.gemm_flops_per_s(np.maximum(s, 1.0), int(v), m.hidden)
-        head_bwd = GEMM_BWD_FLOPS_FACTOR * head_fwd
-        # cross-entropy over s x V/TP logits: fwd reads them twice (max, exp-sum), bwd reads and writes them (bf16)
-        logits_b = s * v * 2.0
-        head_fwd = np.maximum(head_fwd + 2.0 * logits_b / prof.hbm_bw_bytes_per_s, KERNELS_HEAD[0] * o)
-        head_bwd = np.maximum(head_bwd + 2.0 * logits_b / prof.hbm_bw_bytes_per_s, KERNELS_HEAD[1] * o)
-        # embedding (first stage only): write s x h bf16; bwd scatter-adds into fp32 gradients (read + write)
-        emb_fwd = np.maximum(s * m.hidden * 4.0 / prof.hbm_bw_bytes_per_s, KERNELS_EMBED[0] * o)
-        emb_bwd = np.maximum(s * m.hidden * 10.0 / prof.hbm_bw_bytes_per_s, KERNELS_EMBED[1] * o)
+        head_fwd, head_bwd, emb_fwd, emb_bwd = self._end_terms(s)
         overhead = np.full(npk, KERNELS_MICROBATCH * o)
 
         mem = self.peak_memory_bytes(s)
@@ -515,6 +424,155 @@ class CostModel:
             embed_bwd_s=emb_bwd,
         )
 
+    # ------------------------------------------------------- batch_cost terms (one layer, per rank)
+    def _check_packs(self, cp: np.ndarray, spans_network) -> np.ndarray:
+        npk = cp.size
+        spans = np.zeros(npk, dtype=bool) if spans_network is None else np.asarray(spans_network, dtype=bool)
+        if spans.size != npk:
+            raise ConfigError("spans_network", spans.size, f"one entry per pack ({npk})")
+        if (cp < 1).any():
+            raise ConfigError("cp", int(cp.min()), "CP sizes >= 1")
+        if self.attention == "unfused" and (cp > 1).any():
+            raise ConfigError("parallel.attention", self.attention,
+                              "'flash' when cp > 1 (context parallelism runs fused attention kernels)")
+        if self.cp_comm == "a2a":
+            m = self.model
+            bad = (m.n_heads % (cp * self.tp) != 0) | (m.n_kv_heads % np.minimum(cp * self.tp, m.n_kv_heads) != 0)
+            if bad.any():
+                c = int(cp[bad][0])
+                raise InfeasibleError("divisibility", f"a2a needs n_heads ({m.n_heads}) divisible by cp*tp ({c}*{self.tp})")
+        return spans
+
+    def _gemm_terms(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Block GEMMs forward, and in FP8 the casts forward and backward (seconds per pack)."""
+        prof = self.profile
+        gemm_fwd, cast_fwd, cast_bwd = np.zeros(s.size), np.zeros(s.size), np.zeros(s.size)
+        for _, n, k, cnt in self._shapes:
+            eff = prof.gemm_flops_per_s(np.maximum(s, 1.0), n, k, precision=self.precision)
+            gemm_fwd += cnt * 2.0 * s * n * k / eff
+            if self.precision == "fp8":
+                cast_fwd += cnt * 4.0 * s * k / prof.hbm_bw_bytes_per_s
+                cast_bwd += cnt * 4.0 * s * n / prof.hbm_bw_bytes_per_s
+        return gemm_fwd, cast_fwd, cast_bwd
+
+    def _attention_terms(self, padded: np.ndarray, cp: np.ndarray, pack_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Attention forward and backward per pack (flash: per document at the profile's efficiency)."""
+        npk = cp.size
+        if self.attention == "unfused":
+            t_fwd_doc, t_bwd_doc = self._unfused_attention(padded)
+            return (np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk),
+                    np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk))
+        m, tp, prof = self.model, self.tp, self.profile
+        c_doc = cp[pack_ids].astype(np.float64)
+        f_fwd = attention_flops(padded, m.q_dim / tp) / c_doc  # causal forward FLOPs on this rank, one layer
+        hd = m.head_dim
+        if self.cp_comm == "a2a":
+            seq, diag = padded, np.ones_like(c_doc)
+        else:
+            seq, diag = padded / c_doc, 1.0 / c_doc
+        e = prof.attention_flops_per_s
+        t_fwd_doc = f_fwd * (diag / e(seq, direction="fwd", causal=True, head_dim=hd)
+                             + (1 - diag) / e(seq, direction="fwd", causal=False, head_dim=hd))
+        f_bwd = ATTN_BWD_FLOPS_FACTOR * f_fwd
+        t_bwd_doc = f_bwd * (diag / e(seq, direction="bwd", causal=True, head_dim=hd)
+                             + (1 - diag) / e(seq, direction="bwd", causal=False, head_dim=hd))
+        return (np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk),
+                np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk))
+
+    def _unfused_attention(self, padded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Unfused attention per document (Megatron before fused kernels): two batched GEMMs over the whole
+        L×L score matrix (no causal saving) plus the masked softmax and attention dropout, memory-bound.
+
+        The ``h_l = n_heads/TP`` heads of a document run as one batched GEMM, priced as a GEMM of
+        ``L·h_l`` rows: scores ``(L·h_l) × L × head_dim`` and context ``(L·h_l) × head_dim × L``; backward
+        is twice the forward FLOPs. Memory per score element (fp16/bf16): forward softmax reads and writes
+        it (4 B), dropout reads it, writes it and its 1-byte mask (5 B); backward reads the mask and the
+        gradient and writes it (5 B), softmax backward reads output and gradient and writes (6 B). Dropout
+        is Megatron's default attention dropout (0.1, arguments.py), assumed on in such runs.
+        """
+        m, prof = self.model, self.profile
+        hl, d = m.n_heads / self.tp, m.head_dim
+        t_fwd, t_bwd = np.zeros(padded.size), np.zeros(padded.size)
+        for length in np.unique(padded):
+            sel = padded == length
+            rows = max(1.0, length * hl)
+            g = 2.0 * rows * length * d  # FLOPs of one of the two batched GEMMs
+            t = (g / float(prof.gemm_flops_per_s(rows, int(length), d, precision="bf16"))
+                 + g / float(prof.gemm_flops_per_s(rows, d, int(length), precision="bf16")))
+            elems = hl * length * length
+            t_fwd[sel] = t + 9.0 * elems / prof.hbm_bw_bytes_per_s
+            t_bwd[sel] = GEMM_BWD_FLOPS_FACTOR * t + 11.0 * elems / prof.hbm_bw_bytes_per_s
+        return t_fwd, t_bwd
+
+    def _cp_terms(self, s, cp, spans, attn_fwd, attn_bwd) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """CP communication per layer: exposed forward, exposed backward, and total transfer time."""
+        npk = cp.size
+        cp_fwd, cp_bwd, cp_total = np.zeros(npk), np.zeros(npk), np.zeros(npk)
+        multi = cp > 1
+        if not multi.any():
+            return cp_fwd, cp_bwd, cp_total
+        prof, cpf = self.profile, cp.astype(np.float64)
+        kv_bytes = s * 2.0 * self.model.kv_dim * 2.0 / self.tp
+        for tier, sel in (("nvlink", multi & ~spans), ("network", multi & spans)):
+            idx = np.nonzero(sel)[0]
+            if idx.size == 0:
+                continue
+            if self.cp_comm == "p2p":
+                tx = prof.collective_time_s("sendrecv", tier, kv_bytes[idx], 2)
+                tx_b = prof.collective_time_s("sendrecv", tier, 2.0 * kv_bytes[idx], 2)
+                steps = cpf[idx] - 1
+                cp_fwd[idx] = steps * np.maximum(0.0, tx - attn_fwd[idx] / cpf[idx])
+                cp_bwd[idx] = steps * np.maximum(0.0, tx_b - attn_bwd[idx] / cpf[idx])
+                cp_total[idx] = steps * (tx + tx_b)
+                continue
+            for c in np.unique(cp[idx]):
+                sub = idx[cp[idx] == c]
+                fw, bw = self._cp_collective(tier, s[sub], kv_bytes[sub], int(c))
+                cp_fwd[sub], cp_bwd[sub], cp_total[sub] = fw, bw, fw + bw
+        return cp_fwd, cp_bwd, cp_total
+
+    def _cp_collective(self, tier: str, s, kv_bytes, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exposed forward and backward time of the ``all_gather`` or ``a2a`` CP collectives."""
+        prof, m, tp = self.profile, self.model, self.tp
+        if self.cp_comm == "all_gather":
+            full = kv_bytes * c
+            return (prof.collective_time_s("all_gather", tier, full, c),
+                    prof.collective_time_s("reduce_scatter", tier, full, c))
+        q_b = s * m.q_dim * 2.0 / tp  # a2a: Q, K, V, O each way
+        kv1 = s * m.kv_dim * 2.0 / tp
+        fw = 2 * prof.collective_time_s("all_to_all", tier, q_b, c) + 2 * prof.collective_time_s("all_to_all", tier, kv1, c)
+        return fw, fw
+
+    def _tp_terms(self, s, gemm_fwd, gemm_bwd) -> tuple[np.ndarray, np.ndarray]:
+        """Exposed TP communication (sequence parallel: 2 AG + 2 RS of s·h·2 B each way) forward and backward."""
+        tp, prof = self.tp, self.profile
+        if tp <= 1:
+            return np.zeros(s.size), np.zeros(s.size)
+        buf = s * self.model.hidden * 2.0
+        tp_one = (2 * prof.collective_time_s("all_gather", "nvlink", buf, tp)
+                  + 2 * prof.collective_time_s("reduce_scatter", "nvlink", buf, tp))
+        if not self.tp_comm_overlap:
+            return tp_one, tp_one
+        # one of TP chunks exposed, the rest behind the same pass's GEMMs
+        return np.maximum(tp_one / tp, tp_one - gemm_fwd), np.maximum(tp_one / tp, tp_one - gemm_bwd)
+
+    def _end_terms(self, s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Output layer + final norm + loss (last stage) and embedding (first stage), forward and backward, BF16."""
+        m, tp, prof = self.model, self.tp, self.profile
+        o = prof.timing.per_kernel_overhead_s
+        bw = prof.hbm_bw_bytes_per_s
+        v = m.vocab // tp if m.vocab % tp == 0 else m.vocab / tp
+        head_fwd = 2.0 * s * m.hidden * v / prof.gemm_flops_per_s(np.maximum(s, 1.0), int(v), m.hidden)
+        head_bwd = GEMM_BWD_FLOPS_FACTOR * head_fwd
+        # cross-entropy over s x V/TP logits: fwd reads them twice (max, exp-sum), bwd reads and writes them (bf16)
+        logits_b = s * v * 2.0
+        head_fwd = np.maximum(head_fwd + 2.0 * logits_b / bw, KERNELS_HEAD[0] * o)
+        head_bwd = np.maximum(head_bwd + 2.0 * logits_b / bw, KERNELS_HEAD[1] * o)
+        # embedding: write s x h bf16; bwd scatter-adds into fp32 gradients (read + write)
+        emb_fwd = np.maximum(s * m.hidden * 4.0 / bw, KERNELS_EMBED[0] * o)
+        emb_bwd = np.maximum(s * m.hidden * 10.0 / bw, KERNELS_EMBED[1] * o)
+        return head_fwd, head_bwd, emb_fwd, emb_bwd
+
     def kernels_per_layer(self, cp) -> tuple[np.ndarray, np.ndarray]:
         """Kernels one layer launches forward and backward (recompute excluded), per pack of CP size ``cp``."""
         cp = np.asarray(cp, dtype=np.float64)
@@ -526,6 +584,9 @@ class CostModel:
         if self.precision == "fp8":
             kf += KERNELS_FP8
             kb += KERNELS_FP8
+        if self.attention == "unfused":
+            kf += KERNELS_UNFUSED_ATTENTION[0]
+            kb += KERNELS_UNFUSED_ATTENTION[1]
         multi = cp > 1
         if self.cp_comm == "p2p":
             kf += np.where(multi, (cp - 1) * KERNELS_RING_STEP_FWD, 0.0)
@@ -577,5 +638,6 @@ class CostModel:
             "stage_layers": self.stage_layers.tolist(),
             "precision": self.precision,
             "tp_comm_overlap": self.tp_comm_overlap,
+            "attention": self.attention,
             "memory_limit_bytes": self.memory_limit_bytes,
         }

@@ -224,7 +224,7 @@ class HardwareProfile:
         }
 
     # ----------------------------------------------------------------- lookups
-    def gemm_shape_factor(self, m, n: int, k: int) -> np.ndarray:
+    def gemm_shape_factor(self, m, n: int, k: int, *, precision: str = "bf16") -> np.ndarray:
         """Fraction (<= 1) of the tensor cores' main-loop rate an (m × k) @ (k × n) GEMM keeps.
 
         Wave quantization: the output is cut into tiles (``GEMM_TILES``, best
@@ -233,24 +233,27 @@ class HardwareProfile:
         run in waves of ``sms``; the last partial wave and partially filled
         edge tiles waste their share. Each tile's K loop pays a fixed
         prologue/epilogue worth ``gemm_k_half`` of K: efficiency
-        ``k_piece / (k_piece + gemm_k_half)``. 1.0 when the profile has no
-        shape model (``timing.sms == 0``).
+        ``k_piece / (k_piece + k_half)``. In FP8 the main loop runs
+        ``peak_fp8 / peak_bf16`` times faster while the epilogue (writing the
+        BF16 tile) takes as long, so ``k_half`` grows by that ratio. 1.0 when
+        the profile has no shape model (``timing.sms == 0``).
         """
         m = np.maximum(np.asarray(m, dtype=float), 1.0)
         t = self.timing
         if not t.has_gemm_model:
             return np.ones_like(m)
+        k_half = t.gemm_k_half * (t.peak_fp8_flops / self.peak_bf16_flops if precision == "fp8" and t.has_fp8 else 1.0)
         best = np.zeros_like(m)
         sms = float(t.sms)
         for tm, tn, rel in GEMM_TILES:
             tiles = np.ceil(m / tm) * math.ceil(n / tn)
             for split in GEMM_SPLIT_K:
                 kp = k / split
-                if split > 1 and kp < 4 * t.gemm_k_half:
+                if split > 1 and kp < 4 * k_half:
                     break
                 waves = np.ceil(tiles * split / sms)
                 util = (m * n * split) / (waves * sms * tm * tn)
-                best = np.maximum(best, rel * util * kp / (kp + t.gemm_k_half))
+                best = np.maximum(best, rel * util * kp / (kp + k_half))
         return best
 
     def gemm_flops_per_s(self, tokens, n: int, k: int, *, precision: str = "bf16") -> np.ndarray:
@@ -262,7 +265,8 @@ class HardwareProfile:
         and multiplied by the asked shape's (:meth:`gemm_shape_factor`), so the
         rate depends on all of M, N and K and equals the table at its rows.
         ``precision="fp8"`` scales by ``fp8_gemm_best_tflops`` over the BF16
-        rate of an 8192³ product (the same ratio at every shape; raises
+        rate of an 8192³ product, with the FP8 shape factor relative to
+        8192³ (the FP8 main loop is shorter, so small K costs more; raises
         :class:`ProfileError` naming ``timing.fp8_gemm_best_tflops`` when the
         profile has no FP8 figures). Calibration scales multiply the result.
         """
@@ -271,14 +275,19 @@ class HardwareProfile:
             key=lambda s: (abs(math.log(s[0] * s[1]) - math.log(n * k)), abs(math.log(s[0] / s[1]) - math.log(n / k))),
         )
         t = self.timing
-        rate = self._gemm[key](tokens)
-        if t.has_gemm_model:  # no shape beats the best measured row
-            rate = np.minimum(rate * self.gemm_shape_factor(tokens, n, k), self._gemm_best)
-        rate = rate * t.gemm_efficiency_scale
-        if precision == "fp8":
-            rate = rate * self.fp8_gemm_ratio() * t.fp8_gemm_efficiency_scale
-        elif precision != "bf16":
+        if precision not in ("bf16", "fp8"):
             raise ProfileError("precision", precision, "'bf16' or 'fp8'", where=str(self.path or self.name))
+        ratio = self.fp8_gemm_ratio() if precision == "fp8" else 1.0
+        rate = self._gemm[key](tokens)
+        if t.has_gemm_model and precision == "fp8":  # FP8 shape factor relative to the 8192^3 FP8 figure
+            ref = float(self.gemm_shape_factor(8192.0, 8192, 8192, precision="fp8"))
+            rel = np.minimum(self.gemm_shape_factor(tokens, n, k, precision="fp8") / ref, 1.0)
+            rate = np.minimum(rate * float(self.gemm_shape_factor(8192.0, 8192, 8192)) * rel, self._gemm_best) * ratio
+        elif t.has_gemm_model:  # no shape beats the best measured row
+            rate = np.minimum(rate * self.gemm_shape_factor(tokens, n, k), self._gemm_best)
+        else:
+            rate = rate * ratio
+        rate = rate * t.gemm_efficiency_scale * (t.fp8_gemm_efficiency_scale if precision == "fp8" else 1.0)
         if t.has_gemm_model:  # memory roofline: operands in, bf16 result out, at HBM bandwidth
             m = np.maximum(np.asarray(tokens, dtype=float), 1.0)
             b_in = 1.0 if precision == "fp8" else 2.0

@@ -27,6 +27,7 @@ Example (every field optional; these are the defaults)::
     precision = "bf16"          # bf16 | fp8 (GEMMs in FP8, attention in BF16; needs a profile with FP8 figures)
     first_stage_layers = 0      # Megatron --decoder-first-pipeline-num-layers; 0 = even split
     last_stage_layers = 0       # Megatron --decoder-last-pipeline-num-layers; 0 = even split
+    attention = "flash"         # flash (fused kernels) | unfused (Megatron before fused attention: GEMMs + softmax + dropout; cp = 1)
 
     [workload]
     name = "github"             # preset, lengths file, or distribution table
@@ -129,6 +130,9 @@ class ParallelSection(_Section):
     precision: Literal["bf16", "fp8"] = Field("bf16", description="GEMM precision; fp8 needs a profile with FP8 figures")
     first_stage_layers: int = Field(0, ge=0, le=100_000, description="Megatron --decoder-first-pipeline-num-layers; 0 = even split")
     last_stage_layers: int = Field(0, ge=0, le=100_000, description="Megatron --decoder-last-pipeline-num-layers; 0 = even split")
+    attention: Literal["flash", "unfused"] = Field(
+        "flash", description="attention kernels: flash (fused) or unfused (batched GEMMs + softmax + dropout over "
+                             "the L x L scores, Megatron before fused attention; cp = 1 only)")
 
 
 class WorkloadSection(_Section):

@@ -57,7 +57,7 @@ def build_cost_model(cfg: RunConfig) -> CostModel:
     return CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp, dp_cp=cfg.dp * p.cp,
                      cp_comm=p.cp_comm, recompute=p.recompute, precision=p.precision,
                      tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
-                     last_stage_layers=p.last_stage_layers)
+                     last_stage_layers=p.last_stage_layers, attention=p.attention)
 
 
 def nvlink_domain(cfg: RunConfig, cost: CostModel) -> int:
