@@ -65,38 +65,58 @@ def _progress(enabled: bool):
                     TimeRemainingColumn(), console=Console(stderr=True), transient=False)
 
 
-def run(args: argparse.Namespace) -> int:  # noqa: C901 - temporary, split by repro
-    from dcpsim.experiments import load_experiment, reproduce
-    from dcpsim.experiments.calibrate import fit_dataset, write_calibration
+def run(args: argparse.Namespace) -> int:
+    from dcpsim.experiments import load_experiment
 
+    _check_args(args)
+    exp = load_experiment(args.spec)
+    show = not (args.json or args.no_progress)
+    out = Path(args.out)
+    if args.recalibrate:
+        exp = _recalibrate(exp, args, show)
+    res = _reproduce(exp, args, show)
+    files = write_outputs(exp, res, out, plots=not args.no_plots)
+    if args.json:
+        print_json({"mode": res.mode, "wall_s": res.wall_s, "table": res.table, "sensitivity": res.sensitivity,
+                    "calibration": res.calibration, "targets": res.targets, "files": files})
+        return 0
+    _print_result(exp, res)
+    print(f"{len(res.cells)} runs in {res.wall_s:.1f} s; wrote {out}/")
+    return 0
+
+
+def _check_args(args: argparse.Namespace) -> None:
     if args.jobs < 1:
         raise ConfigError("--jobs", args.jobs, "a positive number of worker processes")
     for name in ("seeds", "iterations"):
         v = getattr(args, name)
         if v is not None and v < 1:
             raise ConfigError(f"--{name}", v, "a positive integer")
-    exp = load_experiment(args.spec)
-    show = not (args.json or args.no_progress)
-    from dcpsim.outdir import check_out_dir
 
-    out = check_out_dir(args.out, force=args.force)
 
-    if args.recalibrate:
-        fits = {}
-        with _progress(show) as prog:
-            for ds in exp.datasets:
-                task = prog.add_task(f"calibrating {ds}", total=None) if prog else None
+def _recalibrate(exp, args: argparse.Namespace, show: bool):
+    """Re-fit each dataset's secondary-view parameter to its packing figure, write calibration.toml, reload."""
+    from dcpsim.experiments import load_experiment
+    from dcpsim.experiments.calibrate import fit_dataset, write_calibration
 
-                def tick(p: float, tf: float, task=task, prog=prog, ds=ds) -> None:
-                    if prog:
-                        prog.update(task, advance=1, description=f"calibrating {ds}: {exp.calibration_setup.get('parameter')}={p:.4g} -> {tf:.1f} TFLOPS")
+    fits = {}
+    with _progress(show) as prog:
+        for ds in exp.datasets:
+            task = prog.add_task(f"calibrating {ds}", total=None) if prog else None
 
-                fits[ds] = fit_dataset(exp, ds, on_eval=tick)
-        cal_path = exp.calibration_path
-        write_calibration(cal_path, fits, exp)
-        if not args.json:
-            print(f"wrote {cal_path}", file=sys.stderr)
-        exp = load_experiment(args.spec)
+            def tick(p: float, tf: float, task=task, prog=prog, ds=ds) -> None:
+                if prog:
+                    prog.update(task, advance=1, description=f"calibrating {ds}: {exp.calibration_setup.get('parameter')}={p:.4g} -> {tf:.1f} TFLOPS")
+
+            fits[ds] = fit_dataset(exp, ds, on_eval=tick)
+    write_calibration(exp.calibration_path, fits, exp)
+    if not args.json:
+        print(f"wrote {exp.calibration_path}", file=sys.stderr)
+    return load_experiment(args.spec)
+
+
+def _reproduce(exp, args: argparse.Namespace, show: bool):
+    from dcpsim.experiments import reproduce
 
     sens = False if args.no_sensitivity else (True if args.sensitivity else None)
     with _progress(show) as prog:
@@ -111,14 +131,12 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - temporary, split by re
             if prog and task is not None:
                 prog.advance(task)
 
-        res = reproduce(exp, quick=args.quick, jobs=args.jobs, sensitivity=sens,
-                        include_calibrated=True if args.calibrated else None, seeds=args.seeds,
-                        iterations=args.iterations, on_plan=on_plan, on_done=on_done)
-    files = write_outputs(exp, res, out, plots=not args.no_plots)
-    if args.json:
-        print_json({"mode": res.mode, "wall_s": res.wall_s, "table": res.table, "sensitivity": res.sensitivity,
-                    "calibration": res.calibration, "targets": res.targets, "files": files})
-        return 0
+        return reproduce(exp, quick=args.quick, jobs=args.jobs, sensitivity=sens,
+                         include_calibrated=True if args.calibrated else None, seeds=args.seeds,
+                         iterations=args.iterations, on_plan=on_plan, on_done=on_done)
+
+
+def _print_result(exp, res) -> None:
     for wl in WORKLOAD_VARIANTS:
         rows = [r for r in res.table if r["workload"] == wl]
         if rows:
@@ -133,8 +151,6 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - temporary, split by re
         print(f"targets ({VARIANT_LABELS[wl]}): met {len(met)}/{len(t)}" + (f"; missed: {', '.join(missed)}" if missed else ""))
     if res.sensitivity:
         print_table(sensitivity_rows(exp, res.sensitivity), title=f"Sensitivity (speedup over {exp.baseline})")
-    print(f"{len(res.cells)} runs in {res.wall_s:.1f} s; wrote {out}/")
-    return 0
 
 
 def _pct(x: Any) -> str:
