@@ -67,6 +67,19 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 _default_formatwarning = warnings.formatwarning
 
 
+OUTPUT_FLAGS = ("out", "trace", "plot", "csv")
+"""Flags naming where a command writes: an empty value is an error, not "do not write"."""
+
+
+def _no_empty_paths(args: argparse.Namespace) -> None:
+    from dcpsim.errors import ConfigError
+
+    for name in OUTPUT_FLAGS:
+        v = getattr(args, name, None)
+        if isinstance(v, str) and not v.strip():
+            raise ConfigError(f"--{name}", v, "a path (leave the flag out to write nothing)")
+
+
 def main(argv: list[str] | None = None) -> int:
     from dcpsim.outdir import reset_forced
 
@@ -78,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        _no_empty_paths(args)
         rc = args.func(args)
     except DcpsimError as exc:
         print(f"dcpsim: error: {exc}", file=sys.stderr)

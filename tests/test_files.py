@@ -97,6 +97,8 @@ def test_bad_out_paths_fail_before_any_work(tmp_path, capsys):
         (["simulate", str(RUN_TOML), "--trace", str(a_file / "t.json")], "not a folder"),
         (["workload", "show", "github", "--plot", str(tmp_path / "x.txt")], ".png"),
         (["plan", "--csv", str(a_file / "x.csv")], "not a folder"),
+        (["simulate", str(RUN_TOML), "--out", ""], "a path"),
+        (["demo", "--trace", " "], "a path"),
     ]
     for argv, words in cases:
         t0 = time.perf_counter()
