@@ -35,7 +35,8 @@ def register(sub) -> None:
     p.add_argument("--no-sensitivity", action="store_true", help="skip the sensitivity study")
     p.add_argument("--sensitivity", action="store_true", help="run the sensitivity study even with --quick")
     p.add_argument("--calibrated", action="store_true",
-                   help="also run the secondary, calibrated view (tail index fitted to the packing figure; default in full mode)")
+                   help="also run the secondary, calibrated view (tail index fitted to the packing figure; "
+                        "re-fit it first with --recalibrate when the time model changed)")
     p.add_argument("--recalibrate", action="store_true",
                    help="re-fit the workload parameter of each dataset to its published PACKING TFLOPS, "
                         "write calibration.toml into the experiment folder, then run")

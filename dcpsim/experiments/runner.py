@@ -398,8 +398,8 @@ def reproduce(
         quick: use ``[modes.quick]`` (default ``[modes.full]``).
         jobs: worker processes (1 = in this process).
         sensitivity: run the sensitivity study (default: the mode's setting).
-        include_calibrated: also run the secondary, calibrated view (default: in full mode). The
-            primary, uncalibrated real-data workloads always run.
+        include_calibrated: also run the secondary, calibrated view (default False: ``--calibrated``).
+            The primary, uncalibrated real-data workloads always run.
         seeds, iterations: override the mode's run size (tests).
         on_plan: called once with the number of cells before running.
         on_done: called with each finished cell row.
@@ -410,7 +410,7 @@ def reproduce(
     n_its = iterations or mode.iterations
     any_cal = any(exp.is_calibrated(ds) for ds in exp.datasets)
     if include_calibrated is None:
-        include_calibrated = not quick
+        include_calibrated = False
     wls = ["public"] + (["calibrated"] if include_calibrated and any_cal else [])
     cells = main_cells(exp, seeds=n_seeds, iterations=n_its, workloads=wls)
     do_sens = mode.sensitivity if sensitivity is None else sensitivity
