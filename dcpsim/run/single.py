@@ -235,8 +235,29 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
         "dcpsim_version": _version(),
     }
     summary.update({k: meta[k] for k in ("events", "events_per_s", "sim_wall_s", "planning_wall_s", "wall_s")})
+    summary.update(_long_run(cfg, sim, used_plans, records, iterations))
     return SimResult(summary=summary, iterations=iterations, ranks=ranks_df, config=cfg.resolved(),
                      config_hash=cfg.config_hash(), meta=meta, records=records, plans=used_plans)
+
+
+def _long_run(cfg: RunConfig, sim, plans: list[Plan], records: list, iterations) -> dict:
+    """Goodput over ``sim.long_run_hours`` of training (dcpsim.sim.longrun), the simulated iterations cycled;
+    nothing when the mode is off or no iteration was simulated."""
+    from dcpsim.sim.longrun import Episodes, LongRun, long_run_summary, slowdown_ratios
+
+    s = cfg.sim
+    if s.long_run_hours <= 0 or not records:
+        return {}
+    plan = next(p for p in plans if p.steps)
+    slow, link = slowdown_ratios(sim, plan, slow_gpu_slowdown=s.slow_gpu_slowdown if s.slow_gpu_per_day > 0 else 1.0,
+                                 degraded_link_scale=s.degraded_link_episode_scale if s.degraded_link_per_day > 0 else 1.0)
+    lr = LongRun(hours=s.long_run_hours, gpu_mtbf_h=s.gpu_mtbf_h, checkpoint_s=s.checkpoint_s, restart_s=s.restart_s,
+                 checkpoint_interval_s=None if s.checkpoint_interval_s == "young" else float(s.checkpoint_interval_s),
+                 slow_gpu=Episodes(s.slow_gpu_per_day, s.slow_gpu_episode_s, slow),
+                 degraded_link=Episodes(s.degraded_link_per_day, s.degraded_link_episode_s, link))
+    out = long_run_summary(iterations["iteration_time_s"].to_numpy(), cfg.cluster.gpus, lr, s.long_run_seeds, s.seed)
+    out.update({"slow_gpu_ratio": slow, "degraded_link_ratio": link})
+    return out
 
 
 def _fixed_workload(cfg: RunConfig):

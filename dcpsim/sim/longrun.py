@@ -1,0 +1,200 @@
+"""Long runs at iteration granularity: failures, checkpoint/restart, slow GPUs and degrading links over hours to days.
+
+The per-iteration times come from the simulator (a sample of simulated
+iterations, cycled); this module adds what happens between them, drawn from a
+seeded generator (one seed, one result):
+
+* **Failures** of the job: a Poisson process of rate ``gpus / MTBF_gpu``
+  (exponential gaps; the per-GPU MTBF model of
+  :class:`dcpsim.planning.failures.FailureModel`, default from the Llama 3
+  report). A failure loses the work since the last checkpoint (and a
+  checkpoint being written), then the job restarts: ``restart_s`` of wall time
+  (detect, reschedule, load the checkpoint). The gap to the next failure is
+  drawn from the restart's end.
+* **Checkpoints** every ``c`` iterations, ``c = round(τ / mean iteration)``
+  with ``τ`` the checkpoint interval (default Young's ``√(2·δ·M)``, ``δ`` the
+  write time, ``M`` the job's MTBF); writing stops training for ``δ``.
+* **Slow GPU episodes** (thermal throttling, a straggler) and **degraded
+  link episodes**: Poisson arrivals per day of wall time, each lasting
+  ``episode_s``; an iteration that starts inside an episode takes
+  ``ratio`` times longer (``ratio`` is measured by the caller with the
+  simulator: the same plan with one slow GPU or one degraded NIC, so a
+  synchronous job runs at its slowest member). Overlapping episodes take the
+  larger ratio.
+
+Goodput = useful work (committed iterations at their undisturbed time) /
+wall time, over whole checkpoint segments up to the horizon. First-order
+expectation (Young/Daly, no slowness): ``(1 − (R + (τ + δ)/2)/M) / (1 + δ/τ)``
+(:func:`young_daly_goodput`); the exact expectation of this model is
+:func:`renewal_goodput`.
+
+:func:`slowdown_ratios` measures the episode ratios with the simulator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dcpsim.errors import ConfigError
+
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """Poisson episodes of slowness: ``per_day`` arrivals per day of wall time, ``episode_s`` long, ``ratio`` ≥ 1."""
+
+    per_day: float = 0.0
+    episode_s: float = 3600.0
+    ratio: float = 1.0
+
+    def draw(self, horizon_s: float, rng: np.random.Generator) -> np.ndarray:
+        """Sorted episode start times over ``horizon_s`` of wall time (empty when disabled)."""
+        if self.per_day <= 0 or self.ratio <= 1.0:
+            return np.zeros(0)
+        n = int(rng.poisson(self.per_day * horizon_s / DAY_S))
+        return np.sort(rng.uniform(0.0, horizon_s, n))
+
+    def factor(self, starts: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Per time in ``t``: ``ratio`` if an episode (started at ``starts``) covers it, else 1."""
+        if starts.size == 0:
+            return np.ones(t.size)
+        inside = np.searchsorted(starts, t, "right") > np.searchsorted(starts, t - self.episode_s, "right")
+        return np.where(inside, self.ratio, 1.0)
+
+
+@dataclass(frozen=True)
+class LongRun:
+    """Long-run settings (seconds unless noted)."""
+
+    hours: float
+    gpu_mtbf_h: float
+    checkpoint_s: float = 60.0
+    restart_s: float = 600.0
+    checkpoint_interval_s: float | None = None  # None: Young's optimum
+    slow_gpu: Episodes = Episodes()
+    degraded_link: Episodes = Episodes()
+
+    def __post_init__(self) -> None:
+        if not self.hours > 0:
+            raise ConfigError("sim.long_run_hours", self.hours, "> 0")
+        if not self.gpu_mtbf_h > 0:
+            raise ConfigError("sim.gpu_mtbf_h", self.gpu_mtbf_h, "> 0 hours")
+        if self.checkpoint_s < 0 or self.restart_s < 0:
+            raise ConfigError("sim.checkpoint_s/restart_s", (self.checkpoint_s, self.restart_s), ">= 0 seconds")
+
+    def system_mtbf_s(self, gpus: int) -> float:
+        return self.gpu_mtbf_h * 3600.0 / gpus
+
+    def interval_s(self, gpus: int) -> float:
+        """Work seconds between checkpoints (Young: ``√(2·δ·M)``)."""
+        if self.checkpoint_interval_s is not None:
+            return float(self.checkpoint_interval_s)
+        return math.sqrt(2.0 * self.checkpoint_s * self.system_mtbf_s(gpus))
+
+
+def young_daly_goodput(gpus: int, lr: LongRun, iteration_s: float | None = None) -> float:
+    """First-order expected goodput (no slowness), with ``τ`` rounded to whole iterations when given."""
+    m = lr.system_mtbf_s(gpus)
+    tau = lr.interval_s(gpus)
+    if iteration_s:
+        tau = max(1, round(tau / iteration_s)) * iteration_s
+    d = lr.checkpoint_s
+    lost = (lr.restart_s + (tau + d) / 2.0) / m
+    return max(0.0, 1.0 - lost) / (1.0 + d / tau)
+
+
+def renewal_goodput(gpus: int, lr: LongRun, iteration_s: float) -> float:
+    """Exact expected goodput of this module's model without slowness (renewal argument).
+
+    Between failures the job is up for ``U ~ Exp(M)`` and completes
+    ``floor(U/s)`` segments of ``s = τ + δ`` (``τ`` whole iterations), each
+    worth ``τ``; then it restarts for ``R``. So goodput ``= τ·E[floor(U/s)] /
+    (M + R)`` with ``E[floor(U/s)] = 1/(e^{s/M} − 1)`` (the horizon's cut-off
+    aside). Young/Daly is its first-order expansion in ``s/M`` and ``R/M``.
+    """
+    m = lr.system_mtbf_s(gpus)
+    tau = max(1, round(lr.interval_s(gpus) / iteration_s)) * iteration_s
+    return tau / (math.expm1((tau + lr.checkpoint_s) / m) * (m + lr.restart_s))
+
+
+def simulate_long_run(iter_s: np.ndarray, gpus: int, lr: LongRun, rng: np.random.Generator) -> dict:
+    """One long run: goodput, failures, time lost; ``iter_s`` are undisturbed iteration times, cycled."""
+    base = np.asarray(iter_s, dtype=np.float64)
+    if base.size == 0 or not np.all(base > 0):
+        raise ConfigError("iteration times", base.tolist(), "positive simulated iteration times")
+    horizon = lr.hours * 3600.0
+    m = lr.system_mtbf_s(gpus)
+    c = max(1, round(lr.interval_s(gpus) / float(base.mean())))
+    kinds = [(e, e.draw(horizon, rng)) for e in (lr.slow_gpu, lr.degraded_link)]
+    kinds = [(e, st) for e, st in kinds if st.size]
+    t, done, useful, fails, lost, restart = 0.0, 0, 0.0, 0, 0.0, 0.0
+    next_fail = rng.exponential(m)
+    while t < horizon:
+        idx = (done + np.arange(c)) % base.size
+        work = base[idx]
+        starts = t + np.concatenate([[0.0], np.cumsum(work[:-1])])
+        slow = np.ones(c)
+        for e, st in kinds:  # an iteration that starts inside an episode; overlapping kinds: the larger ratio
+            slow = np.maximum(slow, e.factor(st, starts))
+        dur = work * slow
+        seg = float(dur.sum()) + lr.checkpoint_s
+        if t + seg <= next_fail:
+            t += seg
+            done += c
+            useful += float(work.sum())
+            continue
+        fails += 1
+        lost += next_fail - t
+        t = next_fail + lr.restart_s
+        restart += lr.restart_s
+        next_fail = t + rng.exponential(m)
+    return {"goodput": useful / t, "wall_s": t, "useful_s": useful, "failures": fails, "lost_work_s": lost,
+            "restart_s": restart, "checkpoint_every_iterations": c, "iterations": done}
+
+
+def long_run_summary(iter_s: np.ndarray, gpus: int, lr: LongRun, seeds: int, seed: int) -> dict:
+    """Goodput over ``seeds`` independent runs (streams spawned from ``seed``) and the Young/Daly expectation."""
+    runs = [simulate_long_run(iter_s, gpus, lr, np.random.default_rng(s))
+            for s in np.random.SeedSequence(seed).spawn(int(seeds))]
+    g = np.array([r["goodput"] for r in runs])
+    return {
+        "goodput_mean": float(g.mean()),
+        "goodput_std": float(g.std(ddof=1)) if g.size > 1 else 0.0,
+        "goodput_min": float(g.min()),
+        "goodput_max": float(g.max()),
+        "failures_mean": float(np.mean([r["failures"] for r in runs])),
+        "checkpoint_every_iterations": runs[0]["checkpoint_every_iterations"],
+        "young_daly_goodput": young_daly_goodput(gpus, lr, float(np.mean(iter_s))),
+        "renewal_goodput": renewal_goodput(gpus, lr, float(np.mean(iter_s))),
+        "long_run_seeds": int(seeds),
+    }
+
+
+def slowdown_ratios(sim, plan, *, slow_gpu_slowdown: float, degraded_link_scale: float) -> tuple[float, float]:
+    """(slow GPU, degraded link) iteration-time ratios of ``plan`` on ``sim`` (a
+    :class:`~dcpsim.sim.ClusterSimulator`): the same plan with GPU 0 running ``slow_gpu_slowdown`` times
+    slower, and with GPU 0's network link at ``degraded_link_scale`` of its bandwidth."""
+    from dataclasses import replace
+
+    from dcpsim.sim.simulator import ClusterSimulator
+    from dcpsim.sim.variability import Faults
+
+    base = sim.simulate(plan, validate=False, rng=np.random.default_rng(0)).timeline.makespan_s
+    ratios = []
+    if slow_gpu_slowdown > 1.0:
+        slow = ClusterSimulator(sim.cost, sim.topology, options=sim.options,
+                                faults=Faults(np.zeros(1, dtype=np.int64), float(slow_gpu_slowdown), None))
+        ratios.append(slow.simulate(plan, validate=False, rng=np.random.default_rng(0)).timeline.makespan_s / base)
+    else:
+        ratios.append(1.0)
+    if degraded_link_scale < 1.0:
+        topo = replace(sim.topology, degraded_gpu=0, degraded_link_scale=float(degraded_link_scale))
+        link = ClusterSimulator(sim.cost, topo, options=sim.options)
+        ratios.append(link.simulate(plan, validate=False, rng=np.random.default_rng(0)).timeline.makespan_s / base)
+    else:
+        ratios.append(1.0)
+    return ratios[0], ratios[1]
