@@ -19,7 +19,8 @@ name -> size in bytes when written). A file is dcpsim's when the manifest of
 its folder lists its name; the entry is made before the file is renamed into
 place, so a process killed at any moment never leaves a file of its own that
 looks foreign. Names starting with ``.dcpsim-`` (the manifest, temporary
-files, the sweep lock) are dcpsim's own. A rerun into the same folder, and a resumed
+files, the sweep lock) are dcpsim's own; ``.gitignore``/``.gitkeep`` markers do not count
+as foreign (and are never written). A rerun into the same folder, and a resumed
 sweep, therefore overwrite only what an earlier run wrote.
 
 ``force=True`` (the CLI's ``--force``) allows writing into a folder that
@@ -59,6 +60,8 @@ __all__ = [
 MANIFEST = ".dcpsim-manifest.json"
 OWN_PREFIX = ".dcpsim-"
 TMP_PREFIX = ".dcpsim-tmp-"
+NEUTRAL_NAMES = frozenset({".gitignore", ".gitkeep", ".gitattributes", ".keep"})
+"""Files that do not make a folder "someone else's" (version-control markers); dcpsim never writes them."""
 _SCAN_LIMIT = 20_000  # entries looked at before a folder counts as "not dcpsim's" without a full walk
 _FORCED: set[str] = set()
 
@@ -150,7 +153,7 @@ def foreign_files(folder: str | Path, *, limit: int = 3, ignore: Callable[[Path]
             p = Path(e.path)
             if seen > _SCAN_LIMIT:
                 return found + [Path(folder) / f"... (more than {_SCAN_LIMIT} entries)"]
-            if ignore is not None and ignore(p):
+            if (ignore is not None and ignore(p)) or e.name in NEUTRAL_NAMES:
                 continue
             if e.is_dir(follow_symlinks=False):
                 stack.append(p)

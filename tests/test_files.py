@@ -264,6 +264,12 @@ def test_library_writes_refuse_foreign_files(tmp_path):
         check_out_dir(tmp_path)
     check_out_dir(tmp_path / "new" / "deeper")  # creatable: fine, and nothing is created by the check
     assert not (tmp_path / "new").exists()
+    marked = tmp_path / "marked"
+    marked.mkdir()
+    (marked / ".gitignore").write_text("*.csv\n")  # a version-control marker does not make a folder someone else's
+    check_out_dir(marked)
+    with pytest.raises(ConfigError):
+        write_text(marked / ".gitignore", "x")  # ... and dcpsim never writes it
 
 
 # ---------------------------------------------------------------- worker processes
