@@ -352,6 +352,12 @@ def parse_text_value(text: str, annotation: Any) -> Any:
     members = _members(annotation)
     if any(m is str or get_origin(m) is Literal for m in members) and not any(
             m in (int, float, bool) for m in members):
+        if text[:1] in ('"', "'"):  # a quoted TOML string is the same text
+            try:
+                value = tomllib.loads(f"v = {text}")["v"]
+                return value if isinstance(value, str) else text
+            except tomllib.TOMLDecodeError:
+                return text
         return text
     try:
         return tomllib.loads(f"v = {text}")["v"]

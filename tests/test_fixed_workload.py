@@ -85,8 +85,9 @@ def test_equal_microbatches_give_the_1f1b_closed_form():
 
 
 def test_per_document_attention_is_cheaper_than_full_window():
-    full = run_simulation(fixed_cfg(pp=1, gpus=4, gbs=16, seq_len=16384))
-    docs = run_simulation(fixed_cfg(pp=1, gpus=4, gbs=16, seq_len=16384, documents="wikipedia"))
+    # a timing comparison: 13B on pp=1 does not fit in memory, which is not the point here
+    full = run_simulation(fixed_cfg(pp=1, gpus=4, gbs=16, seq_len=16384), allow_infeasible=True)
+    docs = run_simulation(fixed_cfg(pp=1, gpus=4, gbs=16, seq_len=16384, documents="wikipedia"), allow_infeasible=True)
     assert docs.summary["tokens_per_s"] > full.summary["tokens_per_s"]
     assert docs.summary["sequences"] > full.summary["sequences"] == 16
 

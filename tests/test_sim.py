@@ -215,7 +215,9 @@ def test_pp1_ring_across_nodes_matches_pack_cost():
     cost = build_cost_model(cfg)
     lay = build_layout(cfg, cost)
     m, L = 3, 65536
-    res = run_simulation(cfg, plans=[equal_plan(lay, m, L)])
+    # timing mechanics only: 13B on pp=1 does not fit in memory (the summary says so)
+    res = run_simulation(cfg, plans=[equal_plan(lay, m, L)], allow_infeasible=True)
+    assert res.summary["status"] == "infeasible" and "model states" in res.summary["reason"]
     pc = cost.pack_cost([L], 16, spans_network=True, check_memory=False)
     assert pc.cp_fwd_exposed_s + pc.cp_bwd_exposed_s > 0
     rec = res.records[0]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dcpsim.commands._common import POS_INT, add_force, print_json
+from dcpsim.commands._common import POS_INT, add_config_flags, add_force, config_from_args, print_json
 
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="write Megatron-LM arguments, launch template, lengths and expectations for a run")
     p.add_argument("--config", required=True, help="run configuration TOML")
+    add_config_flags(p, [])  # --set section.field=VALUE
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--allow-approximate", action="store_true",
                    help="export a policy Megatron lacks (packing-balanced, dynamic-solver, milp) as the closest Megatron scheduler")
@@ -21,8 +22,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from dcpsim.export import export_megatron
+    from dcpsim.run import load_config
 
-    exp = export_megatron(args.config, args.out, allow_approximate=args.allow_approximate,
+    cfg = config_from_args(args, load_config(args.config))
+    exp = export_megatron(cfg if args.set_fields else args.config, args.out, allow_approximate=args.allow_approximate,
                           simulate=not args.no_simulate, train_iters=args.train_iters,
                           gpus_per_node=args.gpus_per_node, force=args.force)
     info = {"policy": exp.policy, "scheduler": exp.scheduler, "approximate": exp.approximate,

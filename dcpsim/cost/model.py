@@ -69,13 +69,14 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from dcpsim.choices import CP_COMM_TYPES as _CP_COMM_TYPES
 from dcpsim.cost.padding import padded_lengths
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.hardware import HardwareProfile, get_profile
 from dcpsim.model import RECOMPUTE_MODES, ModelSpec, get_model, memory_per_gpu
 from dcpsim.model.accounting import ATTN_BWD_FLOPS_FACTOR, attention_flops
 
-CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
+CP_COMM_TYPES = _CP_COMM_TYPES  # defined once in dcpsim.choices
 GEMM_BWD_FLOPS_FACTOR = 2.0  # dgrad + wgrad
 ELEMENTWISE_BWD_FACTOR = 2.0  # backward of an element-wise op reads the saved input and the incoming gradient
 PRECISIONS = ("bf16", "fp8")

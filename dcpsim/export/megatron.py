@@ -274,8 +274,13 @@ def sample_lengths(cfg: RunConfig, batches: int = 1) -> np.ndarray:
 def build_export(cfg: RunConfig, *, allow_approximate: bool = False, simulate: bool = True,
                  lengths_path: str = "lengths.csv", train_iters: int = DEFAULT_TRAIN_ITERS) -> MegatronExport:
     """Check ``cfg``, and build the arguments, lengths and (if ``simulate``) the simulated expectations."""
+    from dcpsim.run.single import check_memory
+
     policy, approx = resolve_policy(cfg, allow_approximate)
     notes = check_megatron(cfg, policy)
+    # what the simulator calls infeasible is not exported: model states here, every simulated pack below;
+    # without a simulation a full microbatch of max_tokens_per_rank tokens per rank must fit
+    check_memory(cfg, full_microbatch=not simulate)
     if approx:
         notes.insert(0, f"policy {cfg.policy.name!r} has no Megatron scheduler; exported as {policy!r} "
                         f"({SCHEDULERS[policy]}), the closest; expected.json still simulates {cfg.policy.name!r}")

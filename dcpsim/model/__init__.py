@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
+from dcpsim.choices import RECOMPUTE_MODES as _RECOMPUTE_MODES
 from dcpsim.errors import ConfigError, InfeasibleError
 
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
-RECOMPUTE_MODES = ("none", "selective", "full")
+RECOMPUTE_MODES = _RECOMPUTE_MODES  # defined once in dcpsim.choices
 BYTES_BF16 = 2
 
 

@@ -50,6 +50,13 @@ BUILTIN_POLICIES: dict[str, str] = {
 
 _REGISTRY: dict[str, type[Policy] | str] = dict(BUILTIN_POLICIES)
 
+PLANNING_S_PER_UNIT = 1e-6
+"""Modelled host seconds per unit of planning work (one sequence weighed for one CP size in one candidate
+pass). An assumption, not a measurement: the order of one step of a vectorised NumPy/Python scheduler loop
+on a current server core (Megatron's dynamic-CP scheduler is Python). It makes ``sim.planning = "stall"`` and
+``"hidden"`` deterministic (the measured wall time depended on the host and gave different results for one
+seed); the measured time stays in ``Plan.meta["planning_wall_s"]`` as host information."""
+
 
 def pad_for_schedule(plan: Plan) -> Plan:
     """Append empty steps until the interleaved schedule allows the step count (in place).
@@ -78,8 +85,11 @@ class Policy(ABC):
     arguments of ``__init__``; :func:`get_policy` reports unknown ones.
 
     :meth:`plan` does the shared work around :meth:`_plan`: it checks the
-    input, times the planning (``Plan.planning_time_s``, wall seconds of
-    :meth:`_plan` only), attaches :func:`~dcpsim.policies.bound.lower_bound_s`
+    input, sets the *modelled* planning time (``Plan.planning_time_s``, see
+    :meth:`modelled_planning_s`; deterministic, so one seed gives one
+    result) and records the host's wall seconds of :meth:`_plan` as
+    ``Plan.meta["planning_wall_s"]`` (host information only, never part of a
+    simulated time), attaches :func:`~dcpsim.policies.bound.lower_bound_s`
     of the sequences it did not drop as the plan's bound evaluator (run only
     when ``Plan.lower_bound_s`` is read), and validates the plan.
     """
@@ -107,7 +117,8 @@ class Policy(ABC):
         check_layout_cost(layout, cost)
         t0 = time.perf_counter()
         plan = self._plan(lengths, layout, cost, rng)
-        plan.planning_time_s = time.perf_counter() - t0
+        plan.meta["planning_wall_s"] = time.perf_counter() - t0
+        plan.planning_time_s = self.modelled_planning_s(lengths, layout, plan)
         if plan.lower_bound_s is None:  # evaluated only if someone reads plan.lower_bound_s
             kept = np.ones(lengths.size, dtype=bool)
             kept[list(plan.dropped)] = False
@@ -115,6 +126,22 @@ class Policy(ABC):
         plan.meta.setdefault("options", self.options())
         pad_for_schedule(plan)
         return plan.validate()
+
+    def planning_work(self, lengths: np.ndarray, layout: Layout, plan: Plan) -> int:
+        """Units of planning work: sequences x CP sizes considered x candidate passes.
+
+        A dynamic policy weighs every sequence against each dynamic CP size, a
+        static one against its one size; a policy that tries several
+        candidate plans (``plan.meta["candidates"]``: microbatch counts,
+        bucket counts) repeats that for each.
+        """
+        sizes = int(dynamic_sizes(layout).size) if self.dynamic else 1
+        passes = max(1, len(plan.meta.get("candidates") or ()))
+        return int(lengths.size) * max(sizes, 1) * passes
+
+    def modelled_planning_s(self, lengths: np.ndarray, layout: Layout, plan: Plan) -> float:
+        """Host seconds the planner is modelled to take: ``planning_work * PLANNING_S_PER_UNIT``."""
+        return float(self.planning_work(lengths, layout, plan)) * PLANNING_S_PER_UNIT
 
     @abstractmethod
     def _plan(self, lengths: np.ndarray, layout: Layout, cost, rng: np.random.Generator | None) -> Plan:

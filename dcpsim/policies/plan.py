@@ -118,8 +118,10 @@ class Plan:
 
     ``dynamic`` says whether groups may change between steps (aligned
     power-of-two slices are then required). ``dropped`` maps sequence id to
-    the reason it was not scheduled. ``planning_time_s`` is the wall time the
-    policy took.
+    the reason it was not scheduled. ``planning_time_s`` is the policy's
+    *modelled* planning time in seconds (deterministic, see
+    :meth:`Policy.modelled_planning_s`; the measured host time is
+    ``meta["planning_wall_s"]``).
 
     ``lower_bound_s`` (seconds, optional) is evaluated on first read: the
     ``bound`` and ``milp`` policies set a value; :meth:`Policy.plan

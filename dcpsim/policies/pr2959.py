@@ -75,7 +75,8 @@ rank everywhere, extra microbatches for what does not fit, empty buckets
 allowed) and ``meta["safe_mode"]`` is True.
 
 Planning is hidden in the blog's runs (the next batch is planned in a
-background process); ``planning_time_s`` records what it took here.
+background process); ``planning_time_s`` is the modelled planning time
+(:meth:`~dcpsim.policies.Policy.modelled_planning_s`, one pass per candidate).
 """
 
 from __future__ import annotations

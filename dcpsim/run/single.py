@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dcpsim.cost import CostModel
-from dcpsim.errors import ConfigError
+from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.model.accounting import throughput
 from dcpsim.policies.plan import Layout, Plan
 from dcpsim.run.config import RunConfig
@@ -132,112 +134,211 @@ def _workload_name(cfg: RunConfig) -> str:
     return w if isinstance(w, str) else "custom"
 
 
+@dataclass
+class _Run:
+    """What the phases of :func:`run_simulation` share (built by :func:`_prepare`)."""
+
+    cfg: RunConfig
+    cost: CostModel
+    layout: Layout
+    streams: dict[str, np.random.Generator]
+    sim: ClusterSimulator
+    n_iter: int
+    plans: Sequence[Plan] | None = None
+    batches: Sequence[np.ndarray] | None = None
+    policy: Any = None
+    dist: Any = None
+    fixed: Any = None
+
+
+@dataclass
+class _Loop:
+    """Per-iteration outputs of :func:`_iterate`."""
+
+    rows: list[dict] = field(default_factory=list)
+    rank_cols: list[dict[str, np.ndarray]] = field(default_factory=list)
+    records: list[IterationRecord] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
+    cp_hist: dict[int, int] = field(default_factory=dict)
+    planning_wall_s: float = 0.0
+
+
 def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
                    batches: Sequence[np.ndarray] | None = None, plans: Sequence[Plan] | None = None,
-                   trace_max_tracks: int = 64) -> SimResult:
+                   trace_max_tracks: int = 64, allow_infeasible: bool = False) -> SimResult:
     """Simulate ``cfg.sim.iterations`` iterations of ``cfg`` and return tables and a summary.
 
     ``batches`` (one array of lengths per iteration) replaces sampling from
     the workload; ``plans`` replaces the policy too (hand-built plans, tests).
     ``trace_path`` writes a Chrome/Perfetto trace of the simulated timeline.
+
+    Memory. A configuration whose model states, or any simulated pack, need
+    more than the usable HBM (``CostModel.memory_limit_bytes``) is
+    infeasible: :class:`~dcpsim.errors.InfeasibleError` (``kind = "memory"``,
+    the figures in the message) instead of a throughput. Model states are
+    checked before any work. ``allow_infeasible=True`` (diagnostics, e.g.
+    comparing with a published run that did fit) returns the result with
+    ``summary["status"] = "infeasible"`` and the reason instead of raising.
     """
-    import pandas as pd
-
     t_run = time.perf_counter()
-    cost = build_cost_model(cfg)
-    layout = build_layout(cfg, cost)
-    streams = _streams(cfg.sim.seed)
-    sim = build_simulator(cfg, cost, streams["faults"])
-    n_iter = len(plans) if plans is not None else cfg.sim.iterations
-    policy = None
-    dist = None
-    fixed = None
-    if plans is None:
-        policy = _get_policy(cfg)
-        if batches is None and cfg.is_fixed:
-            fixed = _fixed_workload(cfg)
-        elif batches is None:
-            from dcpsim.workload import get_workload
-
-            w = cfg.workload
-            dist = get_workload(w.name, min_len=w.min_len, max_len=w.max_len, clip=w.clip)
-        elif len(batches) < n_iter:
-            raise ConfigError("batches", len(batches), f"one array of lengths per iteration ({n_iter})")
-
-    gpus = cfg.cluster.gpus
-    peak = cost.profile.peak_bf16_flops
-    records: list[IterationRecord] = []
-    used_plans: list[Plan] = []
-    rows: list[dict] = []
-    rank_cols: list[dict[str, np.ndarray]] = []
-    cp_hist: dict[int, int] = {}
-    offset = 0.0
-    prev: float | None = None
-    planning_wall = 0.0
-    for i in range(n_iter):
-        if plans is not None:
-            plan = plans[i]
-        else:
-            t0 = time.perf_counter()
-            if fixed is not None and fixed.per_document:
-                plan = _window_plan(cfg, fixed, layout, streams["workload"])
-            else:
-                lengths = _batch_lengths(cfg, i, batches, dist, fixed, streams["workload"])
-                t0 = time.perf_counter()
-                plan = plan_batch(policy, lengths, layout, cost, streams["policy"], cfg)
-            planning_wall += time.perf_counter() - t0
-        used_plans.append(plan)
-        for c, n in plan.cp_histogram().items():
-            cp_hist[int(c)] = cp_hist.get(int(c), 0) + int(n)
-        if not plan.steps:
-            row = _bound_row(plan, i, cost, gpus, peak)
-            rows.append(row)
-            offset += row["iteration_time_s"]
-            prev = row["iteration_time_s"]
-            continue
-        # policies validate their plans (Policy.plan); hand-made plans are checked here
-        rec = sim.simulate(plan, index=i, offset_s=offset, previous_iteration_s=prev, rng=streams["noise"],
-                           validate=plans is not None)
-        ranks = rank_arrays(rec)
-        row = iteration_row(rec, gpus, peak, ranks)
-        row["simulated"] = True
-        rows.append(row)
-        rank_cols.append(rank_rows(rec, cfg.parallel.tp, ranks))
-        records.append(rec)
-        offset += rec.iteration_time_s
-        prev = rec.iteration_time_s
-
-    iterations = pd.DataFrame(rows)
-    if rank_cols:
-        ranks_df = pd.DataFrame({k: np.concatenate([c[k] for c in rank_cols]) for k in rank_cols[0]})
-    else:
-        ranks_df = pd.DataFrame(columns=["iteration", "stage", "stage_rank"])
+    run = _prepare(cfg, batches, plans)
+    states = _model_states_verdict(run.cost)
+    if states and not allow_infeasible:
+        raise InfeasibleError("memory", states)
+    loop = _iterate(run)
+    iterations, ranks_df = _frames(loop)
     trace_file = None
     if trace_path is not None:
         from dcpsim.sim.trace import write_chrome_trace
 
-        trace_file = str(write_chrome_trace(records, trace_path, sim.topology, max_tracks=trace_max_tracks))
-    wall = time.perf_counter() - t_run
-    summary = _summary(cfg, iterations, cp_hist, gpus, peak)
+        trace_file = str(write_chrome_trace(loop.records, trace_path, run.sim.topology, max_tracks=trace_max_tracks))
+    summary = _summary(cfg, iterations, loop.cp_hist, cfg.cluster.gpus, run.cost.profile.peak_bf16_flops)
+    reason = states or _packs_verdict(run.cost, summary)
+    if reason and not allow_infeasible:
+        raise InfeasibleError("memory", reason)
+    summary["status"], summary["reason"] = ("infeasible", f"memory: {reason}") if reason else ("ok", "")
+    meta = _meta(run, iterations, loop, trace_file, time.perf_counter() - t_run)
+    summary.update({k: meta[k] for k in ("events", "events_per_s", "sim_wall_s", "planning_wall_s", "wall_s")})
+    summary.update(_long_run(cfg, run.sim, loop.plans, loop.records, iterations))
+    return SimResult(summary=summary, iterations=iterations, ranks=ranks_df, config=cfg.resolved(),
+                     config_hash=cfg.config_hash(), meta=meta, records=loop.records, plans=loop.plans)
+
+
+def _prepare(cfg: RunConfig, batches, plans) -> _Run:
+    """Cost model, layout, random streams, simulator, and the source of plans (policy + workload)."""
+    cost = build_cost_model(cfg)
+    streams = _streams(cfg.sim.seed)
+    run = _Run(cfg, cost, build_layout(cfg, cost), streams, build_simulator(cfg, cost, streams["faults"]),
+               len(plans) if plans is not None else cfg.sim.iterations, plans=plans, batches=batches)
+    if plans is not None:
+        return run
+    run.policy = _get_policy(cfg)
+    if batches is None and cfg.is_fixed:
+        run.fixed = _fixed_workload(cfg)
+    elif batches is None:
+        from dcpsim.workload import get_workload
+
+        w = cfg.workload
+        run.dist = get_workload(w.name, min_len=w.min_len, max_len=w.max_len, clip=w.clip)
+    elif len(batches) < run.n_iter:
+        raise ConfigError("batches", len(batches), f"one array of lengths per iteration ({run.n_iter})")
+    return run
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
+def _capacity(cost: CostModel) -> str:
+    prof = cost.profile
+    return (f"{_gib(cost.memory_limit_bytes)} usable of the {prof.hbm_bytes / 1e9:.0f} GB HBM of {prof.name}")
+
+
+def check_memory(cfg: RunConfig, *, full_microbatch: bool = False) -> None:
+    """Raise :class:`InfeasibleError` (memory) if the model states do not fit, or (``full_microbatch``)
+    one microbatch of ``max_tokens_per_rank`` tokens per rank does not: checks that need no simulation."""
+    cost = build_cost_model(cfg)
+    why = _model_states_verdict(cost)
+    M = cfg.max_tokens_per_rank
+    peak = float(cost.peak_memory_bytes([M])[0])
+    if not why and full_microbatch and peak > cost.memory_limit_bytes:
+        why = (f"a full microbatch (parallel.max_tokens_per_rank = {M} tokens per rank) peaks at {_gib(peak)} "
+               f"per GPU > {_capacity(cost)}")
+    if why:
+        raise InfeasibleError("memory", why)
+
+
+def _model_states_verdict(cost: CostModel) -> str:
+    """Why the model states alone (weights, gradients, optimizer) do not fit; '' when they do."""
+    states = float(cost.peak_memory_bytes([0])[0])
+    if states <= cost.memory_limit_bytes:
+        return ""
+    return (f"model states need {_gib(states)} per GPU > {_capacity(cost)} "
+            f"(tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp}; shard more: larger tp/pp/dp)")
+
+
+def _packs_verdict(cost: CostModel, summary: dict) -> str:
+    """Why some simulated pack does not fit in memory; '' when every one does."""
+    over = int(summary.get("packs_over_memory") or 0)
+    if not over:
+        return ""
+    peak = float(summary.get("peak_memory_gib") or float("nan")) * 2**30
+    return (f"peak {_gib(peak)} per GPU > {_capacity(cost)} ({over} microbatch pack(s) over; "
+            "lower parallel.max_tokens_per_rank or raise cp/pp)")
+
+
+def _next_plan(run: _Run, i: int) -> tuple[Plan, float]:
+    """The plan of iteration ``i`` and the host seconds spent making it (host info only)."""
+    if run.plans is not None:
+        return run.plans[i], 0.0
+    if run.fixed is not None and run.fixed.per_document:
+        t0 = time.perf_counter()
+        plan = _window_plan(run.cfg, run.fixed, run.layout, run.streams["workload"])
+        return plan, time.perf_counter() - t0
+    lengths = _batch_lengths(run.cfg, i, run.batches, run.dist, run.fixed, run.streams["workload"])
+    t0 = time.perf_counter()
+    plan = plan_batch(run.policy, lengths, run.layout, run.cost, run.streams["policy"], run.cfg)
+    return plan, time.perf_counter() - t0
+
+
+def _iterate(run: _Run) -> _Loop:
+    """Plan and simulate every iteration; the clock carries over (offset, previous iteration time)."""
+    cfg, gpus, peak = run.cfg, run.cfg.cluster.gpus, run.cost.profile.peak_bf16_flops
+    loop = _Loop()
+    offset = 0.0
+    prev: float | None = None
+    for i in range(run.n_iter):
+        plan, wall = _next_plan(run, i)
+        loop.planning_wall_s += wall
+        loop.plans.append(plan)
+        for c, n in plan.cp_histogram().items():
+            loop.cp_hist[int(c)] = loop.cp_hist.get(int(c), 0) + int(n)
+        if not plan.steps:
+            row = _bound_row(plan, i, run.cost, gpus, peak)
+        else:
+            # policies validate their plans (Policy.plan); hand-made plans are checked here
+            rec = run.sim.simulate(plan, index=i, offset_s=offset, previous_iteration_s=prev,
+                                   rng=run.streams["noise"], validate=run.plans is not None)
+            ranks = rank_arrays(rec)
+            row = iteration_row(rec, gpus, peak, ranks)
+            row["simulated"] = True
+            loop.rank_cols.append(rank_rows(rec, cfg.parallel.tp, ranks))
+            loop.records.append(rec)
+        loop.rows.append(row)
+        offset += row["iteration_time_s"]
+        prev = row["iteration_time_s"]
+    return loop
+
+
+def _frames(loop: _Loop):
+    """(iterations, ranks) DataFrames of the loop's rows."""
+    import pandas as pd
+
+    iterations = pd.DataFrame(loop.rows)
+    if loop.rank_cols:
+        ranks_df = pd.DataFrame({k: np.concatenate([c[k] for c in loop.rank_cols]) for k in loop.rank_cols[0]})
+    else:
+        ranks_df = pd.DataFrame(columns=["iteration", "stage", "stage_rank"])
+    return iterations, ranks_df
+
+
+def _meta(run: _Run, iterations, loop: _Loop, trace_file: str | None, wall: float) -> dict:
+    """Host information (wall clock, event rate: never part of a simulated time) and the run's context."""
     sim_wall = float(iterations["sim_wall_s"].sum()) if "sim_wall_s" in iterations else 0.0
     events = int(iterations["events"].sum()) if "events" in iterations else 0
-    meta = {
+    faults = run.sim.durations.faults
+    return {
         "events": events,
         "events_per_s": events / sim_wall if sim_wall > 0 else None,
         "sim_wall_s": sim_wall,
-        "planning_wall_s": planning_wall,
+        "planning_wall_s": loop.planning_wall_s,
         "wall_s": wall,
         "trace": trace_file,
-        "topology": sim.topology.describe(),
-        "cost_model": cost.describe(),
-        "faults": {"straggler_gpus": [int(g) for g in sim.durations.faults.straggler_gpus],
-                   "degraded_gpu": sim.durations.faults.degraded_gpu},
+        "topology": run.sim.topology.describe(),
+        "cost_model": run.cost.describe(),
+        "faults": {"straggler_gpus": [int(g) for g in faults.straggler_gpus], "degraded_gpu": faults.degraded_gpu},
         "dcpsim_version": _version(),
     }
-    summary.update({k: meta[k] for k in ("events", "events_per_s", "sim_wall_s", "planning_wall_s", "wall_s")})
-    summary.update(_long_run(cfg, sim, used_plans, records, iterations))
-    return SimResult(summary=summary, iterations=iterations, ranks=ranks_df, config=cfg.resolved(),
-                     config_hash=cfg.config_hash(), meta=meta, records=records, plans=used_plans)
 
 
 def _long_run(cfg: RunConfig, sim, plans: list[Plan], records: list, iterations) -> dict:

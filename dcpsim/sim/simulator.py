@@ -1,7 +1,8 @@
 """One object that simulates plans on one cluster: durations (numpy) + graph + SimPy engine.
 
-Planning time (``Plan.planning_time_s``, the policy's wall time) enters as
-``planning``:
+Planning time (``Plan.planning_time_s``, the policy's *modelled* planning
+time: deterministic, see :meth:`dcpsim.policies.Policy.modelled_planning_s`)
+enters as ``planning``:
 
 * ``hidden``: the plan for batch k+1 is computed while batch k trains
   (Megatron's zero-overhead mode, REFERENCE §1); iteration k stalls by
@@ -10,9 +11,8 @@ Planning time (``Plan.planning_time_s``, the policy's wall time) enters as
 * ``stall``: every iteration waits for its plan.
 * ``ignore``: planning costs nothing.
 
-Planning time is a measured wall time, the only input that is not a function
-of the seed; ``hidden`` (where it is far below the iteration time) and
-``ignore`` keep results reproducible.
+No wall-clock time measured on the host enters a simulated time: one seed
+gives one result in every mode.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dcpsim.choices import PLANNING_MODES as _PLANNING_MODES
 from dcpsim.cost import CostModel
 from dcpsim.errors import ConfigError
 from dcpsim.pipeline import pipeline_schedule
@@ -34,7 +35,7 @@ from dcpsim.sim.schedule import build_graph, build_group_table
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults
 
-PLANNING_MODES = ("hidden", "stall", "ignore")
+PLANNING_MODES = _PLANNING_MODES  # defined once in dcpsim.choices
 ENGINES = ("auto", "events", "fast")
 EXCHANGES = ("none", "async", "sync")
 
@@ -59,8 +60,8 @@ class SimOptions:
             raise ConfigError("sim.planning", self.planning, f"one of {PLANNING_MODES}")
         if self.engine not in ENGINES:
             raise ConfigError("sim.engine", self.engine, f"one of {ENGINES}")
-        if self.noise_cv < 0:
-            raise ConfigError("sim.noise_cv", self.noise_cv, ">= 0")
+        if not 0 <= self.noise_cv <= 1:  # also refuses nan
+            raise ConfigError("sim.noise_cv", self.noise_cv, "a finite number >= 0 and <= 1")
         if self.dynamic_cp_exchange not in EXCHANGES:
             raise ConfigError("sim.dynamic_cp_exchange", self.dynamic_cp_exchange, f"one of {EXCHANGES}")
         if not self.cp_switch_s >= 0:

@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from scipy import integrate, optimize, special
 
+from dcpsim.choices import CLIP_MODES
 from dcpsim.errors import ConfigError
 from dcpsim.workload.loaders import LENGTH_CAP, read_lengths  # files are read in loaders, never here
 
@@ -404,7 +405,7 @@ class Clipped(LengthDistribution):
             object.__setattr__(self, "max_len", _length(self.max_len, "max_len", where))
         if self.min_len is not None and self.max_len is not None and self.max_len < self.min_len:
             raise ConfigError("max_len", self.max_len, f">= min_len ({self.min_len})", where=where)
-        if self.mode not in ("drop", "truncate"):
+        if self.mode not in CLIP_MODES:
             raise ConfigError("mode", self.mode, "'drop' or 'truncate'", where=where)
 
     @property

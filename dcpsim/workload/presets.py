@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dcpsim.choices import CLIP_MODES
 from dcpsim.errors import ConfigError
 from dcpsim.workload.distributions import (
     ClipMode,
@@ -169,7 +170,7 @@ def get_workload(
     Returns:
         The distribution, wrapped in :class:`Clipped` when a bound is given.
     """
-    if clip not in ("drop", "truncate"):
+    if clip not in CLIP_MODES:
         raise ConfigError("clip", clip, "'drop' or 'truncate'", where="get_workload")
     dist: LengthDistribution
     if isinstance(spec, LengthDistribution):
