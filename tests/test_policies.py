@@ -110,7 +110,9 @@ def test_invariants_bound_and_determinism(name, case):
     assert not plan.dropped
     ids = sorted(i for s in plan.steps for g in s.groups for i in g.seq_ids)
     assert ids == list(range(lengths.size))
-    assert plan.planning_time_s > 0
+    # modelled planning time: deterministic, from the planner's work (sequences x sizes x candidate passes)
+    assert plan.planning_time_s == get_policy(name).modelled_planning_s(lengths, layout, plan)
+    assert (plan.planning_time_s > 0) == (lengths.size > 0) and plan.meta["planning_wall_s"] >= 0
     # the recorded bound is below the modelled iteration time, exact and additive
     ev = evaluate_plan(plan, cost)
     assert plan.lower_bound_s <= ev.makespan_s * (1 + REL) + 1e-12
