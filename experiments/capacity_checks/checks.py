@@ -142,7 +142,7 @@ def published_row_check(row_id: int, simulate: int | None = None) -> dict[str, A
     cfg = rc.config
     t0 = time.perf_counter()
     try:
-        s = run_simulation(cfg).summary
+        s = run_simulation(cfg, allow_infeasible=True).summary  # the published layout ran: a memory-model gap is not a refusal
     except DcpsimError as exc:
         return out | {"status": "unexpressible", "reason": f"simulator refused the published layout: {exc}"}
     out["published_sim"] = float(s["tokens_per_s"]) / row.gpus
