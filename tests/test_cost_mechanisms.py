@@ -188,7 +188,7 @@ def test_overlap_in_the_simulator_hides_all_but_one_bucket():
     times = {}
     for flags in ((False, False), (True, False), (True, True)):
         d = {**base, "sim": {**base["sim"], "overlap_grad_sync": flags[0], "overlap_param_gather": flags[1]}}
-        res = run_simulation(config_from_dict(d))
+        res = run_simulation(config_from_dict(d), allow_infeasible=True)  # timing mechanics: 13B on pp=1 is over memory
         times[flags] = (res.iterations.iloc[0].iteration_time_s, res.records[0])
     rec = times[(False, False)][1]
     sync = rec.sync
