@@ -147,6 +147,20 @@ def test_sweep_ignores_and_names_foreign_parts(tmp_path, capsys):
     capsys.readouterr()
 
 
+def test_truncated_own_part_is_reported_and_its_runs_run_again(tmp_path, capsys):
+    from dcpsim.run.sweep import load_results
+
+    spec = _spec(tmp_path, '[axes]\npolicy.name = ["packing", "dynamic"]\n')
+    out = tmp_path / "o"
+    argv = ["sweep", str(spec), "--out", str(out), "-j", "1", "--no-progress", "--no-figures"]
+    assert main(argv) == 0
+    (part,) = list((out / "results").glob("part-*.parquet"))
+    part.write_bytes(part.read_bytes()[:100])  # a disk that lost the end of the file
+    with pytest.warns(UserWarning, match="unreadable"):
+        assert main(argv) == 0
+    assert len(load_results(out)) == 2 and "Traceback" not in capsys.readouterr().err
+
+
 def test_sweep_refuses_foreign_top_level_files(tmp_path, capsys):
     spec = _spec(tmp_path, '[axes]\npolicy.name = ["packing"]\n')
     (tmp_path / "o").mkdir()
@@ -295,6 +309,23 @@ def test_killed_worker_is_retried_then_recorded(tmp_path):
     assert res.counts.get("failed") == 1 and df.loc[1, "status"] == "failed"
     assert "worker process died" in df.loc[1, "reason"]
     assert (df.drop(index=1)["status"] == "ok").all()
+
+
+def _cell_killer(cell):
+    """A reproduce cell runner whose worker dies on seed 1 (every time)."""
+    if cell.seed == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"dataset": cell.dataset, "policy": cell.policy, "seed": cell.seed, "status": "ok"}
+
+
+def test_reproduce_pool_records_a_cell_whose_worker_dies():
+    from dcpsim.experiments.runner import CellSpec, _run_pooled
+    from dcpsim.run import RunConfig
+
+    cells = [CellSpec(dataset="d", policy="packing", seed=s, config=RunConfig()) for s in range(3)]
+    rows = sorted(_run_pooled(cells, 2, None, fn=_cell_killer), key=lambda r: r["seed"])
+    assert [r["status"] for r in rows] == ["ok", "failed", "ok"]
+    assert "worker process died" in rows[1]["reason"]
 
 
 def _children(pid: int) -> set[int]:

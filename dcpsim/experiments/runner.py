@@ -158,8 +158,12 @@ def run_cells(
 
 
 def _run_pooled(specs: list[CellSpec], jobs: int, on_done: Callable[[dict[str, Any]], None] | None,
-                attempts: int = 2) -> list[dict[str, Any]]:
-    """Cells in a :func:`dcpsim.run.pool.worker_pool`; a cell whose worker dies is retried, then a ``failed`` row."""
+                attempts: int = 2, fn: Callable[[CellSpec], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Cells in a :func:`dcpsim.run.pool.worker_pool`; a cell whose worker dies is retried, then a ``failed`` row.
+
+    ``fn`` runs one cell in the worker (default :func:`run_cell`; tests pass one that kills its worker).
+    """
+    fn = fn or _worker
     from concurrent.futures import as_completed
     from concurrent.futures.process import BrokenProcessPool
 
@@ -172,7 +176,7 @@ def _run_pooled(specs: list[CellSpec], jobs: int, on_done: Callable[[dict[str, A
         lost: list[int] = []
         pool = worker_pool(jobs if attempt == 1 else 1)  # a retry runs one cell at a time
         try:
-            futs = {pool.submit(_worker, specs[i]): i for i in todo}
+            futs = {pool.submit(fn, specs[i]): i for i in todo}
             for fut in as_completed(futs):
                 try:
                     rows[futs[fut]] = fut.result()
