@@ -160,6 +160,9 @@ class Progress:
 def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchSpace, *, simulate: int, seeds: int,
               jobs: int | None, progress: bool, runner=None) -> list[dict[str, Any]]:
     """Every task, in worker processes (``jobs``; 1 = in this process), results in task order."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from dcpsim.errors import DcpsimError
     from dcpsim.run.executors import make_executor
 
     bar = Progress(len(tasks), progress)
@@ -167,13 +170,31 @@ def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchS
     # a worker pool costs each worker a fresh interpreter and imports (~1-2 s): not worth it for a few tasks
     n_workers = 1 if jobs == 1 or len(tasks) <= SERIAL_TASKS else min(jobs or 2, len(tasks))
     ex = make_executor(jobs=n_workers)
+    tries = [0] * len(tasks)
+
+    def submit(i: int) -> Any:
+        return ex.submit(run_task, tasks[i], base, data, space, simulate, seeds, runner)
+
     try:
-        futs = {ex.submit(run_task, t, base, data, space, simulate, seeds, runner): i for i, t in enumerate(tasks)}
+        futs = {submit(i): (i, getattr(ex, "generation", 0)) for i in range(len(tasks))}
         pending = list(futs)
         while pending:
             done, pending = ex.wait_any(pending, timeout=0.5)
             for f in done:
-                results[futs[f]] = f.result()
+                i, gen = futs.pop(f)
+                try:
+                    results[i] = f.result()
+                except BrokenProcessPool as exc:  # a worker was killed (e.g. out of memory): retry once
+                    tries[i] += 1
+                    if tries[i] > 1:
+                        raise DcpsimError(f"a worker process died twice planning {tasks[i].gpu} x {tasks[i].gpus} "
+                                          f"({exc}); run again with fewer sizes or -j 1") from None
+                    if gen == getattr(ex, "generation", 0):
+                        ex.restart()
+                    nf = submit(i)
+                    futs[nf] = (i, getattr(ex, "generation", 0))
+                    pending.append(nf)
+                    continue
                 bar.step()
     finally:
         ex.close()
