@@ -183,6 +183,9 @@ class SimSection(_Section):
     engine: Literal["auto", "events", "fast"] = Field(
         "auto", description="events: SimPy event simulation; fast: the exact vectorised evaluation of the same "
         "schedule (same finish times); auto: fast whenever no modelled effect needs events")
+    network: Literal["ideal", "shared"] = Field(
+        "ideal", description="ideal: every transfer at its profile time; shared: pipeline transfers are flows that "
+        "share NICs and pod uplinks (max-min fair; dcpsim.sim.network; needs the events engine)")
     long_run_hours: float = Field(0.0, ge=0, le=24 * 3650, description="long-run mode: hours of training simulated at "
                                   "iteration granularity with failures, checkpoints, restarts and slow episodes "
                                   "(0 = off); summary gains goodput_* (dcpsim.sim.longrun)")

@@ -98,7 +98,7 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                       grad_reduce_bytes_per_param=s.grad_reduce_bytes_per_param,
                       overlap_param_gather=s.overlap_param_gather, grad_bucket_params=s.grad_bucket_params, engine=s.engine,
                       dynamic_cp_exchange=s.dynamic_cp_exchange, cp_switch_s=s.cp_switch_s,
-                      microbatch_overhead_s=s.microbatch_overhead_s)
+                      microbatch_overhead_s=s.microbatch_overhead_s, network=s.network)
     return ClusterSimulator(cost, topo, faults=faults, options=opts)
 
 

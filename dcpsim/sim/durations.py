@@ -107,6 +107,10 @@ class IterationWork:
     head_bwd_s: np.ndarray | None = None
     vp: int = 1
     idle_memory_bytes: float = 0.0  # a rank's peak memory in a step that leaves it out (weights, optimizer state)
+    # one GPU pair's pipeline transfer per group: over the network alone (no pod or degraded-link factor;
+    # the shared network applies those as link capacities) and over NVLink (seconds, (G,))
+    p2p_network_alone_s: np.ndarray | None = None
+    p2p_nvlink_s: np.ndarray | None = None
 
     def virtual(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(forward, backward, transfer) per virtual stage: ``(PP·vp, G)`` twice and ``(PP·vp − 1, G)``.
@@ -252,6 +256,7 @@ class DurationModel:
             n_seqs=int(lens.size), batch_cost_calls=calls,
             head_fwd_s=head_f, head_bwd_s=head_b, vp=self.topo.vp,
             idle_memory_bytes=float(cost.peak_memory_bytes(np.zeros(1))[0]),
+            p2p_network_alone_s=self._p2p_alone[0], p2p_nvlink_s=self._p2p_alone[1],
         )
 
     def exchange_s(self, n_samples: int, tokens: float) -> float:
@@ -369,6 +374,7 @@ class DurationModel:
         topo, cost, G = self.topo, self.cost, table.n_groups
         xfer = np.zeros((topo.n_links, G))
         if topo.n_links == 0:
+            self._p2p_alone = (np.zeros(G), np.zeros(G))
             return xfer
         prof = cost.profile
         nbytes = local * cost.model.hidden * 2.0 / cost.tp
@@ -382,4 +388,6 @@ class DurationModel:
                 if v < topo.network_scale:
                     g_fac = np.where(slice_any(cross & (fac <= v), table.start, table.size), np.minimum(g_fac, v), g_fac)
             xfer[p] = np.where(g_cross, t_net / g_fac, t_nvl)
+        self._p2p_alone = (np.asarray(t_net, dtype=float) / topo.network_scale + np.zeros(G),
+                           np.asarray(t_nvl, dtype=float) + np.zeros(G))
         return xfer

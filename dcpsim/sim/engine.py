@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import simpy
@@ -107,7 +108,7 @@ class _Run:
     """State of one SimPy iteration (callbacks on plain lists; see the module docstring)."""
 
     def __init__(self, work: IterationWork, graph: Graph, sync: SyncCost, overlap_grad_sync: bool,
-                 overlap_param_gather: bool = False) -> None:
+                 overlap_param_gather: bool = False, network=None) -> None:
         f, b, _ = work.virtual()
         V, G = f.shape
         dur = np.empty((V, 2, G))
@@ -144,6 +145,8 @@ class _Run:
         self.timeout = self.env.timeout
         self.cb_done = self.on_done  # bound once (callbacks are appended per event)
         self.cb_arrive = self.on_arrive
+        # shared network: pipeline transfers become flows (dcpsim.sim.network.PipelineTransfers)
+        self.transfers = None if network is None else network(self.env, work, G)
 
     def launch(self, n: int) -> None:
         self.start[n] = self.env.now
@@ -152,6 +155,15 @@ class _Run:
     def on_arrive(self, ev) -> None:
         self.events += 1
         d = ev.value
+        count = self.count
+        count[d] -= 1
+        if count[d] == 0:
+            self.start[d] = self.env.now
+            self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
+
+    def arrived(self, d: int) -> None:
+        """A shared-network transfer into node ``d`` has arrived (same as :meth:`on_arrive`)."""
+        self.events += 1
         count = self.count
         count[d] -= 1
         if count[d] == 0:
@@ -175,7 +187,10 @@ class _Run:
             d = dst[e]
             x = delay[e]
             if x > 0.0:
-                timeout(x, d).callbacks.append(self.cb_arrive)
+                if self.transfers is None:
+                    timeout(x, d).callbacks.append(self.cb_arrive)
+                else:
+                    self.transfers.send(n, d, partial(self.arrived, d))
             else:
                 count[d] -= 1
                 if count[d] == 0:
@@ -219,9 +234,13 @@ def stage_end_s(p: int, last_bstart: float, bwd_end: float, first_fwd_start: flo
 
 
 def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True,
-                  overlap_param_gather: bool = False) -> IterationTimeline:
-    """Simulate one iteration in a fresh SimPy environment."""
-    run = _Run(work, graph, sync, overlap_grad_sync, overlap_param_gather)
+                  overlap_param_gather: bool = False, network=None) -> IterationTimeline:
+    """Simulate one iteration in a fresh SimPy environment.
+
+    ``network``: ``None`` (ideal: every transfer takes its precomputed time) or a factory
+    ``(env, work, n_groups) -> PipelineTransfers`` of the shared network (:mod:`dcpsim.sim.network`).
+    """
+    run = _Run(work, graph, sync, overlap_grad_sync, overlap_param_gather, network)
     for n in np.nonzero(graph.indegree == 0)[0].tolist():
         run.launch(n)
     run.env.run()
@@ -241,5 +260,5 @@ def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_
         optimizer_end_s=opt_end,
         stage_end_s=np.asarray(run.stage_end),
         makespan_s=float(run.end_time),
-        events=int(run.events),
+        events=int(run.events) + (run.transfers.net.events if run.transfers is not None else 0),
     )

@@ -31,6 +31,7 @@ from dcpsim.sim.durations import DurationModel
 from dcpsim.sim.engine import run_iteration
 from dcpsim.sim.fastpath import fast_iteration
 from dcpsim.sim.metrics import IterationRecord
+from dcpsim.sim.network import NETWORKS, Fabric, PipelineTransfers
 from dcpsim.sim.schedule import build_graph, build_group_table
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults
@@ -51,6 +52,7 @@ class SimOptions:
     overlap_param_gather: bool = False
     grad_bucket_params: int = 0
     engine: str = "auto"
+    network: str = "ideal"
     dynamic_cp_exchange: str = "none"
     cp_switch_s: float = 0.0
     microbatch_overhead_s: float = 0.0
@@ -62,6 +64,11 @@ class SimOptions:
             raise ConfigError("sim.engine", self.engine, f"one of {ENGINES}")
         if not 0 <= self.noise_cv <= 1:  # also refuses nan
             raise ConfigError("sim.noise_cv", self.noise_cv, "a finite number >= 0 and <= 1")
+        if self.network not in NETWORKS:
+            raise ConfigError("sim.network", self.network, f"one of {NETWORKS}")
+        if self.network == "shared" and self.engine == "fast":
+            raise ConfigError("sim.engine", self.engine, '"events" or "auto" with sim.network = "shared" '
+                              "(flows that share links need the event simulation)")
         if self.dynamic_cp_exchange not in EXCHANGES:
             raise ConfigError("sim.dynamic_cp_exchange", self.dynamic_cp_exchange, f"one of {EXCHANGES}")
         if not self.cp_switch_s >= 0:
@@ -91,7 +98,16 @@ class ClusterSimulator:
         """Whether iterations run as a SimPy event simulation (``engine = "events"``) or on the exact fast
         path (``"fast"``; ``"auto"`` picks it whenever every duration is known before the iteration starts,
         which holds for everything modelled so far)."""
-        return self.options.engine == "events"
+        return self.options.engine == "events" or self.options.network == "shared"
+
+    def _network(self):
+        """Factory of the shared network's pipeline transfers (``None`` for the ideal network)."""
+        if self.options.network != "shared":
+            return None
+        t = self.topology
+        fabric = Fabric(gpus=t.gpus, pod_gpus=t.pod_gpus, oversubscription=t.oversubscription,
+                        degraded_gpu=t.degraded_gpu, degraded_link_scale=t.degraded_link_scale)
+        return lambda env, work, n_groups: PipelineTransfers(env, fabric, t, work, n_groups)
 
     def planning_stall_s(self, planning_time_s: float, index: int, previous_iteration_s: float | None) -> float:
         mode = self.options.planning
@@ -121,7 +137,7 @@ class ClusterSimulator:
         if self.uses_events():
             graph = build_graph(table, sched, work.virtual()[2])
             timeline = run_iteration(work, graph, self.sync, overlap_grad_sync=self.options.overlap_grad_sync,
-                                     overlap_param_gather=self.options.overlap_param_gather)
+                                     overlap_param_gather=self.options.overlap_param_gather, network=self._network())
         else:
             timeline = fast_iteration(work, sched, self.sync, overlap_grad_sync=self.options.overlap_grad_sync,
                                       overlap_param_gather=self.options.overlap_param_gather)

@@ -1,0 +1,254 @@
+"""A shared network: links as resources, transfers as flows that share them (max-min fair), inside SimPy.
+
+Links (``sim.network = "shared"``), capacities in *NIC units* (1 = one GPU's
+network bandwidth, the rate at which a transfer alone runs at the profile's
+speed, so an uncontended flow takes exactly its ``ideal`` time):
+
+* per GPU, its NIC (rail) in each direction: ``("tx", gpu)``, ``("rx", gpu)``,
+  capacity 1 (times ``degraded_link_scale`` for the degraded GPU's NIC);
+* per pod (``pod_gpus`` consecutive GPUs under one leaf), the uplink to the
+  spine and the downlink from it: ``("up", pod)``, ``("down", pod)``,
+  capacity ``pod_gpus / oversubscription``; traffic between pods crosses the
+  source pod's uplink and the destination pod's downlink. A flat fabric
+  (``pod_gpus = 0``) has no pod links (a non-blocking spine).
+* NVLink transfers stay inside their domain and are not modelled as flows
+  (they keep their ideal time).
+
+Sharing: **max-min fair** (progressive filling). Every flow on a link gets an
+equal share of it unless the flow is held back elsewhere, in which case the
+others split what it leaves. That is the allocation that per-flow fair
+congestion control converges to (InfiniBand credit-based flow control with
+equal-weight virtual lanes, TCP-like rate control) and, for flows that all
+cross one link, it is processor sharing; unlike a fixed per-link split it
+does not waste the share of a flow that another bottleneck limits. Rates are
+recomputed whenever a flow starts or ends (the only moments they change), so
+between events every flow progresses linearly; a flow of ``work`` seconds
+(its time alone) at rate ``r`` advances ``r`` seconds of work per second.
+
+Granularity: one flow per GPU pair of a pipeline transfer (its activations or
+gradients, ``tp`` GPUs per stage rank) and one flow per ring hop of a
+collective (a ring's hops run concurrently, so the collective ends when its
+slowest hop does); the whole transfer time, latency included, is treated as
+bandwidth work (latency terms are small next to the megabyte transfers these
+are). CP rings and TP collectives stay inside op durations (not yet flows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from dcpsim.errors import ConfigError
+
+Link = tuple[str, int]
+NETWORKS = ("ideal", "shared")
+
+
+@dataclass
+class Fabric:
+    """Link capacities of a cluster (NIC units, see the module docstring)."""
+
+    gpus: int
+    pod_gpus: int = 0
+    oversubscription: float = 1.0
+    degraded_gpu: int | None = None
+    degraded_link_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.oversubscription < 1.0:
+            raise ConfigError("hardware.oversubscription", self.oversubscription, ">= 1")
+
+    def capacity(self, link: Link) -> float:
+        kind, i = link
+        if kind in ("tx", "rx"):
+            return self.degraded_link_scale if i == self.degraded_gpu else 1.0
+        return self.pod_gpus / self.oversubscription
+
+    def path(self, src: int, dst: int) -> list[Link]:
+        """Links a transfer from GPU ``src`` to GPU ``dst`` crosses."""
+        links: list[Link] = [("tx", src), ("rx", dst)]
+        if self.pod_gpus and src // self.pod_gpus != dst // self.pod_gpus:
+            links += [("up", src // self.pod_gpus), ("down", dst // self.pod_gpus)]
+        return links
+
+
+@dataclass
+class _Flow:
+    work: float  # seconds of transfer left at rate 1
+    links: list[Link]
+    done: Callable[[], None]
+    rate: float = 0.0
+
+
+@dataclass
+class FlowNetwork:
+    """Flows sharing a :class:`Fabric` in a SimPy environment (max-min fair, see the module docstring).
+
+    ``start(work_s, links, on_done)`` begins a flow; ``on_done()`` is called when it has moved its
+    ``work_s`` seconds' worth of bytes. ``events`` counts rate changes (for events/s figures).
+    """
+
+    env: simpy.Environment
+    fabric: Fabric
+    flows: dict[int, _Flow] = field(default_factory=dict)
+    events: int = 0
+    _next_id: int = 0
+    _last: float = 0.0
+    _version: int = 0
+
+    def start(self, work_s: float, links: list[Link], on_done: Callable[[], None]) -> None:
+        self._advance()
+        if work_s <= 0.0:
+            on_done()
+            return
+        self.flows[self._next_id] = _Flow(float(work_s), links, on_done)
+        self._next_id += 1
+        self._reschedule()
+
+    def _advance(self) -> None:
+        """Move every flow forward to ``now`` at its current rate."""
+        dt = self.env.now - self._last
+        if dt > 0.0:
+            for f in self.flows.values():
+                f.work -= f.rate * dt
+        self._last = self.env.now
+
+    def _reschedule(self) -> None:
+        self.events += 1
+        max_min_rates(self.flows.values(), self.fabric.capacity)
+        self._version += 1
+        if not self.flows:
+            return
+        dt = min(f.work / f.rate for f in self.flows.values())
+        ev = self.env.timeout(max(dt, 0.0), self._version)
+        ev.callbacks.append(self._on_timer)
+
+    def _on_timer(self, ev) -> None:
+        if ev.value != self._version:  # superseded by a later start or finish
+            return
+        self._advance()
+        eps = 1e-12 * max(1.0, self.env.now)
+        finished = [k for k, f in self.flows.items() if f.work <= eps * max(f.rate, 1.0)]
+        if not finished:  # rounding: finish the closest one
+            finished = [min(self.flows, key=lambda k: self.flows[k].work / self.flows[k].rate)]
+        callbacks = [self.flows.pop(k).done for k in finished]
+        self._reschedule()
+        for cb in callbacks:
+            cb()
+
+
+def max_min_rates(flows: Iterable[_Flow], capacity: Callable[[Link], float]) -> None:
+    """Max-min fair rates by progressive filling (sets ``flow.rate``).
+
+    Repeatedly the link with the smallest fair share (capacity left / flows not yet fixed on it) fixes
+    its flows at that share; their rates come off every link they cross. ``O(L²)`` for ``L`` links.
+    """
+    flows = list(flows)
+    left: dict[Link, float] = {}
+    users: dict[Link, list[int]] = {}
+    for i, f in enumerate(flows):
+        f.rate = -1.0
+        for ln in f.links:
+            if ln not in left:
+                left[ln] = capacity(ln)
+                users[ln] = []
+            users[ln].append(i)
+    count = {ln: len(us) for ln, us in users.items()}
+    while count:
+        ln_min = min(count, key=lambda ln: (left[ln] / count[ln], ln))
+        s = left[ln_min] / count[ln_min]
+        for i in users[ln_min]:
+            f = flows[i]
+            if f.rate >= 0.0:
+                continue
+            f.rate = s
+            for ln in f.links:
+                left[ln] -= s
+                count[ln] -= 1
+                if count[ln] == 0:
+                    del count[ln]
+
+
+def ring_collective_s(fabric: Fabric, ring: list[int], ideal_s: float, *, concurrent: list[list[int]] | None = None) -> float:
+    """Time of a ring collective over GPUs ``ring`` whose ideal (uncontended) time is ``ideal_s``, with other
+    rings in ``concurrent`` (same ideal time) running at the same moment: one flow per ring hop, the
+    collective ends when its slowest hop does. Hops inside one NVLink domain are not given (pass only
+    network hops' GPUs)."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, fabric)
+    end: dict[int, float] = {}
+    rings = [ring] + list(concurrent or [])
+    for j, r in enumerate(rings):
+        for a, b in zip(r, r[1:] + r[:1], strict=True):
+            def done(j=j) -> None:
+                end[j] = max(end.get(j, 0.0), env.now)
+            net.start(ideal_s, fabric.path(a, b), done)
+    env.run()
+    return end[0]
+
+
+def transfer_time_s(fabric: Fabric, pairs: list[tuple[int, int]], ideal_s: float) -> np.ndarray:
+    """Finish time of each of ``pairs`` (src GPU, dst GPU) started together, each ``ideal_s`` alone."""
+    env = simpy.Environment()
+    net = FlowNetwork(env, fabric)
+    out = np.zeros(len(pairs))
+    for k, (a, b) in enumerate(pairs):
+        def done(k=k) -> None:
+            out[k] = env.now
+        net.start(ideal_s, fabric.path(a, b), done)
+    env.run()
+    return out
+
+
+class PipelineTransfers:
+    """Pipeline transfers of one iteration as flows on a shared :class:`FlowNetwork` (``sim.network = "shared"``).
+
+    The transfer of group ``g`` between virtual stages ``s`` and ``s + 1`` (either direction) is one
+    flow per GPU pair that crosses the network (``tp`` GPUs per stage rank, each to the same
+    coordinates on the other stage), of work ``p2p_network_alone_s[g]``, plus the NVLink pairs' fixed
+    ``p2p_nvlink_s[g]``; it arrives when all of them have.
+    """
+
+    def __init__(self, env: simpy.Environment, fabric: Fabric, topology, work, n_groups: int) -> None:
+        self.env = env
+        self.net = FlowNetwork(env, fabric)
+        self.topo = topology
+        self.G = n_groups
+        self.start = work.table.start
+        self.size = work.table.size
+        self.t_net = work.p2p_network_alone_s
+        self.t_nvl = work.p2p_nvlink_s
+        self._pairs: dict[tuple[int, int, int], tuple[list[tuple[int, int]], bool]] = {}
+
+    def pairs(self, g: int, p_from: int, p_to: int) -> tuple[list[tuple[int, int]], bool]:
+        """(network GPU pairs, whether some pair stays on NVLink) of group ``g`` from stage ``p_from`` to ``p_to``."""
+        key = (g, p_from, p_to)
+        if key not in self._pairs:
+            topo = self.topo
+            r = np.arange(self.start[g], self.start[g] + self.size[g])
+            a = np.concatenate([topo.gpu_id(p_from, r, t) for t in range(topo.tp)])
+            b = np.concatenate([topo.gpu_id(p_to, r, t) for t in range(topo.tp)])
+            cross = (a // topo.nvlink_domain_gpus) != (b // topo.nvlink_domain_gpus)
+            self._pairs[key] = (list(zip(a[cross].tolist(), b[cross].tolist(), strict=True)), bool((~cross).any()))
+        return self._pairs[key]
+
+    def send(self, src_node: int, dst_node: int, arrived: Callable[[], None]) -> None:
+        """Start the transfer on the edge ``src_node → dst_node`` of the engine's graph; ``arrived()`` at its end."""
+        G, pp = self.G, self.topo.pp
+        s1, g = divmod(src_node, G)[0] // 2, src_node % G
+        s2 = (dst_node // G) // 2
+        net_pairs, on_nvlink = self.pairs(g, s1 % pp, s2 % pp)
+        left = [len(net_pairs) + (1 if on_nvlink else 0)]
+
+        def part_done() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                arrived()
+
+        if on_nvlink:
+            self.env.timeout(float(self.t_nvl[g])).callbacks.append(lambda _ev: part_done())
+        for a, b in net_pairs:
+            self.net.start(float(self.t_net[g]), self.net.fabric.path(a, b), part_done)
