@@ -206,7 +206,8 @@ def test_cli_plan(tmp_path, capsys):
 
     png = tmp_path / "plan.png"
     args = ["plan", "--model", "llama2-7b", "--gpus", "a100-sxm-80gb:1.5", "--sizes", "32,64", "--gbs", "64",
-            "--tp", "1,2", "--pp", "1,2", "--mbs", "1", "--policies", "packing", "--tokens", "1e11", "-j", "1"]
+            "--tp", "1,2", "--pp", "1,2", "--mbs", "1", "--recompute", "none,full", "--precision", "bf16",
+            "--policies", "packing", "--tokens", "1e11", "-j", "1"]
     rc = main(args + ["--deadline", "0.5h", "--plot", str(png), "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
