@@ -86,11 +86,15 @@ def plan_tasks(prices: Mapping[str, float], sizes: Sequence[int], policies: Sequ
 def run_task(task: Task, base: RunConfig, data: DataSpec, space: SearchSpace, simulate: int, seeds: int,
              runner=None) -> dict[str, Any]:
     """Search one task and re-simulate its best layout with more seeds (a worker's unit of work)."""
+    import time
+
+    cpu0 = time.process_time()
     cfg = base.with_updates({"hardware.gpu": task.gpu})
     res = search_layouts(cfg, task.gpus, data, policy=task.policy, space=space, gbs=task.gbs, simulate=simulate,
                          runner=runner)
     spread = seed_spread(res, cfg, data, task, space, seeds, runner) if res.best else []
-    return {"task": task, "rows": res.rows, "counts": res.counts, "reason": res.reason, "seed_tokens_per_s": spread}
+    return {"task": task, "rows": res.rows, "counts": res.counts, "reason": res.reason, "seed_tokens_per_s": spread,
+            "cpu_s": time.process_time() - cpu0}
 
 
 def seed_spread(res, cfg: RunConfig, data: DataSpec, task: Task, space: SearchSpace, seeds: int,
@@ -211,7 +215,7 @@ def _best_row(res: dict[str, Any]) -> dict[str, Any]:
     seeds = res["seed_tokens_per_s"] or [best["tokens_per_s"]]
     row |= {"tokens_per_s_min": min(seeds), "tokens_per_s_max": max(seeds), "seeds": len(seeds),
             "layouts_enumerated": res["counts"].get("enumerated", 0), "layouts_fit": res["counts"].get("fit", 0),
-            "layouts_simulated": res["counts"].get("simulated", 0)}
+            "layouts_simulated": res["counts"].get("simulated", 0), "search_cpu_s": res.get("cpu_s")}
     return row
 
 

@@ -35,6 +35,7 @@ OVERLAP_FLAGS = ("overlap_grad_sync", "overlap_grad_reduce", "overlap_param_gath
 SCREENED_FLAGS = ("overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap")
 POW2 = (1, 2, 4, 8, 16, 32, 64)
 MAX_PP = 64
+MAX_VP = 12  # Megatron runs use up to 12 virtual stages per rank (Nemotron-4 340B: PP 8 x VP 12)
 
 
 @cache
@@ -186,12 +187,14 @@ def _pp_vp_options(space: SearchSpace, base: RunConfig) -> list[tuple[int, int, 
     # (uneven first/last stages make those usable when they do not divide)
     pps = list(space.pp) if space.pp is not None else sorted(
         {p for p in range(1, min(n_layers, MAX_PP) + 1) if n_layers % p == 0} | {p for p in POW2 if p <= n_layers})
-    if space.vp is not None:
-        vps = list(space.vp)
-    else:
-        vps = [1, 2, 4] if optional_field("vp") else [1]
     out = []
     for p in pps:
+        if space.vp is not None:
+            vps = list(space.vp)
+        elif optional_field("vp") and p > 1:  # every split of a stage's layers into up to MAX_VP chunks
+            vps = [v for v in range(1, MAX_VP + 1) if n_layers % (p * v) == 0]
+        else:
+            vps = [1]
         if n_layers % p == 0:
             out += [(p, v, 0, 0) for v in vps if v == 1 or (p > 1 and n_layers % (p * v) == 0)]
         out += [(p, 1, f, last) for f, last in uneven_stages(n_layers, p)]
