@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python experiments/capacity_checks/checks.py llama2      [--sizes 1024,2048] [-j 2]
     PYTHONPATH=. python experiments/capacity_checks/checks.py published   [--rows 1-10] [-j 2]
+    PYTHONPATH=. python experiments/capacity_checks/checks.py readme      # the figures into README.md
 
 Writes ``results/llama2.{json,md}`` and ``results/published_layouts.{csv,md}`` beside this file.
 
@@ -82,9 +83,9 @@ def llama2_check(model: str, sizes=(1024, 2048), jobs: int | None = 2, space=Non
 
 
 def run_llama2(sizes, jobs) -> list[dict[str, Any]]:
+    meta = provenance()  # the code the results come from: taken before the run
     out = [llama2_check(m, sizes, jobs) for m in LLAMA2_GPU_HOURS]
     RESULTS.mkdir(exist_ok=True)
-    meta = provenance()
     (RESULTS / "llama2.json").write_text(json.dumps({"meta": meta, "results": out}, indent=2, default=str))
     lines = ["# Llama 2 GPU-hours: dcpsim's plan vs the paper", "", f"dcpsim commit {meta['commit']}; "
              f"A100-80GB, 2T tokens, 4,096 context, 4M-token batch, failures included (see checks.py).", "",
@@ -172,6 +173,7 @@ def run_published(rows: list[int] | None, jobs: int) -> list[dict[str, Any]]:
 
     from dcpsim.published import load_suite
 
+    meta = provenance()  # the code the results come from: taken before the run
     suite = load_suite()
     ids = [r.id for r in suite.rows if r.gpu_name.startswith(("H100", "A100"))]
     if rows:
@@ -182,7 +184,7 @@ def run_published(rows: list[int] | None, jobs: int) -> list[dict[str, Any]]:
             out.append(r)
             sys.stderr.write(f"\rrows [{k}/{len(ids)}]")
     sys.stderr.write("\n")
-    write_published(out)
+    write_published(out, meta)
     return out
 
 
@@ -201,14 +203,13 @@ def summarize(out: list[dict[str, Any]]) -> dict[str, Any]:
             "median_speedup": float(sorted(r["speedup"] for r in ok)[len(ok) // 2]) if ok else math.nan}
 
 
-def write_published(out: list[dict[str, Any]]) -> None:
+def write_published(out: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     import pandas as pd
 
     RESULTS.mkdir(exist_ok=True)
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "counts"} for r in out])
     df.to_csv(RESULTS / "published_layouts.csv", index=False)
     s = summarize(out)
-    meta = provenance()
     lines = ["# Published layouts: dcpsim's search vs the published layout (both simulated)", "",
              f"dcpsim commit {meta['commit']}; every H100/A100 row of experiments/published_throughput.", "",
              f"- rows: {s['rows']}; compared: {s['compared']}; unexpressible: {s['unexpressible']}; "
@@ -236,6 +237,39 @@ def write_published(out: list[dict[str, Any]]) -> None:
     (RESULTS / "published_layouts_summary.json").write_text(json.dumps({"meta": meta, "summary": s}, indent=2))
 
 
+def update_readme() -> None:
+    """Write the latest results' figures into README.md (the two "Result" paragraphs)."""
+    import re
+
+    R = RESULTS
+    ll = json.loads((R / "llama2.json").read_text())
+    parts = []
+    for r in ll["results"]:
+        parts.append(f"{r['model']} {r['gpu_hours']:,.0f} GPU-hours on {r['picked_gpus']} GPUs ({r['picked_layout']}), "
+                     f"ratio {r['ratio']:.2f}")
+    commit = ll["meta"]["commit"]
+    within = all(abs(r["ratio"] - 1) <= 0.25 for r in ll["results"])
+    llama = "; ".join(parts) + f" (dcpsim {commit}). Target ±25%: " + (
+        "met." if within else "**not met**: dcpsim is too optimistic.")
+    s = json.loads((R / "published_layouts_summary.json").read_text())
+    m = s["summary"]
+    pub = (f"{m['compared']} of {m['rows']} rows compared (dcpsim {s['meta']['commit']}). dcpsim's pick is at least as fast in "
+           f"simulation as the published layout in {m['at_least_as_fast']}/{m['compared']} rows, and in "
+           f"{m['at_least_as_fast_where_published_fits']}/{m['published_fits_dcpsim']} of the rows whose published layout "
+           f"fits dcpsim's memory model and batch rules ({m['published_pruned_by_dcpsim']} published layouts do not). It picks "
+           f"exactly the published layout (TP, PP, CP, VP, micro-batch) in {m['found_published']}/{m['compared']} rows, the "
+           f"same TP, PP, CP and VP in {m['found_published_tp_pp_cp_vp']}/{m['compared']}, and the published layout is among "
+           f"its simulated top layouts in {m['published_in_simulated_top']}/{m['compared']}. Median simulated speedup of "
+           f"its pick over the published layout: {m['median_speedup']:.3f}.")
+    p = HERE / "README.md"
+    t = p.read_text()
+    t = re.sub(r"Result \(see `results/llama2.md` for the table with both sizes\): .*?\n\n",
+               "Result (see `results/llama2.md` for the table with both sizes): " + llama + "\n\n", t, flags=re.S)
+    t = re.sub(r"Result \(`results/published_layouts.md`, one line per row\): .*?\n\n",
+               "Result (`results/published_layouts.md`, one line per row): " + pub + "\n\n", t, flags=re.S)
+    p.write_text(t)
+
+
 def provenance() -> dict[str, Any]:
     import subprocess
 
@@ -251,11 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     from dcpsim.published.suite import parse_ranges
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["llama2", "published"])
+    ap.add_argument("what", choices=["llama2", "published", "readme"])
     ap.add_argument("--sizes", default="1024,2048")
     ap.add_argument("--rows", default=None, help="published row ids, e.g. 1-10,44")
     ap.add_argument("-j", "--jobs", type=int, default=2)
     a = ap.parse_args(argv)
+    if a.what == "readme":
+        update_readme()
+        return 0
     if a.what == "llama2":
         for r in run_llama2([int(x) for x in a.sizes.split(",")], a.jobs):
             print(f"{r['model']}: {r['gpu_hours']:,.0f} GPU-hours vs published {r['published_gpu_hours']:,} "
