@@ -243,6 +243,17 @@ def test_cli_refusals(tmp_path, capsys):
     cfg.write_text('[workload]\nname = "github"\nmax_len = 16384\n')
     rc = main(["plan", "--config", str(cfg), "--workload", "wikipedia", "--gpus", "h100-sxm:2", "--sizes", "32"])
     assert rc == 2 and "--workload" in capsys.readouterr().err
+    rc = main(["plan", "--config", str(cfg), "--seq-len", "4096", "--gpus", "h100-sxm:2", "--sizes", "32"])
+    assert rc == 2 and "--seq-len" in capsys.readouterr().err
+    # a config that states no workload leaves the data to the flags (no false disagreement)
+    from dcpsim.commands.plan import _config_workload, build_data
+
+    other = tmp_path / "net.toml"
+    other.write_text("[hardware]\nnetwork_scale = 0.5\n")
+    args = type("A", (), dict(config=str(other), workload="wikipedia", seq_len=None, data=None, gbs=64,
+                              gbs_tokens=None, documents=None, max_len=8192))()
+    assert _config_workload(args) is None and _config_workload(type("B", (), {"config": str(cfg)})()) == "github"
+    assert build_data(args, None).workload == "wikipedia"
 
 
 @pytest.mark.parametrize("tp,pp,vp,cp", [(1, 2, 1, 1), (1, 2, 2, 1), (2, 4, 2, 2), (1, 4, 1, 2)])

@@ -113,28 +113,49 @@ def build_space(args):
                        precision=_list(args.precision, "--precision", str))
 
 
-def build_data(args, base):
-    """The DataSpec from the flags and the config; an explicit --workload must agree with the config's."""
+def _config_workload(args) -> str | None:
+    """The workload name the --config file sets itself ('fixed', a preset, 'custom'), or None if it sets none."""
+    if not args.config:
+        return None
+    from dcpsim.validation import read_toml
+
+    w = read_toml(args.config, "--config").get("workload", {})
+    if "name" not in w:
+        return None
+    return w["name"] if isinstance(w["name"], str) else "custom"
+
+
+def _check_agreement(args, cfg_name: str | None, base) -> None:
+    """An explicit data flag may not silently override the data the --config file states."""
     from dcpsim.errors import ConfigError
+
+    if cfg_name is None:
+        return
+    if args.workload is not None and args.workload != cfg_name:
+        raise ConfigError("--workload", args.workload, f"the --config's workload ({cfg_name}) or no --workload "
+                                                       "(they disagree)")
+    if args.seq_len is not None and (cfg_name != "fixed" or base.workload.seq_len != args.seq_len):
+        raise ConfigError("--seq-len", args.seq_len, f"agreement with the --config's workload ({cfg_name}, seq_len "
+                                                     f"{base.workload.seq_len}) or no --seq-len (they disagree)")
+    if args.data is not None:
+        raise ConfigError("--data", args.data, f"no --data with a --config that sets its workload ({cfg_name})")
+
+
+def build_data(args, base):
+    """The DataSpec from the flags and the config; explicit data flags must agree with the config's workload."""
     from dcpsim.planning import make_data_spec, parse_token_count
 
     gbs_tokens = parse_token_count(args.gbs_tokens) if args.gbs_tokens is not None else None
     kw = dict(gbs=args.gbs, gbs_tokens=gbs_tokens, documents=args.documents)
-    if base is not None and args.config:
+    cfg_name = _config_workload(args)
+    _check_agreement(args, cfg_name, base)
+    if cfg_name is not None:
         w = base.workload
-        cfg_name = w.name if isinstance(w.name, str) else "custom"
-        if args.workload is not None and args.workload != cfg_name:
-            raise ConfigError("--workload", args.workload, f"the --config's workload ({cfg_name}) or no --workload "
-                                                           "(they disagree)")
-        if args.seq_len is not None and cfg_name == "fixed" and w.seq_len != args.seq_len:
-            raise ConfigError("--seq-len", args.seq_len, f"the --config's workload.seq_len ({w.seq_len}) or no "
-                                                         "--seq-len (they disagree)")
-        if args.seq_len is None and args.workload is None and args.data is None:
-            if args.gbs is None and gbs_tokens is None:
-                kw["gbs"] = w.gbs
-            if cfg_name == "fixed":
-                return make_data_spec(seq_len=w.seq_len, **kw | {"documents": args.documents or w.documents})
-            return make_data_spec(workload=w.name, max_len=args.max_len or w.max_len, min_len=w.min_len, **kw)
+        if args.gbs is None and gbs_tokens is None:
+            kw["gbs"] = w.gbs
+        if cfg_name == "fixed":
+            return make_data_spec(seq_len=w.seq_len, **kw | {"documents": args.documents or w.documents})
+        return make_data_spec(workload=w.name, max_len=args.max_len or w.max_len, min_len=w.min_len, **kw)
     if args.data is not None:
         return make_data_spec(preset=args.data, max_len=args.max_len, **kw)
     if args.workload is not None:
@@ -154,7 +175,7 @@ def header(args, data, space_desc: dict, fm, tokens: float) -> list[str]:
         add(name, v, dflt)
     add("tokens", f"{tokens:.4g}", args.tokens is None)
     add("data", data.describe(), args.seq_len is None and args.workload is None and args.data is None
-        and not args.config)
+        and _config_workload(args) is None)
     add("global batch", f"{data.gbs:,} sequences = {data.gbs_tokens:,.0f} tokens",
         args.gbs is None and args.gbs_tokens is None)
     add("batch scaling", _get(args, "batch_scaling")[0], args.batch_scaling is None)
