@@ -36,11 +36,17 @@ a CP group leaving the NVLink domain pays the network.
    memory check (``fits_memory`` of every pack). The fastest plan that fits
    memory wins (the fastest overall if none fits, flagged in ``meta``).
 
-Speed: placement is a few numpy operations per sequence over the open
-groups; 2048 sequences on 512 ranks plan in well under a second.
+Speed: open groups are kept in buckets of equal size, span, step and
+token-room class, each sorted by time (:class:`_Buckets`), so a sequence
+looks at a few buckets (a binary search and a short scan each) instead of
+every group opened so far; full groups are dropped. On the weak-scaling
+batch of ``benchmarks/bench_solver_scale.py`` (4 sequences per GPU) the
+planning time grows about as n^1.2 instead of n^1.6.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left, insort
 
 import numpy as np
 
@@ -142,8 +148,45 @@ class DynamicSolverPolicy(Policy):
         return plan
 
 
+class _Buckets:
+    """Open groups by (code, step, room class), each bucket sorted by (time, -group id): the join candidates.
+
+    ``code`` = size index·2 + leaves-the-domain, so every group of a bucket
+    adds the same time for a given sequence and shares its step's height: a
+    group's join cost grows with its time, so the best group of a bucket is
+    found by a binary search instead of a pass over every group ever opened.
+    The room class (``room.bit_length()``: room in ``[2^(r-1), 2^r)`` tokens
+    per rank) lets a query skip buckets that cannot hold the sequence and
+    find token room at once in the others. A group is dropped (closed) once
+    its token room is below the smallest share any sequence has at its size.
+    """
+
+    def __init__(self, min_tok: list[int]) -> None:
+        # (code, step) -> room class -> [(time, -group)] sorted
+        self.keys: dict[tuple[int, int], dict[int, list[tuple[float, int]]]] = {}
+        self.min_tok = min_tok
+
+    def add(self, code: int, step: int, time: float, g: int, room: int) -> None:
+        if room >= self.min_tok[code >> 1]:
+            insort(self.keys.setdefault((code, step), {}).setdefault(room.bit_length(), []), (time, -g))
+
+    def move(self, code: int, step: int, old: float, new: float, g: int, old_room: int, room: int) -> None:
+        by_class = self.keys[(code, step)]
+        keys = by_class[old_room.bit_length()]
+        del keys[bisect_left(keys, (old, -g))]
+        if not keys:
+            del by_class[old_room.bit_length()]
+        self.add(code, step, new, g, room)
+
+
 class _Placer:
-    """Greedy placement of one candidate (fixed CP size per sequence)."""
+    """Greedy placement of one candidate (fixed CP size per sequence); see step 3 of the module docstring.
+
+    Per sequence (larger CP sizes first, then longest first) it compares three
+    kinds of option: joining an open group (:meth:`_join_option`), a new
+    group on free ranks of an open step (:meth:`_new_group_option`) and a new
+    step (:meth:`_new_step_option`), then applies the best (:meth:`_apply`).
+    """
 
     def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, choice: np.ndarray, height: float) -> None:
         self.height = height
@@ -156,144 +199,210 @@ class _Placer:
         self.sizes = [int(c) for c in sc.sizes]
         self.align = align_masks_for(sc.sizes, self.R)
         self.pp = layout.pp
+        self.span0 = [int(x) for x in layout.spans_network(np.zeros(len(self.sizes), dtype=np.int64), sc.sizes)]
 
-    def run(self, name: str, lengths: np.ndarray) -> Plan:  # noqa: C901 - temporary, split by dedupe
-        sc, R, cap, pp = self.sc, self.R, self.cap, self.pp
-        n = lengths.size
+    def run(self, name: str, lengths: np.ndarray) -> Plan:
+        sc, n = self.sc, lengths.size
         ar = np.arange(n)
-        span0 = np.asarray(self.layout.spans_network(np.zeros(len(self.sizes), dtype=np.int64), sc.sizes), dtype=np.int64)
+        span0 = np.asarray(self.span0, dtype=np.int64)
         t_choice = sc.time_s[self.choice, span0[self.choice], ar]
         # larger CP groups first (aligned blocks before the ranks fragment), then longest first
         order = np.lexsort((ar, -t_choice, -self.choice))
-        gcap = max(16, 2 * R)
-        g_step = np.zeros(gcap, dtype=np.int64)
-        g_sidx = np.zeros(gcap, dtype=np.int64)
-        g_code = np.zeros(gcap, dtype=np.int64)  # size index * 2 + leaves-the-domain
-        g_time = np.zeros(gcap)
-        g_room = np.zeros(gcap, dtype=np.int64)  # tokens per rank still free under the cap
-        g_start: list[int] = []
-        members: list[list[int]] = []
-        ng = 0
-        S = np.zeros(16)  # step times
-        n_steps = 0
-        free: list[int] = []
-        cache: list[dict[int, int]] = []
-        open_steps: list[int] = []  # steps with free ranks
-        span_cache: dict[tuple[int, int], int] = {}
-        # no step grows past the target height H (unless a sequence alone is taller); steps may grow
-        # to H before the (pp-1)·max term counts
-        H = self.height
-        gmax = H if (pp > 1 and np.isfinite(H)) else 0.0
-        full = (1 << R) - 1
-        sizes = self.sizes
-        size_arr = sc.sizes
+        self._start()
         tok_t = np.ascontiguousarray(sc.tokens.T)  # (n, ns)
         time_t = np.ascontiguousarray(sc.time_s.reshape(-1, n).T)  # (n, ns*2), column = size index*2 + span
-        choice, need = self.choice, self.need
-        pp1 = pp - 1
-
-        def spans(start: int, c: int) -> int:
-            key = (start, c)
-            v = span_cache.get(key)
-            if v is None:
-                v = int(bool(self.layout.spans_network(start, c)))
-                span_cache[key] = v
-            return v
-
         for i in order.tolist():
-            k = int(choice[i])
-            c = sizes[k]
-            kn = int(need[i])
-            trow = time_t[i]
-            best = None  # (delta, gpu, -new_T, kind, action)
-            if ng:
-                gs = g_sidx[:ng]
-                add = trow[g_code[:ng]]
-                newt = g_time[:ng] + add
-                Sk = S[g_step[:ng]]
-                ok = (gs >= kn) & (tok_t[i][gs] <= g_room[:ng]) & (newt <= np.maximum(Sk, H) * (1 + 1e-12))
-                if ok.any():
-                    Sn = np.maximum(Sk, newt)
-                    delta = Sn - Sk
-                    if pp1:
-                        delta += pp1 * np.maximum(0.0, Sn - gmax)
-                    delta[~ok] = np.inf
-                    d0 = delta.min()
-                    sel = delta <= d0 + 1e-9 * (gmax + d0)
-                    gpu = np.where(sel, size_arr[gs] * add, np.inf)
-                    gmin = gpu.min()
-                    sel &= gpu <= gmin * (1 + 1e-9)
-                    j = int(np.argmax(np.where(sel, newt, -np.inf)))
-                    best = (float(d0), float(gmin), -float(newt[j]), 0, ("join", j))
-            # a new group of size c on free ranks of an existing step
-            for kk in open_steps:
-                fc = cache[kk]
-                start = fc.get(c)
-                if start is None:
-                    start = lowest_free_slice(free[kk], c, R, self.align)
-                    fc[c] = start
-                if start < 0:
+            k, kn = int(self.choice[i]), int(self.need[i])
+            trow, tokrow = time_t[i].tolist(), tok_t[i].tolist()
+            best = self._join_option(trow, tokrow, kn)
+            best = self._new_group_option(trow, k, best)
+            best = self._new_step_option(trow, k, best)
+            self._apply(best[4], i, k, trow, tokrow)
+        return self._plan(name, lengths)
+
+    # ------------------------------------------------------------ state
+    def _start(self) -> None:
+        H = self.height
+        self.g_step: list[int] = []
+        self.g_sidx: list[int] = []
+        self.g_code: list[int] = []  # size index * 2 + leaves-the-domain
+        self.g_time: list[float] = []
+        self.g_room: list[int] = []  # tokens per rank still free under the cap
+        self.g_start: list[int] = []
+        self.members: list[list[int]] = []
+        self.S: list[float] = []  # step times
+        self.free: list[int] = []  # per step: bit r set = rank r free
+        self.cache: list[dict[int, int]] = []  # per step: size -> lowest free aligned start
+        self.open_steps: list[int] = []  # steps with free ranks
+        self.span_cache: dict[tuple[int, int], int] = {}
+        # no step grows past the target height H (unless a sequence alone is taller); steps may grow
+        # to H before the (pp-1)·max term counts
+        self.gmax = H if (self.pp > 1 and np.isfinite(H)) else 0.0
+        self.buckets = _Buckets([int(x) for x in self.sc.tokens.min(axis=1)])
+
+    def _spans(self, start: int, c: int) -> int:
+        key = (start, c)
+        v = self.span_cache.get(key)
+        if v is None:
+            v = int(bool(self.layout.spans_network(start, c)))
+            self.span_cache[key] = v
+        return v
+
+    def _delta(self, s_k: float, newt: float) -> float:
+        """Increase of the modelled makespan when a step of height ``s_k`` gets a group of time ``newt``."""
+        sn = max(s_k, newt)
+        d = sn - s_k
+        if self.pp > 1:
+            d += (self.pp - 1) * max(0.0, sn - self.gmax)
+        return d
+
+    # ---------------------------------------------------------- options
+    def _join_option(self, trow: list[float], tokrow: list[int], kn: int):
+        """The best open group to join: least makespan increase, then fewest GPU-seconds, then fullest (best fit)."""
+        cands = []  # (step height, added time, height limit, keys, tokens per rank, size index)
+        d0 = np.inf
+        for (code, st), by_class in self.buckets.keys.items():
+            k = code >> 1
+            if k < kn:  # a group too small for the sequence
+                continue
+            tok, s_k, add = tokrow[k], self.S[st], trow[code]
+            lim = max(s_k, self.height) * (1 + 1e-12)
+            for cls, keys in by_class.items():
+                if (1 << cls) <= tok:  # no group of this room class has room for it
                     continue
-                b = spans(start, c)
-                a1 = float(trow[2 * k + b])
-                s_k = float(S[kk])
-                if a1 > max(s_k, H):
-                    continue
-                Sn = max(s_k, a1)
-                delta = (Sn - s_k) + pp1 * max(0.0, Sn - gmax)
-                opt = (delta, c * a1, -a1, 1, ("new", kk, start, b))
-                if best is None or _better(opt, best, gmax):
-                    best = opt
-            # a new step
-            a1 = float(trow[2 * k + span0[k]])
-            opt = (a1 + pp1 * max(0.0, a1 - gmax), c * a1, -a1, 2, ("step",))
-            if best is None or _better(opt, best, gmax):
-                best = opt
-            act = best[4]
-            if act[0] == "join":
-                g = act[1]
-                g_time[g] += trow[g_code[g]]
-                g_room[g] -= tok_t[i, g_sidx[g]]
-                members[g].append(i)
-                st = int(g_step[g])
-                t_new = float(g_time[g])
+                cands.append((s_k, add, lim, keys, tok, k))
+                if d0 > 0.0:  # nothing is below 0
+                    d0 = min(d0, self._least_increase(s_k, add, lim, keys, tok))
+        if not np.isfinite(d0):
+            return None
+        thr = d0 + 1e-9 * (self.gmax + d0)
+        # buckets by GPU-seconds: the first with a group within the threshold sets the least, and only
+        # buckets within the tolerance of it can hold the pick
+        found = []  # (new time, -group)
+        gmin = np.inf
+        for gpu, _, (s_k, add, lim, keys, tok, _k) in sorted((self.sizes[c[5]] * c[1], j, c) for j, c in enumerate(cands)):
+            if gpu > gmin * (1 + 1e-9):
+                break
+            g = self._fullest_within(s_k, add, lim, keys, tok, thr)
+            if g >= 0:
+                gmin = min(gmin, gpu)
+                found.append((self.g_time[g] + add, -g))
+        best = max(found)
+        return (float(d0), float(gmin), -float(best[0]), 0, ("join", -best[1]))
+
+    def _least_increase(self, s_k: float, add: float, lim: float, keys: list, tok: int) -> float:
+        """Least makespan increase of joining a group of one bucket (``inf`` if none can take the sequence).
+
+        The increase grows with the group's time, so it is that of the lowest group with token room.
+        """
+        for t, neg_g in keys:
+            if self.g_room[-neg_g] >= tok:
+                return self._delta(s_k, t + add) if t + add <= lim else np.inf
+        return np.inf
+
+    def _fullest_within(self, s_k: float, add: float, lim: float, keys: list, tok: int, thr: float) -> int:
+        """The bucket's fullest group with token room whose increase is within ``thr`` (lowest id on ties); -1 if none."""
+        lo, hi = 0, len(keys)  # binary search: groups [0, lo) are within the threshold and the height limit
+        pp1, gmax = self.pp - 1, self.gmax
+        while lo < hi:
+            mid = (lo + hi) // 2
+            newt = keys[mid][0] + add
+            sn = max(s_k, newt)
+            if newt <= lim and (sn - s_k) + (pp1 * max(0.0, sn - gmax) if pp1 else 0.0) <= thr:
+                lo = mid + 1
             else:
-                if act[0] == "step":
-                    if n_steps == S.size:
-                        S = np.concatenate([S, np.zeros(S.size)])
-                    st = n_steps
-                    n_steps += 1
-                    free.append(full)
-                    cache.append({})
-                    open_steps.append(st)
-                    start = lowest_free_slice(full, c, R, self.align)
-                    b = spans(start, c)
-                else:
-                    _, st, start, b = act
-                if ng == gcap:
-                    gcap *= 2
-                    g_step, g_sidx, g_code, g_time, g_room = (
-                        np.resize(a, gcap) for a in (g_step, g_sidx, g_code, g_time, g_room)
-                    )
-                t_new = float(trow[2 * k + b])
-                g_step[ng], g_sidx[ng], g_code[ng] = st, k, 2 * k + b
-                g_time[ng], g_room[ng] = t_new, cap - tok_t[i, k]
-                g_start.append(start)
-                members.append([i])
-                ng += 1
-                free[st] &= ~(((1 << c) - 1) << start)
-                cache[st] = {}
-                if not free[st]:
-                    open_steps.remove(st)
-            if t_new > S[st]:
-                S[st] = t_new
-                if t_new > gmax:
-                    gmax = t_new
+                hi = mid
+        for pos in range(lo - 1, -1, -1):
+            if self.g_room[-keys[pos][1]] >= tok:
+                return -keys[pos][1]
+        return -1
+
+    def _new_group_option(self, trow: list[float], k: int, best):
+        """A new group of the sequence's size on free ranks of an open step, if one beats ``best``."""
+        c, H, pp1 = self.sizes[k], self.height, self.pp - 1
+        for kk in self.open_steps:
+            fc = self.cache[kk]
+            start = fc.get(c)
+            if start is None:
+                start = lowest_free_slice(self.free[kk], c, self.R, self.align)
+                fc[c] = start
+            if start < 0:
+                continue
+            b = self._spans(start, c)
+            a1 = float(trow[2 * k + b])
+            s_k = float(self.S[kk])
+            if a1 > max(s_k, H):
+                continue
+            Sn = max(s_k, a1)
+            delta = (Sn - s_k) + pp1 * max(0.0, Sn - self.gmax)
+            opt = (delta, c * a1, -a1, 1, ("new", kk, start, b))
+            if best is None or _better(opt, best, self.gmax):
+                best = opt
+        return best
+
+    def _new_step_option(self, trow: list[float], k: int, best):
+        """A new step holding only this sequence's group, if it beats ``best``."""
+        c, pp1 = self.sizes[k], self.pp - 1
+        a1 = float(trow[2 * k + self.span0[k]])
+        opt = (a1 + pp1 * max(0.0, a1 - self.gmax), c * a1, -a1, 2, ("step",))
+        if best is None or _better(opt, best, self.gmax):
+            best = opt
+        return best
+
+    # ------------------------------------------------------------ apply
+    def _apply(self, act: tuple, i: int, k: int, trow: list[float], tokrow: list[int]) -> None:
+        if act[0] == "join":
+            g = act[1]
+            old, old_room = self.g_time[g], self.g_room[g]
+            self.g_time[g] = old + trow[self.g_code[g]]
+            self.g_room[g] -= tokrow[self.g_sidx[g]]
+            self.members[g].append(i)
+            st = self.g_step[g]
+            self.buckets.move(self.g_code[g], st, old, self.g_time[g], g, old_room, self.g_room[g])
+            t_new = self.g_time[g]
+        else:
+            st, t_new = self._open_group(act, i, k, trow, tokrow)
+        if t_new > self.S[st]:
+            self.S[st] = t_new
+            if t_new > self.gmax:
+                self.gmax = t_new
+
+    def _open_group(self, act: tuple, i: int, k: int, trow: list[float], tokrow: list[int]) -> tuple[int, float]:
+        """Open the group of ``act`` (on a new step for ``("step",)``); return its step and time."""
+        c = self.sizes[k]
+        if act[0] == "step":
+            st = len(self.S)
+            self.S.append(0.0)
+            self.free.append((1 << self.R) - 1)
+            self.cache.append({})
+            self.open_steps.append(st)
+            start = lowest_free_slice(self.free[st], c, self.R, self.align)
+            b = self._spans(start, c)
+        else:
+            _, st, start, b = act
+        t_new = float(trow[2 * k + b])
+        g = len(self.g_step)
+        self.g_step.append(st)
+        self.g_sidx.append(k)
+        self.g_code.append(2 * k + b)
+        self.g_time.append(t_new)
+        self.g_room.append(self.cap - tokrow[k])
+        self.g_start.append(start)
+        self.members.append([i])
+        self.buckets.add(2 * k + b, st, t_new, g, self.g_room[g])
+        self.free[st] &= ~(((1 << c) - 1) << start)
+        self.cache[st] = {}
+        if not self.free[st]:
+            self.open_steps.remove(st)
+        return st, t_new
+
+    def _plan(self, name: str, lengths: np.ndarray) -> Plan:
+        n_steps = len(self.S)
         steps: list[list[Group]] = [[] for _ in range(n_steps)]
-        for g in range(ng):
-            steps[int(g_step[g])].append(Group(int(g_start[g]), sizes[int(g_sidx[g])], members[g]))
+        for g in range(len(self.g_step)):
+            steps[self.g_step[g]].append(Group(int(self.g_start[g]), self.sizes[self.g_sidx[g]], self.members[g]))
         # longest steps first (any order has the same modelled makespan)
-        order_steps = sorted(range(n_steps), key=lambda s: (-S[s], s))
+        order_steps = sorted(range(n_steps), key=lambda s: (-self.S[s], s))
         out = [Step(sorted(steps[s], key=lambda gr: gr.start)) for s in order_steps]
         return Plan(name, self.layout, lengths, out, True)
 
