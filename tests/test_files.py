@@ -224,8 +224,9 @@ def test_slurm_without_sbatch_is_one_line(tmp_path, capsys, monkeypatch):
     _one_line_error(capsys, rc, "sbatch")
 
 
-def test_unreachable_dask_scheduler_is_one_line(tmp_path, capsys):
+def test_unreachable_dask_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
     pytest.importorskip("distributed")
+    monkeypatch.setattr("dcpsim.run.executors.DASK_CONNECT_TIMEOUT_S", 1)
     spec = _spec(tmp_path, '[axes]\npolicy.name = ["packing"]\n')
     t0 = time.perf_counter()
     rc = main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dask-address", "tcp://127.0.0.1:9"])

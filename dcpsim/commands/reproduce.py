@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     _check_args(args)
     exp = load_experiment(args.spec)
     show = not (args.json or args.no_progress)
-    out = Path(args.out)
+    from dcpsim.outdir import check_out_dir
+
+    out = check_out_dir(args.out, force=args.force)  # before any run: a bad or foreign --out fails fast
     if args.recalibrate:
         exp = _recalibrate(exp, args, show)
     res = _reproduce(exp, args, show)
