@@ -85,7 +85,15 @@ def test_simulate_does_not_overwrite_a_foreign_config_json(tmp_path, capsys):
     assert (tmp_path / "config.json").read_text() == '{"mine": true}'
 
 
-def test_bad_out_paths_fail_before_any_work(tmp_path, capsys):
+def _no_work(*args, **kwargs):
+    raise AssertionError("the work started before the output path was checked")
+
+
+def test_bad_out_paths_fail_before_any_work(tmp_path, capsys, monkeypatch):
+    # the work itself (simulations, batch draws, workload sampling) must never be reached
+    monkeypatch.setattr("dcpsim.run.single.run_simulation", _no_work)
+    monkeypatch.setattr("dcpsim.workload.sample_global_batch", _no_work)
+    monkeypatch.setattr("dcpsim.workload.get_workload", _no_work)
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     cases = [
@@ -101,10 +109,8 @@ def test_bad_out_paths_fail_before_any_work(tmp_path, capsys):
         (["demo", "--trace", " "], "a path"),
     ]
     for argv, words in cases:
-        t0 = time.perf_counter()
         rc = main(argv)
         _one_line_error(capsys, rc, words)
-        assert time.perf_counter() - t0 < 5.0, argv  # refused up front, not after the simulation
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
 
 
@@ -170,13 +176,12 @@ def test_sweep_refuses_foreign_top_level_files(tmp_path, capsys):
     assert (tmp_path / "o" / "spec.toml").read_text() == "# mine"
 
 
-def test_huge_sweep_is_estimated_before_it_is_built(tmp_path, capsys):
+def test_huge_sweep_is_estimated_before_it_is_built(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("dcpsim.run.sweep.SweepSpec.runs", _no_work)  # the runs are never built
     vals = ", ".join(str(i) for i in range(1000))
     spec = _spec(tmp_path, f"[axes]\nsim.seed = [{vals}]\nworkload.gbs = [{vals}]\n")
-    t0 = time.perf_counter()
     rc = main(["sweep", str(spec), "--out", str(tmp_path / "o"), "-j", "1", "--no-progress"])
     _one_line_error(capsys, rc, "1,000,000 runs", "--yes")
-    assert time.perf_counter() - t0 < 10.0
     assert not (tmp_path / "o").exists()
 
 
@@ -196,11 +201,10 @@ def test_jobs_capped_at_the_cores(tmp_path):
         ex.close()
 
 
-def test_workload_samples_huge_refused(capsys):
-    t0 = time.perf_counter()
+def test_workload_samples_huge_refused(capsys, monkeypatch):
+    monkeypatch.setattr("dcpsim.workload.get_workload", _no_work)  # nothing is drawn
     rc = main(["workload", "show", "github", "--samples", "1000000000"])
     _one_line_error(capsys, rc, "--samples", "--yes", "GB")
-    assert time.perf_counter() - t0 < 10.0
     with pytest.raises(SystemExit) as ei:  # 1e9 is not an integer flag value: argparse's one line
         main(["workload", "show", "github", "--samples", "1e9"])
     assert ei.value.code == 2 and "--samples" in capsys.readouterr().err
@@ -228,10 +232,8 @@ def test_unreachable_dask_scheduler_is_one_line(tmp_path, capsys, monkeypatch):
     pytest.importorskip("distributed")
     monkeypatch.setattr("dcpsim.run.executors.DASK_CONNECT_TIMEOUT_S", 1)
     spec = _spec(tmp_path, '[axes]\npolicy.name = ["packing"]\n')
-    t0 = time.perf_counter()
     rc = main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--dask-address", "tcp://127.0.0.1:9"])
     _one_line_error(capsys, rc, "--dask-address")
-    assert time.perf_counter() - t0 < 30
 
 
 def test_profile_table_path_traversal_refused(tmp_path):
