@@ -35,8 +35,9 @@ are). CP rings and TP collectives stay inside op durations (not yet flows).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -62,6 +63,7 @@ class Fabric:
             raise ConfigError("hardware.oversubscription", self.oversubscription, ">= 1")
 
     def capacity(self, link: Link) -> float:
+        """Capacity of ``link`` in NIC units."""
         kind, i = link
         if kind in ("tx", "rx"):
             return self.degraded_link_scale if i == self.degraded_gpu else 1.0
@@ -77,66 +79,120 @@ class Fabric:
 
 @dataclass
 class _Flow:
-    work: float  # seconds of transfer left at rate 1
+    work: float  # seconds of transfer left at rate 1, as of time t0
     links: list[Link]
     done: Callable[[], None]
     rate: float = 0.0
+    t0: float = 0.0
+    version: int = 0
 
 
-@dataclass
 class FlowNetwork:
     """Flows sharing a :class:`Fabric` in a SimPy environment (max-min fair, see the module docstring).
 
     ``start(work_s, links, on_done)`` begins a flow; ``on_done()`` is called when it has moved its
-    ``work_s`` seconds' worth of bytes. ``events`` counts rate changes (for events/s figures).
+    ``work_s`` seconds' worth of bytes. When a flow starts or ends, only the flows connected to it
+    through shared links (its *component*) get new rates; every flow's finish time sits in a heap and
+    one SimPy timer waits for the earliest. ``events`` counts flow starts and ends.
     """
 
-    env: simpy.Environment
-    fabric: Fabric
-    flows: dict[int, _Flow] = field(default_factory=dict)
-    events: int = 0
-    _next_id: int = 0
-    _last: float = 0.0
-    _version: int = 0
+    def __init__(self, env: simpy.Environment, fabric: Fabric) -> None:
+        self.env = env
+        self.fabric = fabric
+        self.flows: dict[int, _Flow] = {}
+        self.on_link: dict[Link, set[int]] = {}
+        self.events = 0
+        self._next_id = 0
+        self._heap: list[tuple[float, int, int]] = []  # (finish time, flow id, flow version)
+        self._timer = 0
+        self._dirty: set[Link] = set()
+        self._settling = False
+        self._cap: dict[Link, float] = {}
+
+    def _capacity(self, link: Link) -> float:
+        c = self._cap.get(link)
+        if c is None:
+            c = self._cap[link] = self.fabric.capacity(link)
+        return c
 
     def start(self, work_s: float, links: list[Link], on_done: Callable[[], None]) -> None:
-        self._advance()
+        self.events += 1
         if work_s <= 0.0:
             on_done()
             return
-        self.flows[self._next_id] = _Flow(float(work_s), links, on_done)
+        fid = self._next_id
         self._next_id += 1
-        self._reschedule()
+        self.flows[fid] = _Flow(float(work_s), list(links), on_done, t0=self.env.now)
+        for ln in links:
+            self.on_link.setdefault(ln, set()).add(fid)
+        self._dirty.update(links)
+        if not self._settling:  # flows starting at the same moment get their rates together
+            self._settling = True
+            self.env.timeout(0.0).callbacks.append(self._settle)
 
-    def _advance(self) -> None:
-        """Move every flow forward to ``now`` at its current rate."""
-        dt = self.env.now - self._last
-        if dt > 0.0:
-            for f in self.flows.values():
-                f.work -= f.rate * dt
-        self._last = self.env.now
+    def _settle(self, _ev) -> None:
+        self._settling = False
+        dirty, self._dirty = self._dirty, set()
+        self._rerate(dirty)
+        self._arm()
 
-    def _reschedule(self) -> None:
-        self.events += 1
-        max_min_rates(self.flows.values(), self.fabric.capacity)
-        self._version += 1
-        if not self.flows:
-            return
-        dt = min(f.work / f.rate for f in self.flows.values())
-        ev = self.env.timeout(max(dt, 0.0), self._version)
-        ev.callbacks.append(self._on_timer)
+    def _component(self, links: set[Link]) -> list[int]:
+        """Flows connected to ``links`` through shared links."""
+        seen_l, seen_f = set(links), set()
+        todo = list(links)
+        while todo:
+            for fid in self.on_link.get(todo.pop(), ()):
+                if fid not in seen_f:
+                    seen_f.add(fid)
+                    for ln in self.flows[fid].links:
+                        if ln not in seen_l:
+                            seen_l.add(ln)
+                            todo.append(ln)
+        return sorted(seen_f)
+
+    def _rerate(self, links: set[Link]) -> None:
+        """New max-min rates for the component of ``links``; their finish times go into the heap."""
+        now = self.env.now
+        ids = self._component(links)
+        comp = [self.flows[f] for f in ids]
+        for f in comp:
+            f.work -= f.rate * (now - f.t0)
+            f.t0 = now
+        max_min_rates(comp, self._capacity)
+        for fid, f in zip(ids, comp, strict=True):
+            f.version += 1
+            heapq.heappush(self._heap, (now + f.work / f.rate, fid, f.version))
+
+    def _arm(self) -> None:
+        heap = self._heap
+        while heap and (heap[0][1] not in self.flows or self.flows[heap[0][1]].version != heap[0][2]):
+            heapq.heappop(heap)
+        if heap:
+            self._timer += 1
+            self.env.timeout(max(heap[0][0] - self.env.now, 0.0), self._timer).callbacks.append(self._on_timer)
 
     def _on_timer(self, ev) -> None:
-        if ev.value != self._version:  # superseded by a later start or finish
+        if ev.value != self._timer:  # superseded by a later change
             return
-        self._advance()
-        eps = 1e-12 * max(1.0, self.env.now)
-        finished = [k for k, f in self.flows.items() if f.work <= eps * max(f.rate, 1.0)]
-        if not finished:  # rounding: finish the closest one
-            finished = [min(self.flows, key=lambda k: self.flows[k].work / self.flows[k].rate)]
-        callbacks = [self.flows.pop(k).done for k in finished]
-        self._reschedule()
-        for cb in callbacks:
+        now = self.env.now
+        heap, done, freed = self._heap, [], set()
+        while heap and heap[0][0] <= now * (1.0 + 1e-12) + 1e-15:  # due now (rounding of now + dt)
+            _, fid, ver = heapq.heappop(heap)
+            f = self.flows.get(fid)
+            if f is None or f.version != ver:
+                continue
+            del self.flows[fid]
+            for ln in f.links:
+                self.on_link[ln].discard(fid)
+                freed.add(ln)
+            done.append(f.done)
+        self.events += len(done)
+        if freed:
+            self._dirty.update(freed)
+            self._settle(None)
+        else:
+            self._arm()
+        for cb in done:
             cb()
 
 
@@ -144,7 +200,8 @@ def max_min_rates(flows: Iterable[_Flow], capacity: Callable[[Link], float]) -> 
     """Max-min fair rates by progressive filling (sets ``flow.rate``).
 
     Repeatedly the link with the smallest fair share (capacity left / flows not yet fixed on it) fixes
-    its flows at that share; their rates come off every link they cross. ``O(L²)`` for ``L`` links.
+    its flows at that share; their rates come off every link they cross (a heap of shares with lazy
+    updates: ``O(F·k·log L)`` for ``F`` flows of ``k`` links each).
     """
     flows = list(flows)
     left: dict[Link, float] = {}
@@ -157,19 +214,28 @@ def max_min_rates(flows: Iterable[_Flow], capacity: Callable[[Link], float]) -> 
                 users[ln] = []
             users[ln].append(i)
     count = {ln: len(us) for ln, us in users.items()}
-    while count:
-        ln_min = min(count, key=lambda ln: (left[ln] / count[ln], ln))
-        s = left[ln_min] / count[ln_min]
-        for i in users[ln_min]:
+    heap = [(left[ln] / n, ln) for ln, n in count.items()]
+    heapq.heapify(heap)
+    while heap:
+        s, ln = heapq.heappop(heap)
+        if ln not in count:
+            continue
+        cur = left[ln] / count[ln]
+        if cur != s:  # stale key (its flows changed since it was pushed): push the current one
+            heapq.heappush(heap, (cur, ln))
+            continue
+        for i in users[ln]:
             f = flows[i]
             if f.rate >= 0.0:
                 continue
             f.rate = s
-            for ln in f.links:
-                left[ln] -= s
-                count[ln] -= 1
-                if count[ln] == 0:
-                    del count[ln]
+            for l2 in f.links:
+                left[l2] -= s
+                count[l2] -= 1
+                if count[l2] == 0:
+                    del count[l2]
+                elif l2 != ln:
+                    heapq.heappush(heap, (left[l2] / count[l2], l2))
 
 
 def ring_collective_s(fabric: Fabric, ring: list[int], ideal_s: float, *, concurrent: list[list[int]] | None = None) -> float:
