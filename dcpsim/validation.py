@@ -350,6 +350,11 @@ def parse_text_value(text: str, annotation: Any) -> Any:
     user's text against the declared type.
     """
     members = _members(annotation)
+    if text.lstrip()[:1] in ("{", "[") and any(get_origin(m) in (dict, list) or m in (dict, list) for m in members):
+        try:  # an inline table or array for a field that takes one (model.name = {...})
+            return tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            return text
     if any(m is str or get_origin(m) is Literal for m in members) and not any(
             m in (int, float, bool) for m in members):
         if text[:1] in ('"', "'"):  # a quoted TOML string is the same text

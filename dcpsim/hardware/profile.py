@@ -45,14 +45,17 @@ the measured range:
 from __future__ import annotations
 
 import csv
+import io
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from dcpsim.errors import ProfileError
+from dcpsim.errors import ConfigError, ProfileError
+from dcpsim.validation import STRICT, InputModel, read_text, read_toml, validate_model
 
 FORMAT_VERSION = 1
 DEVICE_FIELDS = (
@@ -385,6 +388,44 @@ class HardwareProfile:
 
 
 # ---------------------------------------------------------------------- I/O
+class DeviceValues(InputModel):
+    """``[device]`` of profile.toml: scalar figures of one GPU and its node, with physical bounds.
+
+    The bounds are wide (any GPU of the last decade and the next few years,
+    and a CPU measured for tests, fits) but refuse typos and unit mistakes: a
+    peak of 1 FLOP/s or 1e30, a node of 0 GPUs. A peak below a table's
+    throughput is refused separately (:func:`_check_below_peak`).
+    """
+
+    model_config = STRICT | {"extra": "allow"}  # a newer format may add figures; they are ignored here
+
+    peak_bf16_flops: float = Field(ge=1e9, le=1e17, description="dense BF16 peak in FLOP/s")
+    hbm_bytes: float = Field(ge=1e8, le=1e13, description="HBM capacity in bytes")
+    hbm_bw_bytes_per_s: float = Field(ge=1e8, le=1e14, description="HBM bandwidth in bytes/s")
+    nvlink_bw_bytes_per_s: float = Field(ge=1e6, le=1e14, description="NVLink bandwidth per GPU per direction, bytes/s")
+    nic_bw_bytes_per_s: float = Field(ge=1e6, le=1e13, description="scale-out NIC bandwidth per GPU, bytes/s")
+    gpus_per_node: int = Field(ge=1, le=1024, description="GPUs per node")
+    nvlink_domain_gpus: int = Field(ge=1, le=1_000_000, description="GPUs per NVLink domain")
+
+
+class ProfileMeta(InputModel):
+    """profile.toml as a whole (``[timing]`` is checked by :func:`_read_timing`)."""
+
+    format_version: Literal[1] = Field(description="profile format version")
+    name: str = Field(min_length=1, description="profile name")
+    kind: Literal["public", "measured", "mixed"] = Field("public", description="where the figures come from")
+    description: str = ""
+    device: DeviceValues
+    sources: dict[str, str] = Field(default_factory=dict, description="one origin sentence per value")
+    measured: dict[str, Any] = Field(default_factory=dict, description="device, driver, versions, date, command")
+    tables: dict[str, str] = Field(default_factory=dict, description="file names of the CSV tables")
+    timing: dict[str, Any] = Field(default_factory=dict, description="optional timing parameters")
+
+
+# largest plausible value of a CSV cell of each numeric kind (refuses unit mistakes such as 1e30 tokens)
+CSV_MAX = {"int": 2**50, "float": 1e6}
+
+
 def _num(where: str, fieldname: str, value, *, integer: bool = False, positive: bool = True):
     try:
         v = float(value)
@@ -392,6 +433,9 @@ def _num(where: str, fieldname: str, value, *, integer: bool = False, positive: 
         raise ProfileError(fieldname, value, "a number", where=where) from None
     if not math.isfinite(v) or (positive and v <= 0):
         raise ProfileError(fieldname, value, "a finite positive number", where=where)
+    top = CSV_MAX["int" if integer else "float"]
+    if v > top:
+        raise ProfileError(fieldname, value, f"a number <= {top:g}", where=where)
     if integer:
         if v != int(v):
             raise ProfileError(fieldname, value, "an integer", where=where)
@@ -399,39 +443,38 @@ def _num(where: str, fieldname: str, value, *, integer: bool = False, positive: 
     return v
 
 
-def _read_csv(path: Path, columns: dict[str, str]) -> list[dict]:  # noqa: C901 - temporary, split by inputs
-    """Read a table, checking columns; ``columns`` maps name -> kind."""
+def _cell(kind: str, col: str, v, where: str):
+    """One CSV cell of ``kind`` (int, float, bool, source, or an enum ``a|b|c``), checked."""
+    if kind in ("int", "float"):
+        return _num(where, col, v, integer=kind == "int")
+    if kind == "bool":
+        if str(v).strip().lower() not in ("0", "1", "true", "false"):
+            raise ProfileError(col, v, "0/1 or true/false", where=where)
+        return str(v).strip().lower() in ("1", "true")
+    if kind == "source":
+        if not str(v or "").strip():
+            raise ProfileError(col, v, "a non-empty origin for this row", where=where)
+        return str(v).strip()
+    allowed = kind.split("|")
+    if v not in allowed:
+        raise ProfileError(col, v, f"one of {allowed}", where=where)
+    return v
+
+
+def _read_csv(path: Path, columns: dict[str, str]) -> list[dict]:
+    """Read a table (UTF-8, ``#`` comment lines skipped), checking columns; ``columns`` maps name -> kind."""
     if not path.is_file():
         raise ProfileError("tables", str(path.name), "an existing CSV file", where=str(path.parent))
-    with path.open(newline="") as fh:
-        reader = csv.DictReader(line for line in fh if not line.lstrip().startswith("#"))
+    text = read_text(path, "profile table")
+    reader = csv.DictReader(line for line in io.StringIO(text, newline="") if not line.lstrip().startswith("#"))
+    try:
         missing = [c for c in columns if c not in (reader.fieldnames or [])]
         if missing:
             raise ProfileError("columns", reader.fieldnames, f"columns {list(columns)} (missing {missing})", where=str(path))
-        rows = []
-        for i, raw in enumerate(reader, start=2):
-            where = f"{path}:{i}"
-            row: dict = {}
-            for col, kind in columns.items():
-                v = raw[col]
-                if kind == "int":
-                    row[col] = _num(where, col, v, integer=True)
-                elif kind == "float":
-                    row[col] = _num(where, col, v)
-                elif kind == "bool":
-                    if str(v).strip().lower() not in ("0", "1", "true", "false"):
-                        raise ProfileError(col, v, "0/1 or true/false", where=where)
-                    row[col] = str(v).strip().lower() in ("1", "true")
-                elif kind == "source":
-                    if not str(v or "").strip():
-                        raise ProfileError(col, v, "a non-empty origin for this row", where=where)
-                    row[col] = str(v).strip()
-                else:  # enum "a|b|c"
-                    allowed = kind.split("|")
-                    if v not in allowed:
-                        raise ProfileError(col, v, f"one of {allowed}", where=where)
-                    row[col] = v
-            rows.append(row)
+        rows = [{col: _cell(kind, col, raw[col], f"{path}:{i}") for col, kind in columns.items()}
+                for i, raw in enumerate(reader, start=2)]
+    except csv.Error as exc:
+        raise ProfileError("csv", str(exc), "a well-formed CSV table", where=str(path)) from None
     if not rows:
         raise ProfileError("rows", 0, "at least one data row", where=str(path))
     return rows
@@ -466,7 +509,7 @@ def _check_sorted_unique(rows: list[dict], key_cols: tuple[str, ...], size_col: 
             raise ProfileError(size_col, sizes, f"strictly increasing sizes within {dict(zip(key_cols, key, strict=True))}", where=str(where))
 
 
-def load_profile(path: str | Path) -> HardwareProfile:  # noqa: C901 - temporary, split by inputs
+def load_profile(path: str | Path) -> HardwareProfile:
     """Load and validate a profile folder (or its ``profile.toml``)."""
     path = Path(path)
     folder = path.parent if path.suffix == ".toml" else path
@@ -474,35 +517,50 @@ def load_profile(path: str | Path) -> HardwareProfile:  # noqa: C901 - temporary
     if not meta_path.is_file():
         raise ProfileError("profile", str(folder), "a folder holding profile.toml")
     where = str(meta_path)
-    try:
-        meta = tomllib.loads(meta_path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError("profile.toml", str(exc), "valid TOML", where=where) from None
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ProfileError("format_version", meta.get("format_version"), str(FORMAT_VERSION), where=where)
-    name = meta.get("name")
-    if not isinstance(name, str) or not name:
-        raise ProfileError("name", name, "a non-empty string", where=where)
-    kind = meta.get("kind", "public")
-    if kind not in ("public", "measured", "mixed"):
-        raise ProfileError("kind", kind, "'public', 'measured' or 'mixed'", where=where)
-    device = meta.get("device")
-    if not isinstance(device, dict):
-        raise ProfileError("device", device, "a [device] table", where=where)
-    sources = meta.get("sources", {})
-    values = {}
+    meta = _read_meta(meta_path)
+    values = meta.device.model_dump(include=set(DEVICE_FIELDS))
     for f in DEVICE_FIELDS:
-        if f not in device:
-            raise ProfileError(f"device.{f}", None, "a value", where=where)
-        values[f] = _num(where, f"device.{f}", device[f], integer=f in ("gpus_per_node", "nvlink_domain_gpus"))
-        if not str(sources.get(f, "")).strip():
-            raise ProfileError(f"sources.{f}", sources.get(f), "a sentence naming the origin of this value", where=where)
+        if not meta.sources.get(f, "").strip():
+            raise ProfileError(f"sources.{f}", meta.sources.get(f), "a sentence naming the origin of this value", where=where)
     if values["nvlink_domain_gpus"] < values["gpus_per_node"]:
         raise ProfileError("device.nvlink_domain_gpus", values["nvlink_domain_gpus"], f">= gpus_per_node ({values['gpus_per_node']})", where=where)
-    timing = _read_timing(meta.get("timing", {}), sources, where)
-    tables = meta.get("tables", {})
-    if not isinstance(tables, dict):
-        raise ProfileError("tables", tables, "a [tables] table of file names", where=where)
+    timing = _read_timing(meta.timing, meta.sources, where)
+    gemm, attn, coll = _read_tables(folder, meta.tables, where)
+    _check_below_peak(gemm, attn, values["peak_bf16_flops"], folder)
+    if timing.has_fp8 and timing.fp8_gemm_best_tflops * 1e12 > timing.peak_fp8_flops * (1 + 1e-9):
+        raise ProfileError("timing.fp8_gemm_best_tflops", timing.fp8_gemm_best_tflops,
+                           f"<= timing.peak_fp8_flops ({timing.peak_fp8_flops / 1e12:g} TFLOPS)", where=where)
+    return HardwareProfile(
+        name=meta.name,
+        kind=meta.kind,
+        description=meta.description,
+        sources=dict(meta.sources),
+        measured={k: str(v) for k, v in meta.measured.items()},
+        gemm_rows=gemm,
+        attention_rows=attn,
+        collective_rows=coll,
+        timing=timing,
+        path=folder,
+        **values,
+    )
+
+
+def _read_meta(meta_path: Path) -> ProfileMeta:
+    """profile.toml, read (UTF-8) and validated; errors name the file and the key (``device.peak_bf16_flops``)."""
+    try:
+        data = read_toml(meta_path, "profile.toml")
+    except ConfigError as exc:
+        raise ProfileError(exc.field, exc.value, exc.expected, where=exc.where) from None
+    if type(data.get("format_version")) is not int or data.get("format_version") != FORMAT_VERSION:
+        raise ProfileError("format_version", data.get("format_version"), str(FORMAT_VERSION), where=str(meta_path))
+    try:
+        return validate_model(ProfileMeta, data, where=str(meta_path))
+    except ConfigError as exc:
+        raise ProfileError(exc.field, exc.value, exc.expected, where=exc.where) from None
+
+
+def _read_tables(folder: Path, tables: dict, where: str) -> tuple[list[dict], list[dict], list[dict]]:
+    """The GEMM, attention and collective tables, checked (sorted sizes, the cases the cost model needs)."""
     gemm = _read_csv(_table_path(folder, tables, "gemm", where), GEMM_COLUMNS)
     attn = _read_csv(_table_path(folder, tables, "attention", where), ATTN_COLUMNS)
     coll = _read_csv(_table_path(folder, tables, "collectives", where), COLL_COLUMNS)
@@ -515,19 +573,16 @@ def load_profile(path: str | Path) -> HardwareProfile:  # noqa: C901 - temporary
     for tier in TIERS:
         if not any(r["tier"] == tier for r in coll):
             raise ProfileError("collectives", f"tier={tier}", "rows for both tiers (nvlink and network)", where=str(folder / "collectives.csv"))
-    return HardwareProfile(
-        name=name,
-        kind=kind,
-        description=str(meta.get("description", "")),
-        sources={k: str(v) for k, v in sources.items()},
-        measured={k: str(v) for k, v in meta.get("measured", {}).items()},
-        gemm_rows=gemm,
-        attention_rows=attn,
-        collective_rows=coll,
-        timing=timing,
-        path=folder,
-        **values,
-    )
+    return gemm, attn, coll
+
+
+def _check_below_peak(gemm: list[dict], attn: list[dict], peak_flops: float, folder: Path) -> None:
+    """No measured or quoted BF16 kernel runs faster than the device's peak (else MFU could pass 100%)."""
+    for fname, rows in (("gemm.csv", gemm), ("attention.csv", attn)):
+        top = max(rows, key=lambda r: r["tflops"])
+        if top["tflops"] * 1e12 > peak_flops * (1 + 1e-9):
+            raise ProfileError("tflops", top["tflops"], f"<= the device's peak_bf16_flops ({peak_flops / 1e12:g} TFLOPS): "
+                               "a kernel cannot run faster than the peak", where=str(folder / fname))
 
 
 def _read_timing(table, sources: dict, where: str) -> Timing:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from pydantic import Field
 
 from dcpsim.choices import RECOMPUTE_MODES as _RECOMPUTE_MODES
 from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.validation import InputModel, read_toml, validate_model
 
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
 RECOMPUTE_MODES = _RECOMPUTE_MODES  # defined once in dcpsim.choices
@@ -98,22 +99,37 @@ class ModelSpec:
         return asdict(self)
 
 
-def _spec_from_mapping(data: dict, where: str) -> ModelSpec:
-    fields = set(ModelSpec.__dataclass_fields__)
-    unknown = set(data) - fields
-    if unknown:
-        raise ConfigError("model", sorted(unknown), f"only fields {sorted(fields)}", where=where)
-    missing = {"name", "n_layers", "hidden", "n_heads", "ffn_hidden", "vocab"} - set(data)
-    if missing:
-        raise ConfigError("model", sorted(missing), "these required fields to be present", where=where)
-    data = dict(data)
-    data.setdefault("n_kv_heads", data["n_heads"])
-    if "head_dim" not in data:  # the usual hidden / heads (a divisor, else name it)
-        h, a = data["hidden"], data["n_heads"]
-        if not (isinstance(h, int) and isinstance(a, int) and a > 0 and h % a == 0):
+class ModelSpecInput(InputModel):
+    """A model spec as a user writes it (TOML file or inline table): strict types, physical bounds.
+
+    ``n_kv_heads`` defaults to ``n_heads`` (no GQA) and ``head_dim`` to
+    ``hidden / n_heads``.
+    """
+
+    name: str = Field(min_length=1, description="model name")
+    n_layers: int = Field(ge=1, le=100_000, description="transformer blocks")
+    hidden: int = Field(ge=1, le=1_000_000, description="hidden size")
+    n_heads: int = Field(ge=1, le=100_000, description="attention (query) heads")
+    n_kv_heads: int | None = Field(None, ge=1, le=100_000, description="key/value heads (GQA); default n_heads")
+    head_dim: int | None = Field(None, ge=1, le=100_000, description="dimension per head; default hidden/n_heads")
+    ffn_hidden: int = Field(ge=1, le=10_000_000, description="MLP inner size")
+    vocab: int = Field(ge=1, le=100_000_000, description="vocabulary size")
+    gated_mlp: bool = Field(True, description="gated MLP (SwiGLU: three matrices) or plain (two)")
+    tied_embeddings: bool = Field(False, description="input and output embeddings share weights")
+    source: str = Field("", description="where the dimensions come from")
+
+
+def _spec_from_mapping(data: Mapping, where: str) -> ModelSpec:
+    spec = validate_model(ModelSpecInput, data, where=where, prefix="model")
+    d = spec.model_dump()
+    if d["n_kv_heads"] is None:
+        d["n_kv_heads"] = d["n_heads"]
+    if d["head_dim"] is None:  # the usual hidden / heads (a divisor, else name it)
+        h, a = d["hidden"], d["n_heads"]
+        if h % a:
             raise ConfigError("model.head_dim", None, f"given, or hidden ({h}) divisible by n_heads ({a})", where=where)
-        data["head_dim"] = h // a
-    return ModelSpec(**data)
+        d["head_dim"] = h // a
+    return ModelSpec(**d)
 
 
 def list_models() -> list[str]:
@@ -122,12 +138,7 @@ def list_models() -> list[str]:
 
 @lru_cache(maxsize=32)
 def _load_spec(path: str, mtime_ns: int = 0) -> ModelSpec:
-    p = Path(path)
-    try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("model file", str(p), f"valid TOML ({exc})") from None
-    return _spec_from_mapping(data, str(p))
+    return _spec_from_mapping(read_toml(path, "model file"), str(path))
 
 
 def get_model(name_or_path: str | Path | ModelSpec | Mapping) -> ModelSpec:
