@@ -183,37 +183,24 @@ class Plan:
         return dict(sorted(out.items()))
 
     # ----------------------------------------------------------- invariants
-    def validate(self) -> Plan:  # noqa: C901 - temporary, split by dedupe
-        """Check the invariants; raise :class:`PlanError` naming the first broken one."""
-        lay = self.layout
-        n_ranks = lay.ranks_per_stage
-        seen = np.zeros(len(self.lengths), dtype=np.int64)
-        for k, st in enumerate(self.steps):
-            used = np.zeros(n_ranks, dtype=bool)
-            for g in st.groups:
-                if g.size < 1 or g.start < 0 or g.start + g.size > n_ranks:
-                    raise PlanError(f"step {k}: group ranks [{g.start}, {g.start + g.size}) outside 0..{n_ranks}")
-                if used[g.start:g.start + g.size].any():
-                    raise PlanError(f"step {k}: a rank in [{g.start}, {g.start + g.size}) is in two groups")
-                used[g.start:g.start + g.size] = True
-                if self.dynamic:
-                    if not is_pow2(g.size) or g.start % g.size:
-                        raise PlanError(f"step {k}: group [{g.start}, +{g.size}) is not an aligned power-of-two slice")
-                    if g.size < lay.min_cp:
-                        raise PlanError(f"step {k}: group size {g.size} < min_cp {lay.min_cp}")
-                elif g.size != lay.cp or g.start % lay.cp:
-                    raise PlanError(f"step {k}: static plan has group [{g.start}, +{g.size}) not of CP size {lay.cp}")
-                ids = np.asarray(g.seq_ids, dtype=np.int64)
-                if ids.size and (ids.min() < 0 or ids.max() >= len(self.lengths)):
-                    raise PlanError(f"step {k}: sequence id out of range")
-                np.add.at(seen, ids, 1)
-                per_rank = int(per_rank_tokens(self.lengths[ids], g.size).sum())
-                if per_rank > lay.max_tokens_per_rank + 1e-9:
-                    raise PlanError(
-                        f"step {k}: group [{g.start}, +{g.size}) holds {per_rank:.0f} tokens per rank > capacity {lay.max_tokens_per_rank}"
-                    )
+    def validate(self) -> Plan:
+        """Check the invariants; raise :class:`PlanError` naming the first broken one.
+
+        Vectorised over all groups of all steps: per group (in step order,
+        then group order) it flags bounds, overlap with an earlier group of
+        its step, shape (aligned power of two, ``min_cp``; static: the CP
+        size), sequence ids and token capacity; the first flagged group is
+        reported with its first broken check. Then every sequence must be
+        scheduled or dropped exactly once.
+        """
+        gt = self._validation_table()
+        first = _first_group_error(self, gt)
+        if first is not None:
+            raise PlanError(first)
+        n = len(self.lengths)
+        seen = np.bincount(gt["ids"], minlength=n)[:n] if gt["ids"].size else np.zeros(n, dtype=np.int64)
         for i, reason in self.dropped.items():
-            if not (0 <= i < len(self.lengths)):
+            if not (0 <= i < n):
                 raise PlanError(f"dropped sequence id {i} out of range")
             seen[i] += 1
             if not reason:
@@ -223,6 +210,14 @@ class Plan:
             i = int(bad[0])
             raise PlanError(f"sequence {i} is scheduled {int(seen[i])} times (expected exactly once)")
         return self
+
+    def _validation_table(self) -> dict[str, np.ndarray]:
+        """Flat arrays for :meth:`validate`: per group step/start/size, per member its group and sequence id."""
+        groups = [(k, g.start, g.size, len(g.seq_ids)) for k, st in enumerate(self.steps) for g in st.groups]
+        arr = np.array(groups, dtype=np.int64).reshape(-1, 4)
+        ids = [i for st in self.steps for g in st.groups for i in g.seq_ids]
+        return {"step": arr[:, 0], "start": arr[:, 1], "size": arr[:, 2],
+                "member_group": np.repeat(np.arange(arr.shape[0]), arr[:, 3]), "ids": np.asarray(ids, dtype=np.int64)}
 
     # ---------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
@@ -265,6 +260,63 @@ class Plan:
     def load(cls, path: str | Path) -> Plan:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
+
+
+
+def _overlaps_earlier(gt: dict[str, np.ndarray], inside: np.ndarray) -> np.ndarray:
+    """Per group: whether a rank of it belongs to an earlier group (in list order) of the same step."""
+    ng = gt["size"].size
+    out = np.zeros(ng, dtype=bool)
+    idx = np.nonzero(inside)[0]
+    if not idx.size:
+        return out
+    size = gt["size"][idx]
+    gid = np.repeat(idx, size)  # one entry per (group, rank)
+    offs = np.arange(gid.size) - np.repeat(np.cumsum(size) - size, size)
+    rank = gt["start"][gid] + offs
+    cell = gt["step"][gid] * (int(rank.max()) + 1) + rank
+    owner = np.full(int(cell.max()) + 1, ng, dtype=np.int64)
+    np.minimum.at(owner, cell, gid)  # first group (list order) holding each (step, rank)
+    out[idx] = np.minimum.reduceat(owner[cell], np.cumsum(size) - size) < idx
+    return out
+
+
+def _first_group_error(plan: Plan, gt: dict[str, np.ndarray]) -> str | None:
+    """The message for the first group (step order, then list order) that breaks an invariant, or None."""
+    lay, n = plan.layout, len(plan.lengths)
+    start, size, step = gt["start"], gt["size"], gt["step"]
+    R = lay.ranks_per_stage
+    bounds = (size < 1) | (start < 0) | (start + size > R)
+    overlap = _overlaps_earlier(gt, ~bounds)
+    if plan.dynamic:
+        shape = ((size & (size - 1)) != 0) | (start % np.maximum(size, 1) != 0)
+        small = size < lay.min_cp
+    else:
+        shape = (size != lay.cp) | (start % lay.cp != 0)
+        small = np.zeros(size.size, dtype=bool)
+    ids, mg = gt["ids"], gt["member_group"]
+    bad_id = (ids < 0) | (ids >= n)
+    id_range = np.bincount(mg[bad_id], minlength=size.size) > 0
+    ok = ~bad_id
+    tok = per_rank_tokens(plan.lengths[ids[ok]], size[mg[ok]])
+    per_rank = np.bincount(mg[ok], weights=tok, minlength=size.size)
+    over = per_rank > lay.max_tokens_per_rank + 1e-9
+    checks = (bounds, overlap, shape, small, id_range, over)
+    any_bad = np.logical_or.reduce(checks) if size.size else np.zeros(0, dtype=bool)
+    if not any_bad.any():
+        return None
+    g = int(np.argmax(any_bad))
+    k, a, c = int(step[g]), int(start[g]), int(size[g])
+    messages = (
+        f"step {k}: group ranks [{a}, {a + c}) outside 0..{R}",
+        f"step {k}: a rank in [{a}, {a + c}) is in two groups",
+        f"step {k}: group [{a}, +{c}) is not an aligned power-of-two slice" if plan.dynamic
+        else f"step {k}: static plan has group [{a}, +{c}) not of CP size {lay.cp}",
+        f"step {k}: group size {c} < min_cp {lay.min_cp}",
+        f"step {k}: sequence id out of range",
+        f"step {k}: group [{a}, +{c}) holds {per_rank[g]:.0f} tokens per rank > capacity {lay.max_tokens_per_rank}",
+    )
+    return next(m for m, flag in zip(messages, checks, strict=True) if flag[g])
 
 
 def _lower_bound_get(self: Plan) -> float | None:
