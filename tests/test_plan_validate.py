@@ -14,32 +14,15 @@ from dcpsim.policies import Layout, PlanError, get_policy
 
 def reference_error(plan) -> str | None:
     """The invariants checked one group at a time, in step order (the specification)."""
-    lay, n = plan.layout, len(plan.lengths)
-    R = lay.ranks_per_stage
+    n = len(plan.lengths)
     seen = np.zeros(n, dtype=np.int64)
     for k, st in enumerate(plan.steps):
-        used = np.zeros(R, dtype=bool)
+        used = np.zeros(plan.layout.ranks_per_stage, dtype=bool)
         for g in st.groups:
-            a, c = g.start, g.size
-            if c < 1 or a < 0 or a + c > R:
-                return f"step {k}: group ranks [{a}, {a + c}) outside 0..{R}"
-            if used[a:a + c].any():
-                return f"step {k}: a rank in [{a}, {a + c}) is in two groups"
-            used[a:a + c] = True
-            if plan.dynamic:
-                if c & (c - 1) or a % c:
-                    return f"step {k}: group [{a}, +{c}) is not an aligned power-of-two slice"
-                if c < lay.min_cp:
-                    return f"step {k}: group size {c} < min_cp {lay.min_cp}"
-            elif c != lay.cp or a % lay.cp:
-                return f"step {k}: static plan has group [{a}, +{c}) not of CP size {lay.cp}"
-            ids = np.asarray(g.seq_ids, dtype=np.int64)
-            if ids.size and (ids.min() < 0 or ids.max() >= n):
-                return f"step {k}: sequence id out of range"
-            np.add.at(seen, ids, 1)
-            tok = int(per_rank_tokens(plan.lengths[ids], c).sum())
-            if tok > lay.max_tokens_per_rank:
-                return f"step {k}: group [{a}, +{c}) holds {tok:.0f} tokens per rank > capacity {lay.max_tokens_per_rank}"
+            err = _group_error(plan, k, g, used)
+            if err:
+                return err
+            np.add.at(seen, np.asarray(g.seq_ids, dtype=np.int64), 1)
     for i, reason in plan.dropped.items():
         if not 0 <= i < n:
             return f"dropped sequence id {i} out of range"
@@ -48,6 +31,29 @@ def reference_error(plan) -> str | None:
             return f"dropped sequence {i} has no reason"
     bad = np.nonzero(seen != 1)[0]
     return f"sequence {int(bad[0])} is scheduled {int(seen[bad[0]])} times (expected exactly once)" if bad.size else None
+
+
+def _group_error(plan, k: int, g, used: np.ndarray) -> str | None:
+    lay, n, R = plan.layout, len(plan.lengths), plan.layout.ranks_per_stage
+    a, c = g.start, g.size
+    if c < 1 or a < 0 or a + c > R:
+        return f"step {k}: group ranks [{a}, {a + c}) outside 0..{R}"
+    if used[a:a + c].any():
+        return f"step {k}: a rank in [{a}, {a + c}) is in two groups"
+    used[a:a + c] = True
+    if plan.dynamic and (c & (c - 1) or a % c):
+        return f"step {k}: group [{a}, +{c}) is not an aligned power-of-two slice"
+    if plan.dynamic and c < lay.min_cp:
+        return f"step {k}: group size {c} < min_cp {lay.min_cp}"
+    if not plan.dynamic and (c != lay.cp or a % lay.cp):
+        return f"step {k}: static plan has group [{a}, +{c}) not of CP size {lay.cp}"
+    ids = np.asarray(g.seq_ids, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= n):
+        return f"step {k}: sequence id out of range"
+    tok = int(per_rank_tokens(plan.lengths[ids], c).sum())
+    if tok > lay.max_tokens_per_rank:
+        return f"step {k}: group [{a}, +{c}) holds {tok:.0f} tokens per rank > capacity {lay.max_tokens_per_rank}"
+    return None
 
 
 def _mutate(plan, rng):
