@@ -88,26 +88,14 @@ class MilpPolicy(Policy):
         self.max_ranks = int(max_ranks)
         self.max_variables = int(max_variables)
 
-    def _plan(self, lengths, layout, cost, rng) -> Plan:  # noqa: C901 - temporary, split by dedupe
+    def _plan(self, lengths, layout, cost, rng) -> Plan:
         n = lengths.size
-        R = layout.ranks_per_stage
-        if n > self.max_sequences:
-            raise ConfigError("lengths", f"{n} sequences", f"at most {self.max_sequences} for the milp policy")
-        if R > self.max_ranks:
-            raise ConfigError("layout", f"{R} ranks per stage", f"at most {self.max_ranks} for the milp policy")
-        M = layout.max_tokens_per_rank
-        if self.mode == "dynamic":
-            sizes, need = dynamic_fit(lengths, layout)
-            blocks = [(int(s), int(c)) for c in sizes.tolist() for s in range(0, R - c + 1, c)]
-        else:
-            sizes = np.asarray([layout.cp])
-            bad = per_rank_tokens(lengths, layout.cp) > M
-            if bad.any():
-                raise_too_long(lengths, bad, layout.cp, M, "static")
-            blocks = [(j * layout.cp, layout.cp) for j in range(layout.dp)]
+        self._check_size(n, layout.ranks_per_stage)
+        sizes, blocks = self._blocks(lengths, layout)
         if n == 0:
             meta = {"status": "optimal", "objective_s": 0.0, "dual_bound_s": 0.0, "additive_lower_bound_s": 0.0}
             return Plan(self.name, layout, lengths, [], self.mode == "dynamic", meta=meta)
+        R, M = layout.ranks_per_stage, layout.max_tokens_per_rank
         sc = SeqCosts(lengths, layout, cost, sizes)
         tok_min = per_rank_tokens(lengths, int(sizes[-1])).sum()
         m0 = max(1, int(np.ceil(tok_min / (R * M))))
@@ -126,26 +114,7 @@ class MilpPolicy(Policy):
             raise ConfigError(
                 "policy.options.max_steps", K, f"a step count with a feasible plan (solver: {res.message})"
             )
-        x = np.round(res.x[: xi.shape[0]]).astype(bool)
-        groups: dict[tuple[int, int], list[int]] = {}
-        for (i, k, b), on in zip(xi.tolist(), x.tolist(), strict=True):
-            if on:
-                groups.setdefault((k, b), []).append(i)
-        steps = []
-        for k in range(K):
-            if self.mode == "dynamic":
-                gs = [Group(blocks[b][0], blocks[b][1], sorted(groups[(k, b)])) for b in range(B) if (k, b) in groups]
-                if meta.get("formulation") == "slots":  # lay the groups out largest first from rank 0
-                    pos = 0
-                    for g in sorted(gs, key=lambda g: -g.size):
-                        g.start, pos = pos, pos + g.size
-            else:
-                if not any((k, b) in groups for b in range(B)):
-                    continue
-                gs = [Group(blocks[b][0], blocks[b][1], sorted(groups.get((k, b), []))) for b in range(B)]
-            if gs:
-                steps.append(Step(sorted(gs, key=lambda g: g.start)))
-
+        steps = self._steps(res, xi, K, blocks, meta.get("formulation"))
         meta.update(
             {
                 # the bound that also holds for the additive model the objective uses
@@ -161,10 +130,51 @@ class MilpPolicy(Policy):
         )
         return Plan(self.name, layout, lengths, steps, self.mode == "dynamic", meta=meta)
 
+    def _check_size(self, n: int, R: int) -> None:
+        if n > self.max_sequences:
+            raise ConfigError("lengths", f"{n} sequences", f"at most {self.max_sequences} for the milp policy")
+        if R > self.max_ranks:
+            raise ConfigError("layout", f"{R} ranks per stage", f"at most {self.max_ranks} for the milp policy")
+
+    def _blocks(self, lengths: np.ndarray, layout: Layout) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """(CP sizes, blocks (start, size)): every aligned slice (dynamic) or the DP replicas (static)."""
+        R, M = layout.ranks_per_stage, layout.max_tokens_per_rank
+        if self.mode == "dynamic":
+            sizes, _ = dynamic_fit(lengths, layout)
+            return sizes, [(int(s), int(c)) for c in sizes.tolist() for s in range(0, R - c + 1, c)]
+        bad = per_rank_tokens(lengths, layout.cp) > M
+        if bad.any():
+            raise_too_long(lengths, bad, layout.cp, M, "static")
+        return np.asarray([layout.cp]), [(j * layout.cp, layout.cp) for j in range(layout.dp)]
+
+    def _steps(self, res, xi: np.ndarray, K: int, blocks: list[tuple[int, int]], formulation: str | None) -> list[Step]:
+        """The plan's steps from the solution's x variables (empty steps left out)."""
+        B = len(blocks)
+        x = np.round(res.x[: xi.shape[0]]).astype(bool)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for (i, k, b), on in zip(xi.tolist(), x.tolist(), strict=True):
+            if on:
+                groups.setdefault((k, b), []).append(i)
+        steps = []
+        for k in range(K):
+            if self.mode == "dynamic":
+                gs = [Group(blocks[b][0], blocks[b][1], sorted(groups[(k, b)])) for b in range(B) if (k, b) in groups]
+                if formulation == "slots":  # lay the groups out largest first from rank 0
+                    pos = 0
+                    for g in sorted(gs, key=lambda g: -g.size):
+                        g.start, pos = pos, pos + g.size
+            else:
+                if not any((k, b) in groups for b in range(B)):
+                    continue
+                gs = [Group(blocks[b][0], blocks[b][1], sorted(groups.get((k, b), []))) for b in range(B)]
+            if gs:
+                steps.append(Step(sorted(gs, key=lambda g: g.start)))
+        return steps
+
     # ------------------------------------------------------------- dynamic
-    def _solve_dynamic(self, n, K, B, blocks, t, tok, feas, layout: Layout):  # noqa: C901 - temporary, split by dedupe
+    def _solve_dynamic(self, n, K, B, blocks, t, tok, feas, layout: Layout):
         """Block formulation, or the slot formulation when a group's position does not change its cost."""
-        R, M, pp = layout.ranks_per_stage, layout.max_tokens_per_rank, layout.pp
+        pp = layout.pp
         sizes_b = np.array([c for _, c in blocks])
         # slots: positions do not matter when every block of a size has the same cost (all inside or all
         # across the NVLink domain); then a step is any multiset of sizes with total <= R (largest first
@@ -172,74 +182,20 @@ class MilpPolicy(Policy):
         same = all(
             np.allclose(t[sizes_b == c], t[sizes_b == c][0]) for c in np.unique(sizes_b)
         )
-        rows, cols, vals, lo, hi = [], [], [], [], []
-        r = 0
-
-        def add(cs, vs, lb, ub):
-            nonlocal r
-            rows.extend([r] * len(cs))
-            cols.extend(int(x) for x in cs)
-            vals.extend(float(v) for v in vs)
-            lo.append(lb)
-            hi.append(ub)
-            r += 1
-
         pairs = np.argwhere(feas.T)  # (i, b)
         xi = np.array([(i, k, b) for k in range(K) for i, b in pairs.tolist()], dtype=np.int64).reshape(-1, 3)
-        nx = xi.shape[0]
-        ny = K * B
+        nx, ny = xi.shape[0], K * B
         nvar = nx + ny + K + 1
         if nvar > self.max_variables:
             raise ConfigError("milp problem", f"{nvar} variables", f"at most {self.max_variables} (fewer sequences or steps)")
-        sid = nx + ny
-        gid = nx + ny + K
-        xk = xi[:, 1] * B + xi[:, 2]  # (k, b) of each x
-        by_kb = [[] for _ in range(K * B)]
-        for v, kb in enumerate(xk.tolist()):
-            by_kb[kb].append(v)
-        by_i = [[] for _ in range(n)]
-        by_ik = [[] for _ in range(n * K)]
-        for v, (i, k, _) in enumerate(xi.tolist()):
-            by_i[i].append(v)
-            by_ik[i * K + k].append(v)
-        for i in range(n):  # every sequence once
-            add(by_i[i], [1.0] * len(by_i[i]), 1.0, 1.0)
-        # steps are interchangeable: number them by their first sequence in a fixed order, so the
-        # sequence at position p of that order sits in a step <= p
-        rank_of = np.empty(n, dtype=np.int64)
-        rank_of[np.lexsort((np.arange(n), -np.where(feas, t, 0).max(axis=0)))] = np.arange(n)
-        for i in range(n):
-            late = [v for v in by_i[i] if xi[v, 1] > rank_of[i]]
-            if late:
-                add(late, [1.0] * len(late), 0.0, 0.0)
+        ix = _DynamicIndex(xi, n, K, B)
+        rows = _Rows()
+        self._sequence_rows(rows, ix, t, feas)
         for v in range(nx):  # x <= y
-            add([v, nx + int(xk[v])], [1.0, -1.0], -np.inf, 0.0)
+            rows.add([v, nx + int(ix.xk[v])], [1.0, -1.0], -np.inf, 0.0)
         for k in range(K):
-            if same:  # total ranks of the step's groups
-                add([nx + k * B + b for b in range(B)], sizes_b.tolist(), -np.inf, float(R))
-            else:
-                for rank in range(R):  # one group per rank
-                    cs = [nx + k * B + b for b, (s0, c) in enumerate(blocks) if s0 <= rank < s0 + c]
-                    add(cs, [1.0] * len(cs), -np.inf, 1.0)
-            work_cols, work_vals = [], []
-            for b in range(B):
-                sel = by_kb[k * B + b]
-                ii = xi[sel, 0]
-                add(sel + [nx + k * B + b], tok[b, ii].tolist() + [-float(M)], -np.inf, 0.0)
-                add(sel + [sid + k], t[b, ii].tolist() + [-1.0], -np.inf, 0.0)
-                work_cols += sel
-                work_vals += (sizes_b[b] * t[b, ii]).tolist()
-            # valid cuts: a step lasts at least its GPU-seconds / R, and at least each of its sequences
-            add(work_cols + [sid + k], work_vals + [-float(R)], -np.inf, 0.0)
-            for i in range(n):
-                sel = by_ik[i * K + k]
-                if sel:
-                    add(sel + [sid + k], t[xi[sel, 2], i].tolist() + [-1.0], -np.inf, 0.0)
-            add([sid + k, gid], [1.0, -1.0], -np.inf, 0.0)
-            if same:  # interchangeable slots of one size: used ones first
-                for b in range(1, B):
-                    if sizes_b[b] == sizes_b[b - 1]:
-                        add([nx + k * B + b, nx + k * B + b - 1], [1.0, -1.0], -np.inf, 0.0)
+            self._step_rows(rows, ix, k, blocks, sizes_b, t, tok, layout, same)
+        sid, gid = nx + ny, nx + ny + K
         cobj = np.zeros(nvar)
         cobj[sid : sid + K] = 1.0
         cobj[gid] = pp - 1
@@ -250,15 +206,56 @@ class MilpPolicy(Policy):
         lb = np.zeros(nvar)
         # the slowest step is at least the longest sequence's fastest time
         lb[gid] = float(np.where(feas, t, np.inf).min(axis=0).max())
-        A = sparse.csr_array((vals, (rows, cols)), shape=(r, nvar))
-        res = milp(
-            cobj,
-            constraints=LinearConstraint(A, lo, hi),
-            integrality=integrality,
-            bounds=Bounds(lb, ub),
-            options={"time_limit": self.time_limit_s, "mip_rel_gap": 1e-6, "disp": False},
-        )
-        return res, xi, {"variables": nvar, "constraints": r, "formulation": "slots" if same else "blocks"}
+        res = rows.solve(cobj, integrality, lb, ub, self.time_limit_s)
+        return res, xi, {"variables": nvar, "constraints": rows.r, "formulation": "slots" if same else "blocks"}
+
+    @staticmethod
+    def _sequence_rows(rows: _Rows, ix: _DynamicIndex, t: np.ndarray, feas: np.ndarray) -> None:
+        """Every sequence once; steps numbered by their first sequence in a fixed order (symmetry breaking)."""
+        n, xi = ix.n, ix.xi
+        for i in range(n):
+            rows.add(ix.by_i[i], [1.0] * len(ix.by_i[i]), 1.0, 1.0)
+        # steps are interchangeable: number them by their first sequence in a fixed order, so the
+        # sequence at position p of that order sits in a step <= p
+        rank_of = np.empty(n, dtype=np.int64)
+        rank_of[np.lexsort((np.arange(n), -np.where(feas, t, 0).max(axis=0)))] = np.arange(n)
+        for i in range(n):
+            late = [v for v in ix.by_i[i] if xi[v, 1] > rank_of[i]]
+            if late:
+                rows.add(late, [1.0] * len(late), 0.0, 0.0)
+
+    @staticmethod
+    def _step_rows(rows: _Rows, ix: _DynamicIndex, k: int, blocks, sizes_b: np.ndarray, t: np.ndarray,
+                   tok: np.ndarray, layout: Layout, same: bool) -> None:
+        """Rows of step ``k``: rank budget, token cap and time of each group, valid cuts, makespan terms."""
+        R, M = layout.ranks_per_stage, layout.max_tokens_per_rank
+        B, K, nx, xi = len(blocks), ix.K, ix.nx, ix.xi
+        sid, gid = nx + K * B, nx + K * B + K
+        if same:  # total ranks of the step's groups
+            rows.add([nx + k * B + b for b in range(B)], sizes_b.tolist(), -np.inf, float(R))
+        else:
+            for rank in range(R):  # one group per rank
+                cs = [nx + k * B + b for b, (s0, c) in enumerate(blocks) if s0 <= rank < s0 + c]
+                rows.add(cs, [1.0] * len(cs), -np.inf, 1.0)
+        work_cols, work_vals = [], []
+        for b in range(B):
+            sel = ix.by_kb[k * B + b]
+            ii = xi[sel, 0]
+            rows.add(sel + [nx + k * B + b], tok[b, ii].tolist() + [-float(M)], -np.inf, 0.0)
+            rows.add(sel + [sid + k], t[b, ii].tolist() + [-1.0], -np.inf, 0.0)
+            work_cols += sel
+            work_vals += (sizes_b[b] * t[b, ii]).tolist()
+        # valid cuts: a step lasts at least its GPU-seconds / R, and at least each of its sequences
+        rows.add(work_cols + [sid + k], work_vals + [-float(R)], -np.inf, 0.0)
+        for i in range(ix.n):
+            sel = ix.by_ik[i * K + k]
+            if sel:
+                rows.add(sel + [sid + k], t[xi[sel, 2], i].tolist() + [-1.0], -np.inf, 0.0)
+        rows.add([sid + k, gid], [1.0, -1.0], -np.inf, 0.0)
+        if same:  # interchangeable slots of one size: used ones first
+            for b in range(1, B):
+                if sizes_b[b] == sizes_b[b - 1]:
+                    rows.add([nx + k * B + b, nx + k * B + b - 1], [1.0, -1.0], -np.inf, 0.0)
 
     # -------------------------------------------------------------- static
     def _solve_static(self, n, K, B, t, tok, feas, layout: Layout):
@@ -272,18 +269,8 @@ class MilpPolicy(Policy):
         nvar = zid + 1
         if nvar > self.max_variables:
             raise ConfigError("milp problem", f"{nvar} variables", f"at most {self.max_variables} (fewer sequences or steps)")
-        rows, cols, vals, lo, hi = [], [], [], [], []
-        r = 0
-
-        def add(cs, vs, lb, ub):
-            nonlocal r
-            rows.extend([r] * len(cs))
-            cols.extend(cs)
-            vals.extend(vs)
-            lo.append(lb)
-            hi.append(ub)
-            r += 1
-
+        rows = _Rows()
+        add = rows.add
         for i in range(n):
             sel = np.nonzero(xi[:, 0] == i)[0]
             add(sel.tolist(), [1.0] * sel.size, 1.0, 1.0)
@@ -305,12 +292,51 @@ class MilpPolicy(Policy):
         integrality[:nx] = 1
         ub = np.full(nvar, np.inf)
         ub[:nx] = 1.0
-        A = sparse.csr_array((vals, (rows, cols)), shape=(r, nvar))
-        res = milp(
+        res = rows.solve(cobj, integrality, np.zeros(nvar), ub, self.time_limit_s)
+        return res, xi, {"variables": nvar, "constraints": rows.r}
+
+
+class _Rows:
+    """Sparse constraint rows ``lo <= A·x <= hi``, added one at a time, and the HiGHS solve over them."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+        self.r = 0
+
+    def add(self, cs, vs, lb: float, ub: float) -> None:
+        self.rows.extend([self.r] * len(cs))
+        self.cols.extend(int(x) for x in cs)
+        self.vals.extend(float(v) for v in vs)
+        self.lo.append(lb)
+        self.hi.append(ub)
+        self.r += 1
+
+    def solve(self, cobj: np.ndarray, integrality: np.ndarray, lb: np.ndarray, ub: np.ndarray, time_limit_s: float):
+        A = sparse.csr_array((self.vals, (self.rows, self.cols)), shape=(self.r, cobj.size))
+        return milp(
             cobj,
-            constraints=LinearConstraint(A, lo, hi),
+            constraints=LinearConstraint(A, self.lo, self.hi),
             integrality=integrality,
-            bounds=Bounds(np.zeros(nvar), ub),
-            options={"time_limit": self.time_limit_s, "mip_rel_gap": 1e-6, "disp": False},
+            bounds=Bounds(lb, ub),
+            options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6, "disp": False},
         )
-        return res, xi, {"variables": nvar, "constraints": r}
+
+
+class _DynamicIndex:
+    """Where the x variables (sequence i, step k, block b) of the dynamic formulation sit, by (k, b), i and (i, k)."""
+
+    def __init__(self, xi: np.ndarray, n: int, K: int, B: int) -> None:
+        self.xi, self.n, self.K, self.nx = xi, n, K, xi.shape[0]
+        self.xk = xi[:, 1] * B + xi[:, 2]  # (k, b) of each x
+        self.by_kb: list[list[int]] = [[] for _ in range(K * B)]
+        for v, kb in enumerate(self.xk.tolist()):
+            self.by_kb[kb].append(v)
+        self.by_i: list[list[int]] = [[] for _ in range(n)]
+        self.by_ik: list[list[int]] = [[] for _ in range(n * K)]
+        for v, (i, k, _) in enumerate(xi.tolist()):
+            self.by_i[i].append(v)
+            self.by_ik[i * K + k].append(v)
