@@ -76,6 +76,8 @@ def test_equal_microbatches_give_the_1f1b_closed_form():
     pc = cost.pack_cost([L] * mbs, 1)
     tf = np.full(pp, pc.fwd_s)
     tb = np.full(pp, pc.bwd_s)
+    tf[0] += pc.embed_fwd_s  # the embedding runs on the first stage
+    tb[0] += pc.embed_bwd_s
     tf[-1] += pc.head_fwd_s
     tb[-1] += pc.head_bwd_s
     x = float(cost.profile.collective_time_s("sendrecv", "nvlink", pc.local_tokens * cost.model.hidden * 2.0, 2))
