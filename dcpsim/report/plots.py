@@ -165,7 +165,7 @@ def _ordered(values) -> list:
         return sorted(vals, key=str)
 
 
-def plot(  # noqa: C901 - temporary, split by dedupe
+def plot(
     data,
     x: str,
     y: str,
@@ -187,14 +187,7 @@ def plot(  # noqa: C901 - temporary, split by dedupe
     horizontal reference line. Returns the Figure; writes it when ``out`` is given.
     """
     df = _load(data)
-    if not len(df):
-        raise ConfigError("results", "no rows with status ok", "at least one successful run to plot")
-    xc = resolve_column(df, x, "--x")
-    yc = resolve_column(df, y, "--y")
-    hc = resolve_column(df, hue, "--hue") if hue else None
-    cc = resolve_column(df, col, "--col") if col else None
-    if not _is_numeric(df[yc]):
-        raise ConfigError("--y", y, "a numeric column")
+    xc, yc, hc, cc = _plot_columns(df, x, y, hue, col)
     panels = _ordered(df[cc]) if cc else [None]
     hues = _ordered(df[hc]) if hc else [None]
     ncols = min(len(panels), 4)
@@ -210,30 +203,9 @@ def plot(  # noqa: C901 - temporary, split by dedupe
         sub = agg if cc is None else agg[agg[cc] == pv]
         for hi, hv in enumerate(hues):
             s = sub if hc is None else sub[sub[hc] == hv]
-            if not len(s):
-                continue
-            st = _style(hi)
-            lab = None if hc is None else str(hv)
-            if numeric_x:
-                s = s.sort_values(xc)
-                xv = s[xc].to_numpy(float)
-                yerr = None
-                if (s["count"] > 1).any():
-                    yerr = np.vstack([s["mean"] - s["min"], s["max"] - s["mean"]])
-                ax.errorbar(xv, s["mean"], yerr=yerr, label=lab, capsize=3, linewidth=1.6, markersize=6, **st)
-            else:
-                width = 0.8 / max(1, len(hues))
-                pos = {v: i for i, v in enumerate(xs_all)}
-                xv = np.array([pos[v] for v in s[xc]]) - 0.4 + width * (hi + 0.5)
-                yerr = np.vstack([s["mean"] - s["min"], s["max"] - s["mean"]]) if (s["count"] > 1).any() else None
-                ax.bar(xv, s["mean"], width=width, yerr=yerr, label=lab, color=st["color"], capsize=3,
-                       edgecolor="black", linewidth=0.5)
-        if not numeric_x:
-            ax.set_xticks(range(len(xs_all)), [str(v) for v in xs_all], rotation=20 if len(xs_all) > 4 else 0)
-        elif use_log:
-            ax.set_xscale("log", base=2)
-            ticks = sorted(float(v) for v in df[xc].unique())
-            ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
+            if len(s):
+                _draw_series(ax, s, xc, hi, len(hues), None if hc is None else str(hv), xs_all if not numeric_x else None)
+        _x_axis(ax, df[xc], xs_all, numeric_x, use_log)
         if baseline is not None:
             ax.axhline(baseline, color="0.4", linestyle="--", linewidth=1)
         ax.set_xlabel(label_for(xc))
@@ -251,6 +223,44 @@ def plot(  # noqa: C901 - temporary, split by dedupe
     if out is not None:
         save_figure(fig, out)
     return fig
+
+
+def _plot_columns(df, x: str, y: str, hue: str | None, col: str | None) -> tuple[str, str, str | None, str | None]:
+    """The DataFrame columns named by the x, y, hue and col arguments (y numeric); ConfigError naming the flag."""
+    if not len(df):
+        raise ConfigError("results", "no rows with status ok", "at least one successful run to plot")
+    xc = resolve_column(df, x, "--x")
+    yc = resolve_column(df, y, "--y")
+    hc = resolve_column(df, hue, "--hue") if hue else None
+    cc = resolve_column(df, col, "--col") if col else None
+    if not _is_numeric(df[yc]):
+        raise ConfigError("--y", y, "a numeric column")
+    return xc, yc, hc, cc
+
+
+def _draw_series(ax, s, xc: str, hi: int, n_hues: int, lab: str | None, categories: list | None) -> None:
+    """One hue's aggregated rows: a line with range bars (numeric x) or grouped bars (``categories`` of x)."""
+    st = _style(hi)
+    if categories is None:
+        s = s.sort_values(xc)
+    yerr = np.vstack([s["mean"] - s["min"], s["max"] - s["mean"]]) if (s["count"] > 1).any() else None
+    if categories is None:
+        ax.errorbar(s[xc].to_numpy(float), s["mean"], yerr=yerr, label=lab, capsize=3, linewidth=1.6, markersize=6, **st)
+        return
+    width = 0.8 / max(1, n_hues)
+    pos = {v: i for i, v in enumerate(categories)}
+    xv = np.array([pos[v] for v in s[xc]]) - 0.4 + width * (hi + 0.5)
+    ax.bar(xv, s["mean"], width=width, yerr=yerr, label=lab, color=st["color"], capsize=3, edgecolor="black", linewidth=0.5)
+
+
+def _x_axis(ax, xcol, xs_all: list, numeric_x: bool, use_log: bool) -> None:
+    """Category ticks for a categorical x; a log₂ axis with the values as ticks when asked."""
+    if not numeric_x:
+        ax.set_xticks(range(len(xs_all)), [str(v) for v in xs_all], rotation=20 if len(xs_all) > 4 else 0)
+    elif use_log:
+        ax.set_xscale("log", base=2)
+        ticks = sorted(float(v) for v in xcol.unique())
+        ax.set_xticks(ticks, [f"{v:g}" for v in ticks])
 
 
 # ---------------------------------------------------------------- speedup
