@@ -47,6 +47,13 @@ Output directory::
     DIR/results/part-*.parquet   one part per finished batch (written to a temporary
                                  file and renamed, so a killed sweep loses nothing finished)
     DIR/figures/           standard figures (see dcpsim.report.plots.standard_figures)
+    DIR/**/.dcpsim-manifest.json  the files dcpsim wrote in each folder (see dcpsim.outdir)
+    DIR/.dcpsim-lock       held while a sweep runs (one sweep per folder)
+
+DIR may not hold files dcpsim did not write (refused before any work unless
+``force``); part files in ``results/`` that this sweep did not write are
+ignored and named in a warning, never read, merged or deleted. An unreadable
+part of its own (a truncated disk write) is reported and its runs run again.
 
 One row per run: the simulator's ``summary`` (flat; dict and list values as
 JSON strings), the swept values (columns named by dotted path), and
