@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dcpsim.cost import CostModel, group_collective_time_s
+from dcpsim.cost.padding import per_rank_tokens_int
 from dcpsim.errors import ConfigError
 from dcpsim.pipeline import BWD, FWD, pipeline_schedule, stage_order
 from dcpsim.policies.plan import Group, Layout, Plan, Step
@@ -52,7 +53,7 @@ def static_plan(lengths, layout: Layout, policy: str = "static-test") -> Plan:
     return Plan(policy, layout, np.asarray(lengths, dtype=np.int64), steps, dynamic=False)
 
 
-def dynamic_plan(lengths, layout: Layout) -> Plan:  # noqa: C901 - temporary, split by dedupe
+def dynamic_plan(lengths, layout: Layout) -> Plan:
     """A simple dynamic-CP plan: each long sequence gets the smallest power-of-two CP that holds it, on an
     aligned block of the first step with room; short ones are packed first-fit onto single ranks."""
     M, R = layout.max_tokens_per_rank, layout.ranks_per_stage
@@ -63,34 +64,30 @@ def dynamic_plan(lengths, layout: Layout) -> Plan:  # noqa: C901 - temporary, sp
 
     def cp_of(L: int) -> int:
         c = max(layout.min_cp, 1)
-        while math.ceil(L / (2 * c)) * 2 * c / c > M if c > 1 else L > M:
+        while per_rank_tokens_int(L, c) > M:
             c *= 2
         return c
 
+    def place(k: int, i: int, L: int, c: int) -> bool:
+        """Join a single-rank group of step k with room, or open a group on a free aligned block of it."""
+        if c == 1:
+            for gi, t in load[k].items():
+                if t + L <= M:
+                    steps[k][gi].seq_ids.append(i)
+                    load[k][gi] = t + L
+                    return True
+        for s in range(0, R, c):
+            if not used[k][s:s + c].any():
+                used[k][s:s + c] = True
+                steps[k].append(Group(s, c, [i]))
+                if c == 1:
+                    load[k][len(steps[k]) - 1] = L
+                return True
+        return False
+
     for i in np.argsort(-lengths, kind="stable"):
         L, c = int(lengths[i]), cp_of(int(lengths[i]))
-        placed = False
-        for k in range(len(steps)):
-            if c == 1:
-                for gi, t in load[k].items():
-                    if t + L <= M:
-                        steps[k][gi].seq_ids.append(int(i))
-                        load[k][gi] = t + L
-                        placed = True
-                        break
-                if placed:
-                    break
-            for s in range(0, R, c):
-                if not used[k][s:s + c].any():
-                    used[k][s:s + c] = True
-                    steps[k].append(Group(s, c, [int(i)]))
-                    if c == 1:
-                        load[k][len(steps[k]) - 1] = L
-                    placed = True
-                    break
-            if placed:
-                break
-        if not placed:
+        if not any(place(k, int(i), L, c) for k in range(len(steps))):
             steps.append([Group(0, c, [int(i)])])
             used.append(np.zeros(R, dtype=bool))
             used[-1][:c] = True
