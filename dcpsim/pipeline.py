@@ -229,11 +229,13 @@ def pipeline_schedule(pp: int, m: int, vp: int = 1, group: int | None = None) ->
 
 
 # ------------------------------------------------------------------ durations per virtual stage
-def chunk_durations(stage_s: np.ndarray, vp: int, head_s: np.ndarray | None = None) -> np.ndarray:
+def chunk_durations(stage_s: np.ndarray, vp: int, head_s: np.ndarray | None = None,
+                    first_s: np.ndarray | None = None) -> np.ndarray:
     """Per virtual stage durations ``(pp·vp, ...)`` from per-rank ones ``(pp, ...)``.
 
-    Each rank's time (its ``L/pp`` layers, plus ``head_s`` on the last rank) is split evenly over its
-    ``vp`` chunks, and the head goes to the last virtual stage only.
+    Each rank's time (its layers, plus ``head_s`` on the last rank and ``first_s`` on the first) is split
+    evenly over its ``vp`` chunks, except that the head goes to the last virtual stage only and
+    ``first_s`` (the embedding) to the first only.
     """
     stage_s = np.asarray(stage_s, dtype=np.float64)
     if vp == 1:
@@ -242,9 +244,13 @@ def chunk_durations(stage_s: np.ndarray, vp: int, head_s: np.ndarray | None = No
     body = stage_s.copy()
     if head_s is not None:
         body[pp - 1] = body[pp - 1] - head_s
+    if first_s is not None:
+        body[0] = body[0] - first_s
     out = np.concatenate([body / vp] * vp, axis=0)
     if head_s is not None:
         out[-1] = out[-1] + head_s
+    if first_s is not None:
+        out[0] = out[0] + first_s
     return out
 
 

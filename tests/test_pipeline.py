@@ -75,6 +75,16 @@ def test_equal_microbatches_closed_forms(pp, mult, vp, tf, tb):
     assert (ms - ideal) / ideal == pytest.approx(bubble_fraction(pp, m, vp), rel=1e-9, abs=1e-12)
 
 
+def test_chunks_take_the_head_last_and_the_embedding_first():
+    from dcpsim.pipeline import chunk_durations
+
+    stage = np.array([[10.0], [8.0], [12.0]])  # rank 0 holds a 2 s embedding, rank 2 a 4 s head
+    v = chunk_durations(stage, 2, head_s=np.array([4.0]), first_s=np.array([2.0]))
+    assert v[:, 0].tolist() == [6.0, 4.0, 4.0, 4.0, 4.0, 8.0]  # virtual stages 0..5 = (chunk, rank)
+    assert v.sum() == stage.sum()
+    assert np.array_equal(chunk_durations(stage, 1, np.array([4.0]), np.array([2.0])), stage)
+
+
 def test_chain_times_columns_are_independent_and_transfers_add():
     pp, m = 4, 8
     f = np.random.default_rng(0).uniform(0.1, 1.0, (m, 3))
@@ -130,6 +140,8 @@ def test_simulated_interleaved_bubble_closed_form(pp, vp, m):
     work.bwd_s[:] = tb
     work.head_fwd_s[:] = 0.0
     work.head_bwd_s[:] = 0.0
+    work.embed_fwd_s[:] = 0.0
+    work.embed_bwd_s[:] = 0.0
     work.xfer_s[:] = 0.0
     graph = build_graph(table, pipeline_schedule(pp, m, vp), work.virtual()[2])
     tl = run_iteration(work, graph, sim.sync, overlap_grad_sync=False)

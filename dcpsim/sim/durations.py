@@ -106,6 +106,8 @@ class IterationWork:
     head_fwd_s: np.ndarray | None = None
     head_bwd_s: np.ndarray | None = None
     vp: int = 1
+    embed_fwd_s: np.ndarray | None = None
+    embed_bwd_s: np.ndarray | None = None
     idle_memory_bytes: float = 0.0  # a rank's peak memory in a step that leaves it out (weights, optimizer state)
     # one GPU pair's pipeline transfer per group: over the network alone (no pod or degraded-link factor;
     # the shared network applies those as link capacities) and over NVLink (seconds, (G,))
@@ -116,11 +118,11 @@ class IterationWork:
         """(forward, backward, transfer) per virtual stage: ``(PP·vp, G)`` twice and ``(PP·vp − 1, G)``.
 
         A rank's layers split evenly over its ``vp`` chunks; the output layer runs on the last virtual
-        stage; transfer ``s`` (virtual stage ``s`` → ``s + 1``) uses link ``s mod PP``.
+        stage and the embedding on the first; transfer ``s`` (virtual stage ``s`` → ``s + 1``) uses link ``s mod PP``.
         """
         pp = self.fwd_s.shape[0]
-        f = chunk_durations(self.fwd_s, self.vp, self.head_fwd_s)
-        b = chunk_durations(self.bwd_s, self.vp, self.head_bwd_s)
+        f = chunk_durations(self.fwd_s, self.vp, self.head_fwd_s, self.embed_fwd_s)
+        b = chunk_durations(self.bwd_s, self.vp, self.head_bwd_s, self.embed_bwd_s)
         x = self.xfer_s[link_of_transfer(pp, self.vp)] if pp * self.vp > 1 else np.zeros((0, self.fwd_s.shape[1]))
         return f, b, x
 
@@ -233,8 +235,10 @@ class DurationModel:
         scale = self.stage_scale[:, None]
         fwd = per["layer_fwd_s"] * scale + per["overhead_fwd_s"]
         bwd = per["layer_bwd_s"] * scale + per["overhead_bwd_s"]
-        fwd[0] += per["embed_fwd_s"][0]
-        bwd[0] += per["embed_bwd_s"][0]
+        embed_f = per["embed_fwd_s"][0].copy()
+        embed_b = per["embed_bwd_s"][0].copy()
+        fwd[0] += embed_f
+        bwd[0] += embed_b
         head_f = per["head_fwd_s"][pp - 1].copy()
         head_b = per["head_bwd_s"][pp - 1].copy()
         fwd[pp - 1] += head_f
@@ -245,7 +249,7 @@ class DurationModel:
             self._dynamic_cp_costs(plan, table, fwd, bwd, lens)
         if self.microbatch_overhead_s > 0:
             fwd += self.microbatch_overhead_s
-        self._vary(table, (fwd, cpf), (bwd, cpb), head_f, head_b, noise_cv, rng)
+        self._vary(table, (fwd, cpf), (bwd, cpb), ((pp - 1, head_f, head_b), (0, embed_f, embed_b)), noise_cv, rng)
         xfer = self._transfers(table, local)
         tokens = np.zeros(G)
         tokens[:P] = np.bincount(pids, weights=lens, minlength=P) if P else 0.0
@@ -254,7 +258,7 @@ class DurationModel:
             local_tokens=local, tokens=tokens, peak_memory_bytes=mem, fits_memory=mem <= cost.memory_limit_bytes,
             flops=cost.model.flops(lens if plan.counted_lengths is None else plan.counted_lengths),
             n_seqs=int(lens.size), batch_cost_calls=calls,
-            head_fwd_s=head_f, head_bwd_s=head_b, vp=self.topo.vp,
+            head_fwd_s=head_f, head_bwd_s=head_b, vp=self.topo.vp, embed_fwd_s=embed_f, embed_bwd_s=embed_b,
             idle_memory_bytes=float(cost.peak_memory_bytes(np.zeros(1))[0]),
             p2p_network_alone_s=self._p2p_alone[0], p2p_nvlink_s=self._p2p_alone[1],
         )
@@ -343,10 +347,11 @@ class DurationModel:
             mem[sel] = bc.peak_memory_bytes
         return per, local, mem, calls
 
-    def _vary(self, table: GroupTable, fwd_parts, bwd_parts, head_f, head_b, noise_cv: float,
+    def _vary(self, table: GroupTable, fwd_parts, bwd_parts, extras, noise_cv: float,
               rng: np.random.Generator | None) -> None:
-        """Stragglers (a group runs at its slowest member), then kernel noise, in place; the head
-        (last stage) scales with its op."""
+        """Stragglers (a group runs at its slowest member), then kernel noise, in place; ``extras``
+        ``(stage, fwd part, bwd part)`` (the output layer on the last stage, the embedding on the first)
+        scale with their stage's op."""
         pp, G = self.topo.pp, table.n_groups
         if self.faults is not None and self.faults.straggler_gpus.size:
             for p in range(pp):
@@ -354,9 +359,10 @@ class DurationModel:
                 mult = np.where(hit, self.faults.straggler_slowdown, 1.0)
                 for a in (*fwd_parts, *bwd_parts):
                     a[p] *= mult
-                if p == pp - 1:
-                    head_f *= mult
-                    head_b *= mult
+                for q, ef, eb in extras:
+                    if q == p:
+                        ef *= mult
+                        eb *= mult
         if noise_cv > 0:
             if rng is None:
                 raise ValueError("noise_cv > 0 needs an rng")
@@ -365,8 +371,9 @@ class DurationModel:
                 a *= nz[0]
             for a in bwd_parts:
                 a *= nz[1]
-            head_f *= nz[0, pp - 1]
-            head_b *= nz[1, pp - 1]
+            for q, ef, eb in extras:
+                ef *= nz[0, q]
+                eb *= nz[1, q]
 
     def _transfers(self, table: GroupTable, local: np.ndarray) -> np.ndarray:
         """Pipeline transfer time per link and group, ``(n_links, G)``: activations forward, their
