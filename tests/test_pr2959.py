@@ -240,7 +240,7 @@ def test_memory_check_is_off_by_default_and_rejects_candidates_when_set():
 
 @pytest.mark.parametrize("bad", [{"m_values": []}, {"m_values": [0, 1]}, {"m_values": "3"}, {"long_factor": 0},
                                  {"memory_limit_gib": -1}, {"strict_memory": "yes"}, {"bucket_target": "median"},
-                                 {"fill_slack": 0}])
+                                 {"fill_slack": 0}, {"max_cp": 3}, {"max_cp": 0}])
 def test_bad_options(bad):
     with pytest.raises(ConfigError, match=next(iter(bad))):
         get_policy(NAME, **bad)
@@ -256,3 +256,15 @@ def test_plans_2048_sequences_on_512_ranks():
     # then fails); dcpsim falls back to safe mode
     assert plan.n_steps >= 8 and plan.meta["safe_mode"]
     assert plan.meta["planning_wall_s"] < 10  # host time; the 2 s target is checked by benchmarks/bench_pr2959.py
+
+
+def test_max_cp_caps_the_long_groups():
+    lay = Layout(dp=16, cp=1, max_tokens_per_rank=65536, pp=1)
+    cost = cost_model(1, 1, 16)
+    lengths = np.array([120000] + [500] * 200)
+    free = get_policy(NAME, m_values=[1]).plan(lengths, lay, cost)
+    capped = get_policy(NAME, m_values=[1], max_cp=4).plan(lengths, lay, cost)
+    size = [max(g.size for s in p.steps for g in s.groups if 0 in g.seq_ids) for p in (free, capped)]
+    assert size == [16, 4]
+    with pytest.raises(InfeasibleError, match="max_cp"):
+        get_policy(NAME, max_cp=1).plan(np.array([70000, 100]), lay, cost)

@@ -134,6 +134,7 @@ class BlogExperiment:
         calibration_path: the file they are read from (and ``--recalibrate`` writes).
         calibration_workloads: dataset -> the workload table the calibration fits one field of
             (``[calibration.workloads]`` of experiment.toml; the secondary, calibrated view).
+        policy_options: policy -> options it runs with (``[policy_options]`` of experiment.toml).
     """
 
     spec_dir: Path
@@ -153,6 +154,7 @@ class BlogExperiment:
     calibration: Calibration
     calibration_path: Path
     calibration_workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    policy_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     # ----------------------------------------------------------- workloads
     def public_workload(self, dataset: str) -> dict[str, Any] | str:
@@ -202,6 +204,7 @@ class BlogExperiment:
         """
         upd: dict[str, Any] = {
             "policy.name": policy,
+            "policy.options": dict(self.policy_options.get(policy, {})),
             "sim.seed": int(seed),
             "sim.iterations": int(iterations),
             "workload.name": workload if workload is not None else self.workload(dataset, calibrated=calibrated),
@@ -388,4 +391,5 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:  # no
         calibration=calibration,
         calibration_path=calibration_path,
         calibration_workloads=cal_workloads,
+        policy_options={str(k): dict(v) for k, v in (raw.get("policy_options") or {}).items()},
     )

@@ -313,7 +313,9 @@ class Pr2959Policy(Policy):
     when the memory check rejects every candidate; default False),
     ``bucket_target`` (``"mean"``, the code's; ``"iteration"`` and
     ``"timeline"`` are the readings of the description the earlier version
-    used, kept for comparison).
+    used, kept for comparison), ``max_cp`` (the largest CP size, Megatron's
+    ``--max-hybrid-context-parallel-size``; ``None``: the layout's largest,
+    DP×CP; the blog's launch script sets 8).
     """
 
     name = "dynamic-pr2959"
@@ -321,7 +323,7 @@ class Pr2959Policy(Policy):
 
     def __init__(self, m_values: list[int] | None = None, long_factor: float = 1.3, fill_slack: float = 1.05,
                  memory_limit_gib: float | None = None, strict_memory: bool = False,
-                 bucket_target: str = "mean") -> None:
+                 bucket_target: str = "mean", max_cp: int | None = None) -> None:
         vals = [1, 2, 3, 4, 5, 6] if m_values is None else m_values
         if (not isinstance(vals, (list, tuple)) or not vals
                 or any(not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1 for v in vals)):
@@ -336,13 +338,23 @@ class Pr2959Policy(Policy):
         if bucket_target not in BUCKET_TARGETS:
             raise ConfigError("policy.options.bucket_target", bucket_target, f"one of {list(BUCKET_TARGETS)}")
         self.bucket_target = bucket_target
+        if max_cp is not None and (isinstance(max_cp, bool) or not isinstance(max_cp, (int, np.integer))
+                                   or max_cp < 1 or max_cp & (max_cp - 1)):
+            raise ConfigError("policy.options.max_cp", max_cp, "a power of two >= 1, or None")
+        self.max_cp = None if max_cp is None else int(max_cp)
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
         dynamic_fit(lengths, layout)  # a sequence no aligned group holds: InfeasibleError
+        if self.max_cp is not None and self.max_cp < layout.max_dynamic_cp:
+            top = max(self.max_cp, layout.min_cp)
+            bad = [i for i, L in enumerate(lengths.tolist()) if per_rank_tokens_int(L, top) > layout.max_tokens_per_rank]
+            if bad:
+                raise InfeasibleError("capacity", f"sequence {bad[0]} ({int(lengths[bad[0]])} tokens) does not fit "
+                                      f"max_cp={top} ranks x {layout.max_tokens_per_rank} tokens")
         if lengths.size == 0:
             return Plan(self.name, layout, lengths, [], True, meta={"microbatches": 0})
         fwd, bwd = Pr2959Flops.from_cost(cost).stage_fwd_bwd(lengths)
-        batch = _Batch(lengths, layout, fwd, bwd)
+        batch = _Batch(lengths, layout, fwd, bwd, self.max_cp)
         cands = self._candidates(batch, cost, safe=False)
         safe = not any(c.valid for c in cands)
         if safe:
@@ -419,7 +431,8 @@ def _positive(name: str, value) -> float:
 class _Batch:
     """Per-batch tables shared by the candidates: lengths, FLOPs and the code's sample order."""
 
-    def __init__(self, lengths: np.ndarray, layout: Layout, fwd: np.ndarray, bwd: np.ndarray) -> None:
+    def __init__(self, lengths: np.ndarray, layout: Layout, fwd: np.ndarray, bwd: np.ndarray,
+                 max_cp: int | None = None) -> None:
         self.L = np.asarray(lengths, dtype=np.int64)
         self.layout = layout
         self.f, self.b = fwd, bwd
@@ -427,7 +440,8 @@ class _Batch:
         self.M = layout.max_tokens_per_rank
         self.u = layout.min_cp
         self.K = layout.ranks_per_stage // self.u
-        self.cmax_slots = max(1, layout.max_dynamic_cp // self.u)
+        top = layout.max_dynamic_cp if max_cp is None else max(min(max_cp, layout.max_dynamic_cp), self.u)
+        self.cmax_slots = max(1, top // self.u)
         # the code sorts the batch longest first (stable); every later order is a stable sort of this one
         self.order = np.argsort(-self.L, kind="stable")
 

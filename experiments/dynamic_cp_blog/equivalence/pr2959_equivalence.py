@@ -108,11 +108,12 @@ def load_real(root: Path, state: dict):
 
 def real_config(cfg, cost, layout):
     m = cost.model
+    max_cp = cfg.policy.options.get("max_cp") or layout.max_dynamic_cp
     return types.SimpleNamespace(
         hidden_size=m.hidden, num_query_groups=m.n_kv_heads, ffn_hidden_size=m.ffn_hidden, gated_linear_unit=m.gated_mlp,
         recompute_granularity="full" if cost.recompute == "full" else None, num_layers=m.n_layers,
         num_attention_heads=m.n_heads, vocab_size=m.vocab, max_seqlen_per_dp_cp_rank=layout.max_tokens_per_rank,
-        min_hybrid_context_parallel_size=layout.min_cp, max_hybrid_context_parallel_size=layout.max_dynamic_cp,
+        min_hybrid_context_parallel_size=layout.min_cp, max_hybrid_context_parallel_size=max_cp,
         search_space=6, run_memory_simulator=False, context_parallel_size=1, hybrid_context_parallel=True,
     )
 
@@ -196,7 +197,8 @@ def run(args) -> dict:
             config = real_config(cfg, cost, layout)
             w = cfg.workload
             dist = get_workload(w.name, min_len=w.min_len, max_len=w.max_len, clip=w.clip)
-            pol = get_policy("dynamic-pr2959")
+            opts = dict(cfg.policy.options)
+            pol = get_policy("dynamic-pr2959", **opts)
             rows = []
             for s in range(args.batches):
                 L = sample_global_batch(dist, w.gbs, np.random.default_rng(10_000 + s))
@@ -215,7 +217,7 @@ def run(args) -> dict:
                        "rejected": [(c["m"], c["reason"]) for c in p.meta["candidates"] if not c["valid"]]}
                 mr = r["microbatches"] // layout.pp
                 if mr != p.meta["m"] and mr in pol.m_values:  # the same m forced: construction vs choice of m
-                    pf = get_policy("dynamic-pr2959", m_values=[mr]).plan(L, layout, cost)
+                    pf = get_policy("dynamic-pr2959", **{**opts, "m_values": [mr]}).plan(L, layout, cost)
                     row["forced_m"] = compare(r, dcpsim_plan(pf), L.size)
                     row["forced_m_valid"] = pf.meta["candidates"][0]["valid"] if pf.meta["candidates"] else False
                 rows.append(row)
