@@ -1,14 +1,15 @@
-"""Plain-JSON copies of results: the one place numpy values, paths and non-finite floats are made JSON-safe."""
+"""Serialising results, written once: plain-JSON copies (numpy values, paths, non-finite floats) and TOML values."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any
 
 import numpy as np
 
-__all__ = ["to_jsonable"]
+__all__ = ["to_jsonable", "toml_value"]
 
 
 def to_jsonable(obj: Any, *, nonfinite_as_null: bool = True) -> Any:
@@ -32,3 +33,20 @@ def to_jsonable(obj: Any, *, nonfinite_as_null: bool = True) -> Any:
     if isinstance(obj, os.PathLike):
         return os.fspath(obj)
     return obj
+
+
+def toml_value(v: Any) -> str:
+    """``v`` as a TOML value: booleans, integers, floats (round-trip ``repr``), strings, lists and inline tables."""
+    if isinstance(v, (bool, np.bool_)):
+        return "true" if v else "false"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)  # a JSON string is a TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")

@@ -169,3 +169,14 @@ def test_to_jsonable_is_strict_json():
     json.dumps(out, allow_nan=False)
     kept = to_jsonable(obj, nonfinite_as_null=False)
     assert math.isnan(kept["1"]) and kept["a"][1][1] == math.inf
+
+
+def test_toml_value_round_trips():
+    import tomllib
+
+    from dcpsim.serialize import toml_value
+
+    v = {"a": True, "b": np.int64(3), "c": 0.1, "d": 'x "q" \\ é\n', "e": [1, 2.5, "s"], "f": {"g": 1}}
+    text = "\n".join(f"{k} = {toml_value(x)}" for k, x in v.items())
+    back = tomllib.loads(text)
+    assert back == {"a": True, "b": 3, "c": 0.1, "d": 'x "q" \\ é\n', "e": [1, 2.5, "s"], "f": {"g": 1}}

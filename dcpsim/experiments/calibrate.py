@@ -33,6 +33,7 @@ from scipy import optimize
 from dcpsim.errors import ConfigError
 from dcpsim.experiments.blog import BlogExperiment, FittedParameter, source_revision
 from dcpsim.experiments.runner import CellSpec, pooled_tflops, run_cell
+from dcpsim.serialize import toml_value as _toml_value
 
 __all__ = ["CalibrationFit", "fit_dataset", "write_calibration"]
 
@@ -174,22 +175,6 @@ def pooled_se(rows: list[dict[str, Any]]) -> float:
     ratio = f.sum() / t.sum()
     resid = f - ratio * t
     return float(np.sqrt(resid.var(ddof=1) / n) / t.mean() / (int(rows[0]["gpus"]) * 1e12))
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        return repr(float(v))
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
 def write_calibration(path: Path, fits: dict[str, CalibrationFit], exp: BlogExperiment) -> None:

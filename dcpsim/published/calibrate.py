@@ -52,6 +52,7 @@ import numpy as np
 from dcpsim.errors import ConfigError
 from dcpsim.published.replay import COMPARED, RowResult, _run_row
 from dcpsim.published.suite import GPU_PROFILES, Row, RowConfig, Suite, load_suite, row_config
+from dcpsim.serialize import toml_value as _toml_value
 
 
 @dataclass(frozen=True)
@@ -94,16 +95,6 @@ MAX_PARAMS = 5
 
 
 # ---------------------------------------------------------------- candidate profiles
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v))
-    if isinstance(v, (float, np.floating)):
-        return repr(float(v))
-    if isinstance(v, str):
-        return json.dumps(v)
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
 def _key(k: str) -> str:
