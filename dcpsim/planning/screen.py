@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from dcpsim.cost.padding import pad_multiple
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.planning.space import _cached_cost, _cost_key
 from dcpsim.run.config import RunConfig
@@ -136,7 +137,7 @@ def _microbatch_table(cfg: RunConfig, cost, L: int, combos=None) -> dict[tuple[i
     (cp, mbs) in ``combos`` (default all of MB_CP x MB_MBS) in ONE vectorised cost-model call:
     layers (forward + backward with recompute), per-microbatch overhead, embedding, output layer, and the
     stage's forward and backward."""
-    combos = list(combos or [(c, b) for c in MB_CP for b in MB_MBS if c == 1 or L % (2 * c) == 0])
+    combos = list(combos or [(c, b) for c in MB_CP for b in MB_MBS if L % pad_multiple(c) == 0])
     cps = np.array([c for c, _ in combos])
     pids = np.concatenate([np.full(b, i) for i, (_, b) in enumerate(combos)])
     bc = cost.batch_cost(np.full(pids.size, L), pids, cps, _spans(cfg, cost, cps))

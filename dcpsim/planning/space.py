@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from dcpsim.cost.padding import pad_multiple, per_rank_tokens_int
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.run.config import RunConfig
@@ -225,16 +226,13 @@ def _cp_mbs(space: SearchSpace, data: DataSpec, policy_dynamic: bool) -> list[tu
     out: list[tuple[int, int, int | None]] = []
     if data.fixed:
         L = int(data.seq_len)
-        cps = list(space.cp) if space.cp is not None else [c for c in (1, 2, 4, 8, 16) if c == 1 or L % (2 * c) == 0]
+        cps = list(space.cp) if space.cp is not None else [c for c in (1, 2, 4, 8, 16) if L % pad_multiple(c) == 0]
         if policy_dynamic and space.cp is None:
             cps = [1]
         mbss = list(space.mbs) if space.mbs is not None else [1, 2, 4, 8, 16]
         for c in cps:
             for b in mbss:
-                per_rank = -(-b * L // c)
-                if c > 1:
-                    per_rank = b * (-(-L // (2 * c)) * 2)  # each window padded to a multiple of 2*cp
-                out.append((c, int(per_rank), b))
+                out.append((c, b * per_rank_tokens_int(L, c), b))  # each window padded to a multiple of 2*cp
         return out
     longest = data.longest
     Ms = list(space.tokens_per_rank) if space.tokens_per_rank is not None else [4096 * 2**k for k in range(6)]
