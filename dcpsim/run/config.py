@@ -265,7 +265,7 @@ class RunConfig(_Section):
         """Tokens per rank per microbatch; ``"auto"`` resolves to ceil(max_len / (dp*cp))."""
         p = self.parallel
         if self.is_fixed:  # mbs whole windows; a window on cp > 1 ranks is padded to a multiple of 2*cp
-            from dcpsim.policies.plan import per_rank_tokens
+            from dcpsim.cost.padding import per_rank_tokens
 
             return p.mbs * int(per_rank_tokens(self.workload.seq_len, p.cp))
         if p.max_tokens_per_rank != "auto":
