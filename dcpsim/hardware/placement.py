@@ -23,7 +23,12 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["group_gpu_range", "group_spans_domain", "stage_offsets"]
+__all__ = ["crosses_domain", "group_gpu_range", "group_spans_domain", "stage_offsets"]
+
+
+def crosses_domain(a, b, domain_gpus: int) -> np.ndarray:
+    """Whether GPUs ``a`` and ``b`` (ids, vectorised) sit in different NVLink domains: the one test of it."""
+    return (np.asarray(a) // domain_gpus) != (np.asarray(b) // domain_gpus)
 
 
 def group_gpu_range(start, size, *, tp: int, ranks_per_stage: int, stage=0) -> tuple[np.ndarray, np.ndarray]:
@@ -50,9 +55,9 @@ def group_spans_domain(start, size, *, tp: int, ranks_per_stage: int, domain_gpu
     """
     if stage is not None:
         first, last = group_gpu_range(start, size, tp=tp, ranks_per_stage=ranks_per_stage, stage=stage)
-        return (first // domain_gpus) != (last // domain_gpus)
+        return crosses_domain(first, last, domain_gpus)
     first, last = group_gpu_range(start, size, tp=tp, ranks_per_stage=ranks_per_stage, stage=0)
     out = np.zeros(np.broadcast(first, last).shape, dtype=bool)
     for off in stage_offsets(tp=tp, ranks_per_stage=ranks_per_stage, pp=pp, domain_gpus=domain_gpus):
-        out |= ((first + off) // domain_gpus) != ((last + off) // domain_gpus)
+        out |= crosses_domain(first + off, last + off, domain_gpus)
     return out

@@ -43,6 +43,7 @@ import numpy as np
 import simpy
 
 from dcpsim.errors import ConfigError
+from dcpsim.hardware.placement import crosses_domain
 
 Link = tuple[str, int]
 NETWORKS = ("ideal", "shared")
@@ -297,7 +298,7 @@ class PipelineTransfers:
             r = np.arange(self.start[g], self.start[g] + self.size[g])
             a = np.concatenate([topo.gpu_id(p_from, r, t) for t in range(topo.tp)])
             b = np.concatenate([topo.gpu_id(p_to, r, t) for t in range(topo.tp)])
-            cross = (a // topo.nvlink_domain_gpus) != (b // topo.nvlink_domain_gpus)
+            cross = crosses_domain(a, b, topo.nvlink_domain_gpus)
             self._pairs[key] = (list(zip(a[cross].tolist(), b[cross].tolist(), strict=True)), bool((~cross).any()))
         return self._pairs[key]
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dcpsim.errors import ConfigError
-from dcpsim.hardware.placement import group_gpu_range, group_spans_domain
+from dcpsim.hardware.placement import crosses_domain, group_gpu_range, group_spans_domain
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class Topology:
         for t in range(self.tp):
             a = self.gpu_id(stage, r, t)
             b = a + step
-            cross |= (a // d) != (b // d)
+            cross |= crosses_domain(a, b, d)
             if self.pod_gpus:
                 factor = np.where(a // self.pod_gpus != b // self.pod_gpus,
                                   np.minimum(factor, self.network_scale / self.oversubscription), factor)
