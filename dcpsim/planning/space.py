@@ -300,7 +300,9 @@ def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec,
         return Checked(cand, reason=why, kind="batch")
     try:
         cfg = base.with_updates({**(common or {}), **cand.updates(gpus)})
-        cost = _cached_cost(cfg)
+        cost = _cached_cost(cfg, key=(_base_token(base), cand.tp, cand.pp, cand.first_stage_layers,
+                                      cand.last_stage_layers, cand.recompute, cand.precision, cand.flags),
+                            dp_cp=cfg.dp * cand.cp)
     except (ConfigError, InfeasibleError) as exc:
         return Checked(cand, reason=f"layout: {exc}", kind="divisibility")
     mem, limit = memory_of(cost, cfg)
@@ -331,27 +333,49 @@ def _cost_key(cfg: RunConfig, drop: tuple[str, ...] = ()) -> str:
     return repr(keep)
 
 
-def _cached_cost(cfg: RunConfig):
+_BASE_TOKENS: dict[int, tuple[RunConfig, str]] = {}
+_COST_BY_CFG: dict[int, tuple[RunConfig, Any]] = {}
+
+
+def _base_token(base: RunConfig) -> str:
+    """``_cost_key(base)``, computed once per base configuration object (held, so its id is not reused)."""
+    hit = _BASE_TOKENS.get(id(base))
+    if hit is None or hit[0] is not base:
+        if len(_BASE_TOKENS) > 256:
+            _BASE_TOKENS.clear()
+        hit = _BASE_TOKENS[id(base)] = (base, _cost_key(base, drop=("dp",)))
+    return hit[1]
+
+
+def _cached_cost(cfg: RunConfig, key: tuple | None = None, dp_cp: int | None = None):
     """The cost model ``run_simulation`` builds for ``cfg`` (:func:`dcpsim.run.single.build_cost_model`).
 
-    Built once per layout without DP; for each DP a shallow copy with its ``dp_cp`` (the cost model uses
-    ``dp_cp`` only to shard the optimizer state in its memory figure, so the copy is the model
-    ``build_cost_model`` would return; tested).
+    Built once per layout without DP (``key``: what the cost model depends on, from the candidate; default:
+    from ``cfg``); for each DP a shallow copy with its ``dp_cp`` (the cost model uses ``dp_cp`` only to shard
+    the optimizer state in its memory figure, so the copy is the model ``build_cost_model`` would return;
+    tested). The cost model of a configuration checked here is found again by the configuration object.
     """
     import copy
 
     from dcpsim.run.single import build_cost_model
 
-    key = _cost_key(cfg)
-    cost = _COST_CACHE.get(key)
+    hit = _COST_BY_CFG.get(id(cfg))
+    if hit is not None and hit[0] is cfg:
+        return hit[1]
+    if key is None:
+        key = (_cost_key(cfg, drop=("dp", "cp", "mbs", "vp", "max_tokens_per_rank", "min_cp")),)
+    dp_cp = dp_cp or cfg.dp * cfg.parallel.cp
+    cost = _COST_CACHE.get((key, dp_cp))
     if cost is None:
         if len(_COST_CACHE) > 8192:
             _COST_CACHE.clear()
-        proto_key = _cost_key(cfg, drop=("dp", "cp", "mbs", "vp", "max_tokens_per_rank", "min_cp"))
-        proto = _COST_CACHE.get(proto_key)
+        proto = _COST_CACHE.get(key)
         if proto is None:
-            proto = _COST_CACHE[proto_key] = build_cost_model(cfg)
+            proto = _COST_CACHE[key] = build_cost_model(cfg)
         cost = copy.copy(proto)
-        cost.dp_cp = cfg.dp * cfg.parallel.cp
-        _COST_CACHE[key] = cost
+        cost.dp_cp = dp_cp
+        _COST_CACHE[(key, dp_cp)] = cost
+    if len(_COST_BY_CFG) > 16384:
+        _COST_BY_CFG.clear()
+    _COST_BY_CFG[id(cfg)] = (cfg, cost)
     return cost
