@@ -261,3 +261,9 @@ def test_mixed_profile_takes_unmeasurable_values_from_base(tmp_path):
     assert len(prof.collective_rows) == len(base.collective_rows)
     assert all(r["source"].startswith("from base profile h100-sxm") for r in prof.collective_rows)
     assert all(r["source"].startswith("measured: ") for r in prof.gemm_rows + prof.attention_rows)
+    # timing: FP8 figures, shape model and launch floor from the base; calibration scales start at 1
+    assert prof.timing.sms == base.timing.sms and prof.timing.peak_fp8_flops == base.timing.peak_fp8_flops
+    assert prof.timing.per_kernel_overhead_s == base.timing.per_kernel_overhead_s
+    assert prof.timing.gemm_efficiency_scale == 1.0
+    assert prof.sources["timing.sms"].startswith("from base profile h100-sxm")
+    assert load_profile(res.path).timing == prof.timing

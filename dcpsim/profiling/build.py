@@ -42,7 +42,7 @@ from pathlib import Path
 
 from dcpsim.errors import ConfigError
 from dcpsim.hardware import HardwareProfile, get_profile, load_profile, write_profile
-from dcpsim.hardware.profile import COLLECTIVE_OPS, DEVICE_FIELDS
+from dcpsim.hardware.profile import COLLECTIVE_OPS, DEVICE_FIELDS, TIMING_FIELDS, Timing
 from dcpsim.model import ModelSpec, get_model
 from dcpsim.outdir import write_text
 from dcpsim.profiling.measure import (
@@ -347,53 +347,47 @@ def _opts_dict(opts: ProfileOptions) -> dict:
     return d
 
 
-def _assemble(opts, info, ctx, base, gemm_rows, attn_rows, coll_meta, coll_results, hbm_bw, hbm_src, kernels, nproc) -> HardwareProfile:  # noqa: C901 - temporary, split by costmodel
-    name = Path(opts.out).resolve().name
-    tag = f"{info.name}, {ctx.date}, torch {info.torch}"
-    sources: dict[str, str] = {}
-    values: dict[str, float] = {}
-    copied_tables: list[str] = []
-
-    # ---- collective rows
-    coll_rows: list[dict] = []
+def _collective_rows(tag: str, info, base, coll_meta, coll_results, nproc) -> tuple[list[dict], str, list[str]]:
+    """Collective rows: measured NVLink tier (or the base's), network tier from the base (or a placeholder)."""
+    rows: list[dict] = []
+    copied: list[str] = []
+    source = ""
     if coll_results:
         if info.kind == "cuda":
             where = f"NCCL {coll_meta.get('nccl', info.nccl)} between {nproc} GPUs of this node"
         else:
             where = f"gloo between {nproc} processes of this host over loopback (intra-host shared memory stands in for NVLink)"
         for x in coll_results:
-            coll_rows.append(dict(
+            rows.append(dict(
                 op=x["op"], tier="nvlink", bytes=int(x["bytes"]), busbw_gb_per_s=x["busbw_gb_per_s"], ranks=int(x["ranks"]),
                 source=(f"measured: {tag}, {where}, {x['op']} {coll_meta.get('dtype', '')}, median of {x['n']}, "
                         f"spread p10-p90 {x['busbw_p10_gb_per_s']:.4g}-{x['busbw_p90_gb_per_s']:.4g} GB/s busbw"),
             ))
-        sources["collectives"] = f"tier nvlink measured ({where})"
+        source = f"tier nvlink measured ({where})"
     elif base is not None:
-        for r in base.collective_rows:
-            if r["tier"] == "nvlink":
-                coll_rows.append(dict(r) | {"source": f"from base profile {base.name} (not measured here): {r['source']}"})
-        copied_tables.append("collectives (nvlink)")
+        rows += [dict(r) | {"source": f"from base profile {base.name} (not measured here): {r['source']}"}
+                 for r in base.collective_rows if r["tier"] == "nvlink"]
+        copied.append("collectives (nvlink)")
     if base is not None:
-        for r in base.collective_rows:
-            if r["tier"] == "network":
-                coll_rows.append(dict(r) | {"source": f"from base profile {base.name} (one host cannot measure the network tier): {r['source']}"})
-        copied_tables.append("collectives (network)")
-        sources["collectives"] = sources.get("collectives", f"tier nvlink from base profile {base.name}") + \
-            f"; tier network copied from base profile {base.name}"
+        rows += [dict(r) | {"source": f"from base profile {base.name} (one host cannot measure the network tier): {r['source']}"}
+                 for r in base.collective_rows if r["tier"] == "network"]
+        copied.append("collectives (network)")
+        source = (source or f"tier nvlink from base profile {base.name}") + f"; tier network copied from base profile {base.name}"
     else:
-        for r in [r for r in coll_rows if r["tier"] == "nvlink"]:
-            coll_rows.append(dict(r) | {"tier": "network", "source": "placeholder: the intra-host rows reused for the network tier "
-                                        "(no base profile; one host has no scale-out link to measure); " + r["source"]})
-        sources["collectives"] += "; tier network: the intra-host rows reused as a placeholder (no base profile)"
-    coll_rows.sort(key=lambda r: (r["op"], r["tier"], r["bytes"]))
+        rows += [dict(r) | {"tier": "network", "source": "placeholder: the intra-host rows reused for the network tier "
+                            "(no base profile; one host has no scale-out link to measure); " + r["source"]}
+                 for r in rows if r["tier"] == "nvlink"]
+        source += "; tier network: the intra-host rows reused as a placeholder (no base profile)"
+    rows.sort(key=lambda r: (r["op"], r["tier"], r["bytes"]))
+    return rows, source, copied
 
-    # ---- device scalars
-    values["hbm_bytes"] = info.memory_bytes
-    sources["hbm_bytes"] = (f"queried: torch.cuda.get_device_properties().total_memory on {info.name}" if info.kind == "cuda"
-                            else f"queried: physical memory of this host ({info.name})")
-    values["hbm_bw_bytes_per_s"] = hbm_bw
-    sources["hbm_bw_bytes_per_s"] = hbm_src
-    best_gemm = max(r["tflops"] for r in gemm_rows) * 1e12
+
+def _device_values(info, base, gemm_rows, coll_rows, nproc, opts) -> tuple[dict[str, float], dict[str, str]]:
+    """Device scalars not measured by a kernel benchmark: from the base profile, else placeholders (named so)."""
+    values: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    # the CSV keeps 6 significant digits: a placeholder peak just above the best row stays >= every written row
+    best_gemm = max(r["tflops"] for r in gemm_rows) * 1e12 * (1 + 1e-5)
     sendrecv = [r for r in coll_rows if r["op"] == "sendrecv" and r["tier"] == "nvlink" and r["source"].startswith("measured")]
     best_link = max((r["busbw_gb_per_s"] for r in sendrecv), default=0.0) * 1e9
     for f in ("peak_bf16_flops", "nvlink_bw_bytes_per_s", "nic_bw_bytes_per_s", "gpus_per_node", "nvlink_domain_gpus"):
@@ -411,9 +405,41 @@ def _assemble(opts, info, ctx, base, gemm_rows, attn_rows, coll_meta, coll_resul
         else:
             values[f] = nproc if info.kind == "cpu" else max(nproc, info.count)
             sources[f] = f"placeholder: number of ranks measured on this host ({int(values[f])})"
+    return values, sources
+
+
+def _timing_from_base(base) -> tuple[Timing, dict[str, str]]:
+    """The base profile's FP8 figures, GEMM shape model and launch floor; calibration scales reset to 1 (new data)."""
+    if base is None:
+        return Timing(), {}
+    keep = ("peak_fp8_flops", "fp8_gemm_best_tflops", "sms", "gemm_tile_m", "gemm_tile_n", "gemm_k_half",
+            "per_kernel_overhead_s", "iteration_overhead_s")
+    t = Timing(**{f: getattr(base.timing, f) for f in keep})
+    if t == Timing():
+        return t, {}
+    sources = {f"timing.{f}": f"from base profile {base.name}: {base.sources.get(f'timing.{f}', '')}" for f in TIMING_FIELDS
+               if f in keep}
+    sources.update({f"timing.{f}": "uncalibrated (1.0): the base's calibration does not carry over to measured tables"
+                    for f in TIMING_FIELDS if f not in keep})
+    return t, sources
+
+
+def _assemble(opts, info, ctx, base, gemm_rows, attn_rows, coll_meta, coll_results, hbm_bw, hbm_src, kernels, nproc) -> HardwareProfile:
+    name = Path(opts.out).resolve().name
+    tag = f"{info.name}, {ctx.date}, torch {info.torch}"
+    coll_rows, coll_src, copied_tables = _collective_rows(tag, info, base, coll_meta, coll_results, nproc)
+    values, sources = _device_values(info, base, gemm_rows, coll_rows, nproc, opts)
+    sources["collectives"] = coll_src
+    values["hbm_bytes"] = info.memory_bytes
+    sources["hbm_bytes"] = (f"queried: torch.cuda.get_device_properties().total_memory on {info.name}" if info.kind == "cuda"
+                            else f"queried: physical memory of this host ({info.name})")
+    values["hbm_bw_bytes_per_s"] = hbm_bw
+    sources["hbm_bw_bytes_per_s"] = hbm_src
     sources["gemm"] = f"measured: {tag}, forward GEMMs of {opts.model.name} (tp={opts.tp}) layer shapes and output layer, {opts.dtype}"
     sources["attention"] = (f"measured: {tag}, dense: {kernels.dense_name}; varlen: {kernels.varlen_name}; "
                             f"{opts.model.n_heads // opts.tp} heads x {opts.model.head_dim}, {opts.dtype}")
+    timing, timing_sources = _timing_from_base(base)
+    sources.update(timing_sources)
 
     measured = info.metadata() | {
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -444,5 +470,5 @@ def _assemble(opts, info, ctx, base, gemm_rows, attn_rows, coll_meta, coll_resul
         peak_bf16_flops=float(values["peak_bf16_flops"]), hbm_bytes=float(values["hbm_bytes"]),
         hbm_bw_bytes_per_s=float(values["hbm_bw_bytes_per_s"]), nvlink_bw_bytes_per_s=float(values["nvlink_bw_bytes_per_s"]),
         nic_bw_bytes_per_s=float(values["nic_bw_bytes_per_s"]), gpus_per_node=int(values["gpus_per_node"]),
-        nvlink_domain_gpus=int(values["nvlink_domain_gpus"]),
+        nvlink_domain_gpus=int(values["nvlink_domain_gpus"]), timing=timing,
     )

@@ -86,8 +86,7 @@ def aligned_bytes(nbytes: int, n: int, element_size: int) -> int:
     return max(unit, (int(nbytes) // unit) * unit)
 
 
-def worker_main(argv: list[str] | None = None) -> int:  # noqa: C901 - temporary, split by costmodel
-    """Entry point of one torchrun rank (see the module docstring)."""
+def _worker_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="dcpsim.profiling.collectives")
     ap.add_argument("--out", required=True)
     ap.add_argument("--backend", choices=["nccl", "gloo"], required=True)
@@ -99,84 +98,96 @@ def worker_main(argv: list[str] | None = None) -> int:  # noqa: C901 - temporary
     ap.add_argument("--max-repeats", type=int, default=30)
     ap.add_argument("--budget-s", type=float, default=0.5)
     ap.add_argument("--tier", default="nvlink")
-    a = ap.parse_args(argv)
+    return ap.parse_args(argv)
 
-    torch = require_torch()
-    import torch.distributed as dist
 
+def _init_group(a: argparse.Namespace, torch, dist):
+    """Join the process group; (device, dtype) of this rank."""
     from dcpsim.profiling.measure import torch_dtype
 
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if a.backend == "nccl":
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
         try:
             dist.init_process_group("nccl", device_id=device)
         except TypeError:  # torch < 2.3 has no device_id
             dist.init_process_group("nccl")
-        dtype = torch_dtype(a.dtype)
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo")
-        dtype = torch.float32  # gloo reduces float32 everywhere; bytes are what is measured
-    rank, n = dist.get_rank(), dist.get_world_size()
-    ops = [o for o in a.ops.split(",") if o]
-    sizes = [int(s) for s in a.sizes.split(",") if s]
-    esize = torch.empty((), dtype=dtype).element_size()
-    cuda = device.type == "cuda"
-    results = []
-    total, done = len(ops) * len(sizes), 0
+        return device, torch_dtype(a.dtype)
+    dist.init_process_group("gloo")
+    return torch.device("cpu"), torch.float32  # gloo reduces float32 everywhere; bytes are what is measured
 
-    def now_pair():
-        if cuda:
-            return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        return None
 
-    def once(fn) -> float:
-        dist.barrier()
-        if cuda:
-            s, e = now_pair()
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            return s.elapsed_time(e) / 1e3
-        t0 = time.perf_counter()
+def _time_once(fn, torch, dist, cuda: bool) -> float:
+    """Seconds of one call after a barrier (CUDA events on GPUs, the wall clock on CPUs)."""
+    dist.barrier()
+    if cuda:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
         fn()
-        return time.perf_counter() - t0
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
-    for op in ops:
-        for size in sizes:
-            nbytes = aligned_bytes(size, n, esize)
-            fn = _op_fn(dist, torch, op, nbytes, n, rank, device, dtype)
-            for _ in range(max(1, a.warmup)):
-                fn()
-            first = torch.tensor([once(fn)], dtype=torch.float64, device=device)
-            dist.all_reduce(first, op=dist.ReduceOp.MAX)  # every rank must agree on the repeat count
-            reps = int(max(a.min_repeats, min(a.max_repeats, a.budget_s / max(float(first.item()), 1e-9))))
-            samples = [float(first.item())] + [once(fn) for _ in range(reps - 1)]
-            t = torch.tensor(samples, dtype=torch.float64, device=device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-            arr = t.cpu().numpy()
-            p10, med, p90 = np.percentile(arr, [10, 50, 90])
-            f = bus_factor(op, n)
-            results.append(dict(
-                op=op, bytes=nbytes, ranks=n, median_s=float(med), p10_s=float(p10), p90_s=float(p90), n=len(samples),
-                busbw_gb_per_s=nbytes * f / med / 1e9, busbw_p10_gb_per_s=nbytes * f / p90 / 1e9,
-                busbw_p90_gb_per_s=nbytes * f / p10 / 1e9,
-            ))
-            done += 1
-            if rank == 0:
-                print(f"{PROGRESS_TAG} {done} {total} {op} {nbytes}", flush=True)
-            del fn
+
+def _measure(a: argparse.Namespace, op: str, nbytes: int, n: int, fn, torch, dist, device) -> dict:
+    """Median and spread of one collective at one size (every rank agrees on the repeat count; slowest rank counts)."""
+    cuda = device.type == "cuda"
+    for _ in range(max(1, a.warmup)):
+        fn()
+    first = torch.tensor([_time_once(fn, torch, dist, cuda)], dtype=torch.float64, device=device)
+    dist.all_reduce(first, op=dist.ReduceOp.MAX)
+    reps = int(max(a.min_repeats, min(a.max_repeats, a.budget_s / max(float(first.item()), 1e-9))))
+    samples = [float(first.item())] + [_time_once(fn, torch, dist, cuda) for _ in range(reps - 1)]
+    t = torch.tensor(samples, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    p10, med, p90 = np.percentile(t.cpu().numpy(), [10, 50, 90])
+    f = bus_factor(op, n)
+    return dict(
+        op=op, bytes=nbytes, ranks=n, median_s=float(med), p10_s=float(p10), p90_s=float(p90), n=len(samples),
+        busbw_gb_per_s=nbytes * f / med / 1e9, busbw_p10_gb_per_s=nbytes * f / p90 / 1e9,
+        busbw_p90_gb_per_s=nbytes * f / p10 / 1e9,
+    )
+
+
+def _meta(a: argparse.Namespace, n: int, dtype, torch, device) -> dict:
     meta = {"backend": a.backend, "world_size": n, "tier": a.tier, "dtype": str(dtype).removeprefix("torch."),
             "torch": torch.__version__}
-    if cuda:
+    if device.type == "cuda":
         meta["device"] = torch.cuda.get_device_name(device)
         try:
             meta["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
         except Exception:  # noqa: BLE001
             meta["nccl"] = "unknown"
+    return meta
+
+
+def worker_main(argv: list[str] | None = None) -> int:
+    """Entry point of one torchrun rank (see the module docstring)."""
+    a = _worker_args(argv)
+    torch = require_torch()
+    import torch.distributed as dist
+
+    device, dtype = _init_group(a, torch, dist)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    ops = [o for o in a.ops.split(",") if o]
+    sizes = [int(s) for s in a.sizes.split(",") if s]
+    esize = torch.empty((), dtype=dtype).element_size()
+    results = []
+    total, done = len(ops) * len(sizes), 0
+    for op in ops:
+        for size in sizes:
+            nbytes = aligned_bytes(size, n, esize)
+            fn = _op_fn(dist, torch, op, nbytes, n, rank, device, dtype)
+            results.append(_measure(a, op, nbytes, n, fn, torch, dist, device))
+            done += 1
+            if rank == 0:
+                print(f"{PROGRESS_TAG} {done} {total} {op} {nbytes}", flush=True)
+            del fn
+    meta = _meta(a, n, dtype, torch, device)
     dist.barrier()
     if rank == 0:
         Path(a.out).write_text(json.dumps({"meta": meta, "results": results}, indent=1))
