@@ -189,6 +189,8 @@ def test_small_real_plan():
     assert (df["effective_days_min"] <= df["effective_days"]).all() and (df["effective_days"] <= df["effective_days_max"]).all()
     assert np.allclose(df["iterations"], np.ceil(1e11 / (64 * 4096)))
     assert df["pareto"].any() and df["meets_deadline"].all()
+    assert df.groupby("gpu")["pareto_gpu"].any().all()  # every GPU type has its own front
+    assert (df["pareto_gpu"] | ~df["pareto"]).all()  # on the overall front => on its GPU type's front
     assert plan.recommendation.startswith("Recommended")
     assert plan.warnings and "exceeds the declared convergence limit" in plan.warnings[0]
     lay = plan.layouts
