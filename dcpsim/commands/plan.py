@@ -18,7 +18,7 @@ from dcpsim.commands._common import (
 DEFAULTS: dict[str, Any] = {
     "model": "llama-13b", "tokens": "1T", "gpus": "h100-sxm:2.5", "sizes": "512,1024,2048,4096",
     "policies": "packing,dynamic", "seq_len": 4096, "gbs_tokens": "4M", "batch_scaling": "fixed", "seeds": 3,
-    "top": 3, "simulate": 4, "checkpoint_s": 60.0, "restart_s": 600.0,
+    "top": 3, "simulate": 6, "checkpoint_s": 60.0, "restart_s": 600.0,
 }
 
 

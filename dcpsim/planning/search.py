@@ -26,7 +26,7 @@ from dcpsim.planning.screen import screen
 from dcpsim.planning.space import RECOMPUTE, Candidate, Checked, SearchSpace, check_candidate, enumerate_candidates
 from dcpsim.run.config import RunConfig
 
-DEFAULT_SIMULATE = 3  # layouts simulated per (GPU type, size, policy)
+DEFAULT_SIMULATE = 6  # layouts simulated per (GPU type, size, policy): the screen is close, the simulator decides
 SIM_MARGIN = 1.25  # layouts whose screened time exceeds the best screened time by more are not simulated
 # summary entries ending in _s that are not parts of the iteration time
 NOT_BREAKDOWN = frozenset({"wall_s", "sim_wall_s", "planning_wall_s", "events_per_s", "planning_time_s",
