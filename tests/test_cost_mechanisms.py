@@ -3,6 +3,7 @@ bucketed gradient/parameter overlap, TP communication overlap, uneven pipeline s
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -251,3 +252,18 @@ def test_unfused_attention_refuses_context_parallelism():
         cm.pack_cost([4096], 2, check_memory=False)
     with pytest.raises(ConfigError, match="parallel.attention"):
         CostModel("h100-sxm", get_model(TINY), attention="sdpa")
+
+
+def test_cli_fp8_on_a100_is_one_line_exit_2_and_cost_honours_precision(capsys):
+    from dcpsim import cli
+
+    rc = cli.main(["cost", "--gpu", "a100-sxm-80gb", "--set", "parallel.precision=fp8", "--lengths", "4096"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "parallel.precision" in err and "fp8" in err
+    outs = {}
+    for prec in ("bf16", "fp8"):
+        assert cli.main(["cost", "--pp", "40", "--set", f"parallel.precision={prec}", "--lengths", "4096", "--json"]) == 0
+        outs[prec] = json.loads(capsys.readouterr().out)
+    assert outs["fp8"]["config"]["precision"] == "fp8"
+    assert outs["fp8"]["breakdown_s"]["gemm_fwd_s"] < 0.6 * outs["bf16"]["breakdown_s"]["gemm_fwd_s"]
+    assert outs["fp8"]["breakdown_s"]["fp8_cast_fwd_s"] > 0

@@ -27,15 +27,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from dcpsim.cost import CostModel
     from dcpsim.model.accounting import tflops_per_gpu
     from dcpsim.run import RunConfig, load_config
+    from dcpsim.run.single import build_cost_model
 
     lengths = parse_int_list(args.lengths, "--lengths")
     cfg = _config(args, load_config(args.config) if args.config else RunConfig())
     p = cfg.parallel
-    cm = CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp,
-                   dp_cp=p.cp if args.dp_cp is None else args.dp_cp, cp_comm=p.cp_comm, recompute=p.recompute)
+    cm = build_cost_model(cfg, dp_cp=p.cp if args.dp_cp is None else args.dp_cp)
     pc = cm.pack_cost(lengths, p.cp, spans_network=args.spans_network, check_memory=False)
     flops = cm.flops(lengths) / cm.pp  # counted FLOPs of this stage's share
     d = pc.as_dict()

@@ -54,9 +54,10 @@ from dcpsim.sim import (
 )
 
 
-def build_cost_model(cfg: RunConfig) -> CostModel:
+def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None) -> CostModel:
+    """The cost model of ``cfg`` (every cost-relevant field; ``dp_cp`` overrides DP×CP, the optimizer sharding)."""
     p = cfg.parallel
-    return CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp, dp_cp=cfg.dp * p.cp,
+    return CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp, dp_cp=cfg.dp * p.cp if dp_cp is None else dp_cp,
                      cp_comm=p.cp_comm, recompute=p.recompute, precision=p.precision,
                      tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
                      last_stage_layers=p.last_stage_layers, attention=p.attention)
