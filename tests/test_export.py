@@ -186,3 +186,18 @@ def test_cli_export(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["scheduler"] == "default_dynamic_cp" and info["approximate"] is True
     assert any("closest" in n for n in info["notes"])
+
+
+def test_cost_mechanism_fields_map_to_megatron_flags():
+    cfg = RunConfig().with_updates({"model.name": "llama3-8b", "cluster.gpus": 64, "parallel.tp": 2, "parallel.pp": 4,
+                                    "parallel.cp": 2, "workload.gbs": 32, "parallel.max_tokens_per_rank": 65536,
+                                    "parallel.precision": "fp8", "parallel.first_stage_layers": 5,
+                                    "parallel.last_stage_layers": 9, "sim.tp_comm_overlap": True,
+                                    "sim.grad_bucket_params": 50_000_000})
+    f = _flags(megatron_args(cfg))
+    assert f["--fp8-format"] == ["hybrid"]
+    assert f["--decoder-first-pipeline-num-layers"] == ["5"] and f["--decoder-last-pipeline-num-layers"] == ["9"]
+    assert "--overlap-grad-reduce" in f and "--overlap-param-gather" in f and "--tp-comm-overlap" in f
+    assert f["--ddp-bucket-size"] == ["50000000"]
+    plain = _flags(megatron_args(_cfg(sim__overlap_param_gather=False)))
+    assert "--overlap-param-gather" not in plain and "--fp8-format" not in plain and "--tp-comm-overlap" not in plain

@@ -199,14 +199,21 @@ def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: st
         flag("--untie-embeddings-and-output-weights")
     flag("--seq-length", max_len)
     flag("--max-position-embeddings", max_len)
-    flag("--attention-dropout", 0.0)
+    # unfused attention is priced with Megatron's default attention dropout (dcpsim.cost.model)
+    flag("--attention-dropout", 0.1 if p.attention == "unfused" else 0.0)
     flag("--hidden-dropout", 0.0)
     flag("--transformer-impl", "transformer_engine")
-    flag("--attention-backend", "flash")
+    flag("--attention-backend", "unfused" if p.attention == "unfused" else "flash")
     flag("--bf16")
+    if p.precision == "fp8":
+        flag("--fp8-format", "hybrid")
     # parallelism
     flag("--tensor-model-parallel-size", p.tp)
     flag("--pipeline-model-parallel-size", p.pp)
+    if p.first_stage_layers:
+        flag("--decoder-first-pipeline-num-layers", p.first_stage_layers)
+    if p.last_stage_layers:
+        flag("--decoder-last-pipeline-num-layers", p.last_stage_layers)
     flag("--context-parallel-size", p.cp)
     flag("--cp-comm-type", p.cp_comm)
     if p.tp > 1:
@@ -214,6 +221,12 @@ def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: st
     flag("--use-distributed-optimizer")
     if cfg.sim.overlap_grad_sync:
         flag("--overlap-grad-reduce")
+        if cfg.sim.overlap_param_gather:
+            flag("--overlap-param-gather")
+    if cfg.sim.grad_bucket_params:
+        flag("--ddp-bucket-size", cfg.sim.grad_bucket_params)
+    if cfg.sim.tp_comm_overlap and p.tp > 1:
+        flag("--tp-comm-overlap")
     # variable-length packing and the scheduler
     flag("--sequence-packing-scheduler", SCHEDULERS[policy])
     flag("--max-seqlen-per-dp-cp-rank", cfg.max_tokens_per_rank)
