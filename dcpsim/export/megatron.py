@@ -163,6 +163,27 @@ def check_megatron(cfg: RunConfig, policy: str) -> list[str]:  # noqa: C901 - te
     return notes
 
 
+def cost_mechanism_flags(cfg: RunConfig) -> list[str]:
+    """Flags of the mechanisms the cost model prices: attention kernels, precision, uneven stages, overlap."""
+    p, sim = cfg.parallel, cfg.sim
+    unfused = p.attention == "unfused"
+    # unfused attention is priced with Megatron's default attention dropout (dcpsim.cost.model)
+    a = ["--attention-dropout", "0.1" if unfused else "0.0", "--attention-backend", "unfused" if unfused else "flash"]
+    if p.precision == "fp8":
+        a += ["--fp8-format", "hybrid"]
+    if p.first_stage_layers:
+        a += ["--decoder-first-pipeline-num-layers", str(p.first_stage_layers)]
+    if p.last_stage_layers:
+        a += ["--decoder-last-pipeline-num-layers", str(p.last_stage_layers)]
+    if sim.overlap_grad_sync:
+        a += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if sim.overlap_param_gather else [])
+    if sim.grad_bucket_params:
+        a += ["--ddp-bucket-size", str(sim.grad_bucket_params)]
+    if sim.tp_comm_overlap and p.tp > 1:
+        a += ["--tp-comm-overlap"]
+    return a
+
+
 def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: str = "lengths.csv",
                   train_iters: int = DEFAULT_TRAIN_ITERS, allow_approximate: bool = False) -> list[str]:
     """The Megatron-LM argument list (tokens) for ``cfg`` (checked first; see :func:`check_megatron`)."""
@@ -199,34 +220,18 @@ def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: st
         flag("--untie-embeddings-and-output-weights")
     flag("--seq-length", max_len)
     flag("--max-position-embeddings", max_len)
-    # unfused attention is priced with Megatron's default attention dropout (dcpsim.cost.model)
-    flag("--attention-dropout", 0.1 if p.attention == "unfused" else 0.0)
     flag("--hidden-dropout", 0.0)
     flag("--transformer-impl", "transformer_engine")
-    flag("--attention-backend", "unfused" if p.attention == "unfused" else "flash")
     flag("--bf16")
-    if p.precision == "fp8":
-        flag("--fp8-format", "hybrid")
     # parallelism
     flag("--tensor-model-parallel-size", p.tp)
     flag("--pipeline-model-parallel-size", p.pp)
-    if p.first_stage_layers:
-        flag("--decoder-first-pipeline-num-layers", p.first_stage_layers)
-    if p.last_stage_layers:
-        flag("--decoder-last-pipeline-num-layers", p.last_stage_layers)
     flag("--context-parallel-size", p.cp)
     flag("--cp-comm-type", p.cp_comm)
     if p.tp > 1:
         flag("--sequence-parallel")
     flag("--use-distributed-optimizer")
-    if cfg.sim.overlap_grad_sync:
-        flag("--overlap-grad-reduce")
-        if cfg.sim.overlap_param_gather:
-            flag("--overlap-param-gather")
-    if cfg.sim.grad_bucket_params:
-        flag("--ddp-bucket-size", cfg.sim.grad_bucket_params)
-    if cfg.sim.tp_comm_overlap and p.tp > 1:
-        flag("--tp-comm-overlap")
+    a += cost_mechanism_flags(cfg)
     # variable-length packing and the scheduler
     flag("--sequence-packing-scheduler", SCHEDULERS[policy])
     flag("--max-seqlen-per-dp-cp-rank", cfg.max_tokens_per_rank)
