@@ -107,3 +107,38 @@ def test_unexpressible_rows_say_why(row):
     rc = row_config(load_suite().select([row])[0])
     if rc.config is None:
         assert "fp8" in rc.reason.lower() or "interleav" in rc.reason
+
+
+# Regression guard for the shipped calibrated profiles (profiles/*-calibrated, fitted by `dcpsim calibrate`
+# at commit 8115e76): quick subset measured mean |error| 0.094, worst 0.220 (row 1, GPT-1.7B); bound = that + margin.
+CALIBRATED_QUICK_MEAN_BOUND = 0.094 + 0.03
+CALIBRATED_QUICK_WORST_BOUND = 0.220 + 0.03
+
+
+def test_shipped_calibrations_name_this_data_and_their_fit_rows():
+    from dcpsim.published.replay import calibrated_profiles
+
+    suite = load_suite()
+    profiles = calibrated_profiles()
+    assert set(profiles) == {"h100-sxm", "a100-sxm-80gb"}
+    from dcpsim.hardware import get_profile
+
+    for cal in profiles.values():
+        folder = get_profile(cal).path
+        rec = json.loads((folder / "calibration.json").read_text())
+        assert rec["data_sha256"] == suite.data_sha256
+        fit = {r.id for r in suite.rows if r.split == "fit"}
+        assert set(rec["fit_rows"]) <= fit and set(rec["held_out_rows"]).isdisjoint(fit)
+        assert len(rec["params"]) <= 5
+        text = (folder / "profile.toml").read_text()
+        assert "fitted by dcpsim calibrate" in text and suite.data_sha256[:16] in text
+
+
+def test_calibrated_quick_subset_regression_guard():
+    """Regression guard (see CALIBRATED_QUICK_MEAN_BOUND) for the quick subset on the calibrated profiles."""
+    from dcpsim.published.replay import calibrated_profiles
+
+    o = replay_suite("quick", profiles=calibrated_profiles()).overall()
+    assert o["compared"] == len(QUICK_ROWS)
+    assert o["mean_abs_error"] <= CALIBRATED_QUICK_MEAN_BOUND
+    assert o["worst_abs_error"] <= CALIBRATED_QUICK_WORST_BOUND

@@ -28,6 +28,8 @@ def register(sub) -> None:
                    help="--published: which rows (default all)")
     p.add_argument("--rows", default=None, help="--published: explicit row ids, comma-separated (overrides --subset)")
     p.add_argument("--suite", default=None, help="--published: suite folder (default experiments/published_throughput)")
+    p.add_argument("--calibrated", action="store_true",
+                   help="--published: use each GPU's calibrated profile (<name>-calibrated, from dcpsim calibrate) where one exists")
     p.add_argument("--profile", default=None, help="profile folder (or shipped name) whose predictions are checked")
     p.add_argument("--model", default=None, help="model name or spec .toml (default: the one the profile measured, else llama-13b)")
     p.add_argument("--scale", type=POS_INT, default=None, help="model shrink factor (default: the profile's)")
@@ -65,11 +67,18 @@ def run_published(args) -> int:
         from dcpsim.outdir import check_out_dir
 
         check_out_dir(args.out, force=args.force)  # before the replay
-    res = replay_suite(args.subset, suite_dir=args.suite, rows=rows)
+    profiles = None
+    if args.calibrated:
+        from dcpsim.published.replay import calibrated_profiles
+
+        profiles = calibrated_profiles()
+    res = replay_suite(args.subset, suite_dir=args.suite, rows=rows, profiles=profiles)
     written = res.write(args.out) if args.out else []
     if args.json:
-        print_json(res.to_json() | {"written": [str(p) for p in written]})
+        print_json(res.to_json() | {"profiles": profiles, "written": [str(p) for p in written]})
         return 0
+    if args.calibrated:
+        print(f"calibrated profiles: {profiles or 'none found'}")
     table = [{"row": d["row"], "model": d["model"], "prec": d["precision"], "GPUs": d["gpus"], "layout": d["layout"],
               "measured": d["measured_tokens_per_s_per_gpu"], "simulated": d["simulated_tokens_per_s_per_gpu"],
               "error_%": d["error"] * 100, "status": d["status"], "reason": d["reason"]}

@@ -121,21 +121,24 @@ def profile_folder(gpu: str) -> Path:
     return p.parent if p.suffix == ".toml" else p
 
 
-def write_profile(base: Path, out: Path, values: dict[str, float], sources: dict[str, str]) -> Path:
+def write_profile(base: Path, out: Path, values: dict[str, float], sources: dict[str, str],
+                  meta: dict[str, str] | None = None) -> Path:
     """A copy of profile folder ``base`` in ``out`` with ``[timing]`` values (and their sources) replaced.
 
-    Written atomically, only over files dcpsim wrote (:mod:`dcpsim.outdir`).
+    ``meta`` replaces top-level fields (``name``, ``description``). Written atomically, only over files
+    dcpsim wrote (:mod:`dcpsim.outdir`).
     """
     from dcpsim.outdir import write_bytes, write_text
 
     for f in base.iterdir():
         if f.is_file() and f.name != "profile.toml" and f.suffix in (".csv", ".toml", ".md"):
             write_bytes(out / f.name, f.read_bytes())
-    write_text(out / "profile.toml", calibrated_profile_text(base, values, sources))
+    write_text(out / "profile.toml", calibrated_profile_text(base, values, sources, meta))
     return out
 
 
-def calibrated_profile_text(base: Path, values: dict[str, float], sources: dict[str, str]) -> str:
+def calibrated_profile_text(base: Path, values: dict[str, float], sources: dict[str, str],
+                            meta: dict[str, str] | None = None) -> str:
     """``base``'s profile.toml with ``[timing]`` values (and their sources) replaced."""
     data = tomllib.loads((base / "profile.toml").read_text())
     timing = dict(data.get("timing", {}))
@@ -143,6 +146,7 @@ def calibrated_profile_text(base: Path, values: dict[str, float], sources: dict[
     for k, v in values.items():
         timing[k] = float(v)
         srcs[f"timing.{k}"] = sources.get(k, "calibration candidate")
+    data.update(meta or {})
     data["timing"] = timing
     data["sources"] = srcs
     return dump_profile_toml(data)
@@ -278,7 +282,8 @@ class CalibrationResult:
             return f"{v * 100:.1f}%" if isinstance(v, float) and math.isfinite(v) else "-"
 
         lines = [f"# Calibration of `{self.gpu}` on the published suite", "",
-                 f"Data sha256 `{self.data_sha256}`; dcpsim {self.revision or 'revision unknown'}; "
+                 f"Data sha256 `{self.data_sha256}`; dcpsim commit `{self.revision.get('git_commit', 'unknown')}`"
+                 f"{' (+ uncommitted changes)' if self.revision.get('uncommitted_changes') else ''}; "
                  f"{self.n_profile_candidates} candidate profiles simulated in {self.wall_s:.0f} s.", "",
                  "Fitted only on the declared fit rows of this GPU (suite.toml); objective: squared log error of "
                  "tokens/s per GPU; every error below is re-simulated at the fitted values.", "",
@@ -382,7 +387,8 @@ def _folds(ev: Evaluator, fit: list[RowConfig], x0: np.ndarray, r0: np.ndarray, 
 
 
 def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = False) -> list[Path]:
-    """Calibrated profile copy + calibration.json + CALIBRATION.md in ``out``; ``apply``: into the shipped profile too."""
+    """The calibrated profile ``out/<gpu>-calibrated/`` (a full profile folder with calibration.json and
+    CALIBRATION.md beside profile.toml); ``apply``: the fitted values into the shipped profile too."""
     from dcpsim.outdir import check_out_dir, write_text
     from dcpsim.serialize import to_jsonable
 
@@ -393,8 +399,12 @@ def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = 
            f"{res.fit_error['mean_abs_error']:.3f}, held-out {res.held_out_error['mean_abs_error']:.3f}")
     base = profile_folder(res.gpu)
     srcs = {k: src for k in res.fitted}
-    prof_dir = write_profile(base, out / f"{res.gpu}-calibrated", res.fitted, srcs)
-    paths = [prof_dir / "profile.toml", out / "calibration.json", out / "CALIBRATION.md"]
+    data = tomllib.loads((base / "profile.toml").read_text())
+    meta = {"name": f"{res.gpu}-calibrated",
+            "description": f"{data.get('description', res.gpu)} Timing knobs {', '.join(res.params)} calibrated on "
+                           "published runs (CALIBRATION.md)."}
+    prof_dir = write_profile(base, out / f"{res.gpu}-calibrated", res.fitted, srcs, meta)
+    paths = [prof_dir / "profile.toml", prof_dir / "calibration.json", prof_dir / "CALIBRATION.md"]
     write_text(paths[1], json.dumps(to_jsonable(res.to_json()), indent=1))
     write_text(paths[2], res.markdown())
     if apply:  # --apply: rewrite the shipped profile on purpose (an explicit request), atomically

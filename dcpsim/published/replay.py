@@ -67,6 +67,22 @@ class RowResult:
         }
 
 
+def with_profile(rc: RowConfig, profiles: dict[str, str] | None) -> RowConfig:
+    """``rc`` with its hardware profile replaced per ``profiles`` (base name -> profile name or folder)."""
+    if rc.config is None or not profiles or rc.config.hardware.gpu not in profiles:
+        return rc
+    gpu = profiles[rc.config.hardware.gpu]
+    return RowConfig(rc.row, rc.config.with_updates({"hardware.gpu": gpu}), None, [*rc.assumptions, f"profile {gpu}"])
+
+
+def calibrated_profiles(suffix: str = "-calibrated") -> dict[str, str]:
+    """Base profile -> ``<base><suffix>`` for every shipped/known profile that has a calibrated twin."""
+    from dcpsim.hardware import list_profiles
+
+    names = set(list_profiles())
+    return {n: n + suffix for n in names if n + suffix in names}
+
+
 def _run_row(rc: RowConfig) -> RowResult:
     from dcpsim.errors import DcpsimError
     from dcpsim.run.single import run_simulation
@@ -251,9 +267,13 @@ def subset_rows(suite: Suite, subset: str, rows: list[int] | None = None) -> lis
     raise ConfigError("--subset", subset, "quick, all, fit or held-out")
 
 
-def replay_suite(subset: str = "all", *, suite_dir: str | Path | None = None, rows: list[int] | None = None) -> ReplayResult:
-    """Replay the rows of ``subset`` (``quick``, ``all``, ``fit``, ``held-out``; or explicit row ids)."""
+def replay_suite(subset: str = "all", *, suite_dir: str | Path | None = None, rows: list[int] | None = None,
+                 profiles: dict[str, str] | None = None) -> ReplayResult:
+    """Replay the rows of ``subset`` (``quick``, ``all``, ``fit``, ``held-out``; or explicit row ids).
+
+    ``profiles`` replaces hardware profiles by base name (e.g. ``{"h100-sxm": "h100-sxm-calibrated"}``).
+    """
     t0 = time.perf_counter()
     suite = load_suite(suite_dir)
-    results = [_run_row(row_config(r)) for r in subset_rows(suite, subset, rows)]
+    results = [_run_row(with_profile(row_config(r), profiles)) for r in subset_rows(suite, subset, rows)]
     return ReplayResult(results, suite, time.perf_counter() - t0, subset if rows is None else "rows")
