@@ -319,6 +319,18 @@ def makespan(fwd_s, bwd_s, pp: int, vp: int = 1, xfer_s=None, group: int | None 
     return fin[sched.last].max(axis=0)
 
 
+def activations_in_flight(pp: int, vp: int = 1, group: int | None = None) -> float:
+    """Activations pipeline rank 0 holds at its peak, in microbatches of a whole stage.
+
+    Rank 0 runs ``W`` warm-up forwards before its first backward, so ``W + 1`` chunk forwards are in
+    flight, each of ``1/vp`` of its layers: ``pp`` for 1F1B, ``(2·(pp−1) + (vp−1)·N + 1)/vp`` interleaved
+    (``N`` the microbatch group, default ``pp``: ``pp·(1 + (pp−1)/(pp·vp))``, the factor of Narayanan et
+    al., SC21). Enough microbatches assumed (at most ``m`` stay in flight in a short iteration).
+    """
+    w = pp - 1 if vp == 1 else 2 * (pp - 1) + (vp - 1) * default_group(pp, group)
+    return (w + 1) / vp
+
+
 def bubble_fraction(pp: int, m: int, vp: int = 1) -> float:
     """Idle share of the ideal time for ``m`` equal microbatches without transfers: ``(pp − 1)/(vp·m)``."""
     return (pp - 1) / (vp * m)

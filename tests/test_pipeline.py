@@ -233,3 +233,23 @@ def test_bound_terms_equal_the_per_sequence_definition():
     for scope, allowed in (("any", np.ones(ns, bool)), ("dynamic", np.isin(sizes, dyn)), ("static", sizes == lay.cp)):
         want = (gpu[allowed].min(axis=0).sum() / 8, per[allowed].min(axis=0).max())
         assert got[scope] == pytest.approx(want, rel=1e-12)
+
+
+def test_interleaving_holds_more_activations_on_the_first_stage():
+    from dcpsim.pipeline import activations_in_flight
+    from dcpsim.run import config_from_dict
+    from dcpsim.run.single import build_cost_model
+
+    assert activations_in_flight(8, 1) == 8
+    assert activations_in_flight(8, 2) == pytest.approx(8 * (1 + 7 / 16))  # Narayanan et al.: 1 + (p-1)/(p*v)
+    mem = {}
+    for vp in (1, 2):
+        c = build_cost_model(config_from_dict({"cluster": {"gpus": 64}, "parallel": {"pp": 8, "cp": 2, "vp": vp}}))
+        mem[vp] = c.peak_memory_bytes(np.array([0.0, 8192.0]))
+    assert mem[2][0] == mem[1][0]  # model states unchanged
+    assert mem[2][1] > mem[1][1]
+    from dcpsim.model import get_model, memory_per_gpu
+
+    want = memory_per_gpu(get_model("llama-13b"), tokens_per_rank=8192, tp=1, pp=8, dp=8, cp=1, recompute="full",
+                          microbatches_in_flight=11.5).total_bytes
+    assert mem[2][1] == pytest.approx(want, rel=1e-12)

@@ -297,6 +297,7 @@ class CostModel:
         first_stage_layers: int = 0,
         last_stage_layers: int = 0,
         attention: str = "flash",
+        microbatches_in_flight: float | None = None,
     ) -> None:
         self.profile = get_profile(profile)
         self.model = get_model(model)
@@ -325,6 +326,9 @@ class CostModel:
         if recompute not in RECOMPUTE_MODES:
             raise ConfigError("recompute", recompute, f"one of {RECOMPUTE_MODES}")
         self.tp, self.pp, self.dp_cp = int(tp), int(pp), int(dp_cp)
+        # activations stage 0 holds, in microbatches of a whole stage (None: pp, 1F1B; the interleaved
+        # schedule holds more: dcpsim.pipeline.activations_in_flight)
+        self.microbatches_in_flight = microbatches_in_flight
         self.cp_comm, self.recompute = cp_comm, recompute
         self.layers_per_stage = int(self.stage_layers.max())
         self.memory_limit_bytes = (
@@ -607,9 +611,11 @@ class CostModel:
         return (20.0 * m.hidden + 6.0 * m.ffn_hidden + 4.0 * (m.q_dim + m.kv_dim)) / self.tp
 
     def peak_memory_bytes(self, local_tokens) -> np.ndarray:
-        """Peak bytes per GPU with ``local_tokens`` per microbatch (PP microbatches in flight)."""
+        """Peak bytes per GPU with ``local_tokens`` per microbatch (PP microbatches in flight, or
+        ``microbatches_in_flight``)."""
         s = np.asarray(local_tokens, dtype=np.float64)
-        kw = dict(tp=self.tp, pp=self.pp, dp=self.dp_cp, cp=1, recompute=self.recompute)
+        kw = dict(tp=self.tp, pp=self.pp, dp=self.dp_cp, cp=1, recompute=self.recompute,
+                  microbatches_in_flight=self.microbatches_in_flight)
         m0 = memory_per_gpu(self.model, tokens_per_rank=0, **kw).total_bytes
         m1 = memory_per_gpu(self.model, tokens_per_rank=1, **kw).total_bytes
         return m0 + (m1 - m0) * s
@@ -619,7 +625,8 @@ class CostModel:
         from dcpsim.model import max_tokens_per_rank
 
         return max_tokens_per_rank(
-            self.model, memory_limit_bytes=self.memory_limit_bytes, tp=self.tp, pp=self.pp, dp=self.dp_cp, cp=1, recompute=self.recompute
+            self.model, memory_limit_bytes=self.memory_limit_bytes, tp=self.tp, pp=self.pp, dp=self.dp_cp, cp=1,
+            recompute=self.recompute, microbatches_in_flight=self.microbatches_in_flight,
         )
 
     def flops(self, lengths) -> float:

@@ -191,7 +191,8 @@ class DurationModel:
                 cp_comm=c.cp_comm, recompute=c.recompute, memory_limit_bytes=c.memory_limit_bytes,
                 precision=c.precision, tp_comm_overlap=c.tp_comm_overlap,
                 first_stage_layers=int(c.stage_layers[0]) if c.pp > 1 else 0,
-                last_stage_layers=int(c.stage_layers[-1]) if c.pp > 1 else 0, attention=c.attention,
+                last_stage_layers=int(c.stage_layers[-1]) if c.pp > 1 else 0,
+                microbatches_in_flight=c.microbatches_in_flight, attention=c.attention,
             )
         return self._scaled[factor]
 
