@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         _no_empty_paths(args)
         rc = args.func(args)
     except DcpsimError as exc:
-        print(f"dcpsim: error: {exc}", file=sys.stderr)
+        print("dcpsim: error: " + " ".join(str(exc).split()), file=sys.stderr)  # one line, whatever a parser said
         return 2
     except KeyboardInterrupt:
         print("dcpsim: interrupted", file=sys.stderr)

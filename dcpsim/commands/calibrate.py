@@ -12,16 +12,16 @@ hash, the fit rows and the git commit as their source). See
 
 from __future__ import annotations
 
-from dcpsim.commands._common import add_force, print_json, print_table
+from dcpsim.commands._common import NONNEG_INT, POS_INT, add_force, print_json, print_table
 
 
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="fit a profile's timing knobs on the published suite's fit rows")
     p.add_argument("--gpu", required=True, help="profile name (h100-sxm, a100-sxm-80gb)")
     p.add_argument("--params", default=None, help="knobs to fit, comma-separated (default: the GPU's declared set)")
-    p.add_argument("--iterations", type=int, default=2, help="Gauss-Newton steps (default 2)")
+    p.add_argument("--iterations", type=POS_INT, default=2, help="Gauss-Newton steps (default 2)")
     p.add_argument("--no-folds", action="store_true", help="skip the leave-one-family-out cross-validation")
-    p.add_argument("--fold-iterations", type=int, default=1, help="Gauss-Newton steps per fold (default 1)")
+    p.add_argument("--fold-iterations", type=NONNEG_INT, default=1, help="Gauss-Newton steps per fold (default 1)")
     p.add_argument("--suite", default=None, help="suite folder (default experiments/published_throughput)")
     p.add_argument("--out", default=None, help="folder for the calibrated profile copy and the report")
     p.add_argument("--apply", action="store_true", help="also write the fitted values into the shipped profile")

@@ -18,7 +18,6 @@ the run configurations; :mod:`dcpsim.experiments.runner` runs them.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -232,10 +231,9 @@ class BlogExperiment:
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(what, str(path), "an existing TOML file (the experiment folder is experiments/dynamic_cp_blog)")
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(what, str(path), f"valid TOML ({exc})") from None
+    from dcpsim.validation import read_toml
+
+    return read_toml(path, what)
 
 
 def _need(d: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:

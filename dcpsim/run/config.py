@@ -232,7 +232,22 @@ class RunConfig(_Section):
             raise ConfigError("workload.gbs", w.gbs,
                               f">= the data-parallel size dp = gpus/(tp*pp*cp) = {self.dp} (every DP rank needs a sequence)")
         self._check_fixed()
+        self._check_policy_options()
         return self
+
+    def _check_policy_options(self) -> None:
+        """policy.name is registered and policy.options are its options, of the declared types (nan refused)."""
+        import inspect
+
+        from dcpsim.policies.base import policy_class
+        from dcpsim.validation import check_options
+
+        cls = policy_class(self.policy.name)
+        params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+        for key, value in self.policy.options.items():
+            if key not in params:
+                raise ConfigError(f"policy.options.{key}", value, f"an option of policy {self.policy.name!r} (one of {params})")
+        check_options(cls.__init__, self.policy.options, "policy.options")
 
     def _check_fixed(self) -> None:
         """Fields of the fixed-length workload: set only with it, and Megatron's gbs rule."""

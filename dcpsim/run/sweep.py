@@ -201,10 +201,12 @@ class SweepSpec:
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:
     """Read a sweep spec from a TOML file (see the module docstring for the format)."""
+    from dcpsim.validation import read_text
+
     p = Path(path)
     if not p.is_file():
         raise ConfigError("spec", str(p), "an existing sweep spec TOML file")
-    text = p.read_text()
+    text = read_text(p, "spec")
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
