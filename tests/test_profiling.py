@@ -169,8 +169,8 @@ def cpu_profile(tmp_path_factory):
 
 
 def test_profile_quick_writes_a_loadable_measured_profile(cpu_profile):
-    out, seconds = cpu_profile
-    assert seconds < 60
+    # no wall-clock assertion here: speed targets live in benchmarks, not unit tests (a loaded CI box is slow)
+    out, _seconds = cpu_profile
     prof = load_profile(out)
     assert prof.kind == "measured" and prof.name == "cpu-quick"
     for key in ("device", "driver", "torch", "cuda", "nccl", "date", "command", "dtype", "model", "model_scale"):
