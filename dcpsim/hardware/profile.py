@@ -384,6 +384,7 @@ class HardwareProfile:
             "gemm_rows": len(self.gemm_rows),
             "attention_rows": len(self.attention_rows),
             "collective_rows": len(self.collective_rows),
+            "timing": {f: getattr(self.timing, f) for f in TIMING_FIELDS},
         }
 
 
