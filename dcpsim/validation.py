@@ -102,6 +102,9 @@ def describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
         members = [a for a in get_args(annotation) if a is not type(None)]
         if len(members) == 1:  # Optional[X]: None means "not given", not a value to type
             return describe(members[0], meta)
+        tags = [t for m in members for t in _type_tags(m)]
+        if tags and all(_is_model_class(m) for m in members):  # a discriminated union of tables
+            return "a table with type = one of " + ", ".join(f'"{t}"' for t in tags)
         parts = [describe(a) for a in members]
         text = " or ".join(parts)
         bounds = _bounds(meta)
@@ -149,6 +152,12 @@ def _members(annotation: Any) -> list[Any]:
     return [annotation]
 
 
+def _type_tags(m: Any) -> tuple:
+    if not _is_model_class(m) or "type" not in m.model_fields:
+        return ()
+    return get_args(_unwrap(m.model_fields["type"].annotation)[0])
+
+
 def _model_member(annotation: Any, tag: str) -> type[BaseModel] | None:
     """The BaseModel in a (discriminated) union whose ``type`` literal or class name is ``tag``."""
     for m in _members(annotation):
@@ -157,16 +166,16 @@ def _model_member(annotation: Any, tag: str) -> type[BaseModel] | None:
             tags = get_args(_unwrap(disc.annotation)[0]) if disc is not None else ()
             if tag in tags or tag == m.__name__:
                 return m
-    models = [m for m in _members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
-    return models[0] if len(models) == 1 else None
+    return None
 
 
-def locate(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[list[str], FieldInfo | None, Any]:
-    """Walk a pydantic error location through ``model``'s fields.
+def locate(model: Any, loc: Sequence[str | int]) -> tuple[list[str], FieldInfo | None, Any]:
+    """Walk a pydantic error location through the declaration ``model`` (a model class or any type).
 
     Returns (the user's path: field names and list indices only, the deepest
-    field reached, its annotation). Union member tags that pydantic inserts
-    into locations (``constrained-int``, ``literal['auto']``) are skipped.
+    field reached or None below it, the annotation there). Union member tags
+    that pydantic inserts into locations (``constrained-int``,
+    ``literal['auto']``, a discriminated union's ``type`` value) are skipped.
     """
     path: list[str] = []
     info: FieldInfo | None = None
@@ -176,18 +185,16 @@ def locate(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[list[str],
         if isinstance(seg, int):
             path[-1:] = [f"{path[-1]}[{seg}]"] if path else [f"[{seg}]"]
             inner = get_args(base)
-            ann = inner[0] if inner else Any
-            continue
-        cls = base if isinstance(base, type) and issubclass(base, BaseModel) else _model_member(ann, seg)
-        if cls is not None and seg in cls.model_fields:
-            info = cls.model_fields[seg]
-            ann = info.annotation
+            info, ann = None, (inner[0] if inner else Any)
+        elif _is_model_class(base):
+            info = base.model_fields.get(seg)
+            ann = info.annotation if info is not None else Any
             path.append(seg)
-        elif cls is None and get_origin(base) in (dict, Mapping):
+        elif (member := _model_member(ann, seg)) is not None:
+            ann = member  # a union tag naming the member: no path segment
+        elif get_origin(base) in (dict, Mapping) or base is dict:
             path.append(seg)  # a free-form table (policy options): keep the key, no declaration to describe
             info, ann = None, Any
-        elif cls is not None and not path and seg not in cls.model_fields and _model_member(ann, seg) is cls:
-            continue  # a union tag naming the member itself
     return path, info, ann
 
 
@@ -212,7 +219,9 @@ def translate(exc: ValidationError, model: type[BaseModel] | Any, *, where: str 
     err = errors[0]
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, ConfigError):  # a cross-field check: already names its field and the expectation
-        return ConfigError(_rename(cause.field, names), cause.value, cause.expected, where=where)
+        inner = ".".join(p for p in [prefix, *_error_path(model, err["loc"])[0]] if p)
+        field = cause.field if not inner or cause.field.startswith(inner) else f"{inner}.{cause.field}"
+        return ConfigError(_rename(field, names), cause.value, cause.expected, where=where)
     extra = err["type"] == "extra_forbidden"
     path, info, ann = _error_path(model, err["loc"][:-1] if extra else err["loc"])
     if extra:
@@ -241,21 +250,13 @@ def _is_model_class(model: Any) -> bool:
 
 
 def _error_path(model: Any, loc: Sequence[Any]) -> tuple[list[str], FieldInfo | None, Any]:
-    if _is_model_class(model):
-        return locate(model, loc)
-    path: list[str] = []
-    for seg in loc:
-        if isinstance(seg, int):
-            path[-1:] = [f"{path[-1] if path else ''}[{seg}]"]
-        elif not _is_tag(seg):
-            path.append(str(seg))
-    return path, None, model
+    return locate(model, [seg for seg in loc if isinstance(seg, int) or not _is_tag(seg)])
 
 
 def _expected(model: Any, info: FieldInfo | None, ann: Any, err: Mapping[str, Any]) -> str:
     if info is not None:
         return describe(info.annotation, info.metadata)
-    if ann is not Any and not _is_model_class(model):
+    if ann is not Any:
         return describe(ann)
     return _plain_message(err)
 
@@ -266,8 +267,6 @@ def _is_tag(seg: Any) -> bool:
 
 
 def _known_keys(model: Any, loc: Sequence[Any]) -> list[str]:
-    if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        return []
     _, info, ann = locate(model, loc)
     base = _unwrap(ann)[0] if loc else model
     if isinstance(base, type) and issubclass(base, BaseModel):

@@ -538,3 +538,48 @@ def test_planning_time_is_deterministic_in_every_mode():
     ignore = run_simulation(_small(sim__planning="ignore", policy__name="dynamic"))
     assert stall.summary["iteration_time_s"] == pytest.approx(
         ignore.summary["iteration_time_s"] + stall.summary["planning_time_s"])
+
+
+# ------------------------------------------------------------------ distributions (discriminated union)
+VALID_TABLES = {
+    "lognormal": {"type": "lognormal", "mean": 4096.0, "sigma": 1.0},
+    "lognormal_pareto": {"type": "lognormal_pareto", "mean": 4096.0, "sigma": 1.0, "tail_start": 16384.0, "alpha": 1.5},
+    "clipped": {"type": "clipped", "base": {"type": "lognormal", "mean": 4096.0, "sigma": 1.0}, "max_len": 65536},
+    "mixture": {"type": "mixture", "components": [{"type": "lognormal", "mean": 4096.0, "sigma": 1.0}], "weights": [1.0]},
+    "empirical": {"type": "empirical", "source": "test", "lengths": [1024, 2048]},
+}
+
+
+def _distribution_cases() -> list[tuple[str, str, Any]]:
+    from dcpsim.workload.spec import DistributionSpec
+
+    members = get_args(get_args(DistributionSpec)[0])
+    assert {get_args(m.model_fields["type"].annotation)[0] for m in members} == set(VALID_TABLES)
+    cases = []
+    for m in members:
+        kind = get_args(m.model_fields["type"].annotation)[0]
+        for name, info in m.model_fields.items():
+            if name == "type" or info.annotation is Any:
+                continue
+            cases += [(kind, name, v) for v in bad_values(info.annotation, list(info.metadata))]
+    return cases
+
+
+DIST_CASES = _distribution_cases()
+
+
+def test_distribution_tables_refuse_bad_parameters_naming_them():
+    """Every parameter of every distribution type (new types are picked up from the union)."""
+    for table in VALID_TABLES.values():
+        config_from_dict({"workload": {"name": table}})  # the valid examples are valid
+    assert len(DIST_CASES) > 60
+    for kind, name, value in DIST_CASES:
+        table = {**VALID_TABLES[kind], name: value}
+        with pytest.raises(ConfigError) as ei:
+            config_from_dict({"workload": {"name": table}})
+        assert ei.value.field.startswith("workload.name"), (kind, name, value, str(ei.value))
+        assert "\n" not in str(ei.value) and "Input should" not in str(ei.value)
+    for bad in ({"type": "weibull"}, {"type": "lognormal", "mean": 1.0, "mu": 1.0, "sigma": 1.0},
+                {**VALID_TABLES["lognormal"], "extra": 1}):
+        with pytest.raises(ConfigError, match="workload.name"):
+            config_from_dict({"workload": {"name": bad}})

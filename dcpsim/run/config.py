@@ -233,7 +233,17 @@ class RunConfig(_Section):
                               f">= the data-parallel size dp = gpus/(tp*pp*cp) = {self.dp} (every DP rank needs a sequence)")
         self._check_fixed()
         self._check_policy_options()
+        self._check_distribution_tables()
         return self
+
+    def _check_distribution_tables(self) -> None:
+        """A workload given as a table is a distribution of a known type with valid parameters."""
+        from dcpsim.workload.distributions import check_distribution_table
+
+        w = self.workload
+        for field, value in (("workload.name", w.name), ("workload.documents", getattr(w, "documents", None))):
+            if isinstance(value, dict):
+                check_distribution_table(value, field)
 
     def _check_policy_options(self) -> None:
         """policy.name is registered and policy.options are its options, of the declared types (nan refused)."""

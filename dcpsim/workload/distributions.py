@@ -775,8 +775,24 @@ def distribution_from_dict(d: Mapping[str, Any]) -> LengthDistribution:
     """
     if not isinstance(d, Mapping):
         raise ConfigError("distribution", d, "a table/dict with a 'type' key")
+    check_distribution_table(d, "")
     kind = d.get("type")
     cls = _REGISTRY.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise ConfigError("type", kind, f"one of {sorted(_REGISTRY)}")
     return cls.from_dict(d)
+
+
+def check_distribution_table(d: Mapping[str, Any], field: str) -> None:
+    """Validate a distribution table against its ``type``'s model (:mod:`dcpsim.workload.spec`).
+
+    Raises :class:`ConfigError` naming ``<field>.<key>`` (``workload.name.sigma``).
+    """
+    from dcpsim.validation import check_value
+    from dcpsim.workload.spec import DISTRIBUTION_TYPES, DistributionSpec
+
+    kind = d.get("type") if isinstance(d, Mapping) else None
+    if kind not in DISTRIBUTION_TYPES:
+        raise ConfigError(f"{field}.type" if field else "type", kind,
+                          "one of " + ", ".join(f'"{t}"' for t in DISTRIBUTION_TYPES))
+    check_value(DistributionSpec, dict(d), field)
