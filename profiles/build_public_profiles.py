@@ -60,13 +60,11 @@ def gemm_rows(best_tflops: float, src: str, timing: Timing) -> list[dict]:
 
 
 # Timing values shared by every public profile (each stated as a source below).
-GEMM_K_HALF = 256.0  # assumed: a Hopper/Ampere multistage main loop fills ~4 k-blocks of 64 before steady state
 PER_KERNEL_OVERHEAD_S = 11e-6  # REFERENCE §9: PyTorch tiny-op launch loop 11-18 us per op (lower end)
 TIMING_SOURCES = {
     "timing.gemm_tile_m": "CUTLASS/cuBLAS large-tile GEMM kernels (128x256, 256x128; 128x128 and 64x128 as "
                           "fallbacks): assumed tile set of the shape model",
     "timing.gemm_tile_n": "see timing.gemm_tile_m",
-    "timing.gemm_k_half": "assumed: K-loop prologue/epilogue worth 256 of K (about 4 pipelined k-blocks of 64)",
     "timing.per_kernel_overhead_s": "REFERENCE §9: a PyTorch tiny-GEMM launch loop costs 11-18 us per op (NVIDIA "
                                     "dgxc-benchmarking microbenchmarks/cpu_overhead); lower end; calibration knob",
     "timing.iteration_overhead_s": "assumed 0: data loading overlaps training (DataLoader workers prefetch); "
@@ -160,10 +158,17 @@ GPUS = {
 }
 
 
+def gemm_k_half(g: dict) -> float:
+    """K-equivalent of a tile's epilogue: writing its BF16 result (2 B per element) at the SM's share of HBM
+    bandwidth takes as long as 2·peak/(2·HBM) = peak/HBM of K in the main loop (2 FLOPs per element per K at the
+    SM's share of the peak): the machine balance in FLOPs per byte, not overlapped with the next tile (derived)."""
+    return g["peak"] / g["hbmbw"]
+
+
 def timing_for(g: dict) -> Timing:
     return Timing(
         peak_fp8_flops=g["fp8"], fp8_gemm_best_tflops=2.0 * g["gemm"] if g["fp8"] else 0.0,
-        sms=g["sms"], gemm_tile_m=128, gemm_tile_n=256, gemm_k_half=GEMM_K_HALF,
+        sms=g["sms"], gemm_tile_m=128, gemm_tile_n=256, gemm_k_half=gemm_k_half(g),
         per_kernel_overhead_s=PER_KERNEL_OVERHEAD_S, iteration_overhead_s=0.0,
     )
 
@@ -172,7 +177,12 @@ def build(name: str) -> HardwareProfile:
     g = GPUS[name]
     timing = timing_for(g)
     timing_sources = dict(TIMING_SOURCES, **{"timing.sms": g["sms_src"], "timing.peak_fp8_flops": g["fp8_src"],
-                                             "timing.fp8_gemm_best_tflops": FP8_SRC if g["fp8"] else g["fp8_src"]})
+                                             "timing.fp8_gemm_best_tflops": FP8_SRC if g["fp8"] else g["fp8_src"],
+                                             "timing.gemm_k_half": (
+                                                 f"derived: tile epilogue (BF16 result written at the SM's share of "
+                                                 f"HBM bandwidth) in K of the main loop = peak / HBM bandwidth = "
+                                                 f"{g['peak'] / 1e12:g} TFLOPS / {g['hbmbw'] / 1e12:g} TB/s; "
+                                                 "prologue assumed overlapped with the previous tile")})
     ref5 = "REFERENCE §5 (vendor datasheet / nccl-tests figures)"
     scaled = name in ("a100-sxm-80gb", "b200")
     ring_src = (

@@ -267,3 +267,20 @@ def test_cli_fp8_on_a100_is_one_line_exit_2_and_cost_honours_precision(capsys):
     assert outs["fp8"]["config"]["precision"] == "fp8"
     assert outs["fp8"]["breakdown_s"]["gemm_fwd_s"] < 0.6 * outs["bf16"]["breakdown_s"]["gemm_fwd_s"]
     assert outs["fp8"]["breakdown_s"]["fp8_cast_fwd_s"] > 0
+
+
+def test_unfused_cross_entropy_adds_its_logit_passes():
+    kw = dict(pp=32, recompute="none")
+    fused = CostModel("h100-sxm", "llama3-8b", **kw).pack_cost([4096], 1, check_memory=False)
+    unf = CostModel("h100-sxm", "llama3-8b", cross_entropy="unfused", **kw).pack_cost([4096], 1, check_memory=False)
+    m, bw = get_model("llama3-8b"), get_profile("h100-sxm").hbm_bw_bytes_per_s
+    logits = 4096 * m.vocab
+    assert unf.head_fwd_s - fused.head_fwd_s == pytest.approx((38 - 4) * logits / bw, rel=1e-9)
+    assert unf.head_bwd_s - fused.head_bwd_s == pytest.approx((14 - 4) * logits / bw, rel=1e-9)
+    assert unf.fwd_s == fused.fwd_s  # only the last stage's head changes
+
+
+def test_gemm_k_half_is_the_machine_balance():
+    for name in ("h100-sxm", "a100-sxm-80gb", "b200", "h200-sxm"):
+        p = get_profile(name)
+        assert p.timing.gemm_k_half == pytest.approx(p.peak_bf16_flops / p.hbm_bw_bytes_per_s)

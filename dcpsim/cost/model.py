@@ -93,6 +93,13 @@ KERNELS_MICROBATCH = 2  # pipeline send + receive, each way, every stage
 KERNELS_EMBED = (1, 2)  # first stage: embedding lookup fwd; bwd (gradient scatter-add, zeroing)
 KERNELS_UNFUSED_ATTENTION = (5, 8)  # extra over one flash kernel: scores GEMM, softmax, dropout, context GEMM, copies; bwd: 4 GEMMs, 2 elementwise, copies
 ATTENTION_KERNELS = ("flash", "unfused")
+# Cross-entropy HBM bytes per logit (s x V/TP), forward and backward:
+# fused (one kernel reads the BF16 logits twice, the backward reads them and writes the gradient): 4 and 4;
+# unfused (Megatron-Core's vocab-parallel cross-entropy without --cross-entropy-loss-fusion, counted from its
+# passes): forward casts to fp32 (2 + 4), max (4), subtract in place (8), exp (8), sum (4), divide (8) = 38;
+# backward scales the saved softmax (8) and casts the gradient to BF16 (4 + 2) = 14.
+CROSS_ENTROPY_BYTES = {"fused": (4.0, 4.0), "unfused": (38.0, 14.0)}
+KERNELS_CROSS_ENTROPY_UNFUSED = (6, 2)  # extra launches over the fused kernel (cast, max, sub, exp, sum, div; mul, cast)
 KERNELS_HEAD = (9, 8)  # last stage fwd: final norm, logits GEMM, cross-entropy (max, exp-sum, 2 TP all-reduces, target logit, loss), loss average; bwd: CE grad, 2 GEMMs, 2 norm, scale, 2 misc
 
 
@@ -279,6 +286,10 @@ class CostModel:
         ``flash`` (fused kernels, the profile's attention table) or ``unfused``
         (Megatron before fused attention: batched GEMMs + softmax + dropout
         over the L×L scores, see :meth:`_unfused_attention`; cp = 1 only).
+    cross_entropy:
+        ``fused`` (one kernel, Megatron --cross-entropy-loss-fusion / NeMo) or
+        ``unfused`` (Megatron-Core's default fp32 vocab-parallel cross-entropy,
+        many passes over the logits; ``CROSS_ENTROPY_BYTES``).
     """
 
     def __init__(
@@ -298,6 +309,7 @@ class CostModel:
         last_stage_layers: int = 0,
         attention: str = "flash",
         microbatches_in_flight: float | None = None,
+        cross_entropy: str = "fused",
     ) -> None:
         self.profile = get_profile(profile)
         self.model = get_model(model)
@@ -305,17 +317,8 @@ class CostModel:
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise ConfigError(name, v, "a positive integer")
         self.stage_layers = stage_layer_counts(self.model.n_layers, int(pp), first_stage_layers, last_stage_layers)
-        if precision not in PRECISIONS:
-            raise ConfigError("parallel.precision", precision, f"one of {PRECISIONS}")
-        if precision == "fp8" and not self.profile.timing.has_fp8:
-            raise ConfigError("parallel.precision", precision,
-                              f"'bf16': profile {self.profile.name} has no FP8 figures "
-                              "(timing.peak_fp8_flops, timing.fp8_gemm_best_tflops)")
-        self.precision = precision
+        self._set_kernels(precision, attention, cross_entropy)
         self.tp_comm_overlap = bool(tp_comm_overlap)
-        if attention not in ATTENTION_KERNELS:
-            raise ConfigError("parallel.attention", attention, f"one of {ATTENTION_KERNELS}")
-        self.attention = attention
         if tp > self.profile.nvlink_domain_gpus:
             raise ConfigError("tp", tp, f"<= the NVLink domain ({self.profile.nvlink_domain_gpus} GPUs)")
         for dim in ("n_heads", "n_kv_heads", "ffn_hidden"):
@@ -337,6 +340,20 @@ class CostModel:
         if self.memory_limit_bytes <= 0:
             raise ConfigError("memory_limit_bytes", memory_limit_bytes, "a positive number of bytes")
         self._shapes = self.model.gemm_shapes(tp)
+
+    def _set_kernels(self, precision: str, attention: str, cross_entropy: str) -> None:
+        """Validate and keep the kernel choices (precision, attention, cross-entropy)."""
+        if precision not in PRECISIONS:
+            raise ConfigError("parallel.precision", precision, f"one of {PRECISIONS}")
+        if precision == "fp8" and not self.profile.timing.has_fp8:
+            raise ConfigError("parallel.precision", precision,
+                              f"'bf16': profile {self.profile.name} has no FP8 figures "
+                              "(timing.peak_fp8_flops, timing.fp8_gemm_best_tflops)")
+        if attention not in ATTENTION_KERNELS:
+            raise ConfigError("parallel.attention", attention, f"one of {ATTENTION_KERNELS}")
+        if cross_entropy not in CROSS_ENTROPY_BYTES:
+            raise ConfigError("parallel.cross_entropy", cross_entropy, f"one of {tuple(CROSS_ENTROPY_BYTES)}")
+        self.precision, self.attention, self.cross_entropy = precision, attention, cross_entropy
 
     # ------------------------------------------------------------------ API
     def pack_cost(self, lengths, cp: int = 1, *, spans_network: bool = False, check_memory: bool = True) -> PackCost:
@@ -569,10 +586,13 @@ class CostModel:
         v = m.vocab // tp if m.vocab % tp == 0 else m.vocab / tp
         head_fwd = 2.0 * s * m.hidden * v / prof.gemm_flops_per_s(np.maximum(s, 1.0), int(v), m.hidden)
         head_bwd = GEMM_BWD_FLOPS_FACTOR * head_fwd
-        # cross-entropy over s x V/TP logits: fwd reads them twice (max, exp-sum), bwd reads and writes them (bf16)
-        logits_b = s * v * 2.0
-        head_fwd = np.maximum(head_fwd + 2.0 * logits_b / bw, KERNELS_HEAD[0] * o)
-        head_bwd = np.maximum(head_bwd + 2.0 * logits_b / bw, KERNELS_HEAD[1] * o)
+        # cross-entropy over s x V/TP logits, memory-bound (CROSS_ENTROPY_BYTES)
+        b_f, b_b = CROSS_ENTROPY_BYTES[self.cross_entropy]
+        k_f, k_b = KERNELS_HEAD
+        if self.cross_entropy == "unfused":
+            k_f, k_b = k_f + KERNELS_CROSS_ENTROPY_UNFUSED[0], k_b + KERNELS_CROSS_ENTROPY_UNFUSED[1]
+        head_fwd = np.maximum(head_fwd + b_f * s * v / bw, k_f * o)
+        head_bwd = np.maximum(head_bwd + b_b * s * v / bw, k_b * o)
         # embedding: write s x h bf16; bwd scatter-adds into fp32 gradients (read + write)
         emb_fwd = np.maximum(s * m.hidden * 4.0 / bw, KERNELS_EMBED[0] * o)
         emb_bwd = np.maximum(s * m.hidden * 10.0 / bw, KERNELS_EMBED[1] * o)
@@ -647,5 +667,6 @@ class CostModel:
             "precision": self.precision,
             "tp_comm_overlap": self.tp_comm_overlap,
             "attention": self.attention,
+            "cross_entropy": self.cross_entropy,
             "memory_limit_bytes": self.memory_limit_bytes,
         }

@@ -171,6 +171,8 @@ def cost_mechanism_flags(cfg: RunConfig) -> list[str]:
     a = ["--attention-dropout", "0.1" if unfused else "0.0", "--attention-backend", "unfused" if unfused else "flash"]
     if p.precision == "fp8":
         a += ["--fp8-format", "hybrid"]
+    if p.cross_entropy == "fused":
+        a += ["--cross-entropy-loss-fusion"]
     if p.first_stage_layers:
         a += ["--decoder-first-pipeline-num-layers", str(p.first_stage_layers)]
     if p.last_stage_layers:

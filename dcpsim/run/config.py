@@ -27,6 +27,7 @@ Example (every field optional; these are the defaults)::
     precision = "bf16"          # bf16 | fp8 (GEMMs in FP8, attention in BF16; needs a profile with FP8 figures)
     first_stage_layers = 0      # Megatron --decoder-first-pipeline-num-layers; 0 = even split
     last_stage_layers = 0       # Megatron --decoder-last-pipeline-num-layers; 0 = even split
+    cross_entropy = "fused"     # fused (--cross-entropy-loss-fusion) | unfused (Megatron-Core's default fp32 cross-entropy)
     attention = "flash"         # flash (fused kernels) | unfused (Megatron before fused attention: GEMMs + softmax + dropout; cp = 1)
 
     [workload]
@@ -131,6 +132,9 @@ class ParallelSection(_Section):
     precision: Literal["bf16", "fp8"] = Field("bf16", description="GEMM precision; fp8 needs a profile with FP8 figures")
     first_stage_layers: int = Field(0, ge=0, le=100_000, description="Megatron --decoder-first-pipeline-num-layers; 0 = even split")
     last_stage_layers: int = Field(0, ge=0, le=100_000, description="Megatron --decoder-last-pipeline-num-layers; 0 = even split")
+    cross_entropy: Literal["fused", "unfused"] = Field(
+        "fused", description="loss kernels: fused (Megatron --cross-entropy-loss-fusion, NeMo's default) or unfused "
+                             "(Megatron-Core's default fp32 vocab-parallel cross-entropy: many passes over the logits)")
     attention: Literal["flash", "unfused"] = Field(
         "flash", description="attention kernels: flash (fused) or unfused (batched GEMMs + softmax + dropout over "
                              "the L x L scores, Megatron before fused attention; cp = 1 only)")
@@ -178,8 +182,9 @@ class SimSection(_Section):
     cp_switch_s: float = Field(0.0, ge=0, le=1.0, description="seconds a group op pays when its ranks ran another CP "
                                "size in the previous microbatch (communicator switch; assumed, no public figure)")
     microbatch_overhead_s: float = Field(0.0, ge=0, le=10.0, description="extra seconds every microbatch op pays "
-                                         "(forward), every policy: a fixed cost the time model does not contain "
-                                         "(sensitivity; assumed, not measured)")
+                                         "(forward), every policy, ON TOP of the time model's per-microbatch fixed "
+                                         "cost (BatchCost.overhead_*, kernels x the profile's per_kernel_overhead_s): "
+                                         "a sensitivity add-on (assumed, not measured)")
     engine: Literal["auto", "events", "fast"] = Field(
         "auto", description="events: SimPy event simulation; fast: the exact vectorised evaluation of the same "
         "schedule (same finish times); auto: fast whenever no modelled effect needs events")

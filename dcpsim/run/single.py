@@ -61,7 +61,7 @@ def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None) -> CostModel:
     return CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp, dp_cp=cfg.dp * p.cp if dp_cp is None else dp_cp,
                      cp_comm=p.cp_comm, recompute=p.recompute, precision=p.precision,
                      tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
-                     last_stage_layers=p.last_stage_layers, attention=p.attention,
+                     last_stage_layers=p.last_stage_layers, attention=p.attention, cross_entropy=p.cross_entropy,
                      microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None)
 
 

@@ -192,7 +192,7 @@ class DurationModel:
                 precision=c.precision, tp_comm_overlap=c.tp_comm_overlap,
                 first_stage_layers=int(c.stage_layers[0]) if c.pp > 1 else 0,
                 last_stage_layers=int(c.stage_layers[-1]) if c.pp > 1 else 0,
-                microbatches_in_flight=c.microbatches_in_flight, attention=c.attention,
+                microbatches_in_flight=c.microbatches_in_flight, attention=c.attention, cross_entropy=c.cross_entropy,
             )
         return self._scaled[factor]
 
