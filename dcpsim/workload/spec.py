@@ -76,11 +76,26 @@ class EmpiricalSpec(InputModel):
     sha256: str | None = None
 
 
+class GithubProxySpec(InputModel):
+    """The shipped GitHub code-file length sample (dcpsim/workload/real.py); no parameters."""
+
+    type: Literal["github_proxy"]
+
+
+class WikipediaShapeSpec(InputModel):
+    """The real Wikipedia length shape rescaled to a mean (dcpsim/workload/real.py)."""
+
+    type: Literal["wikipedia_shape"]
+    mean: float = Field(gt=0, le=LENGTH_MAX, description="mean length in tokens the shape is rescaled to")
+
+
 DistributionSpec = Annotated[
-    Union[LogNormalSpec, LogNormalParetoSpec, ClippedSpec, MixtureSpec, EmpiricalSpec],  # noqa: UP007
+    Union[LogNormalSpec, LogNormalParetoSpec, ClippedSpec, MixtureSpec, EmpiricalSpec,  # noqa: UP007
+          GithubProxySpec, WikipediaShapeSpec],
     Field(discriminator="type"),
 ]
 ClippedSpec.model_rebuild()
 MixtureSpec.model_rebuild()
 
-DISTRIBUTION_TYPES: tuple[str, ...] = ("lognormal", "lognormal_pareto", "clipped", "mixture", "empirical")
+DISTRIBUTION_TYPES: tuple[str, ...] = ("lognormal", "lognormal_pareto", "clipped", "mixture", "empirical",
+                                       "github_proxy", "wikipedia_shape")
