@@ -181,7 +181,7 @@ def header(args, data, space_desc: dict, fm, tokens: float) -> list[str]:
     add("batch scaling", _get(args, "batch_scaling")[0], args.batch_scaling is None)
     add("max gbs tokens", args.max_gbs_tokens or "none", args.max_gbs_tokens is None)
     for k, v in space_desc.items():
-        add(f"search {k}", v, isinstance(v, str))
+        add(f"search {k}", v, isinstance(v, str) or k == "overlap_flags")
     add("deadline", args.deadline or "none", args.deadline is None)
     add("failures", f"GPU MTBF {fm.gpu_mtbf_h:,.0f} h, checkpoint {fm.checkpoint_s:g} s, restart {fm.restart_s:g} s",
         args.mtbf_gpu_hours is None and args.checkpoint_s is None and args.restart_s is None)
