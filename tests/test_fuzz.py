@@ -547,6 +547,8 @@ VALID_TABLES = {
     "clipped": {"type": "clipped", "base": {"type": "lognormal", "mean": 4096.0, "sigma": 1.0}, "max_len": 65536},
     "mixture": {"type": "mixture", "components": [{"type": "lognormal", "mean": 4096.0, "sigma": 1.0}], "weights": [1.0]},
     "empirical": {"type": "empirical", "source": "test", "lengths": [1024, 2048]},
+    "github_proxy": {"type": "github_proxy"},
+    "wikipedia_shape": {"type": "wikipedia_shape", "mean": 1000.0},
 }
 
 
