@@ -124,21 +124,13 @@ def describe(annotation: Any, metadata: Sequence[Any] = ()) -> str:
         return "non-empty text" if bounds == "at least 1 item(s)" else (f"text with {bounds}" if bounds else "text")
     if origin in (list, tuple, Sequence) or annotation in (list, tuple):
         inner = get_args(annotation)
-        what = describe(inner[0]) if inner else "values"
-        return f"a list of {_plural(what)}" + (f" with {bounds}" if bounds else "")
+        what = describe(inner[0]) if inner else "any value"
+        return "a list" + (f" with {bounds}" if bounds else "") + f", each {what}"
     if origin in (dict, Mapping) or annotation is dict:
         return "a table (key = value pairs)"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return f"a table with the keys {', '.join(annotation.model_fields)}"
     return getattr(annotation, "__name__", str(annotation))
-
-
-def _plural(what: str) -> str:
-    for art in ("an ", "a "):
-        if what.startswith(art):
-            head, _, rest = what[len(art):].partition(" ")
-            return f"{head}s {rest}".strip()
-    return what
 
 
 # --------------------------------------------------------- error translation
@@ -184,7 +176,8 @@ def locate(model: Any, loc: Sequence[str | int]) -> tuple[list[str], FieldInfo |
         base, _ = _unwrap(ann)
         if isinstance(seg, int):
             path[-1:] = [f"{path[-1]}[{seg}]"] if path else [f"[{seg}]"]
-            inner = get_args(base)
+            seq = [m for m in _members(ann) if get_origin(m) in (list, tuple, Sequence) or m in (list, tuple)]
+            inner = get_args(seq[0]) if seq else ()
             info, ann = None, (inner[0] if inner else Any)
         elif _is_model_class(base):
             info = base.model_fields.get(seg)

@@ -78,17 +78,9 @@ _CFG_DEST = "cfg:"
 
 def config_field(path: str):
     """The pydantic FieldInfo of a dotted RunConfig path (ConfigError if there is none)."""
-    from dcpsim.run.config import RunConfig
+    from dcpsim.run.config import field_info
 
-    model: Any = RunConfig
-    info = None
-    for key in path.split("."):
-        fields = getattr(model, "model_fields", None)
-        if not fields or key not in fields:
-            raise ConfigError(path, None, "a RunConfig field (section.field)")
-        info = fields[key]
-        model = info.annotation
-    return info
+    return field_info(path)
 
 
 def flag_name(path: str) -> str:

@@ -330,6 +330,19 @@ class RunConfig(_Section):
         return config_from_dict(d, where=where, names=names)
 
 
+def field_info(path: str):
+    """The declaration (pydantic FieldInfo) of a dotted RunConfig path; ConfigError if there is none."""
+    model: Any = RunConfig
+    info = None
+    for key in path.split("."):
+        fields = getattr(model, "model_fields", None)
+        if not fields or key not in fields:
+            raise ConfigError(path, None, "a RunConfig field (section.field)")
+        info = fields[key]
+        model = info.annotation
+    return info
+
+
 def set_dotted(d: dict, path: str, value: Any) -> None:
     """Set ``d[a][b] = value`` for ``path = "a.b"``; only existing fields (and policy options) may be set."""
     keys = path.split(".")

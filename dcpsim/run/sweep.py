@@ -87,16 +87,19 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from dcpsim.errors import ConfigError, DcpsimError, DcpsimWarning, InfeasibleError
 from dcpsim.run.config import RunConfig, config_from_dict, load_config
 from dcpsim.serialize import to_jsonable
+from dcpsim.validation import InputModel, validate_model
 
 AXIS_MODES = ("grid", "zip", "random")
-RANDOM_DISTS = ("uniform", "loguniform", "randint")
+RandomDist = Literal["uniform", "loguniform", "randint"]
+RANDOM_DISTS = get_args(RandomDist)
 _GROUP_KEYS = {"mode", "samples", "seed"}
 DONE_STATUSES = ("ok", "infeasible", "error")
 RESULTS_DIR = "results"
@@ -257,7 +260,7 @@ def sweep_spec_from_dict(d: dict[str, Any], *, where: str | None = None, base_di
     return SweepSpec(base, tuple(groups), name, seed)
 
 
-def _parse_group(raw: Any, i: int, default_seed: int, base_dict: dict, where: str | None) -> AxisGroup:  # noqa: C901 - temporary, split by inputs
+def _parse_group(raw: Any, i: int, default_seed: int, base_dict: dict, where: str | None) -> AxisGroup:
     label = f"axes[{i}]"
     if not isinstance(raw, dict):
         raise ConfigError(label, raw, "a table of dotted field = values", where=where)
@@ -271,26 +274,54 @@ def _parse_group(raw: Any, i: int, default_seed: int, base_dict: dict, where: st
         _check_field_path(f, base_dict, f"{label}.{f}", where)
     samples, seed = 0, default_seed
     if mode == "random":
-        samples = raw.get("samples")
-        if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-            raise ConfigError(f"{label}.samples", samples, "a positive integer (number of random draws)", where=where)
-        seed = raw.get("seed", default_seed)
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ConfigError(f"{label}.seed", seed, "a non-negative integer", where=where)
-        for f, dist in fields_map.items():
-            _check_dist(dist, f"{label}.{f}", where)
+        samples, seed = _random_group(raw, fields_map, label, default_seed, where)
     else:
-        for f, vals in fields_map.items():
-            if not isinstance(vals, list) or not vals:
-                raise ConfigError(f"{label}.{f}", vals, "a non-empty list of values", where=where)
-        if mode == "zip":
-            lens = {f: len(v) for f, v in fields_map.items()}
-            if len(set(lens.values())) > 1:
-                raise ConfigError(label, lens, "lists of equal length in a zip group", where=where)
-    for k in ("samples", "seed"):
-        if mode != "random" and k in raw:
-            raise ConfigError(f"{label}.{k}", raw[k], "no such key outside mode = \"random\"", where=where)
+        _list_group(raw, fields_map, mode, label, where)
     return AxisGroup(mode, tuple(fields_map), tuple(fields_map.values()), samples, seed)
+
+
+def _random_group(raw: dict, fields_map: dict, label: str, default_seed: int, where: str | None) -> tuple[int, int]:
+    """(samples, seed) of a random group; every field's distribution checked."""
+    samples = raw.get("samples")
+    if type(samples) is not int or samples < 1:
+        raise ConfigError(f"{label}.samples", samples, "a positive integer (number of random draws)", where=where)
+    seed = raw.get("seed", default_seed)
+    if type(seed) is not int or seed < 0:
+        raise ConfigError(f"{label}.seed", seed, "a non-negative integer", where=where)
+    for f, dist in fields_map.items():
+        _check_dist(dist, f"{label}.{f}", where)
+        if isinstance(dist, (list, dict)) and "dist" not in dist:
+            choices = dist if isinstance(dist, list) else dist["choices"]
+            _check_values(f, choices, f"{label}.{f}", where)
+    return samples, seed
+
+
+def _check_values(path: str, values: list, label: str, where: str | None) -> None:
+    """Each swept value has the field's declared type and bounds (cross-field rules are checked per run)."""
+    from dcpsim.run.config import field_info
+    from dcpsim.validation import check_value
+
+    if path.startswith("policy.options."):
+        return  # checked against the policy per run
+    info = field_info(path)
+    ann = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    for j, v in enumerate(values):
+        check_value(ann, v, f"{label}[{j}]", where=where)
+
+
+def _list_group(raw: dict, fields_map: dict, mode: str, label: str, where: str | None) -> None:
+    """A grid or zip group: non-empty lists (of equal length for zip), no random-only keys."""
+    for f, vals in fields_map.items():
+        if not isinstance(vals, list) or not vals:
+            raise ConfigError(f"{label}.{f}", vals, "a non-empty list of values", where=where)
+        _check_values(f, vals, f"{label}.{f}", where)
+    if mode == "zip":
+        lens = {f: len(v) for f, v in fields_map.items()}
+        if len(set(lens.values())) > 1:
+            raise ConfigError(label, lens, "lists of equal length in a zip group", where=where)
+    for k in ("samples", "seed"):
+        if k in raw:
+            raise ConfigError(f"{label}.{k}", raw[k], "no such key outside mode = \"random\"", where=where)
 
 
 def _is_dist_table(v: Any) -> bool:
@@ -323,36 +354,46 @@ def _check_field_path(path: str, base_dict: dict, label: str, where: str | None)
         raise ConfigError(label, path, "a field, not a whole section", where=where)
 
 
-def _check_dist(dist: Any, label: str, where: str | None) -> None:  # noqa: C901 - temporary, split by inputs
+class _Choices(InputModel):
+    """``{choices = [...], weights = [...]}``: one of the choices, optionally weighted."""
+
+    choices: list[Any] = Field(min_length=1)
+    weights: list[Annotated[float, Field(ge=0)]] | None = None
+
+    @model_validator(mode="after")
+    def _weights(self) -> _Choices:
+        if self.weights is not None and (len(self.weights) != len(self.choices) or sum(self.weights) <= 0):
+            raise ConfigError("weights", self.weights, "non-negative numbers, one per choice, not all zero")
+        return self
+
+
+class _Range(InputModel):
+    """``{dist = "uniform"|"loguniform"|"randint", low = ..., high = ...}``."""
+
+    dist: RandomDist
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _bounds(self) -> _Range:
+        if self.low > self.high or (self.dist != "randint" and self.low == self.high):
+            raise ConfigError("high", self.high, f"> low ({self.low:g}) (randint: >= low)")
+        if self.dist == "loguniform" and self.low <= 0:
+            raise ConfigError("low", self.low, "a positive number for loguniform")
+        return self
+
+
+def _check_dist(dist: Any, label: str, where: str | None) -> None:
+    """A random axis: a non-empty list of choices, a {choices, weights} table or a {dist, low, high} table."""
     if isinstance(dist, list):
         if not dist:
             raise ConfigError(label, dist, "a non-empty list of choices", where=where)
         return
     if not isinstance(dist, dict):
         raise ConfigError(label, dist, "a list of choices or a table {dist=..., low=..., high=...} or {choices=[...]}", where=where)
-    if "choices" in dist:
-        if set(dist) - {"choices", "weights"} or not isinstance(dist["choices"], list) or not dist["choices"]:
-            raise ConfigError(label, dist, "{choices = [non-empty list], weights = [optional, same length]}", where=where)
-        w = dist.get("weights")
-        if w is not None:
-            if not isinstance(w, list) or len(w) != len(dist["choices"]) or any(
-                    not isinstance(x, (int, float)) or x < 0 for x in w) or sum(w) <= 0:
-                raise ConfigError(f"{label}.weights", w, "non-negative numbers, one per choice, not all zero", where=where)
-        return
-    kind = dist.get("dist")
-    if kind not in RANDOM_DISTS:
-        raise ConfigError(f"{label}.dist", kind, f"one of {RANDOM_DISTS}", where=where)
-    if set(dist) - {"dist", "low", "high"}:
-        raise ConfigError(label, dist, "only the keys dist, low and high", where=where)
-    lo, hi = dist.get("low"), dist.get("high")
-    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi)):
-        raise ConfigError(label, dist, "numbers low and high", where=where)
-    if kind == "randint" and not (isinstance(lo, int) and isinstance(hi, int)):
+    validate_model(_Choices if "choices" in dist else _Range, dist, where=where, prefix=label)
+    if dist.get("dist") == "randint" and not all(type(dist[k]) is int for k in ("low", "high")):
         raise ConfigError(label, dist, "integers low and high for randint", where=where)
-    if lo > hi or (kind != "randint" and lo == hi):
-        raise ConfigError(label, dist, "low < high (randint: low <= high)", where=where)
-    if kind == "loguniform" and lo <= 0:
-        raise ConfigError(f"{label}.low", lo, "a positive number for loguniform", where=where)
 
 
 def _draw(field_: str, dist: Any, rng: np.random.Generator) -> Any:
