@@ -792,7 +792,11 @@ def check_distribution_table(d: Mapping[str, Any], field: str) -> None:
     from dcpsim.workload.spec import DISTRIBUTION_TYPES, DistributionSpec
 
     kind = d.get("type") if isinstance(d, Mapping) else None
-    if kind not in DISTRIBUTION_TYPES:
+    if kind in DISTRIBUTION_TYPES:
+        check_value(DistributionSpec, dict(d), field)
+        return
+    import dcpsim.workload  # noqa: F401  # registers the data-backed types (dcpsim.workload.real)
+
+    if not isinstance(kind, str) or kind not in _REGISTRY:  # a registered type checks its own table
         raise ConfigError(f"{field}.type" if field else "type", kind,
-                          "one of " + ", ".join(f'"{t}"' for t in DISTRIBUTION_TYPES))
-    check_value(DistributionSpec, dict(d), field)
+                          "one of " + ", ".join(f'"{t}"' for t in sorted(_REGISTRY)))
