@@ -243,6 +243,7 @@ class RunConfig(_Section):
 
     def _check_distribution_tables(self) -> None:
         """A workload given as a table is a distribution of a known type with valid parameters."""
+        import dcpsim.workload  # noqa: F401  # registers every distribution type (dcpsim.workload.real too)
         from dcpsim.workload.distributions import check_distribution_table
 
         w = self.workload

@@ -795,8 +795,6 @@ def check_distribution_table(d: Mapping[str, Any], field: str) -> None:
     if kind in DISTRIBUTION_TYPES:
         check_value(DistributionSpec, dict(d), field)
         return
-    import dcpsim.workload  # noqa: F401  # registers the data-backed types (dcpsim.workload.real)
-
     if not isinstance(kind, str) or kind not in _REGISTRY:  # a registered type checks its own table
         raise ConfigError(f"{field}.type" if field else "type", kind,
                           "one of " + ", ".join(f'"{t}"' for t in sorted(_REGISTRY)))
