@@ -117,6 +117,9 @@ def test_search_ranks_by_simulation_and_every_layout_fits_memory():
         assert r["memory_gib"] <= r["memory_limit_gib"]
         assert r["peak_memory_gib"] <= r["memory_limit_gib"] + 1e-9
         assert r["iteration_time_s"] > 0 and "why" in r
+        # the compute breakdown (cost model, fixed costs included) explains the simulated compute
+        parts = sum(v for k, v in r.items() if k.startswith("part_") and k != "part_optimizer_s")
+        assert parts == pytest.approx(r["compute_s"], rel=0.1)
     # the screen is the simulator's closed form for equal microbatches without pipeline (PP = 1)
     pp1 = [r for r in ok if r["pp"] == 1 and r["screen_time_s"] == r["screen_time_s"]]
     for r in pp1:

@@ -282,6 +282,10 @@ def _print_plan(plan, top: int, model: str, tokens: float) -> None:
     print(plan.recommendation)
 
 
+def _shown(v) -> bool:
+    return isinstance(v, float) and v == v and abs(v) > 5e-4
+
+
 def layout_lines(layouts, top: int) -> list[str]:
     """The top simulated layouts of every search as indented text: time, throughput, memory, breakdown, why."""
     from dcpsim.sim import BREAKDOWN
@@ -293,9 +297,13 @@ def layout_lines(layouts, top: int) -> list[str]:
         out.append(f"  {gpus} x {gpu}, {pol}:")
         for _, r in g[(g["rank"] <= top) & (g["status"] == "ok")].iterrows():
             parts = ", ".join(f"{k.removesuffix('_s')} {r[k]:.3f}" for k in (*BREAKDOWN, *extra)
-                              if isinstance(r.get(k), float) and r[k] == r[k] and abs(r[k]) > 5e-4)
+                              if not k.startswith("part_") and _shown(r.get(k)))
+            comp = ", ".join(f"{k.removeprefix('part_').removesuffix('_s')} {r[k]:.3f}" for k in extra
+                             if k.startswith("part_") and _shown(r.get(k)))
             out.append(f"    {int(r['rank'])}. {r['layout']} (DP {int(r['dp'])}): {r['iteration_time_s']:.3f} s, "
                        f"{r['tflops_per_gpu']:.0f} TFLOPS/GPU, {r['memory_gib']:.1f} GiB")
             out.append(f"       {parts}")
+            if comp:
+                out.append(f"       compute and fixed costs (cost model, busiest stage): {comp}")
             out.append(f"       why: {r.get('why', '')}")
     return out

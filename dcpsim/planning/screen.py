@@ -229,6 +229,38 @@ def first_batch_of(cfg: RunConfig) -> np.ndarray:
     return first_batch(d, w.gbs, cfg.sim.seed).astype(np.int64)
 
 
+# where a microbatch's compute goes, from the cost model (name in the breakdown: BatchCost fields)
+COMPUTE_PARTS = {
+    "gemm": ("gemm_fwd_s", "gemm_bwd_s"), "attention": ("attn_fwd_s", "attn_bwd_s"),
+    "tp_comm": ("tp_fwd_s", "tp_bwd_s"), "elementwise": ("elementwise_fwd_s", "elementwise_bwd_s"),
+    "recompute": ("recompute_s",), "fp8_cast": ("fp8_cast_fwd_s", "fp8_cast_bwd_s"),
+    "launch_floor": ("launch_fwd_s", "launch_bwd_s"), "microbatch_overhead": ("overhead_fwd_s", "overhead_bwd_s"),
+}
+
+
+def compute_parts_s(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
+    """Fixed windows: the compute of one iteration on the busiest stage split by kind (seconds per iteration:
+    per-microbatch cost-model parts x microbatches), plus the optimizer step (a per-iteration fixed cost).
+
+    Keys ``part_<kind>_s``; they explain the simulator's ``compute_s`` (they sum to about it) and let a
+    layout's advantage be named (GEMM efficiency, TP communication, launch floors, ...).
+    """
+    cost = _cached_cost(cfg)
+    p = cfg.parallel
+    L = int(data.seq_len)
+    bc = cost.batch_cost(np.full(mbs, L), np.zeros(mbs, dtype=np.int64), np.array([p.cp]), _spans(cfg, cost, [p.cp]))
+    m = max(1, data.gbs // (cfg.dp * mbs))
+    out = {}
+    for name, fields in COMPUTE_PARTS.items():
+        vals = [float(getattr(bc, f)[0]) for f in fields if getattr(bc, f, None) is not None]
+        if vals:
+            out[f"part_{name}_s"] = m * sum(vals)
+    out["part_embed_head_s"] = m * sum(float(getattr(bc, f)[0]) for f in ("embed_fwd_s", "embed_bwd_s", "head_fwd_s",
+                                                                         "head_bwd_s") if getattr(bc, f, None) is not None)
+    out["part_optimizer_s"] = float(np.max(_sync_cost(cfg, cost).optimizer_s))
+    return out
+
+
 def screen(cfg: RunConfig, data: DataSpec, *, mbs: int | None, dynamic: bool) -> dict[str, float]:
     """Closed-form iteration time (seconds) and its parts for one checked candidate."""
     if data.fixed:

@@ -148,6 +148,10 @@ def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, 
             "mfu": float(s["mfu"]), "peak_memory_gib": s.get("peak_memory_gib")}
     for k in BREAKDOWN:
         row[k] = float(s.get(k, float("nan")))
+    if data.fixed:  # what the compute is made of (cost model), incl. the fixed costs
+        from dcpsim.planning.screen import compute_parts_s
+
+        row |= compute_parts_s(ch.cfg, data, int(c.mbs or 1))
     for k, v in s.items():  # breakdown terms the time model adds later (fixed costs, ...) come along
         if k.endswith("_s") and k not in row and isinstance(v, float) and k not in NOT_BREAKDOWN:
             row[k] = v
@@ -220,7 +224,7 @@ def explain(rows: list[dict[str, Any]]) -> None:
              if isinstance(r.get(k), float) and isinstance(o.get(k), float)}
         d = {k: v for k, v in d.items() if math.isfinite(v)}
         gains = sorted(d.items(), key=lambda kv: kv[1])[:2]
-        parts = [f"{k.removesuffix('_s')} {v * 1e3:+.0f} ms" for k, v in gains if abs(v) > 1e-6]
+        parts = [f"{k.removesuffix('_s').removeprefix('part_')} {v * 1e3:+.0f} ms" for k, v in gains if abs(v) > 1e-6]
         dt = r["iteration_time_s"] - o["iteration_time_s"]
         r["why"] = (f"vs {o['layout']}: {dt * 1e3:+.0f} ms/iteration" + (" (" + ", ".join(parts) + ")" if parts else ""))
 
