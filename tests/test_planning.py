@@ -283,10 +283,14 @@ def test_cached_cost_model_is_the_simulators():
     from dcpsim.planning.space import _cached_cost
     from dcpsim.run.single import build_cost_model
 
+    from dcpsim.planning.space import Candidate, check_candidate
+
     data = make_data_spec(seq_len=4096, gbs=512)
-    for gpus in (64, 128, 512):
-        cfg = _small_base().with_updates({**data.config_updates(), "cluster.gpus": gpus, "parallel.pp": 2,
-                                          "parallel.cp": 1, "parallel.tp": 2})
+    common = {"policy.name": "packing", **data.config_updates()}
+    for gpus, vp in ((64, 1), (128, 2), (512, 4), (64, 2)):
+        cand = Candidate(tp=2, pp=2, vp=vp, cp=1, tokens_per_rank=4096, recompute="none", mbs=1)
+        ch = check_candidate(_small_base(), cand, gpus, data, 512, common)
+        cfg = ch.cfg
         a, b = _cached_cost(cfg), build_cost_model(cfg)
         assert a.dp_cp == b.dp_cp == cfg.dp
         assert a.peak_memory_bytes([4096])[0] == pytest.approx(b.peak_memory_bytes([4096])[0])

@@ -300,7 +300,7 @@ def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec,
         return Checked(cand, reason=why, kind="batch")
     try:
         cfg = base.with_updates({**(common or {}), **cand.updates(gpus)})
-        cost = _cached_cost(cfg, key=(_base_token(base), cand.tp, cand.pp, cand.first_stage_layers,
+        cost = _cached_cost(cfg, key=(_base_token(base), cand.tp, cand.pp, cand.vp, cand.first_stage_layers,
                                       cand.last_stage_layers, cand.recompute, cand.precision, cand.flags),
                             dp_cp=cfg.dp * cand.cp)
     except (ConfigError, InfeasibleError) as exc:
@@ -350,8 +350,8 @@ def _base_token(base: RunConfig) -> str:
 def _cached_cost(cfg: RunConfig, key: tuple | None = None, dp_cp: int | None = None):
     """The cost model ``run_simulation`` builds for ``cfg`` (:func:`dcpsim.run.single.build_cost_model`).
 
-    Built once per layout without DP (``key``: what the cost model depends on, from the candidate; default:
-    from ``cfg``); for each DP a shallow copy with its ``dp_cp`` (the cost model uses ``dp_cp`` only to shard
+    Built once per layout without DP (``key``: what ``build_cost_model`` reads, from the candidate -- VP
+    included, it sets the activations in flight; default: from ``cfg``); for each DP a shallow copy with its ``dp_cp`` (the cost model uses ``dp_cp`` only to shard
     the optimizer state in its memory figure, so the copy is the model ``build_cost_model`` would return;
     tested). The cost model of a configuration checked here is found again by the configuration object.
     """
@@ -363,7 +363,7 @@ def _cached_cost(cfg: RunConfig, key: tuple | None = None, dp_cp: int | None = N
     if hit is not None and hit[0] is cfg:
         return hit[1]
     if key is None:
-        key = (_cost_key(cfg, drop=("dp", "cp", "mbs", "vp", "max_tokens_per_rank", "min_cp")),)
+        key = (_cost_key(cfg, drop=("dp", "cp", "mbs", "max_tokens_per_rank", "min_cp")),)
     dp_cp = dp_cp or cfg.dp * cfg.parallel.cp
     cost = _COST_CACHE.get((key, dp_cp))
     if cost is None:
