@@ -178,7 +178,7 @@ def run(args) -> dict:
     from dcpsim.workload import get_workload, sample_global_batch
 
     exp = load_experiment(args.spec)
-    out: dict = {"megatron_ref": args.ref, "batches_per_workload": args.batches, "workloads": {}}
+    out: dict = {"megatron_ref": args.ref, "batches_per_workload": args.batches, "gpus": args.gpus, "workloads": {}}
     with tempfile.TemporaryDirectory() as tmp:
         root = _checkout(args.megatron, args.ref, Path(tmp))
         head = subprocess.run(["git", f"--git-dir={args.megatron}", "rev-parse", args.ref], capture_output=True,
@@ -187,7 +187,8 @@ def run(args) -> dict:
         state: dict = {}
         ds = sim = sch = None
         for name in exp.datasets:
-            cfg = exp.config(name, "dynamic-pr2959", calibrated=False)
+            upd = {"cluster.gpus": args.gpus} if args.gpus else None
+            cfg = exp.config(name, "dynamic-pr2959", calibrated=False, updates=upd)
             cost, = (build_cost_model(cfg),)
             layout = build_layout(cfg, cost)
             state.update(dp=layout.ranks_per_stage, pp=layout.pp, tp=layout.tp)
@@ -275,13 +276,15 @@ def main() -> None:
     ap.add_argument("--ref", default="refs/pull/2959/head")
     ap.add_argument("--batches", type=int, default=64)
     ap.add_argument("--spec", default=None, help="experiment folder (default: experiments/dynamic_cp_blog)")
+    ap.add_argument("--gpus", type=int, default=None, help="GPU count (default: the primary configuration's)")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     args = ap.parse_args()
     res = run(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "equivalence.json").write_text(json.dumps(res, indent=1, default=str))
-    (out / "equivalence.md").write_text(markdown(res))
+    stem = "equivalence" if not args.gpus else f"equivalence_{args.gpus}gpus"
+    (out / f"{stem}.json").write_text(json.dumps(res, indent=1, default=str))
+    (out / f"{stem}.md").write_text(markdown(res))
     print(markdown(res))
 
 
