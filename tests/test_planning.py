@@ -280,10 +280,8 @@ def test_screen_equals_the_simulator_for_equal_microbatches(tp, pp, vp, cp):
 
 def test_cached_cost_model_is_the_simulators():
     """The search's cost models (one per layout, copied per DP) give the memory build_cost_model gives."""
-    from dcpsim.planning.space import _cached_cost
+    from dcpsim.planning.space import Candidate, _cached_cost, check_candidate
     from dcpsim.run.single import build_cost_model
-
-    from dcpsim.planning.space import Candidate, check_candidate
 
     data = make_data_spec(seq_len=4096, gbs=512)
     common = {"policy.name": "packing", **data.config_updates()}
