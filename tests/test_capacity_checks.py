@@ -27,7 +27,7 @@ def test_llama2_ratio_is_computed_not_fed(checks, monkeypatch):
     ok = [s for s in r["sizes"] if s["status"] == "ok"]
     assert ok and r["picked_gpus"] in (256, 512)
     assert r["gpu_hours"] == min(s["gpu_hours"] for s in ok)
-    assert r["ratio"] == pytest.approx(r["gpu_hours"] / 184_320)
+    assert r["ratio"] == pytest.approx(r["gpu_hours"] / 184_320) and r["profile"] == "a100-sxm-80gb"
     for s in ok:  # GPU-hours = GPUs x days x 24, failures included (goodput < 1)
         assert s["gpu_hours"] == pytest.approx(s["gpus"] * s["days"] * 24)
         assert s["gpu_hours"] > s["gpu_hours_no_failures"] and 0 < s["goodput"] < 1
