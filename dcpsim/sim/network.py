@@ -156,11 +156,13 @@ class FlowNetwork:
         now = self.env.now
         ids = self._component(links)
         comp = [self.flows[f] for f in ids]
-        for f in comp:
-            f.work -= f.rate * (now - f.t0)
-            f.t0 = now
+        old = [f.rate for f in comp]
         max_min_rates(comp, self._capacity)
-        for fid, f in zip(ids, comp, strict=True):
+        for fid, f, r0 in zip(ids, comp, old, strict=True):
+            if f.rate == r0 and f.version:  # unchanged rate: its finish time in the heap still holds
+                continue
+            f.work -= r0 * (now - f.t0)
+            f.t0 = now
             f.version += 1
             heapq.heappush(self._heap, (now + f.work / f.rate, fid, f.version))
 
