@@ -18,6 +18,7 @@ the run configurations; :mod:`dcpsim.experiments.runner` runs them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,11 +238,18 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
 
 
 def _need(d: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...]) -> Any:
+    if not isinstance(d, dict):
+        raise ConfigError(where, d, "a table")
     if key not in d:
         raise ConfigError(f"{where}.{key}", None, "a value (missing)")
     v = d[key]
-    if not isinstance(v, kind) or isinstance(v, bool) and kind is not bool:
-        raise ConfigError(f"{where}.{key}", v, f"a {kind}")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(v, kind) or isinstance(v, bool) and bool not in kinds:
+        names = " or ".join({int: "an integer", float: "a number", str: "text", list: "a list", dict: "a table",
+                             bool: "true or false"}.get(k, k.__name__) for k in kinds)
+        raise ConfigError(f"{where}.{key}", v, names)
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ConfigError(f"{where}.{key}", v, "a finite number")
     return v
 
 
@@ -294,76 +302,21 @@ def read_calibration(path: Path) -> Calibration:
     return Calibration(fitted=fitted, meta=dict(data.get("meta") or {}))
 
 
-def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:  # noqa: C901 - temporary, split by inputs
+def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:
     """Load the experiment folder (default :data:`DEFAULT_SPEC_DIR`)."""
     d = Path(spec_dir) if spec_dir is not None else DEFAULT_SPEC_DIR
     if not d.is_dir():
         raise ConfigError("spec_dir", str(d), "the experiment folder (experiments/dynamic_cp_blog in a dcpsim checkout)")
     raw = _read_toml(d / "experiment.toml", "experiment")
     ex = _need(raw, "experiment", "experiment.toml", dict)
-    policies = tuple(_need(ex, "policies", "experiment", list))
-    baseline = _need(ex, "baseline", "experiment", str)
-    headline = _need(ex, "headline", "experiment", str)
-    for key, pol in (("baseline", baseline), ("headline", headline)):
-        if pol not in policies:
-            raise ConfigError(f"experiment.{key}", pol, f"one of experiment.policies {list(policies)}")
-
-    compared = tuple(ex.get("compared_to_published", [headline]))
-    if headline not in compared:
-        compared = (headline, *compared)
-    for pol in compared:
-        if pol not in policies or pol == baseline:
-            raise ConfigError("experiment.compared_to_published", pol, f"a non-baseline policy of {list(policies)}")
-
+    policies, baseline, headline, compared = _experiment_policies(ex)
     datasets = {name: load_config(d / str(fname)) for name, fname in _need(raw, "datasets", "experiment.toml", dict).items()}
     if not datasets:
         raise ConfigError("datasets", {}, "at least one dataset")
-
-    pub_raw = _read_toml(d / _need(ex, "published", "experiment", str), "published")
-    published: dict[str, dict[str, float]] = {}
-    for ds in datasets:
-        t = _need(pub_raw, ds, "published.toml", dict)
-        published[ds] = {k: float(_need(t, k, f"published.{ds}", (int, float))) for k in ("packing", "dynamic", "speedup")}
-    tol_t = _need(pub_raw, "targets", "published.toml", dict)
-    tolerances = {k: float(_need(tol_t, k, "published.targets", (int, float))) for k in ("speedup_rel_tol", "tflops_rel_tol")}
-
-    modes: dict[str, Mode] = {}
-    for mname, m in _need(raw, "modes", "experiment.toml", dict).items():
-        where = f"modes.{mname}"
-        seeds = int(_need(m, "seeds", where, int))
-        its = int(_need(m, "iterations", where, int))
-        if seeds < 1 or its < 1:
-            raise ConfigError(where, m, "seeds >= 1 and iterations >= 1")
-        modes[mname] = Mode(
-            name=mname,
-            seeds=seeds,
-            iterations=its,
-            sensitivity=bool(m.get("sensitivity", False)),
-            sensitivity_seeds=int(m.get("sensitivity_seeds", seeds)),
-        )
-    for need in ("full", "quick"):
-        if need not in modes:
-            raise ConfigError("modes", sorted(modes), f"a [modes.{need}] table")
-
+    published, tolerances = _published(d, ex, datasets)
+    modes = _modes(raw)
     sens = raw.get("sensitivity") or {}
-    axes = []
-    for i, a in enumerate(sens.get("axes") or []):
-        where = f"sensitivity.axes[{i}]"
-        values = tuple(_need(a, "values", where, list))
-        ticks = tuple(str(t) for t in a.get("ticks", [str(v) for v in values]))
-        if len(ticks) != len(values):
-            raise ConfigError(f"{where}.ticks", list(ticks), f"{len(values)} labels, one per value")
-        axes.append(
-            SensitivityAxis(
-                name=str(_need(a, "name", where, str)),
-                label=str(a.get("label", a["name"])),
-                field=str(_need(a, "field", where, str)),
-                values=values,
-                ticks=ticks,
-                base=tuple(sorted((a.get("base") or {}).items())),
-                datasets=tuple(str(x) for x in a.get("datasets", ())),
-            )
-        )
+    axes = _sensitivity_axes(sens)
     cal_setup = dict(raw.get("calibration") or {})
     cal_workloads = {str(k): dict(v) for k, v in (cal_setup.pop("workloads", None) or {}).items()}
     calibration_path = d / str(ex.get("calibration", "calibration.toml"))
@@ -391,3 +344,77 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:  # no
         calibration_workloads=cal_workloads,
         policy_options={str(k): dict(v) for k, v in (raw.get("policy_options") or {}).items()},
     )
+
+
+def _experiment_policies(ex: dict) -> tuple[tuple[str, ...], str, str, tuple[str, ...]]:
+    """(policies, baseline, headline, compared-to-published) of ``[experiment]``, cross-checked."""
+    policies = tuple(_need(ex, "policies", "experiment", list))
+    baseline = _need(ex, "baseline", "experiment", str)
+    headline = _need(ex, "headline", "experiment", str)
+    for key, pol in (("baseline", baseline), ("headline", headline)):
+        if pol not in policies:
+            raise ConfigError(f"experiment.{key}", pol, f"one of experiment.policies {list(policies)}")
+    compared = tuple(ex.get("compared_to_published", [headline]))
+    if headline not in compared:
+        compared = (headline, *compared)
+    for pol in compared:
+        if pol not in policies or pol == baseline:
+            raise ConfigError("experiment.compared_to_published", pol, f"a non-baseline policy of {list(policies)}")
+    return policies, baseline, headline, compared
+
+
+def _published(d: Path, ex: dict, datasets: dict) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """The published figures per dataset (the reference, never an input) and the comparison tolerances."""
+    pub_raw = _read_toml(d / _need(ex, "published", "experiment", str), "published")
+    published: dict[str, dict[str, float]] = {}
+    for ds in datasets:
+        t = _need(pub_raw, ds, "published.toml", dict)
+        published[ds] = {k: float(_need(t, k, f"published.{ds}", (int, float))) for k in ("packing", "dynamic", "speedup")}
+    tol_t = _need(pub_raw, "targets", "published.toml", dict)
+    tolerances = {k: float(_need(tol_t, k, "published.targets", (int, float))) for k in ("speedup_rel_tol", "tflops_rel_tol")}
+    return published, tolerances
+
+
+def _modes(raw: dict) -> dict[str, Mode]:
+    """``[modes.*]``: seeds and iterations (positive integers) per mode; full and quick must exist."""
+    modes: dict[str, Mode] = {}
+    for mname, m in _need(raw, "modes", "experiment.toml", dict).items():
+        where = f"modes.{mname}"
+        seeds = int(_need(m, "seeds", where, int))
+        its = int(_need(m, "iterations", where, int))
+        if seeds < 1 or its < 1:
+            raise ConfigError(where, m, "seeds >= 1 and iterations >= 1")
+        modes[mname] = Mode(
+            name=mname,
+            seeds=seeds,
+            iterations=its,
+            sensitivity=bool(m.get("sensitivity", False)),
+            sensitivity_seeds=int(m.get("sensitivity_seeds", seeds)),
+        )
+    for need in ("full", "quick"):
+        if need not in modes:
+            raise ConfigError("modes", sorted(modes), f"a [modes.{need}] table")
+    return modes
+
+
+def _sensitivity_axes(sens: dict) -> list:
+    """``[[sensitivity.axes]]``: one swept field each, with values and tick labels."""
+    axes = []
+    for i, a in enumerate(sens.get("axes") or []):
+        where = f"sensitivity.axes[{i}]"
+        values = tuple(_need(a, "values", where, list))
+        ticks = tuple(str(t) for t in a.get("ticks", [str(v) for v in values]))
+        if len(ticks) != len(values):
+            raise ConfigError(f"{where}.ticks", list(ticks), f"{len(values)} labels, one per value")
+        axes.append(
+            SensitivityAxis(
+                name=str(_need(a, "name", where, str)),
+                label=str(a.get("label", a["name"])),
+                field=str(_need(a, "field", where, str)),
+                values=values,
+                ticks=ticks,
+                base=tuple(sorted((a.get("base") or {}).items())),
+                datasets=tuple(str(x) for x in a.get("datasets", ())),
+            )
+        )
+    return axes

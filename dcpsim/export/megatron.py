@@ -103,55 +103,78 @@ def resolve_policy(cfg: RunConfig, allow_approximate: bool = False) -> tuple[str
                       f"a policy Megatron-LM implements ({sorted(SCHEDULERS)}); {name!r} has no Megatron equivalent")
 
 
-def check_megatron(cfg: RunConfig, policy: str) -> list[str]:  # noqa: C901 - temporary, split by inputs
+def check_megatron(cfg: RunConfig, policy: str) -> list[str]:
     """Refuse (ConfigError naming the field) what Megatron would reject; return notes on what does not carry over."""
     from dcpsim.model import get_model
 
     m = get_model(cfg.model.name)
-    p = cfg.parallel
-    dp, cp, tp, pp = cfg.dp, p.cp, p.tp, p.pp
-    M = cfg.max_tokens_per_rank
-    max_len = cfg.workload.max_len
-    dynamic = policy == "dynamic"
-    notes: list[str] = []
-    if max_len is None:
+    if cfg.workload.max_len is None:
         raise ConfigError("workload.max_len", None, "a maximum sequence length (Megatron's --seq-length)")
-    if m.n_layers % pp:
-        raise ConfigError("parallel.pp", pp, f"a divisor of the model's {m.n_layers} layers")
-    if m.n_heads % tp or m.n_kv_heads % tp:
-        raise ConfigError("parallel.tp", tp, f"a divisor of the {m.n_heads} attention heads and {m.n_kv_heads} KV heads")
+    _check_shapes(cfg, m)
+    dynamic = policy == "dynamic"
+    notes = _check_dynamic(cfg) if dynamic else _check_static(cfg)
+    _check_a2a(cfg, m, dynamic)
+    return notes + _carry_over_notes(cfg, dynamic)
+
+
+def _check_shapes(cfg: RunConfig, m) -> None:
+    """Layers over PP, heads over TP, global batch over DP: Megatron's divisibility rules."""
+    p, dp = cfg.parallel, cfg.dp
+    if m.n_layers % p.pp:
+        raise ConfigError("parallel.pp", p.pp, f"a divisor of the model's {m.n_layers} layers")
+    if m.n_heads % p.tp or m.n_kv_heads % p.tp:
+        raise ConfigError("parallel.tp", p.tp, f"a divisor of the {m.n_heads} attention heads and {m.n_kv_heads} KV heads")
     if cfg.workload.gbs % dp:
         raise ConfigError("workload.gbs", cfg.workload.gbs,
                           f"a multiple of DP = {dp} (Megatron needs global batch % (micro-batch 1 × DP) == 0)")
-    if dynamic:
-        domain = dp * cp
-        if domain < 2:
-            raise ConfigError("cluster.gpus", cfg.cluster.gpus, f"DP×CP > 1 for dynamic CP (dp={dp}, cp={cp})")
-        if p.min_cp > domain:
-            raise ConfigError("parallel.min_cp", p.min_cp, f"at most DP×CP = {domain}")
-        if p.min_cp != domain:
-            if not _pow2(domain):
-                raise ConfigError("parallel.cp", cp, f"a layout whose dynamic domain DP×CP = {dp}×{cp} = {domain} "
-                                  "is a power of two (Megatron builds CP groups of power-of-two sizes)")
-            if not _pow2(p.min_cp):
-                raise ConfigError("parallel.min_cp", p.min_cp, "a power of two (--min-dynamic-context-parallel-size)")
-        if M * domain < max_len:
-            raise ConfigError("parallel.max_tokens_per_rank", M,
-                              f"M×DP×CP ≥ maximum length {max_len} (M={M}, DP×CP={domain} gives {M * domain})")
-    else:
-        if p.min_cp != 1:
-            notes.append(f"parallel.min_cp={p.min_cp} has no meaning for static CP; not exported")
-        if M * cp < max_len:
-            raise ConfigError("parallel.max_tokens_per_rank", M,
-                              f"M×CP ≥ maximum length {max_len} for static packing (M={M}, CP={cp} gives {M * cp})")
-    if p.cp_comm == "a2a":
-        largest = dp * cp if dynamic else cp
-        need = tp * largest
-        if m.n_heads % need:
-            raise ConfigError("parallel.cp_comm", "a2a",
-                              f"heads ({m.n_heads}) divisible by TP×CP = {tp}×{largest} = {need} "
-                              f"({'largest dynamic CP' if dynamic else 'CP'}); use p2p or all_gather")
-    s = cfg.sim
+
+
+def _check_dynamic(cfg: RunConfig) -> list[str]:
+    """Dynamic CP: a power-of-two domain DP×CP > 1, min_cp within it, M×DP×CP holding the longest sequence."""
+    p, dp, cp = cfg.parallel, cfg.dp, cfg.parallel.cp
+    M, max_len = cfg.max_tokens_per_rank, cfg.workload.max_len
+    domain = dp * cp
+    if domain < 2:
+        raise ConfigError("cluster.gpus", cfg.cluster.gpus, f"DP×CP > 1 for dynamic CP (dp={dp}, cp={cp})")
+    if p.min_cp > domain:
+        raise ConfigError("parallel.min_cp", p.min_cp, f"at most DP×CP = {domain}")
+    if p.min_cp != domain:
+        if not _pow2(domain):
+            raise ConfigError("parallel.cp", cp, f"a layout whose dynamic domain DP×CP = {dp}×{cp} = {domain} "
+                              "is a power of two (Megatron builds CP groups of power-of-two sizes)")
+        if not _pow2(p.min_cp):
+            raise ConfigError("parallel.min_cp", p.min_cp, "a power of two (--min-dynamic-context-parallel-size)")
+    if M * domain < max_len:
+        raise ConfigError("parallel.max_tokens_per_rank", M,
+                          f"M×DP×CP ≥ maximum length {max_len} (M={M}, DP×CP={domain} gives {M * domain})")
+    return []
+
+
+def _check_static(cfg: RunConfig) -> list[str]:
+    """Static packing: M×CP holds the longest sequence; min_cp does not carry over."""
+    p, M, max_len = cfg.parallel, cfg.max_tokens_per_rank, cfg.workload.max_len
+    if M * p.cp < max_len:
+        raise ConfigError("parallel.max_tokens_per_rank", M,
+                          f"M×CP ≥ maximum length {max_len} for static packing (M={M}, CP={p.cp} gives {M * p.cp})")
+    return [f"parallel.min_cp={p.min_cp} has no meaning for static CP; not exported"] if p.min_cp != 1 else []
+
+
+def _check_a2a(cfg: RunConfig, m, dynamic: bool) -> None:
+    """All-to-all CP splits heads: TP × (largest CP) must divide them."""
+    p = cfg.parallel
+    if p.cp_comm != "a2a":
+        return
+    largest = cfg.dp * p.cp if dynamic else p.cp
+    need = p.tp * largest
+    if m.n_heads % need:
+        raise ConfigError("parallel.cp_comm", "a2a",
+                          f"heads ({m.n_heads}) divisible by TP×CP = {p.tp}×{largest} = {need} "
+                          f"({'largest dynamic CP' if dynamic else 'CP'}); use p2p or all_gather")
+
+
+def _carry_over_notes(cfg: RunConfig, dynamic: bool) -> list[str]:
+    """What the simulation includes that a Megatron flag cannot express."""
+    s, notes = cfg.sim, []
     if s.noise_cv or s.straggler_fraction or s.degraded_link_scale != 1.0 or cfg.hardware.network_scale != 1.0:
         notes.append("simulated variability/degradation (noise, stragglers, degraded links, network_scale) "
                      "has no Megatron flag: expected.json includes it, the real run does not")

@@ -64,7 +64,7 @@ SUPPORTED_SUFFIXES: tuple[str, ...] = tuple(sorted(_FORMATS))
 """File suffixes :func:`read_lengths` understands (``""``: no suffix, plain text)."""
 
 
-def read_lengths(  # noqa: C901 - temporary, split by inputs
+def read_lengths(
     path: str | os.PathLike[str],
     column: str | int | None = None,
     *,
@@ -88,36 +88,42 @@ def read_lengths(  # noqa: C901 - temporary, split by inputs
     """
     p = Path(path)
     fmt = _format_of(p)
+    _check_source(p, str(path), fmt, column)
+    values, name = _read_format(p, str(path), fmt, column)
+    if values.size == 0:
+        raise ConfigError("path", str(path), "a file with at least one length")
+    return _validate(values, name, str(path), drop_empty)
+
+
+def _check_source(p: Path, shown: str, fmt: str, column: str | int | None) -> None:
+    """The file exists and is readable; ``column`` fits the format (``shown``: the path as the user wrote it)."""
     if not p.is_file():
-        raise ConfigError("path", str(path), "an existing, readable lengths file")
+        raise ConfigError("path", shown, "an existing, readable lengths file")
     if not os.access(p, os.R_OK):
-        raise ConfigError("path", str(path), "a readable file (permission denied)")
+        raise ConfigError("path", shown, "a readable file (permission denied)")
     if column is not None and (isinstance(column, bool) or not isinstance(column, str | int)):
         raise ConfigError("column", column, "a column name, a 0-based CSV column index, or None")
     if column is not None and fmt == _TEXT:
         raise ConfigError("column", column, "None: a plain-text file has no columns")
     if isinstance(column, int) and fmt != _CSV:
         raise ConfigError("column", column, "a column/key name (indices are for CSV only)")
+
+
+def _read_format(p: Path, shown: str, fmt: str, column: str | int | None) -> tuple[np.ndarray, str]:
+    """(values, column name) from the file in its format; every failure a ConfigError naming the file."""
+    readers = {_CSV: _read_csv, _PARQUET: _read_parquet, _JSONL: _read_jsonl}
     try:
         if fmt == _TEXT:
-            values, name = _read_text(p), "length"
-        elif fmt == _CSV:
-            values, name = _read_csv(p, column)
-        elif fmt == _PARQUET:
-            values, name = _read_parquet(p, column)
-        else:
-            values, name = _read_jsonl(p, column)
+            return _read_text(p), "length"
+        return readers[fmt](p, column)
     except ConfigError as exc:
         if exc.where is None and exc.field != "path":  # say which file
-            raise ConfigError(exc.field, exc.value, exc.expected, where=str(path)) from None
+            raise ConfigError(exc.field, exc.value, exc.expected, where=shown) from None
         raise
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError("path", str(path), f"a readable file ({exc})") from exc
+        raise ConfigError("path", shown, f"a readable file ({exc})") from exc
     except Exception as exc:  # parser errors from pandas/pyarrow: name the file
-        raise ConfigError("path", str(path), f"a well-formed {fmt} lengths file ({type(exc).__name__}: {exc})") from exc
-    if values.size == 0:
-        raise ConfigError("path", str(path), "a file with at least one length")
-    return _validate(values, name, str(path), drop_empty)
+        raise ConfigError("path", shown, f"a well-formed {fmt} lengths file ({type(exc).__name__}: {exc})") from exc
 
 
 # --------------------------------------------------------------------------
