@@ -193,8 +193,10 @@ def test_profile_quick_writes_a_loadable_measured_profile(cpu_profile):
     assert {r["op"] for r in nv} == set(COLLECTIVE_OPS) and {r["ranks"] for r in nv} == {2}
     assert sorted({r["bytes"] for r in nv}) == [4096, 16384, 65536, 262144, 1048576]
     assert all(math.isfinite(r["busbw_gb_per_s"]) and r["busbw_gb_per_s"] > 0 for r in nv)
+    # placeholder peak: the best row plus 1e-5 (so it stays above the 6-digit rows the CSV keeps)
     assert prof.hbm_bw_bytes_per_s > 0 and prof.peak_bf16_flops == pytest.approx(
-        max(r["tflops"] for r in prof.gemm_rows) * 1e12, rel=1e-5)
+        max(r["tflops"] for r in prof.gemm_rows) * 1e12, rel=3e-5)
+    assert prof.peak_bf16_flops >= max(r["tflops"] for r in prof.gemm_rows) * 1e12
 
 
 def test_profile_round_trips_measured_times_through_the_cost_model(cpu_profile):
