@@ -9,7 +9,9 @@ from dcpsim.commands._common import (
     POS_FLOAT,
     POS_INT,
     SEED,
+    add_config_flags,
     add_force,
+    config_from_args,
     parse_int_list,
     print_json,
     print_table,
@@ -72,6 +74,7 @@ def register(sub) -> None:
     t.add_argument("--restart-s", type=NONNEG_FLOAT, default=None, help=f"seconds from a failure to training again "
                                                                  f"(default {d['restart_s']:g})")
     p.add_argument("--config", default=None, help="base run TOML for everything else (recompute, network, sim ...)")
+    add_config_flags(p, [])  # --set section.field=VALUE on the base configuration
     p.add_argument("-j", "--jobs", type=POS_INT, default=None, help="worker processes (default 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--plot", default=None, help="write cost vs days (Pareto front highlighted) to this PNG/PDF")
@@ -219,9 +222,10 @@ def run(args) -> int:
 
     _check_outputs(args)
 
-    base = load_config(args.config) if args.config else None
-    model = args.model or (base.model.name if base is not None else DEFAULTS["model"])
-    tokens = float(parse_token_count(args.tokens or DEFAULTS["tokens"], "--tokens", binary=False))
+    base = config_from_args(args, load_config(args.config) if args.config else None) if (
+        args.config or args.set_fields) else None
+    model = args.model if args.model is not None else (base.model.name if base is not None else DEFAULTS["model"])
+    tokens = float(parse_token_count(DEFAULTS["tokens"] if args.tokens is None else args.tokens, "--tokens", binary=False))
     fm = FailureModel(gpu_mtbf_h=llama3_gpu_mtbf_hours() if args.mtbf_gpu_hours is None else args.mtbf_gpu_hours,
                       checkpoint_s=_get(args, "checkpoint_s")[0], restart_s=_get(args, "restart_s")[0])
     deadline = parse_duration_days(args.deadline)
