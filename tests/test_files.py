@@ -178,7 +178,7 @@ def test_sweep_refuses_foreign_top_level_files(tmp_path, capsys):
 
 def test_huge_sweep_is_estimated_before_it_is_built(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("dcpsim.run.sweep.SweepSpec.runs", _no_work)  # the runs are never built
-    vals = ", ".join(str(i) for i in range(1000))
+    vals = ", ".join(str(i) for i in range(1, 1001))  # valid values (each is checked against its field)
     spec = _spec(tmp_path, f"[axes]\nsim.seed = [{vals}]\nworkload.gbs = [{vals}]\n")
     rc = main(["sweep", str(spec), "--out", str(tmp_path / "o"), "-j", "1", "--no-progress"])
     _one_line_error(capsys, rc, "1,000,000 runs", "--yes")

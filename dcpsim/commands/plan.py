@@ -226,6 +226,9 @@ def run(args) -> int:
         args.config or args.set_fields) else None
     model = args.model if args.model is not None else (base.model.name if base is not None else DEFAULTS["model"])
     tokens = float(parse_token_count(DEFAULTS["tokens"] if args.tokens is None else args.tokens, "--tokens", binary=False))
+    from dcpsim.model import get_model
+
+    get_model(model)  # a bad name or file is one line now, not a failure in every worker
     fm = FailureModel(gpu_mtbf_h=llama3_gpu_mtbf_hours() if args.mtbf_gpu_hours is None else args.mtbf_gpu_hours,
                       checkpoint_s=_get(args, "checkpoint_s")[0], restart_s=_get(args, "restart_s")[0])
     deadline = parse_duration_days(args.deadline)
