@@ -12,13 +12,13 @@ from dcpsim.published import QUICK_ROWS, load_suite, replay_suite, row_config
 from dcpsim.published.replay import COMPARED, STATUS_UNEXPRESSIBLE
 from dcpsim.published.suite import padded_vocab, parse_vocab
 
-# Regression guard (uncalibrated profiles), re-measured at commit 9855121 (FP8, interleaving, fixed costs and the
-# fast path in): quick subset (rows 1, 12, 44, 72, 73) mean |error| 0.440, worst 0.700 (row 72, GPT-1.7B on 32
-# A100s, +70%). First measured when the replay first worked (no FP8/VP/fixed costs): 0.466 / 0.777. The bounds
+# Regression guard (uncalibrated profiles), re-measured at commit 6641d6f (FP8, interleaving, fixed costs and the
+# fast path in): quick subset (rows 1, 12, 44, 72, 73) mean |error| 0.446, worst 0.729 (row 72, GPT-1.7B on 32
+# A100s, +73%). First measured when the replay first worked (no FP8/VP/fixed costs): 0.466 / 0.777. The bounds
 # are the measured numbers plus a small margin; they are NOT a target the code was tuned to. Tighten them when
 # the model improves.
-QUICK_MEAN_BOUND = 0.440 + 0.03
-QUICK_WORST_BOUND = 0.700 + 0.03
+QUICK_MEAN_BOUND = 0.446 + 0.03
+QUICK_WORST_BOUND = 0.729 + 0.03
 
 
 def test_suite_is_the_published_data_with_its_split():
@@ -111,9 +111,9 @@ def test_unexpressible_rows_say_why(row):
 
 
 # Regression guard for the shipped calibrated profiles (profiles/*-calibrated, fitted by `dcpsim calibrate`
-# at commit 9855121): quick subset measured mean |error| 0.094, worst 0.222 (row 1, GPT-1.7B); bound = that + margin.
-CALIBRATED_QUICK_MEAN_BOUND = 0.094 + 0.03
-CALIBRATED_QUICK_WORST_BOUND = 0.222 + 0.03
+# at commit 6641d6f): quick subset measured mean |error| 0.095, worst 0.219 (row 1, GPT-1.7B); bound = that + margin.
+CALIBRATED_QUICK_MEAN_BOUND = 0.095 + 0.03
+CALIBRATED_QUICK_WORST_BOUND = 0.219 + 0.03
 
 
 def test_shipped_calibrations_name_this_data_and_their_fit_rows():
