@@ -81,3 +81,73 @@ def test_shared_network_needs_events():
     with pytest.raises(ConfigError, match="sim.network"):
         SimOptions(network="mesh")
     assert np.isfinite(_run("shared", sim__engine="auto").iterations.iloc[0].iteration_time_s)
+
+
+def _dp_topology():
+    from dcpsim.sim.topology import Topology
+
+    return Topology(tp=1, pp=1, dp=16, cp=1, nvlink_domain_gpus=8)
+
+
+def test_gradient_bucket_alone_takes_its_ideal_time():
+    import simpy
+
+    from dcpsim.sim.network import BucketedReduceScatter, FlowNetwork, dp_ring_hops
+
+    hops = dp_ring_hops(_dp_topology(), 0)  # one ring per NIC: GPU k of domain 0 <-> GPU k of domain 1
+    assert sorted(hops) == sorted([(k, 8 + k) for k in range(8)] + [(8 + k, k) for k in range(8)])
+    for ready, expect in (([0.0], 0.25), ([0.0, 0.0, 0.0], 0.75), ([0.1, 0.2, 0.6], 0.85)):
+        env = simpy.Environment()
+        net = FlowNetwork(env, Fabric(gpus=16))
+        end = []
+        BucketedReduceScatter(net, hops, 0.25, len(ready)).run(ready, end.append)
+        env.run()
+        assert end == [pytest.approx(expect, rel=1e-12)]
+
+
+def test_gradient_bucket_and_pipeline_flow_share_a_nic_max_min():
+    """A bucket (work w on each of 16 hops) and a pipeline transfer 0 -> 9 (work w) start together: GPU 0's
+    NIC carries hop 0 -> 8 and the transfer, GPU 9's carries hop 1 -> 9 and the transfer: max-min gives each
+    1/2, so the transfer and the bucket (its slowest hop) both end at 2w; the other hops end at w."""
+    import simpy
+
+    from dcpsim.sim.network import BucketedReduceScatter, FlowNetwork, dp_ring_hops
+
+    f = Fabric(gpus=16)
+    env = simpy.Environment()
+    net = FlowNetwork(env, f)
+    end = {}
+    BucketedReduceScatter(net, dp_ring_hops(_dp_topology(), 0), 0.5, 1).run([0.0], lambda t: end.setdefault("rs", t))
+    net.start(0.5, f.path(0, 9), lambda: end.setdefault("p2p", env.now))
+    env.run()
+    assert end["rs"] == pytest.approx(1.0, rel=1e-12) and end["p2p"] == pytest.approx(1.0, rel=1e-12)
+    # the transfer alone on a NIC the bucket does not use: no slow-down for either
+    env = simpy.Environment()
+    net = FlowNetwork(env, Fabric(gpus=24))
+    end = {}
+    BucketedReduceScatter(net, dp_ring_hops(_dp_topology(), 0), 0.5, 1).run([0.0], lambda t: end.setdefault("rs", t))
+    net.start(0.5, f.path(16, 17), lambda: end.setdefault("p2p", env.now))
+    env.run()
+    assert end == {"rs": pytest.approx(0.5, rel=1e-12), "p2p": pytest.approx(0.5, rel=1e-12)}
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_gradient_flows_alone_equal_the_ideal_sync(overlap):
+    """pp 1 (no pipeline transfers), flat fabric: the reduce-scatter flows meet nothing, so the shared run
+    equals the ideal one (the closed form of the bucketed overlap); several buckets on the stage."""
+    over = {"hardware__pod_gpus": "flat", "hardware__oversubscription": 1.0, "parallel__pp": 1,
+            "sim__overlap_grad_sync": overlap, "sim__grad_bucket_params": 20_000_000}
+    a = _run("ideal", **over)
+    b = _run("shared", **over)
+    ia, ib = a.iterations.iloc[0], b.iterations.iloc[0]
+    assert ib.iteration_time_s == pytest.approx(ia.iteration_time_s, rel=1e-9)
+    assert ib.events > ia.events  # the buckets ran as flows
+
+
+def test_gradient_flows_compete_with_pipeline_transfers():
+    """pp 4, flat fabric, no oversubscription: the last backward's gradient sends to the previous stage share
+    the NICs with the overlapped reduce-scatter, so the shared run is slower than the ideal one."""
+    over = {"hardware__pod_gpus": "flat", "hardware__oversubscription": 1.0, "sim__grad_bucket_params": 20_000_000}
+    ia = _run("ideal", **over).iterations.iloc[0]
+    ib = _run("shared", **over).iterations.iloc[0]
+    assert ib.iteration_time_s > ia.iteration_time_s * (1 + 1e-9)

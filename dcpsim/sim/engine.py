@@ -147,10 +147,57 @@ class _Run:
         self.cb_arrive = self.on_arrive
         # shared network: pipeline transfers become flows (dcpsim.sim.network.PipelineTransfers)
         self.transfers = None if network is None else network(self.env, work, G)
+        # shared network: stages whose gradient reduce-scatter leaves NVLink run it as flows
+        self.rs_flows: list = [None] * pp
+        if self.transfers is not None and sync.reduce_scatter_bucket_alone_s is not None:
+            nb, _, _ = _buckets(sync)
+            self.rs_flows = [self.transfers.reduce_scatter(p, float(sync.reduce_scatter_bucket_alone_s[p]), int(nb[p]))
+                             for p in range(pp)]
+        self.watch = any(x is not None for x in self.rs_flows)
+        self.last_started = [0] * pp
+        self.last_total = list(self.stage_left)
+        self.last_end_max = [0.0] * pp
+        self.rs_end = [math.nan] * pp
 
     def launch(self, n: int) -> None:
         self.start[n] = self.env.now
         self.timeout(self.dur[n], n).callbacks.append(self.cb_done)
+        if self.watch:
+            self.started(n)
+
+    def started(self, n: int) -> None:
+        """Node ``n`` has just started (shared network only): once every last backward of its stage has
+        started, their end is known, so the stage's bucket ready times are, and its reduce-scatter flows
+        are scheduled (buckets ready evenly over ``[last start, last end]`` with overlap, all at the end
+        without)."""
+        p = self.is_last[n]
+        if p < 0 or self.rs_flows[p] is None:
+            return
+        now = self.env.now
+        self.last_started[p] += 1
+        self.last_end_max[p] = max(self.last_end_max[p], now + self.dur[n])
+        if self.last_started[p] < self.last_total[p]:
+            return
+        b0, b1 = now, self.last_end_max[p]
+        flows = self.rs_flows[p]
+        B = flows.buckets
+        ready = [b0 + (i + 1) * (b1 - b0) / B if self.overlap else b1 for i in range(B)]
+        ready[-1] = b1
+        flows.run(ready, partial(self.on_rs_end, p))
+
+    def on_rs_end(self, p: int, t: float) -> None:
+        self.rs_end[p] = t
+        self.maybe_tail(p)
+
+    def maybe_tail(self, p: int) -> None:
+        """Stage ``p`` (reduce-scatter as flows) ends after its backward barrier and its last bucket."""
+        if self.stage_left[p] or self.rs_end[p] != self.rs_end[p]:
+            return
+        now = self.env.now
+        base = (2 * p + FWD) * self.G
+        fill = min((x for x in self.start[base:base + self.G] if x == x), default=0.0)
+        end = after_reduce_scatter_s(p, self.rs_end[p], fill, self.first_fwd[p], self.sync, self.overlap_pg)
+        self.timeout(max(end - now, 0.0), p).callbacks.append(self.on_stage_done)
 
     def on_arrive(self, ev) -> None:
         self.events += 1
@@ -160,6 +207,8 @@ class _Run:
         if count[d] == 0:
             self.start[d] = self.env.now
             self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
+            if self.watch:
+                self.started(d)
 
     def arrived(self, d: int) -> None:
         """A shared-network transfer into node ``d`` has arrived (same as :meth:`on_arrive`)."""
@@ -169,6 +218,8 @@ class _Run:
         if count[d] == 0:
             self.start[d] = self.env.now
             self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
+            if self.watch:
+                self.started(d)
 
     def on_stage_done(self, ev) -> None:
         self.events += 1
@@ -196,6 +247,8 @@ class _Run:
                 if count[d] == 0:
                     start[d] = now
                     timeout(dur[d], d).callbacks.append(self.cb_done)
+                    if self.watch:
+                        self.started(d)
         p = self.is_last[n]
         if p >= 0:
             self.on_rank_end(p, n, now)
@@ -206,6 +259,9 @@ class _Run:
         self.stage_left[p] -= 1
         if self.stage_left[p] == 0:  # the stage's N-way barrier: a counter, one event
             self.bwd_end[p] = now
+            if self.rs_flows[p] is not None:
+                self.maybe_tail(p)
+                return
             t = self.timeout(self.stage_tail_s(p, now), p)
             t.callbacks.append(self.on_stage_done)
 
@@ -223,9 +279,17 @@ def stage_end_s(p: int, last_bstart: float, bwd_end: float, first_fwd_start: flo
     ``last_bstart`` and ended at ``bwd_end``), the optimizer step, and the parameter all-gather stall (less
     the time the stage's first forward of this iteration, starting at ``first_fwd_start``, waited for its
     pipeline input anyway). The one formula of the event simulation and the fast path."""
-    nb, rs_b, ag_b = _buckets(sync)
+    nb, rs_b, _ = _buckets(sync)
     r_end = grad_sync_end_s(last_bstart, bwd_end, float(sync.reduce_scatter_s[p]), float(rs_b[p]), int(nb[p]),
                             overlap_grad_sync)
+    return after_reduce_scatter_s(p, r_end, first_fwd_start, first_fwd_s, sync, overlap_param_gather)
+
+
+def after_reduce_scatter_s(p: int, r_end: float, first_fwd_start: float, first_fwd_s: float, sync: SyncCost,
+                           overlap_param_gather: bool) -> float:
+    """End of stage ``p`` given its reduce-scatter end ``r_end``: optimizer step, then the parameter
+    all-gather stall (see :func:`stage_end_s`)."""
+    nb, _, ag_b = _buckets(sync)
     stall = param_gather_stall_s(float(sync.all_gather_s[p]), float(ag_b[p]), int(nb[p]), first_fwd_s,
                                  overlap_param_gather)
     if overlap_param_gather:  # the stage waits for its first pipeline input anyway
@@ -251,6 +315,10 @@ def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_
     bwd_end = np.asarray(run.bwd_end)
     last_bstart = np.asarray(run.last_bstart)
     rs_end, opt_end = sync_ends(bwd_end, last_bstart, sync, overlap_grad_sync)
+    flowed = np.array([x is not None for x in run.rs_flows])
+    if flowed.any():  # shared network: the reduce-scatters that ran as flows
+        rs_end = np.where(flowed, np.asarray(run.rs_end), rs_end)
+        opt_end = rs_end + sync.optimizer_s
     return IterationTimeline(
         start=np.asarray(run.start).reshape(run.shape),
         finish=fin,

@@ -30,7 +30,10 @@ gradients, ``tp`` GPUs per stage rank) and one flow per ring hop of a
 collective (a ring's hops run concurrently, so the collective ends when its
 slowest hop does); the whole transfer time, latency included, is treated as
 bandwidth work (latency terms are small next to the megabyte transfers these
-are). CP rings and TP collectives stay inside op durations (not yet flows).
+are). The distributed optimizer's bucketed gradient reduce-scatter of a stage
+whose DP×CP group leaves its NVLink domain is one flow per bucket per ring
+hop between domains (:class:`BucketedReduceScatter`). TP collectives and the
+parameter all-gather stay inside op durations / the per-op formula.
 """
 
 from __future__ import annotations
@@ -272,6 +275,77 @@ def transfer_time_s(fabric: Fabric, pairs: list[tuple[int, int]], ideal_s: float
     return out
 
 
+def dp_ring_hops(topology, stage: int) -> list[tuple[int, int]]:
+    """Network hops (src GPU, dst GPU) of the DP×CP gradient rings of pipeline stage ``stage``.
+
+    As :func:`~dcpsim.cost.comm.group_collective_time_s` models it: across NVLink domains NCCL runs one
+    ring per NIC (channel), so the ``k``-th GPU of each domain the group touches sends to the ``k``-th GPU
+    of the next domain (domains in a ring), for every TP rank's group; hops inside a domain are NVLink.
+    Empty when every group stays inside one domain.
+    """
+    R, d = topology.ranks_per_stage, topology.nvlink_domain_gpus
+    hops: list[tuple[int, int]] = []
+    for t in range(topology.tp):
+        g = topology.gpu_id(stage, np.arange(R), t)
+        dom = g // d
+        members = [g[dom == x] for x in np.unique(dom)]
+        if len(members) <= 1:
+            continue
+        for i, m in enumerate(members):
+            nxt = members[(i + 1) % len(members)]
+            hops += list(zip(m[:nxt.size].tolist(), nxt[:m.size].tolist(), strict=True))
+    return hops
+
+
+class BucketedReduceScatter:
+    """The bucketed gradient reduce-scatter of one stage as flows (``sim.network = "shared"``).
+
+    Granularity: one flow per bucket per network hop (channel ring hop between NVLink domains, see
+    :func:`dp_ring_hops`), of work ``bucket_s`` = the bucket's whole ring reduce-scatter alone
+    (its ``bytes·(n−1)/n`` at the per-NIC bus bandwidth; with ``g`` channels each NIC is busy for the
+    whole collective, so an uncontended bucket takes exactly its ideal time). A bucket ends when its
+    slowest hop does. Not per ring step: a ring's ``n − 1`` steps are paced by the same slowest hop, so
+    per-step flows give the same time under contention that lasts longer than a step (buckets are
+    ≥ 40M parameters, hundreds of MB, steps of MBs) at ``n − 1`` times the events. The NCCL latency term
+    is inside the profile's size-dependent bus bandwidth (not separable; < 1 % at these sizes), so it is
+    carried as work. Buckets run one after another on one communication stream, bucket ``i`` starting
+    at ``max(ready_i, end of bucket i−1)``, as in the ideal model.
+    """
+
+    def __init__(self, net: FlowNetwork, hops: list[tuple[int, int]], bucket_s: float, buckets: int) -> None:
+        self.net = net
+        self.paths = [net.fabric.path(a, b) for a, b in hops]
+        self.bucket_s = float(bucket_s)
+        self.buckets = int(buckets)
+
+    def run(self, ready: list[float], done: Callable[[float], None]) -> None:
+        """Start the buckets at absolute times ``ready`` (non-decreasing, not before now); ``done(t)`` at the end."""
+        env = self.net.env
+
+        def start(i: int) -> None:
+            left = [len(self.paths)]
+
+            def hop_done() -> None:
+                left[0] -= 1
+                if left[0] == 0:
+                    if i + 1 == self.buckets:
+                        done(env.now)
+                    else:
+                        at(i + 1)
+
+            for path in self.paths:
+                self.net.start(self.bucket_s, path, hop_done)
+
+        def at(i: int) -> None:
+            wait = ready[i] - env.now
+            if wait > 0.0:
+                env.timeout(wait).callbacks.append(lambda _ev: start(i))
+            else:
+                start(i)
+
+        at(0)
+
+
 class PipelineTransfers:
     """Pipeline transfers of one iteration as flows on a shared :class:`FlowNetwork` (``sim.network = "shared"``).
 
@@ -303,6 +377,13 @@ class PipelineTransfers:
             cross = crosses_domain(a, b, topo.nvlink_domain_gpus)
             self._pairs[key] = (list(zip(a[cross].tolist(), b[cross].tolist(), strict=True)), bool((~cross).any()))
         return self._pairs[key]
+
+    def reduce_scatter(self, stage: int, bucket_s: float, buckets: int) -> BucketedReduceScatter | None:
+        """Stage ``stage``'s bucketed gradient reduce-scatter on this network (``None`` if it stays on NVLink)."""
+        hops = dp_ring_hops(self.topo, stage)
+        if not hops or bucket_s <= 0.0:
+            return None
+        return BucketedReduceScatter(self.net, hops, bucket_s, buckets)
 
     def send(self, src_node: int, dst_node: int, arrived: Callable[[], None]) -> None:
         """Start the transfer on the edge ``src_node → dst_node`` of the engine's graph; ``arrived()`` at its end."""
