@@ -8,7 +8,7 @@ Run (each policy in a fresh process, so that its peak memory is its own)::
 Layout: tp 1, pp 8, cp 8 (dp = GPUs/64), H100, ``github`` lengths, gbs =
 4 × GPUs sequences, one iteration, seed 0, ``planning = "ignore"``. For each
 policy it reports the whole :func:`~dcpsim.run.single.run_simulation` wall
-time (sampling, planning, durations, schedule evaluation, tables) after a
+time and CPU time of the process (sampling, planning, durations, schedule evaluation, tables) after a
 warm-up run at 64 GPUs in the same process (imports of pandas/scipy and the
 profile curves, about 1.3–5 s on this machine, are not part of an
 iteration), the planning and simulation parts, and the process's peak
@@ -46,11 +46,11 @@ def one(gpus: int, policy: str, engine: str) -> dict:
                                          "sim.seed": 0, "sim.planning": "ignore", "sim.engine": engine})
 
     run_simulation(cfg(64))  # imports (pandas, scipy) and profile curves: not part of one iteration
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = run_simulation(cfg(gpus))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     s = res.summary
-    return {"gpus": gpus, "policy": policy, "engine": engine, "wall_s": round(wall, 3),
+    return {"gpus": gpus, "policy": policy, "engine": engine, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
             "planning_wall_s": round(s["planning_wall_s"], 3), "sim_wall_s": round(s["sim_wall_s"], 3),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "iteration_time_s": s["iteration_time_s"], "tflops_per_gpu": s["tflops_per_gpu"],
@@ -69,7 +69,7 @@ def main() -> None:
         print(json.dumps(one(a.gpus, a.child, a.engine)))
         return
     rows = []
-    print(f"{'policy':16s} {'wall_s':>7s} {'plan_s':>7s} {'sim_s':>7s} {'peak_MB':>8s} {'steps':>6s} {'groups':>8s} {'TFLOPS':>7s}")
+    print(f"{'policy':16s} {'wall_s':>7s} {'cpu_s':>7s} {'plan_s':>7s} {'sim_s':>7s} {'peak_MB':>8s} {'steps':>6s} {'groups':>8s} {'TFLOPS':>7s}")
     for p in a.policies.split(","):
         out = subprocess.run([sys.executable, __file__, "--gpus", str(a.gpus), "--engine", a.engine, "--child", p],
                              capture_output=True, text=True, check=False)
@@ -78,7 +78,7 @@ def main() -> None:
             continue
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(r)
-        print(f"{p:16s} {r['wall_s']:7.2f} {r['planning_wall_s']:7.2f} {r['sim_wall_s']:7.2f} {r['peak_rss_mb']:8.0f} "
+        print(f"{p:16s} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['planning_wall_s']:7.2f} {r['sim_wall_s']:7.2f} {r['peak_rss_mb']:8.0f} "
               f"{r['steps'] or 0:6.0f} {r['groups'] or 0:8.0f} {r['tflops_per_gpu']:7.1f}")
     if a.json:
         with open(a.json, "w") as f:

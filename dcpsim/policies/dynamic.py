@@ -30,13 +30,20 @@ doubled one instead; only the ranks' positions differ). When DP×CP is not a
 power of two the "group over all ranks" is the largest aligned power of two,
 and the remaining ranks idle.
 
-Speed: each sequence is placed with a handful of numpy operations over the
-groups of the current microbatch (≤ DP×CP of them), free aligned slices are
-found with bit operations on a Python integer, and a microbatch stops early
-once even the shortest remaining sequence cannot be placed.
+Speed: the first option that keeps the maximum is found in a segment tree
+per CP size (min tokens and min load per node, creation order), so placing a
+sequence is logarithmic in the groups of the microbatch; only when every
+option raises the maximum does it scan all groups with numpy. Free aligned
+slices are found with bit operations on a Python integer, a microbatch stops
+early once even the shortest remaining sequence cannot be placed, and the
+doubling of small groups uses a heap and re-lays the groups once.
+tests/test_policy_scale.py checks the plans equal those of a scan of every
+group per sequence.
 """
 
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
@@ -151,21 +158,29 @@ class _Ctx:
 
     def _fill_empty_ranks(self, mb: _Microbatch, order: np.ndarray, ids: list[int], left: np.ndarray,
                           stats: dict) -> tuple[Step, np.ndarray]:
-        """Ranks left empty: double the smallest group while it fits; failing that, one group over all ranks."""
+        """Ranks left empty: double the smallest group while it fits; failing that, one group over all ranks.
+
+        The doubled group is the first-created one of the smallest size (a heap
+        keyed by (size, creation index)); groups are re-laid once at the end.
+        """
         sizes_g = [self.size_list[int(x)] for x in mb.g_sidx[: mb.ng]]
         starts = list(mb.g_start)
         used = sum(sizes_g)
-        free = mb.free
-        while free:
-            cmin = min(sizes_g)
+        heap = [(c, g) for g, c in enumerate(sizes_g)]
+        heapq.heapify(heap)
+        doubled = False
+        while used < self.R:
+            cmin, g = heap[0]
             if not (2 * cmin <= self.cmax and used + cmin <= self.R):
                 stats["full_group_fills"] += 1
                 return self._one_full_group(order, ids)
-            g = sizes_g.index(cmin)  # first-created group of the smallest size
             sizes_g[g] = 2 * cmin
+            heapq.heapreplace(heap, (2 * cmin, g))
             used += cmin
             stats["doublings"] += 1
-            starts, free = self._relayout(sizes_g)
+            doubled = True
+        if doubled:
+            starts = self._relayout(sizes_g)
         groups = [Group(int(starts[g]), int(sizes_g[g]), mb.members[g]) for g in range(mb.ng)]
         groups.sort(key=lambda gr: gr.start)
         return Step(groups), left
@@ -183,20 +198,77 @@ class _Ctx:
                 rest.append(i)
         return Step([Group(0, c, sel)]), np.asarray(rest, dtype=np.int64)
 
-    def _relayout(self, sizes_g: list[int]) -> tuple[list[int], int]:
-        """Place groups largest first from rank 0 (aligned because sizes are powers of two); return starts and free mask."""
+    def _relayout(self, sizes_g: list[int]) -> list[int]:
+        """Starts of the groups placed largest first from rank 0 (aligned because sizes are powers of two)."""
         order = sorted(range(len(sizes_g)), key=lambda g: (-sizes_g[g], g))
         starts = [0] * len(sizes_g)
         pos = 0
         for g in order:
             starts[g] = pos
             pos += sizes_g[g]
-        free = ((1 << self.R) - 1) & ~((1 << pos) - 1)
-        return starts, free
+        return starts
+
+
+class _SizeTree:
+    """Groups of one CP size in creation order: a segment tree of (min tokens, min load) per node.
+
+    Leaves are the groups' padded tokens per rank and L²/c loads (empty slots:
+    ``EMPTY`` tokens, infinite load). Both only grow, so an update walks up
+    while a parent's minimum changes. Queries prune a subtree when even its
+    minimum cannot pass a test; since ``fl(a + w)`` is monotone in ``a`` the
+    pruning makes the same floating-point comparisons as a scan would.
+    """
+
+    EMPTY = 1 << 62
+
+    def __init__(self, capacity: int) -> None:
+        cap = 1
+        while cap < capacity:
+            cap *= 2
+        self.cap = cap
+        self.tok = [self.EMPTY] * (2 * cap)
+        self.load = [float("inf")] * (2 * cap)
+        self.gid: list[int] = []  # slot -> global group index
+
+    def set(self, slot: int, tok: int, load: float) -> None:
+        """Leaf ``slot`` takes (tok, load); refresh the minima above it."""
+        tk, ld = self.tok, self.load
+        n = slot + self.cap
+        tk[n], ld[n] = tok, load
+        n >>= 1
+        while n:
+            a, b = 2 * n, 2 * n + 1
+            t = tk[a] if tk[a] < tk[b] else tk[b]
+            v = ld[a] if ld[a] < ld[b] else ld[b]
+            if t == tk[n] and v == ld[n]:
+                break
+            tk[n], ld[n] = t, v
+            n >>= 1
+
+    def first_fit(self, t: int, w: float, room: int, limit: float) -> int:
+        """Lowest slot with ``tok + t <= room`` and ``load + w <= limit``; -1 if none."""
+        tk, ld, cap = self.tok, self.load, self.cap
+        if tk[1] + t > room or ld[1] + w > limit:
+            return -1
+        stack = [1]
+        while stack:
+            n = stack.pop()
+            if tk[n] + t > room or ld[n] + w > limit:
+                continue
+            if n >= cap:
+                return n - cap
+            stack.append(2 * n + 1)
+            stack.append(2 * n)
+        return -1
 
 
 class _Microbatch:
-    """The groups of one microbatch under construction (one entry per group, at most R of them)."""
+    """The groups of one microbatch under construction (one entry per group, at most R of them).
+
+    Per-group arrays serve the rare "every option raises the maximum" scan;
+    the common first-fit query goes through one :class:`_SizeTree` per CP size
+    (logarithmic in the groups instead of a scan of all of them per sequence).
+    """
 
     def __init__(self, ctx: _Ctx, first: int) -> None:
         R = ctx.R
@@ -209,6 +281,8 @@ class _Microbatch:
         self.ng = 0
         self.free = (1 << R) - 1  # bit r set: rank r free
         self.slice_cache: list[int | None] = [None] * ctx.ns
+        self.trees = [_SizeTree(R // c) for c in ctx.size_list]
+        self.g_slot: list[int] = []  # group -> slot in its size's tree
         self.BIG = float(4 * R + 4)  # option-order key: size index * BIG + position
         k = int(ctx.need[first])
         self.cur_max = float(ctx.work[first, k])
@@ -226,33 +300,41 @@ class _Microbatch:
 
     def full_for(self, length: int) -> bool:
         """No free rank, and no group has room for ``length`` tokens even split perfectly over the largest group."""
-        return self.free == 0 and length > (self.ctx.M - self.min_tok) * self.big
+        if self.free:
+            return False
+        min_tok = min([t.tok[1] for t in self.trees])  # the fullest group's tokens per rank
+        return length > (self.ctx.M - min_tok) * self.big
 
     def choose(self, i: int):
         """("join", group) or ("new", size index) for sequence ``i``, or None if it must wait."""
+        return self._without_raise(i) or self._least_raise(i)
+
+    def _without_raise(self, i: int):
+        """The first option in option order whose load stays within the current maximum (None if none).
+
+        Option order: sizes ascending; within a size the existing groups in
+        creation order, then a new group.
+        """
+        ctx = self.ctx
+        tok_row, work_row = ctx.tok[i].tolist(), ctx.work[i].tolist()
+        M, cur = ctx.M, self.cur_max
+        for kk in range(int(ctx.need[i]), ctx.ns):
+            tree = self.trees[kk]
+            if tree.gid:
+                slot = tree.first_fit(tok_row[kk], work_row[kk], M, cur)
+                if slot >= 0:
+                    return ("join", tree.gid[slot])
+            if work_row[kk] <= cur and self.first_free(kk) >= 0:
+                return ("new", kk)
+        return None
+
+    def _least_raise(self, i: int):
+        """Every option raises the maximum: the smallest resulting maximum under the cap (None if none)."""
         ctx, ng = self.ctx, self.ng
         k0 = int(ctx.need[i])
         gs = self.g_sidx[:ng]
         ok = (gs >= k0) & (self.g_tok[:ng] + ctx.tok[i][gs] <= ctx.M)
         newv = self.g_load[:ng] + ctx.work[i][gs]
-        return self._without_raise(i, k0, gs, ok, newv) or self._least_raise(i, k0, gs, ok, newv)
-
-    def _without_raise(self, i: int, k0: int, gs: np.ndarray, ok: np.ndarray, newv: np.ndarray):
-        """The first option in option order whose load stays within the current maximum (None if none)."""
-        f0 = ok & (newv <= self.cur_max)
-        kj, gj = self.ctx.ns, -1
-        if f0.any():
-            key = np.where(f0, gs * self.BIG + np.arange(self.ng), np.inf)
-            gj = int(np.argmin(key))
-            kj = int(gs[gj])
-        work_row = self.ctx.work[i]
-        for kk in range(k0, kj):  # a new group of a smaller size comes first in option order
-            if work_row[kk] <= self.cur_max and self.first_free(kk) >= 0:
-                return ("new", kk)
-        return ("join", gj) if gj >= 0 else None
-
-    def _least_raise(self, i: int, k0: int, gs: np.ndarray, ok: np.ndarray, newv: np.ndarray):
-        """Every option raises the maximum: the smallest resulting maximum under the cap (None if none)."""
         okc = ok & (newv <= self.cap)
         best_v, best_key, choice = np.inf, np.inf, None
         if okc.any():
@@ -261,12 +343,12 @@ class _Microbatch:
             cand = np.where(vv == jv, gs * self.BIG + np.arange(self.ng), np.inf)
             g = int(np.argmin(cand))
             best_v, best_key, choice = jv, float(cand[g]), ("join", g)
-        work_row = self.ctx.work[i]
-        for kk in range(k0, self.ctx.ns):
+        work_row = ctx.work[i]
+        for kk in range(k0, ctx.ns):
             v = float(work_row[kk])
             if v > self.cap or self.first_free(kk) < 0:
                 continue
-            key = kk * self.BIG + 2 * self.ctx.R + 1  # after the existing groups of its size
+            key = kk * self.BIG + 2 * ctx.R + 1  # after the existing groups of its size
             if v < best_v or (v == best_v and key < best_key):
                 best_v, best_key, choice = v, key, ("new", kk)
         return choice
@@ -281,6 +363,7 @@ class _Microbatch:
             self.g_tok[g] += ctx.tok[i, kk]
             self.members[g].append(i)
             load = float(self.g_load[g])
+            slot = self.g_slot[g]
         else:
             kk = choice[1]
             c = ctx.size_list[kk]
@@ -294,5 +377,9 @@ class _Microbatch:
             self.slice_cache = [None] * ctx.ns
             load = float(ctx.work[i, kk])
             self.big = max(self.big, c)
+            tree = self.trees[kk]
+            slot = len(tree.gid)
+            tree.gid.append(g)
+            self.g_slot.append(slot)
+        self.trees[kk].set(slot, int(self.g_tok[g]), load)
         self.cur_max = max(self.cur_max, load)
-        self.min_tok = int(self.g_tok[: self.ng].min())
