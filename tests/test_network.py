@@ -134,8 +134,9 @@ def test_gradient_bucket_and_pipeline_flow_share_a_nic_max_min():
 @pytest.mark.parametrize("overlap", [True, False])
 def test_gradient_flows_alone_equal_the_ideal_sync(overlap):
     """pp 1 (no pipeline transfers), flat fabric: the reduce-scatter flows meet nothing, so the shared run
-    equals the ideal one (the closed form of the bucketed overlap); several buckets on the stage."""
-    over = {"hardware__pod_gpus": "flat", "hardware__oversubscription": 1.0, "parallel__pp": 1,
+    equals the ideal one (the closed form of the bucketed overlap); several buckets on the stage; static CP
+    groups of 2 ranks x tp 2 stay inside a node (no CP ring flows to meet)."""
+    over = {"hardware__pod_gpus": "flat", "hardware__oversubscription": 1.0, "parallel__pp": 1, "policy__name": "packing",
             "sim__overlap_grad_sync": overlap, "sim__grad_bucket_params": 20_000_000}
     a = _run("ideal", **over)
     b = _run("shared", **over)
@@ -151,3 +152,51 @@ def test_gradient_flows_compete_with_pipeline_transfers():
     ia = _run("ideal", **over).iterations.iloc[0]
     ib = _run("shared", **over).iterations.iloc[0]
     assert ib.iteration_time_s > ia.iteration_time_s * (1 + 1e-9)
+
+
+def test_cp_ring_flows_alone_equal_the_ideal_op():
+    """pp 1, dp 1, static cp 16 x tp 2 over four NVLink domains, flat fabric: each op's CP ring is 8 network
+    flows (per TP rank, the 4 domain-crossing hops) on distinct NICs that meet nothing (the gradient
+    reduce-scatter starts after the last backward: no overlap), so every op takes its ideal time."""
+    over = {"cluster__gpus": 32, "parallel__pp": 1, "parallel__cp": 16, "parallel__tp": 2, "workload__gbs": 4,
+            "policy__name": "packing", "sim__overlap_grad_sync": False,
+            "hardware__pod_gpus": "flat", "hardware__oversubscription": 1.0}
+    a = _run("ideal", **over).iterations.iloc[0]
+    b = _run("shared", **over).iterations.iloc[0]
+    assert b.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-9)
+    assert b.events > a.events
+
+
+def test_cp_ring_hops_and_their_sharing():
+    """A CP group of stage ranks 4..11 (tp 1, domains of 8) crosses the network on hops 7 -> 8 and 11 -> 4."""
+    import simpy
+
+    from dcpsim.sim.network import PipelineTransfers
+    from dcpsim.sim.topology import Topology
+
+    class _T:
+        start, size = np.array([4]), np.array([8])
+
+    class _W:
+        table = _T()
+        p2p_network_alone_s = p2p_nvlink_s = np.zeros(1)
+
+    env = simpy.Environment()
+    f = Fabric(gpus=16)
+    pt = PipelineTransfers(env, f, Topology(tp=1, pp=1, dp=2, cp=8), _W(), 1)
+    assert sorted(pt.cp_hops(0, 0)) == [(7, 8), (11, 4)]
+    end = {}
+    pt.ring(0, 0.5, lambda t: end.setdefault("ring", t))
+    pt.net.start(0.5, f.path(7, 12), lambda: end.setdefault("p2p", env.now))  # shares GPU 7's NIC
+    env.run()
+    assert end == {"ring": pytest.approx(1.0, rel=1e-12), "p2p": pytest.approx(1.0, rel=1e-12)}
+
+
+def test_cp_rings_across_an_oversubscribed_spine_slow_down():
+    """Groups leaving their pod: ideal applies 1/o to each ring alone; shared makes the rings share the
+    pod uplinks. Both slower than without oversubscription."""
+    base = {"hardware__pod_gpus": 16}
+    for net in ("ideal", "shared"):
+        t1 = _run(net, hardware__oversubscription=1.0, **base).iterations.iloc[0].iteration_time_s
+        t4 = _run(net, hardware__oversubscription=4.0, **base).iterations.iloc[0].iteration_time_s
+        assert t4 >= t1 * (1 - 1e-12)

@@ -136,6 +136,7 @@ class BatchCost:
     overhead_bwd_s: np.ndarray
     embed_fwd_s: np.ndarray
     embed_bwd_s: np.ndarray
+    cp_fwd_comm_s: np.ndarray  # forward part of ``cp_comm_total_s`` (all of the ring's forward transfers)
 
     @property
     def layer_fwd_s(self) -> np.ndarray:
@@ -199,6 +200,7 @@ class PackCost:
     overhead_bwd_s: float = 0.0
     embed_fwd_s: float = 0.0
     embed_bwd_s: float = 0.0
+    cp_fwd_comm_s: float = 0.0
 
     @property
     def fwd_s(self) -> float:
@@ -395,7 +397,7 @@ class CostModel:
         gemm_fwd, cast_fwd, cast_bwd = self._gemm_terms(s)
         gemm_bwd = GEMM_BWD_FLOPS_FACTOR * gemm_fwd
         attn_fwd, attn_bwd = self._attention_terms(padded, cp, pack_ids)
-        cp_fwd, cp_bwd, cp_total = self._cp_terms(s, cp, spans, attn_fwd, attn_bwd)
+        cp_fwd, cp_bwd, cp_total, cp_fwd_comm = self._cp_terms(s, cp, spans, attn_fwd, attn_bwd)
         tp_fwd, tp_bwd = self._tp_terms(s, gemm_fwd, gemm_bwd)
         ew_fwd = s * self.elementwise_bytes_per_token_layer() / prof.hbm_bw_bytes_per_s
         ew_bwd = ELEMENTWISE_BWD_FACTOR * ew_fwd
@@ -444,6 +446,7 @@ class CostModel:
             overhead_bwd_s=overhead.copy(),
             embed_fwd_s=emb_fwd,
             embed_bwd_s=emb_bwd,
+            cp_fwd_comm_s=cp_fwd_comm * L,
         )
 
     # ------------------------------------------------------- batch_cost terms (one layer, per rank)
@@ -526,13 +529,14 @@ class CostModel:
             t_bwd[sel] = GEMM_BWD_FLOPS_FACTOR * t + 11.0 * elems / prof.hbm_bw_bytes_per_s
         return t_fwd, t_bwd
 
-    def _cp_terms(self, s, cp, spans, attn_fwd, attn_bwd) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """CP communication per layer: exposed forward, exposed backward, and total transfer time."""
+    def _cp_terms(self, s, cp, spans, attn_fwd, attn_bwd) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """CP communication per layer: exposed forward, exposed backward, total transfer time, and the
+        forward part of the total."""
         npk = cp.size
-        cp_fwd, cp_bwd, cp_total = np.zeros(npk), np.zeros(npk), np.zeros(npk)
+        cp_fwd, cp_bwd, cp_total, fwd_comm = np.zeros(npk), np.zeros(npk), np.zeros(npk), np.zeros(npk)
         multi = cp > 1
         if not multi.any():
-            return cp_fwd, cp_bwd, cp_total
+            return cp_fwd, cp_bwd, cp_total, fwd_comm
         prof, cpf = self.profile, cp.astype(np.float64)
         kv_bytes = s * 2.0 * self.model.kv_dim * 2.0 / self.tp
         for tier, sel in (("nvlink", multi & ~spans), ("network", multi & spans)):
@@ -546,12 +550,13 @@ class CostModel:
                 cp_fwd[idx] = steps * np.maximum(0.0, tx - attn_fwd[idx] / cpf[idx])
                 cp_bwd[idx] = steps * np.maximum(0.0, tx_b - attn_bwd[idx] / cpf[idx])
                 cp_total[idx] = steps * (tx + tx_b)
+                fwd_comm[idx] = steps * tx
                 continue
             for c in np.unique(cp[idx]):
                 sub = idx[cp[idx] == c]
                 fw, bw = self._cp_collective(tier, s[sub], kv_bytes[sub], int(c))
-                cp_fwd[sub], cp_bwd[sub], cp_total[sub] = fw, bw, fw + bw
-        return cp_fwd, cp_bwd, cp_total
+                cp_fwd[sub], cp_bwd[sub], cp_total[sub], fwd_comm[sub] = fw, bw, fw + bw, fw
+        return cp_fwd, cp_bwd, cp_total, fwd_comm
 
     def _cp_collective(self, tier: str, s, kv_bytes, c: int) -> tuple[np.ndarray, np.ndarray]:
         """Exposed forward and backward time of the ``all_gather`` or ``a2a`` CP collectives."""

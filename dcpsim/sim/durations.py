@@ -113,6 +113,10 @@ class IterationWork:
     # the shared network applies those as link capacities) and over NVLink (seconds, (G,))
     p2p_network_alone_s: np.ndarray | None = None
     p2p_nvlink_s: np.ndarray | None = None
+    # shared network: the whole CP ring traffic of each op of a group that leaves its NVLink domain, at
+    # the NIC's own speed (``network_scale`` only), forward and backward, ``(PP, G)``; None when ideal
+    cp_fwd_ring_s: np.ndarray | None = None
+    cp_bwd_ring_s: np.ndarray | None = None
 
     def virtual(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(forward, backward, transfer) per virtual stage: ``(PP·vp, G)`` twice and ``(PP·vp − 1, G)``.
@@ -162,8 +166,9 @@ class DurationModel:
     def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
                  grad_reduce_bytes_per_param: int = 4, grad_bucket_params: int = 0,
                  dynamic_cp_exchange: str = "none", cp_switch_s: float = 0.0,
-                 microbatch_overhead_s: float = 0.0) -> None:
+                 microbatch_overhead_s: float = 0.0, shared_network: bool = False) -> None:
         self.cost = cost
+        self.shared_network = bool(shared_network)
         self.microbatch_overhead_s = float(microbatch_overhead_s)
         self.dynamic_cp_exchange = dynamic_cp_exchange
         self.cp_switch_s = float(cp_switch_s)
@@ -251,6 +256,10 @@ class DurationModel:
         bwd[pp - 1] += head_b
         cpf = per["cp_fwd_exposed_s"] * scale
         cpb = per["cp_bwd_exposed_s"] * scale
+        ring_f = ring_b = None
+        if self.shared_network:
+            ring_f = np.where(spans, per["cp_fwd_comm_s"] * scale, 0.0)
+            ring_b = np.where(spans, (per["cp_comm_total_s"] - per["cp_fwd_comm_s"]) * scale, 0.0)
         if plan.dynamic:
             self._dynamic_cp_costs(plan, table, fwd, bwd, lens)
         if self.microbatch_overhead_s > 0:
@@ -267,6 +276,7 @@ class DurationModel:
             head_fwd_s=head_f, head_bwd_s=head_b, vp=self.topo.vp, embed_fwd_s=embed_f, embed_bwd_s=embed_b,
             idle_memory_bytes=float(cost.peak_memory_bytes(np.zeros(1))[0]),
             p2p_network_alone_s=self._p2p_alone[0], p2p_nvlink_s=self._p2p_alone[1],
+            cp_fwd_ring_s=ring_f, cp_bwd_ring_s=ring_b,
         )
 
     def exchange_s(self, n_samples: int, tokens: float) -> float:
@@ -317,14 +327,17 @@ class DurationModel:
         factor = np.ones((topo.pp, G))
         for p in range(topo.pp):
             spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1)
-            factor[p, :P] = np.where(spans[p, :P], topo.group_network_factor(p, starts, cps), 1.0)
+            # shared network: the fabric applies pods and the degraded NIC to the ring's flows
+            f = float(topo.network_scale) if self.shared_network else topo.group_network_factor(p, starts, cps)
+            factor[p, :P] = np.where(spans[p, :P], f, 1.0)
         return spans, factor
 
     def _pack_costs(self, lens, pids, cps, spans, factor, G: int, P: int):
         """Per-stage cost terms of every real group: one ``batch_cost`` call per link class."""
         pp, cost = self.topo.pp, self.cost
         fields = ("layer_fwd_s", "layer_bwd_s", "overhead_fwd_s", "overhead_bwd_s", "cp_fwd_exposed_s",
-                  "cp_bwd_exposed_s", "head_fwd_s", "head_bwd_s", "embed_fwd_s", "embed_bwd_s")
+                  "cp_bwd_exposed_s", "head_fwd_s", "head_bwd_s", "embed_fwd_s", "embed_bwd_s", "cp_fwd_comm_s",
+                  "cp_comm_total_s")
         per = {f: np.zeros((pp, G)) for f in fields}
         local = np.zeros(G)
         mem = np.full(G, float(cost.peak_memory_bytes(np.zeros(1))[0]))

@@ -153,7 +153,13 @@ class _Run:
             nb, _, _ = _buckets(sync)
             self.rs_flows = [self.transfers.reduce_scatter(p, float(sync.reduce_scatter_bucket_alone_s[p]), int(nb[p]))
                              for p in range(pp)]
-        self.watch = any(x is not None for x in self.rs_flows)
+        self.cp_work = [0.0] * len(self.dur)
+        if self.transfers is not None and work.cp_fwd_ring_s is not None:
+            ring = np.zeros((V, 2, G))
+            ring[:, FWD, :] = np.tile(work.cp_fwd_ring_s / work.vp, (work.vp, 1))
+            ring[:, BWD, :] = np.tile(work.cp_bwd_ring_s / work.vp, (work.vp, 1))
+            self.cp_work = ring.reshape(-1).tolist()
+        self.watch = any(x is not None for x in self.rs_flows) or any(x > 0.0 for x in self.cp_work)
         self.last_started = [0] * pp
         self.last_total = list(self.stage_left)
         self.last_end_max = [0.0] * pp
@@ -161,9 +167,29 @@ class _Run:
 
     def launch(self, n: int) -> None:
         self.start[n] = self.env.now
-        self.timeout(self.dur[n], n).callbacks.append(self.cb_done)
         if self.watch:
-            self.started(n)
+            self.begin(n)
+        else:
+            self.timeout(self.dur[n], n).callbacks.append(self.cb_done)
+
+    def begin(self, n: int) -> None:
+        """Run op ``n`` that has just started (shared network). A CP group that leaves its NVLink domain
+        sends its whole ring (all forward or backward transfers of the op) as flows from the op's start;
+        uncontended they take ``T`` = the ring's time alone and the op its ideal ``D``; slowed by sharing
+        to end at ``t_f``, the op ends at ``max(start + D, t_f + D − T)``: the ring's delay is exposed
+        (conservative: the per-step slack of the overlap is not credited)."""
+        w = self.cp_work[n]
+        if w > 0.0:
+            t0, d = self.env.now, self.dur[n]
+
+            def ring_done(t_f: float, n=n, t0=t0, d=d, w=w) -> None:
+                end = max(t0 + d, t_f + d - w)
+                self.timeout(max(end - self.env.now, 0.0), n).callbacks.append(self.cb_done)
+
+            self.transfers.ring(n, w, ring_done)
+        else:
+            self.timeout(self.dur[n], n).callbacks.append(self.cb_done)
+        self.started(n)
 
     def started(self, n: int) -> None:
         """Node ``n`` has just started (shared network only): once every last backward of its stage has
@@ -206,9 +232,10 @@ class _Run:
         count[d] -= 1
         if count[d] == 0:
             self.start[d] = self.env.now
-            self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
             if self.watch:
-                self.started(d)
+                self.begin(d)
+            else:
+                self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
 
     def arrived(self, d: int) -> None:
         """A shared-network transfer into node ``d`` has arrived (same as :meth:`on_arrive`)."""
@@ -217,9 +244,10 @@ class _Run:
         count[d] -= 1
         if count[d] == 0:
             self.start[d] = self.env.now
-            self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
             if self.watch:
-                self.started(d)
+                self.begin(d)
+            else:
+                self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
 
     def on_stage_done(self, ev) -> None:
         self.events += 1
@@ -246,9 +274,10 @@ class _Run:
                 count[d] -= 1
                 if count[d] == 0:
                     start[d] = now
-                    timeout(dur[d], d).callbacks.append(self.cb_done)
                     if self.watch:
-                        self.started(d)
+                        self.begin(d)
+                    else:
+                        timeout(dur[d], d).callbacks.append(self.cb_done)
         p = self.is_last[n]
         if p >= 0:
             self.on_rank_end(p, n, now)

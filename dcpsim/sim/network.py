@@ -32,8 +32,11 @@ slowest hop does); the whole transfer time, latency included, is treated as
 bandwidth work (latency terms are small next to the megabyte transfers these
 are). The distributed optimizer's bucketed gradient reduce-scatter of a stage
 whose DP×CP group leaves its NVLink domain is one flow per bucket per ring
-hop between domains (:class:`BucketedReduceScatter`). TP collectives and the
-parameter all-gather stay inside op durations / the per-op formula.
+hop between domains (:class:`BucketedReduceScatter`). The CP ring of a group
+that leaves its NVLink domain is one flow per network hop per op carrying the
+whole ring's traffic of the op (:meth:`PipelineTransfers.ring`; the engine
+adds the ring's delay to the op). TP collectives and the parameter
+all-gather stay inside op durations / the per-op formula.
 """
 
 from __future__ import annotations
@@ -377,6 +380,42 @@ class PipelineTransfers:
             cross = crosses_domain(a, b, topo.nvlink_domain_gpus)
             self._pairs[key] = (list(zip(a[cross].tolist(), b[cross].tolist(), strict=True)), bool((~cross).any()))
         return self._pairs[key]
+
+    def cp_hops(self, g: int, p: int) -> list[tuple[int, int]]:
+        """Network hops of group ``g``'s CP ring on stage ``p``: for each TP rank, stage rank ``r`` of the group
+        sends to ``r + 1`` (cyclically), the ring order of Megatron's ring attention; only hops that
+        leave the NVLink domain."""
+        key = (g, p, -1)
+        if key not in self._pairs:
+            topo = self.topo
+            r = np.arange(self.start[g], self.start[g] + self.size[g])
+            hops: list[tuple[int, int]] = []
+            for t in range(topo.tp):
+                a = topo.gpu_id(p, r, t)
+                b = np.roll(a, -1)
+                cross = crosses_domain(a, b, topo.nvlink_domain_gpus)
+                hops += list(zip(a[cross].tolist(), b[cross].tolist(), strict=True))
+            self._pairs[key] = (hops, False)
+        return self._pairs[key][0]
+
+    def ring(self, node: int, work_s: float, done: Callable[[float], None]) -> None:
+        """The CP ring of the engine's node ``node`` (virtual stage, direction, group) as flows of ``work_s``
+        each, one per network hop (the hops run concurrently, each carrying the whole ring's traffic of
+        the op: ``cp − 1`` steps of K/V or their gradients); ``done(t)`` when the slowest has finished."""
+        s, g = divmod(node, self.G)
+        hops = self.cp_hops(g, (s // 2) % self.topo.pp)
+        if not hops:
+            done(self.env.now)
+            return
+        left = [len(hops)]
+
+        def hop_done() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                done(self.env.now)
+
+        for a, b in hops:
+            self.net.start(work_s, self.net.fabric.path(a, b), hop_done)
 
     def reduce_scatter(self, stage: int, bucket_s: float, buckets: int) -> BucketedReduceScatter | None:
         """Stage ``stage``'s bucketed gradient reduce-scatter on this network (``None`` if it stays on NVLink)."""

@@ -91,7 +91,8 @@ class ClusterSimulator:
                                        grad_bucket_params=self.options.grad_bucket_params,
                                        dynamic_cp_exchange=self.options.dynamic_cp_exchange,
                                        cp_switch_s=self.options.cp_switch_s,
-                                       microbatch_overhead_s=self.options.microbatch_overhead_s)
+                                       microbatch_overhead_s=self.options.microbatch_overhead_s,
+                                       shared_network=self.options.network == "shared")
         self.sync = self.durations.sync_cost()
 
     def uses_events(self) -> bool:
