@@ -7,11 +7,13 @@ must reproduce exactly on random batches.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from policy_cases import comparable, cost_model
 
-from dcpsim.policies import Layout, get_policy
+from dcpsim.policies import Layout, get_policy, per_rank_tokens
 from dcpsim.policies import dynamic as dyn
 
 
@@ -76,7 +78,7 @@ def _batches():
         yield layout, lengths
 
 
-@pytest.mark.parametrize("delta", [0.0, 0.05, 1.0])
+@pytest.mark.parametrize("delta", [0.05, 1.0])
 def test_dynamic_trees_give_the_scan_plans(monkeypatch, delta):
     seen = {"doublings": 0, "full_group_fills": 0}
     for layout, lengths in _batches():
@@ -90,3 +92,49 @@ def test_dynamic_trees_give_the_scan_plans(monkeypatch, delta):
         for k in seen:
             seen[k] += fast.meta[k]
     assert min(seen.values()) > 0, seen  # both ways of filling empty ranks were exercised
+
+
+def _lpt_scan(order, t, tok, n_bins, cap):
+    """``packing-balanced``'s LPT: every sequence to the least-loaded bin with room, ties to the lowest bin."""
+    room = np.full(n_bins, cap, dtype=np.int64)
+    load = np.zeros(n_bins)
+    members = [[] for _ in range(n_bins)]
+    for i in order.tolist():
+        cand = np.where(room >= tok[i], load, np.inf)
+        b = int(np.argmin(cand))
+        if not np.isfinite(cand[b]):
+            return None
+        room[b] -= tok[i]
+        load[b] += t[i]
+        members[b].append(i)
+    return members
+
+
+def _deal_scan(bins, t, ids, m, layout):
+    """``packing-balanced``'s dealing: largest bin first to the lightest replica with fewer than m bins."""
+    dp = layout.dp
+    cost_b = np.array([t[b].sum() if b else 0.0 for b in bins])
+    order = np.lexsort((np.arange(len(bins)), -cost_b))
+    total, count = np.zeros(dp), np.zeros(dp, dtype=np.int64)
+    per = [[] for _ in range(dp)]
+    for b in order.tolist():
+        j = int(np.argmin(np.where(count < m, total, np.inf)))
+        total[j] += cost_b[b]
+        count[j] += 1
+        per[j].append([int(ids[x]) for x in bins[b]])
+    return [dyn.Step([dyn.Group(j * layout.cp, layout.cp, per[j][k]) for j in range(dp)]) for k in range(m)]
+
+
+def test_balanced_packing_heaps_give_the_scan_plans(monkeypatch):
+    from dcpsim.policies import static
+
+    for layout, lengths in itertools.islice(_batches(), 8):
+        ok = per_rank_tokens(lengths, layout.cp) <= layout.max_tokens_per_rank
+        lengths = lengths[ok] if ok.any() else np.array([1])
+        cost = cost_model(1, 1, layout.dp * layout.cp)
+        fast = get_policy("packing-balanced").plan(lengths, layout, cost)
+        with monkeypatch.context() as m:
+            m.setattr(static.BalancedPackingPolicy, "_lpt", staticmethod(_lpt_scan))
+            m.setattr(static.BalancedPackingPolicy, "_deal", staticmethod(_deal_scan))
+            ref = get_policy("packing-balanced").plan(lengths, layout, cost)
+        assert comparable(fast) == comparable(ref)

@@ -179,8 +179,16 @@ class BalancedPackingPolicy(Policy):
         tok_l = tok.tolist()
         t_l = t.tolist()
         rest_min = np.minimum.accumulate(tok[order][::-1])[::-1].tolist() if seq else []
+        replace = heapq.heapreplace
         for pos, i in enumerate(seq):
             need = tok_l[i]
+            if heap:
+                load, b = heap[0]
+                if room[b] >= need:  # the least-loaded bin has room (the common case)
+                    room[b] -= need
+                    members[b].append(i)
+                    replace(heap, (load + t_l[i], b))
+                    continue
             aside = []
             while heap and room[heap[0][1]] < need:
                 e = heapq.heappop(heap)
@@ -191,7 +199,7 @@ class BalancedPackingPolicy(Policy):
             load, b = heap[0]
             room[b] -= need
             members[b].append(i)
-            heapq.heapreplace(heap, (load + t_l[i], b))
+            replace(heap, (load + t_l[i], b))
             for e in aside:
                 heapq.heappush(heap, e)
         return members
@@ -202,14 +210,18 @@ class BalancedPackingPolicy(Policy):
         dp = layout.dp
         cost_b = np.array([t[b].sum() if b else 0.0 for b in bins])
         order = np.lexsort((np.arange(len(bins)), -cost_b))
-        total = np.zeros(dp)
-        count = np.zeros(dp, dtype=np.int64)
+        ids_l = ids.tolist()
+        heap = [(0.0, j) for j in range(dp)]  # (total, replica): the lightest replica with a free slot, lowest first
+        count = [0] * dp
         per: list[list[list[int]]] = [[] for _ in range(dp)]
-        for b in order.tolist():
-            j = int(np.argmin(np.where(count < m, total, np.inf)))
-            total[j] += cost_b[b]
+        for b, c in zip(order.tolist(), cost_b[order].tolist(), strict=True):
+            total, j = heap[0]
             count[j] += 1
-            per[j].append([int(ids[x]) for x in bins[b]])
+            if count[j] < m:
+                heapq.heapreplace(heap, (total + c, j))
+            else:
+                heapq.heappop(heap)
+            per[j].append([ids_l[x] for x in bins[b]])
         cp = layout.cp
         return [Step([Group(j * cp, cp, per[j][k]) for j in range(dp)]) for k in range(m)]
 
