@@ -211,6 +211,7 @@ class BalancedPackingPolicy(Policy):
         cost_b = np.array([t[b].sum() if b else 0.0 for b in bins])
         order = np.lexsort((np.arange(len(bins)), -cost_b))
         ids_l = ids.tolist()
+        same = not ids_l or ids_l[-1] == len(ids_l) - 1  # ids is increasing: nothing dropped, bin entries are ids
         heap = [(0.0, j) for j in range(dp)]  # (total, replica): the lightest replica with a free slot, lowest first
         count = [0] * dp
         per: list[list[list[int]]] = [[] for _ in range(dp)]
@@ -221,7 +222,7 @@ class BalancedPackingPolicy(Policy):
                 heapq.heapreplace(heap, (total + c, j))
             else:
                 heapq.heappop(heap)
-            per[j].append([ids_l[x] for x in bins[b]])
+            per[j].append(bins[b] if same else [ids_l[x] for x in bins[b]])
         cp = layout.cp
         return [Step([Group(j * cp, cp, per[j][k]) for j in range(dp)]) for k in range(m)]
 
