@@ -26,8 +26,9 @@ dynamic CP's larger groups (if any) put ring traffic on the network; ``--cp
 Results (benchmarks/results/network_speedup/cp8.* and cp16.*, main at the
 commit that added them; ``--gpus 64,256,1024,4096 --oversub 1,4`` and
 ``--gpus 128,512,1024,4096 --oversub 1,4 --cp 16``): the shared network moves
-the speed-up by < 1 % (cp 8: 0.935/0.936/0.782/0.874 ideal-vs-shared at 1:1
-is 0.935/0.933/0.778/0.870 ideal; cp 16: 5.21-4.37 both). At 4:1 the ideal
+the speed-up by < 1 % (cp 8 at 1:1, 64/256/1024/4096 GPUs: shared
+0.935/0.936/0.782/0.874, ideal 0.935/0.933/0.778/0.870; cp 16: 5.2 -> 4.4
+in both). At 4:1 the ideal
 model is the pessimistic one (e.g. cp 16, 1024 GPUs: 4.30 ideal vs 4.40
 shared): it slows every pod-leaving ring and collective by 4, while only the
 ring hops between pods (8 NIC channels per pod boundary) use the 16-NIC-unit
