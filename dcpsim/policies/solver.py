@@ -252,10 +252,11 @@ class _Placer:
 
     def _delta(self, s_k: float, newt: float) -> float:
         """Increase of the modelled makespan when a step of height ``s_k`` gets a group of time ``newt``."""
-        sn = max(s_k, newt)
+        sn = newt if newt > s_k else s_k  # max(s_k, newt) without the call
         d = sn - s_k
         if self.pp > 1:
-            d += (self.pp - 1) * max(0.0, sn - self.gmax)
+            over = sn - self.gmax
+            d += (self.pp - 1) * (over if over > 0.0 else 0.0)
         return d
 
     # ---------------------------------------------------------- options
@@ -306,11 +307,15 @@ class _Placer:
         """The bucket's fullest group with token room whose increase is within ``thr`` (lowest id on ties); -1 if none."""
         lo, hi = 0, len(keys)  # binary search: groups [0, lo) are within the threshold and the height limit
         pp1, gmax = self.pp - 1, self.gmax
-        while lo < hi:
+        while lo < hi:  # conditionals instead of max(): the same values, without a call per probe
             mid = (lo + hi) // 2
             newt = keys[mid][0] + add
-            sn = max(s_k, newt)
-            if newt <= lim and (sn - s_k) + (pp1 * max(0.0, sn - gmax) if pp1 else 0.0) <= thr:
+            if newt > lim:
+                hi = mid
+                continue
+            sn = newt if newt > s_k else s_k
+            over = sn - gmax
+            if (sn - s_k) + (pp1 * (over if over > 0.0 else 0.0) if pp1 else 0.0) <= thr:
                 lo = mid + 1
             else:
                 hi = mid
