@@ -138,3 +138,22 @@ def test_balanced_packing_heaps_give_the_scan_plans(monkeypatch):
             m.setattr(static.BalancedPackingPolicy, "_deal", staticmethod(_deal_scan))
             ref = get_policy("packing-balanced").plan(lengths, layout, cost)
         assert comparable(fast) == comparable(ref)
+
+
+def test_seq_costs_on_distinct_lengths_equal_the_per_sequence_table():
+    from dcpsim.policies import SeqCosts
+    from dcpsim.policies.costs import split_parts
+
+    rng = np.random.default_rng(1)
+    L = np.concatenate([rng.integers(1, 30000, 300), rng.integers(1, 50, 100)])
+    layout = Layout(dp=4, cp=4, max_tokens_per_rank=8192, pp=2)
+    cost = cost_model(1, 2, 16)
+    sizes = np.array([1, 2, 4, 8, 16])
+    sc = SeqCosts(L, layout, cost, sizes)
+    n, ns = L.size, sizes.size
+    # the definition: every sequence alone in its own pack, for every size, without and with network
+    bc = cost.batch_cost(np.tile(L, 2 * ns), np.arange(2 * ns * n), np.repeat(np.tile(sizes, 2), n),
+                         np.repeat(np.array([False, True]), ns * n))
+    attn, comm, _ = split_parts(bc, cost.recompute)
+    assert np.array_equal(sc.attn_s, attn[: ns * n].reshape(ns, n))
+    assert np.array_equal(sc.comm_s, np.stack([comm[: ns * n].reshape(ns, n), comm[ns * n:].reshape(ns, n)], axis=1))

@@ -211,14 +211,17 @@ class SeqCosts:
         self.attn_s = np.zeros((ns, n))
         self.comm_s = np.zeros((ns, 2, n))
         if n:
-            # each sequence alone in its own pack, for every size, without and with network
-            rep_len = np.tile(L, 2 * ns)
-            pack_cp = np.repeat(np.tile(self.sizes, 2), n)
-            pack_span = np.repeat(np.array([False, True]), ns * n)
+            # each sequence alone in its own pack, for every size, without and with network; a pack of one
+            # sequence costs the same whatever the others, so the table is built on the distinct lengths
+            u, inv = np.unique(L, return_inverse=True)
+            nu = u.size
+            rep_len = np.tile(u, 2 * ns)
+            pack_cp = np.repeat(np.tile(self.sizes, 2), nu)
+            pack_span = np.repeat(np.array([False, True]), ns * nu)
             bc = cost.batch_cost(rep_len, np.arange(rep_len.size), pack_cp, pack_span)
             attn, comm, _ = split_parts(bc, cost.recompute)
-            self.attn_s = attn[: ns * n].reshape(ns, n)
-            self.comm_s = np.stack([comm[: ns * n].reshape(ns, n), comm[ns * n :].reshape(ns, n)], axis=1)
+            self.attn_s = attn[: ns * nu].reshape(ns, nu)[:, inv]
+            self.comm_s = np.stack([comm[: ns * nu].reshape(ns, nu), comm[ns * nu :].reshape(ns, nu)], axis=1)[:, :, inv]
         lin = self.lin_s_per_token * self.tokens
         self.time_s = self.attn_s[:, None, :] + self.comm_s + lin[:, None, :]
 
