@@ -189,8 +189,9 @@ class SimSection(_Section):
         "auto", description="events: SimPy event simulation; fast: the exact vectorised evaluation of the same "
         "schedule (same finish times); auto: fast whenever no modelled effect needs events")
     network: Literal["ideal", "shared"] = Field(
-        "ideal", description="ideal: every transfer at its profile time; shared: pipeline transfers are flows that "
-        "share NICs and pod uplinks (max-min fair; dcpsim.sim.network; needs the events engine)")
+        "ideal", description="ideal: every transfer at its profile time; shared: pipeline transfers, the bucketed "
+        "gradient reduce-scatter and CP rings that leave the NVLink domain are flows that share NICs and pod "
+        "uplinks (max-min fair; dcpsim.sim.network; needs the events engine)")
     long_run_hours: float = Field(0.0, ge=0, le=24 * 3650, description="long-run mode: hours of training simulated at "
                                   "iteration granularity with failures, checkpoints, restarts and slow episodes "
                                   "(0 = off); summary gains goodput_* (dcpsim.sim.longrun)")
