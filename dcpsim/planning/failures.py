@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from dcpsim.errors import ConfigError
+from dcpsim.sim.longrun import (  # one implementation of the MTBF, Young interval and goodput formulas
+    LLAMA3_DAYS,
+    LLAMA3_GPUS,
+    LLAMA3_INTERRUPTIONS,
+    first_order_goodput,
+    llama3_gpu_mtbf_hours,
+    system_mtbf_s,
+    young_interval_s,
+)
 
-# Llama 3 (Meta, 2024): 419 unexpected interruptions in 54 days of pre-training on 16,384 GPUs (issue 6).
-LLAMA3_INTERRUPTIONS = 419
-LLAMA3_DAYS = 54
-LLAMA3_GPUS = 16384
-
-
-def llama3_gpu_mtbf_hours() -> float:
-    """Per-GPU mean time between failures implied by the Llama 3 report (GPU-hours per interruption)."""
-    return LLAMA3_DAYS * 24.0 * LLAMA3_GPUS / LLAMA3_INTERRUPTIONS
+__all__ = ["FailureModel", "llama3_gpu_mtbf_hours", "LLAMA3_DAYS", "LLAMA3_GPUS", "LLAMA3_INTERRUPTIONS"]
 
 
 @dataclass(frozen=True)
@@ -47,22 +47,16 @@ class FailureModel:
 
     def system_mtbf_s(self, gpus: int) -> float:
         """Mean time between failures of a job on ``gpus`` GPUs, seconds."""
-        return self.gpu_mtbf_h * 3600.0 / gpus
+        return system_mtbf_s(self.gpu_mtbf_h, gpus)
 
     def checkpoint_interval_s(self, gpus: int) -> float:
         """Young's optimal work time between checkpoints, seconds."""
-        return math.sqrt(2.0 * self.checkpoint_s * self.system_mtbf_s(gpus))
+        return young_interval_s(self.checkpoint_s, self.system_mtbf_s(gpus))
 
     def goodput(self, gpus: int) -> float:
         """Useful fraction of wall time on ``gpus`` GPUs (0..1)."""
-        m = self.system_mtbf_s(gpus)
-        d = self.checkpoint_s
-        tau = self.checkpoint_interval_s(gpus)
-        ckpt = d / tau if tau > 0 else 0.0
-        lost = (self.restart_s + (tau + d) / 2.0) / m
-        if lost >= 1.0:
-            return 0.0
-        return (1.0 - lost) / (1.0 + ckpt)
+        return first_order_goodput(self.system_mtbf_s(gpus), self.checkpoint_interval_s(gpus),
+                                   self.checkpoint_s, self.restart_s)
 
     def expected_failures(self, gpus: int, wall_s: float) -> float:
         """Expected number of failures in ``wall_s`` seconds of wall time on ``gpus`` GPUs."""

@@ -86,6 +86,7 @@ from pydantic import Field, model_validator
 
 from dcpsim.choices import Clip, CpComm, Planning, Recompute
 from dcpsim.errors import ConfigError
+from dcpsim.sim.longrun import llama3_gpu_mtbf_hours
 from dcpsim.validation import InputModel, read_toml, validate_model
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -196,7 +197,7 @@ class SimSection(_Section):
                                   "iteration granularity with failures, checkpoints, restarts and slow episodes "
                                   "(0 = off); summary gains goodput_* (dcpsim.sim.longrun)")
     long_run_seeds: int = Field(8, ge=1, le=10_000, description="independent long runs (goodput mean and spread)")
-    gpu_mtbf_h: float = Field(54 * 24 * 16384 / 419, gt=0, le=1e9, description="mean time between failures of one GPU, "
+    gpu_mtbf_h: float = Field(llama3_gpu_mtbf_hours(), gt=0, le=1e9, description="mean time between failures of one GPU, "
                               "hours (default: Llama 3 report, 419 interruptions in 54 days on 16,384 GPUs)")
     checkpoint_s: float = Field(60.0, ge=0, le=1e6, description="seconds training stops to write a checkpoint (assumed)")
     restart_s: float = Field(600.0, ge=0, le=1e7, description="seconds from a failure to training again (assumed)")

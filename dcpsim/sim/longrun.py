@@ -6,8 +6,9 @@ seeded generator (one seed, one result):
 
 * **Failures** of the job: a Poisson process of rate ``gpus / MTBF_gpu``
   (exponential gaps; the per-GPU MTBF model of
-  :class:`dcpsim.planning.failures.FailureModel`, default from the Llama 3
-  report). A failure loses the work since the last checkpoint (and a
+  :func:`llama3_gpu_mtbf_hours`, default from the Llama 3 report;
+  capacity planning's :class:`dcpsim.planning.failures.FailureModel` uses
+  the same functions). A failure loses the work since the last checkpoint (and a
   checkpoint being written), then the job restarts: ``restart_s`` of wall time
   (detect, reschedule, load the checkpoint). The gap to the next failure is
   drawn from the restart's end.
@@ -41,6 +42,39 @@ import numpy as np
 from dcpsim.errors import ConfigError
 
 DAY_S = 86400.0
+
+# Llama 3 (Meta, 2024): 419 unexpected interruptions in 54 days of pre-training on 16,384 GPUs.
+LLAMA3_INTERRUPTIONS = 419
+LLAMA3_DAYS = 54
+LLAMA3_GPUS = 16384
+
+
+def llama3_gpu_mtbf_hours() -> float:
+    """Per-GPU mean time between failures implied by the Llama 3 report (GPU-hours per interruption)."""
+    return LLAMA3_DAYS * 24.0 * LLAMA3_GPUS / LLAMA3_INTERRUPTIONS
+
+
+def system_mtbf_s(gpu_mtbf_h: float, gpus: int) -> float:
+    """Mean time between failures of a job on ``gpus`` GPUs (seconds), from the per-GPU MTBF in hours."""
+    return gpu_mtbf_h * 3600.0 / gpus
+
+
+def young_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
+    """Young's optimal work time between checkpoints, ``√(2·δ·M)`` (seconds)."""
+    return math.sqrt(2.0 * checkpoint_s * mtbf_s)
+
+
+def first_order_goodput(mtbf_s: float, interval_s: float, checkpoint_s: float, restart_s: float) -> float:
+    """Young/Daly first-order goodput ``(1 − (R + (τ + δ)/2)/M) / (1 + δ/τ)``, 0 when failures outrun progress.
+
+    The one implementation of the formula: the long-run simulation's expectation
+    and capacity planning's time to train both call it.
+    """
+    lost = (restart_s + (interval_s + checkpoint_s) / 2.0) / mtbf_s
+    if lost >= 1.0:
+        return 0.0
+    ckpt = checkpoint_s / interval_s if interval_s > 0 else 0.0
+    return (1.0 - lost) / (1.0 + ckpt)
 
 
 @dataclass(frozen=True)
@@ -87,24 +121,21 @@ class LongRun:
             raise ConfigError("sim.checkpoint_s/restart_s", (self.checkpoint_s, self.restart_s), ">= 0 seconds")
 
     def system_mtbf_s(self, gpus: int) -> float:
-        return self.gpu_mtbf_h * 3600.0 / gpus
+        return system_mtbf_s(self.gpu_mtbf_h, gpus)
 
     def interval_s(self, gpus: int) -> float:
         """Work seconds between checkpoints (Young: ``√(2·δ·M)``)."""
         if self.checkpoint_interval_s is not None:
             return float(self.checkpoint_interval_s)
-        return math.sqrt(2.0 * self.checkpoint_s * self.system_mtbf_s(gpus))
+        return young_interval_s(self.checkpoint_s, self.system_mtbf_s(gpus))
 
 
 def young_daly_goodput(gpus: int, lr: LongRun, iteration_s: float | None = None) -> float:
     """First-order expected goodput (no slowness), with ``τ`` rounded to whole iterations when given."""
-    m = lr.system_mtbf_s(gpus)
     tau = lr.interval_s(gpus)
     if iteration_s:
         tau = max(1, round(tau / iteration_s)) * iteration_s
-    d = lr.checkpoint_s
-    lost = (lr.restart_s + (tau + d) / 2.0) / m
-    return max(0.0, 1.0 - lost) / (1.0 + d / tau)
+    return first_order_goodput(lr.system_mtbf_s(gpus), tau, lr.checkpoint_s, lr.restart_s)
 
 
 def renewal_goodput(gpus: int, lr: LongRun, iteration_s: float) -> float:
