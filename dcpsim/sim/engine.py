@@ -226,19 +226,10 @@ class _Run:
         self.timeout(max(end - now, 0.0), p).callbacks.append(self.on_stage_done)
 
     def on_arrive(self, ev) -> None:
-        self.events += 1
-        d = ev.value
-        count = self.count
-        count[d] -= 1
-        if count[d] == 0:
-            self.start[d] = self.env.now
-            if self.watch:
-                self.begin(d)
-            else:
-                self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
+        self.arrived(ev.value)
 
     def arrived(self, d: int) -> None:
-        """A shared-network transfer into node ``d`` has arrived (same as :meth:`on_arrive`)."""
+        """An input of node ``d`` has arrived (a timed transfer via :meth:`on_arrive`, or a shared-network flow)."""
         self.events += 1
         count = self.count
         count[d] -= 1
