@@ -24,8 +24,10 @@ dynamic CP's larger groups (if any) put ring traffic on the network; ``--cp
 16`` makes every static group span two nodes.
 
 Results (benchmarks/results/network_speedup/cp8.* and cp16.*, main at the
-commit that added them; ``--gpus 64,256,1024,4096 --oversub 1,4`` and
-``--gpus 128,512,1024,4096 --oversub 1,4 --cp 16``): the shared network moves
+commit that last wrote them; ``--gpus 64,256,1024,4096,16384 --oversub 1,4`` and
+``--gpus 128,512,1024,4096,16384 --oversub 1,4 --cp 16``; at 16,384 GPUs cp 8
+gives 0.841 (1:1, both networks), 0.850 ideal / 0.842 shared (4:1), cp 16
+4.33 / 4.21 ideal / 4.32 shared, 24 s wall per shared run): the shared network moves
 the speed-up by < 1 % (cp 8 at 1:1, 64/256/1024/4096 GPUs: shared
 0.935/0.936/0.782/0.874, ideal 0.935/0.933/0.778/0.870; cp 16: 5.2 -> 4.4
 in both). At 4:1 the ideal
