@@ -122,17 +122,8 @@ def parse_set_item(item: str, flag: str = "--set") -> tuple[str, Any]:
     try:
         ann = config_field(key).annotation
     except ConfigError:
-        ann = Any  # policy options and unknown keys: read as TOML; set_dotted names what is wrong
-    return key, parse_text_value(text, ann) if ann is not Any else _toml_or_text(text)
-
-
-def _toml_or_text(text: str) -> Any:
-    import tomllib
-
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
+        ann = Any  # policy options and unknown keys: read as TOML (else the text); set_dotted names what is wrong
+    return key, parse_text_value(text, ann)
 
 
 def config_updates(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:

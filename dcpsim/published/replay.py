@@ -158,16 +158,16 @@ class ReplayResult:
         """CSV + Markdown + JSON + parity plot into ``out``, each written atomically (:mod:`dcpsim.outdir`)."""
         import pandas as pd
 
-        from dcpsim.outdir import check_out_dir
+        from dcpsim.outdir import check_out_dir, write_text
 
         out = check_out_dir(out)
         df = pd.DataFrame(self.table())
         paths = [out / "published_validation.csv", out / "published_validation.md", out / "published_validation.json"]
-        _atomic_text(paths[0], df.to_csv(index=False))
-        _atomic_text(paths[1], self.markdown())
+        write_text(paths[0], df.to_csv(index=False))
+        write_text(paths[1], self.markdown())
         from dcpsim.serialize import to_jsonable
 
-        _atomic_text(paths[2], json.dumps(to_jsonable(self.to_json()), indent=1))
+        write_text(paths[2], json.dumps(to_jsonable(self.to_json()), indent=1))
         plot = out / "published_parity.png"
         self.parity_plot(plot)
         return [*paths, plot]
@@ -245,12 +245,6 @@ def _pct(v: float, signed: bool = False) -> str:
 
 def _num(v: float) -> str:
     return f"{v:,.0f}" if math.isfinite(v) else "-"
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    from dcpsim.outdir import write_text
-
-    write_text(path, text)
 
 
 def subset_rows(suite: Suite, subset: str, rows: list[int] | None = None) -> list[Row]:

@@ -26,12 +26,12 @@ import csv
 import hashlib
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dcpsim.errors import ConfigError
+from dcpsim.validation import read_toml
 
 SUITE_DIR_NAME = "experiments/published_throughput"
 VOCAB_DIVISOR = 128  # Megatron --make-vocab-size-divisible-by default
@@ -141,10 +141,7 @@ def load_suite(suite_dir: str | Path | None = None) -> Suite:
     if not meta_path.is_file():
         raise ConfigError("--suite", str(d), "a folder with suite.toml and the published CSV "
                           f"(the source tree's {SUITE_DIR_NAME})")
-    try:
-        meta = tomllib.loads(meta_path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("suite.toml", str(meta_path), f"valid TOML ({exc})") from None
+    meta = read_toml(meta_path, "suite.toml")
     data = d / meta.get("data", "published_throughput.csv")
     if not data.is_file():
         raise ConfigError("suite.toml data", str(data), "an existing CSV file")
