@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sweep import SMALL_BASE  # the one small sweep base of the tests
 
 from dcpsim.cli import main
 from dcpsim.errors import ConfigError
@@ -25,14 +26,7 @@ from dcpsim.outdir import MANIFEST, TMP_PREFIX, check_out_dir, foreign_files, wr
 REPO = Path(__file__).resolve().parents[1]
 RUN_TOML = REPO / "examples" / "simulate_default.toml"
 
-SMALL_SWEEP = """
-[base]
-model.name = "llama-13b"
-cluster.gpus = 32
-parallel = {tp = 1, pp = 4, cp = 2, max_tokens_per_rank = 8192}
-workload = {name = "github", gbs = 32, max_len = 16384}
-sim.iterations = 1
-
+SMALL_SWEEP = SMALL_BASE + """
 [sweep]
 name = "files"
 """
