@@ -186,7 +186,7 @@ def test_cp_ring_hops_and_their_sharing():
     pt = PipelineTransfers(env, f, Topology(tp=1, pp=1, dp=2, cp=8), _W(), 1)
     assert sorted(pt.cp_hops(0, 0)) == [(7, 8), (11, 4)]
     end = {}
-    pt.ring(0, 0.5, lambda t: end.setdefault("ring", t))
+    pt.ring(0, 0.5, 1.0, lambda t: end.setdefault("ring", t))
     pt.net.start(0.5, f.path(7, 12), lambda: end.setdefault("p2p", env.now))  # shares GPU 7's NIC
     env.run()
     assert end == {"ring": pytest.approx(1.0, rel=1e-12), "p2p": pytest.approx(1.0, rel=1e-12)}
@@ -200,3 +200,129 @@ def test_cp_rings_across_an_oversubscribed_spine_slow_down():
         t1 = _run(net, hardware__oversubscription=1.0, **base).iterations.iloc[0].iteration_time_s
         t4 = _run(net, hardware__oversubscription=4.0, **base).iterations.iloc[0].iteration_time_s
         assert t4 >= t1 * (1 - 1e-12)
+
+
+def _per_step_ring(tx: float, a: float, steps: int, background: float) -> tuple[float, float]:
+    """Reference: a CP ring step by step on hop 0 -> 8 (step i's transfer overlaps step i's attention ``a``; the
+    next step starts when both are done) next to a long flow 0 -> 9 on the same NIC. (ring end, background
+    work done by then)."""
+    import simpy
+
+    from dcpsim.sim.network import FlowNetwork
+
+    f = Fabric(gpus=16)
+    env = simpy.Environment()
+    net = FlowNetwork(env, f)
+    bg_end = []
+    net.start(background, f.path(0, 9), lambda: bg_end.append(env.now))
+    out = []
+
+    def step(i: int) -> None:
+        if i == steps:
+            out.append(env.now)
+            return
+        left = [2]
+
+        def part(_=None) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                step(i + 1)
+
+        net.start(tx, f.path(0, 8), part)
+        env.timeout(a).callbacks.append(part)
+
+    step(0)
+    env.run()
+    return out[0], bg_end[0]
+
+
+def _paced_ring(tx: float, a: float, steps: int, background: float) -> tuple[float, float]:
+    """The same ring as one paced flow (work ``steps·tx``, pace ``min(1, tx/a)``)."""
+    import simpy
+
+    from dcpsim.sim.network import FlowNetwork
+
+    f = Fabric(gpus=16)
+    env = simpy.Environment()
+    net = FlowNetwork(env, f)
+    out, bg_end = [], []
+    net.start(background, f.path(0, 9), lambda: bg_end.append(env.now))
+    net.start(steps * tx, f.path(0, 8), lambda: out.append(env.now), min(1.0, tx / a))
+    env.run()
+    return out[0], bg_end[0]
+
+
+@pytest.mark.parametrize("tx,a", [(0.1, 0.4), (0.2, 0.4), (0.3, 0.4), (0.5, 0.4), (0.2, 0.0001)])
+def test_paced_ring_equals_the_per_step_ring_under_contention(tx, a):
+    """One flow shares the ring's NIC max-min (rate 1/2 while both send): per step the transfer takes 2·tx,
+    hidden while 2·tx <= a. The paced flow gives the per-step ring's end exactly (closed form
+    ``steps·max(a, 2·tx)``) and leaves the other flow the same work (it ends at the same time)."""
+    steps, bg = 7, 50.0
+    ref_end, ref_bg = _per_step_ring(tx, a, steps, bg)
+    end, bg_end = _paced_ring(tx, a, steps, bg)
+    assert ref_end == pytest.approx(steps * max(a, 2 * tx), rel=1e-12)
+    assert end == pytest.approx(ref_end, rel=1e-12)
+    assert bg_end == pytest.approx(ref_bg, rel=1e-12)
+
+
+def test_paced_ring_alone_takes_its_window():
+    """Uncontended: a compute-bound ring (tx < a) ends after steps·a, a transfer-bound one after steps·tx."""
+    for tx, a in ((0.1, 0.4), (0.5, 0.4)):
+        import simpy
+
+        from dcpsim.sim.network import FlowNetwork
+
+        f = Fabric(gpus=16)
+        env = simpy.Environment()
+        net = FlowNetwork(env, f)
+        out = []
+        net.start(5 * tx, f.path(0, 8), lambda env=env, out=out: out.append(env.now), min(1.0, tx / a))
+        env.run()
+        assert out == [pytest.approx(5 * max(tx, a), rel=1e-12)]
+
+
+def _ring_sim(network: str, degraded_gpu: int | None, scale: float, max_tokens: int):
+    """pp 1, dp 1, cp 16 x tp 2 over four NVLink domains (ring hops 6->8, 7->9, ... cross the network)."""
+    from dcpsim.policies import get_policy
+    from dcpsim.run import config_from_dict
+    from dcpsim.run.single import build_cost_model, build_layout
+    from dcpsim.sim.simulator import ClusterSimulator, SimOptions
+    from dcpsim.sim.topology import Topology
+
+    cfg = config_from_dict({"cluster": {"gpus": 32}, "parallel": {"pp": 1, "cp": 16, "tp": 2,
+                                                                  "max_tokens_per_rank": max_tokens}})
+    cost = build_cost_model(cfg)
+    topo = Topology(tp=2, pp=1, dp=1, cp=16, degraded_gpu=degraded_gpu, degraded_link_scale=scale)
+    sim = ClusterSimulator(cost, topo, options=SimOptions(network=network, engine="events", overlap_grad_sync=False))
+    lengths = np.array([16 * max_tokens, 4 * max_tokens, 2 * max_tokens])
+    plan = get_policy("packing").plan(lengths, build_layout(cfg, cost), cost)
+    return sim.simulate(plan)
+
+
+@pytest.mark.parametrize("max_tokens", [512, 32768])
+def test_ring_slowed_by_k_takes_the_per_step_time(max_tokens):
+    """GPU 6's NIC runs at 1/k (k = 4): the network hop 6 -> 8 of every op's ring is slowed by k and nothing
+    else shares it, so each step's transfer takes k·tx. The per-step closed form (the ideal model's cost
+    formula with the group's network bandwidth / k: exposed = steps·max(0, k·tx − a)) must come out of the
+    paced flows exactly, for short sequences (transfer-bound: +(k−1)·W per op) and long ones (much of it
+    hidden behind attention)."""
+    ideal = _ring_sim("ideal", 6, 0.25, max_tokens)
+    shared = _ring_sim("shared", 6, 0.25, max_tokens)
+    base = _ring_sim("ideal", None, 1.0, max_tokens)
+    w = shared.work
+    assert (w.cp_fwd_ring_s > 0).all()
+    transfer_bound = w.cp_fwd_window_s <= w.cp_fwd_ring_s * (1 + 1e-12)
+    assert transfer_bound.all() if max_tokens == 512 else (~transfer_bound).any()
+    t_i, t_s, t_b = (r.timeline.finish for r in (ideal, shared, base))
+    np.testing.assert_allclose(t_s, t_i, rtol=1e-9)
+    assert (t_s[-1, 0] > t_b[-1, 0]).all()
+    if max_tokens == 512:  # transfer-bound: each forward is (k - 1) W longer
+        d = (t_s - shared.timeline.start)[0, 0] - (t_b - base.timeline.start)[0, 0]
+        np.testing.assert_allclose(d, 3.0 * w.cp_fwd_ring_s[0], rtol=1e-9)
+    else:  # a slow-down inside the slack (k = 1/0.9, tx/a = 0.84 on the long pack): that forward is unchanged
+        ideal, shared = _ring_sim("ideal", 6, 0.9, max_tokens), _ring_sim("shared", 6, 0.9, max_tokens)
+        np.testing.assert_allclose(shared.timeline.finish, ideal.timeline.finish, rtol=1e-9)
+        hidden = shared.work.cp_fwd_ring_s[0] / 0.9 < shared.work.cp_fwd_window_s[0]
+        assert hidden.any()
+        d = (shared.timeline.finish - shared.timeline.start)[0, 0] - (t_b - base.timeline.start)[0, 0]
+        np.testing.assert_allclose(d[hidden], 0.0, atol=1e-12)

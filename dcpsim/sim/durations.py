@@ -117,6 +117,13 @@ class IterationWork:
     # the NIC's own speed (``network_scale`` only), forward and backward, ``(PP, G)``; None when ideal
     cp_fwd_ring_s: np.ndarray | None = None
     cp_bwd_ring_s: np.ndarray | None = None
+    # shared network: the time those rings' steps take alone, overlapped with attention (>= the traffic;
+    # the ring is paced at traffic / window, see dcpsim.sim.network), ``(PP, G)``
+    cp_fwd_window_s: np.ndarray | None = None
+    cp_bwd_window_s: np.ndarray | None = None
+    # shared network, ``recompute = "full"``: each backward op first repeats its forward ring (same traffic
+    # and window), then runs its own
+    cp_recompute_ring: bool = False
 
     def virtual(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(forward, backward, transfer) per virtual stage: ``(PP·vp, G)`` twice and ``(PP·vp − 1, G)``.
@@ -256,10 +263,7 @@ class DurationModel:
         bwd[pp - 1] += head_b
         cpf = per["cp_fwd_exposed_s"] * scale
         cpb = per["cp_bwd_exposed_s"] * scale
-        ring_f = ring_b = None
-        if self.shared_network:
-            ring_f = np.where(spans, per["cp_fwd_comm_s"] * scale, 0.0)
-            ring_b = np.where(spans, (per["cp_comm_total_s"] - per["cp_fwd_comm_s"]) * scale, 0.0)
+        rings = self._rings(per, spans, scale, cps, G, table.n_real) if self.shared_network else (None,) * 4
         if plan.dynamic:
             self._dynamic_cp_costs(plan, table, fwd, bwd, lens)
         if self.microbatch_overhead_s > 0:
@@ -276,8 +280,30 @@ class DurationModel:
             head_fwd_s=head_f, head_bwd_s=head_b, vp=self.topo.vp, embed_fwd_s=embed_f, embed_bwd_s=embed_b,
             idle_memory_bytes=float(cost.peak_memory_bytes(np.zeros(1))[0]),
             p2p_network_alone_s=self._p2p_alone[0], p2p_nvlink_s=self._p2p_alone[1],
-            cp_fwd_ring_s=ring_f, cp_bwd_ring_s=ring_b,
+            cp_fwd_ring_s=rings[0], cp_bwd_ring_s=rings[1], cp_fwd_window_s=rings[2], cp_bwd_window_s=rings[3],
+            cp_recompute_ring=self.shared_network and cost.recompute == "full",
         )
+
+    def _rings(self, per, spans, scale, cps, G: int, P: int) -> tuple[np.ndarray, ...]:
+        """Shared network: (forward ring traffic, backward ring traffic, forward window, backward window) per
+        op, ``(PP, G)`` each, for the groups whose CP ring leaves its NVLink domain (0 elsewhere).
+
+        Traffic ``W`` is the ring's transfers of the op at the NIC's own speed (``(c − 1)`` steps per layer).
+        The window ``R`` is the time the op's ring steps take alone: with ``p2p`` each step overlaps that
+        step's attention block ``a`` (``attn/c``), so ``R = L·(c − 1)·max(tx, a)`` = exposed + ``attn·(c − 1)/c``;
+        the ``all_gather``/``a2a`` collectives overlap nothing (``R = W``). With ``recompute = "full"`` the
+        backward first repeats the forward ring (:attr:`IterationWork.cp_recompute_ring`).
+        """
+        ring_f = np.where(spans, per["cp_fwd_comm_s"] * scale, 0.0)
+        ring_b = np.where(spans, (per["cp_comm_total_s"] - per["cp_fwd_comm_s"]) * scale, 0.0)
+        win_f, win_b = ring_f.copy(), ring_b.copy()
+        if self.cost.cp_comm == "p2p":
+            c = np.ones(G)
+            c[:P] = cps
+            over = (c - 1.0) / c
+            win_f = np.where(spans, (per["cp_fwd_exposed_s"] + per["attn_fwd_s"] * over) * scale, 0.0)
+            win_b = np.where(spans, (per["cp_bwd_exposed_s"] + per["attn_bwd_s"] * over) * scale, 0.0)
+        return ring_f, ring_b, np.maximum(win_f, ring_f), np.maximum(win_b, ring_b)
 
     def exchange_s(self, n_samples: int, tokens: float) -> float:
         """Per-iteration scheduler communication of a dynamic plan before its first microbatch (seconds).
@@ -337,7 +363,7 @@ class DurationModel:
         pp, cost = self.topo.pp, self.cost
         fields = ("layer_fwd_s", "layer_bwd_s", "overhead_fwd_s", "overhead_bwd_s", "cp_fwd_exposed_s",
                   "cp_bwd_exposed_s", "head_fwd_s", "head_bwd_s", "embed_fwd_s", "embed_bwd_s", "cp_fwd_comm_s",
-                  "cp_comm_total_s")
+                  "cp_comm_total_s", "attn_fwd_s", "attn_bwd_s")
         per = {f: np.zeros((pp, G)) for f in fields}
         local = np.zeros(G)
         mem = np.full(G, float(cost.peak_memory_bytes(np.zeros(1))[0]))

@@ -72,6 +72,14 @@ class IterationTimeline:
     events: int
 
 
+def _per_node(fwd: np.ndarray, bwd: np.ndarray, vp: int, shape: tuple[int, int, int]) -> list[float]:
+    """Per-stage ``(PP, G)`` forward and backward values as a flat per-node list (each of ``vp`` chunks gets ``1/vp``)."""
+    out = np.zeros(shape)
+    out[:, FWD, :] = np.tile(fwd / vp, (vp, 1))
+    out[:, BWD, :] = np.tile(bwd / vp, (vp, 1))
+    return out.reshape(-1).tolist()
+
+
 def grad_sync_end_s(b0: float, b1: float, total_s: float, bucket_s: float, buckets: int, overlap: bool) -> float:
     """End of the bucketed gradient reduce-scatter of a stage whose last backward runs over ``[b0, b1]``."""
     if not overlap:
@@ -154,11 +162,15 @@ class _Run:
             self.rs_flows = [self.transfers.reduce_scatter(p, float(sync.reduce_scatter_bucket_alone_s[p]), int(nb[p]))
                              for p in range(pp)]
         self.cp_work = [0.0] * len(self.dur)
+        self.cp_window = self.cp_work
+        self.cp_pre: tuple[list[float], list[float]] | None = None
         if self.transfers is not None and work.cp_fwd_ring_s is not None:
-            ring = np.zeros((V, 2, G))
-            ring[:, FWD, :] = np.tile(work.cp_fwd_ring_s / work.vp, (work.vp, 1))
-            ring[:, BWD, :] = np.tile(work.cp_bwd_ring_s / work.vp, (work.vp, 1))
-            self.cp_work = ring.reshape(-1).tolist()
+            self.cp_work = _per_node(work.cp_fwd_ring_s, work.cp_bwd_ring_s, work.vp, (V, 2, G))
+            self.cp_window = _per_node(work.cp_fwd_window_s, work.cp_bwd_window_s, work.vp, (V, 2, G))
+            if work.cp_recompute_ring:  # the backward repeats the forward ring first
+                zero = np.zeros_like(work.cp_fwd_ring_s)
+                self.cp_pre = (_per_node(zero, work.cp_fwd_ring_s, work.vp, (V, 2, G)),
+                               _per_node(zero, work.cp_fwd_window_s, work.vp, (V, 2, G)))
         self.watch = any(x is not None for x in self.rs_flows) or any(x > 0.0 for x in self.cp_work)
         self.last_started = [0] * pp
         self.last_total = list(self.stage_left)
@@ -173,23 +185,36 @@ class _Run:
             self.timeout(self.dur[n], n).callbacks.append(self.cb_done)
 
     def begin(self, n: int) -> None:
-        """Run op ``n`` that has just started (shared network). A CP group that leaves its NVLink domain
-        sends its whole ring (all forward or backward transfers of the op) as flows from the op's start;
-        uncontended they take ``T`` = the ring's time alone and the op its ideal ``D``; slowed by sharing
-        to end at ``t_f``, the op ends at ``max(start + D, t_f + D − T)``: the ring's delay is exposed
-        (conservative: the per-step slack of the overlap is not credited)."""
+        """Run op ``n`` that has just started (shared network). A CP group that leaves its NVLink domain runs
+        its ring (all the op's forward or backward ring steps) as paced flows from the op's start: traffic
+        ``W``, window ``R`` (the steps' time alone, each step's transfer hidden behind that step's attention
+        when it is shorter), pace ``W/R``. Alone they end at ``start + R`` and the op at its ideal
+        ``start + D``; slowed by sharing to end at ``t_f``, the op ends at ``t_f + D − R``: only contention
+        beyond the steps' compute slack shows (:class:`~dcpsim.sim.network.PipelineTransfers.ring`)."""
         w = self.cp_work[n]
         if w > 0.0:
-            t0, d = self.env.now, self.dur[n]
-
-            def ring_done(t_f: float, n=n, t0=t0, d=d, w=w) -> None:
-                end = max(t0 + d, t_f + d - w)
-                self.timeout(max(end - self.env.now, 0.0), n).callbacks.append(self.cb_done)
-
-            self.transfers.ring(n, w, ring_done)
+            self.ring_op(n, w)
         else:
             self.timeout(self.dur[n], n).callbacks.append(self.cb_done)
         self.started(n)
+
+    def ring_op(self, n: int, w: float) -> None:
+        """Op ``n`` with a CP ring on the network (see :meth:`begin`); a backward with full recomputation
+        first repeats the forward ring: two phases one after the other, ending at ``t_f + D − R₁ − R₂``."""
+        t0, d, r = self.env.now, self.dur[n], self.cp_window[n]
+        ring = self.transfers.ring
+        w0 = r0 = 0.0
+        if self.cp_pre is not None:
+            w0, r0 = self.cp_pre[0][n], self.cp_pre[1][n]
+
+        def ring_done(t_f: float) -> None:
+            end = max(t0 + d, t_f + d - r - r0)
+            self.timeout(max(end - self.env.now, 0.0), n).callbacks.append(self.cb_done)
+
+        if w0 > 0.0:
+            ring(n, w0, min(1.0, w0 / r0), lambda _t: ring(n, w, min(1.0, w / r), ring_done))
+        else:
+            ring(n, w, min(1.0, w / r), ring_done)
 
     def started(self, n: int) -> None:
         """Node ``n`` has just started (shared network only): once every last backward of its stage has
@@ -207,8 +232,8 @@ class _Run:
         b0, b1 = now, self.last_end_max[p]
         flows = self.rs_flows[p]
         B = flows.buckets
-        ready = [b0 + (i + 1) * (b1 - b0) / B if self.overlap else b1 for i in range(B)]
-        ready[-1] = b1
+        ready: list[float | None] = [b0 + (i + 1) * (b1 - b0) / B if self.overlap else None for i in range(B)]
+        ready[-1] = None  # the last bucket (without overlap, all) at the actual barrier: a ring may stretch the op
         flows.run(ready, partial(self.on_rs_end, p))
 
     def on_rs_end(self, p: int, t: float) -> None:
@@ -280,6 +305,7 @@ class _Run:
         if self.stage_left[p] == 0:  # the stage's N-way barrier: a counter, one event
             self.bwd_end[p] = now
             if self.rs_flows[p] is not None:
+                self.rs_flows[p].release()
                 self.maybe_tail(p)
                 return
             t = self.timeout(self.stage_tail_s(p, now), p)

@@ -32,11 +32,34 @@ slowest hop does); the whole transfer time, latency included, is treated as
 bandwidth work (latency terms are small next to the megabyte transfers these
 are). The distributed optimizer's bucketed gradient reduce-scatter of a stage
 whose DP×CP group leaves its NVLink domain is one flow per bucket per ring
-hop between domains (:class:`BucketedReduceScatter`). The CP ring of a group
-that leaves its NVLink domain is one flow per network hop per op carrying the
-whole ring's traffic of the op (:meth:`PipelineTransfers.ring`; the engine
-adds the ring's delay to the op). TP collectives and the parameter
-all-gather stay inside op durations / the per-op formula.
+hop between domains (:class:`BucketedReduceScatter`). TP collectives stay
+inside op durations.
+
+CP rings (``p2p``) of groups that leave their NVLink domain: one *paced* flow
+per network hop per op (:meth:`PipelineTransfers.ring`). In Megatron/TE ring
+attention each of the ``c − 1`` steps of a layer sends the next K/V block
+while computing attention on the current one (``a = attn/c``), and the next
+step starts when both are done: a step takes ``max(a, tx)`` alone and
+``max(a, tx/r)`` when its hop gets rate ``r``. The flow carries the op's whole
+ring traffic ``W = L·(c−1)·tx`` with a rate cap ``W/R``, ``R = L·(c−1)·max(a,
+tx)`` the steps' time alone (a private link of that capacity, so max-min
+treats the cap like any bottleneck). Alone it ends after ``R`` (the op takes
+its ideal time); at a constant share ``r`` it ends after ``max(R, W/r)``, which
+is the per-step sum ``L·(c−1)·max(a, tx/r)`` exactly, and the NIC capacity it
+leaves to others equals the per-step average (while ``tx/r ≤ a`` the step's
+transfer runs at ``r`` for ``tx/r`` and leaves the link for the rest of the
+step): contention shows only where it exceeds the steps' compute slack. The
+engine ends the op at ``t_f + D − R`` (``t_f`` the slowest hop's end). What
+one flow per op leaves out, against one flow per step: a share that changes
+within an op is averaged over the op's steps (a slow step cannot borrow a
+later step's slack in the per-step ring, and the paced flow cannot run ahead
+of its pace) and the hops of a ring do not re-synchronise every step; the
+steps of the ``L`` layers are taken as one phase at the op's start. Per step
+would cost ``L·(c − 1)`` times the flows (35 for Llama-13B pp 8, cp 8) and as
+many max-min re-ratings, for a difference that exists only while the shares
+move faster than one op (tested equal to a per-step reference at constant
+shares, ``tests/test_network.py``). ``all_gather``/``a2a`` CP collectives
+overlap nothing: cap 1, ``R = W``.
 """
 
 from __future__ import annotations
@@ -122,14 +145,25 @@ class FlowNetwork:
             c = self._cap[link] = self.fabric.capacity(link)
         return c
 
-    def start(self, work_s: float, links: list[Link], on_done: Callable[[], None]) -> None:
+    def start(self, work_s: float, links: list[Link], on_done: Callable[[], None], cap: float = 1.0) -> None:
+        """Begin a flow of ``work_s`` seconds' worth of bytes over ``links``; ``on_done()`` at its end.
+
+        ``cap`` (``0 < cap ≤ 1``): the most the flow can use, in NIC units (a *paced* flow such as a CP
+        ring step that can send no faster than the attention it overlaps consumes its data); a private
+        link ``("cap", id)`` of that capacity, so max-min fairness treats it like any other bottleneck.
+        """
         self.events += 1
         if work_s <= 0.0:
             on_done()
             return
         fid = self._next_id
         self._next_id += 1
-        self.flows[fid] = _Flow(float(work_s), list(links), on_done, t0=self.env.now)
+        links = list(links)
+        if cap < 1.0:
+            own = ("cap", fid)
+            self._cap[own] = float(cap)
+            links.append(own)
+        self.flows[fid] = _Flow(float(work_s), links, on_done, t0=self.env.now)
         for ln in links:
             self.on_link.setdefault(ln, set()).add(fid)
         self._dirty.update(links)
@@ -192,6 +226,9 @@ class FlowNetwork:
                 continue
             del self.flows[fid]
             for ln in f.links:
+                if ln[0] == "cap":  # a paced flow's own link goes with it
+                    del self.on_link[ln], self._cap[ln]
+                    continue
                 self.on_link[ln].discard(fid)
                 freed.add(ln)
             done.append(f.done)
@@ -321,9 +358,12 @@ class BucketedReduceScatter:
         self.bucket_s = float(bucket_s)
         self.buckets = int(buckets)
 
-    def run(self, ready: list[float], done: Callable[[float], None]) -> None:
-        """Start the buckets at absolute times ``ready`` (non-decreasing, not before now); ``done(t)`` at the end."""
+    def run(self, ready: list[float | None], done: Callable[[float], None]) -> None:
+        """Start the buckets at absolute times ``ready`` (non-decreasing, not before now; ``None``: when
+        :meth:`release` is called, the stage's backward barrier); ``done(t)`` at the end."""
         env = self.net.env
+        self._released = False
+        self._waiting: int | None = None
 
         def start(i: int) -> None:
             left = [len(self.paths)]
@@ -340,13 +380,24 @@ class BucketedReduceScatter:
                 self.net.start(self.bucket_s, path, hop_done)
 
         def at(i: int) -> None:
-            wait = ready[i] - env.now
+            if ready[i] is None and not self._released:
+                self._waiting = i
+                return
+            wait = -1.0 if ready[i] is None else ready[i] - env.now
             if wait > 0.0:
                 env.timeout(wait).callbacks.append(lambda _ev: start(i))
             else:
                 start(i)
 
+        self._start = start
         at(0)
+
+    def release(self) -> None:
+        """The stage's last backward has ended: buckets waiting for it (``ready`` ``None``) may start."""
+        self._released = True
+        if self._waiting is not None:
+            i, self._waiting = self._waiting, None
+            self._start(i)
 
 
 class PipelineTransfers:
@@ -398,10 +449,12 @@ class PipelineTransfers:
             self._pairs[key] = (hops, False)
         return self._pairs[key][0]
 
-    def ring(self, node: int, work_s: float, done: Callable[[float], None]) -> None:
-        """The CP ring of the engine's node ``node`` (virtual stage, direction, group) as flows of ``work_s``
-        each, one per network hop (the hops run concurrently, each carrying the whole ring's traffic of
-        the op: ``cp − 1`` steps of K/V or their gradients); ``done(t)`` when the slowest has finished."""
+    def ring(self, node: int, work_s: float, cap: float, done: Callable[[float], None]) -> None:
+        """The CP ring of the engine's node ``node`` (virtual stage, direction, group): one flow per network hop
+        (the hops run concurrently), each carrying the whole ring's traffic of the op (``cp − 1`` steps of
+        K/V or their gradients in each of the stage's layers, ``work_s``), paced at ``cap`` (the ring's
+        transfer over the attention it overlaps, see :class:`RingPacing`); ``done(t)`` when the slowest has
+        finished."""
         s, g = divmod(node, self.G)
         hops = self.cp_hops(g, (s // 2) % self.topo.pp)
         if not hops:
@@ -415,7 +468,7 @@ class PipelineTransfers:
                 done(self.env.now)
 
         for a, b in hops:
-            self.net.start(work_s, self.net.fabric.path(a, b), hop_done)
+            self.net.start(work_s, self.net.fabric.path(a, b), hop_done, cap)
 
     def reduce_scatter(self, stage: int, bucket_s: float, buckets: int) -> BucketedReduceScatter | None:
         """Stage ``stage``'s bucketed gradient reduce-scatter on this network (``None`` if it stays on NVLink)."""
