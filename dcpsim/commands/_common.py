@@ -72,6 +72,7 @@ FLAG_NAMES: dict[str, str] = {
     "cluster.gpus": "--gpus",
     "workload.name": "--workload",
     "policy.name": "--policy",
+    "sim.gpu_mtbf_h": "--mtbf-gpu-hours",
 }
 _CFG_DEST = "cfg:"
 
@@ -139,6 +140,9 @@ def config_updates(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, 
             names[path] = flag_name(path)
     for item in getattr(args, "set_fields", None) or []:
         key, value = parse_set_item(item)
+        if key in updates and updates[key] != value:  # one field, two values: refuse rather than pick one
+            raise ConfigError(f"--set {key}", value, f"agreement with {names[key]} {updates[key]!r} or only one of "
+                                                     "them (they disagree)")
         updates[key] = value
         names[key] = f"--set {key}"
     return updates, names

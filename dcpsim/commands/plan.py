@@ -5,10 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from dcpsim.commands._common import (
-    NONNEG_FLOAT,
-    POS_FLOAT,
     POS_INT,
-    SEED,
     add_config_flags,
     add_force,
     config_from_args,
@@ -20,8 +17,11 @@ from dcpsim.commands._common import (
 DEFAULTS: dict[str, Any] = {
     "model": "llama-13b", "tokens": "1T", "gpus": "h100-sxm:2.5", "sizes": "512,1024,2048,4096",
     "policies": "packing,dynamic", "seq_len": 4096, "gbs_tokens": "4M", "batch_scaling": "fixed", "seeds": 3,
-    "top": 3, "simulate": 6, "checkpoint_s": 60.0, "restart_s": 600.0,
+    "top": 3, "simulate": 6,
 }
+# run-config fields with a dedicated flag (derived from the field: --mtbf-gpu-hours, --checkpoint-s, ...)
+CONFIG_FLAGS = ("sim.gpu_mtbf_h", "sim.checkpoint_s", "sim.restart_s", "sim.checkpoint_interval_s",
+                "sim.long_run_seeds", "sim.network", "sim.seed")
 
 
 def register(sub) -> None:
@@ -62,17 +62,14 @@ def register(sub) -> None:
                    help=f"screened layouts simulated per size and policy (default {d['simulate']})")
     t = p.add_argument_group("time to train")
     t.add_argument("--deadline", default=None, help="e.g. 30d, 720h, 4w (plain number = days; default none)")
-    t.add_argument("--iterations", type=POS_INT, default=None, help="simulated iterations per layout (default 1 for "
-                                                                 "fixed windows, 2 otherwise)")
-    t.add_argument("--seed", type=SEED, default=None)
-    t.add_argument("--seeds", type=POS_INT, default=None, help=f"seeds for the spread of the best layouts (default "
-                                                          f"{d['seeds']}; fixed windows without noise need one)")
-    t.add_argument("--mtbf-gpu-hours", type=POS_FLOAT, default=None,
-                   help="per-GPU mean time between failures in hours (default: from Llama 3, 54 d x 24 h x 16384 / 419)")
-    t.add_argument("--checkpoint-s", type=NONNEG_FLOAT, default=None, help=f"seconds to write a checkpoint (default "
-                                                                    f"{d['checkpoint_s']:g})")
-    t.add_argument("--restart-s", type=NONNEG_FLOAT, default=None, help=f"seconds from a failure to training again "
-                                                                 f"(default {d['restart_s']:g})")
+    t.add_argument("--iterations", type=POS_INT, default=None, help="simulated iterations per layout and seed (default "
+                                                                 "1 for fixed windows, 2 otherwise)")
+    t.add_argument("--seeds", type=POS_INT, default=None, help=f"seeds for the throughput spread of the best layouts "
+                                                          f"(default {d['seeds']}; fixed windows without noise need one)")
+    f = p.add_argument_group("failures, long run and network (run-config fields; also --set sim.FIELD=VALUE, e.g. "
+                             "sim.long_run_hours=H for a fixed horizon instead of each row's planned duration, "
+                             "sim.slow_gpu_per_day, sim.degraded_link_per_day)")
+    add_config_flags(f, list(CONFIG_FLAGS), set_flag=False)
     p.add_argument("--config", default=None, help="base run TOML for everything else (recompute, network, sim ...)")
     add_config_flags(p, [])  # --set section.field=VALUE on the base configuration
     p.add_argument("-j", "--jobs", type=POS_INT, default=None, help="worker processes (default 2)")
@@ -166,7 +163,36 @@ def build_data(args, base):
     return make_data_spec(seq_len=args.seq_len or DEFAULTS["seq_len"], **kw)
 
 
-def header(args, data, space_desc: dict, fm, tokens: float) -> list[str]:
+def sim_lines(base) -> dict[str, tuple[str, bool]]:
+    """Header lines of the failure, long-run and network inputs: {label: (text, all at their defaults)}."""
+    from dcpsim.run.config import RunConfig
+
+    s, d = base.sim, RunConfig().sim
+
+    def same(*names: str) -> bool:
+        return all(getattr(s, n) == getattr(d, n) for n in names)
+
+    iv = "Young's optimum" if s.checkpoint_interval_s == "young" else f"every {s.checkpoint_interval_s:g} s of work"
+    src = " (Llama 3 report: 419 interruptions, 54 days, 16,384 GPUs)" if same("gpu_mtbf_h") else ""
+    horizon = (f"{s.long_run_hours:g} h (a representative horizon)" if s.long_run_hours > 0
+               else "each row's planned duration")
+    eps = [f"slow GPU x{s.slow_gpu_slowdown:g} {s.slow_gpu_per_day:g}/day for {s.slow_gpu_episode_s:g} s"
+           if s.slow_gpu_per_day > 0 else "",
+           f"degraded link x{s.degraded_link_episode_scale:g} bandwidth {s.degraded_link_per_day:g}/day for "
+           f"{s.degraded_link_episode_s:g} s" if s.degraded_link_per_day > 0 else ""]
+    eps_text = "; ".join(e for e in eps if e) or "none"
+    return {
+        "failures": (f"GPU MTBF {s.gpu_mtbf_h:,.0f} h{src}, checkpoint {s.checkpoint_s:g} s, restart "
+                     f"{s.restart_s:g} s, checkpoints {iv}",
+                     same("gpu_mtbf_h", "checkpoint_s", "restart_s", "checkpoint_interval_s")),
+        "long run": (f"{s.long_run_seeds} seeds over {horizon} (sim.long_run_seeds, sim.long_run_hours)",
+                     same("long_run_seeds", "long_run_hours")),
+        "slow episodes": (eps_text, same("slow_gpu_per_day", "degraded_link_per_day")),
+        "network": (f"search on ideal (exact fast path); best layouts evaluated on {s.network}", same("network")),
+    }
+
+
+def header(args, data, space_desc: dict, base, tokens: float) -> list[str]:
     """Every input of the plan, defaults marked, one line each."""
     lines = ["dcpsim plan: inputs (* = default)"]
 
@@ -186,8 +212,8 @@ def header(args, data, space_desc: dict, fm, tokens: float) -> list[str]:
     for k, v in space_desc.items():
         add(f"search {k}", v, isinstance(v, str) or k == "overlap_flags")
     add("deadline", args.deadline or "none", args.deadline is None)
-    add("failures", f"GPU MTBF {fm.gpu_mtbf_h:,.0f} h, checkpoint {fm.checkpoint_s:g} s, restart {fm.restart_s:g} s",
-        args.mtbf_gpu_hours is None and args.checkpoint_s is None and args.restart_s is None)
+    for label, (text, dflt) in sim_lines(base).items():
+        add(label, text, dflt)
     add("simulated iterations", args.iterations or "1 (fixed windows) / 2 (variable lengths)", args.iterations is None)
     add("seeds", _get(args, "seeds")[0], args.seeds is None)
     add("simulated per search", _get(args, "simulate")[0], args.simulate is None)
@@ -208,40 +234,46 @@ def _check_outputs(args) -> None:
         check_out_file(args.csv, force=args.force, field="--csv")
 
 
+def _iterations(args) -> int | None:
+    """--iterations, or the --set/--config sim.iterations when given (they must agree)."""
+    from dcpsim.commands._common import config_updates
+    from dcpsim.errors import ConfigError
+
+    given = config_updates(args)[0].get("sim.iterations")
+    if args.iterations is not None and given is not None and given != args.iterations:
+        raise ConfigError("--iterations", args.iterations, f"agreement with --set sim.iterations={given} or only one "
+                                                           "of them (they disagree)")
+    return args.iterations if args.iterations is not None else given
+
+
 def run(args) -> int:
     from dcpsim.errors import InfeasibleError
-    from dcpsim.planning import (
-        FailureModel,
-        llama3_gpu_mtbf_hours,
-        parse_duration_days,
-        parse_token_count,
-        plan_capacity,
-    )
+    from dcpsim.planning import parse_duration_days, parse_token_count, plan_capacity
     from dcpsim.planning.capacity import space_description
     from dcpsim.run.config import load_config
 
     _check_outputs(args)
 
-    base = config_from_args(args, load_config(args.config) if args.config else None) if (
-        args.config or args.set_fields) else None
-    model = args.model if args.model is not None else (base.model.name if base is not None else DEFAULTS["model"])
+    base = config_from_args(args, load_config(args.config) if args.config else None)
+    from dcpsim.commands._common import config_updates
+
+    named = args.config or "model.name" in config_updates(args)[0]
+    model = args.model if args.model is not None else (base.model.name if named else DEFAULTS["model"])
     tokens = float(parse_token_count(DEFAULTS["tokens"] if args.tokens is None else args.tokens, "--tokens", binary=False))
     from dcpsim.model import get_model
 
     get_model(model)  # a bad name or file is one line now, not a failure in every worker
-    fm = FailureModel(gpu_mtbf_h=llama3_gpu_mtbf_hours() if args.mtbf_gpu_hours is None else args.mtbf_gpu_hours,
-                      checkpoint_s=_get(args, "checkpoint_s")[0], restart_s=_get(args, "restart_s")[0])
     deadline = parse_duration_days(args.deadline)
     data = build_data(args, base)
     space = build_space(args)
     max_gbs = parse_token_count(args.max_gbs_tokens, "--max-gbs-tokens") if args.max_gbs_tokens else None
     if not args.json:
-        print("\n".join(header(args, data, space_description(space), fm, tokens)))
+        print("\n".join(header(args, data, space_description(space), base, tokens)))
     plan = plan_capacity(
         model, None, tokens, _get(args, "gpus")[0], parse_int_list(_get(args, "sizes")[0], "--sizes"), data=data,
         policies=[x.strip() for x in _get(args, "policies")[0].split(",") if x.strip()], deadline_days=deadline,
-        space=space, base=base, batch_scaling=_get(args, "batch_scaling")[0], iterations=args.iterations,
-        seed=args.seed, seeds=_get(args, "seeds")[0], failures=fm, simulate=_get(args, "simulate")[0],
+        space=space, base=base, batch_scaling=_get(args, "batch_scaling")[0], iterations=_iterations(args),
+        seeds=_get(args, "seeds")[0], simulate=_get(args, "simulate")[0],
         max_gbs_tokens=max_gbs, jobs=args.jobs, progress=not args.no_progress and not args.json,
     )
     df = plan.rows
@@ -266,27 +298,55 @@ def run(args) -> int:
     return 0
 
 
-def _print_plan(plan, top: int, model: str, tokens: float) -> None:
+def _pct(v) -> str:
+    return f"{100 * v:.1f}%" if isinstance(v, float) and v == v else ""
+
+
+def _display_row(r: dict) -> dict:
+    """One row of the printed table: status with its reason, goodput mean ± std (long run), spreads."""
     import math
 
-    cols = ["gpu", "gpus", "policy", "layout", "status", "tflops_per_gpu", "goodput", "effective_days", "days_spread",
-            "gpu_hours", "cost", "pareto", "meets_deadline"]
-    rows = plan.rows.to_dict("records")
-    for r in rows:
-        if r["status"] != "ok":
-            r["status"] = f"{r['status']}: {str(r.get('reason', ''))[:90]}"
-        lo, hi = r.get("effective_days_min"), r.get("effective_days_max")
-        r["days_spread"] = f"{lo:.2f}-{hi:.2f}" if isinstance(lo, float) and math.isfinite(lo) else ""
-        if r.get("meets_deadline") is None:
-            r["meets_deadline"] = "-"
-    print_table(rows, columns=[c for c in cols if c in plan.rows.columns or c == "days_spread"],
-                title=f"{model}, {tokens:.3g} tokens: best layout per GPU type, size and policy (failures included)")
+    if r["status"] != "ok":
+        r["status"] = f"{r['status']}: {str(r.get('reason', ''))[:90]}"
+    lo, hi = r.get("effective_days_min"), r.get("effective_days_max")
+    r["days_spread"] = f"{lo:.2f}-{hi:.2f}" if isinstance(lo, float) and math.isfinite(lo) else ""
+    std = r.get("goodput_std")
+    sim = isinstance(r.get("goodput_sim"), float) and r["goodput_sim"] == r["goodput_sim"]
+    r["goodput_sim"] = f"{_pct(r['goodput'])} ± {100 * std:.1f}" if sim else "-"
+    r["young_daly"] = _pct(r.get("goodput_young_daly"))
+    r["failures"] = r.get("expected_failures")
+    if r.get("meets_deadline") is None:
+        r["meets_deadline"] = "-"
+    return r
+
+
+# printed table: column header -> plan.rows column (or a display column of _display_row)
+PRINTED = {"gpu": "gpu", "gpus": "gpus", "policy": "policy", "layout": "layout", "status": "status",
+           "network": "network", "TFLOPS/GPU": "tflops_per_gpu", "goodput (sim)": "goodput_sim",
+           "Young/Daly": "young_daly", "failures": "failures", "days": "effective_days", "days range": "days_spread",
+           "GPU-hours": "gpu_hours", "cost": "cost", "pareto": "pareto", "deadline": "meets_deadline"}
+
+
+def _print_plan(plan, top: int, model: str, tokens: float) -> None:
+    shown = {"days_spread", "goodput_sim", "young_daly", "failures"}
+    rows = [_display_row(r) for r in plan.rows.to_dict("records")]
+    rows = [{h: r.get(c, "") for h, c in PRINTED.items() if c in plan.rows.columns or c in shown} for r in rows]
+    print_table(rows, title=f"{model}, {tokens:.3g} tokens: best layout per GPU type, size and policy (failures "
+                            "included)")
+    print(NOTES)
     if plan.layouts is not None and len(plan.layouts):
-        print(f"Top {top} layouts per size (simulated; seconds per iteration and where they go):")
+        print(f"Top {top} layouts per size (simulated on the ideal network; seconds per iteration and where they go):")
         print("\n".join(layout_lines(plan.layouts, top)))
     for w in plan.warnings:
         print(w)
     print(plan.recommendation)
+
+
+NOTES = ("network: the mode of the row's throughput (layouts are searched on ideal). goodput (sim): useful share of "
+         "wall time, mean ± std over the simulated long runs (failures, checkpoint/restart, slow episodes; each over "
+         "the row's planned duration); Young/Daly: the first-order analytic expectation of the same failure inputs. "
+         "failures: expected failures (wall time / job MTBF). days: time to train / goodput (sim); days range: "
+         "fastest seed at the best long run .. slowest at the worst.")
 
 
 def _shown(v) -> bool:

@@ -53,11 +53,25 @@ def run(args) -> int:
                          "frac_planning_stall")},
         })
     print_table(rows, title=f"{s['policy']} | {s['model']} on {s['gpus']} x {s['gpu']} (tp{s['tp']} pp{s['pp']} cp{s['cp']} "
-                f"dp{s['dp']}) | {s['workload']}, gbs {s['gbs']} | config {s['config_hash']}")
+                f"dp{s['dp']}) | {s['workload']}, gbs {s['gbs']} | {s.get('network', 'ideal')} network | config "
+                f"{s['config_hash']}")
     print(f"mean: {s['iteration_time_s']:.3f} s/iteration, {s['tflops_per_gpu']:.1f} TFLOPS/GPU, "
           f"{s['tokens_per_s']:,.0f} tokens/s, MFU {100 * s['mfu']:.1f}%  |  "
           f"{s['events']:,} events in {s['sim_wall_s']:.3f} s ({(s['events_per_s'] or 0):,.0f} events/s), "
           f"planning {s['planning_wall_s']:.3f} s, total {s['wall_s']:.2f} s")
+    if "goodput_mean" in s:
+        print(long_run_line(s, res.config))
     for k, v in outputs.items():
         print(f"{k}: {v}")
     return 0
+
+
+def long_run_line(s: dict, config: dict) -> str:
+    """The long-run mode's result in one line (goodput over the seeds, Young/Daly, failures, episode ratios)."""
+    sim = config.get("sim", {})
+    return (f"long run ({sim.get('long_run_hours', 0):g} h x {s['long_run_seeds']} seeds, {s.get('network', 'ideal')} "
+            f"network): goodput {100 * s['goodput_mean']:.2f}% ± {100 * s['goodput_std']:.2f} "
+            f"(min {100 * s['goodput_min']:.2f}%, max {100 * s['goodput_max']:.2f}%), Young/Daly "
+            f"{100 * s['young_daly_goodput']:.2f}%, {s['failures_mean']:.1f} failures per run, checkpoint every "
+            f"{s['checkpoint_every_iterations']} iterations, slow-GPU x{s['slow_gpu_ratio']:.3f}, degraded-link "
+            f"x{s['degraded_link_ratio']:.3f}")

@@ -3,23 +3,30 @@
 :func:`plan_capacity` runs named phases:
 
 1. :func:`plan_tasks` -- one task per (GPU type, size, policy) with its global batch;
-2. per task, :func:`dcpsim.planning.search.search_layouts` (enumerate, prune, screen, simulate) in worker
-   processes, with a progress bar;
-3. :func:`seed_spread` -- the best layout re-simulated with more seeds (variable-length data or kernel
-   noise; fixed windows without noise give one result);
-4. :func:`cost_table` -- time to train (``tokens / tokens_per_s``), failures, checkpoints and restarts
-   (:class:`~dcpsim.planning.failures.FailureModel`), GPU-hours, cost, days, their spread over seeds,
-   scaling efficiency, deadline and Pareto front;
-5. :func:`recommend` -- one sentence: the cheapest configuration meeting the deadline, else the fastest.
+2. per task, in worker processes with a progress bar: :func:`dcpsim.planning.search.search_layouts`
+   (enumerate, prune, screen, simulate) on the ideal network, then
+   :func:`dcpsim.planning.evaluate.evaluate_best` -- the best layout under the configured network
+   (``sim.network``) with its throughput seeds and the long-run fault simulation over the planned
+   duration (``sim.long_run_seeds`` runs: failures, checkpoints, restarts, slow-GPU and degraded-link
+   episodes);
+3. :func:`cost_table` -- time to train (``tokens / tokens_per_s``), goodput (the long run's mean; the
+   first-order Young/Daly figure of the same inputs beside it), GPU-hours, cost, days, their spread over
+   seeds, expected failures, scaling efficiency, deadline and Pareto front;
+4. :func:`recommend` -- one sentence: the cheapest configuration meeting the deadline, else the fastest.
 
 Columns of ``CapacityPlan.rows`` (one per GPU type × size × policy, its best simulated layout):
-``time_to_train_h`` (no failures), ``goodput`` (useful fraction of wall time),
-``effective_time_h`` / ``effective_days`` (with failures), ``gpu_hours``, ``cost``,
-``*_min``/``*_max`` over seeds, ``iterations`` (global batches to train on ``tokens``),
-``expected_failures``, ``meets_deadline`` (``None`` without a deadline), ``pareto`` (over all rows) and
-``pareto_gpu`` (within the row's GPU type).
-``CapacityPlan.layouts`` holds every simulated layout (``rank`` 1 = best) with its time breakdown and
-``why`` it beats the next one.
+``network`` (the mode of the row's throughput; the search ran ``search_network`` = ideal, its figure is
+``tokens_per_s_search``), ``time_to_train_h`` (no failures), ``goodput`` (useful fraction of wall time:
+the long run's mean, ``goodput_source`` says so) with ``goodput_std``/``_min``/``_max`` over the long
+runs and ``goodput_young_daly`` (analytic), ``effective_time_h`` / ``effective_days`` (with failures;
+``effective_days_std`` over the long runs, ``effective_days_young_daly``), ``gpu_hours``, ``cost``
+(``cost_std``), ``*_min``/``*_max`` (fastest throughput seed at the best long run / slowest at the worst),
+``iterations`` (global batches to train on ``tokens``), ``expected_failures`` (Poisson: wall time / job
+MTBF) and ``failures_sim`` (the long runs' mean, scaled to the effective time), ``long_run_horizon_h``,
+``meets_deadline`` (``None`` without a deadline), ``pareto`` (over all rows) and ``pareto_gpu`` (within
+the row's GPU type).
+``CapacityPlan.layouts`` holds every simulated layout of the search (ideal network; ``rank`` 1 = best)
+with its time breakdown and ``why`` it beats the next one.
 """
 
 from __future__ import annotations
@@ -84,53 +91,21 @@ def plan_tasks(prices: Mapping[str, float], sizes: Sequence[int], policies: Sequ
 
 
 def run_task(task: Task, base: RunConfig, data: DataSpec, space: SearchSpace, simulate: int, seeds: int,
-             runner=None) -> dict[str, Any]:
-    """Search one task and re-simulate its best layout with more seeds (a worker's unit of work)."""
+             runner=None, tokens: float = 1e12) -> dict[str, Any]:
+    """Search one task on the ideal network, then evaluate its best layout under the configured network with
+    seeds and the long run (:func:`~dcpsim.planning.evaluate.evaluate_best`; a worker's unit of work)."""
     import time
+
+    from dcpsim.planning.evaluate import SEARCH_UPDATES, evaluate_best
 
     cpu0 = time.process_time()
     cfg = base.with_updates({"hardware.gpu": task.gpu})
-    res = search_layouts(cfg, task.gpus, data, policy=task.policy, space=space, gbs=task.gbs, simulate=simulate,
-                         runner=runner)
-    spread = seed_spread(res, cfg, data, task, space, seeds, runner) if res.best else []
-    return {"task": task, "rows": res.rows, "counts": res.counts, "reason": res.reason, "seed_tokens_per_s": spread,
+    res = search_layouts(cfg.with_updates(SEARCH_UPDATES), task.gpus, data, policy=task.policy, space=space,
+                         gbs=task.gbs, simulate=simulate, runner=runner)
+    final = evaluate_best(res, cfg, data, gpus=task.gpus, gbs=task.gbs, policy=task.policy, seeds=seeds,
+                          tokens=tokens, runner=runner)
+    return {"task": task, "rows": res.rows, "counts": res.counts, "reason": res.reason, "final": final,
             "cpu_s": time.process_time() - cpu0}
-
-
-def seed_spread(res, cfg: RunConfig, data: DataSpec, task: Task, space: SearchSpace, seeds: int,
-                runner=None) -> list[float]:
-    """Simulated tokens/s of the best layout for seeds ``seed .. seed+seeds-1`` (one value when nothing varies)."""
-    from dcpsim.planning.space import Candidate, check_candidate
-    from dcpsim.run.single import run_simulation
-
-    best = res.best
-    if best is None or best["status"] != "ok":
-        return []
-    varies = (not data.fixed) or data.documents is not None or cfg.sim.noise_cv > 0 or cfg.sim.straggler_fraction > 0
-    if seeds <= 1 or not varies:
-        return [best["tokens_per_s"]]
-    from dcpsim.planning.search import search_updates
-
-    ch = check_candidate(cfg,
-                         Candidate(tp=best["tp"], pp=best["pp"], cp=best["cp"], tokens_per_rank=best["tokens_per_rank"],
-                                   recompute=best["recompute"], vp=best["vp"], mbs=best["mbs"],
-                                   first_stage_layers=best["first_stage_layers"],
-                                   last_stage_layers=best["last_stage_layers"],
-                                   precision=best["precision"], flags=_flags_of(best)),
-                         task.gpus, data, task.gbs, search_updates(data, task.policy, task.gbs))
-    out = [best["tokens_per_s"]]
-    run = runner or run_simulation
-    for k in range(1, seeds):
-        r = run(ch.cfg.with_updates({"sim.seed": ch.cfg.sim.seed + k}))
-        s = r.summary if hasattr(r, "summary") else r
-        out.append(float(s["tokens_per_s"]))
-    return out
-
-
-def _flags_of(row: Mapping[str, Any]) -> tuple[tuple[str, bool], ...]:
-    from dcpsim.planning.space import OVERLAP_FLAGS, optional_field
-
-    return tuple((n, bool(row[n])) for n in OVERLAP_FLAGS if optional_field(n) and n in row)
 
 
 class Progress:
@@ -162,7 +137,7 @@ class Progress:
 
 
 def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchSpace, *, simulate: int, seeds: int,
-              jobs: int | None, progress: bool, runner=None) -> list[dict[str, Any]]:
+              jobs: int | None, progress: bool, runner=None, tokens: float = 1e12) -> list[dict[str, Any]]:
     """Every task, in worker processes (``jobs``; 1 = in this process), results in task order."""
     from concurrent.futures.process import BrokenProcessPool
 
@@ -177,7 +152,7 @@ def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchS
     tries = [0] * len(tasks)
 
     def submit(i: int) -> Any:
-        return ex.submit(run_task, tasks[i], base, data, space, simulate, seeds, runner)
+        return ex.submit(run_task, tasks[i], base, data, space, simulate, seeds, runner, tokens)
 
     try:
         futs = {submit(i): (i, getattr(ex, "generation", 0)) for i in range(len(tasks))}
@@ -205,6 +180,29 @@ def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchS
     return [results[i] for i in range(len(tasks))]
 
 
+FINAL_KEYS = ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_gib")
+LONG_RUN_KEYS = {"goodput_mean": "goodput_sim", "goodput_std": "goodput_std", "goodput_min": "goodput_min",
+                 "goodput_max": "goodput_max", "young_daly_goodput": "goodput_young_daly",
+                 "renewal_goodput": "goodput_renewal", "failures_mean": "failures_per_run",
+                 "failures_std": "failures_per_run_std", "inv_goodput_std": "inv_goodput_std",
+                 "horizon_h": "long_run_horizon_h", "horizon": "long_run_horizon", "long_run_seeds": "long_run_seeds",
+                 "checkpoint_every_iterations": "checkpoint_every_iterations", "slow_gpu_ratio": "slow_gpu_ratio",
+                 "degraded_link_ratio": "degraded_link_ratio"}
+
+
+def _final_columns(final: dict[str, Any]) -> dict[str, Any]:
+    """The final evaluation's figures as row columns (the search's own kept as ``*_search``)."""
+    from dcpsim.sim import BREAKDOWN
+
+    s = final["final"]
+    out: dict[str, Any] = {k: float(s[k]) for k in (*FINAL_KEYS, *BREAKDOWN) if isinstance(s.get(k), (int, float))}
+    tps = final["seed_tokens_per_s"]
+    out |= {"network": final["network"], "tokens_per_s_min": min(tps), "tokens_per_s_max": max(tps), "seeds": len(tps),
+            "long_run_sample_iterations": final["long_run_sample_iterations"]}
+    out |= {new: final["long_run"][old] for old, new in LONG_RUN_KEYS.items() if old in final.get("long_run", {})}
+    return out
+
+
 def _best_row(res: dict[str, Any]) -> dict[str, Any]:
     t: Task = res["task"]
     row: dict[str, Any] = {"gpu": t.gpu, "price_per_gpu_h": t.price, "gpus": t.gpus, "policy": t.policy, "gbs": t.gbs}
@@ -212,10 +210,16 @@ def _best_row(res: dict[str, Any]) -> dict[str, Any]:
     if best is None or best["status"] != "ok":
         return row | {"status": "infeasible", "reason": res["reason"] or (best or {}).get("reason", "")}
     row |= {k: v for k, v in best.items() if k not in ("why",)}
-    seeds = res["seed_tokens_per_s"] or [best["tokens_per_s"]]
-    row |= {"tokens_per_s_min": min(seeds), "tokens_per_s_max": max(seeds), "seeds": len(seeds),
+    row |= {"search_network": "ideal", "tokens_per_s_search": best["tokens_per_s"],
             "layouts_enumerated": res["counts"].get("enumerated", 0), "layouts_fit": res["counts"].get("fit", 0),
             "layouts_simulated": res["counts"].get("simulated", 0), "search_cpu_s": res.get("cpu_s")}
+    final = res.get("final") or {}
+    if "final_error" in final:
+        return row | {"status": "infeasible", "reason": final["final_error"]}
+    if final:
+        row |= _final_columns(final)
+    if "long_run_error" in final:
+        row |= {"status": "infeasible", "reason": final["long_run_error"]}
     return row
 
 
@@ -226,6 +230,51 @@ def _layout_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for i, r in enumerate(res["rows"], start=1):
             out.append({"gpu": t.gpu, "gpus": t.gpus, "policy": t.policy, "gbs": t.gbs, "rank": i, **r})
     return out
+
+
+def _goodput_columns(df, failures: FailureModel) -> None:
+    """``goodput``: the long-run simulation's mean where the row has one, else the first-order Young/Daly
+    figure (``goodput_source`` says which); ``goodput_young_daly`` always (the analytic check)."""
+    import numpy as np
+    import pandas as pd
+
+    yd = pd.Series([failures.goodput(int(g)) for g in df["gpus"]], index=df.index, dtype=float)
+    if "goodput_young_daly" in df.columns:  # the long run's own (checkpoints rounded to whole iterations)
+        yd = df["goodput_young_daly"].astype(float).fillna(yd)
+    df["goodput_young_daly"] = yd
+    for c in ("goodput_sim", "goodput_std", "goodput_min", "goodput_max", "inv_goodput_std", "failures_per_run",
+              "long_run_horizon_h", "long_run_seeds"):
+        if c not in df.columns:
+            df[c] = np.nan
+    sim = df["goodput_sim"].notna()
+    df["goodput"] = np.where(sim, df["goodput_sim"], df["goodput_young_daly"])
+    df["goodput_source"] = [f"long-run simulation, {int(k)} seeds" if s else "Young/Daly (first order)"
+                            for s, k in zip(sim, df["long_run_seeds"].fillna(0), strict=True)]
+    df["checkpoint_interval_min"] = [failures.checkpoint_interval_s(int(g)) / 60.0 for g in df["gpus"]]
+    df["system_mtbf_h"] = [failures.system_mtbf_s(int(g)) / 3600.0 for g in df["gpus"]]
+
+
+def _time_columns(df, tokens: float, ok) -> None:
+    """Effective time, GPU-hours and cost: mean (at the mean goodput), min/max (fastest seed at the best
+    long run, slowest at the worst), std (over the long runs), and the Young/Daly figure."""
+    import numpy as np
+
+    n = df["gpus"].astype(float)
+    good = df["goodput"].where(df["goodput"] > 0)
+    g_hi = df["goodput_max"].fillna(df["goodput"]).where(lambda x: x > 0)
+    g_lo = df["goodput_min"].fillna(df["goodput"]).where(lambda x: x > 0)
+    for suffix, col, g in (("", "tokens_per_s", good), ("_min", "tokens_per_s_max", g_hi),
+                           ("_max", "tokens_per_s_min", g_lo)):
+        eff_h = np.where(ok, tokens / df[col] / 3600.0 / g, np.nan)  # fastest seed gives the shortest time
+        df["effective_time_h" + suffix] = eff_h
+        df["effective_days" + suffix] = eff_h / 24.0
+        df["gpu_hours" + suffix] = n * eff_h
+        df["cost" + suffix] = df["gpu_hours" + suffix] * df["price_per_gpu_h"]
+    std_h = np.where(ok, df["time_to_train_h"] * df["inv_goodput_std"].fillna(0.0), np.nan)
+    df["effective_days_std"] = std_h / 24.0
+    df["cost_std"] = n * std_h * df["price_per_gpu_h"]
+    yd = df["goodput_young_daly"].where(df["goodput_young_daly"] > 0)
+    df["effective_days_young_daly"] = np.where(ok, df["time_to_train_h"] / yd / 24.0, np.nan)
 
 
 def cost_table(rows: list[dict[str, Any]], *, tokens: float, data: DataSpec, failures: FailureModel,
@@ -239,25 +288,18 @@ def cost_table(rows: list[dict[str, Any]], *, tokens: float, data: DataSpec, fai
         if c not in df.columns:
             df[c] = np.nan if c != "reason" else ""
     ok = df["status"] == "ok"
-    n = df["gpus"].astype(float)
     df["gbs_tokens"] = df["gbs"] * data.mean_len
     df["iterations"] = np.where(ok, np.ceil(tokens / df["gbs_tokens"]), np.nan)
     df["time_to_train_h"] = np.where(ok, tokens / df["tokens_per_s"] / 3600.0, np.nan)
-    df["goodput"] = [failures.goodput(int(g)) for g in df["gpus"]]
-    df["checkpoint_interval_min"] = [failures.checkpoint_interval_s(int(g)) / 60.0 for g in df["gpus"]]
-    df["system_mtbf_h"] = [failures.system_mtbf_s(int(g)) / 3600.0 for g in df["gpus"]]
+    _goodput_columns(df, failures)
     no_progress = ok & (df["goodput"] <= 0)
     df.loc[no_progress, "status"] = "infeasible"
     df.loc[no_progress, "reason"] = "failures: the job fails faster than it can checkpoint and restart"
     ok = df["status"] == "ok"
-    good = df["goodput"].where(df["goodput"] > 0)
-    for suffix, col in (("", "tokens_per_s"), ("_min", "tokens_per_s_max"), ("_max", "tokens_per_s_min")):
-        eff_h = np.where(ok, tokens / df[col] / 3600.0 / good, np.nan)  # fastest seed gives the shortest time
-        df["effective_time_h" + suffix] = eff_h
-        df["effective_days" + suffix] = eff_h / 24.0
-        df["gpu_hours" + suffix] = n * eff_h
-        df["cost" + suffix] = df["gpu_hours" + suffix] * df["price_per_gpu_h"]
-    df["expected_failures"] = np.where(ok, df["effective_time_h"] * 3600.0 / (failures.gpu_mtbf_h * 3600.0 / n), np.nan)
+    _time_columns(df, tokens, ok)
+    mtbf_s = df["system_mtbf_h"] * 3600.0
+    df["expected_failures"] = np.where(ok, df["effective_time_h"] * 3600.0 / mtbf_s, np.nan)  # Poisson, analytic
+    df["failures_sim"] = np.where(ok, df["failures_per_run"] * df["effective_time_h"] / df["long_run_horizon_h"], np.nan)
     df["scaling_efficiency"] = np.nan
     for _, g in df[ok].groupby(["gpu", "policy"]):
         g = g.sort_values("gpus")
@@ -295,6 +337,7 @@ def plan_capacity(
     seed: int | None = None,
     seeds: int = 3,
     failures: FailureModel | None = None,
+    long_run_seeds: int | None = None,
     simulate: int = DEFAULT_SIMULATE,
     jobs: int | None = 1,
     progress: bool = False,
@@ -306,8 +349,14 @@ def plan_capacity(
     fixed 4,096-token windows) with the batch as ``gbs`` sequences or ``gbs_tokens`` (default 4M tokens,
     the same at every size; ``batch_scaling="proportional"`` grows it with the GPU count). ``space``:
     the layout search space (forced values narrow it). ``iterations``: simulated iterations per layout
-    (default 1 for fixed windows, 2 otherwise). ``seeds``: seeds for the best layout's spread.
+    (default 1 for fixed windows, 2 otherwise). ``seeds``: seeds for the best layout's throughput spread.
     ``max_gbs_tokens``: the batch the user knows still converges; larger batches give a warning.
+
+    Failures and the network are the base configuration's ``sim.*`` fields (``failures`` and
+    ``long_run_seeds``, when given, set ``sim.gpu_mtbf_h``/``checkpoint_s``/``restart_s``/
+    ``checkpoint_interval_s`` and ``sim.long_run_seeds``): layouts are searched on the ideal network, the
+    best per (GPU type, size, policy) evaluated under ``sim.network`` with the long-run fault simulation
+    (:mod:`dcpsim.planning.evaluate`).
     """
     prices = parse_gpu_prices(gpu_prices) if isinstance(gpu_prices, str) else dict(gpu_prices)
     if not prices:
@@ -328,17 +377,21 @@ def plan_capacity(
             seq_len = 4096
         data = make_data_spec(seq_len=seq_len, workload=workload, gbs=gbs, gbs_tokens=gbs_tokens,
                               max_len=None if base is None or workload is None else base.workload.max_len)
-    fm = failures or FailureModel()
     space = space or SearchSpace()
     base = (base or RunConfig()).with_updates({"model.name": model})
     upd: dict[str, Any] = {"sim.iterations": iterations or (1 if data.fixed else 2)}
     if seed is not None:
         upd["sim.seed"] = seed
+    if failures is not None:  # the API's FailureModel is the config's sim.* failure fields (one concept)
+        upd |= failures.settings()
+    if long_run_seeds is not None:
+        upd["sim.long_run_seeds"] = long_run_seeds
     base = base.with_updates(upd)
+    fm = FailureModel.from_settings(base.sim)
 
     tasks = plan_tasks(prices, sizes, policies, data, batch_scaling)
     results = run_tasks(tasks, base, data, space, simulate=simulate, seeds=seeds, jobs=jobs, progress=progress,
-                        runner=runner)
+                        runner=runner, tokens=tokens)
     df = cost_table([_best_row(r) for r in results], tokens=tokens, data=data, failures=fm,
                     deadline_days=deadline_days)
     import pandas as pd
@@ -350,8 +403,19 @@ def plan_capacity(
            "gpu_prices": prices, "sizes": sizes, "policies": list(policies), "deadline_days": deadline_days,
            "batch_scaling": batch_scaling, "iterations": base.sim.iterations, "seed": base.sim.seed, "seeds": seeds,
            "simulated_layouts_per_search": simulate, "max_gbs_tokens": max_gbs_tokens,
-           "search_space": space_description(space), "failures": fm.describe()}
+           "search_space": space_description(space), "failures": fm.describe(),
+           "network": {"search": "ideal", "final": base.sim.network}, "long_run": long_run_request(base)}
     return CapacityPlan(df, recommend(df, deadline_days), req, layouts=layouts, warnings=warnings)
+
+
+def long_run_request(base: RunConfig) -> dict[str, Any]:
+    """The long-run settings a plan used (horizon, seeds, slow-GPU and degraded-link episodes)."""
+    s = base.sim
+    return {"horizon_h": s.long_run_hours if s.long_run_hours > 0 else "planned duration per row",
+            "seeds": s.long_run_seeds, "slow_gpu_per_day": s.slow_gpu_per_day, "slow_gpu_episode_s": s.slow_gpu_episode_s,
+            "slow_gpu_slowdown": s.slow_gpu_slowdown, "degraded_link_per_day": s.degraded_link_per_day,
+            "degraded_link_episode_s": s.degraded_link_episode_s,
+            "degraded_link_episode_scale": s.degraded_link_episode_scale}
 
 
 def space_description(space: SearchSpace) -> dict[str, Any]:
@@ -401,9 +465,18 @@ def pareto_front(df, mask=None):
 def _describe(r) -> str:
     lay = r.get("layout") or f"TP {int(r['tp'])}, PP {int(r['pp'])}, CP {int(r['cp'])}"
     return (f"{int(r['gpus'])} x {r['gpu']} with {r['policy']} ({lay}, DP {int(r['dp'])}): "
-            f"{r['effective_days']:.1f} days including failures "
-            f"(goodput {100 * r['goodput']:.1f}%), {r['gpu_hours']:,.0f} GPU-hours, cost {r['cost']:,.0f} "
+            f"{r['effective_days']:.1f} days including failures ({_goodput_text(r)}), {r['gpu_hours']:,.0f} GPU-hours, cost {r['cost']:,.0f} "
             f"at {r['price_per_gpu_h']:g}/GPU-hour, {r['tflops_per_gpu']:.0f} TFLOPS/GPU")
+
+
+def _goodput_text(r) -> str:
+    """``goodput 97.1% ± 0.3 (long run, 8 seeds; Young/Daly 97.0%)`` or the Young/Daly figure alone."""
+    yd = r.get("goodput_young_daly")
+    std = r.get("goodput_std")
+    if isinstance(std, float) and std == std and r.get("goodput_sim") == r.get("goodput_sim"):
+        return (f"goodput {100 * r['goodput']:.1f}% ± {100 * std:.1f} over {int(r['long_run_seeds'])} simulated long "
+                f"runs; Young/Daly {100 * yd:.1f}%; {r.get('network', 'ideal')} network")
+    return f"goodput {100 * r['goodput']:.1f}% (Young/Daly)"
 
 
 def recommend(df, deadline_days: float | None = None) -> str:

@@ -1,4 +1,10 @@
-"""Failures, checkpoints and restarts: the share of wall time a long run loses (first-order Young/Daly model)."""
+"""Failures, checkpoints and restarts: the share of wall time a long run loses (first-order Young/Daly model).
+
+The analytic check beside capacity planning's long-run simulation (:mod:`dcpsim.planning.evaluate`,
+:mod:`dcpsim.sim.longrun`): both read the same inputs, the run configuration's ``sim.gpu_mtbf_h``,
+``sim.checkpoint_s``, ``sim.restart_s`` and ``sim.checkpoint_interval_s`` (:meth:`FailureModel.from_settings`),
+and every formula lives in :mod:`dcpsim.sim.longrun`.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ class FailureModel:
                   default from the Llama 3 report (:func:`llama3_gpu_mtbf_hours`).
     checkpoint_s: time training stops to write one checkpoint, seconds (assumed 60 s).
     restart_s:    time from a failure to training again (detect, reschedule, load), seconds (assumed 600 s).
+    interval_s:   work seconds between checkpoints; ``None`` = Young's optimum.
 
     With N GPUs the job fails every M = gpu_mtbf_h·3600/N seconds on average.
     Checkpoints every τ = √(2·δ·M) seconds of work (Young's optimum, δ =
@@ -38,19 +45,37 @@ class FailureModel:
     gpu_mtbf_h: float = field(default_factory=llama3_gpu_mtbf_hours)
     checkpoint_s: float = 60.0
     restart_s: float = 600.0
+    interval_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.gpu_mtbf_h > 0:
-            raise ConfigError("--mtbf-gpu-hours", self.gpu_mtbf_h, "a positive number of hours")
+            raise ConfigError("sim.gpu_mtbf_h", self.gpu_mtbf_h, "a positive number of hours")
         if self.checkpoint_s < 0 or self.restart_s < 0:
-            raise ConfigError("--checkpoint-s/--restart-s", (self.checkpoint_s, self.restart_s), "non-negative seconds")
+            raise ConfigError("sim.checkpoint_s/restart_s", (self.checkpoint_s, self.restart_s), "non-negative seconds")
+        if self.interval_s is not None and not self.interval_s > 0:
+            raise ConfigError("sim.checkpoint_interval_s", self.interval_s, "a positive number of seconds or 'young'")
+
+    @classmethod
+    def from_settings(cls, s) -> FailureModel:
+        """The failure model of a run configuration's ``[sim]`` section (``cfg.sim``)."""
+        iv = s.checkpoint_interval_s
+        return cls(gpu_mtbf_h=float(s.gpu_mtbf_h), checkpoint_s=float(s.checkpoint_s), restart_s=float(s.restart_s),
+                   interval_s=None if iv == "young" else float(iv))
+
+    def settings(self) -> dict:
+        """This model as run-configuration updates (``sim.*``), the inverse of :meth:`from_settings`."""
+        return {"sim.gpu_mtbf_h": self.gpu_mtbf_h, "sim.checkpoint_s": self.checkpoint_s,
+                "sim.restart_s": self.restart_s,
+                "sim.checkpoint_interval_s": "young" if self.interval_s is None else self.interval_s}
 
     def system_mtbf_s(self, gpus: int) -> float:
         """Mean time between failures of a job on ``gpus`` GPUs, seconds."""
         return system_mtbf_s(self.gpu_mtbf_h, gpus)
 
     def checkpoint_interval_s(self, gpus: int) -> float:
-        """Young's optimal work time between checkpoints, seconds."""
+        """Work time between checkpoints (Young's optimum unless fixed), seconds."""
+        if self.interval_s is not None:
+            return float(self.interval_s)
         return young_interval_s(self.checkpoint_s, self.system_mtbf_s(gpus))
 
     def goodput(self, gpus: int) -> float:
@@ -63,4 +88,5 @@ class FailureModel:
         return wall_s / self.system_mtbf_s(gpus)
 
     def describe(self) -> dict:
-        return {"gpu_mtbf_h": self.gpu_mtbf_h, "checkpoint_s": self.checkpoint_s, "restart_s": self.restart_s}
+        return {"gpu_mtbf_h": self.gpu_mtbf_h, "checkpoint_s": self.checkpoint_s, "restart_s": self.restart_s,
+                "checkpoint_interval_s": "young" if self.interval_s is None else self.interval_s}

@@ -347,21 +347,33 @@ def _meta(run: _Run, iterations, loop: _Loop, trace_file: str | None, wall: floa
 def _long_run(cfg: RunConfig, sim, plans: list[Plan], records: list, iterations) -> dict:
     """Goodput over ``sim.long_run_hours`` of training (dcpsim.sim.longrun), the simulated iterations cycled;
     nothing when the mode is off or no iteration was simulated."""
-    from dcpsim.sim.longrun import Episodes, LongRun, long_run_summary, slowdown_ratios
+    from dcpsim.sim.longrun import long_run_summary
 
     s = cfg.sim
     if s.long_run_hours <= 0 or not records:
         return {}
-    plan = next(p for p in plans if p.steps)
-    slow, link = slowdown_ratios(sim, plan, slow_gpu_slowdown=s.slow_gpu_slowdown if s.slow_gpu_per_day > 0 else 1.0,
-                                 degraded_link_scale=s.degraded_link_episode_scale if s.degraded_link_per_day > 0 else 1.0)
-    lr = LongRun(hours=s.long_run_hours, gpu_mtbf_h=s.gpu_mtbf_h, checkpoint_s=s.checkpoint_s, restart_s=s.restart_s,
-                 checkpoint_interval_s=None if s.checkpoint_interval_s == "young" else float(s.checkpoint_interval_s),
-                 slow_gpu=Episodes(s.slow_gpu_per_day, s.slow_gpu_episode_s, slow),
-                 degraded_link=Episodes(s.degraded_link_per_day, s.degraded_link_episode_s, link))
+    lr = measured_long_run(cfg, s.long_run_hours, sim=sim, plan=next(p for p in plans if p.steps))
     out = long_run_summary(iterations["iteration_time_s"].to_numpy(), cfg.cluster.gpus, lr, s.long_run_seeds, s.seed)
-    out.update({"slow_gpu_ratio": slow, "degraded_link_ratio": link})
+    out.update({"slow_gpu_ratio": lr.slow_gpu.ratio, "degraded_link_ratio": lr.degraded_link.ratio})
     return out
+
+
+def measured_long_run(cfg: RunConfig, hours: float, *, plan: Plan, sim=None):
+    """The :class:`~dcpsim.sim.longrun.LongRun` of ``cfg``'s failure fields over ``hours``, its slow-GPU and
+    degraded-link ratios measured with the simulator on ``plan`` (only for the episode kinds that are on;
+    ``sim``: the run's simulator, default built from ``cfg``)."""
+    from dcpsim.sim.longrun import long_run_from_settings, slowdown_ratios
+
+    s = cfg.sim
+    if s.slow_gpu_per_day > 0 or s.degraded_link_per_day > 0:
+        sim = sim if sim is not None else build_simulator(cfg)
+        slow, link = slowdown_ratios(sim, plan,
+                                     slow_gpu_slowdown=s.slow_gpu_slowdown if s.slow_gpu_per_day > 0 else 1.0,
+                                     degraded_link_scale=s.degraded_link_episode_scale if s.degraded_link_per_day > 0
+                                     else 1.0)
+    else:
+        slow, link = 1.0, 1.0
+    return long_run_from_settings(s, hours, slow, link)
 
 
 def _fixed_workload(cfg: RunConfig):
@@ -429,6 +441,7 @@ def _summary(cfg: RunConfig, it, cp_hist: dict[int, int], gpus: int, peak: float
         "max_tokens_per_rank": cfg.max_tokens_per_rank,
         "iterations": int(len(it)),
         "seed": cfg.sim.seed,
+        "network": cfg.sim.network,
         "simulated": bool(it["simulated"].all()) if len(it) else False,
         "iteration_time_s": T / max(len(it), 1),
         **throughput(flops, float(it["tokens"].sum()), T, gpus, peak),

@@ -130,6 +130,18 @@ class LongRun:
         return young_interval_s(self.checkpoint_s, self.system_mtbf_s(gpus))
 
 
+def long_run_from_settings(s, hours: float, slow_gpu_ratio: float = 1.0, degraded_link_ratio: float = 1.0) -> LongRun:
+    """The :class:`LongRun` of a run configuration's ``[sim]`` section ``s`` (any object with its fields:
+    ``gpu_mtbf_h``, ``checkpoint_s``, ``restart_s``, ``checkpoint_interval_s``, ``slow_gpu_*``,
+    ``degraded_link_*``) over ``hours``, with the episode ratios measured by the caller
+    (:func:`slowdown_ratios`). The one place the config's failure fields become the model's inputs."""
+    interval = s.checkpoint_interval_s
+    return LongRun(hours=hours, gpu_mtbf_h=s.gpu_mtbf_h, checkpoint_s=s.checkpoint_s, restart_s=s.restart_s,
+                   checkpoint_interval_s=None if interval == "young" else float(interval),
+                   slow_gpu=Episodes(s.slow_gpu_per_day, s.slow_gpu_episode_s, slow_gpu_ratio),
+                   degraded_link=Episodes(s.degraded_link_per_day, s.degraded_link_episode_s, degraded_link_ratio))
+
+
 def young_daly_goodput(gpus: int, lr: LongRun, iteration_s: float | None = None) -> float:
     """First-order expected goodput (no slowness), with ``τ`` rounded to whole iterations when given."""
     tau = lr.interval_s(gpus)
@@ -187,10 +199,17 @@ def simulate_long_run(iter_s: np.ndarray, gpus: int, lr: LongRun, rng: np.random
             "restart_s": restart, "checkpoint_every_iterations": c, "iterations": done}
 
 
-def long_run_summary(iter_s: np.ndarray, gpus: int, lr: LongRun, seeds: int, seed: int) -> dict:
-    """Goodput over ``seeds`` independent runs (streams spawned from ``seed``) and the Young/Daly expectation."""
-    runs = [simulate_long_run(iter_s, gpus, lr, np.random.default_rng(s))
+def long_runs(iter_s: np.ndarray, gpus: int, lr: LongRun, seeds: int, seed: int) -> list[dict]:
+    """``seeds`` independent long runs (:func:`simulate_long_run`), their streams spawned from ``seed``."""
+    return [simulate_long_run(iter_s, gpus, lr, np.random.default_rng(s))
             for s in np.random.SeedSequence(seed).spawn(int(seeds))]
+
+
+def long_run_summary(iter_s: np.ndarray, gpus: int, lr: LongRun, seeds: int, seed: int,
+                     runs: list[dict] | None = None) -> dict:
+    """Goodput over ``seeds`` independent runs (streams spawned from ``seed``; ``runs``: those runs when
+    already made) and the Young/Daly and renewal expectations."""
+    runs = runs if runs is not None else long_runs(iter_s, gpus, lr, seeds, seed)
     g = np.array([r["goodput"] for r in runs])
     return {
         "goodput_mean": float(g.mean()),
