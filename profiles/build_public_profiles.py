@@ -122,11 +122,15 @@ def collective_rows(nvl_ring_gbps: float, nvl_p2p_gbps: float, nic_gbps: float, 
     return rows
 
 
+HBM_SRC = ("the datasheets' 'GB' are binary: H100 80GB 81,559 MiB, H200 143,771 MiB, A100 80GB 81,920 MiB per "
+           "Modal, 'Why does an NVIDIA H100 80GB card offer 85.52 GB?' (thundergolfer.com/blog/nvidia-gpu-memory-capacity); "
+           "B200 183,359 MiB in the nvidia-smi listing of Modal's GPU glossary (modal.com/gpu-glossary)")
+
 GPUS = {
     "h100-sxm": dict(
         sms=132, sms_src="H100 SXM5: 132 SMs (NVIDIA H100 datasheet / Hopper whitepaper)",
         fp8=1979e12, fp8_src="H100 SXM dense FP8 peak 1,979 TFLOPS (NVIDIA H100 datasheet; 3,958 with sparsity)",
-        peak=989e12, hbm=80e9, hbmbw=3.35e12, nvl=450e9, nic=50e9, gemm=795, attn_scale=1.0, attn_note="",
+        peak=989e12, hbm=81559 * 2**20, hbm_mib=81559, hbmbw=3.35e12, nvl=450e9, nic=50e9, gemm=795, attn_scale=1.0, attn_note="",
         nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
         desc="NVIDIA H100 SXM 80GB, 8 per node (DGX/HGX H100), 400 Gb/s NDR per GPU. Public figures.",
         ar_note="(H200 all-reduce curve used: same NVLink 4 / NVSwitch generation)",
@@ -134,7 +138,7 @@ GPUS = {
     "h200-sxm": dict(
         sms=132, sms_src="H200 SXM: 132 SMs, the H100's GH100 compute (NVIDIA H200 datasheet)",
         fp8=1979e12, fp8_src="H200 SXM dense FP8 peak 1,979 TFLOPS (NVIDIA H200 datasheet; 3,958 with sparsity)",
-        peak=989e12, hbm=141e9, hbmbw=4.8e12, nvl=450e9, nic=50e9, gemm=790, attn_scale=1.0,
+        peak=989e12, hbm=143771 * 2**20, hbm_mib=143771, hbmbw=4.8e12, nvl=450e9, nic=50e9, gemm=790, attn_scale=1.0,
         attn_note="; H200 has the H100's compute (same 989 TFLOPS peak), attention assumed equal",
         nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
         desc="NVIDIA H200 SXM 141GB, 8 per node (HGX H200), 400 Gb/s per GPU. Public figures.", ar_note="",
@@ -142,7 +146,7 @@ GPUS = {
     "a100-sxm-80gb": dict(
         sms=108, sms_src="A100 SXM: 108 SMs (NVIDIA A100 datasheet / Ampere whitepaper)",
         fp8=0.0, fp8_src="A100 has no FP8 tensor cores (Ampere): no FP8 figures",
-        peak=312e12, hbm=80e9, hbmbw=2.0e12, nvl=300e9, nic=25e9, gemm=271, attn_scale=0.73 * 312 / 648,
+        peak=312e12, hbm=81920 * 2**20, hbm_mib=81920, hbmbw=2.0e12, nvl=300e9, nic=25e9, gemm=271, attn_scale=0.73 * 312 / 648,
         attn_note="; scaled to A100 by FlashAttention-2's reported 73% of peak (Dao 2023) over FA3's 648 TFLOPS: assumed",
         nvl_ring=300 * 365 / 450, nvl_p2p=300 * 390 / 450, nic_eff=24, h200_ar=False,
         desc="NVIDIA A100 SXM 80GB, 8 per node (DGX A100), 200 Gb/s HDR per GPU. Public figures.", ar_note="",
@@ -150,7 +154,7 @@ GPUS = {
     "b200": dict(
         sms=148, sms_src="B200: 148 SMs (NVIDIA Blackwell architecture technical brief)",
         fp8=4500e12, fp8_src="B200 dense FP8 peak 4,500 TFLOPS (NVIDIA HGX B200 datasheet; 9,000 with sparsity)",
-        peak=2250e12, hbm=180e9, hbmbw=8e12, nvl=900e9, nic=50e9, gemm=1745, attn_scale=1745 / 795,
+        peak=2250e12, hbm=183359 * 2**20, hbm_mib=183359, hbmbw=8e12, nvl=900e9, nic=50e9, gemm=1745, attn_scale=1745 / 795,
         attn_note="; scaled by B200/H100 best GEMM (1745/795): assumed, Blackwell attention kernels not in REFERENCE",
         nvl_ring=900 * 365 / 450, nvl_p2p=900 * 390 / 450, nic_eff=47, h200_ar=False,
         desc="NVIDIA B200 (HGX B200), 8 per node, 400 Gb/s per GPU. Public figures.", ar_note="",
@@ -203,7 +207,7 @@ def build(name: str) -> HardwareProfile:
         nvlink_domain_gpus=8,
         sources={
             "peak_bf16_flops": f"dense BF16 peak, {ref5}",
-            "hbm_bytes": f"HBM capacity, {ref5}",
+            "hbm_bytes": f"HBM capacity as NVML reports it (nvidia-smi total, {g['hbm_mib']:,} MiB; {HBM_SRC})",
             "hbm_bw_bytes_per_s": f"HBM bandwidth, {ref5}",
             "nvlink_bw_bytes_per_s": f"NVLink per GPU per direction, {ref5}",
             "nic_bw_bytes_per_s": f"scale-out NIC line rate per GPU, {ref5}",

@@ -405,7 +405,7 @@ def test_malformed_profile_tables_are_one_line(capsys, tmp_path):
         "device not a table": base.replace("[device]", "device = 5\n[devicex]"),
         "tiny peak": base.replace("peak_bf16_flops = 989000000000000.0", "peak_bf16_flops = 1.0", 1),
         "peak below the tables": base.replace("peak_bf16_flops = 989000000000000.0", "peak_bf16_flops = 2e14", 1),
-        "nan capacity": base.replace("hbm_bytes = 80000000000.0", "hbm_bytes = nan", 1),
+        "nan capacity": base.replace("hbm_bytes = 85520809984.0", "hbm_bytes = nan", 1),
         "string int": base.replace("gpus_per_node = 8", 'gpus_per_node = "8"', 1),
         "zero node": base.replace("gpus_per_node = 8", "gpus_per_node = 0", 1),
         "tables not a table": base.replace("[tables]", "tables = 3\n[tablesx]"),

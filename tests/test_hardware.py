@@ -28,7 +28,7 @@ def test_shipped_profiles_load_and_name_origins():
 def test_h100_figures_match_reference():
     p = get_profile("h100-sxm")
     assert p.peak_bf16_flops == 989e12
-    assert p.hbm_bytes == 80e9
+    assert p.hbm_bytes == 81559 * 2**20  # "80 GB" as NVML reports it: 81,559 MiB (79.6 GiB), not 80e9 B
     # FA3 forward causal at 4K is a table point: exact
     assert p.attention_flops_per_s(4096, direction="fwd", causal=True, head_dim=128) == pytest.approx(579e12)
     # H200 all-reduce 64 MiB table point
@@ -95,7 +95,7 @@ def _copy(tmp_path):
 
 def test_negative_value_names_field_and_file(tmp_path):
     d = _copy(tmp_path)
-    text = (d / "profile.toml").read_text().replace("hbm_bytes = 80000000000.0", "hbm_bytes = -1.0")
+    text = (d / "profile.toml").read_text().replace("hbm_bytes = 85520809984.0", "hbm_bytes = -1.0")
     (d / "profile.toml").write_text(text)
     with pytest.raises(ProfileError) as ei:
         load_profile(d)

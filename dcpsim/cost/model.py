@@ -80,6 +80,12 @@ CP_COMM_TYPES = _CP_COMM_TYPES  # defined once in dcpsim.choices
 GEMM_BWD_FLOPS_FACTOR = 2.0  # dgrad + wgrad
 ELEMENTWISE_BWD_FACTOR = 2.0  # backward of an element-wise op reads the saved input and the incoming gradient
 PRECISIONS = ("bf16", "fp8")
+# Share of a GPU's HBM (the capacity NVML reports, profile ``hbm_bytes``: 79.6 GiB on an "80 GB" H100) that the
+# tensors the memory model counts may fill; the other 10% is for what it does not count: the CUDA context, NCCL
+# and cuBLAS workspaces, the caching allocator's fragmentation. 0.9 is dcpsim's original share, NOT fitted to any
+# run (the published runs are the check: dcpsim.published.memory). Cross-check: the Dynamic-CP solver of
+# Megatron-LM PR #2959 rejects plans above 70 GiB on an 80 GB GPU (REFERENCE §1), 88% of 79.6 GiB.
+USABLE_HBM_FRACTION = 0.9
 
 # Kernels per transformer layer, Megatron-Core with Transformer Engine (fused ops), counted:
 KERNELS_FWD = 12  # norm, QKV GEMM, RoPE q and k (2), flash fwd, proj GEMM, residual add, norm, fc1 GEMM, SwiGLU, fc2 GEMM, residual add
@@ -277,7 +283,7 @@ class CostModel:
     recompute:
         ``none``, ``selective`` or ``full``.
     memory_limit_bytes:
-        usable HBM per GPU; default 90% of the profile's HBM.
+        usable HBM per GPU; default ``USABLE_HBM_FRACTION`` of the profile's HBM.
     precision:
         ``bf16`` or ``fp8`` (block GEMMs in FP8; needs a profile with FP8 figures).
     tp_comm_overlap:
@@ -292,6 +298,9 @@ class CostModel:
         ``fused`` (one kernel, Megatron --cross-entropy-loss-fusion / NeMo) or
         ``unfused`` (Megatron-Core's default fp32 vocab-parallel cross-entropy,
         many passes over the logits; ``CROSS_ENTROPY_BYTES``).
+    grad_bytes_per_param:
+        bytes per element of the gradient buffer (memory only): 4 = FP32 (Megatron-LM's default for BF16),
+        2 = BF16 (``grad_reduce_in_fp32=False``; the run's ``sim.grad_reduce_bytes_per_param``).
     """
 
     def __init__(
@@ -312,6 +321,7 @@ class CostModel:
         attention: str = "flash",
         microbatches_in_flight: float | None = None,
         cross_entropy: str = "fused",
+        grad_bytes_per_param: float = 4.0,
     ) -> None:
         self.profile = get_profile(profile)
         self.model = get_model(model)
@@ -336,8 +346,11 @@ class CostModel:
         self.microbatches_in_flight = microbatches_in_flight
         self.cp_comm, self.recompute = cp_comm, recompute
         self.layers_per_stage = int(self.stage_layers.max())
+        if not grad_bytes_per_param > 0:
+            raise ConfigError("grad_bytes_per_param", grad_bytes_per_param, "a positive number of bytes")
+        self.grad_bytes_per_param = float(grad_bytes_per_param)
         self.memory_limit_bytes = (
-            0.9 * self.profile.hbm_bytes if memory_limit_bytes is None else float(memory_limit_bytes)
+            USABLE_HBM_FRACTION * self.profile.hbm_bytes if memory_limit_bytes is None else float(memory_limit_bytes)
         )
         if self.memory_limit_bytes <= 0:
             raise ConfigError("memory_limit_bytes", memory_limit_bytes, "a positive number of bytes")
@@ -640,7 +653,8 @@ class CostModel:
         ``microbatches_in_flight``)."""
         s = np.asarray(local_tokens, dtype=np.float64)
         kw = dict(tp=self.tp, pp=self.pp, dp=self.dp_cp, cp=1, recompute=self.recompute,
-                  microbatches_in_flight=self.microbatches_in_flight)
+                  microbatches_in_flight=self.microbatches_in_flight, precision=self.precision,
+                  grad_bytes=self.grad_bytes_per_param)
         m0 = memory_per_gpu(self.model, tokens_per_rank=0, **kw).total_bytes
         m1 = memory_per_gpu(self.model, tokens_per_rank=1, **kw).total_bytes
         return m0 + (m1 - m0) * s
@@ -651,7 +665,8 @@ class CostModel:
 
         return max_tokens_per_rank(
             self.model, memory_limit_bytes=self.memory_limit_bytes, tp=self.tp, pp=self.pp, dp=self.dp_cp, cp=1,
-            recompute=self.recompute, microbatches_in_flight=self.microbatches_in_flight,
+            recompute=self.recompute, microbatches_in_flight=self.microbatches_in_flight, precision=self.precision,
+            grad_bytes=self.grad_bytes_per_param,
         )
 
     def flops(self, lengths) -> float:
@@ -674,4 +689,5 @@ class CostModel:
             "attention": self.attention,
             "cross_entropy": self.cross_entropy,
             "memory_limit_bytes": self.memory_limit_bytes,
+            "grad_bytes_per_param": self.grad_bytes_per_param,
         }

@@ -33,6 +33,7 @@ class ModelSpec:
     vocab: int
     gated_mlp: bool = True
     tied_embeddings: bool = False
+    hidden_dropout: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -116,6 +117,8 @@ class ModelSpecInput(InputModel):
     vocab: int = Field(ge=1, le=100_000_000, description="vocabulary size")
     gated_mlp: bool = Field(True, description="gated MLP (SwiGLU: three matrices) or plain (two)")
     tied_embeddings: bool = Field(False, description="input and output embeddings share weights")
+    hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout probability after attention and MLP "
+                                  "(> 0 stores a 1-byte mask per element: memory only)")
     source: str = Field("", description="where the dimensions come from")
 
 
@@ -201,22 +204,76 @@ def params_per_gpu(model: ModelSpec, tp: int, pp: int, stage_layers=None) -> flo
     return float(stage_params(model, tp, layers).max())
 
 
-def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: str) -> float:
-    """Stored activation bytes per token per layer (bf16, sequence parallel, flash attention).
+# Bytes per element of a GEMM input that Transformer Engine saves for the backward pass: a BF16 copy, or the
+# FP8 copy it casts to (TransformerEngine Linear/LayerNormLinear keep the quantized input for wgrad).
+SAVED_GEMM_INPUT_BYTES = {"bf16": 2.0, "fp8": 1.0}
+# Cross-entropy peak per logit: Megatron-Core's vocab-parallel cross-entropy (fused "native" and unfused alike,
+# megatron/core/tensor_parallel/cross_entropy.py calculate_logits_max) upcasts the BF16 logits to an FP32
+# copy (2 + 4 B alive at the end of the forward); the backward turns the saved FP32 softmax into the FP32
+# gradient in place and casts it to BF16 (4 + 2 B).
+LOGIT_PEAK_BYTES = 6.0
 
-    none: (16h + 6·ffn)/TP (Korthikanti et al. 2022 method, REFERENCE §3).
-    selective: with flash attention the s² terms are already gone, so the
-    recomputed core attention saves only its output: (14h + 6·ffn)/TP.
-    full: only the layer input, 2h/TP.
+
+def activation_terms(model: ModelSpec, precision: str = "bf16") -> dict[str, float]:
+    """Bytes per token per layer each stored tensor of one block takes, without TP (divide by TP).
+
+    The Korthikanti et al. 2022 count (Table 2, its 34·s·b·h with sequence parallelism) redone term by
+    term for the layers dcpsim models (flash attention, so no s² term; GQA; gated or plain MLP; Transformer
+    Engine modules as Megatron-Core builds them):
+
+    * ``norm_inputs``: the inputs of the two norms, BF16 (2·2h);
+    * ``gemm_inputs``: the saved inputs of the QKV and fc1 GEMMs (the norm outputs, h each) and of fc2
+      (ffn), a BF16 copy, or FP8 under ``precision="fp8"`` (1 B: TE saves the FP8 cast);
+    * ``qkv``: Q, K and V that flash attention keeps, BF16 (2·(q + 2·kv));
+    * ``attn_out``: the attention output, BF16 (2q): flash attention keeps it and, in BF16, it is also the
+      output projection's saved input; in FP8 the projection keeps its own FP8 copy (+1·q);
+    * ``lse``: the flash-attention softmax statistics, FP32 per head (4·heads);
+    * ``act_input``: the MLP activation's saved input, the fc1 output, BF16 (2·ffn, twice that when gated:
+      SwiGLU keeps both halves);
+    * ``dropout_masks``: one byte per element after attention and after the MLP (2h) when
+      ``model.hidden_dropout`` > 0 (Korthikanti's two s·b·h mask terms).
+
+    BF16, MHA, gated, no dropout: 16h + 6·ffn (REFERENCE §3).
     """
-    h, f = model.hidden, model.ffn_hidden
+    if precision not in SAVED_GEMM_INPUT_BYTES:
+        raise ConfigError("parallel.precision", precision, f"one of {tuple(SAVED_GEMM_INPUT_BYTES)}")
+    h, f, q, kv = model.hidden, model.ffn_hidden, model.q_dim, model.kv_dim
+    e = SAVED_GEMM_INPUT_BYTES[precision]
+    return {
+        "norm_inputs": 4.0 * h,
+        "gemm_inputs": e * (2 * h + f),
+        "qkv": 2.0 * (q + 2 * kv),
+        "attn_out": 2.0 * q + (e * q if precision != "bf16" else 0.0),
+        "lse": 4.0 * model.n_heads,
+        "act_input": 2.0 * f * (2 if model.gated_mlp else 1),
+        "dropout_masks": 2.0 * h if model.hidden_dropout > 0 else 0.0,
+    }
+
+
+def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: str, precision: str = "bf16") -> float:
+    """Stored activation bytes per token per layer (sequence parallel, flash attention): see :func:`activation_terms`.
+
+    none: every term, divided by TP.
+    selective: Megatron's core-attention recompute (``--recompute-granularity selective``) drops what
+    flash attention alone keeps (its statistics, and its output copy when the projection keeps an FP8 one);
+    with flash attention the s² terms it was made for are already gone, so it saves little.
+    full: only the layer input, 2h/TP (``--recompute-granularity full --recompute-method uniform``).
+    """
+    terms = activation_terms(model, precision)
     if recompute == "none":
-        return (16 * h + 6 * f) / tp
+        return sum(terms.values()) / tp
     if recompute == "selective":
-        return (14 * h + 6 * f) / tp
+        fa_only = terms["lse"] + (2.0 * model.q_dim if precision != "bf16" else 0.0)
+        return (sum(terms.values()) - fa_only) / tp
     if recompute == "full":
-        return 2 * h / tp
+        return 2 * model.hidden / tp
     raise ConfigError("recompute", recompute, f"one of {RECOMPUTE_MODES}")
+
+
+def output_layer_bytes_per_token(model: ModelSpec, tp: int) -> float:
+    """Last-stage bytes per token for the loss: logits at their cross-entropy peak (``LOGIT_PEAK_BYTES`` per
+    logit, s × V/TP with sequence parallelism) plus the final norm's input and the output GEMM's input (BF16)."""
+    return (model.vocab * LOGIT_PEAK_BYTES + 4.0 * model.hidden) / tp
 
 
 def memory_per_gpu(
@@ -228,23 +285,28 @@ def memory_per_gpu(
     dp: int = 1,
     cp: int = 1,
     recompute: str = "full",
-    microbatches_in_flight: int | None = None,
+    microbatches_in_flight: float | None = None,
+    precision: str = "bf16",
+    grad_bytes: float = 4.0,
 ) -> MemoryBreakdown:
-    """Peak bytes on the busiest GPU (pipeline stage 0, which holds up to PP microbatches in 1F1B).
+    """Peak bytes on the busiest GPU (pipeline stage 0 holds ``microbatches_in_flight`` microbatches, default
+    PP for 1F1B; the last stage holds one plus the loss).
 
-    ``tokens_per_rank`` is the local token count of one microbatch on this GPU
-    (after CP splitting). States follow the distributed optimizer: 2 B bf16
-    weights + 4 B fp32 grads per parameter, 12 B Adam state sharded over DP×CP.
+    ``tokens_per_rank`` is the local token count of one microbatch on this GPU (after CP splitting).
+    Model states follow Megatron-Core's distributed optimizer (docs/source/api-guide/dist_optimizer.md;
+    megatron/training/theoretical_memory_usage.py ``6 + 12/d``): 2 B weights per parameter (BF16, or FP8
+    plus its transpose with ``--fp8-param-gather``), ``grad_bytes`` of gradient buffer (4: FP32, Megatron-LM's
+    default for BF16; 2: BF16 with ``grad_reduce_in_fp32=False``), and 12 B of FP32 master weights and Adam
+    moments sharded over the DP×CP group (pass ``dp`` = DP×CP, or both).
     """
     n = params_per_gpu(model, tp, pp)
     layers = model.n_layers / pp
-    per_tok = activation_bytes_per_token_layer(model, tp, recompute) * layers * tokens_per_rank
+    per_tok = activation_bytes_per_token_layer(model, tp, recompute, precision) * layers * tokens_per_rank
     transient = 0.0
     if recompute == "full":
         # one layer's full activations are rebuilt during its backward pass
-        transient = activation_bytes_per_token_layer(model, tp, "none") * tokens_per_rank
-    # bf16 logits + fp32 cross-entropy workspace, on the last stage only
-    logits = tokens_per_rank * model.vocab * (2 + 4) / tp
+        transient = activation_bytes_per_token_layer(model, tp, "none", precision) * tokens_per_rank
+    logits = tokens_per_rank * output_layer_bytes_per_token(model, tp)
     inflight = pp if microbatches_in_flight is None else microbatches_in_flight
     if pp == 1:
         act, trans = per_tok * inflight, transient + logits
@@ -254,7 +316,7 @@ def memory_per_gpu(
         act, trans = (per_tok * inflight, transient) if first >= last else (per_tok, transient + logits)
     return MemoryBreakdown(
         weights_bytes=2.0 * n,
-        grads_bytes=4.0 * n,
+        grads_bytes=float(grad_bytes) * n,
         optimizer_bytes=12.0 * n / (dp * cp),
         activations_bytes=act,
         transient_bytes=trans,
@@ -270,14 +332,17 @@ def max_tokens_per_rank(
     dp: int = 1,
     cp: int = 1,
     recompute: str = "full",
-    microbatches_in_flight: int | None = None,
+    microbatches_in_flight: float | None = None,
+    precision: str = "bf16",
+    grad_bytes: float = 4.0,
 ) -> int:
     """Largest local token count per microbatch that fits (Megatron's ``max_seqlen_per_dp_cp_rank``).
 
     Memory is affine in tokens, so this is solved exactly. Raises
     :class:`InfeasibleError` when the model states alone do not fit.
     """
-    kw = dict(tp=tp, pp=pp, dp=dp, cp=cp, recompute=recompute, microbatches_in_flight=microbatches_in_flight)
+    kw = dict(tp=tp, pp=pp, dp=dp, cp=cp, recompute=recompute, microbatches_in_flight=microbatches_in_flight,
+              precision=precision, grad_bytes=grad_bytes)
     m0 = memory_per_gpu(model, tokens_per_rank=0, **kw).total_bytes
     m1 = memory_per_gpu(model, tokens_per_rank=1, **kw).total_bytes
     if m0 >= memory_limit_bytes:
@@ -293,11 +358,15 @@ __all__ = [
     "RECOMPUTE_MODES",
     "MemoryBreakdown",
     "ModelSpec",
+    "LOGIT_PEAK_BYTES",
+    "SAVED_GEMM_INPUT_BYTES",
     "activation_bytes_per_token_layer",
+    "activation_terms",
     "get_model",
     "list_models",
     "max_tokens_per_rank",
     "memory_per_gpu",
+    "output_layer_bytes_per_token",
     "params_per_gpu",
     "stage_params",
 ]

@@ -68,6 +68,7 @@ class Row:
     split: str  # "fit" | "held-out"
     source_group: str
     family_spec: dict[str, Any]
+    settings: list[dict[str, Any]] = field(default_factory=list)  # suite.toml [[settings]] entries naming this row
 
     @property
     def model(self) -> str:
@@ -163,7 +164,8 @@ def load_suite(suite_dir: str | Path | None = None) -> Suite:
         held = set(parse_ranges(spec.get("held_out_rows", "")))
         split = "held-out" if spec.get("split") == "held-out" or i in held else "fit"
         src = next((g for g, prefix in meta.get("sources", {}).items() if raw["source"].startswith(prefix)), "other")
-        rows.append(Row(i, raw, fam, split, src, spec))
+        settings = [st for st in meta.get("settings", []) if i in parse_ranges(st["rows"])]
+        rows.append(Row(i, raw, fam, split, src, spec, settings))
     return Suite(rows, data, sha, meta)
 
 
@@ -209,6 +211,7 @@ def model_spec(row: Row) -> tuple[dict[str, Any], list[str]]:
         "vocab": pv,
         "gated_mlp": bool(fam.get("gated_mlp", False)),
         "tied_embeddings": bool(fam.get("tied_embeddings", False)),
+        "hidden_dropout": float(fam.get("hidden_dropout", 0.0)),
         "source": f"published_throughput.csv row {row.id} ({fam.get('arch', row.family)})",
     }
     return spec, notes
@@ -275,10 +278,13 @@ def _parallel(row: Row, notes: list[str]) -> tuple[dict[str, Any], str | None]:
     return parallel, missing
 
 
-def _sim(row: Row) -> dict[str, Any]:
+def _sim(row: Row, notes: list[str]) -> dict[str, Any]:
     sim_fields = _fields("sim")
     sim: dict[str, Any] = {"iterations": 1, "seed": 0, "planning": "ignore"}
     sim.update({k: v for k, v in row.family_spec.get("sim", {}).items() if k in sim_fields})
+    for st in row.settings:  # per-release settings with their source (suite.toml [[settings]])
+        sim.update({k: v for k, v in st.get("sim", {}).items() if k in sim_fields})
+        notes.append(st["note"])
     if "--tp-comm-overlap" in row.raw["notes"] and "tp_comm_overlap" in sim_fields:
         sim["tp_comm_overlap"] = True
     return sim
@@ -299,7 +305,7 @@ def row_dict(row: Row) -> tuple[dict[str, Any], list[str], str | None]:
         "parallel": parallel,
         "workload": {"name": "fixed", "seq_len": int(row.raw["seq_len"]), "gbs": int(row.raw["gbs"])},
         "policy": {"name": "packing"},
-        "sim": _sim(row),
+        "sim": _sim(row, notes),
     }
     return d, notes, reason
 

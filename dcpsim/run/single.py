@@ -62,7 +62,8 @@ def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None) -> CostModel:
                      cp_comm=p.cp_comm, recompute=p.recompute, precision=p.precision,
                      tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
                      last_stage_layers=p.last_stage_layers, attention=p.attention, cross_entropy=p.cross_entropy,
-                     microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None)
+                     microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None,
+                     grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param)
 
 
 def nvlink_domain(cfg: RunConfig, cost: CostModel) -> int:
@@ -234,7 +235,7 @@ def _gib(nbytes: float) -> str:
 
 def _capacity(cost: CostModel) -> str:
     prof = cost.profile
-    return (f"{_gib(cost.memory_limit_bytes)} usable of the {prof.hbm_bytes / 1e9:.0f} GB HBM of {prof.name}")
+    return f"{_gib(cost.memory_limit_bytes)} usable of the {_gib(prof.hbm_bytes)} HBM of {prof.name}"
 
 
 def check_memory(cfg: RunConfig, *, full_microbatch: bool = False) -> None:
