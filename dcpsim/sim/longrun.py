@@ -20,8 +20,9 @@ seeded generator (one seed, one result):
   ``episode_s``; an iteration that starts inside an episode takes
   ``ratio`` times longer (``ratio`` is measured by the caller with the
   simulator: the same plan with one slow GPU or one degraded NIC, so a
-  synchronous job runs at its slowest member). Overlapping episodes take the
-  larger ratio.
+  synchronous job runs at its slowest member, averaged over a sample of the
+  GPUs the episode may hit, :func:`slowdown_ratios`). Overlapping episodes
+  take the larger ratio.
 
 Goodput = useful work (committed iterations at their undisturbed time) /
 wall time, over whole checkpoint segments up to the horizon. First-order
@@ -172,10 +173,13 @@ def simulate_long_run(iter_s: np.ndarray, gpus: int, lr: LongRun, rng: np.random
     horizon = lr.hours * 3600.0
     m = lr.system_mtbf_s(gpus)
     c = max(1, round(lr.interval_s(gpus) / float(base.mean())))
-    kinds = [(e, e.draw(horizon, rng)) for e in (lr.slow_gpu, lr.degraded_link)]
+    # one stream per kind of event (common random numbers: the failures of a seed are the same draws with
+    # and without slow episodes, so the two compare without the noise of reshuffled failures)
+    fail_rng, *ep_rng = rng.spawn(3)
+    kinds = [(e, e.draw(horizon, r)) for e, r in zip((lr.slow_gpu, lr.degraded_link), ep_rng, strict=True)]
     kinds = [(e, st) for e, st in kinds if st.size]
     t, done, useful, fails, lost, restart = 0.0, 0, 0.0, 0, 0.0, 0.0
-    next_fail = rng.exponential(m)
+    next_fail = fail_rng.exponential(m)
     while t < horizon:
         idx = (done + np.arange(c)) % base.size
         work = base[idx]
@@ -194,7 +198,7 @@ def simulate_long_run(iter_s: np.ndarray, gpus: int, lr: LongRun, rng: np.random
         lost += next_fail - t
         t = next_fail + lr.restart_s
         restart += lr.restart_s
-        next_fail = t + rng.exponential(m)
+        next_fail = t + fail_rng.exponential(m)
     return {"goodput": useful / t, "wall_s": t, "useful_s": useful, "failures": fails, "lost_work_s": lost,
             "restart_s": restart, "checkpoint_every_iterations": c, "iterations": done}
 
@@ -224,27 +228,42 @@ def long_run_summary(iter_s: np.ndarray, gpus: int, lr: LongRun, seeds: int, see
     }
 
 
-def slowdown_ratios(sim, plan, *, slow_gpu_slowdown: float, degraded_link_scale: float) -> tuple[float, float]:
+SLOWDOWN_SAMPLES = 8  # GPUs an episode is measured on (its ratio is their mean; drawn uniformly, fixed seed)
+
+
+def episode_gpus(topology, samples: int = SLOWDOWN_SAMPLES) -> np.ndarray:
+    """GPUs an episode is measured on: ``samples`` distinct stage ranks (one GPU each; TP peers are equivalent)
+    drawn uniformly from a fixed seed, so that the ratio estimates the mean over the GPU an episode hits."""
+    ranks = topology.pp * topology.dp * topology.cp
+    k = min(int(samples), ranks)
+    pick = np.sort(np.random.default_rng(0).choice(ranks, size=k, replace=False))
+    return pick * topology.tp
+
+
+def slowdown_ratios(sim, plan, *, slow_gpu_slowdown: float, degraded_link_scale: float,
+                    samples: int = SLOWDOWN_SAMPLES) -> tuple[float, float]:
     """(slow GPU, degraded link) iteration-time ratios of ``plan`` on ``sim`` (a
-    :class:`~dcpsim.sim.ClusterSimulator`): the same plan with GPU 0 running ``slow_gpu_slowdown`` times
-    slower, and with GPU 0's network link at ``degraded_link_scale`` of its bandwidth."""
+    :class:`~dcpsim.sim.ClusterSimulator`): the same plan with one GPU running ``slow_gpu_slowdown`` times
+    slower, and with one GPU's network link at ``degraded_link_scale`` of its bandwidth, each the mean over
+    the GPUs of :func:`episode_gpus` (an episode hits any GPU; a rank with slack hides it, the critical one
+    does not, so one fixed GPU would be biased)."""
     from dataclasses import replace
 
     from dcpsim.sim.simulator import ClusterSimulator
     from dcpsim.sim.variability import Faults
 
-    base = sim.simulate(plan, validate=False, rng=np.random.default_rng(0)).timeline.makespan_s
-    ratios = []
+    def makespan(s) -> float:
+        return s.simulate(plan, validate=False, rng=np.random.default_rng(0)).timeline.makespan_s
+
+    base = makespan(sim)
+    gpus = episode_gpus(sim.topology, samples)
+    slow = link = 1.0
     if slow_gpu_slowdown > 1.0:
-        slow = ClusterSimulator(sim.cost, sim.topology, options=sim.options,
-                                faults=Faults(np.zeros(1, dtype=np.int64), float(slow_gpu_slowdown), None))
-        ratios.append(slow.simulate(plan, validate=False, rng=np.random.default_rng(0)).timeline.makespan_s / base)
-    else:
-        ratios.append(1.0)
+        slow = float(np.mean([makespan(ClusterSimulator(sim.cost, sim.topology, options=sim.options,
+                                                        faults=Faults(np.array([g]), float(slow_gpu_slowdown), None)))
+                              for g in gpus])) / base
     if degraded_link_scale < 1.0:
-        topo = replace(sim.topology, degraded_gpu=0, degraded_link_scale=float(degraded_link_scale))
-        link = ClusterSimulator(sim.cost, topo, options=sim.options)
-        ratios.append(link.simulate(plan, validate=False, rng=np.random.default_rng(0)).timeline.makespan_s / base)
-    else:
-        ratios.append(1.0)
-    return ratios[0], ratios[1]
+        link = float(np.mean([makespan(ClusterSimulator(sim.cost, replace(sim.topology, degraded_gpu=int(g),
+                                                                          degraded_link_scale=float(degraded_link_scale)),
+                                                        options=sim.options)) for g in gpus])) / base
+    return slow, link
