@@ -134,3 +134,20 @@ def test_sweep_over_network_and_mtbf_has_the_goodput_columns(tmp_path):
     a = df[cols].sort_values(cols[:2]).reset_index(drop=True)
     b = load_results(tmp_path / "b")[cols].sort_values(cols[:2]).reset_index(drop=True)
     pd.testing.assert_frame_equal(a, b)
+
+
+@pytest.mark.slow
+def test_variable_length_plan_on_the_shared_network_with_faults_and_episodes():
+    """Long-context data, packing vs dynamic, 64 and 128 GPUs, shared network, slow GPUs and degraded links."""
+    base = RunConfig().with_updates({"sim.network": "shared", "sim.gpu_mtbf_h": 2000.0, "sim.long_run_seeds": 6,
+                                     "sim.slow_gpu_per_day": 4.0, "sim.degraded_link_per_day": 4.0,
+                                     "sim.degraded_link_episode_scale": 0.1})
+    plan = plan_capacity("llama-13b", "github", 2e10, {"h100-sxm": 2.5}, [64, 128],
+                         gbs=128, base=base.with_updates({"workload.max_len": 32768}), policies=["packing", "dynamic"],
+                         space=SearchSpace(tp=[1], pp=[2, 4]), seeds=2, jobs=1)
+    ok = plan.rows[plan.rows["status"] == "ok"]
+    assert len(ok) == 4, plan.rows[["status", "reason"]]
+    assert (ok["network"] == "shared").all() and (ok["long_run_sample_iterations"] == 2 * 2).all()
+    assert (ok["slow_gpu_ratio"] >= 1.0).all() and (ok["degraded_link_ratio"] >= 1.0).all()
+    assert (ok["goodput_min"] <= ok["goodput"]).all() and (ok["goodput"] <= ok["goodput_max"]).all()
+    assert (ok["effective_days_min"] <= ok["effective_days_max"]).all()
