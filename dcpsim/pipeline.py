@@ -57,6 +57,7 @@ of the ideal time (Narayanan et al., SC21).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -397,12 +398,16 @@ class GroupTimes:
 
 
 def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, bwd_s: np.ndarray,
-                xfer_s: np.ndarray | None = None) -> GroupTimes:
+                xfer_s: np.ndarray | None = None,
+                first_forward: Callable[[int, np.ndarray, np.ndarray], np.ndarray] | None = None) -> GroupTimes:
     """Exact op times of a plan of groups of stage ranks (see the module docstring).
 
     ``fwd_s``, ``bwd_s``: ``(pp·vp, G)`` per virtual stage and group; ``xfer_s``: ``(pp·vp − 1, G)``,
     the transfer of group ``g`` between virtual stages ``s`` and ``s + 1``, or ``None``. The schedule's
-    microbatches are the plan's steps (``sched.m == groups.n_steps``).
+    microbatches are the plan's steps (``sched.m == groups.n_steps``). ``first_forward(s, ready, dur)``,
+    if given, returns the finish times of the first forward op (with groups) of each virtual stage
+    ``s < pp`` from its groups' ready times and durations (in place of ``ready + dur``: e.g. a wait for
+    the stage's parameter all-gather).
     """
     if sched.m != groups.n_steps:
         raise ValueError(f"schedule of {sched.m} microbatches for a plan of {groups.n_steps} steps")
@@ -415,6 +420,7 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     off = groups.offset.tolist()
     dur = (np.asarray(fwd_s, dtype=np.float64), np.asarray(bwd_s, dtype=np.float64))
     x = None if xfer_s is None or V == 1 else np.asarray(xfer_s, dtype=np.float64)
+    gated: set[int] = set()
     for p_, d, k, s in zip(sched.rank.tolist(), sched.direction.tolist(), sched.microbatch.tolist(),
                            sched.stage.tolist(), strict=True):
         a, z = off[k], off[k + 1]
@@ -429,7 +435,11 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             if x is not None:
                 inp = inp + x[min(s, t), a:z]
             ready = np.maximum(ready, inp)
-        fin = ready + dur[d][s, a:z]
+        if first_forward is not None and d == FWD and s < pp and s not in gated:
+            gated.add(s)
+            fin = first_forward(s, ready, dur[d][s, a:z])
+        else:
+            fin = ready + dur[d][s, a:z]
         start[s, d, a:z] = ready
         finish[s, d, a:z] = fin
         sz = groups.size[a:z]

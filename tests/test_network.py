@@ -157,9 +157,10 @@ def test_gradient_flows_compete_with_pipeline_transfers():
 def test_cp_ring_flows_alone_equal_the_ideal_op():
     """pp 1, dp 1, static cp 16 x tp 2 over four NVLink domains, flat fabric: each op's CP ring is 8 network
     flows (per TP rank, the 4 domain-crossing hops) on distinct NICs that meet nothing (the gradient
-    reduce-scatter starts after the last backward: no overlap), so every op takes its ideal time."""
+    reduce-scatter starts after the last backward and the parameter all-gather after the optimizer step: no
+    overlap), so every op takes its ideal time."""
     over = {"cluster__gpus": 32, "parallel__pp": 1, "parallel__cp": 16, "parallel__tp": 2, "workload__gbs": 4,
-            "policy__name": "packing", "sim__overlap_grad_sync": False,
+            "policy__name": "packing", "sim__overlap_grad_sync": False, "sim__overlap_param_gather": False,
             "hardware__pod_gpus": "flat", "hardware__oversubscription": 1.0}
     a = _run("ideal", **over).iterations.iloc[0]
     b = _run("shared", **over).iterations.iloc[0]
@@ -326,3 +327,62 @@ def test_ring_slowed_by_k_takes_the_per_step_time(max_tokens):
         assert hidden.any()
         d = (shared.timeline.finish - shared.timeline.start)[0, 0] - (t_b - base.timeline.start)[0, 0]
         np.testing.assert_allclose(d[hidden], 0.0, atol=1e-12)
+
+
+# ------------------------------------------------------------------ parameter all-gather (Megatron's rule, vp = 1)
+def test_param_gather_chain_closed_form():
+    """Megatron-Core (vp = 1, --overlap-param-gather): the first forward's pre-hook dispatches bucket 0 and
+    waits for it; the hook of bucket k's parameters waits for bucket k and dispatches bucket k + 1. Equal
+    ops of F: ``J + t + (B − 1)·max(t, F/B) + F/B``; one bucket: ``J + t + F``; a collective starts when
+    the last rank has dispatched it (unequal ops: bucket k + 1 waits for the slowest op's segment k)."""
+    from dcpsim.sim.engine import param_gather_ends
+
+    ready = np.array([0.5, 0.2, 0.3])
+    for t, B, F in ((0.01, 8, 1.0), (0.3, 8, 1.0), (0.2, 1, 1.0), (0.125, 4, 0.5)):
+        ends = param_gather_ends(ready, np.full(3, F), t, B)
+        np.testing.assert_allclose(ends, 0.5 + t + (B - 1) * max(t, F / B) + F / B, rtol=1e-12)
+    # unequal ops (F = 0.3 and 3, segments 0.1 and 1), t = 0.1, B = 3: bucket 1 at 0.1 (both start segment 0),
+    # bucket 2 at 1.1 (the long op starts segment 1 then), so the short op waits for it until 1.2
+    ends = param_gather_ends(np.zeros(2), np.array([0.3, 3.0]), 0.1, 3)
+    np.testing.assert_allclose(ends, [1.3, 3.1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("network", ["ideal", "shared"])
+def test_param_gather_is_exposed_at_each_stage_first_forward(network):
+    """pp 4, flat fabric, static CP: a stage > 0 has one bucket (Megatron turns bucketing off there); its
+    all-gather starts when the stage's first forwards have their input and every one of them waits for it:
+    finish = max(ready) + t_p + F. Stage 0 follows the bucket chain from time 0."""
+    from dcpsim.sim.engine import param_gather_ends
+
+    over = {"hardware__pod_gpus": "flat", "hardware__oversubscription": 1.0, "policy__name": "packing"}
+    rec = _run(network, **over).records[0]
+    tl, w, sync = rec.timeline, rec.work, _run(network, **over).records[0].sync
+    f = w.virtual()[0]
+    first = np.nonzero(w.table.step == 0)[0]
+    for p in range(4):
+        ready = tl.start[p, 0, first]
+        ends = param_gather_ends(ready, f[p, first], float(sync.all_gather_bucket_s[p]), int(sync.buckets[p]))
+        if network == "ideal" or p > 0:  # shared: stage 0's first forwards meet nothing on the NICs either
+            np.testing.assert_allclose(tl.finish[p, 0, first], ends, rtol=1e-9)
+        if p > 0:
+            np.testing.assert_allclose(tl.finish[p, 0, first], ready.max() + sync.all_gather_s[p] + f[p, first],
+                                       rtol=1e-12)
+    assert tl.param_gather_s[1] >= sync.all_gather_s[1] * (1 - 1e-12)
+    # without overlap the all-gather is in the tail again (after the optimizer step), the first forwards don't wait
+    rec = _run(network, sim__overlap_param_gather=False, **over).records[0]
+    np.testing.assert_allclose(rec.timeline.finish[:, 0, first], rec.timeline.start[:, 0, first] + f[:, first],
+                               rtol=1e-12)
+
+
+def test_param_gather_shares_the_nics_with_the_first_cp_rings():
+    """pp 1, cp 16 x tp 2 over four NVLink domains, flat fabric: stage 0's all-gather buckets cross the
+    network on the NICs that the first forward's CP ring uses (the ring starts with the op's compute,
+    after bucket 0). Shared: the first forward is slower than ideal (ideal and shared agree when the
+    all-gather runs after the optimizer step instead: test_cp_ring_flows_alone_equal_the_ideal_op)."""
+    over = {"cluster__gpus": 32, "parallel__pp": 1, "parallel__cp": 16, "parallel__tp": 2, "workload__gbs": 4,
+            "policy__name": "packing", "sim__overlap_grad_sync": False,
+            "hardware__pod_gpus": "flat", "hardware__oversubscription": 1.0}
+    a, b = _run("ideal", **over).records[0], _run("shared", **over).records[0]
+    fa, fb = a.timeline.finish[0, 0, 0], b.timeline.finish[0, 0, 0]
+    # at most all the NICs' extra work: the all-gather's buckets and the ring's traffic
+    assert fa < fb <= fa + float(a.sync.all_gather_s[0]) + b.work.cp_fwd_ring_s[0, 0]

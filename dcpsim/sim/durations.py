@@ -153,6 +153,7 @@ class SyncCost:
     # one bucket's reduce-scatter at the NIC's own speed (``network_scale`` only, no pod or degraded-link
     # factor: the shared network applies those as link capacities); 0 where the group stays on NVLink
     reduce_scatter_bucket_alone_s: np.ndarray | None = None
+    all_gather_bucket_alone_s: np.ndarray | None = None  # the same for one bucket's parameter all-gather
 
 
 def scale_network(profile: HardwareProfile, factor: float) -> HardwareProfile:
@@ -216,7 +217,7 @@ class DurationModel:
         cost, topo = self.cost, self.topo
         prof = cost.profile
         params = stage_params(cost)
-        rs, ag, opt, doms, rs_b, ag_b, nb, rs_alone = (np.zeros(topo.pp) for _ in range(8))
+        rs, ag, opt, doms, rs_b, ag_b, nb, rs_alone, ag_alone = (np.zeros(topo.pp) for _ in range(9))
         bw = prof.hbm_bw_bytes_per_s
         fixed = KERNELS_ITERATION * prof.timing.per_kernel_overhead_s + prof.timing.iteration_overhead_s
         for p in range(topo.pp):
@@ -233,11 +234,12 @@ class DurationModel:
             rs[p], ag[p] = nb[p] * rs_b[p], nb[p] * ag_b[p]
             if domains > 1:
                 rs_alone[p] = t("reduce_scatter", g / nb[p], factor=float(topo.network_scale))
+                ag_alone[p] = t("all_gather", w / nb[p], factor=float(topo.network_scale))
             opt[p] = (params[p] / n * (OPTIMIZER_BYTES_PER_PARAM + GRAD_NORM_BYTES_PER_PARAM)
                       + params[p] * ZERO_GRAD_BYTES_PER_PARAM) / bw + fixed
             if cost.precision == "fp8":
                 opt[p] += cost.stage_layers[p] * fp8_weight_cast_bytes(cost.model, cost.tp) / bw
-        return SyncCost(rs, ag, opt, params, doms, rs_b, ag_b, nb, rs_alone)
+        return SyncCost(rs, ag, opt, params, doms, rs_b, ag_b, nb, rs_alone, ag_alone)
 
     def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,
              rng: np.random.Generator | None = None) -> IterationWork:

@@ -22,14 +22,44 @@ ready evenly during the stage's last backward op ``[b0, b1]`` and their
 reduce-scatters run one after another as they become ready, so the last
 ends at ``max(b1 + t_b, b0 + (b1 − b0)/B + B·t_b)``: exactly one bucket is
 exposed when compute outlasts the communication; without overlap all of it
-starts at ``b1``. The optimizer step follows. The parameter all-gather then
-either runs exposed, or with ``overlap_param_gather`` (Megatron
---overlap-param-gather) overlaps the next iteration's first forward op ``F``
-on the stage: bucket ``i`` is needed after ``i/B`` of it, so the stall is
-``max(t_b, B·t_b − F·(B−1)/B)``, less the time the stage waits for its first
-pipeline input anyway (its first forward's start in this iteration). The
-iteration ends when every stage is done (the next one starts in step on all
-ranks).
+starts at ``b1``. The optimizer step follows.
+
+Parameter all-gather (distributed optimizer, ``B`` buckets of ``t`` on stage
+0, one bucket elsewhere: Megatron turns bucketing off on every pipeline stage
+but the first). Without ``overlap_param_gather`` it runs exposed after the
+optimizer step (Megatron ``DistributedOptimizer.step_with_ready_grads``
+all-gathers synchronously). With it (Megatron --overlap-param-gather) the
+rule depends on the schedule, as in Megatron-Core
+(``megatron/core/distributed/distributed_data_parallel.py``,
+``param_and_grad_buffer.py``):
+
+* ``vp = 1`` (1F1B; Megatron forces ``align_param_gather`` off): nothing is
+  launched at the optimizer step; the forward pre-hook of the first module of
+  a rank's first forward finds bucket 0 not yet dispatched, dispatches it and
+  waits for it; the pre-hook of the first module of bucket ``k``'s parameters
+  waits for bucket ``k`` and then dispatches bucket ``k + 1``
+  (``finish_param_sync``). So on every stage the all-gather starts only when
+  the stage's first forward starts, after its pipeline input has arrived (on
+  stages > 0 it is exposed in the pipeline fill, on every stage), and bucket
+  ``k + 1`` moves while the forward computes with bucket ``k``. The engine
+  holds the first forward ops of the plan's first step on each stage (a
+  :class:`_Gate`); as a collective a bucket starts when the last rank has
+  dispatched it; the ops' ends come from :func:`param_gather_ends` (ideal
+  bucket times, closed form) or from the buckets' flows (shared network).
+  This iteration's ops wait for the all-gather of the previous optimizer step
+  (the steady state: one all-gather per iteration); the stage's tail is its
+  reduce-scatter and optimizer step.
+* ``vp > 1`` (interleaved; ``align_param_gather`` on by default): every
+  stage launches the all-gathers of its first model chunks at the start of
+  the schedule, all buckets at once (``skip_next_bucket_dispatch``); with all
+  chunks' parameters taken together, bucket ``i`` is needed after ``i/B`` of
+  the stage's first forward op ``F``, so the stall is ``max(t, B·t −
+  F·(B−1)/B)``, less the time the stage waits for its first pipeline input
+  anyway (its first forward's start in this iteration), added to the stage's
+  tail. Not run as flows on the shared network (it keeps this formula).
+
+The iteration ends when every stage is done (the next one starts in step on
+all ranks).
 """
 
 from __future__ import annotations
@@ -70,6 +100,7 @@ class IterationTimeline:
     stage_end_s: np.ndarray
     makespan_s: float
     events: int
+    param_gather_s: np.ndarray | None = None  # per stage, the exposed all-gather wait of its first forwards
 
 
 def _per_node(fwd: np.ndarray, bwd: np.ndarray, vp: int, shape: tuple[int, int, int]) -> list[float]:
@@ -94,7 +125,30 @@ def param_gather_stall_s(total_s: float, bucket_s: float, buckets: int, first_fw
     return max(bucket_s, buckets * bucket_s - first_fwd_s * (buckets - 1) / buckets)
 
 
-def _buckets(sync: SyncCost) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def gathers_at_first_forward(overlap_param_gather: bool, vp: int) -> bool:
+    """Whether the parameter all-gather runs at the stages' first forwards (Megatron's rule for ``vp = 1``
+    with --overlap-param-gather, see the module docstring) rather than in the stage's tail."""
+    return bool(overlap_param_gather) and vp == 1
+
+
+def param_gather_ends(ready: np.ndarray, fwd: np.ndarray, bucket_s: float, buckets: int) -> np.ndarray:
+    """Ends of a stage's first forward ops under the bucketed parameter all-gather (Megatron, ``vp = 1``).
+
+    ``ready``: when each op's inputs are there (its ranks free, its pipeline input arrived); ``fwd``: its
+    duration; ``bucket_s``: one bucket's all-gather. Bucket 0 starts at ``J = max(ready)`` (each rank
+    dispatches it from its first forward's pre-hook; the collective runs when the last has); segment
+    ``k`` (``fwd/B`` of the op) starts when bucket ``k`` has arrived and segment ``k − 1`` is done; bucket
+    ``k + 1`` starts when the last rank starts segment ``k``. For equal ops: ``J + t + (B − 1)·max(t,
+    F/B) + F/B``.
+    """
+    seg = fwd / buckets
+    f = np.full(fwd.shape, float(ready.max()) + bucket_s)
+    for _ in range(1, buckets):
+        f = np.maximum(f.max() + bucket_s, f + seg)
+    return f + seg
+
+
+def sync_buckets(sync: SyncCost) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(buckets, reduce-scatter per bucket, all-gather per bucket) per stage; one bucket when not given."""
     pp = sync.reduce_scatter_s.size
     nb = sync.buckets if sync.buckets is not None else np.ones(pp)
@@ -106,10 +160,110 @@ def _buckets(sync: SyncCost) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def sync_ends(bwd_end: np.ndarray, last_bstart: np.ndarray, sync: SyncCost,
               overlap_grad_sync: bool) -> tuple[np.ndarray, np.ndarray]:
     """(reduce-scatter end, optimizer end) per stage from its backward end and last backward start."""
-    nb, rs_b, _ = _buckets(sync)
+    nb, rs_b, _ = sync_buckets(sync)
     rs_end = np.array([grad_sync_end_s(float(last_bstart[p]), float(bwd_end[p]), float(sync.reduce_scatter_s[p]),
                                        float(rs_b[p]), int(nb[p]), overlap_grad_sync) for p in range(nb.size)])
     return rs_end, rs_end + sync.optimizer_s
+
+
+class _Gate:
+    """The first forward ops of pipeline stage ``p`` waiting for its parameter all-gather (vp = 1, overlap).
+
+    The ops arrive as their inputs do; when the last has (``J``), bucket 0 starts; then the chain of
+    :func:`param_gather_ends`, its bucket times either the ideal ``bucket_s`` (closed form at once) or
+    flows on the shared network (``flows``: a :class:`~dcpsim.sim.network.DpRingBucket`), bucket ``k + 1``
+    starting when the last op starts its segment ``k``. Each op ends where the chain puts it. An op
+    with a CP ring on the network starts its ring flows with its compute (when bucket 0 has arrived, so
+    they share the NICs with the later buckets) and ends no earlier than ``t_f + D − R`` (as any op with
+    a ring, :meth:`_Run.begin`).
+    """
+
+    def __init__(self, run: _Run, p: int, nodes: list[int], bucket_s: float, buckets: int, flows) -> None:
+        self.run, self.p, self.nodes = run, p, nodes
+        self.bucket_s, self.B, self.flows = bucket_s, buckets, flows
+        self.left = len(nodes)
+        self.k = 0
+        self.f = np.zeros(0)
+        self.ends: dict[int, float] = {}
+        self.by_ring: dict[int, float] = {n: 0.0 for n in nodes if run.cp_work[n] <= 0.0}
+
+    def arrive(self, _n: int) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.open()
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        run = self.run
+        return (np.array([run.start[n] for n in self.nodes]), np.array([run.dur[n] for n in self.nodes]))
+
+    def open(self) -> None:
+        ready, dur = self._arrays()
+        if self.flows is not None:
+            self.flows.start_at(float(ready.max()), self.bucket_done)
+            return
+        e0 = float(ready.max()) + self.bucket_s
+        if len(self.by_ring) < len(self.nodes):
+            self.run.timeout(e0 - self.run.env.now).callbacks.append(lambda _ev: self.rings(e0))
+        self.finish(param_gather_ends(ready, dur, self.bucket_s, self.B))
+
+    def bucket_done(self, e: float) -> None:
+        """Bucket ``k``'s flows have all ended at ``e`` (shared network)."""
+        seg = self._arrays()[1] / self.B
+        if self.k == 0:
+            self.f = np.full(seg.shape, e)
+            self.rings(e)
+        else:
+            self.f = np.maximum(e, self.f + seg)
+        self.k += 1
+        if self.k < self.B:
+            self.flows.start_at(float(self.f.max()), self.bucket_done)
+        else:
+            self.finish(self.f + seg)
+
+    def rings(self, e0: float) -> None:
+        """The ops' compute starts (bucket 0 is there): their CP rings on the network start."""
+        run = self.run
+        for n in self.nodes:
+            if n in self.by_ring:
+                continue
+            w, r = run.cp_work[n], run.cp_window[n]
+
+            def ring_done(t_f: float, n=n, r=r) -> None:
+                self.by_ring[n] = t_f + run.dur[n] - r  # the op's end by its ring (started with its compute at e0)
+                self.done(n)
+
+            run.transfers.ring(n, w, min(1.0, w / r), ring_done)
+
+    def finish(self, ends: np.ndarray) -> None:
+        ready, dur = self._arrays()
+        self.run.gather_stall[self.p] = float((ends - ready - dur).max())
+        self.ends = dict(zip(self.nodes, ends.tolist(), strict=True))
+        for n in self.nodes:
+            self.done(n)
+
+    def done(self, n: int) -> None:
+        """Op ``n`` ends once both its place in the chain and its ring's end are known: at the later of the
+        two (the ring's and the gather's waits overlap in time; alone the ring ends within the op)."""
+        if n in self.ends and n in self.by_ring:
+            run = self.run
+            run.timeout(max(self.ends[n], self.by_ring[n]) - run.env.now, n).callbacks.append(run.cb_done)
+
+
+def _gates(run: _Run, work: IterationWork, sync: SyncCost) -> list[_Gate]:
+    """One :class:`_Gate` per pipeline stage over the groups of the plan's first step (vp = 1)."""
+    table, G, pp = work.table, run.G, run.pp
+    if G == 0:
+        return []
+    first = np.nonzero(table.step == table.step.min())[0].tolist()
+    nb, _, ag_b = sync_buckets(sync)
+    alone = sync.all_gather_bucket_alone_s
+    gates = []
+    for p in range(pp):
+        flows = None
+        if run.transfers is not None and alone is not None:
+            flows = run.transfers.all_gather(p, float(alone[p]))
+        gates.append(_Gate(run, p, [(2 * p + FWD) * G + g for g in first], float(ag_b[p]), int(nb[p]), flows))
+    return gates
 
 
 class _Run:
@@ -158,7 +312,7 @@ class _Run:
         # shared network: stages whose gradient reduce-scatter leaves NVLink run it as flows
         self.rs_flows: list = [None] * pp
         if self.transfers is not None and sync.reduce_scatter_bucket_alone_s is not None:
-            nb, _, _ = _buckets(sync)
+            nb, _, _ = sync_buckets(sync)
             self.rs_flows = [self.transfers.reduce_scatter(p, float(sync.reduce_scatter_bucket_alone_s[p]), int(nb[p]))
                              for p in range(pp)]
         self.cp_work = [0.0] * len(self.dur)
@@ -171,7 +325,18 @@ class _Run:
                 zero = np.zeros_like(work.cp_fwd_ring_s)
                 self.cp_pre = (_per_node(zero, work.cp_fwd_ring_s, work.vp, (V, 2, G)),
                                _per_node(zero, work.cp_fwd_window_s, work.vp, (V, 2, G)))
-        self.watch = any(x is not None for x in self.rs_flows) or any(x > 0.0 for x in self.cp_work)
+        # Megatron's parameter all-gather at each stage's first forwards (vp = 1 with overlap_param_gather)
+        self.gates = _gates(self, work, sync) if gathers_at_first_forward(overlap_param_gather, work.vp) else []
+        self.gate_of = [-1] * n
+        for g in self.gates:
+            for node in g.nodes:
+                self.gate_of[node] = g.p
+        self.gather_stall = [0.0] * pp
+        self.ag_flows: list = [None] * pp  # shared network, no overlap: the exposed all-gather as flows
+        if self.transfers is not None and not overlap_param_gather and sync.all_gather_bucket_alone_s is not None:
+            self.ag_flows = [self.transfers.all_gather(p, float(sync.all_gather_bucket_alone_s[p])) for p in range(pp)]
+        self.watch = (any(x is not None for x in self.rs_flows) or any(x > 0.0 for x in self.cp_work)
+                      or bool(self.gates))
         self.last_started = [0] * pp
         self.last_total = list(self.stage_left)
         self.last_end_max = [0.0] * pp
@@ -190,7 +355,12 @@ class _Run:
         ``W``, window ``R`` (the steps' time alone, each step's transfer hidden behind that step's attention
         when it is shorter), pace ``W/R``. Alone they end at ``start + R`` and the op at its ideal
         ``start + D``; slowed by sharing to end at ``t_f``, the op ends at ``t_f + D − R``: only contention
-        beyond the steps' compute slack shows (:class:`~dcpsim.sim.network.PipelineTransfers.ring`)."""
+        beyond the steps' compute slack shows (:class:`~dcpsim.sim.network.PipelineTransfers.ring`).
+        A stage's first forward waits for the stage's parameter all-gather (:class:`_Gate`)."""
+        p = self.gate_of[n]
+        if p >= 0:
+            self.gates[p].arrive(n)
+            return
         w = self.cp_work[n]
         if w > 0.0:
             self.ring_op(n, w)
@@ -208,8 +378,8 @@ class _Run:
             w0, r0 = self.cp_pre[0][n], self.cp_pre[1][n]
 
         def ring_done(t_f: float) -> None:
-            end = max(t0 + d, t_f + d - r - r0)
-            self.timeout(max(end - self.env.now, 0.0), n).callbacks.append(self.cb_done)
+            fin = max(t0 + d, t_f + d - r - r0)
+            self.timeout(max(fin - self.env.now, 0.0), n).callbacks.append(self.cb_done)
 
         if w0 > 0.0:
             ring(n, w0, min(1.0, w0 / r0), lambda _t: ring(n, w, min(1.0, w / r), ring_done))
@@ -245,10 +415,21 @@ class _Run:
         if self.stage_left[p] or self.rs_end[p] != self.rs_end[p]:
             return
         now = self.env.now
+        if self.ag_flows[p] is not None:  # exposed all-gather after the optimizer step, bucket after bucket
+            self.gather_tail(p, self.rs_end[p] + float(self.sync.optimizer_s[p]), int(sync_buckets(self.sync)[0][p]))
+            return
         base = (2 * p + FWD) * self.G
         fill = min((x for x in self.start[base:base + self.G] if x == x), default=0.0)
-        end = after_reduce_scatter_s(p, self.rs_end[p], fill, self.first_fwd[p], self.sync, self.overlap_pg)
+        end = after_reduce_scatter_s(p, self.rs_end[p], fill, self.first_fwd[p], self.sync, self.overlap_pg,
+                                     bool(self.gates))
         self.timeout(max(end - now, 0.0), p).callbacks.append(self.on_stage_done)
+
+    def gather_tail(self, p: int, t: float, left: int) -> None:
+        """Shared network, no overlap: stage ``p``'s ``left`` remaining all-gather buckets from ``t`` on, then its end."""
+        if left == 0:
+            self.timeout(max(t - self.env.now, 0.0), p).callbacks.append(self.on_stage_done)
+            return
+        self.ag_flows[p].start_at(t, lambda end: self.gather_tail(p, end, left - 1))
 
     def on_arrive(self, ev) -> None:
         self.arrived(ev.value)
@@ -316,26 +497,30 @@ class _Run:
         base = (2 * p + FWD) * self.G
         fill = min((x for x in self.start[base:base + self.G] if x == x), default=0.0)  # skips NaN
         return stage_end_s(p, self.last_bstart[p], now, fill, self.first_fwd[p], self.sync, self.overlap,
-                           self.overlap_pg) - now
+                           self.overlap_pg, bool(self.gates)) - now
 
 
 def stage_end_s(p: int, last_bstart: float, bwd_end: float, first_fwd_start: float, first_fwd_s: float,
-                sync: SyncCost, overlap_grad_sync: bool, overlap_param_gather: bool) -> float:
+                sync: SyncCost, overlap_grad_sync: bool, overlap_param_gather: bool,
+                at_first_forward: bool = False) -> float:
     """End of stage ``p`` (seconds): its bucketed reduce-scatter after the last backward (which started at
     ``last_bstart`` and ended at ``bwd_end``), the optimizer step, and the parameter all-gather stall (less
     the time the stage's first forward of this iteration, starting at ``first_fwd_start``, waited for its
-    pipeline input anyway). The one formula of the event simulation and the fast path."""
-    nb, rs_b, _ = _buckets(sync)
+    pipeline input anyway). The one formula of the event simulation and the fast path. ``at_first_forward``:
+    the all-gather runs at the stage's first forwards instead (:func:`gathers_at_first_forward`)."""
+    nb, rs_b, _ = sync_buckets(sync)
     r_end = grad_sync_end_s(last_bstart, bwd_end, float(sync.reduce_scatter_s[p]), float(rs_b[p]), int(nb[p]),
                             overlap_grad_sync)
-    return after_reduce_scatter_s(p, r_end, first_fwd_start, first_fwd_s, sync, overlap_param_gather)
+    return after_reduce_scatter_s(p, r_end, first_fwd_start, first_fwd_s, sync, overlap_param_gather, at_first_forward)
 
 
 def after_reduce_scatter_s(p: int, r_end: float, first_fwd_start: float, first_fwd_s: float, sync: SyncCost,
-                           overlap_param_gather: bool) -> float:
+                           overlap_param_gather: bool, at_first_forward: bool = False) -> float:
     """End of stage ``p`` given its reduce-scatter end ``r_end``: optimizer step, then the parameter
-    all-gather stall (see :func:`stage_end_s`)."""
-    nb, _, ag_b = _buckets(sync)
+    all-gather stall (see :func:`stage_end_s`; none when it runs at the first forwards)."""
+    if at_first_forward:
+        return r_end + float(sync.optimizer_s[p])
+    nb, _, ag_b = sync_buckets(sync)
     stall = param_gather_stall_s(float(sync.all_gather_s[p]), float(ag_b[p]), int(nb[p]), first_fwd_s,
                                  overlap_param_gather)
     if overlap_param_gather:  # the stage waits for its first pipeline input anyway
@@ -375,4 +560,5 @@ def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_
         stage_end_s=np.asarray(run.stage_end),
         makespan_s=float(run.end_time),
         events=int(run.events) + (run.transfers.net.events if run.transfers is not None else 0),
+        param_gather_s=np.asarray(run.gather_stall),
     )

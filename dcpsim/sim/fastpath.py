@@ -7,7 +7,9 @@ of :mod:`dcpsim.sim.schedule`. :func:`fast_iteration` evaluates the same
 graph directly with :func:`dcpsim.pipeline.group_times`: the schedule's ops in
 a topological order, each op vectorised over the groups of its microbatch
 (a group starts when all its ranks are free, a ``reduceat`` over the stage's
-per-rank free times, and when its pipeline input has arrived), then the
+per-rank free times, and when its pipeline input has arrived; a stage's first
+forwards wait for its parameter all-gather with the engine's own
+:func:`~dcpsim.sim.engine.param_gather_ends`), then the
 gradient synchronisation with the engine's own formula
 (:func:`~dcpsim.sim.engine.stage_end_s`). The op order comes from the one
 schedule definition (:mod:`dcpsim.pipeline`), as the event simulation's
@@ -26,7 +28,14 @@ import numpy as np
 
 from dcpsim.pipeline import PipelineSchedule, StepGroups, group_times
 from dcpsim.sim.durations import IterationWork, SyncCost
-from dcpsim.sim.engine import IterationTimeline, stage_end_s, sync_ends
+from dcpsim.sim.engine import (
+    IterationTimeline,
+    gathers_at_first_forward,
+    param_gather_ends,
+    stage_end_s,
+    sync_buckets,
+    sync_ends,
+)
 
 
 def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost, *,
@@ -42,7 +51,16 @@ def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost,
         f, b, x = f[:, order], b[:, order], x[:, order]
     groups = StepGroups.from_arrays(table.step[order], table.start[order], table.size[order],
                                     table.n_steps, table.ranks)
-    gt = group_times(sched, groups, f, b, x if x.shape[0] else None)
+    gated = gathers_at_first_forward(overlap_param_gather, sched.vp)
+    stall = np.zeros(sched.pp)
+    nb, _, ag_b = sync_buckets(sync)
+
+    def first_forward(s: int, ready: np.ndarray, dur: np.ndarray) -> np.ndarray:
+        ends = param_gather_ends(ready, dur, float(ag_b[s]), int(nb[s]))
+        stall[s] = (ends - ready - dur).max()
+        return ends
+
+    gt = group_times(sched, groups, f, b, x if x.shape[0] else None, first_forward if gated else None)
     start, finish = gt.start, gt.finish
     if not ident:
         start = np.empty_like(gt.start)
@@ -55,7 +73,7 @@ def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost,
     rs_end, opt_end = sync_ends(bwd_end, last_bstart, sync, overlap_grad_sync)
     fill = start[:sched.pp, 0, :].min(axis=1) if G else np.zeros(sched.pp)  # first forward start per stage
     stage_end = np.array([stage_end_s(p, float(last_bstart[p]), float(bwd_end[p]), float(fill[p]), float(first_fwd[p]),
-                                      sync, overlap_grad_sync, overlap_param_gather) for p in range(sched.pp)])
+                                      sync, overlap_grad_sync, overlap_param_gather, gated) for p in range(sched.pp)])
     return IterationTimeline(
         start=start,
         finish=finish,
@@ -66,4 +84,5 @@ def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost,
         stage_end_s=stage_end,
         makespan_s=float(stage_end.max()),
         events=0,
+        param_gather_s=stall,
     )

@@ -106,6 +106,8 @@ def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
     busy = (f + b).sum(axis=1)  # (pp, R)
     cp = (_by_rank(w.cp_fwd_s, gid) + _by_rank(w.cp_bwd_s, gid)).sum(axis=1)
     grad = (tl.stage_end_s - tl.bwd_end_s)[:, None]
+    if tl.param_gather_s is not None:  # the all-gather waited for at the first forwards (dcpsim.sim.engine)
+        grad = grad + tl.param_gather_s[:, None]
     idle = np.maximum(tl.makespan_s - busy - grad, 0.0)
     x = _by_rank(w.xfer_s, gid).mean(axis=1)
     balanced = balanced_pipeline_end(f.mean(axis=1), b.mean(axis=1), x, S, w.vp)

@@ -12,7 +12,7 @@ speed, so an uncontended flow takes exactly its ``ideal`` time):
   source pod's uplink and the destination pod's downlink. A flat fabric
   (``pod_gpus = 0``) has no pod links (a non-blocking spine).
 * NVLink transfers stay inside their domain and are not modelled as flows
-  (they keep their ideal time).
+  (they keep their ideal time; see the end of this docstring).
 
 Sharing: **max-min fair** (progressive filling). Every flow on a link gets an
 equal share of it unless the flow is held back elsewhere, in which case the
@@ -32,8 +32,17 @@ slowest hop does); the whole transfer time, latency included, is treated as
 bandwidth work (latency terms are small next to the megabyte transfers these
 are). The distributed optimizer's bucketed gradient reduce-scatter of a stage
 whose DP×CP group leaves its NVLink domain is one flow per bucket per ring
-hop between domains (:class:`BucketedReduceScatter`). TP collectives stay
-inside op durations.
+hop between domains (:class:`BucketedReduceScatter`); its parameter
+all-gather likewise, one bucket at a time as the engine launches them
+(:class:`DpRingBucket`; Megatron's launch rule, ``vp = 1``, see
+:mod:`dcpsim.sim.engine`), so the buckets share the NICs with the first
+microbatches' CP rings and pipeline transfers; without overlap it runs after
+the optimizer step, bucket after bucket. TP collectives stay inside op
+durations at NVLink speed: the cost model refuses TP larger than the
+profile's NVLink domain, so TP groups stay inside a domain unless a config
+sets ``hardware.nvlink_domain_gpus`` below TP (or not a multiple of it), a
+case not modelled as flows. NVLink itself is not a shared resource here
+(CP rings, pipeline and DP traffic inside a domain keep their ideal times).
 
 CP rings (``p2p``) of groups that leave their NVLink domain: one *paced* flow
 per network hop per op (:meth:`PipelineTransfers.ring`). In Megatron/TE ring
@@ -400,6 +409,37 @@ class BucketedReduceScatter:
             self._start(i)
 
 
+class DpRingBucket:
+    """One bucket of a stage's parameter all-gather as flows, started on demand (``sim.network = "shared"``).
+
+    Same hops and granularity as :class:`BucketedReduceScatter` (one flow per inter-domain ring hop of
+    ``bucket_s``, the bucket's all-gather alone); the engine decides when each bucket starts (Megatron's
+    forward pre-hooks, :func:`dcpsim.sim.engine.param_gather_ends`).
+    """
+
+    def __init__(self, net: FlowNetwork, hops: list[tuple[int, int]], bucket_s: float) -> None:
+        self.net = net
+        self.paths = [net.fabric.path(a, b) for a, b in hops]
+        self.bucket_s = float(bucket_s)
+
+    def start_at(self, t: float, done: Callable[[float], None]) -> None:
+        """Start one bucket at absolute time ``t`` (now if past); ``done(end)`` when its slowest hop ends."""
+        env = self.net.env
+        wait = t - env.now
+        if wait > 0.0:
+            env.timeout(wait).callbacks.append(lambda _ev: self.start_at(env.now, done))
+            return
+        left = [len(self.paths)]
+
+        def hop_done() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                done(env.now)
+
+        for path in self.paths:
+            self.net.start(self.bucket_s, path, hop_done)
+
+
 class PipelineTransfers:
     """Pipeline transfers of one iteration as flows on a shared :class:`FlowNetwork` (``sim.network = "shared"``).
 
@@ -476,6 +516,13 @@ class PipelineTransfers:
         if not hops or bucket_s <= 0.0:
             return None
         return BucketedReduceScatter(self.net, hops, bucket_s, buckets)
+
+    def all_gather(self, stage: int, bucket_s: float) -> DpRingBucket | None:
+        """One bucket of stage ``stage``'s parameter all-gather on this network (``None`` if it stays on NVLink)."""
+        hops = dp_ring_hops(self.topo, stage)
+        if not hops or bucket_s <= 0.0:
+            return None
+        return DpRingBucket(self.net, hops, bucket_s)
 
     def send(self, src_node: int, dst_node: int, arrived: Callable[[], None]) -> None:
         """Start the transfer on the edge ``src_node → dst_node`` of the engine's graph; ``arrived()`` at its end."""
