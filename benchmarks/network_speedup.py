@@ -9,8 +9,10 @@ One iteration of Llama-13B, tp 1, pp 8, cp 8 (``--cp``), 4 sequences per GPU (gi
 lengths up to 65,536, 16,384 tokens per rank), pods of 64 GPUs, seed 0;
 ``dynamic`` against ``packing``, each on ``sim.network = "ideal"`` and
 ``"shared"`` (events engine). Writes ``network_speedup.csv`` and
-``network_speedup.png`` (speed-up = static iteration time / dynamic) into
-``--out`` and prints the table with each run's wall time.
+``network_speedup.png`` (``--name``; speed-up = static iteration time /
+dynamic) into ``--out`` through :mod:`dcpsim.outdir` (checked before any
+work; atomic writes; a folder holding files dcpsim did not write needs
+``--force``) and prints the table with each run's wall time.
 
 What the shared network covers (dcpsim.sim.network): as flows on per-GPU
 NICs and pod up/downlinks, pipeline transfers, the distributed optimizer's
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import time
 from pathlib import Path
 
@@ -67,9 +70,12 @@ def main() -> None:
     ap.add_argument("--oversub", default="1,2,4")
     ap.add_argument("--cp", type=int, default=8)
     ap.add_argument("--out", default="network_speedup_out")
+    ap.add_argument("--name", default="network_speedup", help="file stem of the table and figure (e.g. cp8)")
+    ap.add_argument("--force", action="store_true", help="write into a folder holding files dcpsim did not write")
     a = ap.parse_args()
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from dcpsim.outdir import check_out_dir
+
+    out = check_out_dir(a.out, force=a.force)  # before any work: writes only there, only files dcpsim owns
     rows = []
     for g in [int(x) for x in a.gpus.split(",")]:
         for o in [float(x) for x in a.oversub.split(",")]:
@@ -82,10 +88,18 @@ def main() -> None:
                 rows.append(row)
                 print(f"{g:6d} GPUs  o={o:g}  {net:6s}  static {row['static_s']:.3f} s  dynamic {row['dynamic_s']:.3f} s  "
                       f"speed-up {row['speedup']:.3f}  (wall {row['wall_s']:.1f} s)", flush=True)
-    with open(out / "network_speedup.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write(out, a.name, rows, a.cp)
+
+
+def write(out: Path, name: str, rows: list[dict], cp: int) -> None:
+    """``<name>.csv`` and ``<name>.png`` into ``out``, atomically, through :mod:`dcpsim.outdir`."""
+    from dcpsim.outdir import write_text, write_with
+
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    write_text(out / f"{name}.csv", buf.getvalue())
     import matplotlib
 
     matplotlib.use("Agg")
@@ -99,10 +113,11 @@ def main() -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("GPUs")
     ax.set_ylabel("dynamic / static CP speed-up")
-    ax.set_title(f"Llama-13B, pp 8, cp {a.cp}, pods of 64 GPUs")
+    ax.set_title(f"Llama-13B, pp 8, cp {cp}, pods of 64 GPUs")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "network_speedup.png", dpi=120)
+    write_with(out / f"{name}.png", lambda t: fig.savefig(t, dpi=120, format="png"))
+    plt.close(fig)
 
 
 if __name__ == "__main__":

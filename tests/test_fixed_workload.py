@@ -83,6 +83,16 @@ def test_equal_microbatches_give_the_1f1b_closed_form():
     x = float(cost.profile.collective_time_s("sendrecv", "nvlink", pc.local_tokens * cost.model.hidden * 2.0, 2))
     assert 2 * x <= (tf[-1] + tb[-1]) - (tf[0] + tb[0])
     pipe = tf.sum() + tb.sum() + (m - 1) * (tf[-1] + tb[-1]) + 2 * (pp - 1) * x
+    # Megatron's parameter all-gather (vp = 1, overlap): each stage's first forward waits for it on the
+    # pipeline fill: stage 0's bucket chain, then every later stage's one bucket
+    from dcpsim.sim.engine import param_gather_ends
+
+    sync = res.records[0].sync
+    first = param_gather_ends(np.zeros(1), tf[:1], float(sync.all_gather_bucket_s[0]), int(sync.buckets[0]))[0] - tf[0]
+    assert res.records[0].timeline.bwd_end_s[0] == pytest.approx(pipe + first + sync.all_gather_s[1:].sum(), rel=1e-9)
+    # without overlap it runs after the optimizer step: the pipeline alone
+    res = run_simulation(fixed_cfg(pp=pp, mbs=mbs, gbs=gbs, seq_len=L, gpus=8, recompute="full",
+                                   overlap_grad_sync=False, overlap_param_gather=False))
     assert res.records[0].timeline.bwd_end_s[0] == pytest.approx(pipe, rel=1e-9)
 
 

@@ -60,9 +60,12 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
     (:func:`dcpsim.sim.engine.grad_sync_end_s`, :func:`~dcpsim.sim.engine.param_gather_stall_s`).
 
     Stage ``p`` ends its last backward ``p·(b_chunk + x)`` before stage 0 and starts its first forward
-    ``p·(f_chunk + x)`` after it (equal microbatches).
+    ``p·(f_chunk + x)`` after it (equal microbatches). With ``vp = 1`` and ``overlap_param_gather`` the
+    all-gather waits at each stage's first forward instead (Megatron's rule,
+    :func:`~dcpsim.sim.engine.param_gather_ends`): stage 0's bucket chain and every later stage's whole
+    all-gather lie on the pipeline fill, so they add up.
     """
-    from dcpsim.sim.engine import grad_sync_end_s, param_gather_stall_s
+    from dcpsim.sim.engine import gathers_at_first_forward, grad_sync_end_s, param_gather_ends, param_gather_stall_s
 
     sync = _sync_cost(cfg, cost)
     pp = cfg.parallel.pp
@@ -71,6 +74,7 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
     ag_b = sync.all_gather_bucket_s if sync.all_gather_bucket_s is not None else sync.all_gather_s
     ov_g = bool(getattr(cfg.sim, "overlap_grad_sync", True))
     ov_p = bool(getattr(cfg.sim, "overlap_param_gather", False))
+    gated = gathers_at_first_forward(ov_p, int(getattr(cfg.parallel, "vp", 1) or 1))
     tail = 0.0
     for p in range(pp):
         b1 = -p * (b_chunk + x)
@@ -78,7 +82,10 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
         stall = param_gather_stall_s(float(sync.all_gather_s[p]), float(ag_b[p]), int(nb[p]), f_chunk, ov_p)
         if ov_p:
             stall = max(0.0, stall - p * (f_chunk + x))
-        tail = max(tail, end + float(sync.optimizer_s[p]) + stall)
+        tail = max(tail, end + float(sync.optimizer_s[p]) + (0.0 if gated else stall))
+    if gated:
+        first = float(param_gather_ends(np.zeros(1), np.array([f_chunk]), float(ag_b[0]), int(nb[0]))[0]) - f_chunk
+        tail += first + float(sync.all_gather_s[1:].sum())
     return tail
 
 
