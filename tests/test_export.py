@@ -201,3 +201,12 @@ def test_cost_mechanism_fields_map_to_megatron_flags():
     assert f["--ddp-bucket-size"] == ["50000000"]
     plain = _flags(megatron_args(_cfg(sim__overlap_param_gather=False)))
     assert "--overlap-param-gather" not in plain and "--fp8-format" not in plain and "--tp-comm-overlap" not in plain
+
+
+def test_memory_settings_map_to_megatron_flags():
+    """The gradient buffer dtype and the dropout the memory model priced are what the exported run uses."""
+    f = _flags(megatron_args(_cfg(sim__grad_reduce_bytes_per_param=2)))
+    assert "--grad-reduce-in-bf16" in f and f["--hidden-dropout"] == ["0.0"]
+    assert "--grad-reduce-in-bf16" not in _flags(megatron_args(_cfg()))
+    with pytest.raises(ConfigError, match="sim.grad_reduce_bytes_per_param"):
+        check_megatron(_cfg(sim__grad_reduce_bytes_per_param=3), "dynamic")

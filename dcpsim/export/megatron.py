@@ -127,6 +127,9 @@ def _check_shapes(cfg: RunConfig, m) -> None:
     if cfg.workload.gbs % dp:
         raise ConfigError("workload.gbs", cfg.workload.gbs,
                           f"a multiple of DP = {dp} (Megatron needs global batch % (micro-batch 1 × DP) == 0)")
+    if cfg.sim.grad_reduce_bytes_per_param not in (2, 4):
+        raise ConfigError("sim.grad_reduce_bytes_per_param", cfg.sim.grad_reduce_bytes_per_param,
+                          "2 (--grad-reduce-in-bf16) or 4 (Megatron's FP32 default for BF16)")
 
 
 def _check_dynamic(cfg: RunConfig) -> list[str]:
@@ -204,6 +207,8 @@ def cost_mechanism_flags(cfg: RunConfig) -> list[str]:
         a += ["--overlap-grad-reduce"] + (["--overlap-param-gather"] if sim.overlap_param_gather else [])
     if sim.grad_bucket_params:
         a += ["--ddp-bucket-size", str(sim.grad_bucket_params)]
+    if sim.grad_reduce_bytes_per_param == 2:  # BF16 gradient buffer and reduce (Megatron-LM, Feb 2025 on)
+        a += ["--grad-reduce-in-bf16"]
     if sim.tp_comm_overlap and p.tp > 1:
         a += ["--tp-comm-overlap"]
     return a
@@ -245,7 +250,7 @@ def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: st
         flag("--untie-embeddings-and-output-weights")
     flag("--seq-length", max_len)
     flag("--max-position-embeddings", max_len)
-    flag("--hidden-dropout", 0.0)
+    flag("--hidden-dropout", m.hidden_dropout)  # the memory model stores its masks when > 0
     flag("--transformer-impl", "transformer_engine")
     flag("--bf16")
     # parallelism
