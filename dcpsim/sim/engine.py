@@ -249,6 +249,12 @@ class _Gate:
             run.timeout(max(self.ends[n], self.by_ring[n]) - run.env.now, n).callbacks.append(run.cb_done)
 
 
+def _zero_delay_into(graph: Graph, gate_of: list[int]) -> bool:
+    """Whether an edge without transfer delay ends at a gated node (it would bypass :meth:`_Run.arrived`)."""
+    gated = np.asarray(gate_of) >= 0
+    return bool((gated[graph.dst] & (graph.delay_s <= 0.0)).any())
+
+
 def _gates(run: _Run, work: IterationWork, sync: SyncCost) -> list[_Gate]:
     """One :class:`_Gate` per pipeline stage over the groups of the plan's first step (vp = 1)."""
     table, G, pp = work.table, run.G, run.pp
@@ -335,8 +341,11 @@ class _Run:
         self.ag_flows: list = [None] * pp  # shared network, no overlap: the exposed all-gather as flows
         if self.transfers is not None and not overlap_param_gather and sync.all_gather_bucket_alone_s is not None:
             self.ag_flows = [self.transfers.all_gather(p, float(sync.all_gather_bucket_alone_s[p])) for p in range(pp)]
+        # ops that need more than a timeout go through begin(); a gated first forward is caught where its
+        # pipeline input arrives (arrived(), launch()), so the ideal network keeps the lean path unless an
+        # input of one arrives without a transfer delay
         self.watch = (any(x is not None for x in self.rs_flows) or any(x > 0.0 for x in self.cp_work)
-                      or bool(self.gates))
+                      or (bool(self.gates) and _zero_delay_into(graph, self.gate_of)))
         self.last_started = [0] * pp
         self.last_total = list(self.stage_left)
         self.last_end_max = [0.0] * pp
@@ -346,6 +355,8 @@ class _Run:
         self.start[n] = self.env.now
         if self.watch:
             self.begin(n)
+        elif self.gate_of[n] >= 0:
+            self.gates[self.gate_of[n]].arrive(n)
         else:
             self.timeout(self.dur[n], n).callbacks.append(self.cb_done)
 
@@ -443,6 +454,8 @@ class _Run:
             self.start[d] = self.env.now
             if self.watch:
                 self.begin(d)
+            elif self.gate_of[d] >= 0:
+                self.gates[self.gate_of[d]].arrive(d)
             else:
                 self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
 
