@@ -344,8 +344,9 @@ class _Run:
         # ops that need more than a timeout go through begin(); a gated first forward is caught where its
         # pipeline input arrives (arrived(), launch()), so the ideal network keeps the lean path unless an
         # input of one arrives without a transfer delay
-        self.watch = (any(x is not None for x in self.rs_flows) or any(x > 0.0 for x in self.cp_work)
-                      or (bool(self.gates) and _zero_delay_into(graph, self.gate_of)))
+        shared = self.transfers is not None and (any(x is not None for x in self.rs_flows)
+                                                 or any(x > 0.0 for x in self.cp_work))
+        self.watch = shared or (bool(self.gates) and _zero_delay_into(graph, self.gate_of))
         self.last_started = [0] * pp
         self.last_total = list(self.stage_left)
         self.last_end_max = [0.0] * pp
