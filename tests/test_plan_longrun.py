@@ -62,6 +62,19 @@ def test_plan_evaluates_the_best_layout_on_the_shared_network_with_slow_episodes
     assert (plan.layouts["status"] == "ok").all()
 
 
+def test_a_runner_returning_summaries_still_gets_the_long_run():
+    from dcpsim.run.single import run_simulation
+
+    plan = _plan(1e11, runner=lambda cfg: run_simulation(cfg).summary)
+    r = plan.rows.iloc[0]
+    assert r["status"] == "ok" and r["goodput_source"].startswith("long-run simulation")
+    assert r["long_run_sample_iterations"] == 1  # the summary's mean iteration stands for the sample
+    # with episodes on, a plan to measure them on is needed: said in the row, not a traceback
+    base = RunConfig().with_updates({"sim.slow_gpu_per_day": 1.0})
+    r = _plan(1e11, base=base, runner=lambda cfg: run_simulation(cfg).summary).rows.iloc[0]
+    assert r["status"] == "infeasible" and "episodes" in r["reason"]
+
+
 def test_cli_plan_network_and_failure_flags(capsys):
     from dcpsim.cli import main
 

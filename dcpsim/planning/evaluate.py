@@ -116,30 +116,40 @@ def evaluate_best(res, cfg: RunConfig, data: DataSpec, *, gpus: int, gbs: int, p
     """The best row of ``res`` (a :class:`~dcpsim.planning.search.LayoutSearch`) under ``cfg``'s network,
     seeds and long run (see the module docstring); ``{}`` when the search found nothing, ``{"final_error":
     why}`` when the layout cannot run under the configured network."""
-    from dcpsim.planning.failures import FailureModel
-    from dcpsim.run.single import measured_long_run, run_simulation
+    from dcpsim.run.single import run_simulation
 
     best = res.best
     if best is None or best["status"] != "ok":
         return {}
-    horizon_fixed = float(cfg.sim.long_run_hours)
     run_cfg = best_config(best, cfg.with_updates({"sim.long_run_hours": 0.0}), data, gpus, gbs, policy)
     if run_cfg is None:
         return {"final_error": "the best layout does not check under the configured settings"}
     n = seeds if varies_between_seeds(run_cfg, data) else 1
     try:
         summaries, iter_s, plan = _seed_runs(run_cfg, n, runner or run_simulation)
-    except DcpsimError as exc:
+    except (DcpsimError, ValueError) as exc:
         return {"final_error": f"{cfg.sim.network} network: {exc}"}
     tps = [float(s["tokens_per_s"]) for s in summaries]
     out: dict[str, Any] = {"network": cfg.sim.network, "seed_tokens_per_s": tps, "final": summaries[0],
                            "long_run_sample_iterations": int(iter_s.size)}
+    return out | _long_run(run_cfg, cfg, iter_s, plan, gpus=gpus, tokens=tokens, tokens_per_s=float(np.mean(tps)))
+
+
+def _long_run(run_cfg: RunConfig, cfg: RunConfig, iter_s: np.ndarray, plan, *, gpus: int, tokens: float,
+              tokens_per_s: float) -> dict[str, Any]:
+    """``{"long_run": stats}`` over the horizon of :func:`horizon_hours`, or ``{"long_run_error": why}``."""
+    from dcpsim.planning.failures import FailureModel
+    from dcpsim.run.single import measured_long_run
+    from dcpsim.sim.longrun import long_run_from_settings
+
     fm = FailureModel.from_settings(cfg.sim)
-    hours, what = horizon_hours(tokens, float(np.mean(tps)), gpus, fm, float(iter_s.mean()), horizon_fixed)
-    if not math.isfinite(hours) or plan is None:
-        return out | {"long_run_error": "failures: the job fails faster than it can checkpoint and restart"
-                      if plan is not None else "no simulated plan to measure the episodes on"}
-    lr = measured_long_run(run_cfg, hours, plan=plan)
+    hours, what = horizon_hours(tokens, tokens_per_s, gpus, fm, float(iter_s.mean()), float(cfg.sim.long_run_hours))
+    if not math.isfinite(hours):
+        return {"long_run_error": "failures: the job fails faster than it can checkpoint and restart"}
+    episodes = cfg.sim.slow_gpu_per_day > 0 or cfg.sim.degraded_link_per_day > 0
+    if episodes and plan is None:
+        return {"long_run_error": "no simulated plan to measure the slow-GPU / degraded-link episodes on"}
+    lr = measured_long_run(run_cfg, hours, plan=plan) if episodes else long_run_from_settings(cfg.sim, hours)
     lrs = long_run_stats(iter_s, gpus, lr, cfg.sim.long_run_seeds, cfg.sim.seed)
-    return out | {"long_run": lrs | {"horizon_h": hours, "horizon": what, "slow_gpu_ratio": lr.slow_gpu.ratio,
-                                     "degraded_link_ratio": lr.degraded_link.ratio}}
+    return {"long_run": lrs | {"horizon_h": hours, "horizon": what, "slow_gpu_ratio": lr.slow_gpu.ratio,
+                               "degraded_link_ratio": lr.degraded_link.ratio}}
