@@ -6,6 +6,7 @@ model reads them, and a row that still does not fit stays rejected (the guard co
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from dcpsim.cost.model import USABLE_HBM_FRACTION, CostModel
@@ -101,3 +102,24 @@ def test_gradient_buffer_dtype_and_sharding():
     assert bf16.states_bytes == pytest.approx(n * (2 + 2 + 12 / 8), rel=1e-6)
     cost = CostModel("h100-sxm", m, tp=1, pp=1, dp_cp=8, grad_bytes_per_param=2)
     assert cost.peak_memory_bytes([0])[0] == pytest.approx(bf16.total_bytes)
+
+
+def test_unfused_attention_stores_its_score_matrices():
+    """Korthikanti et al. 2022 Table 2: 5·a·s²·b bytes per layer for the scores (softmax, dropout mask, dropout
+    output); stored by every layer without recompute, one layer at a time with selective or full recompute."""
+    from dcpsim.model import attention_score_bytes
+
+    m = get_model("llama-13b")
+    L, tp = 4096, 2
+    per_layer = attention_score_bytes(m, tp, L * L)
+    assert per_layer == 5 * (m.n_heads / tp) * L * L
+    peaks = {}
+    for rc in ("none", "selective", "full"):
+        flash = CostModel("a100-sxm-80gb", m, tp=tp, dp_cp=8, recompute=rc, attention="flash")
+        unf = CostModel("a100-sxm-80gb", m, tp=tp, dp_cp=8, recompute=rc, attention="unfused")
+        peaks[rc] = unf.peak_memory_bytes([L], [L * L])[0] - flash.peak_memory_bytes([L], [L * L])[0]
+        # the packs the simulator costs carry the same term
+        assert unf.batch_cost(np.array([L]), np.array([0]), np.array([1])).peak_memory_bytes[0] == pytest.approx(
+            unf.peak_memory_bytes([L], [L * L])[0])
+    assert peaks["none"] == pytest.approx(per_layer * m.n_layers)
+    assert peaks["selective"] == pytest.approx(per_layer) and peaks["full"] == pytest.approx(per_layer)

@@ -432,7 +432,8 @@ class CostModel:
         head_fwd, head_bwd, emb_fwd, emb_bwd = self._end_terms(s)
         overhead = np.full(npk, KERNELS_MICROBATCH * o)
 
-        mem = self.peak_memory_bytes(s)
+        sq = np.bincount(pack_ids, weights=padded * padded, minlength=npk) if self.attention == "unfused" else None
+        mem = self.peak_memory_bytes(s, sq)
         return BatchCost(
             local_tokens=s,
             gemm_fwd_s=gemm_fwd * L,
@@ -648,16 +649,29 @@ class CostModel:
         m = self.model
         return (20.0 * m.hidden + 6.0 * m.ffn_hidden + 4.0 * (m.q_dim + m.kv_dim)) / self.tp
 
-    def peak_memory_bytes(self, local_tokens) -> np.ndarray:
+    def peak_memory_bytes(self, local_tokens, sum_sq_lengths=None) -> np.ndarray:
         """Peak bytes per GPU with ``local_tokens`` per microbatch (PP microbatches in flight, or
-        ``microbatches_in_flight``)."""
+        ``microbatches_in_flight``). ``sum_sq_lengths`` (Σ L² per microbatch, same shape) adds unfused
+        attention's score matrices (:func:`dcpsim.model.attention_score_bytes`); ignored with flash attention."""
         s = np.asarray(local_tokens, dtype=np.float64)
         kw = dict(tp=self.tp, pp=self.pp, dp=self.dp_cp, cp=1, recompute=self.recompute,
                   microbatches_in_flight=self.microbatches_in_flight, precision=self.precision,
                   grad_bytes=self.grad_bytes_per_param)
+        if self.attention == "unfused" and sum_sq_lengths is not None:
+            return self._peak_with_scores(s, np.asarray(sum_sq_lengths, dtype=np.float64), kw)
         m0 = memory_per_gpu(self.model, tokens_per_rank=0, **kw).total_bytes
         m1 = memory_per_gpu(self.model, tokens_per_rank=1, **kw).total_bytes
         return m0 + (m1 - m0) * s
+
+    def _peak_with_scores(self, s: np.ndarray, sq: np.ndarray, kw: dict) -> np.ndarray:
+        """Peak per microbatch with unfused attention's scores: one exact evaluation per distinct (tokens, Σ L²)."""
+        from dcpsim.model import attention_score_bytes
+
+        s, sq = np.broadcast_arrays(s, sq)
+        pairs, inv = np.unique(np.stack([s.ravel(), sq.ravel()], axis=1), axis=0, return_inverse=True)
+        vals = np.array([memory_per_gpu(self.model, tokens_per_rank=t, score_bytes=attention_score_bytes(
+            self.model, self.tp, q), **kw).total_bytes for t, q in pairs])
+        return vals[np.asarray(inv).ravel()].reshape(s.shape)
 
     def max_tokens_per_rank(self) -> int:
         """Largest local token count per microbatch that fits in ``memory_limit_bytes``."""

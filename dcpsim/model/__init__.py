@@ -270,6 +270,14 @@ def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: str, 
     raise ConfigError("recompute", recompute, f"one of {RECOMPUTE_MODES}")
 
 
+def attention_score_bytes(model: ModelSpec, tp: int, sum_sq_lengths: float) -> float:
+    """Bytes one layer stores for unfused attention's score matrices (Megatron before fused kernels): per score
+    element the softmax output (2 B), the attention-dropout mask (1 B) and its output (2 B), Korthikanti et al.
+    2022 Table 2's 5·a·s²·b, over the heads of one TP rank; ``sum_sq_lengths`` = Σ L² of the microbatch's
+    sequences (each its own L × L block; unfused attention runs on CP = 1)."""
+    return 5.0 * model.n_heads / tp * float(sum_sq_lengths)
+
+
 def output_layer_bytes_per_token(model: ModelSpec, tp: int) -> float:
     """Last-stage bytes per token for the loss: logits at their cross-entropy peak (``LOGIT_PEAK_BYTES`` per
     logit, s × V/TP with sequence parallelism) plus the final norm's input and the output GEMM's input (BF16)."""
@@ -288,6 +296,7 @@ def memory_per_gpu(
     microbatches_in_flight: float | None = None,
     precision: str = "bf16",
     grad_bytes: float = 4.0,
+    score_bytes: float = 0.0,
 ) -> MemoryBreakdown:
     """Peak bytes on the busiest GPU (pipeline stage 0 holds ``microbatches_in_flight`` microbatches, default
     PP for 1F1B; the last stage holds one plus the loss).
@@ -298,14 +307,22 @@ def memory_per_gpu(
     plus its transpose with ``--fp8-param-gather``), ``grad_bytes`` of gradient buffer (4: FP32, Megatron-LM's
     default for BF16; 2: BF16 with ``grad_reduce_in_fp32=False``), and 12 B of FP32 master weights and Adam
     moments sharded over the DP×CP group (pass ``dp`` = DP×CP, or both).
+
+    ``score_bytes``: attention scores one layer keeps for one microbatch with unfused attention
+    (:func:`attention_score_bytes`; 0 with flash attention): stored by every layer without recompute,
+    rebuilt for one layer at a time with selective (core-attention) or full recompute.
     """
     n = params_per_gpu(model, tp, pp)
     layers = model.n_layers / pp
     per_tok = activation_bytes_per_token_layer(model, tp, recompute, precision) * layers * tokens_per_rank
     transient = 0.0
+    if recompute == "none":
+        per_tok += score_bytes * layers
+    else:
+        transient = score_bytes
     if recompute == "full":
         # one layer's full activations are rebuilt during its backward pass
-        transient = activation_bytes_per_token_layer(model, tp, "none", precision) * tokens_per_rank
+        transient += activation_bytes_per_token_layer(model, tp, "none", precision) * tokens_per_rank
     logits = tokens_per_rank * output_layer_bytes_per_token(model, tp)
     inflight = pp if microbatches_in_flight is None else microbatches_in_flight
     if pp == 1:
@@ -362,6 +379,7 @@ __all__ = [
     "SAVED_GEMM_INPUT_BYTES",
     "activation_bytes_per_token_layer",
     "activation_terms",
+    "attention_score_bytes",
     "get_model",
     "list_models",
     "max_tokens_per_rank",

@@ -314,7 +314,9 @@ def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec,
 
 def memory_of(cost, cfg: RunConfig) -> tuple[float, float]:
     """(peak bytes per GPU at the layout's tokens per rank, limit) from the simulator's cost model."""
-    mem = float(cost.peak_memory_bytes([cfg.max_tokens_per_rank])[0])
+    from dcpsim.run.single import microbatch_sum_sq
+
+    mem = float(cost.peak_memory_bytes([cfg.max_tokens_per_rank], [microbatch_sum_sq(cfg)])[0])
     return mem, float(cost.memory_limit_bytes)
 
 

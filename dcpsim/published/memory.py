@@ -44,7 +44,7 @@ class MemoryVerdict:
 
 def memory_verdicts(suite: Suite | None = None, rows: list[int] | None = None) -> list[MemoryVerdict]:
     """The memory verdict of every expressible published row (or of ``rows``), in row order."""
-    from dcpsim.run.single import build_cost_model
+    from dcpsim.run.single import build_cost_model, microbatch_sum_sq
 
     suite = suite or load_suite()
     out = []
@@ -57,7 +57,7 @@ def memory_verdicts(suite: Suite | None = None, rows: list[int] | None = None) -
         cfg = rc.config
         cost = build_cost_model(cfg)
         local = cfg.parallel.mbs * cfg.workload.seq_len / cfg.parallel.cp
-        peak, states = (float(x) for x in cost.peak_memory_bytes([local, 0.0]))
+        peak, states = (float(x) for x in cost.peak_memory_bytes([local, 0.0], [microbatch_sum_sq(cfg), 0.0]))
         out.append(MemoryVerdict(row.id, row.model, row.layout, row.precision, peak, cost.memory_limit_bytes, states))
     return out
 

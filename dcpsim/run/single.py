@@ -238,13 +238,21 @@ def _capacity(cost: CostModel) -> str:
     return f"{_gib(cost.memory_limit_bytes)} usable of the {_gib(prof.hbm_bytes)} HBM of {prof.name}"
 
 
+def microbatch_sum_sq(cfg: RunConfig) -> float:
+    """Σ L² of a full microbatch (unfused attention's score memory): ``mbs`` whole windows of a fixed workload,
+    else the worst case of ``max_tokens_per_rank`` tokens, one document filling them."""
+    if cfg.is_fixed:
+        return float(cfg.parallel.mbs) * float(cfg.workload.seq_len) ** 2
+    return float(cfg.max_tokens_per_rank) ** 2
+
+
 def check_memory(cfg: RunConfig, *, full_microbatch: bool = False) -> None:
     """Raise :class:`InfeasibleError` (memory) if the model states do not fit, or (``full_microbatch``)
     one microbatch of ``max_tokens_per_rank`` tokens per rank does not: checks that need no simulation."""
     cost = build_cost_model(cfg)
     why = _model_states_verdict(cost)
     M = cfg.max_tokens_per_rank
-    peak = float(cost.peak_memory_bytes([M])[0])
+    peak = float(cost.peak_memory_bytes([M], [microbatch_sum_sq(cfg)])[0])
     if not why and full_microbatch and peak > cost.memory_limit_bytes:
         why = (f"a full microbatch (parallel.max_tokens_per_rank = {M} tokens per rank) peaks at {_gib(peak)} "
                f"per GPU > {_capacity(cost)}")
