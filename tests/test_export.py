@@ -195,7 +195,7 @@ def test_cost_mechanism_fields_map_to_megatron_flags():
                                     "parallel.last_stage_layers": 9, "sim.tp_comm_overlap": True,
                                     "sim.grad_bucket_params": 50_000_000})
     f = _flags(megatron_args(cfg))
-    assert f["--fp8-format"] == ["hybrid"]
+    assert f["--fp8-format"] == ["hybrid"] and "--fp8-param-gather" in f
     assert f["--decoder-first-pipeline-num-layers"] == ["5"] and f["--decoder-last-pipeline-num-layers"] == ["9"]
     assert "--overlap-grad-reduce" in f and "--overlap-param-gather" in f and "--tp-comm-overlap" in f
     assert f["--ddp-bucket-size"] == ["50000000"]
