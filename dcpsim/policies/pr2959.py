@@ -89,10 +89,12 @@ definition and checks identical plans (65,536 GPUs: ~138 s -> a few s).
 
 from __future__ import annotations
 
+import gc
 import heapq
 import itertools
 import math
 from bisect import bisect_left, bisect_right, insort
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -108,7 +110,7 @@ from dcpsim.policies.plan import Group, Layout, Plan, Step
 GEMM_BWD_FACTOR = 2.7  # backward / forward FLOPs of the linear terms (PR #2959, fwd_flops_to_bwd_flops)
 ATTN_BWD_FACTOR = 2.77  # backward / forward FLOPs of attention (same)
 LONG_BWD_FACTOR = 3.0  # the solver's backward estimate of a long sample (× its forward)
-NORMAL_BWD_FACTOR = 2.0  # the solver's backward estimate of a sample in a normal bucket (× its forward)
+NORMAL_BWD_FACTOR = 2.0  # the solver's backward estimate of a sample in a normal bucket (× its forward; a power of two, see fill_normal)
 GIB = 2**30
 BUCKET_TARGETS = ("mean", "iteration", "timeline")  # the code's target, and two readings of "folds in the bubble"
 
@@ -120,6 +122,23 @@ def nearest_pow2(n: int) -> int:
     lo = 1 << (int(n).bit_length() - 1)
     hi = lo << 1
     return lo if n - lo < hi - n else hi
+
+
+@contextmanager
+def _gc_paused():
+    """Pause Python's cyclic garbage collector while a batch is planned.
+
+    The planner allocates millions of small acyclic objects (heap entries, bucket lists, groups);
+    at 65,536 GPUs the collector's full passes over them cost ~20% of the planning time and find
+    nothing (reference counting frees it all). The previous state is restored on exit.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def pipeline_ratio(m: int, pp: int) -> float:
@@ -363,7 +382,11 @@ class Pr2959Policy(Policy):
         if lengths.size == 0:
             return Plan(self.name, layout, lengths, [], True, meta={"microbatches": 0})
         fwd, bwd = Pr2959Flops.from_cost(cost).stage_fwd_bwd(lengths)
-        batch = _Batch(lengths, layout, fwd, bwd, self.max_cp)
+        with _gc_paused():
+            return self._plan_batch(_Batch(lengths, layout, fwd, bwd, self.max_cp), cost)
+
+    def _plan_batch(self, batch: _Batch, cost) -> Plan:
+        """Build and score every candidate, pick the best (the code's rule) and lay out its steps."""
         cands = self._candidates(batch, cost, safe=False)
         safe = not any(c.valid for c in cands)
         if safe:
@@ -382,7 +405,7 @@ class Pr2959Policy(Policy):
                 )
             best = lowest
         steps = best.steps()
-        return Plan(self.name, layout, lengths, steps, True, meta=self._meta(best, cands, safe, steps))
+        return Plan(self.name, batch.layout, batch.L, steps, True, meta=self._meta(best, cands, safe, steps))
 
     def _candidates(self, batch: _Batch, cost, *, safe: bool) -> list[_Candidate]:
         """Build and score one candidate per ``m`` (the code skips ``m`` with more buckets than samples)."""
@@ -603,7 +626,7 @@ class _Candidate:
             if self.normal and not self.safe:
                 self._reject("no normal bucket left for the normal samples")
             n_nb = 1 if self.normal else 0
-        self.bf, self.bb, self.bl = [0.0] * n_nb, [0.0] * n_nb, [0] * n_nb
+        self.bf, self.bl = [0.0] * n_nb, [0] * n_nb
         self.seq: list[int] = []  # normal samples in the order they joined a bucket
         self.dest: list[int] = []  # the bucket each joined
         if self.normal:
@@ -613,7 +636,10 @@ class _Candidate:
             left = self._lowest_flops_first(ids, T, cap)
             self.n_leftovers = len(left)
             self._leftovers(sorted(left, key=lambda i: -int(bt.L[i])), T, cap)
-        self.bf, self.bb, self.bl = np.array(self.bf), np.array(self.bb), np.array(self.bl, dtype=np.int64)
+        self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
+        # the code adds 2·f to a bucket's backward estimate with every f it adds to its forward; doubling
+        # is exact in binary floating point, so those sums are exactly twice the forward sums
+        self.bb = NORMAL_BWD_FACTOR * self.bf
 
     def _lowest_flops_first(self, ids: np.ndarray, T: float, cap: float) -> list[int]:
         """Each normal sample (largest first) to the bucket with the lowest forward FLOPs among those it
@@ -625,20 +651,22 @@ class _Candidate:
         (FLOPs, index); one found too full is parked in a heap by tokens until ``lim`` reaches it, and
         one above the last sample's ``lim`` is dropped for good.
         """
-        bt, bf, bb, bl, seq, dest = self.batch, self.bf, self.bb, self.bl, self.seq, self.dest
+        bt, bf, bl, seq, dest = self.batch, self.bf, self.bl, self.seq, self.dest
         lims = math.floor(T) - bt.L[ids]
         if cap != math.inf:
             lims = np.minimum(lims, int(cap) - bt.tok1[ids])
         dead = int(lims[-1])
+        never = dead + 1
         active = [(0.0, k) for k in range(len(bf))]  # sorted, hence a heap
         parked: list[tuple[int, int]] = []
+        pmin = never  # tokens of the emptiest parked bucket
         left = []
         pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        for i, lim, Li, fi, gi in zip(ids.tolist(), lims.tolist(), bt.L[ids].tolist(), bt.f[ids].tolist(),
-                                      (NORMAL_BWD_FACTOR * bt.f[ids]).tolist(), strict=True):
-            while parked and parked[0][0] <= lim:
+        for i, lim, Li, fi in zip(ids.tolist(), lims.tolist(), bt.L[ids].tolist(), bt.f[ids].tolist(), strict=True):
+            while pmin <= lim:
                 k = pop(parked)[1]
                 push(active, (bf[k], k))
+                pmin = parked[0][0] if parked else never
             while active:
                 v, k = active[0]
                 b = bl[k]
@@ -646,11 +674,12 @@ class _Candidate:
                     break
                 pop(active)
                 push(parked, (b, k))
+                if b < pmin:
+                    pmin = b
             else:
                 left.append(i)
                 continue
             bf[k] = v = v + fi  # the heap key is the bucket's FLOPs
-            bb[k] += gi
             bl[k] = b = b + Li
             seq.append(i)
             dest.append(k)
@@ -661,10 +690,8 @@ class _Candidate:
         return left
 
     def _add(self, k: int, i: int) -> None:
-        f = float(self.batch.f[i])
-        self.bf[k] += f
-        self.bb[k] += NORMAL_BWD_FACTOR * f
-        self.bl[k] += int(self.batch.L[i])
+        self.bf[k] += self.batch.f_list[i]
+        self.bl[k] += self.batch.L_list[i]
         self.seq.append(i)
         self.dest.append(k)
 
@@ -682,7 +709,6 @@ class _Candidate:
             k = table.closest(Li, T, None if cap == math.inf else int(cap) - int(self.batch.tok1[i]))
             if k < 0:
                 self.bf.append(0.0)
-                self.bb.append(0.0)
                 self.bl.append(0)
                 k = len(self.bl) - 1
                 self._add(k, i)
@@ -780,8 +806,6 @@ class _Candidate:
 
     def steps(self) -> list[Step]:
         """Phase 6: microbatch ``k`` of a slot is its ``k``-th bucket; a long group runs where all its slots reach it."""
-        bt = self.batch
-        u = bt.u
         slot, pos, code = self._slot_table()
         g = code < 0
         if g.any():  # a long group the code has at different list positions on its slots
@@ -790,6 +814,34 @@ class _Candidate:
             np.minimum.at(lo, ~code[g], pos[g])
             np.maximum.at(hi, ~code[g], pos[g])
             self.misaligned += int(np.count_nonzero(lo != hi))
+        if self.misaligned:
+            return self._realigned_steps()
+        # every long group sits at one list index on all its slots, so each entry runs at its index
+        first = np.array([gr.start for gr in self.groups], dtype=np.int64)[~code[g]] == slot[g]
+        keep = np.flatnonzero(~g)
+        keep = np.sort(np.concatenate([keep, np.flatnonzero(g)[first]]))
+        order = keep[np.lexsort((slot[keep], pos[keep]))]
+        u, groups, members = self.batch.u, self.groups, self.members()
+        out: list[Step] = []
+        cur, last = [], 0
+        for c, s, p in zip(code[order].tolist(), slot[order].tolist(), pos[order].tolist(), strict=True):
+            if p != last:
+                out.append(Step(cur))
+                cur, last = [], p
+            if c < 0:
+                gr = groups[~c]
+                cur.append(Group(gr.start * u, gr.slots * u, list(gr.members)))
+            else:
+                cur.append(Group(s * u, u, members[c]))
+        if cur:
+            out.append(Step(cur))
+        return out
+
+    def _realigned_steps(self) -> list[Step]:
+        """:meth:`steps` when a long group is misaligned: it runs at the latest of its slots' next
+        positions, and the other slots' next buckets move into the gap."""
+        bt = self.batch
+        u = bt.u
         nxt = np.zeros(bt.K, dtype=np.int64)
         taken: list[set[int]] = [set() for _ in range(bt.K)]
         at: dict[int, list[Group]] = {}
