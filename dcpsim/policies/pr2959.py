@@ -580,13 +580,18 @@ class _Candidate:
         blocks, self.overflow_blocks = _long_blocks(sizes, bt.K, bt.layout.pp * self.m)
         self._flag_all = self.n_b - sum(sizes) <= 0
         self._total_num = bt.K * pipeline_ratio(self.m, bt.layout.pp)
-        self._pool = _NormalPool(self.normal, bt.f, bt.L)
+        self._pool = pool = _NormalPool(self.normal, bt.f, bt.L)
+        fl, Ll, u = bt.f_list, bt.L_list, bt.u
         for i, cs, blk in zip(self.long_ids, sizes, blocks, strict=True):
-            fill, tok = self._fill_group(i, cs)
-            members = [i, *fill]
-            self.groups.append(_LongGroup(blk * cs, cs, members, bt.f_sum(members),
-                                          LONG_BWD_FACTOR * bt.f_list[i] + bt.b_sum(fill), tok))
-        self.normal = self._pool.alive()
+            if self._flag_all or pool.n_alive > self._total_num:
+                fill, tok = self._fill_group(i, cs)
+                members = [i, *fill]
+                self.groups.append(_LongGroup(blk * cs, cs, members, bt.f_sum(members),
+                                              LONG_BWD_FACTOR * fl[i] + bt.b_sum(fill), tok))
+            else:  # the code's loop stops at once: no filler
+                self.groups.append(_LongGroup(blk * cs, cs, [i], 0.0 + fl[i], LONG_BWD_FACTOR * fl[i] + 0.0,
+                                              per_rank_tokens_int(Ll[i], cs * u)))
+        self.normal = pool.alive()
 
     def _fill_group(self, i: int, cs: int) -> tuple[list[int], int]:
         """Normal samples a long sample's group takes, largest first, under the code's three limits,
@@ -865,6 +870,11 @@ class _Candidate:
         return [Step(sorted(at[k], key=lambda gr: gr.start)) for k in sorted(at)]
 
 
+def _sq(x: float) -> float:
+    """``x²`` as numpy's ``x ** 2`` computes it (one rounded product)."""
+    return x * x
+
+
 def _np_sum(values: np.ndarray, listed: list[float], idx: list[int]) -> float:
     """``float(values[idx].sum())`` bit for bit (``listed`` = ``values.tolist()``): numpy adds fewer than
     8 numbers left to right from 0.0 (its pairwise summation starts at 8), so a plain loop gives the
@@ -915,11 +925,13 @@ class _NormalPool:
 
     def __init__(self, ids: list[int], f: np.ndarray, lengths: np.ndarray) -> None:
         self.ids = ids
-        self.flops = f[ids].tolist() if ids else []
-        self.lengths = lengths[ids].tolist() if ids else []
-        self.negf = [-x for x in self.flops]  # ascending: the samples are longest first
+        arr = np.asarray(ids, dtype=np.int64)
+        self.flops = f[arr].tolist()
+        self.lengths = lengths[arr].tolist()
+        self.negf = (-f[arr]).tolist()  # ascending: the samples are longest first
         self.nxt = list(range(len(ids) + 1))
         self.n_alive = len(ids)
+        self.removed: list[int] = []
 
     def _find(self, p: int) -> int:
         nxt, r = self.nxt, p
@@ -937,10 +949,13 @@ class _NormalPool:
     def remove(self, p: int) -> None:
         self.nxt[p] = p + 1
         self.n_alive -= 1
+        self.removed.append(p)
 
     def alive(self) -> list[int]:
         """The remaining samples, in order."""
-        return [i for p, i in enumerate(self.ids) if self.nxt[p] == p]
+        if not self.removed:
+            return self.ids
+        return np.delete(np.asarray(self.ids, dtype=np.int64), self.removed).tolist()
 
 
 class _TokenTable:
@@ -961,25 +976,30 @@ class _TokenTable:
         self.vals = sorted(self.at)
 
     def closest(self, Li: int, T: float, limit: int | None) -> int:
-        """Bucket (among those with tokens ``<= limit``) whose tokens + ``Li`` end closest to ``T``; −1 if none."""
+        """Bucket (among those with tokens ``<= limit``) whose tokens + ``Li`` end closest to ``T``; −1 if none.
+
+        The score ``((tokens + Li) − T)²`` (the code's floats) falls up to the first token count ``j`` with
+        ``tokens + Li >= T`` and rises from it, so its minimum is at ``j − 1`` or ``j``, or on a run of
+        equal scores around them; the first-ranked bucket of those token counts wins.
+        """
         vals = self.vals
         nf = len(vals) if limit is None else bisect_right(vals, limit)
         if nf == 0:
             return -1
-        j = bisect_left(vals, math.ceil(T) - Li, 0, nf)  # first b with b + Li >= T: the score falls before j, rises from j
-
-        def score(x: int) -> float:
-            d = (vals[x] + Li) - T
-            return d * d
-
-        near = [x for x in (j - 1, j) if 0 <= x < nf]
-        best = min(score(x) for x in near)
-        lo = min(x for x in near if score(x) == best)
-        hi = max(x for x in near if score(x) == best)
-        while lo > 0 and score(lo - 1) == best:
+        j = bisect_left(vals, math.ceil(T) - Li, 0, nf)
+        lo, hi = max(j - 1, 0), min(j, nf - 1)
+        d_lo, d_hi = (vals[lo] + Li) - T, (vals[hi] + Li) - T
+        best = min(d_lo * d_lo, d_hi * d_hi)
+        if d_lo * d_lo != best:
+            lo = hi
+        elif d_hi * d_hi != best:
+            hi = lo
+        while lo > 0 and _sq((vals[lo - 1] + Li) - T) == best:
             lo -= 1
-        while hi + 1 < nf and score(hi + 1) == best:
+        while hi + 1 < nf and _sq((vals[hi + 1] + Li) - T) == best:
             hi += 1
+        if lo == hi:
+            return self.bucket[self.at[vals[lo]][0]]
         return self.bucket[min(self.at[vals[x]][0] for x in range(lo, hi + 1))]
 
     def add(self, k: int, tokens: int) -> None:
