@@ -662,12 +662,23 @@ class _Candidate:
             lims = np.minimum(lims, int(cap) - bt.tok1[ids])
         dead = int(lims[-1])
         never = dead + 1
-        active = [(0.0, k) for k in range(len(bf))]  # sorted, hence a heap
+        # samples no bucket can hold (lim < 0) come first: leftovers; then each of the next samples opens
+        # the lowest empty bucket (FLOPs 0, below any other) while one is left
+        n0 = int(np.searchsorted(lims, 0))
+        left = ids[:n0].tolist()
+        E = min(len(bf), ids.size - n0)
+        first = ids[n0:n0 + E]
+        bf[:E], bl[:E] = bt.f[first].tolist(), bt.L[first].tolist()
+        seq.extend(first.tolist())
+        dest.extend(range(E))
+        active = [(bf[k], k) for k in range(E) if bl[k] <= dead] + [(0.0, k) for k in range(E, len(bf))]
+        heapq.heapify(active)
         parked: list[tuple[int, int]] = []
         pmin = never  # tokens of the emptiest parked bucket
-        left = []
         pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        for i, lim, Li, fi in zip(ids.tolist(), lims.tolist(), bt.L[ids].tolist(), bt.f[ids].tolist(), strict=True):
+        rest = ids[n0 + E:]
+        for i, lim, Li, fi in zip(rest.tolist(), lims[n0 + E:].tolist(), bt.L[rest].tolist(), bt.f[rest].tolist(),
+                                  strict=True):
             while pmin <= lim:
                 k = pop(parked)[1]
                 push(active, (bf[k], k))
@@ -726,14 +737,8 @@ class _Candidate:
     def assign_slots(self) -> None:
         """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot."""
         bt = self.batch
-        per_slot = bt.layout.pp * self.m
-        lists: list[list[int]] = [[] for _ in range(bt.K)]
-        fsum = np.zeros(bt.K)
-        for g_id, g in enumerate(self.groups):
-            for lst in lists[g.start:g.start + g.slots]:
-                lst.append(~g_id)
-            fsum[g.start:g.start + g.slots] += g.fwd / g.slots
-        if not self._deal_buckets(lists, fsum.tolist(), per_slot):
+        lists, fsum = self._long_lists()
+        if not self._deal_buckets(lists, fsum, bt.layout.pp * self.m):
             return
         self.slot_lists = lists
         toks = [g.tokens for g in self.groups] + self._normal_tokens().tolist()
@@ -741,22 +746,42 @@ class _Candidate:
         if self.max_tokens > bt.M:
             self._reject(f"a group holds {self.max_tokens} tokens per rank > max_tokens_per_rank {bt.M}")
 
+    def _long_lists(self) -> tuple[list[list[int]], list[float]]:
+        """Each slot's list of long groups (``~g``, in placement order) and its forward FLOPs from them
+        (each group's share added slot by slot in placement order, as the code adds them)."""
+        K, ng = self.batch.K, len(self.groups)
+        if not ng:
+            return [[] for _ in range(K)], [0.0] * K
+        starts = np.fromiter((g.start for g in self.groups), dtype=np.int64, count=ng)
+        width = np.fromiter((g.slots for g in self.groups), dtype=np.int64, count=ng)
+        share = np.fromiter((g.fwd for g in self.groups), dtype=np.float64, count=ng) / width
+        gid = np.repeat(np.arange(ng), width)
+        slot = np.repeat(starts, width) + (np.arange(gid.size) - np.repeat(np.cumsum(width) - width, width))
+        fsum = np.zeros(K)
+        np.add.at(fsum, slot, share[gid])  # in order: each slot's adds as the code makes them
+        order = np.argsort(slot, kind="stable")
+        codes = (~gid[order]).tolist()
+        ends = np.cumsum(np.bincount(slot, minlength=K)).tolist()
+        return [codes[a:b] for a, b in zip([0, *ends][:K], ends, strict=True)], fsum.tolist()
+
     def _deal_buckets(self, lists: list[list[int]], fsum: list[float], per_slot: int) -> bool:
         """Normal buckets, ascending forward FLOPs, each to the slot with the least FLOPs among those with
-        fewer than ``per_slot`` buckets (ties: lowest slot); False when the candidate is rejected."""
+        fewer than ``per_slot`` buckets (ties: lowest slot); False when the candidate is rejected.
+
+        Empty buckets (FLOPs 0) come first in that order: outside safe mode the code rejects the
+        candidate at the first one, in safe mode they are skipped.
+        """
         count = [len(x) for x in lists]
         heap = [(f, s) for s, f in enumerate(fsum) if count[s] < per_slot]
         heapq.heapify(heap)
         overfull = False  # safe mode, every slot full: the lightest slot of all (the code's fallback)
-        pop, push = heapq.heappop, heapq.heappush
-        empty = (np.bincount(self.dest, minlength=len(self.bf)) == 0).tolist()
-        for k, fk in zip(np.argsort(self.bf, kind="stable").tolist(), np.sort(self.bf, kind="stable").tolist(),
-                         strict=True):
-            if empty[k]:
-                if not self.safe:
-                    self._reject("an empty normal bucket")
-                    return False
-                continue
+        pop, replace = heapq.heappop, heapq.heapreplace
+        order = np.argsort(self.bf, kind="stable")
+        filled = np.bincount(self.dest, minlength=len(self.bf))[order] > 0
+        if not filled.all() and not self.safe:
+            self._reject("an empty normal bucket")
+            return False
+        for k, fk in zip(order[filled].tolist(), self.bf[order[filled]].tolist(), strict=True):
             if not heap:
                 if not self.safe:
                     self._reject("more buckets than slots can take")
@@ -764,12 +789,14 @@ class _Candidate:
                 overfull = True
                 heap = [(f, s) for s, f in enumerate(fsum)]
                 heapq.heapify(heap)
-            s = pop(heap)[1]
+            f, s = heap[0]
             lists[s].append(k)
-            fsum[s] += fk
+            fsum[s] = f = f + fk
             count[s] += 1
             if overfull or count[s] < per_slot:
-                push(heap, (fsum[s], s))
+                replace(heap, (f, s))
+            else:
+                pop(heap)
         return True
 
     def _normal_tokens(self) -> np.ndarray:
