@@ -32,6 +32,25 @@ from dcpsim.policies.pr2959 import (
 class _ScanCandidate(pr._Candidate):
     """The phases as scans (the definition)."""
 
+    def build(self) -> None:
+        bt, lay = self.batch, self.batch.layout
+        self.n_b = lay.pp * self.m * bt.K
+        self.mu = float(bt.f.sum()) / self.n_b
+        bubble = (lay.pp * self.m + lay.pp - 1) / (lay.pp * self.m)
+        self.tau = self.mu * {"mean": 1.0, "iteration": bubble, "timeline": 1.0 / bubble}[self.bucket_target]
+        is_long = bt.f[bt.order] > self.long_factor * self.mu
+        if self.safe:  # safe mode: a sample one slot cannot hold is long
+            is_long |= np.array([bt.tokens(int(i), 1) > bt.M for i in bt.order], dtype=bool)
+        self.long_ids = [int(i) for i in bt.order[is_long]]
+        self.normal = [int(i) for i in bt.order[~is_long]]
+        sizes = self.long_sizes()
+        self.place_long(sizes)
+        self.fill_normal(self.n_b - sum(sizes))
+        if self.valid:
+            self.assign_slots()
+        if self.valid:
+            self.score()
+
     def place_long(self, sizes: list[int]) -> None:
         """Phase 2: an aligned block per long sample (most buckets left), filled with normal samples."""
         bt = self.batch

@@ -543,8 +543,8 @@ class _Candidate:
         is_long = bt.f[bt.order] > self.long_factor * self.mu
         if self.safe:  # safe mode: a sample one slot cannot hold is long
             is_long |= bt.tok1[bt.order] > bt.M
-        self.long_ids = [int(i) for i in bt.order[is_long]]
-        self.normal = [int(i) for i in bt.order[~is_long]]
+        self.long_ids = bt.order[is_long].tolist()
+        self.normal = bt.order[~is_long]  # ids, largest first (an int64 array)
         sizes = self.long_sizes()
         self.place_long(sizes)
         self.fill_normal(self.n_b - sum(sizes))
@@ -581,28 +581,20 @@ class _Candidate:
         self._flag_all = self.n_b - sum(sizes) <= 0
         self._total_num = bt.K * pipeline_ratio(self.m, bt.layout.pp)
         self._pool = pool = _NormalPool(self.normal, bt.f, bt.L)
-        fl, Ll, u = bt.f_list, bt.L_list, bt.u
-        for i, cs, blk in zip(self.long_ids, sizes, blocks, strict=True):
-            if self._flag_all or pool.n_alive > self._total_num:
-                fill, tok = self._fill_group(i, cs)
-                members = [i, *fill]
-                self.groups.append(_LongGroup(blk * cs, cs, members, bt.f_sum(members),
-                                              LONG_BWD_FACTOR * fl[i] + bt.b_sum(fill), tok))
-            else:  # the code's loop stops at once: no filler
-                self.groups.append(_LongGroup(blk * cs, cs, [i], 0.0 + fl[i], LONG_BWD_FACTOR * fl[i] + 0.0,
-                                              per_rank_tokens_int(Ll[i], cs * u)))
+        self.groups = [self._long_group(i, cs, blk) for i, cs, blk in zip(self.long_ids, sizes, blocks, strict=True)]
         self.normal = pool.alive()
 
-    def _fill_group(self, i: int, cs: int) -> tuple[list[int], int]:
-        """Normal samples a long sample's group takes, largest first, under the code's three limits,
-        and the group's tokens per rank."""
+    def _long_group(self, i: int, cs: int, blk: int) -> _LongGroup:
+        """Long sample ``i``'s group on block ``blk`` of ``cs`` slots: the normal samples it takes (largest
+        first, under the code's three limits), its tokens per rank and the solver's FLOPs of the group."""
         bt, pool = self.batch, self._pool
-        room = cs * self.tau - bt.f_list[i]
+        fi = bt.f_list[i]
+        room = cs * self.tau - fi
         length_sum = bt.L_list[i]
         ranks = cs * bt.u
         tok = per_rank_tokens_int(length_sum, ranks)
         cap = bt.M * cs
-        taken: list[int] = []
+        members, fsum, bsum = [i], 0.0 + fi, 0.0  # numpy sums fewer than 8 numbers left to right from 0.0
         p = 0  # position in the pool's fixed order (the code's index into its shrinking list)
         while self._flag_all or (pool.n_alive > self._total_num and length_sum < cap):
             x = room * self.fill_slack
@@ -611,31 +603,35 @@ class _Candidate:
             p = pool.first_below(x, p)  # first remaining normal sample (from p) with forward FLOPs < x
             if p < 0:
                 break
-            k = pool.ids[p]
             Lk = pool.lengths[p]
             t = per_rank_tokens_int(Lk, ranks)
             if self.safe and tok + t > bt.M:
                 p += 1
                 continue
             pool.remove(p)
-            room -= pool.flops[p]
+            k, fk = pool.ids[p], pool.flops[p]
+            room -= fk
             length_sum += Lk
             tok += t
-            taken.append(k)
-        return taken, tok
+            members.append(k)
+            fsum += fk
+            bsum += bt.b_list[k]
+        if len(members) >= 8:  # numpy's pairwise summation
+            fsum, bsum = bt.f_sum(members), bt.b_sum(members[1:])
+        return _LongGroup(blk * cs, cs, members, fsum, LONG_BWD_FACTOR * fi + bsum, tok)
 
     def fill_normal(self, n_nb: int) -> None:
         """Phase 3: normal buckets, FLOPs-first under the mean-token target, then leftovers by tokens."""
         bt = self.batch
         if n_nb <= 0:
-            if self.normal and not self.safe:
+            if self.normal.size and not self.safe:
                 self._reject("no normal bucket left for the normal samples")
-            n_nb = 1 if self.normal else 0
+            n_nb = 1 if self.normal.size else 0
         self.bf, self.bl = [0.0] * n_nb, [0] * n_nb
         self.seq: list[int] = []  # normal samples in the order they joined a bucket
         self.dest: list[int] = []  # the bucket each joined
-        if self.normal:
-            ids = np.asarray(self.normal, dtype=np.int64)
+        if self.normal.size:
+            ids = self.normal
             T = float(bt.L[ids].sum()) / n_nb
             cap = bt.M if self.safe else math.inf
             left = self._lowest_flops_first(ids, T, cap)
@@ -950,14 +946,14 @@ class _NormalPool:
     """The normal samples (largest first) long groups take fillers from: the code's list with ``pop(j)``,
     as a fixed order with a next-remaining pointer per position (union-find), so a removal costs O(α)."""
 
-    def __init__(self, ids: list[int], f: np.ndarray, lengths: np.ndarray) -> None:
-        self.ids = ids
-        arr = np.asarray(ids, dtype=np.int64)
-        self.flops = f[arr].tolist()
-        self.lengths = lengths[arr].tolist()
-        self.negf = (-f[arr]).tolist()  # ascending: the samples are longest first
+    def __init__(self, ids: np.ndarray, f: np.ndarray, lengths: np.ndarray) -> None:
+        self.arr = ids
+        self.ids = ids.tolist()
+        self.flops = f[ids].tolist()
+        self.lengths = lengths[ids].tolist()
+        self.negf = (-f[ids]).tolist()  # ascending: the samples are longest first
         self.nxt = list(range(len(ids) + 1))
-        self.n_alive = len(ids)
+        self.n_alive = self.size = len(ids)
         self.removed: list[int] = []
 
     def _find(self, p: int) -> int:
@@ -970,19 +966,18 @@ class _NormalPool:
 
     def first_below(self, x: float, p: int) -> int:
         """First remaining position ``>= p`` whose forward FLOPs are below ``x``; −1 when none."""
-        q = self._find(max(p, bisect_right(self.negf, -x)))
-        return q if q < len(self.ids) else -1
+        q = bisect_right(self.negf, -x)
+        q = self._find(q if q > p else p)
+        return q if q < self.size else -1
 
     def remove(self, p: int) -> None:
         self.nxt[p] = p + 1
         self.n_alive -= 1
         self.removed.append(p)
 
-    def alive(self) -> list[int]:
+    def alive(self) -> np.ndarray:
         """The remaining samples, in order."""
-        if not self.removed:
-            return self.ids
-        return np.delete(np.asarray(self.ids, dtype=np.int64), self.removed).tolist()
+        return np.delete(self.arr, self.removed) if self.removed else self.arr
 
 
 class _TokenTable:
