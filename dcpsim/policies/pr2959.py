@@ -583,6 +583,7 @@ class _Candidate:
         self._pool = pool = _NormalPool(self.normal, bt.f, bt.L)
         self.groups = [self._long_group(i, cs, blk) for i, cs, blk in zip(self.long_ids, sizes, blocks, strict=True)]
         self.normal = pool.alive()
+        self._pool = None
 
     def _long_group(self, i: int, cs: int, blk: int) -> _LongGroup:
         """Long sample ``i``'s group on block ``blk`` of ``cs`` slots: the normal samples it takes (largest
@@ -988,14 +989,16 @@ class _TokenTable:
     """
 
     def __init__(self, tokens: list[int]) -> None:
-        rank = np.argsort(np.asarray(tokens, dtype=np.int64), kind="stable").tolist()
-        self.bucket = rank  # rank -> bucket
-        self.rank = [0] * len(rank)
-        self.at: dict[int, list[int]] = {}
-        for r, k in enumerate(rank):
-            self.rank[k] = r
-            self.at.setdefault(tokens[k], []).append(r)  # ascending ranks: already heaps
-        self.vals = sorted(self.at)
+        arr = np.asarray(tokens, dtype=np.int64)
+        rank = np.argsort(arr, kind="stable")
+        inverse = np.empty_like(rank)
+        inverse[rank] = np.arange(rank.size)
+        self.bucket = rank.tolist()  # rank -> bucket
+        self.rank = inverse.tolist()  # bucket -> rank
+        vals, first, count = np.unique(arr[rank], return_index=True, return_counts=True)
+        self.vals = vals.tolist()
+        self.at: dict[int, list[int]] = {  # the ranks of each token count (consecutive: already heaps)
+            v: list(range(a, a + c)) for v, a, c in zip(self.vals, first.tolist(), count.tolist(), strict=True)}
 
     def closest(self, Li: int, T: float, limit: int | None) -> int:
         """Bucket (among those with tokens ``<= limit``) whose tokens + ``Li`` end closest to ``T``; −1 if none.
