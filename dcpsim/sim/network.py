@@ -148,12 +148,6 @@ class FlowNetwork:
         self._settling = False
         self._cap: dict[Link, float] = {}
 
-    def _capacity(self, link: Link) -> float:
-        c = self._cap.get(link)
-        if c is None:
-            c = self._cap[link] = self.fabric.capacity(link)
-        return c
-
     def start(self, work_s: float, links: list[Link], on_done: Callable[[], None], cap: float = 1.0) -> None:
         """Begin a flow of ``work_s`` seconds' worth of bytes over ``links``; ``on_done()`` at its end.
 
@@ -168,9 +162,13 @@ class FlowNetwork:
         fid = self._next_id
         self._next_id += 1
         links = list(links)
+        caps = self._cap
+        for ln in links:  # capacities looked up once per link (the hot loops index the dict)
+            if ln not in caps:
+                caps[ln] = self.fabric.capacity(ln)
         if cap < 1.0:
             own = ("cap", fid)
-            self._cap[own] = float(cap)
+            caps[own] = float(cap)
             links.append(own)
         self.flows[fid] = _Flow(float(work_s), links, on_done, t0=self.env.now)
         for ln in links:
@@ -187,17 +185,28 @@ class FlowNetwork:
         self._arm()
 
     def _component(self, links: set[Link]) -> list[int]:
-        """Flows connected to ``links`` through shared links."""
+        """Flows whose rates may change when flows start or end on ``links``: those connected to them
+        through links that can bind.
+
+        A link carrying no more flows than its capacity never binds (every flow is held to at most 1 NIC
+        unit by its own NIC), so rates do not propagate through it and the walk does not cross it; the
+        changed ``links`` themselves are always crossed (a link that just became slack releases its
+        flows). Exact: every link that can bind and touches a flow of the component has all its flows
+        in it, so :func:`max_min_rates` over the component gives the rates of a whole recomputation.
+        """
+        on_link, flows, cap = self.on_link, self.flows, self._cap
         seen_l, seen_f = set(links), set()
         todo = list(links)
         while todo:
-            for fid in self.on_link.get(todo.pop(), ()):
+            for fid in on_link.get(todo.pop(), ()):
                 if fid not in seen_f:
                     seen_f.add(fid)
-                    for ln in self.flows[fid].links:
+                    for ln in flows[fid].links:
                         if ln not in seen_l:
                             seen_l.add(ln)
-                            todo.append(ln)
+                            n = len(on_link[ln])
+                            if n > 1 and n > cap[ln]:
+                                todo.append(ln)
         return sorted(seen_f)
 
     def _rerate(self, links: set[Link]) -> None:
@@ -206,7 +215,7 @@ class FlowNetwork:
         ids = self._component(links)
         comp = [self.flows[f] for f in ids]
         old = [f.rate for f in comp]
-        max_min_rates(comp, self._capacity)
+        max_min_rates(comp, self._cap.__getitem__)
         for fid, f, r0 in zip(ids, comp, old, strict=True):
             if f.rate == r0 and f.version:  # unchanged rate: its finish time in the heap still holds
                 continue
