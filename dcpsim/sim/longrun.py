@@ -229,6 +229,7 @@ def long_run_summary(iter_s: np.ndarray, gpus: int, lr: LongRun, seeds: int, see
 
 
 SLOWDOWN_SAMPLES = 8  # GPUs an episode is measured on (its ratio is their mean; drawn uniformly, fixed seed)
+SHARED_LINK_SAMPLES = 4  # fewer for a degraded link on the shared network (each one an event simulation)
 
 
 def episode_gpus(topology, samples: int = SLOWDOWN_SAMPLES) -> np.ndarray:
@@ -246,7 +247,12 @@ def slowdown_ratios(sim, plan, *, slow_gpu_slowdown: float, degraded_link_scale:
     :class:`~dcpsim.sim.ClusterSimulator`): the same plan with one GPU running ``slow_gpu_slowdown`` times
     slower, and with one GPU's network link at ``degraded_link_scale`` of its bandwidth, each the mean over
     the GPUs of :func:`episode_gpus` (an episode hits any GPU; a rank with slack hides it, the critical one
-    does not, so one fixed GPU would be biased)."""
+    does not, so one fixed GPU would be biased).
+
+    The slow GPU (a compute slowdown) is measured on the ideal network, the exact fast path (with
+    ``sim.network = "shared"`` it moves the ratio by well under 1% in our checks, and costs an event
+    simulation per GPU); the degraded link under ``sim``'s own network (on the shared network with
+    :data:`SHARED_LINK_SAMPLES` GPUs). Both against the same plan without the run's own stragglers."""
     from dataclasses import replace
 
     from dcpsim.sim.simulator import ClusterSimulator
@@ -255,15 +261,18 @@ def slowdown_ratios(sim, plan, *, slow_gpu_slowdown: float, degraded_link_scale:
     def makespan(s) -> float:
         return s.simulate(plan, validate=False, rng=np.random.default_rng(0)).timeline.makespan_s
 
-    base = makespan(sim)
-    gpus = episode_gpus(sim.topology, samples)
     slow = link = 1.0
     if slow_gpu_slowdown > 1.0:
-        slow = float(np.mean([makespan(ClusterSimulator(sim.cost, sim.topology, options=sim.options,
+        ideal = replace(sim.options, network="ideal")
+        base = makespan(ClusterSimulator(sim.cost, sim.topology, options=ideal))
+        slow = float(np.mean([makespan(ClusterSimulator(sim.cost, sim.topology, options=ideal,
                                                         faults=Faults(np.array([g]), float(slow_gpu_slowdown), None)))
-                              for g in gpus])) / base
+                              for g in episode_gpus(sim.topology, samples)])) / base
     if degraded_link_scale < 1.0:
+        k = min(samples, SHARED_LINK_SAMPLES) if sim.options.network == "shared" else samples
+        base = makespan(ClusterSimulator(sim.cost, sim.topology, options=sim.options))
         link = float(np.mean([makespan(ClusterSimulator(sim.cost, replace(sim.topology, degraded_gpu=int(g),
                                                                           degraded_link_scale=float(degraded_link_scale)),
-                                                        options=sim.options)) for g in gpus])) / base
+                                                        options=sim.options)) for g in episode_gpus(sim.topology, k)]))
+        link /= base
     return slow, link
