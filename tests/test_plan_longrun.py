@@ -114,7 +114,7 @@ def test_simulate_cli_shared_network_with_faults(tmp_path, capsys):
             "sim.long_run_seeds=4", "--json"]
     out = {}
     for net in ("ideal", "shared"):
-        assert main(argv + ["--set", f"sim.network={net}"]) == 0
+        assert main(argv + ["--network", net]) == 0  # the flag derived from sim.network
         out[net] = json.loads(capsys.readouterr().out)["summary"]
         assert out[net]["network"] == net and 0 < out[net]["goodput_min"] <= out[net]["goodput_max"] < 1
     assert main(argv + ["--set", "sim.network=shared"]) == 0
@@ -164,3 +164,11 @@ def test_variable_length_plan_on_the_shared_network_with_faults_and_episodes():
     assert (ok["slow_gpu_ratio"] >= 1.0).all() and (ok["degraded_link_ratio"] >= 1.0).all()
     assert (ok["goodput_min"] <= ok["goodput"]).all() and (ok["goodput"] <= ok["goodput_max"]).all()
     assert (ok["effective_days_min"] <= ok["effective_days_max"]).all()
+
+
+def test_api_failures_and_base_config_must_agree():
+    from dcpsim.errors import ConfigError
+
+    base = RunConfig().with_updates({"sim.gpu_mtbf_h": 1000.0})
+    with pytest.raises(ConfigError, match="sim.gpu_mtbf_h"):
+        _plan(1e11, base=base, failures=FailureModel(gpu_mtbf_h=2000.0))

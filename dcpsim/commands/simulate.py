@@ -14,7 +14,8 @@ def register(sub) -> None:
                    help="write iterations.parquet, ranks.parquet, config.json and summary.json into DIR")
     p.add_argument("--policy", default=None,
                    help="override policy.name (the file's policy.options are dropped when the name changes)")
-    add_config_flags(p, ["sim.iterations", "sim.seed"])
+    add_config_flags(p, ["sim.iterations", "sim.seed", "sim.network", "sim.long_run_hours", "sim.long_run_seeds",
+                         "sim.gpu_mtbf_h"])
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_force(p)
     p.set_defaults(func=run)

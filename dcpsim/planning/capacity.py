@@ -383,7 +383,7 @@ def plan_capacity(
     if seed is not None:
         upd["sim.seed"] = seed
     if failures is not None:  # the API's FailureModel is the config's sim.* failure fields (one concept)
-        upd |= failures.settings()
+        upd |= _failure_updates(failures, base)
     if long_run_seeds is not None:
         upd["sim.long_run_seeds"] = long_run_seeds
     base = base.with_updates(upd)
@@ -406,6 +406,18 @@ def plan_capacity(
            "search_space": space_description(space), "failures": fm.describe(),
            "network": {"search": "ideal", "final": base.sim.network}, "long_run": long_run_request(base)}
     return CapacityPlan(df, recommend(df, deadline_days), req, layouts=layouts, warnings=warnings)
+
+
+def _failure_updates(failures: FailureModel, base: RunConfig) -> dict[str, Any]:
+    """``failures`` as ``sim.*`` updates; a base configuration that set one of them otherwise is refused."""
+    default = RunConfig().sim
+    for path, value in failures.settings().items():
+        leaf = path.split(".", 1)[1]
+        mine = getattr(base.sim, leaf)
+        if mine != getattr(default, leaf) and mine != value:
+            raise ConfigError("failures", f"{path}={value!r}", f"agreement with the base configuration's {path}="
+                                                              f"{mine!r} or only one of them (they disagree)")
+    return failures.settings()
 
 
 def long_run_request(base: RunConfig) -> dict[str, Any]:
