@@ -263,16 +263,18 @@ def _case(rng: np.random.Generator) -> tuple[np.ndarray, Layout, dict]:
 def _plans(lengths, layout, opts):
     cost = cost_model(1, layout.pp, layout.dp * layout.cp)
     try:
-        return comparable(Pr2959Policy(**opts).plan(lengths, layout, cost))
+        plan = Pr2959Policy(**opts).plan(lengths, layout, cost)
     except InfeasibleError as e:
         return str(e)
+    plan.bound_evaluator = None  # the lower bound depends on the batch only: not computed twice here
+    return comparable(plan)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_fast_phases_give_the_scan_plans(monkeypatch, seed):
     rng = np.random.default_rng(seed)
     seen = {"safe_mode": 0, "leftovers": 0, "overflow_blocks": 0, "plain": 0}
-    for _ in range(30):
+    for _ in range(20):
         lengths, layout, opts = _case(rng)
         fast = _plans(lengths, layout, opts)
         with monkeypatch.context() as m:
