@@ -629,7 +629,7 @@ class _Candidate:
                 self._reject("no normal bucket left for the normal samples")
             n_nb = 1 if self.normal.size else 0
         self.bf, self.bl = [0.0] * n_nb, [0] * n_nb
-        self.seq: list[int] = []  # normal samples in the order they joined a bucket
+        self.seq: list[int] = []  # normal samples in the order they joined a bucket (an array once filled)
         self.dest: list[int] = []  # the bucket each joined
         if self.normal.size:
             ids = self.normal
@@ -639,6 +639,7 @@ class _Candidate:
             self.n_leftovers = len(left)
             self._leftovers(sorted(left, key=lambda i: -int(bt.L[i])), T, cap)
         self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
+        self.seq, self.dest = np.array(self.seq, dtype=np.int64), np.array(self.dest, dtype=np.int64)
         # the code adds 2·f to a bucket's backward estimate with every f it adds to its forward; doubling
         # is exact in binary floating point, so those sums are exactly twice the forward sums
         self.bb = NORMAL_BWD_FACTOR * self.bf
