@@ -166,6 +166,15 @@ def sync_ends(bwd_end: np.ndarray, last_bstart: np.ndarray, sync: SyncCost,
     return rs_end, rs_end + sync.optimizer_s
 
 
+class _Arrival:
+    """The value of a shared-network arrival, shaped like the SimPy event :meth:`_Run.on_arrive` takes."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
 class _Gate:
     """The first forward ops of pipeline stage ``p`` waiting for its parameter all-gather (vp = 1, overlap).
 
@@ -249,9 +258,11 @@ class _Gate:
             run.timeout(max(self.ends[n], self.by_ring[n]) - run.env.now, n).callbacks.append(run.cb_done)
 
 
-def _zero_delay_into(graph: Graph, gate_of: list[int]) -> bool:
-    """Whether an edge without transfer delay ends at a gated node (it would bypass :meth:`_Run.arrived`)."""
-    gated = np.asarray(gate_of) >= 0
+def _zero_delay_into(graph: Graph, gates: list[_Gate]) -> bool:
+    """Whether an edge without transfer delay ends at a gated node (it would bypass :meth:`_Run.on_arrive`)."""
+    gated = np.zeros(graph.n_nodes, dtype=bool)
+    for g in gates:
+        gated[g.nodes] = True
     return bool((gated[graph.dst] & (graph.delay_s <= 0.0)).any())
 
 
@@ -342,11 +353,13 @@ class _Run:
         if self.transfers is not None and not overlap_param_gather and sync.all_gather_bucket_alone_s is not None:
             self.ag_flows = [self.transfers.all_gather(p, float(sync.all_gather_bucket_alone_s[p])) for p in range(pp)]
         # ops that need more than a timeout go through begin(); a gated first forward is caught where its
-        # pipeline input arrives (arrived(), launch()), so the ideal network keeps the lean path unless an
+        # pipeline input arrives (on_arrive(), launch()), so the ideal network keeps the lean path unless an
         # input of one arrives without a transfer delay
         shared = self.transfers is not None and (any(x is not None for x in self.rs_flows)
                                                  or any(x > 0.0 for x in self.cp_work))
-        self.watch = shared or (bool(self.gates) and _zero_delay_into(graph, self.gate_of))
+        self.watch = shared or (bool(self.gates) and _zero_delay_into(graph, self.gates))
+        if not self.watch and self.transfers is None:  # the ideal network: lean closures on the hot path
+            self.cb_done, self.cb_arrive = self._lean_callbacks()
         self.last_started = [0] * pp
         self.last_total = list(self.stage_left)
         self.last_end_max = [0.0] * pp
@@ -444,11 +457,9 @@ class _Run:
         self.ag_flows[p].start_at(t, lambda end: self.gather_tail(p, end, left - 1))
 
     def on_arrive(self, ev) -> None:
-        self.arrived(ev.value)
-
-    def arrived(self, d: int) -> None:
-        """An input of node ``d`` has arrived (a timed transfer via :meth:`on_arrive`, or a shared-network flow)."""
-        self.events += 1
+        """An input of node ``ev.value`` has arrived (a timed transfer, or a shared-network flow via
+        :meth:`arrived`). Not counted here: :func:`run_iteration` counts one event per delayed edge."""
+        d = ev.value
         count = self.count
         count[d] -= 1
         if count[d] == 0:
@@ -467,9 +478,50 @@ class _Run:
         if self.stages_left == 0:
             self.end_time = self.env.now
 
+    def arrived(self, d: int) -> None:
+        """A shared-network transfer into node ``d`` has arrived."""
+        self.on_arrive(_Arrival(d))
+
+    def _lean_callbacks(self):
+        """(op done, input arrived) callbacks for the ideal network: the same steps as :meth:`on_done` and
+        :meth:`on_arrive` with every transfer a timeout and no op needing :meth:`begin`, as closures over
+        local names (no attribute lookups per event: the events/s target of issue 13)."""
+        env, count, dst, delay, start, dur, finish = self.env, self.count, self.dst, self.delay, self.start, self.dur, self.finish
+        indptr, is_last, on_rank_end, timeout, gate_of, gates = (self.indptr, self.is_last, self.on_rank_end, self.timeout,
+                                                                 self.gate_of, self.gates)
+
+        def on_done(ev) -> None:
+            n = ev.value
+            now = env.now
+            finish[n] = now
+            for e in range(indptr[n], indptr[n + 1]):
+                d = dst[e]
+                x = delay[e]
+                if x > 0.0:
+                    timeout(x, d).callbacks.append(on_arrive)
+                else:
+                    count[d] -= 1
+                    if count[d] == 0:  # a zero-delay edge never ends at a gated node here (see watch)
+                        start[d] = now
+                        timeout(dur[d], d).callbacks.append(on_done)
+            p = is_last[n]
+            if p >= 0:
+                on_rank_end(p, n, now)
+
+        def on_arrive(ev) -> None:
+            d = ev.value
+            count[d] -= 1
+            if count[d] == 0:
+                start[d] = env.now
+                if gate_of[d] >= 0:
+                    gates[gate_of[d]].arrive(d)
+                else:
+                    timeout(dur[d], d).callbacks.append(on_done)
+
+        return on_done, on_arrive
+
     def on_done(self, ev) -> None:
-        self.events += 1
-        n = ev.value
+        n = ev.value  # not counted here: run_iteration counts one event per node
         now = self.env.now
         self.finish[n] = now
         count, dst, delay, timeout, start, dur = self.count, self.dst, self.delay, self.timeout, self.start, self.dur
@@ -573,6 +625,8 @@ def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_
         optimizer_end_s=opt_end,
         stage_end_s=np.asarray(run.stage_end),
         makespan_s=float(run.end_time),
-        events=int(run.events) + (run.transfers.net.events if run.transfers is not None else 0),
+        # op completions (one per node) and arrivals (one per delayed edge) are counted here, not per callback
+        events=(int(run.events) + graph.n_nodes + int(np.count_nonzero(graph.delay_s > 0.0))
+                + (run.transfers.net.events if run.transfers is not None else 0)),
         param_gather_s=np.asarray(run.gather_stall),
     )
