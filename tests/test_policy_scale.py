@@ -157,3 +157,146 @@ def test_seq_costs_on_distinct_lengths_equal_the_per_sequence_table():
     attn, comm, _ = split_parts(bc, cost.recompute)
     assert np.array_equal(sc.attn_s, attn[: ns * n].reshape(ns, n))
     assert np.array_equal(sc.comm_s, np.stack([comm[: ns * n].reshape(ns, n), comm[ns * n:].reshape(ns, n)], axis=1))
+
+
+class _ScanPlacer:
+    """``dynamic-solver``'s placement as a numpy scan of every open group per sequence (the definition).
+
+    Same options and order as the module docstring's step 3: join the group with the least makespan
+    increase, then the fewest GPU-seconds, then the fullest (lowest id on ties); a new group on free
+    ranks of an open step; a new step.
+    """
+
+    def __init__(self, sc, layout, cap, need, choice, height, *_args, **_kw) -> None:
+        self.sc, self.layout, self.cap, self.need, self.choice, self.H = sc, layout, cap, need, choice, height
+        self.R, self.pp = layout.ranks_per_stage, layout.pp
+        self.sizes = [int(c) for c in sc.sizes]
+        self.align = dyn.align_masks_for(sc.sizes, self.R)
+        self.span0 = np.asarray(layout.spans_network(np.zeros(len(self.sizes), dtype=np.int64), sc.sizes), dtype=np.int64)
+
+    def run(self, name, lengths):
+        sc, n = self.sc, lengths.size
+        ar = np.arange(n)
+        order = np.lexsort((ar, -sc.time_s[self.choice, self.span0[self.choice], ar], -self.choice))
+        self.g = {f: [] for f in ("step", "sidx", "code", "time", "room", "start", "members")}
+        self.S, self.free, self.open_steps = [], [], []
+        self.gmax = self.H if (self.pp > 1 and np.isfinite(self.H)) else 0.0
+        for i in order.tolist():
+            trow, tokrow = sc.time_s[:, :, i].reshape(-1), sc.tokens[:, i]
+            best = self._join(i, trow, tokrow)
+            for opt in self._new_options(int(self.choice[i]), trow):
+                if best is None or self._better(opt, best):
+                    best = opt
+            self._apply(best[4], i, int(self.choice[i]), trow, tokrow)
+        steps = [[] for _ in self.S]
+        for g in range(len(self.g["step"])):
+            steps[self.g["step"][g]].append(dyn.Group(self.g["start"][g], self.sizes[self.g["sidx"][g]], self.g["members"][g]))
+        order_steps = sorted(range(len(self.S)), key=lambda s: (-self.S[s], s))
+        return dyn.Plan(name, self.layout, lengths, [dyn.Step(sorted(steps[s], key=lambda gr: gr.start)) for s in order_steps], True)
+
+    def _join(self, i, trow, tokrow):
+        if not self.g["step"]:
+            return None
+        gs, code = np.array(self.g["sidx"]), np.array(self.g["code"])
+        add = trow[code]
+        newt = np.array(self.g["time"]) + add
+        Sk = np.array(self.S)[np.array(self.g["step"])]
+        ok = (gs >= self.need[i]) & (tokrow[gs] <= np.array(self.g["room"])) & (newt <= np.maximum(Sk, self.H) * (1 + 1e-12))
+        if not ok.any():
+            return None
+        Sn = np.maximum(Sk, newt)
+        delta = Sn - Sk + ((self.pp - 1) * np.maximum(0.0, Sn - self.gmax) if self.pp > 1 else 0.0)
+        delta[~ok] = np.inf
+        d0 = delta.min()
+        sel = delta <= d0 + 1e-9 * (self.gmax + d0)
+        gpu = np.where(sel, np.asarray(self.sizes)[gs] * add, np.inf)
+        sel &= gpu <= gpu.min() * (1 + 1e-9)
+        j = int(np.argmax(np.where(sel, newt, -np.inf)))
+        return (float(d0), float(gpu.min()), -float(newt[j]), 0, ("join", j))
+
+    def _new_options(self, k, trow):
+        c, pp1 = self.sizes[k], self.pp - 1
+        for kk in self.open_steps:
+            start = dyn.lowest_free_slice(self.free[kk], c, self.R, self.align)
+            if start < 0:
+                continue
+            b = int(bool(self.layout.spans_network(start, c)))
+            a1, s_k = float(trow[2 * k + b]), self.S[kk]
+            if a1 <= max(s_k, self.H):
+                Sn = max(s_k, a1)
+                yield ((Sn - s_k) + pp1 * max(0.0, Sn - self.gmax), c * a1, -a1, 1, ("new", kk, start, b))
+        a1 = float(trow[2 * k + self.span0[k]])
+        yield (a1 + pp1 * max(0.0, a1 - self.gmax), c * a1, -a1, 2, ("step",))
+
+    def _better(self, a, b):
+        tol = 1e-9 * (self.gmax + abs(a[2]) + abs(b[2]))
+        if abs(a[0] - b[0]) > tol:
+            return a[0] < b[0]
+        if abs(a[1] - b[1]) > 1e-9 * b[1]:
+            return a[1] < b[1]
+        return (a[2], a[3]) < (b[2], b[3])
+
+    def _apply(self, act, i, k, trow, tokrow):
+        g = self.g
+        if act[0] == "join":
+            j = act[1]
+            g["time"][j] += float(trow[g["code"][j]])
+            g["room"][j] -= int(tokrow[g["sidx"][j]])
+            g["members"][j].append(i)
+            st, t_new = g["step"][j], g["time"][j]
+        else:
+            c = self.sizes[k]
+            if act[0] == "step":
+                self.S.append(0.0)
+                self.free.append((1 << self.R) - 1)
+                self.open_steps.append(len(self.S) - 1)
+                st, start = len(self.S) - 1, dyn.lowest_free_slice(self.free[-1], c, self.R, self.align)
+                b = int(bool(self.layout.spans_network(start, c)))
+            else:
+                _, st, start, b = act
+            t_new = float(trow[2 * k + b])
+            for f, v in zip(("step", "sidx", "code", "time", "room", "start", "members"),
+                            (st, k, 2 * k + b, t_new, self.cap - int(tokrow[k]), start, [i]), strict=True):
+                g[f].append(v)
+            self.free[st] &= ~(((1 << c) - 1) << start)
+            if not self.free[st]:
+                self.open_steps.remove(st)
+        if t_new > self.S[st]:
+            self.S[st] = t_new
+            self.gmax = max(self.gmax, t_new)
+
+
+def _solver_cases():
+    rng = np.random.default_rng(7)
+    for j in range(10):
+        dp, cp = int(rng.choice([1, 2, 3, 4, 6, 16])), int(rng.choice([1, 2, 4, 8]))
+        pp = int(rng.choice([1, 2, 4]))
+        M = int(rng.choice([512, 2048, 8192]))
+        layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=M, pp=pp, gpus_per_domain=int(rng.choice([4, 8])))
+        n = int(rng.integers(1, 250 if j % 4 else 900))
+        cap = M * layout.max_dynamic_cp - 2 * layout.max_dynamic_cp
+        lengths = np.minimum(rng.lognormal(np.log(M / 3), 1.3, n).astype(np.int64) + 1, cap)
+        if rng.random() < 0.4:
+            lengths = rng.choice(lengths[:5], n)  # many ties
+        yield layout, lengths
+    for pp, M in ((2, 2048), (4, 8192)):  # token counts that are powers of two (as the room classes' bounds)
+        layout = Layout(dp=4, cp=2, max_tokens_per_rank=M, pp=pp)
+        yield layout, np.minimum(2 ** rng.integers(3, 11, 500), M * 8 - 16)
+
+
+@pytest.mark.parametrize("scan", [None, 0])
+def test_solver_placement_gives_the_scan_plans(monkeypatch, scan):
+    """Identical plans, meta included (every candidate's makespan); ``scan=0`` sends every join query
+    through the room classes."""
+    from dcpsim.policies import solver
+
+    if scan is not None:
+        monkeypatch.setattr(solver._Placer, "SCAN", scan)
+        monkeypatch.setattr(solver._Placer, "SCAN_ROOM", scan)
+    for layout, lengths in _solver_cases():
+        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+        fast = get_policy("dynamic-solver").plan(lengths, layout, cost)
+        with monkeypatch.context() as m:
+            m.setattr(solver, "_Placer", _ScanPlacer)
+            ref = get_policy("dynamic-solver").plan(lengths, layout, cost)
+        assert comparable(fast) == comparable(ref)

@@ -36,19 +36,27 @@ a CP group leaving the NVLink domain pays the network.
    memory check (``fits_memory`` of every pack). The fastest plan that fits
    memory wins (the fastest overall if none fits, flagged in ``meta``).
 
-Speed: open groups are kept in buckets of equal size, span, step and
-token-room class, each sorted by time (:class:`_Buckets`), so a sequence
-looks at a few buckets (a binary search and a short scan each) instead of
-every group opened so far; full groups are dropped. On the weak-scaling
-batch of ``benchmarks/bench_solver_scale.py`` (4 sequences per GPU) that
-is about 1.8x less CPU than the former pass over all open groups, with the
-same plans (16,384 GPUs: 14.8 -> 8.2 s; 65,536 GPUs: 97 -> 55 s); planning
-still grows about as n^1.35 there, far from the 5 s target at 65,536 GPUs.
+Speed: open groups are kept in cells of equal size, span and step
+(:class:`_Buckets`), each sorted by time, all together, by token room and
+by room class, so a sequence looks at a few cells (a binary search and a
+short scan each) instead of every group opened so far; full groups are
+dropped. Most sequences join a group without raising its step: the join
+search first assumes the least increase is 0 and visits the codes by
+increasing GPU-seconds, stopping at the first that holds such a group; only
+when no group adds exactly nothing is the least increase computed over every
+cell. The per-length rows (time, tokens, codes by GPU-seconds) are built
+once for all candidates (:class:`_Table`). Plans are identical to the
+definition (a scan of every open group per sequence,
+``tests/test_policy_scale.py``), meta included. Weak-scaling batch of
+``benchmarks/scale_fast.py`` (4 sequences per GPU): see the benchmark note in
+NOTES/issue 13; planning still grows faster than n there (the per-sequence
+Python work times ~9 candidate microbatch counts) and stays above the 5 s
+target at 65,536 GPUs.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 
 import numpy as np
 
@@ -106,6 +114,7 @@ class DynamicSolverPolicy(Policy):
         tfeas = np.where(feas & (np.arange(sizes.size)[:, None] >= need[None, :]), t0, np.inf)
         fastest = np.argmin(tfeas, axis=0)
         t_floor = float(tfeas.min(axis=0).max())  # no step can be shorter than the longest sequence at its fastest
+        table = _Table(lengths, sc, need)
         seen: set[bytes] = set()
         cands = []
         worse = 0
@@ -125,7 +134,7 @@ class DynamicSolverPolicy(Policy):
             if key in seen:
                 continue
             seen.add(key)
-            plan = _Placer(sc, layout, cap, need, choice, height).run(self.name, lengths)
+            plan = _Placer(sc, layout, cap, need, choice, height, table).run(self.name, lengths)
             ev = evaluate_plan(plan, cost)
             cands.append((not ev.fits_memory, ev.makespan_s, m, plan, ev))
             if ev.makespan_s < best_ms:
@@ -151,34 +160,63 @@ class DynamicSolverPolicy(Policy):
 
 
 class _Buckets:
-    """Open groups by (code, step, room class), each bucket sorted by (time, -group id): the join candidates.
+    """Open groups by code, step and room class: the join candidates.
 
-    ``code`` = size index·2 + leaves-the-domain, so every group of a bucket
-    adds the same time for a given sequence and shares its step's height: a
-    group's join cost grows with its time, so the best group of a bucket is
-    found by a binary search instead of a pass over every group ever opened.
-    The room class (``room.bit_length()``: room in ``[2^(r-1), 2^r)`` tokens
-    per rank) lets a query skip buckets that cannot hold the sequence and
-    find token room at once in the others. A group is dropped (closed) once
-    its token room is below the smallest share any sequence has at its size.
+    ``code`` = size index·2 + leaves-the-domain, so every group of a
+    (code, step) *cell* adds the same time for a given sequence and shares
+    its step's height. A cell keeps its groups sorted by (time, -group id)
+    twice: all together (``cell[0]``: the fullest group with token room is
+    usually among the top few below the height limit) and split by room class
+    (``cell[1]``: ``room.bit_length()``, room in ``[2^(r-1), 2^r)`` tokens per
+    rank, so that a class either surely holds the sequence, surely not, or is
+    the one boundary class to scan). A group is dropped (closed) once its
+    token room is below the smallest share any sequence has at its size.
     """
 
     def __init__(self, min_tok: list[int]) -> None:
-        # (code, step) -> room class -> [(time, -group)] sorted
-        self.keys: dict[tuple[int, int], dict[int, list[tuple[float, int]]]] = {}
+        self.by_code: dict[int, dict[int, tuple[list[tuple[float, int]], dict[int, list[tuple[float, int]]]]]] = {}
         self.min_tok = min_tok
 
     def add(self, code: int, step: int, time: float, g: int, room: int) -> None:
         if room >= self.min_tok[code >> 1]:
-            insort(self.keys.setdefault((code, step), {}).setdefault(room.bit_length(), []), (time, -g))
+            cells = self.by_code.setdefault(code, {})
+            cell = cells.get(step)
+            if cell is None:
+                cell = cells[step] = ([], {}, [])
+            insort(cell[0], (time, -g))
+            insort(cell[1].setdefault(room.bit_length(), []), (time, -g))
+            insort(cell[2], (room, time, -g))
 
     def move(self, code: int, step: int, old: float, new: float, g: int, old_room: int, room: int) -> None:
-        by_class = self.keys[(code, step)]
+        cells = self.by_code[code]
+        every, by_class, by_room = cells[step]
+        del every[bisect_left(every, (old, -g))]
+        del by_room[bisect_left(by_room, (old_room, old, -g))]
         keys = by_class[old_room.bit_length()]
         del keys[bisect_left(keys, (old, -g))]
         if not keys:
             del by_class[old_room.bit_length()]
+        if not every:
+            del cells[step]
+            if not cells:
+                del self.by_code[code]
         self.add(code, step, new, g, room)
+
+
+class _Table:
+    """Per distinct length, shared by every candidate: time row (column = size index·2 + span), token row,
+    and the codes a sequence may join (size index at least its need) by increasing GPU-seconds."""
+
+    def __init__(self, lengths: np.ndarray, sc: SeqCosts, need: np.ndarray) -> None:
+        _, first, inv = np.unique(lengths, return_index=True, return_inverse=True)
+        self.uid: list[int] = inv.tolist()
+        t = sc.time_s.reshape(-1, lengths.size)[:, first].T  # (distinct, ns*2)
+        self.time_rows: list[list[float]] = t.tolist()
+        self.tok_rows: list[list[int]] = sc.tokens[:, first].T.tolist()
+        code_size = np.repeat(sc.sizes, 2)
+        gpu = np.where(np.arange(t.shape[1])[None, :] // 2 >= need[first][:, None], code_size[None, :] * t, np.inf)
+        by_gpu = np.argsort(gpu, axis=1, kind="stable")
+        self.fam: list[list[int]] = [[c for c in row if np.isfinite(g[c])] for row, g in zip(by_gpu.tolist(), gpu, strict=True)]
 
 
 class _Placer:
@@ -190,7 +228,11 @@ class _Placer:
     step (:meth:`_new_step_option`), then applies the best (:meth:`_apply`).
     """
 
-    def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, choice: np.ndarray, height: float) -> None:
+    SCAN = 16  # groups a cell query scans below the height limit before it looks at the groups with room
+    SCAN_ROOM = 64  # groups with room a cell query scans before it asks the room classes
+
+    def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, choice: np.ndarray, height: float,
+                 table: _Table | None = None) -> None:
         self.height = height
         self.sc = sc
         self.layout = layout
@@ -202,21 +244,23 @@ class _Placer:
         self.align = align_masks_for(sc.sizes, self.R)
         self.pp = layout.pp
         self.span0 = [int(x) for x in layout.spans_network(np.zeros(len(self.sizes), dtype=np.int64), sc.sizes)]
+        self.table = table
 
     def run(self, name: str, lengths: np.ndarray) -> Plan:
         sc, n = self.sc, lengths.size
+        tab = self.table if self.table is not None else _Table(lengths, sc, self.need)
         ar = np.arange(n)
         span0 = np.asarray(self.span0, dtype=np.int64)
         t_choice = sc.time_s[self.choice, span0[self.choice], ar]
         # larger CP groups first (aligned blocks before the ranks fragment), then longest first
         order = np.lexsort((ar, -t_choice, -self.choice))
         self._start()
-        tok_t = np.ascontiguousarray(sc.tokens.T)  # (n, ns)
-        time_t = np.ascontiguousarray(sc.time_s.reshape(-1, n).T)  # (n, ns*2), column = size index*2 + span
+        uid, time_rows, tok_rows, fam = tab.uid, tab.time_rows, tab.tok_rows, tab.fam
+        choice = self.choice.tolist()
         for i in order.tolist():
-            k, kn = int(self.choice[i]), int(self.need[i])
-            trow, tokrow = time_t[i].tolist(), tok_t[i].tolist()
-            best = self._join_option(trow, tokrow, kn)
+            u, k = uid[i], choice[i]
+            trow, tokrow = time_rows[u], tok_rows[u]
+            best = self._join_option(trow, tokrow, fam[u])
             best = self._new_group_option(trow, k, best)
             best = self._new_step_option(trow, k, best)
             self._apply(best[4], i, k, trow, tokrow)
@@ -260,41 +304,46 @@ class _Placer:
         return d
 
     # ---------------------------------------------------------- options
-    def _join_option(self, trow: list[float], tokrow: list[int], kn: int):
-        """The best open group to join: least makespan increase, then fewest GPU-seconds, then fullest (best fit)."""
-        cands = []  # (step height, added time, height limit, keys, tokens per rank, size index)
-        d0 = np.inf
-        for (code, st), by_class in self.buckets.keys.items():
-            k = code >> 1
-            if k < kn:  # a group too small for the sequence
-                continue
-            tok, s_k, add = tokrow[k], self.S[st], trow[code]
-            lim = max(s_k, self.height) * (1 + 1e-12)
-            for cls, keys in by_class.items():
-                if (1 << cls) <= tok:  # no group of this room class has room for it
-                    continue
-                cands.append((s_k, add, lim, keys, tok, k))
-                if d0 > 0.0:  # nothing is below 0
-                    d0 = min(d0, self._least_increase(s_k, add, lim, keys, tok))
-        if not np.isfinite(d0):
+    def _join_option(self, trow: list[float], tokrow: list[int], fam: list[int]):
+        """The best open group to join: least makespan increase, then fewest GPU-seconds, then fullest
+        (lowest id on ties).
+
+        Most sequences fit somewhere without raising a step: the search first assumes the least
+        increase is 0 and keeps its answer if it found a group that adds exactly nothing; otherwise it
+        computes the least increase over every open group and searches with that threshold.
+        """
+        thr0 = 1e-9 * (self.gmax + 0.0)
+        found = self._search(trow, tokrow, fam, thr0)
+        if found is not None and found[3]:
+            return (0.0, found[0], -found[1], 0, ("join", -found[2]))
+        d0 = self._least_increase_all(trow, tokrow, fam)
+        if not d0 < np.inf:
             return None
-        thr = d0 + 1e-9 * (self.gmax + d0)
-        # buckets by GPU-seconds: the first with a group within the threshold sets the least, and only
-        # buckets within the tolerance of it can hold the pick
-        found = []  # (new time, -group)
-        gmin = np.inf
-        for gpu, _, (s_k, add, lim, keys, tok, _k) in sorted((self.sizes[c[5]] * c[1], j, c) for j, c in enumerate(cands)):
-            if gpu > gmin * (1 + 1e-9):
-                break
-            g = self._fullest_within(s_k, add, lim, keys, tok, thr)
-            if g >= 0:
-                gmin = min(gmin, gpu)
-                found.append((self.g_time[g] + add, -g))
-        best = max(found)
-        return (float(d0), float(gmin), -float(best[0]), 0, ("join", -best[1]))
+        if d0 != 0.0 or found is None:
+            found = self._search(trow, tokrow, fam, d0 + 1e-9 * (self.gmax + d0))
+        return (float(d0), found[0], -found[1], 0, ("join", -found[2]))
+
+    def _least_increase_all(self, trow: list[float], tokrow: list[int], fam: list[int]) -> float:
+        """Least makespan increase of joining any open group that can take the sequence (``inf`` if none)."""
+        d0 = np.inf
+        by_code = self.buckets.by_code
+        for code in fam:
+            cells = by_code.get(code)
+            if cells is None:
+                continue
+            tok, add = tokrow[code >> 1], trow[code]
+            for st, (_, by_class, _) in cells.items():
+                s_k = self.S[st]
+                lim = max(s_k, self.height) * (1 + 1e-12)
+                for cls, keys in by_class.items():
+                    if (1 << cls) > tok:
+                        d0 = min(d0, self._least_increase(s_k, add, lim, keys, tok))
+                        if d0 == 0.0:
+                            return d0
+        return d0
 
     def _least_increase(self, s_k: float, add: float, lim: float, keys: list, tok: int) -> float:
-        """Least makespan increase of joining a group of one bucket (``inf`` if none can take the sequence).
+        """Least makespan increase of joining a group of one sorted list (``inf`` if none can take the sequence).
 
         The increase grows with the group's time, so it is that of the lowest group with token room.
         """
@@ -303,26 +352,136 @@ class _Placer:
                 return self._delta(s_k, t + add) if t + add <= lim else np.inf
         return np.inf
 
-    def _fullest_within(self, s_k: float, add: float, lim: float, keys: list, tok: int, thr: float) -> int:
-        """The bucket's fullest group with token room whose increase is within ``thr`` (lowest id on ties); -1 if none."""
-        lo, hi = 0, len(keys)  # binary search: groups [0, lo) are within the threshold and the height limit
-        pp1, gmax = self.pp - 1, self.gmax
-        while lo < hi:  # conditionals instead of max(): the same values, without a call per probe
-            mid = (lo + hi) // 2
-            newt = keys[mid][0] + add
-            if newt > lim:
-                hi = mid
+    def _search(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float):
+        """Among groups whose increase is within ``thr``: the fewest GPU-seconds, then the fullest.
+
+        Codes go by increasing GPU-seconds; the first with such a group sets the least, and only codes
+        within the tolerance of it can hold the pick. Returns (GPU-seconds, new time, -group, whether a
+        group found adds exactly nothing) or None.
+        """
+        best = (-np.inf, 0)  # (new time, -group)
+        gmin = np.inf
+        zero = False
+        by_code = self.buckets.by_code
+        for code in fam:
+            cells = by_code.get(code)
+            if cells is None:
                 continue
-            sn = newt if newt > s_k else s_k
-            over = sn - gmax
-            if (sn - s_k) + (pp1 * (over if over > 0.0 else 0.0) if pp1 else 0.0) <= thr:
-                lo = mid + 1
-            else:
-                hi = mid
-        for pos in range(lo - 1, -1, -1):
-            if self.g_room[-keys[pos][1]] >= tok:
-                return -keys[pos][1]
-        return -1
+            add = trow[code]
+            gpu = self.sizes[code >> 1] * add
+            if gpu > gmin * (1 + 1e-9):
+                break
+            tok = tokrow[code >> 1]
+            for st, cell in cells.items():
+                s_k = self.S[st]
+                lim = max(s_k, self.height) * (1 + 1e-12)
+                hit = self._fullest_in_cell(cell, s_k, add, lim, tok, thr, best)
+                if hit is None:
+                    continue
+                gmin = min(gmin, gpu)
+                if hit[1]:
+                    best = hit[1]
+                zero = zero or hit[0]
+        if gmin == np.inf:
+            return None
+        return (float(gmin), float(best[0]), best[1], zero)
+
+    def _within(self, t: float, s_k: float, add: float, lim: float, thr: float) -> bool:
+        newt = t + add
+        if newt > lim:
+            return False
+        sn = newt if newt > s_k else s_k
+        over = sn - self.gmax
+        return (sn - s_k) + ((self.pp - 1) * (over if over > 0.0 else 0.0) if self.pp > 1 else 0.0) <= thr
+
+    def _limit(self, keys: list, s_k: float, add: float, lim: float, thr: float) -> int:
+        """Number of groups of a sorted list whose increase is within ``thr`` (it grows with the time)."""
+        x = (lim if lim < s_k + thr else s_k + thr) - add
+        p = bisect_right(keys, (x, np.inf))
+        n = len(keys)
+        while p < n and self._within(keys[p][0], s_k, add, lim, thr):
+            p += 1
+        while p > 0 and not self._within(keys[p - 1][0], s_k, add, lim, thr):
+            p -= 1
+        return p
+
+    def _fullest_in_cell(self, cell, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
+        """A cell's groups with token room within ``thr``: (whether one adds nothing, the pick if it beats
+        ``best`` by (new time, -group), else None); None if the cell has no such group."""
+        every = cell[0]
+        p = self._limit(every, s_k, add, lim, thr)
+        room = self.g_room
+        stop = max(-1, p - 1 - self.SCAN)
+        pos = p - 1
+        while pos > stop:
+            if room[-every[pos][1]] >= tok:
+                return self._tied_pick(every, pos, s_k, add, tok, best)
+            pos -= 1
+        if pos < 0:
+            return None
+        by_room = cell[2]
+        j = bisect_left(by_room, (tok,))
+        if len(by_room) - j <= self.SCAN_ROOM:
+            return self._fullest_by_room(by_room, j, s_k, add, lim, thr, best)
+        return self._fullest_by_class(cell[1], s_k, add, lim, tok, thr, best)
+
+    def _fullest_by_room(self, by_room: list, j: int, s_k: float, add: float, lim: float, thr: float, best: tuple):
+        """:meth:`_fullest_in_cell` over the few groups with token room (``by_room[j:]``, sorted by room)."""
+        out = None
+        for _, t, neg_g in by_room[j:]:
+            if not self._within(t, s_k, add, lim, thr):
+                continue
+            newt = t + add
+            zero = newt <= s_k
+            if out is None:
+                out = (zero, None)
+            elif zero:
+                out = (True, out[1])
+            if (newt, neg_g) > best:
+                best = (newt, neg_g)
+                out = (out[0], best)
+        return out
+
+    def _tied_pick(self, keys: list, pos: int, s_k: float, add: float, tok: int, best: tuple):
+        """From the highest group with room at ``pos``: the lowest id among the groups with room and the same
+        new time (the list is sorted by time, and a new time can round equal for different times)."""
+        newt = keys[pos][0] + add
+        zero = newt <= s_k
+        if newt < best[0]:
+            return (zero, None)
+        pick = (newt, keys[pos][1])
+        room = self.g_room
+        pos -= 1
+        while pos >= 0 and keys[pos][0] + add == newt:
+            if keys[pos][1] > pick[1] and room[-keys[pos][1]] >= tok:
+                pick = (newt, keys[pos][1])
+            pos -= 1
+        return (zero, pick if pick > best else None)
+
+    def _fullest_by_class(self, by_class: dict, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
+        """:meth:`_fullest_in_cell` through the room classes: every group of a class above the sequence's
+        tokens has room; the one boundary class comes last and is scanned only down to the best so far."""
+        out = None  # (whether a group adds nothing, the pick if it beats the incoming best)
+        room = self.g_room
+        edge = tok.bit_length()  # the class of rooms [2^(edge-1), 2^edge) straddles tok ...
+        first = edge if (1 << (edge - 1)) == tok else edge + 1  # ... unless tok is a power of two
+        for cls in [c for c in by_class if c >= first] + ([edge] if first > edge and edge in by_class else []):
+            keys = by_class[cls]
+            pos = self._limit(keys, s_k, add, lim, thr) - 1
+            if cls == edge:  # scan down for room, not below the best so far
+                while pos >= 0 and room[-keys[pos][1]] < tok and keys[pos][0] + add >= best[0]:
+                    pos -= 1
+                if pos < 0 or room[-keys[pos][1]] < tok:
+                    continue
+            elif pos < 0:
+                continue
+            zero, pick = self._tied_pick(keys, pos, s_k, add, tok, best)
+            if pick is not None:
+                best = pick
+            elif out is not None:
+                pick = out[1]
+            out = (zero or (out is not None and out[0]), pick)
+        return out
 
     def _new_group_option(self, trow: list[float], k: int, best):
         """A new group of the sequence's size on free ranks of an open step, if one beats ``best``."""
