@@ -284,19 +284,19 @@ def _solver_cases():
         yield layout, np.minimum(2 ** rng.integers(3, 11, 500), M * 8 - 16)
 
 
-@pytest.mark.parametrize("scan", [None, 0])
-def test_solver_placement_gives_the_scan_plans(monkeypatch, scan):
-    """Identical plans, meta included (every candidate's makespan); ``scan=0`` sends every join query
-    through the room classes."""
+def test_solver_placement_gives_the_scan_plans(monkeypatch):
+    """Identical plans, meta included (every candidate's makespan); small ``(SCAN, SCAN_ROOM)`` send the
+    join queries through the room classes (and their boundary class through the room-sorted list)."""
     from dcpsim.policies import solver
 
-    if scan is not None:
-        monkeypatch.setattr(solver._Placer, "SCAN", scan)
-        monkeypatch.setattr(solver._Placer, "SCAN_ROOM", scan)
     for layout, lengths in _solver_cases():
         cost = cost_model(1, layout.pp, layout.dp * layout.cp)
-        fast = get_policy("dynamic-solver").plan(lengths, layout, cost)
         with monkeypatch.context() as m:
             m.setattr(solver, "_Placer", _ScanPlacer)
-            ref = get_policy("dynamic-solver").plan(lengths, layout, cost)
-        assert comparable(fast) == comparable(ref)
+            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
+        for scan in (None, (0, 0), (0, 2)):
+            with monkeypatch.context() as m:
+                if scan is not None:
+                    m.setattr(solver._Placer, "SCAN", scan[0])
+                    m.setattr(solver._Placer, "SCAN_ROOM", scan[1])
+                assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref, scan

@@ -422,13 +422,14 @@ class _Placer:
         by_room = cell[2]
         j = bisect_left(by_room, (tok,))
         if len(by_room) - j <= self.SCAN_ROOM:
-            return self._fullest_by_room(by_room, j, s_k, add, lim, thr, best)
-        return self._fullest_by_class(cell[1], s_k, add, lim, tok, thr, best)
+            return self._fullest_by_room(by_room, j, len(by_room), s_k, add, lim, thr, best)
+        return self._fullest_by_class(cell, s_k, add, lim, tok, thr, best)
 
-    def _fullest_by_room(self, by_room: list, j: int, s_k: float, add: float, lim: float, thr: float, best: tuple):
-        """:meth:`_fullest_in_cell` over the few groups with token room (``by_room[j:]``, sorted by room)."""
+    def _fullest_by_room(self, by_room: list, j0: int, j1: int, s_k: float, add: float, lim: float, thr: float,
+                         best: tuple):
+        """:meth:`_fullest_in_cell` over a few groups with token room (``by_room[j0:j1]``, sorted by room)."""
         out = None
-        for _, t, neg_g in by_room[j:]:
+        for _, t, neg_g in by_room[j0:j1]:
             if not self._within(t, s_k, add, lim, thr):
                 continue
             newt = t + add
@@ -458,15 +459,24 @@ class _Placer:
             pos -= 1
         return (zero, pick if pick > best else None)
 
-    def _fullest_by_class(self, by_class: dict, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
+    def _fullest_by_class(self, cell, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
         """:meth:`_fullest_in_cell` through the room classes: every group of a class above the sequence's
-        tokens has room; the one boundary class comes last and is scanned only down to the best so far."""
+        tokens has room; the one boundary class comes last: its groups with room through the room-sorted
+        list when they are few, else scanned by time down to the best so far."""
         out = None  # (whether a group adds nothing, the pick if it beats the incoming best)
+        by_class, by_room = cell[1], cell[2]
         room = self.g_room
         edge = tok.bit_length()  # the class of rooms [2^(edge-1), 2^edge) straddles tok ...
         first = edge if (1 << (edge - 1)) == tok else edge + 1  # ... unless tok is a power of two
         for cls in [c for c in by_class if c >= first] + ([edge] if first > edge and edge in by_class else []):
             keys = by_class[cls]
+            if cls == edge:
+                j0, j1 = bisect_left(by_room, (tok,)), bisect_left(by_room, (1 << edge,))
+                if j1 - j0 <= self.SCAN_ROOM:
+                    hit = self._fullest_by_room(by_room, j0, j1, s_k, add, lim, thr, best)
+                    if hit is not None:
+                        out = (hit[0] or (out is not None and out[0]), hit[1] or (out[1] if out is not None else None))
+                    continue
             pos = self._limit(keys, s_k, add, lim, thr) - 1
             if cls == edge:  # scan down for room, not below the best so far
                 while pos >= 0 and room[-keys[pos][1]] < tok and keys[pos][0] + add >= best[0]:
