@@ -356,7 +356,7 @@ def test_param_gather_is_exposed_at_each_stage_first_forward(network):
 
     over = {"hardware__pod_gpus": "flat", "hardware__oversubscription": 1.0, "policy__name": "packing"}
     rec = _run(network, **over).records[0]
-    tl, w, sync = rec.timeline, rec.work, _run(network, **over).records[0].sync
+    tl, w, sync = rec.timeline, rec.work, rec.sync
     f = w.virtual()[0]
     first = np.nonzero(w.table.step == 0)[0]
     for p in range(4):

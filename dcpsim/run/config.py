@@ -167,7 +167,8 @@ class SimSection(_Section):
     overlap_grad_sync: bool = Field(True, description="Megatron --overlap-grad-reduce: bucketed gradient reduce-scatter "
                                     "overlaps the last backward pass")
     overlap_param_gather: bool = Field(True, description="Megatron --overlap-param-gather: bucketed parameter all-gather "
-                                       "overlaps the next forward pass")
+                                       "overlaps the first forward pass (vp 1: launched by each stage's first forward, "
+                                       "as Megatron does; see dcpsim.sim.engine)")
     tp_comm_overlap: bool = Field(False, description="Megatron --tp-comm-overlap: TP collectives overlap the GEMMs")
     grad_bucket_params: int = Field(0, ge=0, le=10**12, description="parameters per DDP bucket; 0 = Megatron's "
                                     "default max(40M, 1M x DP)")
@@ -191,8 +192,9 @@ class SimSection(_Section):
         "schedule (same finish times); auto: fast whenever no modelled effect needs events")
     network: Literal["ideal", "shared"] = Field(
         "ideal", description="ideal: every transfer at its profile time; shared: pipeline transfers, the bucketed "
-        "gradient reduce-scatter and CP rings that leave the NVLink domain are flows that share NICs and pod "
-        "uplinks (max-min fair; dcpsim.sim.network; needs the events engine)")
+        "gradient reduce-scatter and parameter all-gather, and CP rings (paced by their attention) that leave the "
+        "NVLink domain are flows that share NICs and pod uplinks (max-min fair; dcpsim.sim.network; needs the "
+        "events engine)")
     long_run_hours: float = Field(0.0, ge=0, le=24 * 3650, description="long-run mode: hours of training simulated at "
                                   "iteration granularity with failures, checkpoints, restarts and slow episodes "
                                   "(0 = off); summary gains goodput_* (dcpsim.sim.longrun)")
