@@ -589,11 +589,13 @@ class _Candidate:
         """Long sample ``i``'s group on block ``blk`` of ``cs`` slots: the normal samples it takes (largest
         first, under the code's three limits), its tokens per rank and the solver's FLOPs of the group."""
         bt, pool = self.batch, self._pool
+        negf, nxt, size = pool.negf, pool.nxt, pool.size
         fi = bt.f_list[i]
         room = cs * self.tau - fi
         length_sum = bt.L_list[i]
         ranks = cs * bt.u
-        tok = per_rank_tokens_int(length_sum, ranks)
+        pad = 2 * ranks if ranks > 1 else 1  # the padding rule (dcpsim.cost.padding), inlined
+        tok = -(-length_sum // pad) * pad // ranks
         cap = bt.M * cs
         members, fsum, bsum = [i], 0.0 + fi, 0.0  # numpy sums fewer than 8 numbers left to right from 0.0
         p = 0  # position in the pool's fixed order (the code's index into its shrinking list)
@@ -601,16 +603,19 @@ class _Candidate:
             x = room * self.fill_slack
             if x <= 0:
                 break
-            p = pool.first_below(x, p)  # first remaining normal sample (from p) with forward FLOPs < x
-            if p < 0:
+            # first remaining normal sample (from p) with forward FLOPs < x: pool.first_below, inlined
+            p = max(p, bisect_right(negf, -x))
+            while nxt[p] != p:
+                nxt[p] = p = nxt[nxt[p]]  # path halving
+            if p >= size:
                 break
             Lk = pool.lengths[p]
-            t = per_rank_tokens_int(Lk, ranks)
+            t = -(-Lk // pad) * pad // ranks
             if self.safe and tok + t > bt.M:
                 p += 1
                 continue
             pool.remove(p)
-            k, fk = pool.ids[p], pool.flops[p]
+            k, fk = pool.ids[p], -negf[p]
             room -= fk
             length_sum += Lk
             tok += t
@@ -637,7 +642,7 @@ class _Candidate:
             cap = bt.M if self.safe else math.inf
             left = self._lowest_flops_first(ids, T, cap)
             self.n_leftovers = len(left)
-            self._leftovers(sorted(left, key=lambda i: -int(bt.L[i])), T, cap)
+            self._leftovers(sorted(left, key=bt.L_list.__getitem__, reverse=True), T, cap)
         self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
         self.seq, self.dest = np.array(self.seq, dtype=np.int64), np.array(self.dest, dtype=np.int64)
         # the code adds 2·f to a bucket's backward estimate with every f it adds to its forward; doubling
@@ -703,12 +708,6 @@ class _Candidate:
                 replace(active, (v, k))
         return left
 
-    def _add(self, k: int, i: int) -> None:
-        self.bf[k] += self.batch.f_list[i]
-        self.bl[k] += self.batch.L_list[i]
-        self.seq.append(i)
-        self.dest.append(k)
-
     def _leftovers(self, left: list[int], T: float, cap: float) -> None:
         """Samples no bucket took: to the bucket whose tokens end closest to ``T`` (safe mode: an extra bucket).
 
@@ -718,19 +717,23 @@ class _Candidate:
         if not left:
             return
         table = _TokenTable(self.bl)
-        for i in left:
-            Li = int(self.batch.L[i])
-            k = table.closest(Li, T, None if cap == math.inf else int(cap) - int(self.batch.tok1[i]))
-            if k < 0:
-                self.bf.append(0.0)
-                self.bl.append(0)
-                k = len(self.bl) - 1
-                self._add(k, i)
-                table.add(k, self.bl[k])
-                continue
-            old = self.bl[k]
-            self._add(k, i)
-            table.move(k, old, self.bl[k])
+        Ls, fs = self.batch.L_list, self.batch.f_list
+        limits = [None] * len(left) if cap == math.inf else (int(cap) - self.batch.tok1[left]).tolist()
+        bf, bl, seq, dest = self.bf, self.bl, self.seq, self.dest
+        for i, limit in zip(left, limits, strict=True):
+            Li = Ls[i]
+            k = table.closest(Li, T, limit)
+            if k < 0:  # safe mode: an extra bucket, ranked last
+                k = len(bl)
+                bf.append(0.0 + fs[i])
+                bl.append(Li)
+                table.add(k, Li)
+            else:
+                bf[k] += fs[i]
+                bl[k] = b = bl[k] + Li
+                table.move(k, b - Li, b)
+            seq.append(i)
+            dest.append(k)
 
     def assign_slots(self) -> None:
         """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot."""
@@ -951,7 +954,6 @@ class _NormalPool:
     def __init__(self, ids: np.ndarray, f: np.ndarray, lengths: np.ndarray) -> None:
         self.arr = ids
         self.ids = ids.tolist()
-        self.flops = f[ids].tolist()
         self.lengths = lengths[ids].tolist()
         self.negf = (-f[ids]).tolist()  # ascending: the samples are longest first
         self.nxt = list(range(len(ids) + 1))
