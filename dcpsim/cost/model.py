@@ -73,6 +73,7 @@ from dcpsim.choices import CP_COMM_TYPES as _CP_COMM_TYPES
 from dcpsim.cost.padding import padded_lengths
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.hardware import HardwareProfile, get_profile
+from dcpsim.hardware.placement import check_tp_in_domain
 from dcpsim.model import RECOMPUTE_MODES, ModelSpec, get_model, memory_per_gpu
 from dcpsim.model.accounting import ATTN_BWD_FLOPS_FACTOR, attention_flops
 
@@ -333,6 +334,7 @@ class CostModel:
         self.tp_comm_overlap = bool(tp_comm_overlap)
         if tp > self.profile.nvlink_domain_gpus:
             raise ConfigError("tp", tp, f"<= the NVLink domain ({self.profile.nvlink_domain_gpus} GPUs)")
+        check_tp_in_domain(int(tp), int(self.profile.nvlink_domain_gpus))  # TP collectives are priced at NVLink speed
         for dim in ("n_heads", "n_kv_heads", "ffn_hidden"):
             if getattr(self.model, dim) % tp:
                 raise ConfigError("tp", tp, f"a divisor of model.{dim} ({getattr(self.model, dim)})")

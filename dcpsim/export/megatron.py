@@ -196,7 +196,9 @@ def cost_mechanism_flags(cfg: RunConfig) -> list[str]:
     # unfused attention is priced with Megatron's default attention dropout (dcpsim.cost.model)
     a = ["--attention-dropout", "0.1" if unfused else "0.0", "--attention-backend", "unfused" if unfused else "flash"]
     if p.precision == "fp8":  # FP8 weights (+ transpose) in place of BF16: the 2 B per parameter the memory model counts
-        a += ["--fp8-format", "hybrid", "--fp8-param-gather"]
+        a += ["--fp8-format", "hybrid"]
+        if cfg.sim.fp8_param_gather:  # the time model all-gathers the block weights at 1 B (dcpsim.sim.durations)
+            a += ["--fp8-param-gather"]
     if p.cross_entropy == "fused":
         a += ["--cross-entropy-loss-fusion"]
     if p.first_stage_layers:

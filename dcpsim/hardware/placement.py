@@ -23,7 +23,9 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["crosses_domain", "group_gpu_range", "group_spans_domain", "stage_offsets"]
+from dcpsim.errors import ConfigError
+
+__all__ = ["check_tp_in_domain", "crosses_domain", "group_gpu_range", "group_spans_domain", "stage_offsets"]
 
 
 def crosses_domain(a, b, domain_gpus: int) -> np.ndarray:
@@ -61,3 +63,19 @@ def group_spans_domain(start, size, *, tp: int, ranks_per_stage: int, domain_gpu
     for off in stage_offsets(tp=tp, ranks_per_stage=ranks_per_stage, pp=pp, domain_gpus=domain_gpus):
         out |= crosses_domain(first + off, last + off, domain_gpus)
     return out
+
+
+def check_tp_in_domain(tp: int, domain_gpus: int) -> None:
+    """Refuse a TP size whose groups would leave an NVLink domain of ``domain_gpus`` GPUs.
+
+    TP collectives are priced at NVLink speed inside op durations (:mod:`dcpsim.cost.model`); Megatron
+    places TP ranks on consecutive GPUs, so every TP group stays inside one domain only when TP divides
+    the domain (TP 6 on 8-GPU domains puts the second group on GPUs 6-11, across two domains).
+    """
+    if domain_gpus < tp:
+        raise ConfigError("hardware.nvlink_domain_gpus", domain_gpus,
+                          f">= parallel.tp ({tp}): TP groups are modelled at NVLink speed inside one domain")
+    if domain_gpus % tp:
+        raise ConfigError("parallel.tp", tp, f"a divisor of the NVLink domain ({domain_gpus} GPUs, "
+                          "hardware.nvlink_domain_gpus): TP groups are modelled at NVLink speed, so each must "
+                          "stay inside one domain")

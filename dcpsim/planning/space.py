@@ -27,6 +27,7 @@ from typing import Any
 
 from dcpsim.cost.padding import pad_multiple, per_rank_tokens_int
 from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.hardware.placement import check_tp_in_domain
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.run.config import RunConfig
 
@@ -156,12 +157,16 @@ def _model(base: RunConfig):
 
 
 def _tp_options(space: SearchSpace, base: RunConfig) -> list[int]:
-    if space.tp is not None:
+    """TP sizes to search: the user's or 1, 2, 4, 8 that split the model; only those that divide the NVLink
+    domain (the config's ``hardware.nvlink_domain_gpus`` or the profile's), so every TP group stays inside
+    one domain as the cost model requires (:func:`dcpsim.sim.topology.check_tp_in_domain`)."""
+    n = base.hardware.nvlink_domain_gpus
+    doms = [_gpu_domain(base.hardware.gpu)] + ([] if n == "profile" else [int(n)])
+    if space.tp is not None:  # the user's sizes: one that leaves a domain is refused with its reason (check_candidate)
         return list(space.tp)
     m = _model(base)
-    dom = _gpu_domain(base.hardware.gpu)
-    return [t for t in (1, 2, 4, 8) if t <= dom and m.n_heads % t == 0 and m.n_kv_heads % t == 0
-            and m.ffn_hidden % t == 0]
+    return [t for t in (1, 2, 4, 8) if all(d % t == 0 for d in doms) and m.n_heads % t == 0
+            and m.n_kv_heads % t == 0 and m.ffn_hidden % t == 0]
 
 
 def uneven_stages(n_layers: int, pp: int) -> list[tuple[int, int]]:
@@ -303,6 +308,8 @@ def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec,
         cost = _cached_cost(cfg, key=(_base_token(base), cand.tp, cand.pp, cand.vp, cand.first_stage_layers,
                                       cand.last_stage_layers, cand.recompute, cand.precision, cand.flags),
                             dp_cp=cfg.dp * cand.cp)
+        n = cfg.hardware.nvlink_domain_gpus
+        check_tp_in_domain(cand.tp, cost.profile.nvlink_domain_gpus if n == "profile" else int(n))
     except (ConfigError, InfeasibleError) as exc:
         return Checked(cand, reason=f"layout: {exc}", kind="divisibility")
     mem, limit = memory_of(cost, cfg)

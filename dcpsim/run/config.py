@@ -62,6 +62,7 @@ sequences), and ``gbs`` must be a multiple of ``dp * mbs`` (Megatron's rule).
     grad_bucket_params = 0      # parameters per DDP bucket; 0 = Megatron's default max(40M, 1M x DP)
     planning = "hidden"         # modelled planning time: hidden (overlaps the previous iteration) | stall | ignore
     grad_reduce_bytes_per_param = 4
+    fp8_param_gather = true     # Megatron --fp8-param-gather: FP8 block weights all-gathered at 1 B (precision fp8 only)
 
 Validation (:mod:`dcpsim.validation`): types are strict (``2.5`` is not an
 int, ``"false"`` is not a bool), numbers finite, bounds physical, unknown keys
@@ -174,6 +175,10 @@ class SimSection(_Section):
                                     "default max(40M, 1M x DP)")
     planning: Planning = Field("hidden", description="modelled planning time: hidden, stall or ignore")
     grad_reduce_bytes_per_param: int = Field(4, ge=1, le=4, description="bytes per gradient element reduced")
+    fp8_param_gather: bool = Field(True, description="Megatron --fp8-param-gather (with parallel.precision = fp8): the "
+                                   "distributed optimizer all-gathers the block GEMM weights in FP8, 1 B per parameter "
+                                   "(embeddings, output layer and norms stay at 2 B); false = BF16 weights, 2 B; "
+                                   "ignored for bf16")
     dynamic_cp_padding: bool = Field(False, description="Megatron's dynamic-CP sample padding: a dynamic policy's "
                                      "samples are padded to a multiple of 2*DP*CP*(TP if TP>1) tokens before "
                                      "scheduling; the padding is timed, not counted as FLOPs")

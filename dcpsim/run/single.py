@@ -100,6 +100,7 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                     degraded_link_scale=s.degraded_link_scale, vp=p.vp)
     opts = SimOptions(overlap_grad_sync=s.overlap_grad_sync, noise_cv=s.noise_cv, planning=s.planning,
                       grad_reduce_bytes_per_param=s.grad_reduce_bytes_per_param,
+                      fp8_param_gather=s.fp8_param_gather,
                       overlap_param_gather=s.overlap_param_gather, grad_bucket_params=s.grad_bucket_params, engine=s.engine,
                       dynamic_cp_exchange=s.dynamic_cp_exchange, cp_switch_s=s.cp_switch_s,
                       microbatch_overhead_s=s.microbatch_overhead_s, network=s.network)

@@ -168,11 +168,25 @@ def stage_params(cost: CostModel) -> np.ndarray:
     return model_stage_params(cost.model, cost.tp, cost.stage_layers)
 
 
+def param_gather_bytes(cost: CostModel, stage: int, params: float, fp8_param_gather: bool = True) -> float:
+    """Bytes per GPU the distributed optimizer all-gathers for pipeline stage ``stage`` (``params`` on it).
+
+    2 B per parameter (BF16 weights), except with FP8 GEMMs and Megatron's ``--fp8-param-gather``
+    (``dcpsim export`` emits it for FP8 runs): the block GEMM weights are gathered as FP8, 1 B each, and
+    only the rest (embeddings, output layer, norms, biases) at 2 B (Megatron-Core
+    ``DistributedDataParallelConfig.fp8_param_gather``; NeMo 2's ``bf16_with_fp8_mixed`` sets it).
+    """
+    if cost.precision != "fp8" or not fp8_param_gather:
+        return 2.0 * params
+    fp8 = float(cost.stage_layers[stage]) * cost.model.linear_params_per_layer() / cost.tp
+    return 2.0 * params - min(fp8, params)
+
+
 class DurationModel:
     """Turns plans into :class:`IterationWork` for one (cost model, topology, faults) setting."""
 
     def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
-                 grad_reduce_bytes_per_param: int = 4, grad_bucket_params: int = 0,
+                 grad_reduce_bytes_per_param: int = 4, grad_bucket_params: int = 0, fp8_param_gather: bool = True,
                  dynamic_cp_exchange: str = "none", cp_switch_s: float = 0.0,
                  microbatch_overhead_s: float = 0.0, shared_network: bool = False) -> None:
         self.cost = cost
@@ -184,6 +198,7 @@ class DurationModel:
         self.faults = faults
         self.grad_reduce_bytes_per_param = int(grad_reduce_bytes_per_param)
         self.grad_bucket_params = int(grad_bucket_params)
+        self.fp8_param_gather = bool(fp8_param_gather)
         self.stage_scale = cost.stage_layers / float(cost.layers_per_stage)
         self._scaled: dict[float, CostModel] = {}
         # which stage ranks hold a straggler GPU (any of their TP ranks)
@@ -229,7 +244,7 @@ class DurationModel:
             def t(op: str, nbytes: float, n=n, domains=domains, factor=factor) -> float:
                 return float(group_collective_time_s(prof, op, nbytes, n, domains=domains, network_scale=factor))
 
-            g, w = params[p] * self.grad_reduce_bytes_per_param, params[p] * 2.0
+            g, w = params[p] * self.grad_reduce_bytes_per_param, param_gather_bytes(cost, p, params[p], self.fp8_param_gather)
             rs_b[p], ag_b[p] = t("reduce_scatter", g / nb[p]), t("all_gather", w / nb[p])
             rs[p], ag[p] = nb[p] * rs_b[p], nb[p] * ag_b[p]
             if domains > 1:

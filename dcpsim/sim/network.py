@@ -38,10 +38,10 @@ all-gather likewise, one bucket at a time as the engine launches them
 :mod:`dcpsim.sim.engine`), so the buckets share the NICs with the first
 microbatches' CP rings and pipeline transfers; without overlap it runs after
 the optimizer step, bucket after bucket. TP collectives stay inside op
-durations at NVLink speed: the cost model refuses TP larger than the
-profile's NVLink domain, so TP groups stay inside a domain unless a config
-sets ``hardware.nvlink_domain_gpus`` below TP (or not a multiple of it), a
-case not modelled as flows. NVLink itself is not a shared resource here
+durations at NVLink speed: a TP size that does not divide the NVLink domain
+(the profile's or ``hardware.nvlink_domain_gpus``) is refused
+(:func:`dcpsim.hardware.placement.check_tp_in_domain`), so TP groups always
+stay inside one domain. NVLink itself is not a shared resource here
 (CP rings, pipeline and DP traffic inside a domain keep their ideal times).
 
 CP rings (``p2p``) of groups that leave their NVLink domain: one *paced* flow

@@ -49,6 +49,7 @@ class SimOptions:
     noise_cv: float = 0.0
     planning: str = "hidden"
     grad_reduce_bytes_per_param: int = 4
+    fp8_param_gather: bool = True
     overlap_param_gather: bool = False
     grad_bucket_params: int = 0
     engine: str = "auto"
@@ -88,6 +89,7 @@ class ClusterSimulator:
                               f"tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp} as in the cost model")
         self.durations = DurationModel(cost, topology, faults=faults,
                                        grad_reduce_bytes_per_param=self.options.grad_reduce_bytes_per_param,
+                                       fp8_param_gather=self.options.fp8_param_gather,
                                        grad_bucket_params=self.options.grad_bucket_params,
                                        dynamic_cp_exchange=self.options.dynamic_cp_exchange,
                                        cp_switch_s=self.options.cp_switch_s,

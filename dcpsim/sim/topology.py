@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dcpsim.errors import ConfigError
-from dcpsim.hardware.placement import crosses_domain, group_gpu_range, group_spans_domain
+from dcpsim.hardware.placement import check_tp_in_domain, crosses_domain, group_gpu_range, group_spans_domain
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class Topology:
             v = getattr(self, f)
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"topology.{f}", v, "a positive integer")
+        check_tp_in_domain(int(self.tp), int(self.nvlink_domain_gpus))
         if self.pod_gpus < 0:
             raise ConfigError("hardware.pod_gpus", self.pod_gpus, "0 (flat fabric) or a positive number of GPUs")
         if self.oversubscription < 1.0:
