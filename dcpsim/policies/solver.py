@@ -399,9 +399,14 @@ class _Placer:
         x = (lim if lim < s_k + thr else s_k + thr) - add
         p = bisect_right(keys, (x, np.inf))
         n = len(keys)
-        while p < n and self._within(keys[p][0], s_k, add, lim, thr):
+        # past the height limit is never within; at most the step's height adds nothing (the usual answers,
+        # decided without the full test)
+        while p < n and keys[p][0] + add <= lim and self._within(keys[p][0], s_k, add, lim, thr):
             p += 1
-        while p > 0 and not self._within(keys[p - 1][0], s_k, add, lim, thr):
+        while p > 0:
+            newt = keys[p - 1][0] + add
+            if (newt <= s_k and newt <= lim) or self._within(keys[p - 1][0], s_k, add, lim, thr):
+                break
             p -= 1
         return p
 
@@ -520,7 +525,10 @@ class _Placer:
         """A new step holding only this sequence's group, if it beats ``best``."""
         c, pp1 = self.sizes[k], self.pp - 1
         a1 = float(trow[2 * k + self.span0[k]])
-        opt = (a1 + pp1 * max(0.0, a1 - self.gmax), c * a1, -a1, 2, ("step",))
+        d = a1 + pp1 * max(0.0, a1 - self.gmax)
+        if best is not None and d > best[0] + 1e-9 * (self.gmax + a1 + abs(best[2])):
+            return best  # :func:`_better`'s larger-increase test, without building the option
+        opt = (d, c * a1, -a1, 2, ("step",))
         if best is None or _better(opt, best, self.gmax):
             best = opt
         return best
