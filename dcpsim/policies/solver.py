@@ -62,6 +62,7 @@ about 17 us each in Python; the six candidates near the optimum lie within
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from heapq import heappop, heappush
 
 import numpy as np
 
@@ -165,47 +166,76 @@ class DynamicSolverPolicy(Policy):
 
 
 class _Buckets:
-    """Open groups by code, step and room class: the join candidates.
+    """Open groups by code, step and room: the join candidates.
 
     ``code`` = size index·2 + leaves-the-domain, so every group of a
     (code, step) *cell* adds the same time for a given sequence and shares
     its step's height. A cell keeps its groups sorted by (time, -group id)
-    twice: all together (``cell[0]``: the fullest group with token room is
-    usually among the top few below the height limit) and split by room class
-    (``cell[1]``: ``room.bit_length()``, room in ``[2^(r-1), 2^r)`` tokens per
-    rank, so that a class either surely holds the sequence, surely not, or is
-    the one boundary class to scan). A group is dropped (closed) once its
-    token room is below the smallest share any sequence has at its size.
+    (``cell[0]``: the fullest group with token room is usually among the top
+    few below the height limit), by (room, time, -group id) (``cell[2]``: the
+    groups with room for a sequence, when few) and by time within each room
+    class (``cell[1]``: ``room.bit_length()``, room in ``[2^(r-1), 2^r)``
+    tokens per rank, so that a class either surely holds the sequence, surely
+    not, or is the one boundary class to scan). A group a query found without
+    room for its sequence is *parked* out of ``cell[0]`` in a heap by room
+    (``cell[3]``) until a query's tokens fit it again (sequences come longest
+    first, so mostly it stays parked): ``cell[0]`` holds every group with room
+    for the current sequence, and few without. A group is dropped (closed)
+    once its token room is below the smallest share any sequence has at its
+    size.
     """
 
     def __init__(self, min_tok: list[int]) -> None:
-        self.by_code: dict[int, dict[int, tuple[list[tuple[float, int]], dict[int, list[tuple[float, int]]]]]] = {}
+        self.by_code: dict[int, dict[int, tuple[list, dict[int, list], list, list]]] = {}
         self.min_tok = min_tok
+        self.parked: set[int] = set()
 
     def add(self, code: int, step: int, time: float, g: int, room: int) -> None:
         if room >= self.min_tok[code >> 1]:
             cells = self.by_code.setdefault(code, {})
             cell = cells.get(step)
             if cell is None:
-                cell = cells[step] = ([], {}, [])
+                cell = cells[step] = ([], {}, [], [])
             insort(cell[0], (time, -g))
             insort(cell[1].setdefault(room.bit_length(), []), (time, -g))
             insort(cell[2], (room, time, -g))
 
     def move(self, code: int, step: int, old: float, new: float, g: int, old_room: int, room: int) -> None:
         cells = self.by_code[code]
-        every, by_class, by_room = cells[step]
-        del every[bisect_left(every, (old, -g))]
+        every, by_class, by_room, _ = cells[step]
+        if g in self.parked:
+            self.parked.discard(g)  # its heap entry goes stale
+        else:
+            del every[bisect_left(every, (old, -g))]
         del by_room[bisect_left(by_room, (old_room, old, -g))]
         keys = by_class[old_room.bit_length()]
         del keys[bisect_left(keys, (old, -g))]
         if not keys:
             del by_class[old_room.bit_length()]
-        if not every:
+        if not by_room:
             del cells[step]
             if not cells:
                 del self.by_code[code]
         self.add(code, step, new, g, room)
+
+    def park(self, cell, positions: list[int], g_room: list[int]) -> None:
+        """Move the groups at ``positions`` (descending) of ``cell[0]`` to the cell's heap by room."""
+        every, heap = cell[0], cell[3]
+        for pos in positions:
+            t, neg_g = every[pos]
+            del every[pos]
+            heappush(heap, (-g_room[-neg_g], t, neg_g))
+            self.parked.add(-neg_g)
+
+    def unpark(self, cell, tok: int, g_time: list[float], g_room: list[int]) -> None:
+        """Bring back into ``cell[0]`` every parked group with room for ``tok`` tokens (skipping stale entries)."""
+        heap = cell[3]
+        while heap and -heap[0][0] >= tok:
+            neg_room, t, neg_g = heappop(heap)
+            g = -neg_g
+            if g in self.parked and g_time[g] == t and g_room[g] == -neg_room:
+                self.parked.discard(g)
+                insort(cell[0], (t, neg_g))
 
 
 class _Table:
@@ -337,7 +367,7 @@ class _Placer:
             if cells is None:
                 continue
             tok, add = tokrow[code >> 1], trow[code]
-            for st, (_, by_class, _) in cells.items():
+            for st, (_, by_class, _, _) in cells.items():
                 s_k = self.S[st]
                 lim = max(s_k, self.height) * (1 + 1e-12)
                 for cls, keys in by_class.items():
@@ -418,15 +448,22 @@ class _Placer:
     def _fullest_in_cell(self, cell, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
         """A cell's groups with token room within ``thr``: (whether one adds nothing, the pick if it beats
         ``best`` by (new time, -group), else None); None if the cell has no such group."""
+        room = self.g_room
+        if cell[3] and -cell[3][0][0] >= tok:
+            self.buckets.unpark(cell, tok, self.g_time, room)
         every = cell[0]
         p = self._limit(every, s_k, add, lim, thr)
-        room = self.g_room
         stop = max(-1, p - 1 - self.SCAN)
         pos = p - 1
         while pos > stop:
             if room[-every[pos][1]] >= tok:
-                return self._tied_pick(every, pos, s_k, add, tok, best)
+                hit = self._tied_pick(every, pos, s_k, add, tok, best)
+                if pos < p - 1:
+                    self.buckets.park(cell, list(range(p - 1, pos, -1)), room)
+                return hit
             pos -= 1
+        if pos < p - 1:
+            self.buckets.park(cell, list(range(p - 1, pos, -1)), room)
         if pos < 0:
             return None
         by_room = cell[2]
