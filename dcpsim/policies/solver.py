@@ -51,11 +51,11 @@ definition (a scan of every open group per sequence, kept in
 
 Measured with ``benchmarks/scale_fast.py`` (one iteration, 4 sequences per
 GPU, Llama-13B, pp 8 cp 8; 2-core host, 2026-11-23), planning CPU seconds
-before -> after this layout: 4,096 GPUs 1.7 -> 1.3 s; 16,384 GPUs 11.4 ->
-7.7 s; 65,536 GPUs 64 -> 41 s (peak 706 -> 632 MB). Planning still grows
+before -> after this layout: 4,096 GPUs 1.7 -> 1.1 s; 16,384 GPUs 11.4 ->
+6.8 s; 65,536 GPUs 64 -> 34.5 s (peak 706 -> 632 MB). Planning still grows
 faster than n and misses the 5 s target at 65,536 GPUs: 262,144 sequences x
 9 candidate microbatch counts are 2.4 M sequential greedy decisions at
-about 17 us each in Python; the six candidates near the optimum lie within
+about 15 us each in Python; the six candidates near the optimum lie within
 0.06% of each other, so no cheap lower bound can prune them.
 """
 
