@@ -285,8 +285,7 @@ def _solver_cases():
 
 
 def test_solver_placement_gives_the_scan_plans(monkeypatch):
-    """Identical plans, meta included (every candidate's makespan); small ``(SCAN, SCAN_ROOM)`` send the
-    join queries through the room classes (and their boundary class through the room-sorted list)."""
+    """Identical plans, meta included (every candidate's makespan)."""
     from dcpsim.policies import solver
 
     for layout, lengths in _solver_cases():
@@ -294,9 +293,23 @@ def test_solver_placement_gives_the_scan_plans(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(solver, "_Placer", _ScanPlacer)
             ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
-        for scan in (None, (0, 0), (0, 2)):
-            with monkeypatch.context() as m:
-                if scan is not None:
-                    m.setattr(solver._Placer, "SCAN", scan[0])
-                    m.setattr(solver._Placer, "SCAN_ROOM", scan[1])
-                assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref, scan
+        assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+
+
+def test_solver_parked_groups_come_back_once_with_their_current_key():
+    from dcpsim.policies.solver import _Buckets
+
+    b = _Buckets([1])
+    g_time, g_room = [1.0, 2.0], [50, 80]
+    b.add(0, 0, 1.0, 0, 50)
+    b.add(0, 0, 2.0, 1, 80)
+    cell = b.by_code[0][0]
+    b.park(cell, [1, 0], g_room)  # both parked (no room for, say, 100 tokens)
+    assert cell[0] == [] and b.parked == {0, 1}
+    g_time[1], g_room[1] = 3.0, 60  # group 1 joined (moved) while parked, then parked again
+    b.move(0, 0, 2.0, 3.0, 1, 60)
+    b.park(cell, [0], g_room)
+    b.unpark(cell, 55, g_time, g_room)  # the stale entry (room 80, time 2.0) must not come back
+    assert cell[0] == [(3.0, -1)] and b.parked == {0}
+    b.unpark(cell, 40, g_time, g_room)
+    assert cell[0] == [(1.0, 0), (3.0, -1)] and not b.parked and cell[2] == 2

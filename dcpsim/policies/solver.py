@@ -37,26 +37,27 @@ a CP group leaving the NVLink domain pays the network.
    memory wins (the fastest overall if none fits, flagged in ``meta``).
 
 Speed: open groups are kept in cells of equal size, span and step
-(:class:`_Buckets`), each sorted by time, all together, by token room and
-by room class, so a sequence looks at a few cells (a binary search and a
-short scan each) instead of every group opened so far; full groups are
-dropped. Most sequences join a group without raising its step: the join
-search first assumes the least increase is 0 and visits the codes by
-increasing GPU-seconds, stopping at the first that holds such a group; only
-when no group adds exactly nothing is the least increase computed over every
-cell. The per-length rows (time, tokens, codes by GPU-seconds) are built
-once for all candidates (:class:`_Table`). Plans are identical to the
-definition (a scan of every open group per sequence, kept in
+(:class:`_Buckets`), each sorted by time, so a sequence looks at a few
+cells (a binary search and a short scan each) instead of every group opened
+so far; full groups are dropped, and groups without token room for the
+current sequence are parked out of the way until a shorter one fits them.
+Most sequences join a group without raising its step: the join search first
+assumes the least increase is 0 and visits the codes by increasing
+GPU-seconds, stopping at the first that holds such a group; only when no
+group adds exactly nothing is the least increase computed over every cell.
+The per-length rows (time, tokens, codes by GPU-seconds) are built once for
+all candidates (:class:`_Table`). Plans are identical to the definition (a
+scan of every open group per sequence, kept in
 ``tests/test_policy_scale.py``), meta included.
 
 Measured with ``benchmarks/scale_fast.py`` (one iteration, 4 sequences per
-GPU, Llama-13B, pp 8 cp 8; 2-core host, 2026-11-23), planning CPU seconds
-before -> after this layout: 4,096 GPUs 1.7 -> 1.1 s; 16,384 GPUs 11.4 ->
-6.8 s; 65,536 GPUs 64 -> 34.5 s (peak 706 -> 632 MB). Planning still grows
-faster than n and misses the 5 s target at 65,536 GPUs: 262,144 sequences x
-9 candidate microbatch counts are 2.4 M sequential greedy decisions at
-about 15 us each in Python; the six candidates near the optimum lie within
-0.06% of each other, so no cheap lower bound can prune them.
+GPU, Llama-13B, pp 8 cp 8; 2-core host, 2026-11-23), whole-iteration wall
+seconds before -> after this layout: 4,096 GPUs 1.7 -> 0.9 s; 16,384 GPUs
+11.4 -> 4.8 s; 65,536 GPUs 64-74 -> 23 s (peak 706 -> 633 MB). It misses the
+5 s target at 65,536 GPUs: 262,144 sequences x 9 candidate microbatch counts
+are 2.4 M sequential greedy decisions at about 10 us each in Python, and the
+six candidates near the optimum lie within 0.06% of each other, so no cheap
+lower bound can prune them.
 """
 
 from __future__ import annotations
@@ -166,27 +167,24 @@ class DynamicSolverPolicy(Policy):
 
 
 class _Buckets:
-    """Open groups by code, step and room: the join candidates.
+    """Open groups by code and step: the join candidates.
 
     ``code`` = size index·2 + leaves-the-domain, so every group of a
     (code, step) *cell* adds the same time for a given sequence and shares
-    its step's height. A cell keeps its groups sorted by (time, -group id)
-    (``cell[0]``: the fullest group with token room is usually among the top
-    few below the height limit), by (room, time, -group id) (``cell[2]``: the
-    groups with room for a sequence, when few) and by time within each room
-    class (``cell[1]``: ``room.bit_length()``, room in ``[2^(r-1), 2^r)``
-    tokens per rank, so that a class either surely holds the sequence, surely
-    not, or is the one boundary class to scan). A group a query found without
-    room for its sequence is *parked* out of ``cell[0]`` in a heap by room
-    (``cell[3]``) until a query's tokens fit it again (sequences come longest
-    first, so mostly it stays parked): ``cell[0]`` holds every group with room
-    for the current sequence, and few without. A group is dropped (closed)
-    once its token room is below the smallest share any sequence has at its
-    size.
+    its step's height. A cell is ``[groups, parked, count]``: ``groups``
+    sorted by (time, -group id), so the fullest group below a height limit
+    is found by a binary search; a group a query passes without token room
+    for its sequence is *parked* out of that list into a heap by room
+    (``parked``) until a query's tokens fit it again (sequences come longest
+    first, so mostly it stays parked), and every query first brings back the
+    parked groups with room for it: the list always holds every group with
+    room for the current sequence, and few without. A group is dropped
+    (closed) once its token room is below the smallest share any sequence has
+    at its size.
     """
 
     def __init__(self, min_tok: list[int]) -> None:
-        self.by_code: dict[int, dict[int, tuple[list, dict[int, list], list, list]]] = {}
+        self.by_code: dict[int, dict[int, list]] = {}
         self.min_tok = min_tok
         self.parked: set[int] = set()
 
@@ -195,41 +193,37 @@ class _Buckets:
             cells = self.by_code.setdefault(code, {})
             cell = cells.get(step)
             if cell is None:
-                cell = cells[step] = ([], {}, [], [])
+                cell = cells[step] = [[], [], 0]
             insort(cell[0], (time, -g))
-            insort(cell[1].setdefault(room.bit_length(), []), (time, -g))
-            insort(cell[2], (room, time, -g))
+            cell[2] += 1
 
-    def move(self, code: int, step: int, old: float, new: float, g: int, old_room: int, room: int) -> None:
+    def move(self, code: int, step: int, old: float, new: float, g: int, room: int) -> None:
         cells = self.by_code[code]
-        every, by_class, by_room, _ = cells[step]
+        cell = cells[step]
         if g in self.parked:
             self.parked.discard(g)  # its heap entry goes stale
         else:
-            del every[bisect_left(every, (old, -g))]
-        del by_room[bisect_left(by_room, (old_room, old, -g))]
-        keys = by_class[old_room.bit_length()]
-        del keys[bisect_left(keys, (old, -g))]
-        if not keys:
-            del by_class[old_room.bit_length()]
-        if not by_room:
+            groups = cell[0]
+            del groups[bisect_left(groups, (old, -g))]
+        cell[2] -= 1
+        if not cell[2]:
             del cells[step]
             if not cells:
                 del self.by_code[code]
         self.add(code, step, new, g, room)
 
-    def park(self, cell, positions: list[int], g_room: list[int]) -> None:
-        """Move the groups at ``positions`` (descending) of ``cell[0]`` to the cell's heap by room."""
-        every, heap = cell[0], cell[3]
+    def park(self, cell: list, positions, g_room: list[int]) -> None:
+        """Move the groups at ``positions`` (descending) of the cell's list to its heap by room."""
+        groups, heap = cell[0], cell[1]
         for pos in positions:
-            t, neg_g = every[pos]
-            del every[pos]
+            t, neg_g = groups[pos]
+            del groups[pos]
             heappush(heap, (-g_room[-neg_g], t, neg_g))
             self.parked.add(-neg_g)
 
-    def unpark(self, cell, tok: int, g_time: list[float], g_room: list[int]) -> None:
-        """Bring back into ``cell[0]`` every parked group with room for ``tok`` tokens (skipping stale entries)."""
-        heap = cell[3]
+    def unpark(self, cell: list, tok: int, g_time: list[float], g_room: list[int]) -> None:
+        """Bring back every parked group with room for ``tok`` tokens (skipping stale heap entries)."""
+        heap = cell[1]
         while heap and -heap[0][0] >= tok:
             neg_room, t, neg_g = heappop(heap)
             g = -neg_g
@@ -263,8 +257,6 @@ class _Placer:
     step (:meth:`_new_step_option`), then applies the best (:meth:`_apply`).
     """
 
-    SCAN = 16  # groups a cell query scans below the height limit before it looks at the groups with room
-    SCAN_ROOM = 64  # groups with room a cell query scans before it asks the room classes
 
     def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, choice: np.ndarray, height: float,
                  table: _Table | None = None) -> None:
@@ -367,25 +359,34 @@ class _Placer:
             if cells is None:
                 continue
             tok, add = tokrow[code >> 1], trow[code]
-            for st, (_, by_class, _, _) in cells.items():
+            for st, cell in cells.items():
                 s_k = self.S[st]
-                lim = max(s_k, self.height) * (1 + 1e-12)
-                for cls, keys in by_class.items():
-                    if (1 << cls) > tok:
-                        d0 = min(d0, self._least_increase(s_k, add, lim, keys, tok))
-                        if d0 == 0.0:
-                            return d0
+                d0 = min(d0, self._least_increase(cell, s_k, add, max(s_k, self.height) * (1 + 1e-12), tok))
+                if d0 == 0.0:
+                    return d0
         return d0
 
-    def _least_increase(self, s_k: float, add: float, lim: float, keys: list, tok: int) -> float:
-        """Least makespan increase of joining a group of one sorted list (``inf`` if none can take the sequence).
+    def _least_increase(self, cell: list, s_k: float, add: float, lim: float, tok: int) -> float:
+        """Least makespan increase of joining a group of one cell (``inf`` if none can take the sequence).
 
-        The increase grows with the group's time, so it is that of the lowest group with token room.
+        The increase grows with the group's time, so it is that of the lowest group with token room
+        (the groups passed on the way are parked).
         """
-        for t, neg_g in keys:
-            if self.g_room[-neg_g] >= tok:
-                return self._delta(s_k, t + add) if t + add <= lim else np.inf
-        return np.inf
+        room = self.g_room
+        if cell[1] and -cell[1][0][0] >= tok:
+            self.buckets.unpark(cell, tok, self.g_time, room)
+        groups = cell[0]
+        n = len(groups)
+        pos = 0
+        while pos < n and room[-groups[pos][1]] < tok:
+            pos += 1
+        out = np.inf
+        if pos < n:
+            t = groups[pos][0]
+            out = self._delta(s_k, t + add) if t + add <= lim else np.inf
+        if pos:
+            self.buckets.park(cell, range(pos - 1, -1, -1), room)
+        return out
 
     def _search(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float):
         """Among groups whose increase is within ``thr``: the fewest GPU-seconds, then the fullest.
@@ -447,48 +448,20 @@ class _Placer:
 
     def _fullest_in_cell(self, cell, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
         """A cell's groups with token room within ``thr``: (whether one adds nothing, the pick if it beats
-        ``best`` by (new time, -group), else None); None if the cell has no such group."""
+        ``best`` by (new time, -group), else None); None if the cell has no such group. The groups passed
+        without room are parked."""
         room = self.g_room
-        if cell[3] and -cell[3][0][0] >= tok:
+        if cell[1] and -cell[1][0][0] >= tok:
             self.buckets.unpark(cell, tok, self.g_time, room)
-        every = cell[0]
-        p = self._limit(every, s_k, add, lim, thr)
-        stop = max(-1, p - 1 - self.SCAN)
+        groups = cell[0]
+        p = self._limit(groups, s_k, add, lim, thr)
         pos = p - 1
-        while pos > stop:
-            if room[-every[pos][1]] >= tok:
-                hit = self._tied_pick(every, pos, s_k, add, tok, best)
-                if pos < p - 1:
-                    self.buckets.park(cell, list(range(p - 1, pos, -1)), room)
-                return hit
+        while pos >= 0 and room[-groups[pos][1]] < tok:
             pos -= 1
+        hit = self._tied_pick(groups, pos, s_k, add, tok, best) if pos >= 0 else None
         if pos < p - 1:
-            self.buckets.park(cell, list(range(p - 1, pos, -1)), room)
-        if pos < 0:
-            return None
-        by_room = cell[2]
-        j = bisect_left(by_room, (tok,))
-        if len(by_room) - j <= self.SCAN_ROOM:
-            return self._fullest_by_room(by_room, j, len(by_room), s_k, add, lim, thr, best)
-        return self._fullest_by_class(cell, s_k, add, lim, tok, thr, best)
-
-    def _fullest_by_room(self, by_room: list, j0: int, j1: int, s_k: float, add: float, lim: float, thr: float,
-                         best: tuple):
-        """:meth:`_fullest_in_cell` over a few groups with token room (``by_room[j0:j1]``, sorted by room)."""
-        out = None
-        for _, t, neg_g in by_room[j0:j1]:
-            if not self._within(t, s_k, add, lim, thr):
-                continue
-            newt = t + add
-            zero = newt <= s_k
-            if out is None:
-                out = (zero, None)
-            elif zero:
-                out = (True, out[1])
-            if (newt, neg_g) > best:
-                best = (newt, neg_g)
-                out = (out[0], best)
-        return out
+            self.buckets.park(cell, range(p - 1, pos, -1), room)
+        return hit
 
     def _tied_pick(self, keys: list, pos: int, s_k: float, add: float, tok: int, best: tuple):
         """From the highest group with room at ``pos``: the lowest id among the groups with room and the same
@@ -505,40 +478,6 @@ class _Placer:
                 pick = (newt, keys[pos][1])
             pos -= 1
         return (zero, pick if pick > best else None)
-
-    def _fullest_by_class(self, cell, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
-        """:meth:`_fullest_in_cell` through the room classes: every group of a class above the sequence's
-        tokens has room; the one boundary class comes last: its groups with room through the room-sorted
-        list when they are few, else scanned by time down to the best so far."""
-        out = None  # (whether a group adds nothing, the pick if it beats the incoming best)
-        by_class, by_room = cell[1], cell[2]
-        room = self.g_room
-        edge = tok.bit_length()  # the class of rooms [2^(edge-1), 2^edge) straddles tok ...
-        first = edge if (1 << (edge - 1)) == tok else edge + 1  # ... unless tok is a power of two
-        for cls in [c for c in by_class if c >= first] + ([edge] if first > edge and edge in by_class else []):
-            keys = by_class[cls]
-            if cls == edge:
-                j0, j1 = bisect_left(by_room, (tok,)), bisect_left(by_room, (1 << edge,))
-                if j1 - j0 <= self.SCAN_ROOM:
-                    hit = self._fullest_by_room(by_room, j0, j1, s_k, add, lim, thr, best)
-                    if hit is not None:
-                        out = (hit[0] or (out is not None and out[0]), hit[1] or (out[1] if out is not None else None))
-                    continue
-            pos = self._limit(keys, s_k, add, lim, thr) - 1
-            if cls == edge:  # scan down for room, not below the best so far
-                while pos >= 0 and room[-keys[pos][1]] < tok and keys[pos][0] + add >= best[0]:
-                    pos -= 1
-                if pos < 0 or room[-keys[pos][1]] < tok:
-                    continue
-            elif pos < 0:
-                continue
-            zero, pick = self._tied_pick(keys, pos, s_k, add, tok, best)
-            if pick is not None:
-                best = pick
-            elif out is not None:
-                pick = out[1]
-            out = (zero or (out is not None and out[0]), pick)
-        return out
 
     def _new_group_option(self, trow: list[float], k: int, best):
         """A new group of the sequence's size on free ranks of an open step, if one beats ``best``."""
@@ -579,12 +518,12 @@ class _Placer:
     def _apply(self, act: tuple, i: int, k: int, trow: list[float], tokrow: list[int]) -> None:
         if act[0] == "join":
             g = act[1]
-            old, old_room = self.g_time[g], self.g_room[g]
+            old = self.g_time[g]
             self.g_time[g] = old + trow[self.g_code[g]]
             self.g_room[g] -= tokrow[self.g_sidx[g]]
             self.members[g].append(i)
             st = self.g_step[g]
-            self.buckets.move(self.g_code[g], st, old, self.g_time[g], g, old_room, self.g_room[g])
+            self.buckets.move(self.g_code[g], st, old, self.g_time[g], g, self.g_room[g])
             t_new = self.g_time[g]
         else:
             st, t_new = self._open_group(act, i, k, trow, tokrow)
