@@ -22,7 +22,13 @@ Planning = Literal["hidden", "stall", "ignore"]
 Clip = Literal["drop", "truncate"]
 """What happens to sampled lengths outside [min_len, max_len]: redraw (drop) or clamp (truncate)."""
 
+ParamGatherLaunch = Literal["first_forward", "step_start"]
+"""When the distributed optimizer's overlapped parameter all-gather dispatches its first bucket (vp = 1):
+at each stage's first forward pre-hook (Megatron-Core r0.9.0 on) or at the start of the training step on every
+stage (Megatron-Core v0.6.0 .. r0.8.0, ``DistributedOptimizer.zero_grad``)."""
+
 CP_COMM_TYPES: tuple[str, ...] = get_args(CpComm)
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 PLANNING_MODES: tuple[str, ...] = get_args(Planning)
 CLIP_MODES: tuple[str, ...] = get_args(Clip)
+PARAM_GATHER_LAUNCHES: tuple[str, ...] = get_args(ParamGatherLaunch)

@@ -210,3 +210,19 @@ def test_memory_settings_map_to_megatron_flags():
     assert "--grad-reduce-in-bf16" not in _flags(megatron_args(_cfg()))
     with pytest.raises(ConfigError, match="sim.grad_reduce_bytes_per_param"):
         check_megatron(_cfg(sim__grad_reduce_bytes_per_param=3), "dynamic")
+
+
+def test_export_names_the_param_gather_launch_rule_it_timed(tmp_path):
+    """The all-gather launch rule is a property of the Megatron-Core version (no flag): the export's README and
+    launch.sh say which one the timing assumes; none where it makes no difference (pp 1, no overlap)."""
+    from dcpsim.export.megatron import param_gather_rule_note
+
+    new, old = _cfg(), _cfg(sim__param_gather_launch="step_start")
+    assert "core_r0.9.0" in param_gather_rule_note(new) and "first_forward" in param_gather_rule_note(new)
+    assert "core_r0.8.0" in param_gather_rule_note(old) and "step_start" in param_gather_rule_note(old)
+    assert param_gather_rule_note(_cfg(sim__overlap_param_gather=False)) is None
+    assert param_gather_rule_note(_cfg(parallel__pp=1, parallel__cp=8)) is None
+    exp = export_megatron(old.with_updates({"policy.name": "dynamic"}), tmp_path / "x", simulate=False)
+    assert "step_start" in (tmp_path / "x" / "README.md").read_text()
+    assert "step_start" in (tmp_path / "x" / "launch.sh").read_text()
+    assert any("core_r0.8.0" in n for n in exp.notes)

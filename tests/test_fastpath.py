@@ -79,6 +79,33 @@ def test_fast_path_equals_events_on_random_plans(seed, pp, vp):
     assert_same(des, fast)
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("pp", [2, 4])
+def test_fast_path_equals_events_with_the_step_start_gather(seed, pp):
+    """sim.param_gather_launch = "step_start" (Megatron-Core <= r0.8): both engines, same finish times."""
+    rng = np.random.default_rng(100 + seed)
+    cfg = _cfg(pp, 1, 2, pp * 16, overlap_param_gather=True, param_gather_launch="step_start",
+               grad_bucket_params=[0, 10_000_000, 50_000_000, 0][seed])
+    cost = build_cost_model(cfg)
+    lay = build_layout(cfg, cost)
+    sim = build_simulator(cfg, cost)
+    lengths = rng.integers(128, 30000, size=int(rng.integers(4, 40)))
+    plan = (get_policy("dynamic").plan(lengths, lay, cost) if seed % 2 else
+            pad_for_schedule(random_dynamic_plan(lengths, lay, rng)))
+    table = build_group_table(plan)
+    work = sim.durations.work(plan, table, noise_cv=0.3, rng=np.random.default_rng(seed))
+    sched = pipeline_schedule(pp, table.n_steps, 1)
+    o = sim.options
+    assert o.param_gather_launch == "step_start"
+    des = run_iteration(work, build_graph(table, sched, work.virtual()[2]), sim.sync, overlap_param_gather=True,
+                        param_gather_launch="step_start")
+    fast = fast_iteration(work, sched, sim.sync, overlap_param_gather=True, param_gather_launch="step_start")
+    assert_same(des, fast)
+    np.testing.assert_allclose(des.param_gather_s, fast.param_gather_s, rtol=REL, atol=1e-15)
+    ff = fast_iteration(work, sched, sim.sync, overlap_param_gather=True)
+    assert fast.makespan_s <= ff.makespan_s * (1 + 1e-12)  # an earlier launch never delays
+
+
 @pytest.mark.parametrize("policy", ["packing", "dynamic"])
 def test_run_simulation_same_rows_on_both_engines(policy):
     rows = {}

@@ -90,6 +90,16 @@ def test_equal_microbatches_give_the_1f1b_closed_form():
     sync = res.records[0].sync
     first = param_gather_ends(np.zeros(1), tf[:1], float(sync.all_gather_bucket_s[0]), int(sync.buckets[0]))[0] - tf[0]
     assert res.records[0].timeline.bwd_end_s[0] == pytest.approx(pipe + first + sync.all_gather_s[1:].sum(), rel=1e-9)
+    # Megatron-Core <= r0.8 (sim.param_gather_launch = "step_start"): every stage launches it at the step's
+    # start; stage p's first forward starts at max(its input, t_p) (t_p: the stage's one bucket)
+    res = run_simulation(fixed_cfg(pp=pp, mbs=mbs, gbs=gbs, seq_len=L, gpus=8, recompute="full",
+                                   overlap_grad_sync=False, param_gather_launch="step_start"))
+    end = first + tf[0]
+    for p in range(1, pp):
+        end = max(end + x, float(sync.all_gather_s[p])) + tf[p]
+    delay = end - (tf.sum() + (pp - 1) * x)
+    assert first <= delay < first + sync.all_gather_s[1:].sum()
+    assert res.records[0].timeline.bwd_end_s[0] == pytest.approx(pipe + delay, rel=1e-9)
     # without overlap it runs after the optimizer step: the pipeline alone
     res = run_simulation(fixed_cfg(pp=pp, mbs=mbs, gbs=gbs, seq_len=L, gpus=8, recompute="full",
                                    overlap_grad_sync=False, overlap_param_gather=False))

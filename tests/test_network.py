@@ -347,6 +347,29 @@ def test_param_gather_chain_closed_form():
     np.testing.assert_allclose(ends, [1.3, 3.1], rtol=1e-12)
 
 
+def test_param_gather_launched_at_the_step_start_closed_form():
+    """Megatron-Core v0.6 .. r0.8 (``DistributedOptimizer.zero_grad`` dispatches bucket 0 at the step's start,
+    sim.param_gather_launch = "step_start"): op i's first segment starts at max(ready_i, launch + t); one
+    bucket: ``max(ready, t) + F`` (no wait once the input comes after the bucket); the rest of the chain as
+    at the first forward (ready 0: both rules agree)."""
+    from dcpsim.sim.engine import param_gather_ends, param_gather_launch_s
+
+    assert param_gather_launch_s("first_forward") is None and param_gather_launch_s("step_start") == 0.0
+    ready = np.array([0.5, 0.2, 0.3])
+    for t in (0.1, 0.25, 0.7):
+        ends = param_gather_ends(ready, np.full(3, 1.0), t, 1, 0.0)
+        np.testing.assert_allclose(ends, np.maximum(ready, t) + 1.0, rtol=1e-12)
+    # several buckets, ready [0.5, 0.2], t = 0.3, F = 0.6 (segments 0.2), B = 3: segment 0 at [0.5, 0.3]; bucket 1
+    # at 0.5 -> 0.8, segments 1 at [0.8, 0.8]; bucket 2 at 0.8 -> 1.1, ends 1.3
+    np.testing.assert_allclose(param_gather_ends(np.array([0.5, 0.2]), np.full(2, 0.6), 0.3, 3, 0.0), [1.3, 1.3],
+                               rtol=1e-12)
+    for t, B, F in ((0.01, 8, 1.0), (0.3, 8, 1.0), (0.2, 1, 1.0)):
+        np.testing.assert_allclose(param_gather_ends(np.zeros(3), np.full(3, F), t, B, 0.0),
+                                   param_gather_ends(np.zeros(3), np.full(3, F), t, B), rtol=1e-15)
+    with pytest.raises(ConfigError, match="sim.param_gather_launch"):
+        param_gather_launch_s("optimizer")
+
+
 @pytest.mark.parametrize("network", ["ideal", "shared"])
 def test_param_gather_is_exposed_at_each_stage_first_forward(network):
     """pp 4, flat fabric, static CP: a stage > 0 has one bucket (Megatron turns bucketing off there); its
@@ -368,6 +391,20 @@ def test_param_gather_is_exposed_at_each_stage_first_forward(network):
             np.testing.assert_allclose(tl.finish[p, 0, first], ready.max() + sync.all_gather_s[p] + f[p, first],
                                        rtol=1e-12)
     assert tl.param_gather_s[1] >= sync.all_gather_s[1] * (1 - 1e-12)
+    # Megatron-Core <= r0.8: launched at the step's start on every stage, so a stage > 0's one bucket runs while
+    # the stage waits for its first input (uncontended flows: the ideal times); stage 0 as before (ready at 0)
+    rec = _run(network, sim__param_gather_launch="step_start", **over).records[0]
+    tl = rec.timeline
+    for p in range(4):
+        ready = tl.start[p, 0, first]
+        ends = param_gather_ends(ready, f[p, first], float(sync.all_gather_bucket_s[p]), int(sync.buckets[p]), 0.0)
+        if network == "ideal" or p > 0:
+            np.testing.assert_allclose(tl.finish[p, 0, first], ends, rtol=1e-9)
+        if p > 0:
+            np.testing.assert_allclose(tl.finish[p, 0, first], np.maximum(ready, sync.all_gather_s[p]) + f[p, first],
+                                       rtol=1e-9)
+            assert ready.min() > sync.all_gather_s[p]  # this layout hides it entirely on stages > 0
+    assert tl.param_gather_s[1:].max() < 1e-12
     # without overlap the all-gather is in the tail again (after the optimizer step), the first forwards don't wait
     rec = _run(network, sim__overlap_param_gather=False, **over).records[0]
     np.testing.assert_allclose(rec.timeline.finish[:, 0, first], rec.timeline.start[:, 0, first] + f[:, first],

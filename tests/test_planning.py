@@ -261,18 +261,22 @@ def test_cli_refusals(tmp_path, capsys):
     assert build_data(args, None).workload == "wikipedia"
 
 
-@pytest.mark.parametrize("tp,pp,vp,cp", [(1, 2, 1, 1), (1, 2, 2, 1), (2, 4, 2, 2), (1, 4, 1, 2)])
-def test_screen_equals_the_simulator_for_equal_microbatches(tp, pp, vp, cp):
-    """Fixed windows: the closed form (bubble (PP-1)/VP, transfers, the sync rules) is within 1% of the simulation."""
+@pytest.mark.parametrize("tp,pp,vp,cp,launch", [(1, 2, 1, 1, None), (1, 2, 2, 1, None), (2, 4, 2, 2, None),
+                                                 (1, 4, 1, 2, None), (1, 4, 1, 2, "first_forward"),
+                                                 (1, 4, 1, 2, "step_start"), (1, 8, 1, 1, "step_start")])
+def test_screen_equals_the_simulator_for_equal_microbatches(tp, pp, vp, cp, launch):
+    """Fixed windows: the closed form (bubble (PP-1)/VP, transfers, the sync rules) is within 1% of the simulation
+    (``launch``: overlapped parameter all-gather with that sim.param_gather_launch)."""
     from dcpsim.planning.screen import screen
     from dcpsim.planning.space import Candidate, check_candidate
     from dcpsim.run.single import run_simulation
 
     data = make_data_spec(seq_len=4096, gbs=64)
-    cand = Candidate(tp=tp, pp=pp, vp=vp, cp=cp, tokens_per_rank=4096 // cp, recompute="none", mbs=1,
-                     flags=(("overlap_grad_sync", True),))
+    flags = (("overlap_grad_sync", True),) + ((("overlap_param_gather", True),) if launch else ())
+    cand = Candidate(tp=tp, pp=pp, vp=vp, cp=cp, tokens_per_rank=4096 // cp, recompute="none", mbs=1, flags=flags)
+    extra = {"sim.param_gather_launch": launch} if launch else {}
     ch = check_candidate(_small_base("h100-sxm"), cand, 64, data, 64, {"policy.name": "packing",
-                                                                        **data.config_updates()})
+                                                                        **data.config_updates(), **extra})
     assert ch.cfg is not None, ch.reason
     est = screen(ch.cfg, data, mbs=1, dynamic=False)["time_s"]
     assert est == pytest.approx(run_simulation(ch.cfg).summary["iteration_time_s"], rel=0.01)

@@ -175,9 +175,30 @@ def _check_a2a(cfg: RunConfig, m, dynamic: bool) -> None:
                           f"({'largest dynamic CP' if dynamic else 'CP'}); use p2p or all_gather")
 
 
+def param_gather_rule_note(cfg: RunConfig) -> str | None:
+    """Which Megatron-Core version's parameter all-gather launch the timing assumes (``sim.param_gather_launch``;
+    no flag selects it: it is a property of the Megatron version), or ``None`` when it does not apply (no
+    --overlap-param-gather, vp > 1, or one pipeline stage, where both rules give the same times)."""
+    s, p = cfg.sim, cfg.parallel
+    if not (s.overlap_grad_sync and s.overlap_param_gather) or p.vp != 1 or p.pp == 1:
+        return None
+    if s.param_gather_launch == "step_start":
+        return ("the timing assumes Megatron-Core core_v0.6.0 .. core_r0.8.0's parameter all-gather launch "
+                "(sim.param_gather_launch = 'step_start': DistributedOptimizer.zero_grad dispatches the first bucket "
+                "at the step's start on every stage); Megatron-Core core_r0.9.0 on (the dev branch this export "
+                "targets) dispatches it from each stage's first forward pre-hook, so stages > 0 wait for their whole "
+                "all-gather on the pipeline fill: simulate with sim.param_gather_launch = 'first_forward' to compare")
+    return ("the timing assumes Megatron-Core core_r0.9.0 on's parameter all-gather launch (sim.param_gather_launch = "
+            "'first_forward': each stage's first forward pre-hook dispatches its first bucket); on Megatron-Core "
+            "core_r0.8.0 or older (launched at the step's start) simulate with sim.param_gather_launch = 'step_start'")
+
+
 def _carry_over_notes(cfg: RunConfig, dynamic: bool) -> list[str]:
     """What the simulation includes that a Megatron flag cannot express."""
     s, notes = cfg.sim, []
+    rule = param_gather_rule_note(cfg)
+    if rule:
+        notes.append(rule)
     if s.noise_cv or s.straggler_fraction or s.degraded_link_scale != 1.0 or cfg.hardware.network_scale != 1.0:
         notes.append("simulated variability/degradation (noise, stragglers, degraded links, network_scale) "
                      "has no Megatron flag: expected.json includes it, the real run does not")
@@ -370,11 +391,13 @@ def _launch_script(exp: MegatronExport, cfg: RunConfig, gpus_per_node: int) -> s
             line = f'--varlen-mock-dataset-config-json "{q}"'
         lines.append(f"    {line} \\")
     args = "\n".join(lines)
+    note = param_gather_rule_note(cfg)
+    rule = "\n# Note: " + note.replace("; ", ";\n#   ") if note else ""
     return f"""#!/usr/bin/env bash
 # TEMPLATE written by `dcpsim export` (config {cfg.config_hash()}, policy {exp.policy} -> {exp.scheduler}).
 # It is a starting point, not a tested job script: set MEGATRON_DIR, the node list / rendezvous for your
 # cluster (or wrap it in srun), and check the arguments against your Megatron-LM version.
-# Layout: {cfg.cluster.gpus} GPUs = TP {cfg.parallel.tp} x PP {cfg.parallel.pp} x CP {cfg.parallel.cp} x DP {cfg.dp}.
+# Layout: {cfg.cluster.gpus} GPUs = TP {cfg.parallel.tp} x PP {cfg.parallel.pp} x CP {cfg.parallel.cp} x DP {cfg.dp}.{rule}
 set -euo pipefail
 EXPORT_DIR="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
 MEGATRON_DIR="${{MEGATRON_DIR:?set MEGATRON_DIR to a Megatron-LM checkout (dev branch)}}"

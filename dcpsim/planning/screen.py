@@ -61,11 +61,10 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
 
     Stage ``p`` ends its last backward ``p·(b_chunk + x)`` before stage 0 and starts its first forward
     ``p·(f_chunk + x)`` after it (equal microbatches). With ``vp = 1`` and ``overlap_param_gather`` the
-    all-gather waits at each stage's first forward instead (Megatron's rule,
-    :func:`~dcpsim.sim.engine.param_gather_ends`): stage 0's bucket chain and every later stage's whole
-    all-gather lie on the pipeline fill, so they add up.
+    all-gather waits at each stage's first forward instead (Megatron's rule, ``sim.param_gather_launch``):
+    the delay it adds along the pipeline fill (:func:`fill_gather_delay_s`) adds to the tail.
     """
-    from dcpsim.sim.engine import gathers_at_first_forward, grad_sync_end_s, param_gather_ends, param_gather_stall_s
+    from dcpsim.sim.engine import gathers_at_first_forward, grad_sync_end_s, param_gather_stall_s
 
     sync = _sync_cost(cfg, cost)
     pp = cfg.parallel.pp
@@ -84,9 +83,23 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
             stall = max(0.0, stall - p * (f_chunk + x))
         tail = max(tail, end + float(sync.optimizer_s[p]) + (0.0 if gated else stall))
     if gated:
-        first = float(param_gather_ends(np.zeros(1), np.array([f_chunk]), float(ag_b[0]), int(nb[0]))[0]) - f_chunk
-        tail += first + float(sync.all_gather_s[1:].sum())
+        tail += fill_gather_delay_s(ag_b, nb, f_chunk, x, getattr(cfg.sim, "param_gather_launch", "first_forward"))
     return tail
+
+
+def fill_gather_delay_s(bucket_s: np.ndarray, buckets: np.ndarray, f_chunk: float, x: float, launch: str) -> float:
+    """Delay the parameter all-gather adds to the pipeline fill (seconds; vp = 1, overlap): each stage's first
+    forward ends where :func:`dcpsim.sim.engine.param_gather_ends` (the simulator's rule) puts it, its input
+    ready at stage ``p − 1``'s end plus ``x``; minus the fill without it, ``(pp − 1)·(f_chunk + x) + f_chunk``."""
+    from dcpsim.sim.engine import param_gather_ends, param_gather_launch_s
+
+    launch_s = param_gather_launch_s(launch)
+    pp = len(bucket_s)
+    end = -x
+    for p in range(pp):
+        end = float(param_gather_ends(np.array([end + x]), np.array([f_chunk]), float(bucket_s[p]), int(buckets[p]),
+                                      launch_s)[0])
+    return end - ((pp - 1) * (f_chunk + x) + f_chunk)
 
 
 def _spans(cfg: RunConfig, cost, cp) -> np.ndarray:
@@ -136,7 +149,7 @@ MB_CP = (1, 2, 4, 8, 16)
 MB_MBS = (1, 2, 4, 8, 16)
 # a microbatch's cost does not depend on these (DP only shards memory; VP splits the same layers)
 MB_INDEPENDENT = ("dp", "cp", "mbs", "vp", "max_tokens_per_rank", "overlap_grad_sync", "overlap_param_gather",
-                  "grad_bucket_params", "min_cp")
+                  "param_gather_launch", "grad_bucket_params", "min_cp")
 
 
 def _microbatch_table(cfg: RunConfig, cost, L: int, combos=None) -> dict[tuple[int, int], dict[str, float]]:

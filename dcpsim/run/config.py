@@ -58,6 +58,7 @@ sequences), and ``gbs`` must be a multiple of ``dp * mbs`` (Megatron's rule).
     degraded_link_scale = 1.0   # bandwidth factor of one degraded network link
     overlap_grad_sync = true    # Megatron --overlap-grad-reduce (bucketed gradient reduce-scatter)
     overlap_param_gather = true # Megatron --overlap-param-gather (bucketed parameter all-gather)
+    param_gather_launch = "first_forward"  # its first bucket: first_forward (Megatron-Core >= r0.9) | step_start (<= r0.8)
     tp_comm_overlap = false     # Megatron --tp-comm-overlap (TP collectives overlapped with GEMMs)
     grad_bucket_params = 0      # parameters per DDP bucket; 0 = Megatron's default max(40M, 1M x DP)
     planning = "hidden"         # modelled planning time: hidden (overlaps the previous iteration) | stall | ignore
@@ -85,7 +86,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from dcpsim.choices import Clip, CpComm, Planning, Recompute
+from dcpsim.choices import Clip, CpComm, ParamGatherLaunch, Planning, Recompute
 from dcpsim.errors import ConfigError
 from dcpsim.sim.longrun import llama3_gpu_mtbf_hours
 from dcpsim.validation import InputModel, read_toml, validate_model
@@ -170,6 +171,12 @@ class SimSection(_Section):
     overlap_param_gather: bool = Field(True, description="Megatron --overlap-param-gather: bucketed parameter all-gather "
                                        "overlaps the first forward pass (vp 1: launched by each stage's first forward, "
                                        "as Megatron does; see dcpsim.sim.engine)")
+    param_gather_launch: ParamGatherLaunch = Field(
+        "first_forward", description="with overlap_param_gather and vp 1, when the first all-gather bucket (on "
+        "pipeline stages > 0 the only one) is dispatched: first_forward = by each stage's first forward pre-hook "
+        "(Megatron-Core core_r0.9.0 on, param_and_grad_buffer.py finish_param_sync), step_start = at the start "
+        "of the training step on every stage (Megatron-Core core_v0.6.0 .. core_r0.8.0, "
+        "DistributedOptimizer.zero_grad); later buckets follow the forward either way; vp > 1 unaffected")
     tp_comm_overlap: bool = Field(False, description="Megatron --tp-comm-overlap: TP collectives overlap the GEMMs")
     grad_bucket_params: int = Field(0, ge=0, le=10**12, description="parameters per DDP bucket; 0 = Megatron's "
                                     "default max(40M, 1M x DP)")

@@ -101,7 +101,8 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
     opts = SimOptions(overlap_grad_sync=s.overlap_grad_sync, noise_cv=s.noise_cv, planning=s.planning,
                       grad_reduce_bytes_per_param=s.grad_reduce_bytes_per_param,
                       fp8_param_gather=s.fp8_param_gather,
-                      overlap_param_gather=s.overlap_param_gather, grad_bucket_params=s.grad_bucket_params, engine=s.engine,
+                      overlap_param_gather=s.overlap_param_gather, param_gather_launch=s.param_gather_launch,
+                      grad_bucket_params=s.grad_bucket_params, engine=s.engine,
                       dynamic_cp_exchange=s.dynamic_cp_exchange, cp_switch_s=s.cp_switch_s,
                       microbatch_overhead_s=s.microbatch_overhead_s, network=s.network)
     return ClusterSimulator(cost, topo, faults=faults, options=opts)

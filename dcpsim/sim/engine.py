@@ -49,6 +49,12 @@ rule depends on the schedule, as in Megatron-Core
   This iteration's ops wait for the all-gather of the previous optimizer step
   (the steady state: one all-gather per iteration); the stage's tail is its
   reduce-scatter and optimizer step.
+  ``sim.param_gather_launch = "step_start"`` (Megatron-Core core_v0.6.0 ..
+  core_r0.8.0: ``DistributedOptimizer.zero_grad`` dispatches bucket 0 at the
+  start of the training step on every stage): bucket 0 starts at the
+  iteration's start, op ``i`` starts computing at ``max(ready_i, its end)``,
+  the rest of the chain as above; a stage > 0 (one bucket) then hides its
+  all-gather behind its wait for the first pipeline input.
 * ``vp > 1`` (interleaved; ``align_param_gather`` on by default): every
   stage launches the all-gathers of its first model chunks at the start of
   the schedule, all buckets at once (``skip_next_bucket_dispatch``); with all
@@ -71,7 +77,8 @@ from functools import partial
 import numpy as np
 import simpy
 
-from dcpsim.errors import DcpsimError
+from dcpsim.choices import PARAM_GATHER_LAUNCHES
+from dcpsim.errors import ConfigError, DcpsimError
 from dcpsim.sim.durations import IterationWork, SyncCost
 from dcpsim.sim.schedule import BWD, FWD, Graph
 
@@ -131,18 +138,34 @@ def gathers_at_first_forward(overlap_param_gather: bool, vp: int) -> bool:
     return bool(overlap_param_gather) and vp == 1
 
 
-def param_gather_ends(ready: np.ndarray, fwd: np.ndarray, bucket_s: float, buckets: int) -> np.ndarray:
+def param_gather_launch_s(rule: str) -> float | None:
+    """When a stage's first all-gather bucket is dispatched under ``sim.param_gather_launch`` (vp = 1,
+    overlap): ``None`` for ``"first_forward"`` (by the stage's first forward pre-hook, Megatron-Core
+    r0.9.0 on), ``0.0`` (the iteration's start) for ``"step_start"`` (Megatron-Core v0.6.0 .. r0.8.0's
+    ``DistributedOptimizer.zero_grad``)."""
+    if rule == "first_forward":
+        return None
+    if rule == "step_start":
+        return 0.0
+    raise ConfigError("sim.param_gather_launch", rule, f"one of {PARAM_GATHER_LAUNCHES}")
+
+
+def param_gather_ends(ready: np.ndarray, fwd: np.ndarray, bucket_s: float, buckets: int,
+                      launch_s: float | None = None) -> np.ndarray:
     """Ends of a stage's first forward ops under the bucketed parameter all-gather (Megatron, ``vp = 1``).
 
     ``ready``: when each op's inputs are there (its ranks free, its pipeline input arrived); ``fwd``: its
-    duration; ``bucket_s``: one bucket's all-gather. Bucket 0 starts at ``J = max(ready)`` (each rank
-    dispatches it from its first forward's pre-hook; the collective runs when the last has); segment
-    ``k`` (``fwd/B`` of the op) starts when bucket ``k`` has arrived and segment ``k − 1`` is done; bucket
-    ``k + 1`` starts when the last rank starts segment ``k``. For equal ops: ``J + t + (B − 1)·max(t,
-    F/B) + F/B``.
+    duration; ``bucket_s``: one bucket's all-gather. Bucket 0 starts at ``launch_s`` (``step_start``: the
+    iteration's start, :func:`param_gather_launch_s`) or, when ``None``, at ``J = max(ready)`` (each rank
+    dispatches it from its first forward's pre-hook; the collective runs when the last has). Op ``i``'s
+    segment 0 starts at ``max(ready_i, bucket 0's end)``; segment ``k`` (``fwd/B`` of the op) starts when
+    bucket ``k`` has arrived and segment ``k − 1`` is done; bucket ``k + 1`` starts when the last rank
+    starts segment ``k``. For equal ops at the first forward: ``J + t + (B − 1)·max(t, F/B) + F/B``; at
+    the step's start with one bucket: ``max(ready, launch + t) + F``.
     """
     seg = fwd / buckets
-    f = np.full(fwd.shape, float(ready.max()) + bucket_s)
+    t0 = float(ready.max()) if launch_s is None else float(launch_s)
+    f = np.maximum(ready, t0 + bucket_s)
     for _ in range(1, buckets):
         f = np.maximum(f.max() + bucket_s, f + seg)
     return f + seg
@@ -178,27 +201,43 @@ class _Arrival:
 class _Gate:
     """The first forward ops of pipeline stage ``p`` waiting for its parameter all-gather (vp = 1, overlap).
 
-    The ops arrive as their inputs do; when the last has (``J``), bucket 0 starts; then the chain of
-    :func:`param_gather_ends`, its bucket times either the ideal ``bucket_s`` (closed form at once) or
-    flows on the shared network (``flows``: a :class:`~dcpsim.sim.network.DpRingBucket`), bucket ``k + 1``
-    starting when the last op starts its segment ``k``. Each op ends where the chain puts it. An op
-    with a CP ring on the network starts its ring flows with its compute (when bucket 0 has arrived, so
-    they share the NICs with the later buckets) and ends no earlier than ``t_f + D − R`` (as any op with
-    a ring, :meth:`_Run.begin`).
+    The ops arrive as their inputs do. At the first forward (``launch_s`` ``None``): when the last has
+    (``J``), bucket 0 starts. At the step's start (``launch_s`` a time, ``step_start``): bucket 0 starts
+    then, and op ``i``'s segment 0 starts at ``max(ready_i, bucket 0's end)`` as soon as both are known
+    (with one bucket the op's end is known then too). Then the chain of :func:`param_gather_ends`, its
+    bucket times either the ideal ``bucket_s`` (closed form at once) or flows on the shared network
+    (``flows``: a :class:`~dcpsim.sim.network.DpRingBucket`), bucket ``k + 1`` starting when the last op
+    starts its segment ``k``. Each op ends where the chain puts it. An op with a CP ring on the network
+    starts its ring flows with its compute (its segment 0, so they share the NICs with the later buckets)
+    and ends no earlier than ``t_f + D − R`` (as any op with a ring, :meth:`_Run.begin`).
     """
 
-    def __init__(self, run: _Run, p: int, nodes: list[int], bucket_s: float, buckets: int, flows) -> None:
+    def __init__(self, run: _Run, p: int, nodes: list[int], bucket_s: float, buckets: int, flows,
+                 launch_s: float | None = None) -> None:
         self.run, self.p, self.nodes = run, p, nodes
-        self.bucket_s, self.B, self.flows = bucket_s, buckets, flows
+        self.bucket_s, self.B, self.flows, self.launch_s = bucket_s, buckets, flows, launch_s
         self.left = len(nodes)
         self.k = 0
         self.f = np.zeros(0)
         self.ends: dict[int, float] = {}
         self.by_ring: dict[int, float] = {n: 0.0 for n in nodes if run.cp_work[n] <= 0.0}
+        self.e0: float | None = None  # bucket 0's end once known (step_start)
+        self.arrived: list[int] = []
+        if launch_s is not None:
+            if flows is not None:
+                flows.start_at(launch_s, self.first_bucket_done)
+            else:
+                self.e0 = launch_s + bucket_s
 
-    def arrive(self, _n: int) -> None:
+    def arrive(self, n: int) -> None:
         self.left -= 1
-        if self.left == 0:
+        if self.launch_s is not None:
+            self.arrived.append(n)
+            if self.e0 is not None:
+                self.segment0(n)
+                if self.left == 0:
+                    self.chain()
+        elif self.left == 0:
             self.open()
 
     def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
@@ -206,6 +245,7 @@ class _Gate:
         return (np.array([run.start[n] for n in self.nodes]), np.array([run.dur[n] for n in self.nodes]))
 
     def open(self) -> None:
+        """All ops are there (first-forward launch): bucket 0 starts now."""
         ready, dur = self._arrays()
         if self.flows is not None:
             self.flows.start_at(float(ready.max()), self.bucket_done)
@@ -214,6 +254,40 @@ class _Gate:
         if len(self.by_ring) < len(self.nodes):
             self.run.timeout(e0 - self.run.env.now).callbacks.append(lambda _ev: self.rings(e0))
         self.finish(param_gather_ends(ready, dur, self.bucket_s, self.B))
+
+    def first_bucket_done(self, e: float) -> None:
+        """Bucket 0 launched at the step's start has ended at ``e`` (shared network)."""
+        self.e0 = e
+        for n in self.arrived:
+            self.segment0(n)
+        if self.left == 0:
+            self.chain()
+
+    def segment0(self, n: int) -> None:
+        """Op ``n`` (arrived; bucket 0's end known, step_start) starts computing at ``max(ready, e0)``; with
+        one bucket that also gives its end."""
+        run = self.run
+        t = max(run.start[n], self.e0)
+        if n not in self.by_ring:
+            run.timeout(t - run.env.now).callbacks.append(lambda _ev, n=n: self.ring(n))
+        if self.B == 1:
+            end = t + run.dur[n]
+            stall = end - run.start[n] - run.dur[n]
+            run.gather_stall[self.p] = max(run.gather_stall[self.p], stall) if len(self.ends) else stall
+            self.ends[n] = end
+            self.done(n)
+
+    def chain(self) -> None:
+        """Step_start, every op there and bucket 0 ended: buckets 1 .. B − 1 follow (several buckets)."""
+        if self.B == 1:
+            return
+        ready, dur = self._arrays()
+        if self.flows is None:
+            self.finish(param_gather_ends(ready, dur, self.bucket_s, self.B, self.launch_s))
+            return
+        self.f = np.maximum(ready, self.e0)
+        self.k = 1
+        self.flows.start_at(float(self.f.max()), self.bucket_done)
 
     def bucket_done(self, e: float) -> None:
         """Bucket ``k``'s flows have all ended at ``e`` (shared network)."""
@@ -231,17 +305,20 @@ class _Gate:
 
     def rings(self, e0: float) -> None:
         """The ops' compute starts (bucket 0 is there): their CP rings on the network start."""
-        run = self.run
         for n in self.nodes:
-            if n in self.by_ring:
-                continue
-            w, r = run.cp_work[n], run.cp_window[n]
+            if n not in self.by_ring:
+                self.ring(n)
 
-            def ring_done(t_f: float, n=n, r=r) -> None:
-                self.by_ring[n] = t_f + run.dur[n] - r  # the op's end by its ring (started with its compute at e0)
-                self.done(n)
+    def ring(self, n: int) -> None:
+        """Op ``n``'s compute starts now: its CP ring on the network starts."""
+        run = self.run
+        w, r = run.cp_work[n], run.cp_window[n]
 
-            run.transfers.ring(n, w, min(1.0, w / r), ring_done)
+        def ring_done(t_f: float) -> None:
+            self.by_ring[n] = t_f + run.dur[n] - r  # the op's end by its ring (started with its compute)
+            self.done(n)
+
+        run.transfers.ring(n, w, min(1.0, w / r), ring_done)
 
     def finish(self, ends: np.ndarray) -> None:
         ready, dur = self._arrays()
@@ -266,8 +343,9 @@ def _zero_delay_into(graph: Graph, gates: list[_Gate]) -> bool:
     return bool((gated[graph.dst] & (graph.delay_s <= 0.0)).any())
 
 
-def _gates(run: _Run, work: IterationWork, sync: SyncCost) -> list[_Gate]:
-    """One :class:`_Gate` per pipeline stage over the groups of the plan's first step (vp = 1)."""
+def _gates(run: _Run, work: IterationWork, sync: SyncCost, launch_s: float | None) -> list[_Gate]:
+    """One :class:`_Gate` per pipeline stage over the groups of the plan's first step (vp = 1); ``launch_s``:
+    :func:`param_gather_launch_s`."""
     table, G, pp = work.table, run.G, run.pp
     if G == 0:
         return []
@@ -279,7 +357,8 @@ def _gates(run: _Run, work: IterationWork, sync: SyncCost) -> list[_Gate]:
         flows = None
         if run.transfers is not None and alone is not None:
             flows = run.transfers.all_gather(p, float(alone[p]))
-        gates.append(_Gate(run, p, [(2 * p + FWD) * G + g for g in first], float(ag_b[p]), int(nb[p]), flows))
+        gates.append(_Gate(run, p, [(2 * p + FWD) * G + g for g in first], float(ag_b[p]), int(nb[p]), flows,
+                           launch_s))
     return gates
 
 
@@ -287,7 +366,7 @@ class _Run:
     """State of one SimPy iteration (callbacks on plain lists; see the module docstring)."""
 
     def __init__(self, work: IterationWork, graph: Graph, sync: SyncCost, overlap_grad_sync: bool,
-                 overlap_param_gather: bool = False, network=None) -> None:
+                 overlap_param_gather: bool = False, network=None, param_gather_launch: str = "first_forward") -> None:
         f, b, _ = work.virtual()
         V, G = f.shape
         dur = np.empty((V, 2, G))
@@ -343,12 +422,14 @@ class _Run:
                 self.cp_pre = (_per_node(zero, work.cp_fwd_ring_s, work.vp, (V, 2, G)),
                                _per_node(zero, work.cp_fwd_window_s, work.vp, (V, 2, G)))
         # Megatron's parameter all-gather at each stage's first forwards (vp = 1 with overlap_param_gather)
-        self.gates = _gates(self, work, sync) if gathers_at_first_forward(overlap_param_gather, work.vp) else []
+        launch_s = param_gather_launch_s(param_gather_launch)
+        self.gather_stall = [0.0] * pp
+        self.gates = (_gates(self, work, sync, launch_s) if gathers_at_first_forward(overlap_param_gather, work.vp)
+                      else [])
         self.gate_of = [-1] * n
         for g in self.gates:
             for node in g.nodes:
                 self.gate_of[node] = g.p
-        self.gather_stall = [0.0] * pp
         self.ag_flows: list = [None] * pp  # shared network, no overlap: the exposed all-gather as flows
         if self.transfers is not None and not overlap_param_gather and sync.all_gather_bucket_alone_s is not None:
             self.ag_flows = [self.transfers.all_gather(p, float(sync.all_gather_bucket_alone_s[p])) for p in range(pp)]
@@ -595,13 +676,16 @@ def after_reduce_scatter_s(p: int, r_end: float, first_fwd_start: float, first_f
 
 
 def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True,
-                  overlap_param_gather: bool = False, network=None) -> IterationTimeline:
+                  overlap_param_gather: bool = False, network=None,
+                  param_gather_launch: str = "first_forward") -> IterationTimeline:
     """Simulate one iteration in a fresh SimPy environment.
 
     ``network``: ``None`` (ideal: every transfer takes its precomputed time) or a factory
     ``(env, work, n_groups) -> PipelineTransfers`` of the shared network (:mod:`dcpsim.sim.network`).
+    ``param_gather_launch``: when the overlapped all-gather's first bucket is dispatched (vp = 1;
+    :func:`param_gather_launch_s`).
     """
-    run = _Run(work, graph, sync, overlap_grad_sync, overlap_param_gather, network)
+    run = _Run(work, graph, sync, overlap_grad_sync, overlap_param_gather, network, param_gather_launch)
     for n in np.nonzero(graph.indegree == 0)[0].tolist():
         run.launch(n)
     run.env.run()

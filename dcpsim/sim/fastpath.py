@@ -32,6 +32,7 @@ from dcpsim.sim.engine import (
     IterationTimeline,
     gathers_at_first_forward,
     param_gather_ends,
+    param_gather_launch_s,
     stage_end_s,
     sync_buckets,
     sync_ends,
@@ -39,7 +40,8 @@ from dcpsim.sim.engine import (
 
 
 def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost, *,
-                   overlap_grad_sync: bool = True, overlap_param_gather: bool = False) -> IterationTimeline:
+                   overlap_grad_sync: bool = True, overlap_param_gather: bool = False,
+                   param_gather_launch: str = "first_forward") -> IterationTimeline:
     """The :class:`IterationTimeline` of :func:`~dcpsim.sim.engine.run_iteration`, computed without events."""
     table = work.table
     f, b, x = work.virtual()
@@ -54,9 +56,10 @@ def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost,
     gated = gathers_at_first_forward(overlap_param_gather, sched.vp)
     stall = np.zeros(sched.pp)
     nb, _, ag_b = sync_buckets(sync)
+    launch_s = param_gather_launch_s(param_gather_launch)
 
     def first_forward(s: int, ready: np.ndarray, dur: np.ndarray) -> np.ndarray:
-        ends = param_gather_ends(ready, dur, float(ag_b[s]), int(nb[s]))
+        ends = param_gather_ends(ready, dur, float(ag_b[s]), int(nb[s]), launch_s)
         stall[s] = (ends - ready - dur).max()
         return ends
 

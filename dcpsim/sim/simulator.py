@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dcpsim.choices import PARAM_GATHER_LAUNCHES
 from dcpsim.choices import PLANNING_MODES as _PLANNING_MODES
 from dcpsim.cost import CostModel
 from dcpsim.errors import ConfigError
@@ -51,6 +52,7 @@ class SimOptions:
     grad_reduce_bytes_per_param: int = 4
     fp8_param_gather: bool = True
     overlap_param_gather: bool = False
+    param_gather_launch: str = "first_forward"
     grad_bucket_params: int = 0
     engine: str = "auto"
     network: str = "ideal"
@@ -72,6 +74,8 @@ class SimOptions:
                               "(flows that share links need the event simulation)")
         if self.dynamic_cp_exchange not in EXCHANGES:
             raise ConfigError("sim.dynamic_cp_exchange", self.dynamic_cp_exchange, f"one of {EXCHANGES}")
+        if self.param_gather_launch not in PARAM_GATHER_LAUNCHES:
+            raise ConfigError("sim.param_gather_launch", self.param_gather_launch, f"one of {PARAM_GATHER_LAUNCHES}")
         if not self.cp_switch_s >= 0:
             raise ConfigError("sim.cp_switch_s", self.cp_switch_s, ">= 0 seconds")
 
@@ -140,10 +144,12 @@ class ClusterSimulator:
         if self.uses_events():
             graph = build_graph(table, sched, work.virtual()[2])
             timeline = run_iteration(work, graph, self.sync, overlap_grad_sync=self.options.overlap_grad_sync,
-                                     overlap_param_gather=self.options.overlap_param_gather, network=self._network())
+                                     overlap_param_gather=self.options.overlap_param_gather, network=self._network(),
+                                     param_gather_launch=self.options.param_gather_launch)
         else:
             timeline = fast_iteration(work, sched, self.sync, overlap_grad_sync=self.options.overlap_grad_sync,
-                                      overlap_param_gather=self.options.overlap_param_gather)
+                                      overlap_param_gather=self.options.overlap_param_gather,
+                                      param_gather_launch=self.options.param_gather_launch)
         wall = time.perf_counter() - t0
         return IterationRecord(
             index=index,
