@@ -16,7 +16,8 @@ from dcpsim.published.suite import padded_vocab, parse_vocab
 # fast path in): quick subset (rows 1, 12, 44, 72, 73) mean |error| 0.446, worst 0.729 (row 72, GPT-1.7B on 32
 # A100s, +73%). Re-measured at 1538da0 (BF16 gradient buffers for rows 12-43/69, Megatron-Core's 1F1B parameter
 # all-gather rule, FP8 all-gather at 1 B): 0.446 / 0.729 again (row 12 +20.3%, its BF16 reduce-scatter is not on
-# the critical path at pp 1; none of the five rows is vp = 1 with pp > 1). First measured when the replay first worked (no FP8/VP/fixed costs): 0.466 / 0.777. The bounds
+# the critical path at pp 1; none of the five rows is vp = 1 with pp > 1), and at 4875fad (rows 1-11 and 60-71 on
+# sim.param_gather_launch = "step_start": none of the five rows moves). First measured when the replay first worked (no FP8/VP/fixed costs): 0.466 / 0.777. The bounds
 # are the measured numbers plus a small margin; they are NOT a target the code was tuned to. Tighten them when
 # the model improves.
 QUICK_MEAN_BOUND = 0.446 + 0.03
@@ -112,13 +113,14 @@ def test_unexpressible_rows_say_why(row):
         assert "fp8" in rc.reason.lower() or "interleav" in rc.reason
 
 
-# Regression guard for the shipped calibrated profiles (profiles/*-calibrated, fitted by `dcpsim calibrate`
-# at commit 1538da0): quick subset measured mean |error| 0.094, worst 0.226 (row 1, GPT-1.7B); bound = that + margin.
-# At the previous fit (6641d6f): 0.095 / 0.219. The refit (after BF16 gradient buffers, the 1F1B all-gather launch
-# rule and FP8 all-gather bytes) moved H100 GEMM scale 0.850 -> 0.856 and network efficiency 1.12 -> 1.38, and
-# row 1 from +21.9% to +22.6%.
-CALIBRATED_QUICK_MEAN_BOUND = 0.094 + 0.03
-CALIBRATED_QUICK_WORST_BOUND = 0.226 + 0.03
+# Regression guard for the shipped calibrated profiles (profiles/*-calibrated, fitted by `dcpsim calibrate`;
+# h100-sxm-calibrated at commit 4875fad, a100-sxm-80gb-calibrated at 1538da0): quick subset measured mean |error|
+# 0.096, worst 0.223 (row 1, GPT-1.7B); bound = that + margin. At 1538da0: 0.094 / 0.226; at 6641d6f: 0.095 / 0.219.
+# The 1538da0 refit (after BF16 gradient buffers, the 1F1B all-gather launch rule and FP8 all-gather bytes) moved H100
+# GEMM scale 0.850 -> 0.856 and network efficiency 1.12 -> 1.38; the 4875fad refit (rows 1-11 and 60-71 replayed
+# with Megatron-Core r0.8's step-start all-gather launch) 0.856 -> 0.839 and 1.38 -> 1.16, row 1 +22.6% -> +22.3%.
+CALIBRATED_QUICK_MEAN_BOUND = 0.096 + 0.03
+CALIBRATED_QUICK_WORST_BOUND = 0.223 + 0.03
 
 
 def test_shipped_calibrations_name_this_data_and_their_fit_rows():
