@@ -36,6 +36,32 @@ a CP group leaving the NVLink domain pays the network.
    memory check (``fits_memory`` of every pack). The fastest plan that fits
    memory wins (the fastest overall if none fits, flagged in ``meta``).
 
+**Screen** (batches above ``screen_above`` = 32,768 sequences; every test,
+the dynamic_cp_blog reproduction and the shipped sweeps stay below it and
+are planned exactly as described above). Placing every candidate in full is
+what costs at 65,536 GPUs (262,144 sequences x ~9 candidates of sequential
+greedy decisions). Above the threshold each candidate (its CP sizes and
+height, from the full batch) is placed on a stratified subsample instead:
+sequences sorted longest first are cut into blocks of ``k``, block ``j``
+keeps its ``(j mod k)``-th (a rotating offset), and the subsample is placed
+on ``dp/k`` DP ranks, so tokens and load per rank match the full batch's.
+``k`` is the largest divisor of dp that keeps at least ``screen_sample``
+(16,384) sequences, 8 DP ranks and whole NVLink domains; a candidate whose
+CP sizes do not fit the subsample's ranks is placed in full unscreened. The
+candidates are ranked by their exact score on the subsample (memory fit,
+makespan, m; the search's stopping rule uses these scores), and the best
+``screen_full`` (1) of them, plus any whose screened makespan ties the best
+(the screen cannot tell them apart), are placed in full; the best full plan
+wins. ``meta["screen"]`` says how (k, sequences, dp); each entry of
+``meta["candidates"]`` has ``screened_makespan_s`` where it was screened and
+``makespan_s`` where it was placed in full. ``screen = false`` restores the
+exhaustive search. Quality (simulated iteration time of the screened plan
+vs the exhaustive plan, ``sim.engine = "fast"``, weak scaling 4 sequences
+per GPU, Llama-13B pp 8 cp 8, seeds 0-2): QUALITY_TABLE
+On small forced samples (400-600 sequences on 8-16 DP ranks,
+``tests/test_policy_scale.py``) the loss reaches 0.7%: the screen needs
+samples of thousands of sequences.
+
 Speed: open groups are kept in cells of equal size, span and step
 (:class:`_Buckets`), each sorted by time, so a sequence looks at a few
 cells (a binary search and a short scan each) instead of every group opened
@@ -63,6 +89,8 @@ lower bound can prune them.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from copy import copy
+from dataclasses import replace
 from heapq import heappop, heappush
 
 import numpy as np
@@ -81,89 +109,216 @@ class DynamicSolverPolicy(Policy):
     Options: ``max_extra_microbatches`` (microbatch counts above the capacity
     minimum to try, default 6), ``respect_memory`` (cap tokens per rank at what
     the cost model's memory limit allows when that is below ``M``, default
-    True).
+    True), ``screen`` (rank the candidates on a subsample for batches above
+    ``screen_above`` sequences, default True), ``screen_above`` (sequences,
+    default 32,768), ``screen_sample`` (the least sequences a screen keeps,
+    default 16,384) and ``screen_full`` (how many of the best screened
+    candidates are placed in full, default 1); see "Screen" in the module
+    docstring.
     """
 
     name = "dynamic-solver"
     dynamic = True
 
-    def __init__(self, max_extra_microbatches: int = 6, respect_memory: bool = True) -> None:
+    def __init__(self, max_extra_microbatches: int = 6, respect_memory: bool = True, screen: bool = True,
+                 screen_above: int = 32768, screen_sample: int = 16384, screen_full: int = 1) -> None:
         if not isinstance(max_extra_microbatches, int) or max_extra_microbatches < 0:
             raise ConfigError("policy.options.max_extra_microbatches", max_extra_microbatches, "an integer >= 0")
+        for key, v, lo in (("screen_above", screen_above, 1), ("screen_sample", screen_sample, 1),
+                           ("screen_full", screen_full, 1)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise ConfigError(f"policy.options.{key}", v, f"an integer >= {lo}")
         self.max_extra_microbatches = max_extra_microbatches
         self.respect_memory = bool(respect_memory)
+        self.screen = bool(screen)
+        self.screen_above = screen_above
+        self.screen_sample = screen_sample
+        self.screen_full = screen_full
 
     # ------------------------------------------------------------------ plan
-    def _plan(self, lengths, layout, cost, rng) -> Plan:
-        sizes, need = dynamic_fit(lengths, layout)
-        M = layout.max_tokens_per_rank
-        cap = M
+    def _token_cap(self, lengths, layout, cost, sizes, need):
+        """(token cap per rank, smallest fitting size index per sequence) under the memory option."""
+        cap = layout.max_tokens_per_rank
         if self.respect_memory:
             try:
                 mem_cap = int(cost.max_tokens_per_rank())
             except InfeasibleError:
-                mem_cap = M
-            if mem_cap < M and (smallest_fitting_size(lengths, sizes, mem_cap) >= 0).all():
+                mem_cap = cap
+            if mem_cap < cap and (smallest_fitting_size(lengths, sizes, mem_cap) >= 0).all():
                 cap = mem_cap
                 need = smallest_fitting_size(lengths, sizes, cap)
+        return cap, need
+
+    def _plan(self, lengths, layout, cost, rng) -> Plan:
+        sizes, need = dynamic_fit(lengths, layout)
+        cap, need = self._token_cap(lengths, layout, cost, sizes, need)
         n = lengths.size
         if n == 0:
             return Plan(self.name, layout, lengths, [], True, meta={"microbatches": 0})
         sc = SeqCosts(lengths, layout, cost, sizes)
-        R = layout.ranks_per_stage
-        span0 = np.asarray(layout.spans_network(np.zeros(sizes.size, dtype=np.int64), sizes), dtype=np.int64)
-        t0 = sc.time_s[np.arange(sizes.size), span0]  # (ns, n): time at the first aligned slice of each size
-        feas = sc.tokens <= cap
-        gpu = np.where(feas, t0 * sizes[:, None], np.inf)
-        W = float(gpu.min(axis=0).sum())
-        tok_need = sc.tokens[need, np.arange(n)]
-        m0 = max(1, int(np.ceil(tok_need.sum() / (R * cap))))
-        tfeas = np.where(feas & (np.arange(sizes.size)[:, None] >= need[None, :]), t0, np.inf)
-        fastest = np.argmin(tfeas, axis=0)
-        t_floor = float(tfeas.min(axis=0).max())  # no step can be shorter than the longest sequence at its fastest
-        table = _Table(lengths, sc, need)
-        seen: set[bytes] = set()
+        ctx = _Search(sc, layout, cap, need, self.max_extra_microbatches)
+        screen = self._screen(lengths, layout, sc, need, ctx.table) if self.screen and n > self.screen_above else None
         cands = []
-        worse = 0
-        best_ms = np.inf
-        grid = [(m, 1.0) for m in candidate_microbatch_counts(m0, n, self.max_extra_microbatches, layout.pp)]
-        # a coarser CP choice (sizes for twice the target) for the fewest microbatches, where the rank budget
-        # of a step rather than its height limits how far sequences should be split
-        coarse = [(m, 2.0) for m in range(m0, m0 + 3)]
-        for m, f in coarse + grid:
-            tau = W / (R * m)
-            if f == 1.0 and (worse >= 3 or (m > m0 + self.max_extra_microbatches and tau < 0.5 * t_floor)):
-                break  # targets below the longest sequence's time, or no longer improving
-            under = tfeas <= f * tau
-            choice = np.where(under.any(axis=0), np.argmax(under, axis=0), fastest)
-            height = max(tau, float(tfeas[choice, np.arange(n)].max())) if m > m0 else np.inf
-            key = choice.astype(np.int16).tobytes() + np.float64(height).tobytes()
-            if key in seen:
-                continue
-            seen.add(key)
-            plan = _Placer(sc, layout, cap, need, choice, height, table).run(self.name, lengths)
-            ev = evaluate_plan(plan, cost)
-            cands.append((not ev.fits_memory, ev.makespan_s, m, plan, ev))
-            if ev.makespan_s < best_ms:
-                best_ms, worse = ev.makespan_s, 0
+        for m, choice, height in ctx.candidates():
+            if screen is not None and screen.takes(sc.sizes, choice):
+                plan, ev = screen.place(self.name, ctx, choice, height, cost)
             else:
-                worse += 1
+                plan = _Placer(sc, layout, cap, need, choice, height, ctx.table).run(self.name, lengths)
+                ev = evaluate_plan(plan, cost)
+            cands.append([not ev.fits_memory, ev.makespan_s, m, plan, ev, choice, height])
+            ctx.scored(ev.makespan_s)
         cands.sort(key=lambda x: (x[0], x[1], x[2]))
-        _, best_ms, best_m, plan, ev = cands[0]
+        screened = [c for c in cands if c[3].layout is not layout]
+        if screened:  # the best screened candidates, and any that tie the best (the screen cannot tell them apart)
+            top = (screened[0][0], screened[0][1] * (1 + 1e-9))
+            screened = [c for j, c in enumerate(screened) if j < self.screen_full or (c[0], c[1]) <= top]
+        for c in screened:
+            c.append((c[1], c[0]))  # the screened (makespan, misfit)
+            c[3] = _Placer(sc, layout, cap, need, c[5], c[6], ctx.table).run(self.name, lengths)
+            c[4] = evaluate_plan(c[3], cost)
+            c[0], c[1] = not c[4].fits_memory, c[4].makespan_s
+        placed = sorted((c for c in cands if c[3].layout is layout), key=lambda x: (x[0], x[1], x[2]))
+        _, _, best_m, plan, ev = placed[0][:5]
+        plan.meta = self._meta(plan, ev, best_m, cap, cands, layout, screen)
+        return plan
+
+    def _screen(self, lengths, layout, sc, need, table):
+        """The screen for this batch, or None where the layout cannot be subsampled."""
+        k = _screen_factor(lengths.size, layout, self.screen_sample)
+        return _Screen(lengths, layout, sc, need, k, table) if k > 1 else None
+
+    @staticmethod
+    def _meta(plan, ev, best_m, cap, cands, layout, screen) -> dict:
         hist: dict[int, int] = {}
         for st in plan.steps:
             for g in st.groups:
                 hist[g.size] = hist.get(g.size, 0) + 1
-        plan.meta = {
+        rows = []
+        for c in cands:
+            row = {"m": c[2]}
+            if len(c) > 7:  # screened, then placed in full
+                row.update(screened_makespan_s=c[7][0], screened_fits_memory=not c[7][1])
+            if c[3].layout is layout:
+                row.update(makespan_s=c[1], fits_memory=not c[0], steps=c[3].n_steps)
+            else:
+                row.update(screened_makespan_s=c[1], screened_fits_memory=not c[0], screened_steps=c[3].n_steps)
+            rows.append(row)
+        meta = {
             "microbatches": plan.n_steps,
             "target_microbatches": best_m,
             "token_cap": cap,
             "fits_memory": ev.fits_memory,
             "modelled_makespan_s": ev.makespan_s,
-            "candidates": [{"m": c[2], "makespan_s": c[1], "fits_memory": not c[0], "steps": c[3].n_steps} for c in cands],
+            "candidates": rows,
             "groups_per_size": {str(c): v for c, v in sorted(hist.items())},
         }
-        return plan
+        if screen is not None:
+            meta["screen"] = screen.describe()
+        return meta
+
+
+class _Search:
+    """The outer search over microbatch counts (step 2 of the module docstring): candidates in order,
+    stopping after three that do not improve."""
+
+    def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, extra: int) -> None:
+        sizes, n = sc.sizes, sc.lengths.size
+        self.sc, self.layout, self.cap, self.need, self.extra = sc, layout, cap, need, extra
+        R = layout.ranks_per_stage
+        span0 = np.asarray(layout.spans_network(np.zeros(sizes.size, dtype=np.int64), sizes), dtype=np.int64)
+        t0 = sc.time_s[np.arange(sizes.size), span0]  # (ns, n): time at the first aligned slice of each size
+        feas = sc.tokens <= cap
+        gpu = np.where(feas, t0 * sizes[:, None], np.inf)
+        self.W = float(gpu.min(axis=0).sum())
+        tok_need = sc.tokens[need, np.arange(n)]
+        self.m0 = max(1, int(np.ceil(tok_need.sum() / (R * cap))))
+        self.tfeas = np.where(feas & (np.arange(sizes.size)[:, None] >= need[None, :]), t0, np.inf)
+        self.fastest = np.argmin(self.tfeas, axis=0)
+        self.t_floor = float(self.tfeas.min(axis=0).max())  # no step is shorter than the longest sequence
+        self.table = _Table(sc.lengths, sc, need)
+        self.worse, self.best_ms = 0, np.inf
+
+    def scored(self, makespan_s: float) -> None:
+        if makespan_s < self.best_ms:
+            self.best_ms, self.worse = makespan_s, 0
+        else:
+            self.worse += 1
+
+    def candidates(self):
+        """(m, CP size index per sequence, step height cap) per distinct candidate."""
+        m0, R, n = self.m0, self.layout.ranks_per_stage, self.sc.lengths.size
+        seen: set[bytes] = set()
+        grid = [(m, 1.0) for m in candidate_microbatch_counts(m0, n, self.extra, self.layout.pp)]
+        # a coarser CP choice (sizes for twice the target) for the fewest microbatches, where the rank budget
+        # of a step rather than its height limits how far sequences should be split
+        coarse = [(m, 2.0) for m in range(m0, m0 + 3)]
+        for m, f in coarse + grid:
+            tau = self.W / (R * m)
+            if f == 1.0 and (self.worse >= 3 or (m > m0 + self.extra and tau < 0.5 * self.t_floor)):
+                return  # targets below the longest sequence's time, or no longer improving
+            under = self.tfeas <= f * tau
+            choice = np.where(under.any(axis=0), np.argmax(under, axis=0), self.fastest)
+            height = max(tau, float(self.tfeas[choice, np.arange(n)].max())) if m > m0 else np.inf
+            key = choice.astype(np.int16).tobytes() + np.float64(height).tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            yield m, choice, height
+
+
+def _screen_factor(n: int, layout: Layout, sample: int) -> int:
+    """Largest k dividing dp with ``n // k >= sample`` sequences, at least 8 DP ranks and whole NVLink
+    domains per stage left (1: no screen)."""
+    dp, cp = layout.dp, layout.cp
+    best = 1
+    for k in range(2, dp + 1):
+        if n // k < sample:
+            break
+        sub = (dp // k) * cp * layout.tp
+        if dp % k == 0 and dp // k >= 8 and sub % layout.gpus_per_domain == 0:
+            best = k
+    return best
+
+
+class _Screen:
+    """A stratified subsample of the batch on ``dp/k`` DP ranks (see "Screen" in the module docstring).
+
+    Sequences sorted longest first (ties by index) are cut into blocks of ``k``; block ``j`` keeps its
+    ``(j mod k)``-th sequence (a rotating offset, so the kept lengths follow the batch's distribution
+    within each block). Per-rank load and tokens per rank match the full batch's, so a candidate's
+    step count and makespan on the subsample track its full ones.
+    """
+
+    def __init__(self, lengths: np.ndarray, layout: Layout, sc: SeqCosts, need: np.ndarray, k: int,
+                 table: _Table) -> None:
+        n = lengths.size
+        order = np.lexsort((np.arange(n), -lengths))
+        blocks = n // k
+        self.idx = np.sort(order[np.arange(blocks) * k + np.arange(blocks) % k])
+        self.k = k
+        self.layout = replace(layout, dp=layout.dp // k)
+        sub = copy(sc)
+        sub.lengths, sub.layout = lengths[self.idx], self.layout
+        sub.tokens, sub.time_s = sc.tokens[:, self.idx], sc.time_s[:, :, self.idx]
+        sub.attn_s, sub.comm_s = sc.attn_s[:, self.idx], sc.comm_s[:, :, self.idx]
+        self.sc, self.need = sub, need[self.idx]
+        self.table = copy(table)  # rows per distinct length are the full batch's; only the index changes
+        self.table.uid = [table.uid[i] for i in self.idx.tolist()]
+        self.max_size = self.layout.max_dynamic_cp
+
+    def takes(self, sizes: np.ndarray, choice: np.ndarray) -> bool:
+        """Whether the subsample's ranks hold every chosen CP size of this candidate."""
+        return int(sizes[choice[self.idx]].max()) <= self.max_size
+
+    def place(self, name: str, ctx: _Search, choice: np.ndarray, height: float, cost):
+        """The candidate's plan and its exact score on the subsample."""
+        plan = _Placer(self.sc, self.layout, ctx.cap, self.need, choice[self.idx], height, self.table).run(
+            name, self.sc.lengths)
+        return plan, evaluate_plan(plan, cost)
+
+    def describe(self) -> dict:
+        return {"method": "every k-th sequence by length (rotating offset) on dp/k ranks",
+                "k": self.k, "sequences": int(self.idx.size), "dp": self.layout.dp}
 
 
 class _Buckets:
@@ -245,7 +400,8 @@ class _Table:
         code_size = np.repeat(sc.sizes, 2)
         gpu = np.where(np.arange(t.shape[1])[None, :] // 2 >= need[first][:, None], code_size[None, :] * t, np.inf)
         by_gpu = np.argsort(gpu, axis=1, kind="stable")
-        self.fam: list[list[int]] = [[c for c in row if np.isfinite(g[c])] for row, g in zip(by_gpu.tolist(), gpu, strict=True)]
+        n_fin = np.isfinite(gpu).sum(axis=1).tolist()  # the infinite (excluded) codes sort last
+        self.fam: list[list[int]] = [row[:c] for row, c in zip(by_gpu.tolist(), n_fin, strict=True)]
 
 
 class _Placer:
