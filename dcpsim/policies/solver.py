@@ -46,7 +46,7 @@ sequences sorted longest first are cut into blocks of ``k``, block ``j``
 keeps its ``(j mod k)``-th (a rotating offset), and the subsample is placed
 on ``dp/k`` DP ranks, so tokens and load per rank match the full batch's.
 ``k`` is the largest divisor of dp that keeps at least ``screen_sample``
-(16,384) sequences, 8 DP ranks and whole NVLink domains; a candidate whose
+(8,192) sequences, 8 DP ranks and whole NVLink domains; a candidate whose
 CP sizes do not fit the subsample's ranks is placed in full unscreened. The
 candidates are ranked by their exact score on the subsample (memory fit,
 makespan, m; the search's stopping rule uses these scores), and the best
@@ -57,7 +57,20 @@ wins. ``meta["screen"]`` says how (k, sequences, dp); each entry of
 ``makespan_s`` where it was placed in full. ``screen = false`` restores the
 exhaustive search. Quality (simulated iteration time of the screened plan
 vs the exhaustive plan, ``sim.engine = "fast"``, weak scaling 4 sequences
-per GPU, Llama-13B pp 8 cp 8, seeds 0-2): QUALITY_TABLE
+per GPU, Llama-13B pp 8 cp 8, seeds 0-2; 2026-11-23). Loss = screened /
+exhaustive - 1, max over seeds, simulated (modelled makespan):
+
+=========== =========== ================= =================
+GPUs        workload    sample 8,192      sample 16,384
+=========== =========== ================= =================
+16,384      github      0.061% (0.026%)   0.061% (0.027%)
+16,384      commoncrawl 0.000% (0.000%)   0.002% (0.001%)
+65,536      github      0.000% (0.000%)   0.000% (0.004%)
+65,536      commoncrawl 0.000% (0.002%)   0.001% (0.002%)
+=========== =========== ================= =================
+
+(the simulated time can come out below the exhaustive one: the search ranks
+by the modelled makespan; measured -0.014%).
 On small forced samples (400-600 sequences on 8-16 DP ranks,
 ``tests/test_policy_scale.py``) the loss reaches 0.7%: the screen needs
 samples of thousands of sequences.
@@ -78,12 +91,12 @@ scan of every open group per sequence, kept in
 
 Measured with ``benchmarks/scale_fast.py`` (one iteration, 4 sequences per
 GPU, Llama-13B, pp 8 cp 8; 2-core host, 2026-11-23), whole-iteration wall
-seconds before -> after this layout: 4,096 GPUs 1.7 -> 0.9 s; 16,384 GPUs
-11.4 -> 4.8 s; 65,536 GPUs 64-74 -> 23 s (peak 706 -> 633 MB). It misses the
-5 s target at 65,536 GPUs: 262,144 sequences x 9 candidate microbatch counts
-are 2.4 M sequential greedy decisions at about 10 us each in Python, and the
-six candidates near the optimum lie within 0.06% of each other, so no cheap
-lower bound can prune them.
+seconds (peak MB): before the time-sorted cells 4,096 GPUs 1.7; 16,384 GPUs
+11.4; 65,536 GPUs 64-74 (706); with them (exhaustive) 0.9, 4.8, 23 (633);
+with the screen 0.8 (exact, below the threshold), 1.4 (291), 4.1 (545).
+Without the screen 65,536 GPUs is ~2.4 M sequential greedy decisions at
+about 10 us each in Python, and the candidates near the optimum lie within
+0.06% of each other, so no cheap lower bound can prune them.
 """
 
 from __future__ import annotations
@@ -112,7 +125,7 @@ class DynamicSolverPolicy(Policy):
     True), ``screen`` (rank the candidates on a subsample for batches above
     ``screen_above`` sequences, default True), ``screen_above`` (sequences,
     default 32,768), ``screen_sample`` (the least sequences a screen keeps,
-    default 16,384) and ``screen_full`` (how many of the best screened
+    default 8,192) and ``screen_full`` (how many of the best screened
     candidates are placed in full, default 1); see "Screen" in the module
     docstring.
     """
@@ -121,7 +134,7 @@ class DynamicSolverPolicy(Policy):
     dynamic = True
 
     def __init__(self, max_extra_microbatches: int = 6, respect_memory: bool = True, screen: bool = True,
-                 screen_above: int = 32768, screen_sample: int = 16384, screen_full: int = 1) -> None:
+                 screen_above: int = 32768, screen_sample: int = 8192, screen_full: int = 1) -> None:
         if not isinstance(max_extra_microbatches, int) or max_extra_microbatches < 0:
             raise ConfigError("policy.options.max_extra_microbatches", max_extra_microbatches, "an integer >= 0")
         for key, v, lo in (("screen_above", screen_above, 1), ("screen_sample", screen_sample, 1),
