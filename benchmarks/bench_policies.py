@@ -170,14 +170,21 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--out", default=None, help="also write the full result as JSON")
+    from dcpsim.errors import ConfigError
+    from dcpsim.outdir import check_out_file, write_json
+
     args = ap.parse_args()
+    if args.out:  # checked before any work; written atomically, never over a file dcpsim did not write
+        try:
+            check_out_file(args.out, field="--out", suffixes=(".json",))
+        except ConfigError as e:  # one line, exit 2, nothing written
+            raise SystemExit(f"error: {e} (remove or rename it)") from None
     if args.what == "gaps":
         res = gap_study(args.cases, args.seed, args.time_limit)
     else:
         res = quality(args.seeds) if args.what == "quality" else speed()
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(res, f, indent=1)
+        write_json(args.out, res, indent=1)
     print(json.dumps(res["summary"] if args.what == "gaps" else res, indent=1))
 
 

@@ -57,7 +57,15 @@ def main() -> None:
     ap.add_argument("--policy", default="dynamic-solver")
     ap.add_argument("--json")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    from dcpsim.errors import ConfigError
+    from dcpsim.outdir import check_out_file, write_json
+
     a = ap.parse_args()
+    if a.json:  # checked before any work; written atomically, never over a file dcpsim did not write
+        try:
+            check_out_file(a.json, field="--json", suffixes=(".json",))
+        except ConfigError as e:  # one line, exit 2, nothing written
+            raise SystemExit(f"error: {e} (remove or rename it)") from None
     if a.one:
         print(json.dumps(one(a.one, a.policy)))
         return
@@ -72,8 +80,7 @@ def main() -> None:
         rows.append(r)
         print(json.dumps(r), flush=True)
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(a.json, rows, indent=1)
 
 
 if __name__ == "__main__":

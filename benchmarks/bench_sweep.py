@@ -18,7 +18,6 @@ are reported.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -71,7 +70,15 @@ def main() -> None:
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", default=None, help="also write the results to this file")
+    from dcpsim.errors import ConfigError
+    from dcpsim.outdir import check_out_file, write_json
+
     args = ap.parse_args()
+    if args.json:  # checked before any work; written atomically, never over a file dcpsim did not write
+        try:
+            check_out_file(args.json, field="--json", suffixes=(".json",))
+        except ConfigError as e:  # one line, exit 2, nothing written
+            raise SystemExit(f"error: {e} (remove or rename it)") from None
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
            "config": BASE, "runs": args.runs, "results": []}
     for j in (int(x) for x in args.jobs.split(",")):
@@ -87,7 +94,7 @@ def main() -> None:
               f"{r0['batches']} tasks; CPU per run median {r0['cpu_s_median']:.3f} s; "
               f"load average after {r0['load_avg_1min_after']:.1f}; {r0['counts']}", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        write_json(args.json, out, indent=2)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,15 @@ def main() -> None:
     ap.add_argument("--engine", default="fast", choices=("fast", "events", "auto"))
     ap.add_argument("--json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    from dcpsim.errors import ConfigError
+    from dcpsim.outdir import check_out_file, write_json
+
     a = ap.parse_args()
+    if a.json:  # checked before any work; written atomically, never over a file dcpsim did not write
+        try:
+            check_out_file(a.json, field="--json", suffixes=(".json",))
+        except ConfigError as e:  # one line, exit 2, nothing written
+            raise SystemExit(f"error: {e} (remove or rename it)") from None
     if a.child:
         print(json.dumps(one(a.gpus, a.child, a.engine)))
         return
@@ -81,8 +89,7 @@ def main() -> None:
         print(f"{p:16s} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['planning_wall_s']:7.2f} {r['sim_wall_s']:7.2f} {r['peak_rss_mb']:8.0f} "
               f"{r['steps'] or 0:6.0f} {r['groups'] or 0:8.0f} {r['tflops_per_gpu']:7.1f}")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        write_json(a.json, rows, indent=2)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_v, "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
@@ -82,7 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weak", action="store_true",
                     help="weak scaling: gbs = 2048 x GPUs/512 (4 sequences per GPU) instead of a fixed 2048")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    from dcpsim.errors import ConfigError
+    from dcpsim.outdir import check_out_file, write_json
+
     a = ap.parse_args(argv)
+    if a.json:  # checked before any work; written atomically, never over a file dcpsim did not write
+        try:
+            check_out_file(a.json, field="--json", suffixes=(".json",))
+        except ConfigError as e:  # one line, exit 2, nothing written
+            raise SystemExit(f"error: {e} (remove or rename it)") from None
     rows = [measure(int(g), p, a.repeats, a.weak) for p in a.policies.split(",") for g in a.gpus.split(",")]
     hdr = (f"{'policy':8} {'GPUs':>6} {'gbs':>6} {'wall_s med [min-max]':>24} {'plan_s':>8} {'sim_s med [min-max]':>24} "
            f"{'events':>8} {'events/s':>10} {'steps':>5} {'groups':>6} {'T_iter_s':>9} {'TFLOPS':>7}")
@@ -101,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{p}: GPUs x{g:.0f} -> wall x{w:.2f} ({'within' if w <= g else 'FASTER THAN'} linear), "
                   f"simulator alone x{sm:.2f} ({'within' if sm <= g else 'FASTER THAN'} linear)")
     if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(rows, fh, indent=2)
+        write_json(a.json, rows, indent=2)
     return 0
 
 

@@ -60,7 +60,15 @@ def main() -> None:
     ap.add_argument("--samples", default="8192,16384")
     ap.add_argument("--json")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    from dcpsim.errors import ConfigError
+    from dcpsim.outdir import check_out_file, write_json
+
     a = ap.parse_args()
+    if a.json:  # checked before any work; written atomically, never over a file dcpsim did not write
+        try:
+            check_out_file(a.json, field="--json", suffixes=(".json",))
+        except ConfigError as e:  # one line, exit 2, nothing written
+            raise SystemExit(f"error: {e} (remove or rename it)") from None
     samples = [int(x) for x in a.samples.split(",")]
     if a.child:
         print(json.dumps(one(int(a.child[0]), a.child[1], int(a.child[2]), samples)))
@@ -84,8 +92,7 @@ def main() -> None:
         print(f"{k}: max loss {max(r[k]['loss_pct'] for r in rows):+.4f}% simulated, "
               f"{max(r[k]['modelled_loss_pct'] for r in rows):+.4f}% modelled")
     if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        write_json(a.json, rows, indent=1)
 
 
 if __name__ == "__main__":
