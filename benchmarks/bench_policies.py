@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 import pytest
+from _results import check_result_path, save_result  # noqa: E402  (benchmarks/_results.py)
 
 from dcpsim.cost import CostModel
 from dcpsim.policies import Layout, SeqCosts, evaluate_plan, get_policy
@@ -170,21 +171,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--out", default=None, help="also write the full result as JSON")
-    from dcpsim.errors import ConfigError
-    from dcpsim.outdir import check_out_file, write_json
-
     args = ap.parse_args()
-    if args.out:  # checked before any work; written atomically, never over a file dcpsim did not write
-        try:
-            check_out_file(args.out, field="--out", suffixes=(".json",))
-        except ConfigError as e:  # one line, exit 2, nothing written
-            raise SystemExit(f"error: {e} (remove or rename it)") from None
+    check_result_path(args.out, "--out")
     if args.what == "gaps":
         res = gap_study(args.cases, args.seed, args.time_limit)
     else:
         res = quality(args.seeds) if args.what == "quality" else speed()
-    if args.out:
-        write_json(args.out, res, indent=1)
+    save_result(args.out, res, indent=1)
     print(json.dumps(res["summary"] if args.what == "gaps" else res, indent=1))
 
 

@@ -26,6 +26,8 @@ import math  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
+from _results import check_result_path, save_result  # noqa: E402  (benchmarks/_results.py)
+
 
 def one(gpus: int, policy: str) -> dict:
     import time
@@ -57,15 +59,8 @@ def main() -> None:
     ap.add_argument("--policy", default="dynamic-solver")
     ap.add_argument("--json")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
-    from dcpsim.errors import ConfigError
-    from dcpsim.outdir import check_out_file, write_json
-
     a = ap.parse_args()
-    if a.json:  # checked before any work; written atomically, never over a file dcpsim did not write
-        try:
-            check_out_file(a.json, field="--json", suffixes=(".json",))
-        except ConfigError as e:  # one line, exit 2, nothing written
-            raise SystemExit(f"error: {e} (remove or rename it)") from None
+    check_result_path(a.json, "--json")
     if a.one:
         print(json.dumps(one(a.one, a.policy)))
         return
@@ -79,8 +74,7 @@ def main() -> None:
             r["growth_exponent"] = round(math.log(r["plan_cpu_s"] / p["plan_cpu_s"]) / math.log(r["sequences"] / p["sequences"]), 2)
         rows.append(r)
         print(json.dumps(r), flush=True)
-    if a.json:
-        write_json(a.json, rows, indent=1)
+    save_result(a.json, rows, indent=1)
 
 
 if __name__ == "__main__":

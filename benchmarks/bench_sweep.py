@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _results import check_result_path, save_result  # noqa: E402  (benchmarks/_results.py)
 
 from dcpsim.run.sweep import load_results, run_sweep, sweep_spec_from_dict
 
@@ -70,15 +71,8 @@ def main() -> None:
     ap.add_argument("--jobs", default="1,2")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", default=None, help="also write the results to this file")
-    from dcpsim.errors import ConfigError
-    from dcpsim.outdir import check_out_file, write_json
-
     args = ap.parse_args()
-    if args.json:  # checked before any work; written atomically, never over a file dcpsim did not write
-        try:
-            check_out_file(args.json, field="--json", suffixes=(".json",))
-        except ConfigError as e:  # one line, exit 2, nothing written
-            raise SystemExit(f"error: {e} (remove or rename it)") from None
+    check_result_path(args.json, "--json")
     out = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
            "config": BASE, "runs": args.runs, "results": []}
     for j in (int(x) for x in args.jobs.split(",")):
@@ -93,8 +87,7 @@ def main() -> None:
               f"(IQR {r0['run_s_p25']:.3f}-{r0['run_s_p75']:.3f}); {r0['runs']} runs in {r0['wall_s']:.1f} s, "
               f"{r0['batches']} tasks; CPU per run median {r0['cpu_s_median']:.3f} s; "
               f"load average after {r0['load_avg_1min_after']:.1f}; {r0['counts']}", flush=True)
-    if args.json:
-        write_json(args.json, out, indent=2)
+    save_result(args.json, out, indent=2)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
+from _results import check_result_path, save_result  # noqa: E402  (benchmarks/_results.py)
+
 POLICIES = ("packing", "packing-balanced", "dynamic", "dynamic-solver", "dynamic-pr2959", "bound")
 
 
@@ -64,15 +66,8 @@ def main() -> None:
     ap.add_argument("--engine", default="fast", choices=("fast", "events", "auto"))
     ap.add_argument("--json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    from dcpsim.errors import ConfigError
-    from dcpsim.outdir import check_out_file, write_json
-
     a = ap.parse_args()
-    if a.json:  # checked before any work; written atomically, never over a file dcpsim did not write
-        try:
-            check_out_file(a.json, field="--json", suffixes=(".json",))
-        except ConfigError as e:  # one line, exit 2, nothing written
-            raise SystemExit(f"error: {e} (remove or rename it)") from None
+    check_result_path(a.json, "--json")
     if a.child:
         print(json.dumps(one(a.gpus, a.child, a.engine)))
         return
@@ -88,8 +83,7 @@ def main() -> None:
         rows.append(r)
         print(f"{p:16s} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['planning_wall_s']:7.2f} {r['sim_wall_s']:7.2f} {r['peak_rss_mb']:8.0f} "
               f"{r['steps'] or 0:6.0f} {r['groups'] or 0:8.0f} {r['tflops_per_gpu']:7.1f}")
-    if a.json:
-        write_json(a.json, rows, indent=2)
+    save_result(a.json, rows, indent=2)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ import argparse  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
 
+from _results import check_result_path, save_result  # noqa: E402  (benchmarks/_results.py)
+
 GPUS = (512, 1024, 2048, 4096, 8192, 16384)
 POLICIES = ("packing", "dynamic")
 
@@ -81,15 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--weak", action="store_true",
                     help="weak scaling: gbs = 2048 x GPUs/512 (4 sequences per GPU) instead of a fixed 2048")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
-    from dcpsim.errors import ConfigError
-    from dcpsim.outdir import check_out_file, write_json
-
     a = ap.parse_args(argv)
-    if a.json:  # checked before any work; written atomically, never over a file dcpsim did not write
-        try:
-            check_out_file(a.json, field="--json", suffixes=(".json",))
-        except ConfigError as e:  # one line, exit 2, nothing written
-            raise SystemExit(f"error: {e} (remove or rename it)") from None
+    check_result_path(a.json, "--json")
     rows = [measure(int(g), p, a.repeats, a.weak) for p in a.policies.split(",") for g in a.gpus.split(",")]
     hdr = (f"{'policy':8} {'GPUs':>6} {'gbs':>6} {'wall_s med [min-max]':>24} {'plan_s':>8} {'sim_s med [min-max]':>24} "
            f"{'events':>8} {'events/s':>10} {'steps':>5} {'groups':>6} {'T_iter_s':>9} {'TFLOPS':>7}")
@@ -107,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             sm = pr[-1]["sim_s_median"] / pr[0]["sim_s_median"]
             print(f"{p}: GPUs x{g:.0f} -> wall x{w:.2f} ({'within' if w <= g else 'FASTER THAN'} linear), "
                   f"simulator alone x{sm:.2f} ({'within' if sm <= g else 'FASTER THAN'} linear)")
-    if a.json:
-        write_json(a.json, rows, indent=2)
+    save_result(a.json, rows, indent=2)
     return 0
 
 

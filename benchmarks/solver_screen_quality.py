@@ -23,6 +23,8 @@ import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
+from _results import check_result_path, save_result  # noqa: E402  (benchmarks/_results.py)
+
 
 def one(gpus: int, workload: str, seed: int, samples: list[int]) -> dict:
     import time
@@ -60,15 +62,8 @@ def main() -> None:
     ap.add_argument("--samples", default="8192,16384")
     ap.add_argument("--json")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
-    from dcpsim.errors import ConfigError
-    from dcpsim.outdir import check_out_file, write_json
-
     a = ap.parse_args()
-    if a.json:  # checked before any work; written atomically, never over a file dcpsim did not write
-        try:
-            check_out_file(a.json, field="--json", suffixes=(".json",))
-        except ConfigError as e:  # one line, exit 2, nothing written
-            raise SystemExit(f"error: {e} (remove or rename it)") from None
+    check_result_path(a.json, "--json")
     samples = [int(x) for x in a.samples.split(",")]
     if a.child:
         print(json.dumps(one(int(a.child[0]), a.child[1], int(a.child[2]), samples)))
@@ -91,8 +86,7 @@ def main() -> None:
         k = f"sample_{n}"
         print(f"{k}: max loss {max(r[k]['loss_pct'] for r in rows):+.4f}% simulated, "
               f"{max(r[k]['modelled_loss_pct'] for r in rows):+.4f}% modelled")
-    if a.json:
-        write_json(a.json, rows, indent=1)
+    save_result(a.json, rows, indent=1)
 
 
 if __name__ == "__main__":

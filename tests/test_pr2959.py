@@ -255,7 +255,7 @@ def test_plans_2048_sequences_on_512_ranks():
     # 512 slots x PP 8 = 4096 buckets > 2048 samples at every m: the PR's search skips them all (and its code
     # then fails); dcpsim falls back to safe mode
     assert plan.n_steps >= 8 and plan.meta["safe_mode"]
-    assert plan.meta["planning_wall_s"] < 10  # host time; the 2 s target is checked by benchmarks/bench_pr2959.py
+    # its speed (host time) is a benchmark target, benchmarks/bench_pr2959.py, not a unit-test assertion
 
 
 def test_max_cp_caps_the_long_groups():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -447,12 +446,10 @@ def test_bad_parameters_raise_config_error(make, field: str) -> None:
 
 
 @pytest.mark.skipif(not WIKIPEDIA.is_file(), reason=f"{WIKIPEDIA} not present")
-def test_real_wikipedia_fit_and_load_speed() -> None:
-    t0 = time.perf_counter()
+def test_real_wikipedia_fit() -> None:
+    # the load-speed target (1M lines < 3 s) lives in benchmarks/bench_load.py, not in a timed unit test
     x = read_lengths(WIKIPEDIA)
-    elapsed = time.perf_counter() - t0
     assert x.size == 1_000_000
-    assert elapsed < 3.0, f"1M-line load took {elapsed:.2f} s"
     fit = fit_lognormal_pareto(x, tail_start=4096)
     assert fit.mu == pytest.approx(5.95, abs=0.05)
     assert fit.sigma == pytest.approx(1.26, abs=0.1)
