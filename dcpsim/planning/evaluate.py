@@ -83,9 +83,9 @@ def horizon_hours(tokens: float, tokens_per_s: float, gpus: int, fm, iteration_s
                   fixed_h: float) -> tuple[float, str]:
     """(hours the long run covers, what they are): ``fixed_h`` if > 0, else the planned duration (time to
     train / first-order goodput), capped at :data:`MAX_SEGMENTS` checkpoint segments and ten years."""
-    from dcpsim.sim.longrun import first_order_goodput
+    from dcpsim.sim.longrun import checkpoint_iterations, first_order_goodput
 
-    tau = max(1, round(fm.checkpoint_interval_s(gpus) / iteration_s)) * iteration_s
+    tau = checkpoint_iterations(fm.checkpoint_interval_s(gpus), iteration_s) * iteration_s
     if fixed_h > 0:
         h, what = fixed_h, "sim.long_run_hours"
     else:

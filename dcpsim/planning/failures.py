@@ -15,10 +15,11 @@ from dcpsim.sim.longrun import (  # one implementation of the MTBF, Young interv
     LLAMA3_DAYS,
     LLAMA3_GPUS,
     LLAMA3_INTERRUPTIONS,
+    checkpoint_interval_s,
+    failure_settings,
     first_order_goodput,
     llama3_gpu_mtbf_hours,
     system_mtbf_s,
-    young_interval_s,
 )
 
 __all__ = ["FailureModel", "llama3_gpu_mtbf_hours", "LLAMA3_DAYS", "LLAMA3_GPUS", "LLAMA3_INTERRUPTIONS"]
@@ -58,9 +59,7 @@ class FailureModel:
     @classmethod
     def from_settings(cls, s) -> FailureModel:
         """The failure model of a run configuration's ``[sim]`` section (``cfg.sim``)."""
-        iv = s.checkpoint_interval_s
-        return cls(gpu_mtbf_h=float(s.gpu_mtbf_h), checkpoint_s=float(s.checkpoint_s), restart_s=float(s.restart_s),
-                   interval_s=None if iv == "young" else float(iv))
+        return cls(**failure_settings(s))
 
     def settings(self) -> dict:
         """This model as run-configuration updates (``sim.*``), the inverse of :meth:`from_settings`."""
@@ -74,9 +73,7 @@ class FailureModel:
 
     def checkpoint_interval_s(self, gpus: int) -> float:
         """Work time between checkpoints (Young's optimum unless fixed), seconds."""
-        if self.interval_s is not None:
-            return float(self.interval_s)
-        return young_interval_s(self.checkpoint_s, self.system_mtbf_s(gpus))
+        return checkpoint_interval_s(self.interval_s, self.checkpoint_s, self.system_mtbf_s(gpus))
 
     def goodput(self, gpus: int) -> float:
         """Useful fraction of wall time on ``gpus`` GPUs (0..1)."""

@@ -544,13 +544,7 @@ class _Run:
         count = self.count
         count[d] -= 1
         if count[d] == 0:
-            self.start[d] = self.env.now
-            if self.watch:
-                self.begin(d)
-            elif self.gate_of[d] >= 0:
-                self.gates[self.gate_of[d]].arrive(d)
-            else:
-                self.timeout(self.dur[d], d).callbacks.append(self.cb_done)
+            self.launch(d)
 
     def on_stage_done(self, ev) -> None:
         self.events += 1

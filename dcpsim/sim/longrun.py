@@ -65,6 +65,25 @@ def young_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
     return math.sqrt(2.0 * checkpoint_s * mtbf_s)
 
 
+def checkpoint_interval_s(fixed_s: float | None, checkpoint_s: float, mtbf_s: float) -> float:
+    """Work seconds between checkpoints: ``fixed_s`` when set, else Young's optimum (:func:`young_interval_s`)."""
+    return float(fixed_s) if fixed_s is not None else young_interval_s(checkpoint_s, mtbf_s)
+
+
+def checkpoint_iterations(interval_s: float, iteration_s: float) -> int:
+    """Iterations between checkpoints: ``interval_s`` rounded to whole iterations, at least one."""
+    return max(1, round(interval_s / iteration_s))
+
+
+def failure_settings(s) -> dict:
+    """The failure inputs of a run configuration's ``[sim]`` section ``s`` (``gpu_mtbf_h``, ``checkpoint_s``,
+    ``restart_s``, ``checkpoint_interval_s``; ``"young"`` becomes ``None``): the one reader of these fields,
+    for :func:`long_run_from_settings` and planning's ``FailureModel.from_settings``."""
+    iv = s.checkpoint_interval_s
+    return {"gpu_mtbf_h": float(s.gpu_mtbf_h), "checkpoint_s": float(s.checkpoint_s), "restart_s": float(s.restart_s),
+            "interval_s": None if iv == "young" else float(iv)}
+
+
 def first_order_goodput(mtbf_s: float, interval_s: float, checkpoint_s: float, restart_s: float) -> float:
     """Young/Daly first-order goodput ``(1 − (R + (τ + δ)/2)/M) / (1 + δ/τ)``, 0 when failures outrun progress.
 
@@ -126,9 +145,7 @@ class LongRun:
 
     def interval_s(self, gpus: int) -> float:
         """Work seconds between checkpoints (Young: ``√(2·δ·M)``)."""
-        if self.checkpoint_interval_s is not None:
-            return float(self.checkpoint_interval_s)
-        return young_interval_s(self.checkpoint_s, self.system_mtbf_s(gpus))
+        return checkpoint_interval_s(self.checkpoint_interval_s, self.checkpoint_s, self.system_mtbf_s(gpus))
 
 
 def long_run_from_settings(s, hours: float, slow_gpu_ratio: float = 1.0, degraded_link_ratio: float = 1.0) -> LongRun:
@@ -136,9 +153,9 @@ def long_run_from_settings(s, hours: float, slow_gpu_ratio: float = 1.0, degrade
     ``gpu_mtbf_h``, ``checkpoint_s``, ``restart_s``, ``checkpoint_interval_s``, ``slow_gpu_*``,
     ``degraded_link_*``) over ``hours``, with the episode ratios measured by the caller
     (:func:`slowdown_ratios`). The one place the config's failure fields become the model's inputs."""
-    interval = s.checkpoint_interval_s
-    return LongRun(hours=hours, gpu_mtbf_h=s.gpu_mtbf_h, checkpoint_s=s.checkpoint_s, restart_s=s.restart_s,
-                   checkpoint_interval_s=None if interval == "young" else float(interval),
+    f = failure_settings(s)
+    return LongRun(hours=hours, gpu_mtbf_h=f["gpu_mtbf_h"], checkpoint_s=f["checkpoint_s"], restart_s=f["restart_s"],
+                   checkpoint_interval_s=f["interval_s"],
                    slow_gpu=Episodes(s.slow_gpu_per_day, s.slow_gpu_episode_s, slow_gpu_ratio),
                    degraded_link=Episodes(s.degraded_link_per_day, s.degraded_link_episode_s, degraded_link_ratio))
 
@@ -147,7 +164,7 @@ def young_daly_goodput(gpus: int, lr: LongRun, iteration_s: float | None = None)
     """First-order expected goodput (no slowness), with ``τ`` rounded to whole iterations when given."""
     tau = lr.interval_s(gpus)
     if iteration_s:
-        tau = max(1, round(tau / iteration_s)) * iteration_s
+        tau = checkpoint_iterations(tau, iteration_s) * iteration_s
     return first_order_goodput(lr.system_mtbf_s(gpus), tau, lr.checkpoint_s, lr.restart_s)
 
 
@@ -161,7 +178,7 @@ def renewal_goodput(gpus: int, lr: LongRun, iteration_s: float) -> float:
     aside). Young/Daly is its first-order expansion in ``s/M`` and ``R/M``.
     """
     m = lr.system_mtbf_s(gpus)
-    tau = max(1, round(lr.interval_s(gpus) / iteration_s)) * iteration_s
+    tau = checkpoint_iterations(lr.interval_s(gpus), iteration_s) * iteration_s
     return tau / (math.expm1((tau + lr.checkpoint_s) / m) * (m + lr.restart_s))
 
 
@@ -172,7 +189,7 @@ def simulate_long_run(iter_s: np.ndarray, gpus: int, lr: LongRun, rng: np.random
         raise ConfigError("iteration times", base.tolist(), "positive simulated iteration times")
     horizon = lr.hours * 3600.0
     m = lr.system_mtbf_s(gpus)
-    c = max(1, round(lr.interval_s(gpus) / float(base.mean())))
+    c = checkpoint_iterations(lr.interval_s(gpus), float(base.mean()))
     # one stream per kind of event (common random numbers: the failures of a seed are the same draws with
     # and without slow episodes, so the two compare without the noise of reshuffled failures)
     fail_rng, *ep_rng = rng.spawn(3)
