@@ -161,37 +161,52 @@ def _run_pooled(specs: list[CellSpec], jobs: int, on_done: Callable[[dict[str, A
                 attempts: int = 2, fn: Callable[[CellSpec], dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """Cells in a :func:`dcpsim.run.pool.worker_pool`; a cell whose worker dies is retried, then a ``failed`` row.
 
-    ``fn`` runs one cell in the worker (default :func:`run_cell`; tests pass one that kills its worker).
+    A retry runs each lost cell alone in its own one-worker pool, so a cell that only waited in a pool
+    that another cell's death broke is not charged with that death. ``fn`` runs one cell in the worker
+    (default :func:`run_cell`; tests pass one that kills its worker).
     """
     fn = fn or _worker
+    rows: list[dict[str, Any] | None] = [None] * len(specs)
+    # Longest cells first keeps the pool busy to the end (dynamic-solver and big clusters are slow).
+    todo = sorted(range(len(specs)), key=lambda i: -_expected_cost(specs[i]))
+    for attempt in range(1, attempts + 1):
+        rounds = [(todo, jobs)] if attempt == 1 else [([i], 1) for i in todo]
+        lost: list[int] = []
+        for cells, workers in rounds:
+            lost += _pool_round(specs, cells, workers, fn, rows, on_done, last=attempt == attempts)
+        if not lost:
+            break
+        todo = sorted(lost, key=lambda i: -_expected_cost(specs[i]))
+    return [r for r in rows if r is not None]
+
+
+def _pool_round(specs: list[CellSpec], cells: list[int], workers: int, fn: Callable[[CellSpec], dict[str, Any]],
+                rows: list[dict[str, Any] | None], on_done: Callable[[dict[str, Any]], None] | None,
+                last: bool) -> list[int]:
+    """Run ``cells`` in one pool of ``workers``, filling ``rows``; returns the cells lost to a dead worker
+    (recorded as ``failed`` rows when ``last``)."""
     from concurrent.futures import as_completed
     from concurrent.futures.process import BrokenProcessPool
 
     from dcpsim.run.pool import worker_pool
 
-    rows: list[dict[str, Any] | None] = [None] * len(specs)
-    # Longest cells first keeps the pool busy to the end (dynamic-solver and big clusters are slow).
-    todo = sorted(range(len(specs)), key=lambda i: -_expected_cost(specs[i]))
-    for attempt in range(1, attempts + 1):
-        lost: list[int] = []
-        pool = worker_pool(jobs if attempt == 1 else 1)  # a retry runs one cell at a time
-        try:
-            futs = {pool.submit(fn, specs[i]): i for i in todo}
-            for fut in as_completed(futs):
-                try:
-                    rows[futs[fut]] = fut.result()
-                except BrokenProcessPool as exc:
-                    lost.append(futs[fut])
-                    if attempt == attempts:
-                        rows[futs[fut]] = _lost_row(specs[futs[fut]], exc)
-                if rows[futs[fut]] is not None and on_done:
-                    on_done(rows[futs[fut]])
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        if not lost:
-            break
-        todo = sorted(lost, key=lambda i: -_expected_cost(specs[i]))
-    return [r for r in rows if r is not None]
+    lost: list[int] = []
+    pool = worker_pool(workers)
+    try:
+        futs = {pool.submit(fn, specs[i]): i for i in cells}
+        for fut in as_completed(futs):
+            i = futs[fut]
+            try:
+                rows[i] = fut.result()
+            except BrokenProcessPool as exc:
+                lost.append(i)
+                if last:
+                    rows[i] = _lost_row(specs[i], exc)
+            if rows[i] is not None and on_done:
+                on_done(rows[i])
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return lost
 
 
 def _lost_row(spec: CellSpec, exc: BaseException) -> dict[str, Any]:
