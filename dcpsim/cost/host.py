@@ -1,0 +1,269 @@
+"""The host timeline: who waits for whom between the CPU that issues a step and the GPU that runs it.
+
+Mechanism. Every op (one pipeline stage's forward or backward of one
+microbatch, or a piece of the step's end) has a *host* cost ``h`` (the CPU
+time to issue it: Python and Transformer Engine module code, PyTorch's
+dispatcher, kernel launches, NCCL calls) and a *device* cost ``d`` (the GPU
+time of its ``k`` kernels). The host issues ops in order and never waits for
+the device, except at a *sync*, where it waits until the device has drained
+everything issued before (and, for a pipeline receive, until the input has
+arrived). The device starts an op's first kernel once it is issued, the
+device is free and the op's input is ready, and runs the op's kernels as the
+host issues them. With the op's kernels taken as ``k`` equal pieces (host
+``h/k`` and device ``d/k`` each), the op's device end is the two-machine flow
+shop's makespan::
+
+    H       = host free                      (sync before: max(host free, device free, ready) + sync_s)
+    start   = max(device free, ready, H + h/k)
+    end     = max(start + d, H + h + d/k)
+    host    = H + h                          (sync after: max(H + h, end) + sync_s)
+
+so a long run of ops costs ``~ max(Σh, Σd)``: the host runs ahead while the
+device is the bottleneck (its costs hide), and the device idles while the host
+is (``Σh`` shows). A sync drains the queue and throws the host's lead away.
+:func:`issue` is that rule, vectorised; :func:`evaluate` runs it over one op
+list (one rank's ops, or a step's end); the pipeline evaluators
+(:func:`dcpsim.pipeline.group_times` and the event engine) call :func:`issue`
+per op with the device's own dependencies.
+
+Order apart from execution: :func:`layer_calls`, :func:`pass_host_s` and
+:func:`step_end_ops` are pure functions saying what the host issues and what
+it costs; the evaluators above run it.
+
+Syncs in a Megatron-LM training step (read in ``NVIDIA/Megatron-LM`` at
+d98e8a64, 2026-08-22; flags are Megatron's):
+
+* pipeline p2p with ``batch_p2p_comm`` and ``batch_p2p_sync`` (the defaults;
+  ``batch_p2p_comm = not overlap_p2p_comm`` and overlap is forced off without
+  interleaving, ``training/arguments.py``): ``torch.cuda.synchronize()`` after
+  every batched send/receive (``core/pipeline_parallel/p2p_communication.py``,
+  ``_communicate``). So with ``pp > 1`` and ``vp = 1`` every op waits for its
+  input and a drained device; interleaved schedules overlap p2p and do not;
+* the loss NaN/Inf check (``--check-for-nan-in-loss-and-grad``, on by
+  default): ``pretrain_gpt.py`` ``loss_func`` calls
+  ``rerun_state_machine.validate_result`` with ``torch.isnan``/``torch.isinf``,
+  whose result is used as a Python bool: a sync per microbatch on the last
+  stage; the same check on gradients per bucket before their reduction
+  (``core/distributed/param_and_grad_buffer.py`` ``check_grads``);
+* gradient norm for clipping (``--clip-grad``, default 1.0):
+  ``core/optimizer/clip_grads.py`` ``total_norm.item()``;
+* ``--log-num-zeros-in-grad``: ``count_zeros_fp32`` ``.item()``;
+* logging every ``--log-interval`` steps: ``loss_scale.item()``, the
+  ``interval-time`` timer with ``barrier=True`` (``torch.cuda.synchronize()``
+  in ``core/timers.py``), and with ``--log-params-norm``
+  ``calc_params_l2_norm`` (a full-model norm + all-reduce + ``.item()``);
+* packed (THD) microbatches: the sequence metadata (``cu_seqlens``,
+  ``max_seqlen``) is read on the host per microbatch;
+* Dynamic-CP: the scheduler's exchange of sequence lengths before the step.
+
+CUDA graphs (``--cuda-graph-impl local|transformer_engine``) capture whole
+transformer layers: a graphed layer costs one module call and one replay
+(``graph_replay_s``) per pass instead of its kernels and calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dcpsim.hardware.host import HostCosts
+
+# Python-level calls per transformer layer, Megatron-Core GPT layer with Transformer Engine (counted from
+# megatron/core/transformer/transformer_layer.py and attention.py / mlp.py at d98e8a64): forward
+# TransformerLayer, SelfAttention, linear_qkv, rotary embedding, core_attention, linear_proj,
+# bias-dropout-add, MLP, linear_fc1, activation, linear_fc2, bias-dropout-add = 12; backward: the Python
+# autograd functions of linear_qkv, core attention, linear_proj, linear_fc1, linear_fc2 and the fused
+# rotary / bias-dropout-add / activation functions = 8 (the rest of the backward runs in the C++ engine).
+MODULE_CALLS_FWD = 12
+AUTOGRAD_CALLS_BWD = 8
+# Output layer + loss on the last stage (output_layer, vocab-parallel cross-entropy, loss_func, the two
+# NaN/Inf checks) and embedding on the first stage (embedding, position/rotary setup), forward and backward.
+HEAD_CALLS = (6, 3)
+EMBED_CALLS = (3, 1)
+CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
+# Kernels the step's end launches besides per-tensor loops: multi-tensor L2 norm and scale, Adam, the
+# main -> model parameter copy, the scalar all-reduces' pre/post ops (counted from clip_grads.py and
+# optimizer.py at d98e8a64; multi_tensor_apply launches one kernel per chunk of tensors, assumed one here).
+KERNELS_GRAD_NORM = 3
+KERNELS_OPTIMIZER = 4
+
+
+@dataclass(frozen=True)
+class Op:
+    """One unit the host issues and the device runs (seconds; ``kernels`` >= 1 equal pieces)."""
+
+    name: str
+    host_s: float
+    device_s: float
+    kernels: int = 1
+    sync_before: bool = False
+    sync_after: bool = False
+    ready_s: float = 0.0
+
+
+def issue(host_free, device_free, ready, host_s, device_s, kernels, sync_before, sync_after, sync_s: float):
+    """The host/device rule of the module docstring for one op (or arrays of independent ops).
+
+    Returns ``(issue_start, device_start, device_end, host_free_after)``, all seconds, broadcast over the
+    inputs. ``sync_before``/``sync_after`` are booleans (or boolean arrays).
+    """
+    h = np.asarray(host_s, dtype=np.float64)
+    d = np.asarray(device_s, dtype=np.float64)
+    k = np.maximum(np.asarray(kernels, dtype=np.float64), 1.0)
+    hf = np.asarray(host_free, dtype=np.float64)
+    df = np.asarray(device_free, dtype=np.float64)
+    r = np.asarray(ready, dtype=np.float64)
+    H = np.where(sync_before, np.maximum(np.maximum(hf, df), r) + sync_s, hf)
+    start = np.maximum(np.maximum(df, r), H + h / k)
+    end = np.maximum(start + d, H + h + d / k)
+    host_after = np.where(sync_after, np.maximum(H + h, end) + sync_s, H + h)
+    return H, start, end, host_after
+
+
+@dataclass
+class HostTimeline:
+    """Times of one op list under :func:`issue` (seconds from the list's start)."""
+
+    ops: list[Op]
+    issue_start: np.ndarray
+    device_start: np.ndarray
+    device_end: np.ndarray
+    host_end: np.ndarray
+
+    @property
+    def end_s(self) -> float:
+        """When both the device and the host are done with the list."""
+        if not self.ops:
+            return 0.0
+        return float(max(self.device_end.max(), self.host_end[-1]))
+
+    @property
+    def host_busy_s(self) -> float:
+        return float(sum(op.host_s for op in self.ops))
+
+    @property
+    def device_busy_s(self) -> float:
+        return float(sum(op.device_s for op in self.ops))
+
+    def breakdown(self) -> list[dict[str, float | str]]:
+        """One row per op: host and device cost, when the device ran it, and the device's wait for the host."""
+        rows = []
+        prev_end = 0.0
+        for i, op in enumerate(self.ops):
+            wait = max(0.0, float(self.device_start[i]) - max(prev_end, op.ready_s))
+            rows.append({"op": op.name, "host_s": op.host_s, "device_s": op.device_s,
+                         "device_start_s": float(self.device_start[i]), "device_end_s": float(self.device_end[i]),
+                         "device_waits_for_host_s": wait, "sync": "before" if op.sync_before else
+                         ("after" if op.sync_after else "")})
+            prev_end = float(self.device_end[i])
+        return rows
+
+
+def evaluate(ops: list[Op], sync_s: float, host_start: float = 0.0, device_start: float = 0.0) -> HostTimeline:
+    """Run :func:`issue` over ``ops`` in order on one host and one device (the one evaluator of an op list)."""
+    n = len(ops)
+    out = np.zeros((4, n))
+    hf, df = float(host_start), float(device_start)
+    for i, op in enumerate(ops):
+        H, s, e, hf2 = issue(hf, df, op.ready_s, op.host_s, op.device_s, op.kernels, op.sync_before,
+                             op.sync_after, sync_s)
+        out[:, i] = (H, s, e, hf2)
+        hf, df = float(hf2), float(e)
+    return HostTimeline(list(ops), out[0], out[1], out[2], out[3])
+
+
+# ---------------------------------------------------------------- what the host issues (pure)
+@dataclass(frozen=True)
+class Calls:
+    """Host-side calls of one pass: Python-level module/op calls, autograd functions, kernels, collectives."""
+
+    modules: float = 0.0
+    autograd: float = 0.0
+    kernels: float = 0.0
+    collectives: float = 0.0
+    graphs: float = 0.0  # CUDA-graph replays
+
+    def __add__(self, other: Calls) -> Calls:
+        return Calls(self.modules + other.modules, self.autograd + other.autograd, self.kernels + other.kernels,
+                     self.collectives + other.collectives, self.graphs + other.graphs)
+
+    def scaled(self, f: float) -> Calls:
+        return Calls(self.modules * f, self.autograd * f, self.kernels * f, self.collectives * f, self.graphs * f)
+
+    def host_s(self, host: HostCosts) -> float:
+        """Host seconds of these calls on ``host``."""
+        return (self.modules * host.module_call_s + self.autograd * host.autograd_call_s
+                + self.kernels * host.kernel_launch_s + self.collectives * host.collective_call_s
+                + self.graphs * host.graph_replay_s)
+
+
+def layer_calls(kernels_fwd: float, kernels_bwd: float, collectives_fwd: float, collectives_bwd: float,
+                cuda_graphs: str = "none") -> tuple[Calls, Calls]:
+    """(forward, backward) calls of one transformer layer.
+
+    ``kernels_*`` counts every kernel of the pass (collectives included, as the cost model counts them);
+    ``collectives_*`` how many of them are NCCL calls (priced as calls, not launches). With CUDA graphs
+    the layer is one captured graph per pass: one module (or autograd) call and one replay.
+    """
+    if cuda_graphs not in CUDA_GRAPH_IMPLS:
+        from dcpsim.errors import ConfigError
+
+        raise ConfigError("host.cuda_graphs", cuda_graphs, f"one of {CUDA_GRAPH_IMPLS}")
+    if cuda_graphs != "none":
+        return Calls(modules=1.0, graphs=1.0), Calls(autograd=1.0, graphs=1.0)
+    return (Calls(modules=MODULE_CALLS_FWD, kernels=kernels_fwd - collectives_fwd, collectives=collectives_fwd),
+            Calls(autograd=AUTOGRAD_CALLS_BWD, kernels=kernels_bwd - collectives_bwd, collectives=collectives_bwd))
+
+
+@dataclass(frozen=True)
+class StepFlags:
+    """What a run's flags add to the host's work (Megatron-LM names in comments; see the module docstring)."""
+
+    check_nan: bool = True  # --check-for-nan-in-loss-and-grad (default on)
+    clip_grad: bool = True  # --clip-grad > 0 (default 1.0): gradient norm with .item()
+    log_params_norm: bool = False  # --log-params-norm
+    log_num_zeros: bool = False  # --log-num-zeros-in-grad
+    log_every_step: bool = True  # --log-interval 1: loss-scale .item() and the interval timer's barrier
+    cuda_graphs: str = "none"  # --cuda-graph-impl
+    thd: bool = False  # packed variable-length (THD) microbatches: sequence metadata read on the host
+    dynamic_cp: bool = False  # Dynamic-CP: the scheduler's exchange before the step
+
+
+@dataclass(frozen=True)
+class StepEndWork:
+    """Device work and sizes of a stage's step end (seconds, counts), from the cost model and simulator."""
+
+    optimizer_device_s: float  # memory-bound optimizer step + grad norm + zeroing (device)
+    param_tensors: int  # parameter tensors on the stage (per-tensor host loops)
+    buckets: int = 1  # gradient buckets (grad checks, reduce-scatter and all-gather calls)
+    norm_device_s: float = 0.0  # one read of the stage's parameters (params norm), device
+    extra: tuple[Op, ...] = field(default_factory=tuple)
+
+
+def step_end_ops(work: StepEndWork, flags: StepFlags, host: HostCosts) -> list[Op]:
+    """The ops of a stage's step end, after its last backward (Megatron order: finalize grads, optimizer
+    step with grad norm / clip / zero count, parameter copy, then the logging of the step)."""
+    kl, mc, cc = host.kernel_launch_s, host.module_call_s, host.collective_call_s
+    n = max(int(work.param_tensors), 1)
+    ops = []
+    if flags.check_nan:  # per bucket: a norm of the bucket's grads checked on the host
+        ops.append(Op("grad NaN check", work.buckets * (mc + 2 * kl), 0.0, kernels=2 * work.buckets, sync_after=True))
+    ops.append(Op("grad sync calls", work.buckets * 2 * cc + mc, 0.0, kernels=max(work.buckets, 1)))
+    ops.append(Op("copy grads to main", n * host.param_tensor_s + mc, 0.0, kernels=1))
+    if flags.clip_grad:
+        ops.append(Op("grad norm", KERNELS_GRAD_NORM * kl + cc + mc, 0.0, kernels=KERNELS_GRAD_NORM, sync_after=True))
+        ops.append(Op("clip", kl + mc, 0.0))
+    if flags.log_num_zeros:
+        ops.append(Op("count zeros", n * (2 * kl + host.param_tensor_s) + cc + mc, 0.0, kernels=2 * n,
+                      sync_after=True))
+    ops.append(Op("optimizer", KERNELS_OPTIMIZER * kl + n * host.param_tensor_s + mc, work.optimizer_device_s,
+                  kernels=KERNELS_OPTIMIZER))
+    ops.extend(work.extra)
+    if flags.log_every_step:
+        ops.append(Op("loss scale / loss report", mc + cc, 0.0, sync_after=True))
+    if flags.log_params_norm:
+        ops.append(Op("params norm", n * host.param_tensor_s + KERNELS_GRAD_NORM * kl + cc + mc, work.norm_device_s,
+                      kernels=KERNELS_GRAD_NORM, sync_after=True))
+    ops.append(Op("step bookkeeping and logging", host.step_s, 0.0, sync_after=flags.log_every_step))
+    return ops

@@ -1,0 +1,147 @@
+"""The host timeline (dcpsim.cost.host): closed-form limits of the host/device rule, sync draining, calls."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from dcpsim.cost.host import (
+    Calls,
+    Op,
+    StepEndWork,
+    StepFlags,
+    evaluate,
+    issue,
+    layer_calls,
+    step_end_ops,
+)
+from dcpsim.errors import ConfigError, ProfileError
+from dcpsim.hardware.host import HostCosts, host_from_table
+
+X86 = HostCosts(cpu="x86", kernel_launch_s=5e-6, module_call_s=8e-6, autograd_call_s=8e-6, collective_call_s=20e-6,
+                sync_s=10e-6, microbatch_s=100e-6, param_tensor_s=2e-6, step_s=1e-3, graph_replay_s=10e-6)
+
+
+def _chain(n: int, h: float, d: float, k: int = 1, **kw) -> list[Op]:
+    return [Op(f"op{i}", h, d, kernels=k, **kw) for i in range(n)]
+
+
+@pytest.mark.parametrize("n,h,d", [(10, 1.0, 3.0), (10, 3.0, 1.0), (1, 2.0, 5.0), (7, 2.5, 2.5)])
+def test_chain_without_syncs_is_the_flow_shop(n, h, d):
+    """n equal ops, one kernel each: the host runs ahead, so the list takes h + n·d when the device is the
+    bottleneck and n·h + d when the host is: the two-machine flow shop, max(Σh + d, h + Σd)."""
+    tl = evaluate(_chain(n, h, d), sync_s=0.0)
+    assert tl.end_s == pytest.approx(max(n * h + d, h + n * d))
+
+
+def test_device_bound_hides_the_host_and_host_bound_shows_it():
+    dev = evaluate(_chain(100, 1e-6, 1e-3, k=10), sync_s=0.0)
+    assert dev.end_s == pytest.approx(100 * 1e-3 + 1e-7, rel=1e-9)  # only the first kernel's launch shows
+    host = evaluate(_chain(100, 1e-3, 1e-6, k=10), sync_s=0.0)
+    assert host.end_s == pytest.approx(100 * 1e-3 + 1e-7, rel=1e-9)  # only the last kernel's run shows
+
+
+def test_many_kernels_overlap_within_one_op():
+    """One op of k kernels: max(h + d/k, h/k + d), between max(h, d) and h + d."""
+    for h, d, k in ((3.0, 1.0, 4), (1.0, 3.0, 4), (2.0, 2.0, 1)):
+        tl = evaluate([Op("x", h, d, kernels=k)], sync_s=0.0)
+        assert tl.end_s == pytest.approx(max(h + d / k, h / k + d))
+        assert max(h, d) <= tl.end_s <= h + d
+
+
+def test_a_sync_drains_the_queue_and_costs_the_lead():
+    """With a sync before every op the host cannot run ahead: each op costs sync + h + d (one kernel)."""
+    n, h, d, s = 8, 1.0, 3.0, 0.5
+    synced = evaluate(_chain(n, h, d, sync_before=True), sync_s=s)
+    assert synced.end_s == pytest.approx(n * (s + h + d))
+    free = evaluate(_chain(n, h, d), sync_s=s)
+    assert free.end_s < synced.end_s
+    # one sync in the middle: the two halves are flow shops, joined by the drain
+    ops = _chain(4, h, d) + [Op("sync", h, d, sync_before=True)] + _chain(3, h, d)
+    tl = evaluate(ops, sync_s=s)
+    first = max(4 * h + d, h + 4 * d)
+    second = max(4 * h + d, h + 4 * d)  # the synced op then 3 more: 4 ops from an aligned start
+    assert tl.end_s == pytest.approx(first + s + second)
+
+
+def test_sync_after_blocks_the_host_until_the_op_ends():
+    tl = evaluate([Op("a", 1.0, 5.0, sync_after=True), Op("b", 1.0, 1.0)], sync_s=0.25)
+    assert tl.host_end[0] == pytest.approx(6.25)
+    assert tl.end_s == pytest.approx(6.25 + 1.0 + 1.0)
+
+
+def test_ready_time_is_a_device_dependency_not_a_host_wait():
+    """A pipeline input arriving late delays the device, not the host, which keeps issuing."""
+    ops = [Op("a", 1.0, 1.0, ready_s=10.0), Op("b", 1.0, 1.0)]
+    tl = evaluate(ops, sync_s=0.0)
+    assert tl.device_start[0] == pytest.approx(10.0)
+    assert tl.host_end[1] == pytest.approx(2.0)
+    assert tl.end_s == pytest.approx(12.0)
+    # a synced receive makes the host wait for the input too
+    tl2 = evaluate([Op("a", 1.0, 1.0, ready_s=10.0, sync_before=True), Op("b", 1.0, 1.0)], sync_s=0.0)
+    assert tl2.issue_start[0] == pytest.approx(10.0)
+    assert tl2.end_s == pytest.approx(10.0 + 1.0 + 1.0 + 1.0)
+
+
+def test_issue_is_vectorised_like_the_scalar_rule():
+    rng = np.random.default_rng(3)
+    a = rng.uniform(0, 2, size=(6, 50))
+    sb, sa = rng.random(50) < 0.5, rng.random(50) < 0.5
+    k = rng.integers(1, 9, 50)
+    H, s, e, hf = issue(a[0], a[1], a[2], a[3], a[4], k, sb, sa, 0.1)
+    for i in range(50):
+        h1, s1, e1, f1 = issue(a[0, i], a[1, i], a[2, i], a[3, i], a[4, i], k[i], sb[i], sa[i], 0.1)
+        assert (H[i], s[i], e[i], hf[i]) == pytest.approx((float(h1), float(s1), float(e1), float(f1)))
+    assert (e >= s + a[4] - 1e-12).all() and (s >= a[1]).all() and (s >= a[2]).all()
+
+
+def test_zero_host_costs_give_the_device_time():
+    tl = evaluate(_chain(5, 0.0, 2.0, k=3, sync_before=True), sync_s=0.0)
+    assert tl.end_s == pytest.approx(10.0)
+
+
+def test_cuda_graphs_replace_kernel_and_call_costs():
+    f, b = layer_calls(20, 30, 4, 4)
+    gf, gb = layer_calls(20, 30, 4, 4, cuda_graphs="transformer_engine")
+    assert f.kernels == 16 and f.collectives == 4 and b.autograd > 0
+    assert gf.host_s(X86) == pytest.approx(X86.module_call_s + X86.graph_replay_s)
+    assert gb.host_s(X86) == pytest.approx(X86.autograd_call_s + X86.graph_replay_s)
+    assert gf.host_s(X86) < f.host_s(X86) and gb.host_s(X86) < b.host_s(X86)
+    with pytest.raises(ConfigError, match="cuda_graphs"):
+        layer_calls(1, 1, 0, 0, cuda_graphs="full")
+
+
+def test_calls_price_each_kind():
+    c = Calls(modules=2, autograd=1, kernels=10, collectives=3, graphs=1)
+    assert c.host_s(X86) == pytest.approx(2 * 8e-6 + 8e-6 + 10 * 5e-6 + 3 * 20e-6 + 10e-6)
+    assert (c + c).host_s(X86) == pytest.approx(c.scaled(2).host_s(X86))
+
+
+def test_step_end_flags_add_syncs_and_work():
+    work = StepEndWork(optimizer_device_s=2e-3, param_tensors=50, buckets=2)
+    base = step_end_ops(work, StepFlags(log_params_norm=False, log_num_zeros=False), X86)
+    more = step_end_ops(work, StepFlags(log_params_norm=True, log_num_zeros=True), X86)
+    syncs = lambda ops: sum(o.sync_after or o.sync_before for o in ops)  # noqa: E731
+    assert syncs(more) == syncs(base) + 2
+    t0, t1 = evaluate(base, X86.sync_s).end_s, evaluate(more, X86.sync_s).end_s
+    assert t1 > t0 > 2e-3
+    # the optimizer's device time is there, with the host's calls after the drains on top of it
+    assert t0 >= 2e-3 + X86.step_s
+
+
+def test_host_table_is_validated():
+    src = {f"host.{k}": "a source" for k in ("kernel_launch_s", "sync_s")}
+    h = host_from_table({"cpu": "grace", "kernel_launch_s": 1e-5, "sync_s": 2e-5}, src, "p")
+    assert h.enabled and h.cpu == "grace" and h.kernel_launch_s == 1e-5 and h.module_call_s == 0.0
+    assert not host_from_table(None, {}, "p").enabled
+    with pytest.raises(ProfileError, match="host.cpu"):
+        host_from_table({"cpu": "arm"}, src, "p")
+    with pytest.raises(ProfileError, match="host.sync_s"):
+        host_from_table({"cpu": "x86", "sync_s": -1.0}, src, "p")
+    with pytest.raises(ProfileError, match="origin"):
+        host_from_table({"cpu": "x86", "module_call_s": 1e-6}, src, "p")
+    with pytest.raises(ProfileError, match="not a host field"):
+        host_from_table({"cpu": "x86", "launch": 1e-6}, src, "p")
+    assert math.isfinite(h.kernel_launch_s)
