@@ -399,7 +399,8 @@ class GroupTimes:
 
 def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, bwd_s: np.ndarray,
                 xfer_s: np.ndarray | None = None,
-                first_forward: Callable[[int, np.ndarray, np.ndarray], np.ndarray] | None = None) -> GroupTimes:
+                first_forward: Callable[[int, np.ndarray, np.ndarray], np.ndarray] | None = None,
+                host=None) -> GroupTimes:
     """Exact op times of a plan of groups of stage ranks (see the module docstring).
 
     ``fwd_s``, ``bwd_s``: ``(pp·vp, G)`` per virtual stage and group; ``xfer_s``: ``(pp·vp − 1, G)``,
@@ -407,7 +408,10 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     microbatches are the plan's steps (``sched.m == groups.n_steps``). ``first_forward(s, ready, dur)``,
     if given, returns the finish times of the first forward op (with groups) of each virtual stage
     ``s < pp`` from its groups' ready times and durations (in place of ``ready + dur``: e.g. a wait for
-    the stage's parameter all-gather).
+    the stage's parameter all-gather). ``host`` (a :class:`dcpsim.cost.host.HostOps`, groups in this
+    order), if given, adds the host timeline: each rank's host issues its ops in schedule order, and an
+    op's device start and end follow :func:`dcpsim.cost.host.issue` (its ``run``) from the group's host
+    clock (the latest of its ranks') and its device-ready time.
     """
     if sched.m != groups.n_steps:
         raise ValueError(f"schedule of {sched.m} microbatches for a plan of {groups.n_steps} steps")
@@ -417,6 +421,7 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     free = np.zeros((pp, R))
     last_start = np.zeros((pp, R))
     used = np.zeros((pp, R), dtype=bool)
+    hfree = np.zeros((pp, R))  # each rank's host clock (used with ``host``)
     off = groups.offset.tolist()
     dur = (np.asarray(fwd_s, dtype=np.float64), np.asarray(bwd_s, dtype=np.float64))
     x = None if xfer_s is None or V == 1 else np.asarray(xfer_s, dtype=np.float64)
@@ -435,11 +440,17 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             if x is not None:
                 inp = inp + x[min(s, t), a:z]
             ready = np.maximum(ready, inp)
+        d_s = dur[d][s, a:z]
+        if host is not None:
+            h0 = np.maximum.reduceat(hfree[p_], groups.bounds[k])[groups.take[k]]
+            ready, fin_h, h_after = host.run(s, d, a, z, h0, ready, d_s)
+            d_s = fin_h - ready
+            hfree[p_, ranks] = np.repeat(h_after, groups.size[a:z])
         if first_forward is not None and d == FWD and s < pp and s not in gated:
             gated.add(s)
-            fin = first_forward(s, ready, dur[d][s, a:z])
+            fin = first_forward(s, ready, d_s)
         else:
-            fin = ready + dur[d][s, a:z]
+            fin = ready + d_s
         start[s, d, a:z] = ready
         finish[s, d, a:z] = fin
         sz = groups.size[a:z]

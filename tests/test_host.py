@@ -145,3 +145,68 @@ def test_host_table_is_validated():
     with pytest.raises(ProfileError, match="not a host field"):
         host_from_table({"cpu": "x86", "launch": 1e-6}, src, "p")
     assert math.isfinite(h.kernel_launch_s)
+
+
+# ---------------------------------------------------------------- the pipeline evaluators with a host
+def _random_host(work, rng, sync_s=2e-4):
+    from dcpsim.cost.host import HostOps
+
+    f, _, _ = work.virtual()
+    V, G = f.shape
+    scale = float(np.median(f)) if f.size else 1e-3
+    return HostOps(rng.uniform(0, 2 * scale, (V, 2, G)), rng.integers(1, 50, (V, 2, G)).astype(float),
+                   rng.random((V, 2, G)) < 0.4, rng.random((V, 2, G)) < 0.2, sync_s)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("pp,vp", [(1, 1), (2, 1), (4, 2)])
+def test_events_and_fast_path_agree_with_a_host(seed, pp, vp):
+    from dcpsim.pipeline import pipeline_schedule
+    from dcpsim.policies import get_policy
+    from dcpsim.run import config_from_dict
+    from dcpsim.run.single import build_cost_model, build_layout, build_simulator
+    from dcpsim.sim import build_graph, build_group_table, run_iteration
+    from dcpsim.sim.fastpath import fast_iteration
+
+    rng = np.random.default_rng(seed)
+    cfg = config_from_dict({"cluster": {"gpus": pp * 16}, "parallel": {"pp": pp, "cp": 2, "vp": vp,
+                                                                        "max_tokens_per_rank": 16384},
+                            "sim": {"iterations": 1, "planning": "ignore", "overlap_param_gather": seed % 2 == 1}})
+    cost = build_cost_model(cfg)
+    lay, sim = build_layout(cfg, cost), build_simulator(cfg, cost)
+    lengths = rng.integers(128, 30000, size=int(rng.integers(8, 40)))
+    plan = get_policy("dynamic" if seed % 2 else "packing").plan(lengths, lay, cost)
+    table = build_group_table(plan)
+    work = sim.durations.work(plan, table)
+    sched = pipeline_schedule(pp, table.n_steps, vp)
+    o = sim.options
+    base = fast_iteration(work, sched, sim.sync, overlap_param_gather=o.overlap_param_gather)
+    work.host = _random_host(work, rng)
+    des = run_iteration(work, build_graph(table, sched, work.virtual()[2]), sim.sync,
+                        overlap_param_gather=o.overlap_param_gather)
+    fast = fast_iteration(work, sched, sim.sync, overlap_param_gather=o.overlap_param_gather)
+    for f in ("start", "finish", "bwd_end_s", "stage_end_s"):
+        np.testing.assert_allclose(getattr(des, f), getattr(fast, f), rtol=1e-9, err_msg=f)
+    assert fast.makespan_s >= base.makespan_s * (1 - 1e-12)  # a host never makes a step shorter
+
+
+def test_one_rank_pipeline_is_the_op_list_evaluator():
+    """pp = 1, one rank, static groups: the evaluator of the pipeline equals :func:`evaluate` on the rank's
+    op list (forward then backward per microbatch)."""
+    from dcpsim.cost.host import HostOps
+    from dcpsim.pipeline import StepGroups, group_times, pipeline_schedule
+
+    rng = np.random.default_rng(7)
+    m = 5
+    f, b = rng.uniform(0.5, 2, (1, m)), rng.uniform(1, 3, (1, m))
+    hs, ks = rng.uniform(0, 3, (1, 2, m)), rng.integers(1, 9, (1, 2, m)).astype(float)
+    sb, sa = rng.random((1, 2, m)) < 0.5, rng.random((1, 2, m)) < 0.3
+    host = HostOps(hs, ks, sb, sa, 0.1)
+    groups = StepGroups.from_arrays(np.arange(m), np.zeros(m, int), np.ones(m, int), m, 1)
+    gt = group_times(pipeline_schedule(1, m, 1), groups, f, b, None, None, host=host)
+    ops = []
+    for k in range(m):
+        for d, dur in ((0, f[0, k]), (1, b[0, k])):
+            ops.append(Op(f"{d}{k}", hs[0, d, k], dur, int(ks[0, d, k]), bool(sb[0, d, k]), bool(sa[0, d, k])))
+    tl = evaluate(ops, 0.1)
+    np.testing.assert_allclose(gt.finish[0].T.reshape(-1), tl.device_end, rtol=1e-12)

@@ -267,3 +267,136 @@ def step_end_ops(work: StepEndWork, flags: StepFlags, host: HostCosts) -> list[O
                       kernels=KERNELS_GRAD_NORM, sync_after=True))
     ops.append(Op("step bookkeeping and logging", host.step_s, 0.0, sync_after=flags.log_every_step))
     return ops
+
+
+def layer_collectives(tp: int, cp, cp_comm: str) -> tuple[np.ndarray, np.ndarray]:
+    """NCCL calls per layer (forward, backward) per pack of CP size ``cp``: sequence-parallel TP (two
+    all-gathers and two reduce-scatters each way), the CP ring's send/receive per step (``p2p``) or the CP
+    collectives (``all_gather`` 1, ``a2a`` 4 each way)."""
+    cp = np.asarray(cp, dtype=np.float64)
+    n = np.full(cp.shape, 4.0 if tp > 1 else 0.0)
+    multi = cp > 1
+    if cp_comm == "p2p":
+        extra = np.where(multi, cp - 1, 0.0)
+    elif cp_comm == "a2a+p2p":
+        extra = np.where(multi, 4.0 + np.maximum(cp / 8.0 - 1.0, 0.0), 0.0)
+    else:
+        extra = np.where(multi, {"all_gather": 1.0, "a2a": 4.0}.get(cp_comm, 1.0), 0.0)
+    return n + extra, n + extra
+
+
+@dataclass(frozen=True)
+class HostOps:
+    """Host side of one iteration's group ops: ``(V, 2, G)`` arrays (virtual stage, direction, group).
+
+    ``host_s``: issue cost; ``kernels``: kernels the op launches (>= 1); ``sync_before``/``sync_after``:
+    the op's syncs (see the module docstring); ``sync_s``: the host's wake-up after a drain. The pipeline
+    evaluators call :meth:`run` for each op in schedule order with per-rank host clocks.
+    """
+
+    host_s: np.ndarray
+    kernels: np.ndarray
+    sync_before: np.ndarray
+    sync_after: np.ndarray
+    sync_s: float
+
+    def take_groups(self, order: np.ndarray) -> HostOps:
+        """The same ops with groups reordered (``order`` indexes the last axis)."""
+        return HostOps(self.host_s[..., order], self.kernels[..., order], self.sync_before[..., order],
+                       self.sync_after[..., order], self.sync_s)
+
+    def run(self, s: int, d: int, a: int, z: int, host_free, ready, dur):
+        """Ops ``(s, d, a:z)`` whose hosts are free at ``host_free`` and whose device inputs (ranks free,
+        pipeline input arrived) are ready at ``ready``, device time ``dur``: ``(device start, device end,
+        host free after)`` by :func:`issue`."""
+        _, start, end, host_after = issue(host_free, ready, ready, self.host_s[s, d, a:z], dur,
+                                          self.kernels[s, d, a:z], self.sync_before[s, d, a:z],
+                                          self.sync_after[s, d, a:z], self.sync_s)
+        return start, end, host_after
+
+
+@dataclass(frozen=True)
+class PassShape:
+    """What the host issues per group op, from the cost model (per group arrays ``(G,)``; scalars per run)."""
+
+    stage_layers: np.ndarray  # (pp,) layers per pipeline stage
+    vp: int
+    tp: int
+    kernels_fwd: np.ndarray  # kernels per layer, forward, per group
+    kernels_bwd: np.ndarray
+    collectives_fwd: np.ndarray  # NCCL calls per layer, per group
+    collectives_bwd: np.ndarray
+    recompute: str = "none"
+    n_seqs: np.ndarray | None = None  # documents per group's microbatch (THD when > 1)
+    first_step: np.ndarray | None = None  # groups of the plan's first step (Dynamic-CP exchange)
+    kernels_head: tuple[float, float] = (9.0, 8.0)
+    kernels_embed: tuple[float, float] = (1.0, 2.0)
+
+
+def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
+    """The host cost and syncs of every group op of an iteration (pure: what is issued, not when).
+
+    Per virtual stage ``s`` (chunk ``c`` of rank ``p``, ``stage_layers[p]/vp`` layers): the layers'
+    calls (:func:`layer_calls`; full recomputation repeats the forward's calls in the backward, selective
+    the attention call), the pipeline send/receive calls, half of the per-microbatch Python each way, the
+    embedding on virtual stage 0 and output layer + loss on the last. Syncs: a pipeline receive with
+    ``pp > 1`` and ``vp = 1`` (Megatron's batched p2p with ``batch_p2p_sync``) before every op with a
+    pipeline input; the loss NaN/Inf check after the last stage's forward (``check_nan``); THD metadata
+    before every forward (``thd`` and more than one document); the Dynamic-CP exchange before the first
+    step's forwards.
+    """
+    layers = np.asarray(shape.stage_layers, dtype=np.float64)
+    pp, vp = layers.size, int(shape.vp)
+    V, G = pp * vp, int(np.asarray(shape.kernels_fwd).size)
+    hs = np.zeros((V, 2, G))
+    ks = np.ones((V, 2, G))
+    sb = np.zeros((V, 2, G), dtype=bool)
+    sa = np.zeros((V, 2, G), dtype=bool)
+    kf, kb = np.asarray(shape.kernels_fwd, float), np.asarray(shape.kernels_bwd, float)
+    cf, cb = np.asarray(shape.collectives_fwd, float), np.asarray(shape.collectives_bwd, float)
+    graphs = flags.cuda_graphs != "none"
+    if graphs:
+        lf, lb = Calls(modules=1.0, graphs=1.0), Calls(autograd=1.0, graphs=1.0)
+        f_host = np.full(G, lf.host_s(host))
+        b_host = np.full(G, lb.host_s(host))
+        f_k, b_k = np.ones(G), np.ones(G)
+    else:
+        f_host = (MODULE_CALLS_FWD * host.module_call_s + (kf - cf) * host.kernel_launch_s
+                  + cf * host.collective_call_s)
+        b_host = (AUTOGRAD_CALLS_BWD * host.autograd_call_s + (kb - cb) * host.kernel_launch_s
+                  + cb * host.collective_call_s)
+        f_k, b_k = kf, kb
+    if shape.recompute == "full":
+        b_host, b_k = b_host + f_host, b_k + f_k
+    elif shape.recompute == "selective" and not graphs:
+        b_host = b_host + host.module_call_s + host.kernel_launch_s
+    p2p = 2.0 * host.collective_call_s if pp > 1 else 0.0
+    mb = 0.5 * host.microbatch_s
+    hf, hb = HEAD_CALLS
+    ef, eb = EMBED_CALLS
+    for s in range(V):
+        p = s % pp
+        n = layers[p] / vp
+        hs[s, 0] = n * f_host + p2p + mb
+        hs[s, 1] = n * b_host + p2p + mb
+        ks[s, 0] = np.maximum(n * f_k, 1.0)
+        ks[s, 1] = np.maximum(n * b_k, 1.0)
+        if s == 0:
+            hs[s, 0] += ef * host.module_call_s + shape.kernels_embed[0] * host.kernel_launch_s
+            hs[s, 1] += eb * host.autograd_call_s + shape.kernels_embed[1] * host.kernel_launch_s
+            ks[s] += np.asarray(shape.kernels_embed, dtype=np.float64)[:, None]
+        if s == V - 1:
+            hs[s, 0] += hf * host.module_call_s + shape.kernels_head[0] * host.kernel_launch_s
+            hs[s, 1] += hb * host.autograd_call_s + shape.kernels_head[1] * host.kernel_launch_s
+            ks[s] += np.asarray(shape.kernels_head, dtype=np.float64)[:, None]
+            sa[s, 0] = flags.check_nan
+        if pp > 1 and vp == 1:
+            sb[s, 0] = s > 0
+            sb[s, 1] = s < V - 1
+    if flags.thd and shape.n_seqs is not None:
+        sb[:, 0] |= (np.asarray(shape.n_seqs) > 1)[None, :]
+    if flags.dynamic_cp and shape.first_step is not None:
+        first = np.asarray(shape.first_step, dtype=bool)
+        sb[:pp, 0] |= first[None, :]
+        hs[:pp, 0] += np.where(first, host.collective_call_s + host.module_call_s, 0.0)[None, :]
+    return HostOps(hs, ks, sb, sa, float(host.sync_s))

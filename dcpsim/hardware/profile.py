@@ -55,6 +55,7 @@ import numpy as np
 from pydantic import Field
 
 from dcpsim.errors import ConfigError, ProfileError
+from dcpsim.hardware.host import HostCosts, host_from_table
 from dcpsim.validation import STRICT, InputModel, read_text, read_toml, validate_model
 
 FORMAT_VERSION = 1
@@ -179,6 +180,7 @@ class HardwareProfile:
     attention_rows: list[dict] = field(default_factory=list)
     collective_rows: list[dict] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
+    host: HostCosts = field(default_factory=HostCosts)
     path: Path | None = None
     _gemm: dict = field(default_factory=dict, repr=False)
     _attn: dict = field(default_factory=dict, repr=False)
@@ -385,6 +387,7 @@ class HardwareProfile:
             "attention_rows": len(self.attention_rows),
             "collective_rows": len(self.collective_rows),
             "timing": {f: getattr(self.timing, f) for f in TIMING_FIELDS},
+            "host": dict(self.host.__dict__),
         }
 
 
@@ -421,6 +424,7 @@ class ProfileMeta(InputModel):
     measured: dict[str, Any] = Field(default_factory=dict, description="device, driver, versions, date, command")
     tables: dict[str, str] = Field(default_factory=dict, description="file names of the CSV tables")
     timing: dict[str, Any] = Field(default_factory=dict, description="optional timing parameters")
+    host: dict[str, Any] | None = Field(None, description="host (CPU) dispatch costs, dcpsim.hardware.host")
 
 
 # largest plausible value of a CSV cell of each numeric kind (refuses unit mistakes such as 1e30 tokens)
@@ -541,6 +545,7 @@ def load_profile(path: str | Path) -> HardwareProfile:
         attention_rows=attn,
         collective_rows=coll,
         timing=timing,
+        host=host_from_table(meta.host, meta.sources, where),
         path=folder,
         **values,
     )

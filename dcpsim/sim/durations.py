@@ -124,6 +124,9 @@ class IterationWork:
     # shared network, ``recompute = "full"``: each backward op first repeats its forward ring (same traffic
     # and window), then runs its own
     cp_recompute_ring: bool = False
+    # the host timeline's side of every group op (dcpsim.cost.host.HostOps, groups in table order); None:
+    # the profile has no host model, ops run at their device times
+    host: object | None = None
 
     def virtual(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(forward, backward, transfer) per virtual stage: ``(PP·vp, G)`` twice and ``(PP·vp − 1, G)``.

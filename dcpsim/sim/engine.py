@@ -439,7 +439,13 @@ class _Run:
         shared = self.transfers is not None and (any(x is not None for x in self.rs_flows)
                                                  or any(x > 0.0 for x in self.cp_work))
         self.watch = shared or (bool(self.gates) and _zero_delay_into(graph, self.gates))
-        if not self.watch and self.transfers is None:  # the ideal network: lean closures on the hot path
+        # the host timeline (dcpsim.cost.host): each rank's host clock, groups' rank ranges
+        self.host = getattr(work, "host", None)
+        if self.host is not None:
+            self.hfree = np.zeros((pp, work.table.ranks))
+            self.g_start = work.table.start.tolist()
+            self.g_end = (work.table.start + work.table.size).tolist()
+        if not self.watch and self.transfers is None and self.host is None:  # the ideal network: lean closures
             self.cb_done, self.cb_arrive = self._lean_callbacks()
         self.last_started = [0] * pp
         self.last_total = list(self.stage_left)
@@ -447,6 +453,34 @@ class _Run:
         self.rs_end = [math.nan] * pp
 
     def launch(self, n: int) -> None:
+        """Node ``n``'s inputs are all there: it starts now, or, with the host timeline, when its host has
+        issued it (:meth:`host_issue`)."""
+        if self.host is not None:
+            t = self.host_issue(n)
+            if t > self.env.now:
+                self.timeout(t - self.env.now, n).callbacks.append(self._issued)
+                return
+        self._launch(n)
+
+    def _issued(self, ev) -> None:
+        self._launch(ev.value)
+
+    def host_issue(self, n: int) -> float:
+        """The host rule (:meth:`dcpsim.cost.host.HostOps.run`) for node ``n`` ready now: updates its ranks'
+        host clocks and its duration (device start to end); returns its device start."""
+        G = self.G
+        g, sd = n % G, n // G
+        s, d = sd // 2, sd % 2
+        p = s % self.pp
+        lo, hi = self.g_start[g], self.g_end[g]
+        now = self.env.now
+        st, fin, h_after = self.host.run(s, d, g, g + 1, self.hfree[p, lo:hi].max(), np.array([now]),
+                                         np.array([self.dur[n]]))
+        self.hfree[p, lo:hi] = float(h_after[0])
+        self.dur[n] = float(fin[0] - st[0])
+        return float(st[0])
+
+    def _launch(self, n: int) -> None:
         self.start[n] = self.env.now
         if self.watch:
             self.begin(n)
@@ -611,6 +645,9 @@ class _Run:
             else:
                 count[d] -= 1
                 if count[d] == 0:
+                    if self.host is not None:
+                        self.launch(d)
+                        continue
                     start[d] = now
                     if self.watch:
                         self.begin(d)

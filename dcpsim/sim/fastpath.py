@@ -63,7 +63,10 @@ def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost,
         stall[s] = (ends - ready - dur).max()
         return ends
 
-    gt = group_times(sched, groups, f, b, x if x.shape[0] else None, first_forward if gated else None)
+    host = getattr(work, "host", None)
+    if host is not None and not ident:
+        host = host.take_groups(order)
+    gt = group_times(sched, groups, f, b, x if x.shape[0] else None, first_forward if gated else None, host=host)
     start, finish = gt.start, gt.finish
     if not ident:
         start = np.empty_like(gt.start)
