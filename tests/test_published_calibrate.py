@@ -54,3 +54,21 @@ def test_fit_lowers_error_on_fit_and_held_out_rows(tmp_path):
     paths = write_calibration(res, tmp_path)
     text = (tmp_path / "a100-sxm-80gb-calibrated" / "profile.toml").read_text()
     assert res.data_sha256[:16] in text and all(p.exists() for p in paths)
+
+
+def test_a_knob_on_its_bound_fails_the_calibration_by_name():
+    import numpy as np
+
+    from dcpsim.errors import DcpsimError
+    from dcpsim.published.calibrate import DEFAULT_PARAMS, KNOBS, KnobAtBoundError, knobs_at_bound
+
+    ps = [KNOBS["gemm_efficiency_scale"], KNOBS["iteration_overhead_s"], KNOBS["network_efficiency"]]
+    x = np.array([ps[0].to_x(0.85), ps[1].to_x(0.0), ps[2].to_x(1.5)])
+    bad = knobs_at_bound(ps, x)
+    assert [(n, side) for n, side, _ in bad] == [("iteration_overhead_s", "lower"), ("network_efficiency", "upper")]
+    err = KnobAtBoundError(bad)
+    assert isinstance(err, DcpsimError) and "network_efficiency" in str(err) and "iteration_overhead_s" in str(err)
+    assert knobs_at_bound(ps[:1], x[:1]) == []
+    # the launch floor that sat at its bound is no knob any more: the host model replaces it
+    assert "per_kernel_overhead_s" not in KNOBS
+    assert all("per_kernel_overhead_s" not in v for v in DEFAULT_PARAMS.values())

@@ -4,7 +4,9 @@
 
 What is fitted. At most five named ``[timing]`` knobs of the hardware profile
 (:data:`DEFAULT_PARAMS`; the cost model defines what they do), one set per
-GPU type, chosen before any fitting. Nothing else moves.
+GPU type, chosen before any fitting. Nothing else moves: the host's dispatch
+costs (``[host]``, :mod:`dcpsim.cost.host`) are mechanism parameters with
+sources, never fitted here.
 
 On what. Only rows of the suite whose split is ``fit`` (``suite.toml``,
 declared before any fit) and whose GPU is the profile's; the objective is the
@@ -28,6 +30,9 @@ one-step fold costs no simulation beyond the left-out rows), then the left-out
 family's rows are simulated at that fold's values. The report gives error on the fit rows, per
 left-out family, and on the held-out rows (never fitted in any fold).
 
+A knob that lands on a bound of its range (within :data:`BOUND_TOLERANCE` of the range, in its fitted
+coordinate) fails the calibration: :class:`KnobAtBoundError` names it, and nothing is written.
+
 Where the result goes. ``--out DIR`` receives a calibrated copy of the
 profile (usable as ``hardware.gpu = DIR``) and ``calibration.json`` /
 ``CALIBRATION.md``; ``--apply`` also writes the fitted values into the
@@ -49,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from dcpsim.errors import ConfigError
+from dcpsim.errors import ConfigError, DcpsimError
 from dcpsim.published.replay import COMPARED, RowResult, _run_row
 from dcpsim.published.suite import GPU_PROFILES, Row, RowConfig, Suite, load_suite, row_config
 from dcpsim.serialize import toml_value as _toml_value
@@ -82,16 +87,42 @@ KNOBS = {
     "attention_efficiency_scale": Param("attention_efficiency_scale", "log", 0.3, 2.0, 0.05),
     "nvlink_efficiency": Param("nvlink_efficiency", "log", 0.3, 1.5, 0.05),
     "network_efficiency": Param("network_efficiency", "log", 0.2, 1.5, 0.05),
-    "per_kernel_overhead_s": Param("per_kernel_overhead_s", "lin", 0.0, 100e-6, 4e-6),
     "iteration_overhead_s": Param("iteration_overhead_s", "lin", 0.0, 2.0, 0.05),
 }
+# Declared before any fit, one set per GPU type. The host's costs (kernel launches, module and collective
+# calls, syncs: the profile's [host] table, dcpsim.cost.host) are mechanism parameters with sources, not
+# knobs: the per-kernel launch floor that used to be fitted here sat at its bound (a missing mechanism).
 DEFAULT_PARAMS = {
     "h100-sxm": ["gemm_efficiency_scale", "fp8_gemm_efficiency_scale", "attention_efficiency_scale",
-                 "per_kernel_overhead_s", "network_efficiency"],
-    "a100-sxm-80gb": ["gemm_efficiency_scale", "attention_efficiency_scale", "per_kernel_overhead_s",
-                      "network_efficiency"],
+                 "network_efficiency"],
+    "a100-sxm-80gb": ["gemm_efficiency_scale", "attention_efficiency_scale", "network_efficiency"],
 }
 MAX_PARAMS = 5
+BOUND_TOLERANCE = 1e-3  # share of a knob's range (in its fitted coordinate) that counts as "on the bound"
+
+
+class KnobAtBoundError(DcpsimError):
+    """A fitted knob landed on a bound of its range: a missing mechanism, not a fit (the calibration fails)."""
+
+    def __init__(self, at_bound: list[tuple[str, str, float]], result: CalibrationResult | None = None) -> None:
+        self.at_bound, self.result = at_bound, result
+        names = "; ".join(f"{n} = {v:.6g} at its {side} bound" for n, side, v in at_bound)
+        super().__init__(f"calibration failed: {names} (a knob at its bound stands for a mechanism the time "
+                         "model lacks; fix the model or declare other knobs, do not widen the range)")
+
+
+def knobs_at_bound(params: list[Param], x: np.ndarray) -> list[tuple[str, str, float]]:
+    """(name, "lower"/"upper", value) of every knob whose fitted coordinate lies within
+    :data:`BOUND_TOLERANCE` of its range's ends."""
+    out = []
+    for p, v in zip(params, np.asarray(x, dtype=float), strict=True):
+        lo, hi = p.x_bounds
+        tol = BOUND_TOLERANCE * (hi - lo)
+        if v <= lo + tol:
+            out.append((p.name, "lower", p.from_x(float(v))))
+        elif v >= hi - tol:
+            out.append((p.name, "upper", p.from_x(float(v))))
+    return out
 
 
 # ---------------------------------------------------------------- candidate profiles
@@ -361,7 +392,7 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         if tmp is not None:
             tmp.cleanup()
     vals = ev.values(x)
-    return CalibrationResult(
+    result = CalibrationResult(
         gpu=gpu, params=[p.name for p in knobs], uncalibrated=ev.values(x0), fitted=vals,
         fit_rows=[rc.row.id for rc in fit], held_out_rows=[rc.row.id for rc in held],
         fit_error=_errors(after_fit), fit_error_before=_errors(before_fit),
@@ -369,6 +400,10 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         folds=fold_out, fold_iterations=min(iterations, fold_iterations), steps=steps, data_sha256=suite.data_sha256, revision=_revision(),
         n_profile_candidates=ev.n_evals, wall_s=time.perf_counter() - t0,
         rows=[r.as_dict() for r in after_fit + after_held])
+    bad = knobs_at_bound(knobs, x)
+    if bad:
+        raise KnobAtBoundError(bad, result)
+    return result
 
 
 def _folds(ev: Evaluator, fit: list[RowConfig], x0: np.ndarray, r0: np.ndarray, J0: np.ndarray,
