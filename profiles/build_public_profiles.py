@@ -133,6 +133,8 @@ GPUS = {
         peak=989e12, hbm=81559 * 2**20, hbm_mib=81559, hbmbw=3.35e12, nvl=450e9, nic=50e9, gemm=795, attn_scale=1.0, attn_note="",
         nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
         desc="NVIDIA H100 SXM 80GB, 8 per node (DGX/HGX H100), 400 Gb/s NDR per GPU. Public figures.",
+        host_cpu="x86", host_src="x86: DGX H100 hosts are 2x Intel Xeon Platinum 8480C (NVIDIA DGX H100 user guide; "
+                                 "REFERENCE §10 quotes host costs measured on that Xeon)",
         ar_note="(H200 all-reduce curve used: same NVLink 4 / NVSwitch generation)",
     ),
     "h200-sxm": dict(
@@ -142,6 +144,8 @@ GPUS = {
         attn_note="; H200 has the H100's compute (same 989 TFLOPS peak), attention assumed equal",
         nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
         desc="NVIDIA H200 SXM 141GB, 8 per node (HGX H200), 400 Gb/s per GPU. Public figures.", ar_note="",
+        host_cpu="x86", host_src="x86: HGX H200 baseboards are driven by x86 hosts (DGX H200: 2x Intel Xeon Platinum "
+                                 "8480C, NVIDIA DGX H200 datasheet)",
     ),
     "a100-sxm-80gb": dict(
         sms=108, sms_src="A100 SXM: 108 SMs (NVIDIA A100 datasheet / Ampere whitepaper)",
@@ -150,6 +154,7 @@ GPUS = {
         attn_note="; scaled to A100 by FlashAttention-2's reported 73% of peak (Dao 2023) over FA3's 648 TFLOPS: assumed",
         nvl_ring=300 * 365 / 450, nvl_p2p=300 * 390 / 450, nic_eff=24, h200_ar=False,
         desc="NVIDIA A100 SXM 80GB, 8 per node (DGX A100), 200 Gb/s HDR per GPU. Public figures.", ar_note="",
+        host_cpu="x86", host_src="x86: DGX A100 hosts are 2x AMD EPYC 7742 (NVIDIA DGX A100 datasheet)",
     ),
     "b200": dict(
         sms=148, sms_src="B200: 148 SMs (NVIDIA Blackwell architecture technical brief)",
@@ -158,6 +163,27 @@ GPUS = {
         attn_note="; scaled by B200/H100 best GEMM (1745/795): assumed, Blackwell attention kernels not in REFERENCE",
         nvl_ring=900 * 365 / 450, nvl_p2p=900 * 390 / 450, nic_eff=47, h200_ar=False,
         desc="NVIDIA B200 (HGX B200), 8 per node, 400 Gb/s per GPU. Public figures.", ar_note="",
+        host_cpu="x86", host_src="x86: HGX B200 baseboards are driven by x86 hosts (DGX B200: 2x Intel Xeon Platinum "
+                                 "8570, NVIDIA DGX B200 datasheet)",
+    ),
+    "gb200": dict(
+        sms=148, sms_src="assumed: the B200's 148 SMs (NVIDIA Blackwell architecture technical brief); GB200 pairs the "
+                         "same Blackwell GPU with a Grace CPU (its higher peak, 2,500 vs 2,250 TFLOPS, is clock and power)",
+        fp8=5000e12, fp8_src="GB200 dense FP8 peak 5,000 TFLOPS per GPU (NVIDIA GB200 NVL72 datasheet: 720 PFLOPS FP8 "
+                             "with sparsity over 72 GPUs = 10,000 per GPU sparse, half dense)",
+        peak=2500e12, hbm=186e9, hbm_mib=0, hbmbw=8e12, nvl=900e9, nic=50e9, gemm=1822, attn_scale=1822 / 795,
+        attn_note="; scaled by GB200/H100 best GEMM (1822/795): assumed, Blackwell attention kernels not in REFERENCE",
+        nvl_ring=900 * 365 / 450, nvl_p2p=900 * 390 / 450, nic_eff=47, h200_ar=False,
+        desc="NVIDIA GB200 NVL72: 4 Blackwell GPUs and 2 Grace CPUs per compute tray, 72 GPUs in one NVLink domain, "
+             "400 Gb/s per GPU scale-out. Public figures.", ar_note="",
+        gpus_per_node=4, gpn_src="4 GPUs per GB200 compute tray (2 GB200 superchips, each 1 Grace + 2 Blackwell; NVIDIA "
+                                 "GB200 NVL72 datasheet); Megatron-LM's GB200 CI recipes run 4 GPUs per node",
+        domain=72, domain_src="72 GPUs per NVLink domain (NVL72: fifth-generation NVLink switch trays), REFERENCE §5",
+        hbm_src="HBM capacity ~186 GB per GPU: GB200 NVL72 datasheet, up to 13.4 TB HBM3e over 72 GPUs (REFERENCE §5); "
+                "read as 186e9 bytes (the NVML figure is not public in REFERENCE)",
+        host_cpu="grace", host_src="grace: NVIDIA Grace CPU (72 Arm Neoverse V2 cores), one per two Blackwell GPUs in a "
+                                   "GB200 superchip (NVIDIA GB200 NVL72 datasheet); REFERENCE §10 quotes host costs on "
+                                   "Grace hosts 2.5-7x an x86 DGX's",
     ),
 }
 
@@ -188,7 +214,7 @@ def build(name: str) -> HardwareProfile:
                                                  f"{g['peak'] / 1e12:g} TFLOPS / {g['hbmbw'] / 1e12:g} TB/s; "
                                                  "prologue assumed overlapped with the previous tile")})
     ref5 = "REFERENCE §5 (vendor datasheet / nccl-tests figures)"
-    scaled = name in ("a100-sxm-80gb", "b200")
+    scaled = name in ("a100-sxm-80gb", "b200", "gb200")
     ring_src = (
         "H100/H200 NVLink ring collectives 360-370 GB/s busbw and p2p 390 GB/s, REFERENCE §5"
         + ("; scaled by this GPU's NVLink bandwidth over H100's 450 GB/s: derived" if scaled else "")
@@ -203,16 +229,18 @@ def build(name: str) -> HardwareProfile:
         hbm_bw_bytes_per_s=g["hbmbw"],
         nvlink_bw_bytes_per_s=g["nvl"],
         nic_bw_bytes_per_s=g["nic"],
-        gpus_per_node=8,
-        nvlink_domain_gpus=8,
+        gpus_per_node=g.get("gpus_per_node", 8),
+        nvlink_domain_gpus=g.get("domain", 8),
+        host_cpu=g["host_cpu"],
         sources={
             "peak_bf16_flops": f"dense BF16 peak, {ref5}",
-            "hbm_bytes": f"HBM capacity as NVML reports it (nvidia-smi total, {g['hbm_mib']:,} MiB; {HBM_SRC})",
+            "hbm_bytes": g.get("hbm_src") or f"HBM capacity as NVML reports it (nvidia-smi total, {g['hbm_mib']:,} MiB; {HBM_SRC})",
             "hbm_bw_bytes_per_s": f"HBM bandwidth, {ref5}",
             "nvlink_bw_bytes_per_s": f"NVLink per GPU per direction, {ref5}",
             "nic_bw_bytes_per_s": f"scale-out NIC line rate per GPU, {ref5}",
-            "gpus_per_node": "8-GPU HGX/DGX baseboard, REFERENCE §5 (8-GPU NVLink figures)",
-            "nvlink_domain_gpus": "one 8-GPU NVSwitch domain per node, REFERENCE §5",
+            "gpus_per_node": g.get("gpn_src", "8-GPU HGX/DGX baseboard, REFERENCE §5 (8-GPU NVLink figures)"),
+            "nvlink_domain_gpus": g.get("domain_src", "one 8-GPU NVSwitch domain per node, REFERENCE §5"),
+            "host_cpu": g["host_src"],
             "gemm": f"best measured dense GEMM {g['gemm']} TFLOPS on 8192^3, {ref5}; other shapes from the shape model",
             "attention": FA3_SRC + g["attn_note"],
             "collectives": ring_src + " " + g["ar_note"],

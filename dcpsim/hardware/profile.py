@@ -107,6 +107,7 @@ class Timing:
 
 
 TIMING_FIELDS = tuple(Timing.__dataclass_fields__)
+HOST_CPUS = ("x86", "grace")  # profile.toml host_cpu: the CPU type whose dispatch costs the host model uses
 TIMING_INT_FIELDS = ("sms", "gemm_tile_m", "gemm_tile_n")
 # fields that may be 0 (mechanism off); the scales must be > 0
 TIMING_ZERO_OK = ("peak_fp8_flops", "fp8_gemm_best_tflops", "sms", "gemm_k_half", "per_kernel_overhead_s",
@@ -181,6 +182,7 @@ class HardwareProfile:
     collective_rows: list[dict] = field(default_factory=list)
     timing: Timing = field(default_factory=Timing)
     host: HostCosts = field(default_factory=HostCosts)
+    host_cpu: str = ""  # "x86" | "grace" | "" (not stated); the host model's CPU type (HOST_CPUS)
     path: Path | None = None
     _gemm: dict = field(default_factory=dict, repr=False)
     _attn: dict = field(default_factory=dict, repr=False)
@@ -383,6 +385,7 @@ class HardwareProfile:
             "nic_gb_per_s": self.nic_bw_bytes_per_s / 1e9,
             "gpus_per_node": self.gpus_per_node,
             "nvlink_domain_gpus": self.nvlink_domain_gpus,
+            "host_cpu": self.host_cpu,
             "gemm_rows": len(self.gemm_rows),
             "attention_rows": len(self.attention_rows),
             "collective_rows": len(self.collective_rows),
@@ -419,6 +422,9 @@ class ProfileMeta(InputModel):
     name: str = Field(min_length=1, description="profile name")
     kind: Literal["public", "measured", "mixed"] = Field("public", description="where the figures come from")
     description: str = ""
+    host_cpu: Literal["x86", "grace"] | None = Field(
+        None, description="the CPU type of the host that drives the GPUs (x86 server CPUs, or NVIDIA Grace in "
+                          "GH200/GB200 superchips); sources.host_cpu names the CPU model")
     device: DeviceValues
     sources: dict[str, str] = Field(default_factory=dict, description="one origin sentence per value")
     measured: dict[str, Any] = Field(default_factory=dict, description="device, driver, versions, date, command")
@@ -530,6 +536,11 @@ def load_profile(path: str | Path) -> HardwareProfile:
     if values["nvlink_domain_gpus"] < values["gpus_per_node"]:
         raise ProfileError("device.nvlink_domain_gpus", values["nvlink_domain_gpus"], f">= gpus_per_node ({values['gpus_per_node']})", where=where)
     timing = _read_timing(meta.timing, meta.sources, where)
+    if meta.host_cpu is not None and not meta.sources.get("host_cpu", "").strip():
+        raise ProfileError("sources.host_cpu", meta.sources.get("host_cpu"), "a sentence naming the host CPU and its "
+                           "source", where=where)
+    if meta.host_cpu and isinstance(meta.host, dict) and meta.host.get("cpu") not in (None, meta.host_cpu):
+        raise ProfileError("host.cpu", meta.host.get("cpu"), f"the profile's host_cpu ({meta.host_cpu!r})", where=where)
     gemm, attn, coll = _read_tables(folder, meta.tables, where)
     _check_below_peak(gemm, attn, values["peak_bf16_flops"], folder)
     if timing.has_fp8 and timing.fp8_gemm_best_tflops * 1e12 > timing.peak_fp8_flops * (1 + 1e-9):
@@ -546,6 +557,7 @@ def load_profile(path: str | Path) -> HardwareProfile:
         collective_rows=coll,
         timing=timing,
         host=host_from_table(meta.host, meta.sources, where),
+        host_cpu=meta.host_cpu or "",
         path=folder,
         **values,
     )
@@ -652,9 +664,10 @@ def write_profile(profile: HardwareProfile, folder: str | Path, *, force: bool =
         f"name = {q(profile.name)}",
         f"kind = {q(profile.kind)}",
         f"description = {q(profile.description)}",
-        "",
-        "[device]",
     ]
+    if profile.host_cpu:
+        lines.append(f"host_cpu = {q(profile.host_cpu)}")
+    lines += ["", "[device]"]
     for f in DEVICE_FIELDS:
         v = getattr(profile, f)
         lines.append(f"{f} = {int(v) if f in ('gpus_per_node', 'nvlink_domain_gpus') else repr(float(v))}")

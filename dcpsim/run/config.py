@@ -245,6 +245,42 @@ class SimSection(_Section):
                                                "episode")
 
 
+class StepSection(_Section):
+    """What a training step does besides the layers' forward and backward, as Megatron-LM's flags set it.
+
+    These are the run's own settings (read from Megatron arguments by :mod:`dcpsim.export.reader`), kept so the
+    host model can price them: syncs from logging, deterministic kernels, CUDA graphs, the optimizer path. The
+    defaults are Megatron-LM's own defaults (``megatron/training/arguments.py``).
+    """
+
+    log_interval: int = Field(100, ge=1, le=10**9, description="Megatron --log-interval: steps between log lines "
+                              "(each one reads the loss and timers on the host: a device sync)")
+    log_params_norm: bool = Field(False, description="Megatron --log-params-norm: the parameter norm every logged "
+                                  "step (a reduction over all parameters and a sync)")
+    log_num_zeros_in_grad: bool = Field(False, description="Megatron --log-num-zeros-in-grad: count zero gradients "
+                                        "every step (a pass over the gradients and a sync)")
+    log_memory: bool = Field(False, description="Megatron --log-memory-to-tensorboard (allocator statistics each "
+                             "logged step)")
+    log_timers: bool = Field(False, description="Megatron --log-timers-to-tensorboard (timer values each logged step)")
+    timing_log_level: int = Field(0, ge=0, le=2, description="Megatron --timing-log-level (timers that sync the "
+                                  "device: 0 none, 1 and 2 more)")
+    deterministic: bool = Field(False, description="Megatron --deterministic-mode (deterministic kernels)")
+    cuda_graphs: Literal["none", "local", "transformer_engine"] = Field(
+        "none", description="Megatron --cuda-graph-impl: CUDA graphs capture the layers' kernels (none = eager)")
+    clip_grad: float = Field(1.0, ge=0, le=1e9, description="Megatron --clip-grad (0 = no gradient-norm clipping; "
+                             "else a global norm all-reduce and a sync every step)")
+    per_token_loss: bool = Field(False, description="Megatron --calculate-per-token-loss")
+    transformer_impl: Literal["transformer_engine", "local"] = Field(
+        "transformer_engine", description="Megatron --transformer-impl: Transformer Engine modules or Megatron's local "
+                                          "PyTorch modules")
+    grad_accumulation_fusion: bool = Field(True, description="Megatron's gradient-accumulation fusion (off with "
+                                           "--no-gradient-accumulation-fusion: a separate add per weight gradient)")
+    distributed_optimizer: bool = Field(False, description="Megatron --use-distributed-optimizer")
+    sequence_parallel: bool = Field(False, description="Megatron --sequence-parallel")
+    manual_gc: bool = Field(False, description="Megatron --manual-gc (Python garbage collection only every "
+                            "--manual-gc-interval steps)")
+
+
 class RunConfig(_Section):
     """A whole run. Build from TOML with :func:`load_config` or from a dict with :func:`config_from_dict`."""
 
@@ -255,6 +291,7 @@ class RunConfig(_Section):
     workload: WorkloadSection = WorkloadSection()
     policy: PolicySection = PolicySection()
     sim: SimSection = SimSection()
+    step: StepSection = StepSection()
 
     @model_validator(mode="after")
     def _check_layout(self) -> RunConfig:
@@ -347,7 +384,9 @@ class RunConfig(_Section):
 
     def config_hash(self) -> str:
         """Stable 12-hex-digit hash of the resolved configuration."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        # a default [step] section is left out, so configurations written before it existed keep their hash
+        exclude = {"step"} if self.step == StepSection() else None
+        blob = json.dumps(self.model_dump(mode="json", exclude=exclude), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def with_updates(self, updates: Mapping[str, Any], *, names: Mapping[str, str] | None = None,
