@@ -121,14 +121,15 @@ def test_calls_price_each_kind():
 
 def test_step_end_flags_add_syncs_and_work():
     work = StepEndWork(optimizer_device_s=2e-3, param_tensors=50, buckets=2)
-    base = step_end_ops(work, StepFlags(log_params_norm=False, log_num_zeros=False), X86)
-    more = step_end_ops(work, StepFlags(log_params_norm=True, log_num_zeros=True), X86)
+    base = step_end_ops(work, StepFlags(log_params_norm=False, log_num_zeros=False, log_interval=1), X86)
+    more = step_end_ops(work, StepFlags(log_params_norm=True, log_num_zeros=True, log_interval=1), X86)
     syncs = lambda ops: sum(o.sync_after or o.sync_before for o in ops)  # noqa: E731
     assert syncs(more) == syncs(base) + 2
     t0, t1 = evaluate(base, X86.sync_s).end_s, evaluate(more, X86.sync_s).end_s
     assert t1 > t0 > 2e-3
-    # the optimizer's device time is there, with the host's calls after the drains on top of it
-    assert t0 >= 2e-3 + X86.step_s
+    # the optimizer's device time is there, and the host's work: the logging Python runs while the device
+    # still runs the optimizer (no sync between them), so the step end is not their sum
+    assert t0 >= max(2e-3, sum(o.host_s for o in base)) and t0 < 2e-3 + sum(o.host_s for o in base)
 
 
 def test_host_table_is_validated():

@@ -224,10 +224,26 @@ class StepFlags:
     clip_grad: bool = True  # --clip-grad > 0 (default 1.0): gradient norm with .item()
     log_params_norm: bool = False  # --log-params-norm
     log_num_zeros: bool = False  # --log-num-zeros-in-grad
-    log_every_step: bool = True  # --log-interval 1: loss-scale .item() and the interval timer's barrier
+    log_interval: int = 100  # --log-interval (default 100): a logged step syncs and runs the logging Python
     cuda_graphs: str = "none"  # --cuda-graph-impl
-    thd: bool = False  # packed variable-length (THD) microbatches: sequence metadata read on the host
-    dynamic_cp: bool = False  # Dynamic-CP: the scheduler's exchange before the step
+    overlap_p2p_comm: bool = True  # interleaved schedules only; vp = 1 always syncs after batched p2p
+    thd: bool = False  # per-microbatch metadata read on the host (Dynamic-CP's local CP size)
+    dynamic_cp: bool = False  # Dynamic-CP: the scheduler's exchange of lengths before the step
+
+    @classmethod
+    def from_settings(cls, s, **kw) -> StepFlags:
+        """From a run's ``[sim]`` settings (any object with the :class:`~dcpsim.run.config.SimSection`
+        field names; a missing field keeps its default), ``kw`` overriding."""
+        d = cls()
+        vals = dict(check_nan=bool(getattr(s, "check_for_nan_in_loss_and_grad", d.check_nan)),
+                    clip_grad=float(getattr(s, "clip_grad", 1.0)) > 0,
+                    log_params_norm=bool(getattr(s, "log_params_norm", d.log_params_norm)),
+                    log_num_zeros=bool(getattr(s, "log_num_zeros_in_grad", d.log_num_zeros)),
+                    log_interval=int(getattr(s, "log_interval", d.log_interval)),
+                    cuda_graphs=str(getattr(s, "cuda_graph_impl", d.cuda_graphs)),
+                    overlap_p2p_comm=bool(getattr(s, "overlap_p2p_comm", d.overlap_p2p_comm)))
+        vals.update(kw)
+        return cls(**vals)
 
 
 @dataclass(frozen=True)
@@ -260,12 +276,15 @@ def step_end_ops(work: StepEndWork, flags: StepFlags, host: HostCosts) -> list[O
     ops.append(Op("optimizer", KERNELS_OPTIMIZER * kl + n * host.param_tensor_s + mc, work.optimizer_device_s,
                   kernels=KERNELS_OPTIMIZER))
     ops.extend(work.extra)
-    if flags.log_every_step:
-        ops.append(Op("loss scale / loss report", mc + cc, 0.0, sync_after=True))
     if flags.log_params_norm:
         ops.append(Op("params norm", n * host.param_tensor_s + KERNELS_GRAD_NORM * kl + cc + mc, work.norm_device_s,
                       kernels=KERNELS_GRAD_NORM, sync_after=True))
-    ops.append(Op("step bookkeeping and logging", host.step_s, 0.0, sync_after=flags.log_every_step))
+    # a logged step reads the loss scale and the reduced losses, stops the interval timer with a barrier and
+    # writes the logs: every log_interval steps, so its host time is spread over them (one sync each, when
+    # every step is logged)
+    every = flags.log_interval <= 1
+    ops.append(Op("loss report and logging", (2 * mc + cc + host.step_s) / max(flags.log_interval, 1), 0.0,
+                  sync_after=every))
     return ops
 
 
@@ -390,7 +409,7 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
             hs[s, 1] += hb * host.autograd_call_s + shape.kernels_head[1] * host.kernel_launch_s
             ks[s] += np.asarray(shape.kernels_head, dtype=np.float64)[:, None]
             sa[s, 0] = flags.check_nan
-        if pp > 1 and vp == 1:
+        if pp > 1 and (vp == 1 or not flags.overlap_p2p_comm):
             sb[s, 0] = s > 0
             sb[s, 1] = s < V - 1
     if flags.thd and shape.n_seqs is not None:

@@ -105,7 +105,9 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                       grad_bucket_params=s.grad_bucket_params, engine=s.engine,
                       dynamic_cp_exchange=s.dynamic_cp_exchange, cp_switch_s=s.cp_switch_s,
                       microbatch_overhead_s=s.microbatch_overhead_s, network=s.network)
-    return ClusterSimulator(cost, topo, faults=faults, options=opts)
+    from dcpsim.cost.host import StepFlags
+
+    return ClusterSimulator(cost, topo, faults=faults, options=opts, host_flags=StepFlags.from_settings(s))
 
 
 def _streams(seed: int) -> dict[str, np.random.Generator]:

@@ -58,6 +58,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dcpsim.cost import CostModel, group_collective_time_s
+from dcpsim.cost.host import (
+    HostOps,
+    PassShape,
+    StepEndWork,
+    StepFlags,
+    evaluate,
+    host_ops,
+    layer_collectives,
+    step_end_ops,
+)
 from dcpsim.cost.model import BatchCost, fp8_weight_cast_bytes
 from dcpsim.hardware import HardwareProfile
 from dcpsim.model import stage_params as model_stage_params
@@ -191,8 +201,10 @@ class DurationModel:
     def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
                  grad_reduce_bytes_per_param: int = 4, grad_bucket_params: int = 0, fp8_param_gather: bool = True,
                  dynamic_cp_exchange: str = "none", cp_switch_s: float = 0.0,
-                 microbatch_overhead_s: float = 0.0, shared_network: bool = False) -> None:
+                 microbatch_overhead_s: float = 0.0, shared_network: bool = False,
+                 host_flags: StepFlags | None = None) -> None:
         self.cost = cost
+        self.host_flags = host_flags or StepFlags()
         self.shared_network = bool(shared_network)
         self.microbatch_overhead_s = float(microbatch_overhead_s)
         self.dynamic_cp_exchange = dynamic_cp_exchange
@@ -257,7 +269,50 @@ class DurationModel:
                       + params[p] * ZERO_GRAD_BYTES_PER_PARAM) / bw + fixed
             if cost.precision == "fp8":
                 opt[p] += cost.stage_layers[p] * fp8_weight_cast_bytes(cost.model, cost.tp) / bw
+            opt[p] = self.step_end_s(p, float(opt[p]), float(params[p]), int(nb[p]))
         return SyncCost(rs, ag, opt, params, doms, rs_b, ag_b, nb, rs_alone, ag_alone)
+
+    # ---------------------------------------------------------- the host (dcpsim.cost.host)
+    def step_end_s(self, p: int, optimizer_device_s: float, params: float, buckets: int) -> float:
+        """Stage ``p``'s step end after its gradient reduce-scatter: the optimizer's device time alone
+        without a host model, else the host timeline of the step end (:func:`dcpsim.cost.host.step_end_ops`:
+        grad checks, norm, optimizer, logging, with their syncs) around it."""
+        host = self.cost.profile.host
+        if not host.enabled:
+            return optimizer_device_s
+        work = StepEndWork(optimizer_device_s=optimizer_device_s, param_tensors=self.param_tensors(p),
+                           buckets=buckets, norm_device_s=2.0 * params / self.cost.profile.hbm_bw_bytes_per_s)
+        return evaluate(step_end_ops(work, self.host_flags, host), host.sync_s).end_s
+
+    def param_tensors(self, p: int) -> int:
+        """Parameter tensors on stage ``p`` (the step end's per-tensor loops): per layer the four GEMM weights
+        and two norms, plus (plain MLP: GPT with biases and LayerNorm) four biases and two norm biases; the
+        embedding on the first stage, final norm and output layer on the last."""
+        cost = self.cost
+        per_layer = 6 if cost.model.gated_mlp else 12
+        n = int(cost.stage_layers[p]) * per_layer
+        return n + (1 if p == 0 else 0) + (2 if p == cost.pp - 1 else 0)
+
+    def host_ops(self, plan: Plan, table: GroupTable, cps: np.ndarray) -> HostOps | None:
+        """The host side of every group op of ``plan`` (None without a host model in the profile)."""
+        cost = self.cost
+        host = cost.profile.host
+        if not host.enabled:
+            return None
+        from dcpsim.cost.model import KERNELS_CROSS_ENTROPY_UNFUSED, KERNELS_EMBED, KERNELS_HEAD
+
+        kf, kb = cost.kernels_per_layer(cps)
+        cf, cb = layer_collectives(cost.tp, cps, cost.cp_comm)
+        head = np.asarray(KERNELS_HEAD, dtype=float)
+        if cost.cross_entropy == "unfused":
+            head = head + np.asarray(KERNELS_CROSS_ENTROPY_UNFUSED, dtype=float)
+        first = (table.step == table.step.min()) if table.n_groups else np.zeros(0, dtype=bool)
+        shape = PassShape(stage_layers=cost.stage_layers, vp=self.topo.vp, tp=cost.tp, kernels_fwd=kf, kernels_bwd=kb,
+                          collectives_fwd=cf, collectives_bwd=cb, recompute=cost.recompute, n_seqs=table.n_seqs,
+                          first_step=first, kernels_head=(float(head[0]), float(head[1])),
+                          kernels_embed=(float(KERNELS_EMBED[0]), float(KERNELS_EMBED[1])))
+        flags = replace(self.host_flags, thd=bool(plan.dynamic), dynamic_cp=bool(plan.dynamic))
+        return host_ops(shape, host, flags)
 
     def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,
              rng: np.random.Generator | None = None) -> IterationWork:
@@ -301,6 +356,7 @@ class DurationModel:
             idle_memory_bytes=float(cost.peak_memory_bytes(np.zeros(1))[0]),
             p2p_network_alone_s=self._p2p_alone[0], p2p_nvlink_s=self._p2p_alone[1],
             cp_fwd_ring_s=rings[0], cp_bwd_ring_s=rings[1], cp_fwd_window_s=rings[2], cp_bwd_window_s=rings[3],
+            host=self.host_ops(plan, table, cps),
             cp_recompute_ring=self.shared_network and cost.recompute == "full",
         )
 

@@ -84,7 +84,7 @@ class ClusterSimulator:
     """Simulates iterations of plans for one (cost model, topology, faults, options) setting."""
 
     def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
-                 options: SimOptions | None = None) -> None:
+                 options: SimOptions | None = None, host_flags=None) -> None:
         self.cost = cost
         self.topology = topology
         self.options = options or SimOptions()
@@ -98,7 +98,8 @@ class ClusterSimulator:
                                        dynamic_cp_exchange=self.options.dynamic_cp_exchange,
                                        cp_switch_s=self.options.cp_switch_s,
                                        microbatch_overhead_s=self.options.microbatch_overhead_s,
-                                       shared_network=self.options.network == "shared")
+                                       shared_network=self.options.network == "shared",
+                                       host_flags=host_flags)
         self.sync = self.durations.sync_cost()
 
     def uses_events(self) -> bool:
