@@ -211,3 +211,90 @@ def test_one_rank_pipeline_is_the_op_list_evaluator():
             ops.append(Op(f"{d}{k}", hs[0, d, k], dur, int(ks[0, d, k]), bool(sb[0, d, k]), bool(sa[0, d, k])))
     tl = evaluate(ops, 0.1)
     np.testing.assert_allclose(gt.finish[0].T.reshape(-1), tl.device_end, rtol=1e-12)
+
+
+# ---------------------------------------------------------------- the simulator with a host model
+HOST_TABLE = {"cpu": "x86", "kernel_launch_s": 5e-6, "module_call_s": 10e-6, "autograd_call_s": 10e-6,
+              "collective_call_s": 20e-6, "sync_s": 10e-6, "microbatch_s": 200e-6, "param_tensor_s": 2e-6,
+              "step_s": 2e-3, "graph_replay_s": 10e-6}
+GPT_TINY = {"name": "gpt-tiny", "n_layers": 12, "hidden": 512, "n_heads": 8, "ffn_hidden": 2048, "vocab": 50304,
+            "gated_mlp": False}
+
+
+def _host_profile(tmp_path, table=HOST_TABLE):
+    import tomllib
+
+    from dcpsim.published.calibrate import dump_profile_toml, profile_folder
+
+    base = profile_folder("h100-sxm")
+    out = tmp_path / "h100-host"
+    out.mkdir()
+    for f in base.iterdir():
+        if f.suffix == ".csv":
+            (out / f.name).write_bytes(f.read_bytes())
+    data = tomllib.loads((base / "profile.toml").read_text())
+    data["name"] = "h100-host"
+    data["timing"]["per_kernel_overhead_s"] = 0.0
+    data["host"] = dict(table)
+    data["sources"].update({f"host.{k}": "test value" for k in table if k != "cpu"})
+    (out / "profile.toml").write_text(dump_profile_toml(data))
+    return str(out)
+
+
+def _tiny(gpu, tp=1, pp=1, vp=1, gbs=8, gpus=8, **sim):
+    from dcpsim.run import config_from_dict
+    from dcpsim.run.single import run_simulation
+
+    cfg = config_from_dict({"model": {"name": GPT_TINY}, "hardware": {"gpu": gpu}, "cluster": {"gpus": gpus},
+                            "parallel": {"tp": tp, "pp": pp, "cp": 1, "vp": vp, "max_tokens_per_rank": 4096},
+                            "workload": {"name": "fixed", "seq_len": 4096, "gbs": gbs},
+                            "policy": {"name": "packing"}, "sim": {"log_interval": 1, **sim}})
+    return run_simulation(cfg).summary["iteration_time_s"]
+
+
+def test_a_host_model_lengthens_a_tiny_step_and_cuda_graphs_shorten_it(tmp_path):
+    gpu = _host_profile(tmp_path)
+    dev = _tiny("h100-sxm")
+    host = _tiny(gpu)
+    graphs = _tiny(gpu, cuda_graph_impl="transformer_engine")
+    assert host > dev  # host-bound: the host's issue time shows
+    assert dev < graphs < host  # graphs remove per-kernel host cost, not the step's syncs and Python
+    # the step's host work alone is a floor: one microbatch's layers on one rank, at least
+    from dcpsim.cost.host import AUTOGRAD_CALLS_BWD, MODULE_CALLS_FWD
+
+    per_layer = (MODULE_CALLS_FWD + AUTOGRAD_CALLS_BWD) * 10e-6
+    assert host >= 12 * per_layer + HOST_TABLE["step_s"]
+    # logging flags add syncs and work
+    assert _tiny(gpu, log_params_norm=True, log_num_zeros_in_grad=True) > host
+
+
+def test_a_host_model_hides_behind_a_large_step(tmp_path):
+    """Llama-13B microbatches of 16K tokens: the device is the bottleneck, the host hides (< 3%)."""
+    from dcpsim.run import config_from_dict
+    from dcpsim.run.single import run_simulation
+
+    gpu = _host_profile(tmp_path)
+    t = {}
+    for g in ("h100-sxm", gpu):
+        cfg = config_from_dict({"model": {"name": "llama-13b"}, "hardware": {"gpu": g}, "cluster": {"gpus": 16},
+                                "parallel": {"tp": 2, "pp": 2, "cp": 1, "max_tokens_per_rank": 16384},
+                                "workload": {"name": "fixed", "seq_len": 16384, "gbs": 16},
+                                "policy": {"name": "packing"}})
+        t[g] = run_simulation(cfg).summary["iteration_time_s"]
+    assert 1.0 <= t[gpu] / t["h100-sxm"] < 1.03
+
+
+def test_a_host_table_excludes_the_launch_floor(tmp_path):
+    import tomllib
+
+    from dcpsim.hardware.profile import load_profile
+    from dcpsim.published.calibrate import dump_profile_toml
+
+    folder = _host_profile(tmp_path)
+    assert load_profile(folder).host.enabled
+    p = tmp_path / "h100-host" / "profile.toml"
+    data = tomllib.loads(p.read_text())
+    data["timing"]["per_kernel_overhead_s"] = 1e-5
+    p.write_text(dump_profile_toml(data))
+    with pytest.raises(ProfileError, match="per_kernel_overhead_s"):
+        load_profile(folder)

@@ -30,6 +30,11 @@ costs, every scale 1). Every value present needs ``sources."timing.<name>"``::
                                 calibration knobs (1.0 = uncalibrated); a calibrated
                                 profile names its fit data and commit in their sources
 
+Optional ``[host]`` table: the host CPU's dispatch costs (kernel launch, module and
+collective calls, syncs), one value per mechanism with ``sources."host.<name>"``;
+see :mod:`dcpsim.hardware.host`. With it, ``timing.per_kernel_overhead_s`` must
+be 0: the host timeline (:mod:`dcpsim.cost.host`) prices every launch.
+
 Interpolation is linear in log(size)–log(throughput) between rows. Outside
 the measured range:
 
@@ -546,6 +551,10 @@ def load_profile(path: str | Path) -> HardwareProfile:
     if timing.has_fp8 and timing.fp8_gemm_best_tflops * 1e12 > timing.peak_fp8_flops * (1 + 1e-9):
         raise ProfileError("timing.fp8_gemm_best_tflops", timing.fp8_gemm_best_tflops,
                            f"<= timing.peak_fp8_flops ({timing.peak_fp8_flops / 1e12:g} TFLOPS)", where=where)
+    host = host_from_table(meta.host, meta.sources, where)
+    if host.enabled and timing.per_kernel_overhead_s > 0:  # the host timeline prices launches: no second floor
+        raise ProfileError("timing.per_kernel_overhead_s", timing.per_kernel_overhead_s,
+                           "0 in a profile with a [host] table (the host timeline prices kernel launches)", where=where)
     return HardwareProfile(
         name=meta.name,
         kind=meta.kind,
@@ -556,7 +565,7 @@ def load_profile(path: str | Path) -> HardwareProfile:
         attention_rows=attn,
         collective_rows=coll,
         timing=timing,
-        host=host_from_table(meta.host, meta.sources, where),
+        host=host,
         host_cpu=meta.host_cpu or "",
         path=folder,
         **values,
