@@ -241,14 +241,14 @@ def _host_profile(tmp_path, table=HOST_TABLE):
     return str(out)
 
 
-def _tiny(gpu, tp=1, pp=1, vp=1, gbs=8, gpus=8, **sim):
+def _tiny(gpu, tp=1, pp=1, vp=1, gbs=8, gpus=8, **step):
     from dcpsim.run import config_from_dict
     from dcpsim.run.single import run_simulation
 
     cfg = config_from_dict({"model": {"name": GPT_TINY}, "hardware": {"gpu": gpu}, "cluster": {"gpus": gpus},
                             "parallel": {"tp": tp, "pp": pp, "cp": 1, "vp": vp, "max_tokens_per_rank": 4096},
                             "workload": {"name": "fixed", "seq_len": 4096, "gbs": gbs},
-                            "policy": {"name": "packing"}, "sim": {"log_interval": 1, **sim}})
+                            "policy": {"name": "packing"}, "step": {"log_interval": 1, **step}})
     return run_simulation(cfg).summary["iteration_time_s"]
 
 
@@ -256,7 +256,7 @@ def test_a_host_model_lengthens_a_tiny_step_and_cuda_graphs_shorten_it(tmp_path)
     gpu = _host_profile(tmp_path)
     dev = _tiny("h100-sxm")
     host = _tiny(gpu)
-    graphs = _tiny(gpu, cuda_graph_impl="transformer_engine")
+    graphs = _tiny(gpu, cuda_graphs="transformer_engine")
     assert host > dev  # host-bound: the host's issue time shows
     assert dev < graphs < host  # graphs remove per-kernel host cost, not the step's syncs and Python
     # the step's host work alone is a floor: one microbatch's layers on one rank, at least

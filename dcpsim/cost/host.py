@@ -63,7 +63,7 @@ transformer layers: a graphed layer costs one module call and one replay
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -227,23 +227,38 @@ class StepFlags:
     log_interval: int = 100  # --log-interval (default 100): a logged step syncs and runs the logging Python
     cuda_graphs: str = "none"  # --cuda-graph-impl
     overlap_p2p_comm: bool = True  # interleaved schedules only; vp = 1 always syncs after batched p2p
+    log_memory: bool = False  # --log-memory-to-tensorboard: allocator statistics written each logged step
+    log_timers: bool = False  # --log-timers-to-tensorboard: timer values written each logged step
+    timing_log_level: int = 0  # --timing-log-level: 1 adds synced timers around the step's phases, 2 per op
+    grad_accumulation_fusion: bool = True  # off: one extra add kernel per weight gradient per microbatch
     thd: bool = False  # per-microbatch metadata read on the host (Dynamic-CP's local CP size)
     dynamic_cp: bool = False  # Dynamic-CP: the scheduler's exchange of lengths before the step
 
     @classmethod
     def from_settings(cls, s, **kw) -> StepFlags:
-        """From a run's ``[sim]`` settings (any object with the :class:`~dcpsim.run.config.SimSection`
-        field names; a missing field keeps its default), ``kw`` overriding."""
+        """From a run's ``[step]`` settings (:class:`~dcpsim.run.config.StepSection` field names; a missing
+        field keeps its default), ``kw`` overriding."""
         d = cls()
         vals = dict(check_nan=bool(getattr(s, "check_for_nan_in_loss_and_grad", d.check_nan)),
                     clip_grad=float(getattr(s, "clip_grad", 1.0)) > 0,
                     log_params_norm=bool(getattr(s, "log_params_norm", d.log_params_norm)),
                     log_num_zeros=bool(getattr(s, "log_num_zeros_in_grad", d.log_num_zeros)),
                     log_interval=int(getattr(s, "log_interval", d.log_interval)),
-                    cuda_graphs=str(getattr(s, "cuda_graph_impl", d.cuda_graphs)),
-                    overlap_p2p_comm=bool(getattr(s, "overlap_p2p_comm", d.overlap_p2p_comm)))
+                    cuda_graphs=str(getattr(s, "cuda_graphs", d.cuda_graphs)),
+                    overlap_p2p_comm=bool(getattr(s, "overlap_p2p_comm", d.overlap_p2p_comm)),
+                    log_memory=bool(getattr(s, "log_memory", d.log_memory)),
+                    log_timers=bool(getattr(s, "log_timers", d.log_timers)),
+                    timing_log_level=int(getattr(s, "timing_log_level", d.timing_log_level)),
+                    grad_accumulation_fusion=bool(getattr(s, "grad_accumulation_fusion", d.grad_accumulation_fusion)))
         vals.update(kw)
         return cls(**vals)
+
+    @property
+    def logged_scalars(self) -> int:
+        """Values a logged step writes (training_log: loss, learning rate, loss scale, grad norm, batch size,
+        iteration time and a few more, plus the flags' own): each one a Python call."""
+        return (8 + int(self.log_params_norm) + int(self.log_num_zeros) + 6 * int(self.log_memory)
+                + 2 * int(self.log_timers) * max(self.timing_log_level, 1))
 
 
 @dataclass(frozen=True)
@@ -283,8 +298,10 @@ def step_end_ops(work: StepEndWork, flags: StepFlags, host: HostCosts) -> list[O
     # writes the logs: every log_interval steps, so its host time is spread over them (one sync each, when
     # every step is logged)
     every = flags.log_interval <= 1
-    ops.append(Op("loss report and logging", (2 * mc + cc + host.step_s) / max(flags.log_interval, 1), 0.0,
-                  sync_after=every))
+    logging = 2 * mc + cc + host.step_s + flags.logged_scalars * mc
+    ops.append(Op("loss report and logging", logging / max(flags.log_interval, 1), 0.0, sync_after=every))
+    if flags.timing_log_level >= 1:  # the level-1 timers (forward-backward, optimizer, ...) sync at start and stop
+        ops = [replace(o, sync_before=True) if o.name == "optimizer" else o for o in ops]
     return ops
 
 
@@ -385,6 +402,8 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
         b_host = (AUTOGRAD_CALLS_BWD * host.autograd_call_s + (kb - cb) * host.kernel_launch_s
                   + cb * host.collective_call_s)
         f_k, b_k = kf, kb
+    if not flags.grad_accumulation_fusion and not graphs:  # a separate add per GEMM weight gradient
+        b_host, b_k = b_host + 4 * host.kernel_launch_s, b_k + 4
     if shape.recompute == "full":
         b_host, b_k = b_host + f_host, b_k + f_k
     elif shape.recompute == "selective" and not graphs:
@@ -412,6 +431,8 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
         if pp > 1 and (vp == 1 or not flags.overlap_p2p_comm):
             sb[s, 0] = s > 0
             sb[s, 1] = s < V - 1
+    if flags.timing_log_level >= 2:  # per-op timers (forward-compute, backward-compute, recv/send) sync
+        sb[:], sa[:] = True, True
     if flags.thd and shape.n_seqs is not None:
         sb[:, 0] |= (np.asarray(shape.n_seqs) > 1)[None, :]
     if flags.dynamic_cp and shape.first_step is not None:

@@ -62,6 +62,7 @@ MODELLED = {
     "--manual-gc", "--sequence-packing-scheduler", "--max-seqlen-per-dp-cp-rank", "--dynamic-context-parallel",
     "--min-dynamic-context-parallel-size", "--use-varlen-dataset", "--varlen-mock-dataset-config-json",
     "--mock-data", "--data-path", "--train-iters", "--eval-interval",
+    "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--no-overlap-p2p-communication",
 }
 """Flags mapped to a RunConfig field."""
 
@@ -97,8 +98,6 @@ APPROXIMATED = {
     "--cross-entropy-fusion-impl": "the fused cross-entropy implementation choice is not priced",
     "--tp-comm-overlap-cfg": "TP overlap is priced from its default configuration",
     "--use-tp-pp-dp-mapping": "rank order is not modelled (groups are placed as NVLink allows)",
-    "--check-for-nan-in-loss-and-grad": "the NaN check is not priced",
-    "--no-check-for-nan-in-loss-and-grad": "the NaN check is not priced",
     "--te-rng-tracker": "the RNG tracker is not priced",
     "--check-weight-hash-across-dp-replicas-interval": "the weight-hash check every N steps is not priced",
     "--test-mode": "a test-only switch (no time)",
@@ -457,6 +456,8 @@ def _step(flags: dict) -> dict[str, Any]:
         "distributed_optimizer": _bool(flags, "--use-distributed-optimizer"),
         "sequence_parallel": _bool(flags, "--sequence-parallel"),
         "manual_gc": _bool(flags, "--manual-gc"),
+        "check_for_nan_in_loss_and_grad": not _bool(flags, "--no-check-for-nan-in-loss-and-grad"),
+        "overlap_p2p_comm": not _bool(flags, "--no-overlap-p2p-communication"),
     }
 
 

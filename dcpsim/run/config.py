@@ -199,25 +199,6 @@ class SimSection(_Section):
                                          "(forward), every policy, ON TOP of the time model's per-microbatch fixed "
                                          "cost (BatchCost.overhead_*, kernels x the profile's per_kernel_overhead_s): "
                                          "a sensitivity add-on (assumed, not measured)")
-    # the host's work per step (dcpsim.cost.host; priced only with a profile that has a [host] table)
-    log_params_norm: bool = Field(False, description="Megatron --log-params-norm: a full-model norm, all-reduce and "
-                                  ".item() (a device sync) every logged step")
-    log_num_zeros_in_grad: bool = Field(False, description="Megatron --log-num-zeros-in-grad: per-tensor zero counts, "
-                                        "all-reduce and .item() (a sync) every step")
-    log_interval: int = Field(100, ge=1, le=10**9, description="Megatron --log-interval (default 100): steps between "
-                              "logs; a logged step syncs (loss-scale .item(), the interval timer's barrier) and runs "
-                              "the logging Python; its host cost is spread over the interval")
-    check_for_nan_in_loss_and_grad: bool = Field(True, description="Megatron's default NaN/Inf checks: the loss of "
-                                                 "every microbatch (last stage) and each gradient bucket are read on "
-                                                 "the host (a device sync each)")
-    clip_grad: float = Field(1.0, ge=0, le=1e9, description="Megatron --clip-grad (default 1.0; 0 = off): the gradient "
-                             "norm is read on the host (a device sync) every step")
-    cuda_graph_impl: Literal["none", "local", "transformer_engine"] = Field(
-        "none", description="Megatron --cuda-graph-impl: transformer layers captured as CUDA graphs; a captured "
-        "layer costs the host one call and one graph replay per pass instead of its kernels and calls")
-    overlap_p2p_comm: bool = Field(True, description="Megatron's overlap_p2p_comm (default on; only with vp > 1): "
-                                   "off, or vp = 1, means batched p2p with a torch.cuda.synchronize() after every "
-                                   "pipeline send/receive (batch_p2p_sync)")
     engine: Literal["auto", "events", "fast"] = Field(
         "auto", description="events: SimPy event simulation; fast: the exact vectorised evaluation of the same "
         "schedule (same finish times); auto: fast whenever no modelled effect needs events")
@@ -279,6 +260,14 @@ class StepSection(_Section):
     sequence_parallel: bool = Field(False, description="Megatron --sequence-parallel")
     manual_gc: bool = Field(False, description="Megatron --manual-gc (Python garbage collection only every "
                             "--manual-gc-interval steps)")
+    check_for_nan_in_loss_and_grad: bool = Field(True, description="Megatron's default NaN/Inf checks (off with "
+                                                 "--no-check-for-nan-in-loss-and-grad): the loss of every microbatch "
+                                                 "(last stage) and each gradient bucket are read on the host, a "
+                                                 "device sync each")
+    overlap_p2p_comm: bool = Field(True, description="Megatron's overlap of pipeline p2p with compute (default on, "
+                                   "interleaved schedules only; --no-overlap-p2p-communication): off, and always with "
+                                   "vp = 1, pipeline sends/receives are batched and followed by a device sync "
+                                   "(batch_p2p_sync)")
 
 
 class RunConfig(_Section):

@@ -107,7 +107,7 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                       microbatch_overhead_s=s.microbatch_overhead_s, network=s.network)
     from dcpsim.cost.host import StepFlags
 
-    return ClusterSimulator(cost, topo, faults=faults, options=opts, host_flags=StepFlags.from_settings(s))
+    return ClusterSimulator(cost, topo, faults=faults, options=opts, host_flags=StepFlags.from_settings(cfg.step))
 
 
 def _streams(seed: int) -> dict[str, np.random.Generator]:
