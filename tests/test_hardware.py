@@ -10,7 +10,7 @@ import pytest
 from dcpsim.errors import ConfigError, ProfileError
 from dcpsim.hardware import Curve, bus_factor, get_profile, list_profiles, load_profile, write_profile
 
-SHIPPED = ["a100-sxm-80gb", "b200", "h100-sxm", "h200-sxm"]
+SHIPPED = ["a100-sxm-80gb", "b200", "gb200", "h100-sxm", "h200-sxm"]
 
 
 def test_shipped_profiles_load_and_name_origins():
@@ -157,3 +157,15 @@ def test_wrong_format_version(tmp_path):
     (d / "profile.toml").write_text(text)
     with pytest.raises(ProfileError, match="format_version: got 99"):
         load_profile(d)
+
+
+def test_public_profiles_name_their_host_cpu() -> None:
+    """Every shipped public profile names its host CPU type (the host model's key), with a source."""
+    from dcpsim.hardware import get_profile
+
+    for n in SHIPPED:
+        p = get_profile(n)
+        assert p.host_cpu in ("x86", "grace") and p.sources["host_cpu"], n
+    assert get_profile("gb200").host_cpu == "grace" and get_profile("h100-sxm").host_cpu == "x86"
+    g = get_profile("gb200")
+    assert g.gpus_per_node == 4 and g.nvlink_domain_gpus == 72

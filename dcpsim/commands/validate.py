@@ -7,6 +7,11 @@ tokens/s per GPU: a table per row, mean and worst |error| per GPU x
 precision x source, rows not expressible yet listed with the reason; with
 ``--out`` it writes CSV, Markdown, JSON and a parity plot there.
 
+``dcpsim validate --megatron-ci [--gpu H100] [--subset fit|held-out] [--out DIR] [--json]`` replays the
+step times of Megatron-LM's own functional tests (``experiments/megatron_ci``): each case's flags read by
+the Megatron argument reader, simulated, compared on the step time; the same tables (per group, per split)
+and a parity plot. ``dcpsim validate`` with neither flag runs both suites.
+
 ``dcpsim validate --profile profiles/NAME``: time real layers and compare with the cost model.
 
 Runs one transformer layer of the model (forward and backward) per pack on
@@ -24,6 +29,10 @@ from dcpsim.commands._common import POS_INT, SEED, add_force, parse_int_list, pr
 def register(sub) -> None:
     p = sub.add_parser("validate", help="compare with published training runs (--published) or real layer timings (--profile)")
     p.add_argument("--published", action="store_true", help="replay the published-throughput suite")
+    p.add_argument("--megatron-ci", action="store_true",
+                   help="replay Megatron-LM's CI step times (experiments/megatron_ci); with neither this nor "
+                   "--published/--profile, both suites run")
+    p.add_argument("--gpu", default=None, help="--megatron-ci: only rows of these GPUs (H100, A100, GB200; comma-separated)")
     p.add_argument("--subset", default="all", choices=["quick", "all", "fit", "held-out"],
                    help="--published: which rows (default all)")
     p.add_argument("--rows", default=None, help="--published: explicit row ids, comma-separated (overrides --subset)")
@@ -51,11 +60,51 @@ def register(sub) -> None:
 def run(args) -> int:
     from dcpsim.errors import ConfigError
 
-    if args.published == bool(args.profile):
-        raise ConfigError("--published/--profile", None, "exactly one of --published or --profile")
-    if args.published:
-        return run_published(args)
-    return run_profile(args)
+    if args.profile:
+        if args.published or args.megatron_ci:
+            raise ConfigError("--profile", args.profile, "alone (not with --published or --megatron-ci)")
+        return run_profile(args)
+    both = not args.published and not args.megatron_ci
+    if args.out:
+        from dcpsim.outdir import check_out_dir
+
+        check_out_dir(args.out, force=args.force)  # before any replay
+    if both and args.json:
+        raise ConfigError("--json", True, "with one suite (--published or --megatron-ci)")
+    rc = run_published(args) if args.published or both else 0
+    return run_megatron_ci(args) if args.megatron_ci or both else rc
+
+
+def run_megatron_ci(args) -> int:
+    """Replay the Megatron-LM CI suite; print the per-group and per-split error tables."""
+    from dcpsim.errors import ConfigError
+    from dcpsim.published.megatron_ci import GPU_PROFILES, replay_ci
+
+    gpus = [g.strip() for g in args.gpu.split(",")] if args.gpu else None
+    for g in gpus or []:
+        if g not in GPU_PROFILES:
+            raise ConfigError("--gpu", g, f"one of {sorted(GPU_PROFILES)}")
+    split = args.subset if args.subset in ("fit", "held-out") else None
+    profiles = None
+    if args.calibrated:
+        from dcpsim.published.replay import calibrated_profiles
+
+        profiles = calibrated_profiles()
+    res = replay_ci(gpus=gpus, split=split, profiles=profiles)
+    written = res.write(args.out) if args.out else []
+    if args.json:
+        print_json(res.to_json() | {"written": [str(p) for p in written]})
+        return 0
+    print_table(_pct_rows(res.stats("group")), title="Megatron-LM CI step time: |error| per group (GPU, environment, GB200 nodes)")
+    print_table(_pct_rows(res.split_by_gpu()), title="Megatron-LM CI: |error| per GPU and split (suite.toml, by layout family)")
+    print_table(res.reasons(), title="Megatron-LM CI rows not compared")
+    o = res.overall()
+    print(f"Megatron-LM CI: {o['compared']} of {o['rows']} rows compared, {o['unexpressible']} not expressible; mean "
+          f"|error| {o['mean_abs_error']:.1%}, worst {o['worst_abs_error']:.1%} (error = simulated / measured - 1 on "
+          f"the step time); {o['wall_s']:.1f} s")
+    for p in written:
+        print(f"wrote {p}")
+    return 0
 
 
 def run_published(args) -> int:
@@ -63,10 +112,6 @@ def run_published(args) -> int:
     from dcpsim.published import replay_suite
 
     rows = parse_int_list(args.rows, "--rows") if args.rows else None
-    if args.out:
-        from dcpsim.outdir import check_out_dir
-
-        check_out_dir(args.out, force=args.force)  # before the replay
     profiles = None
     if args.calibrated:
         from dcpsim.published.replay import calibrated_profiles
@@ -96,7 +141,7 @@ def run_published(args) -> int:
 
 
 def _pct_rows(stats: list[dict]) -> list[dict]:
-    return [{k: (v * 100 if k.endswith("abs_error") else v) for k, v in s.items()} for s in stats]
+    return [{k: (v * 100 if k.endswith("_error") else v) for k, v in s.items()} for s in stats]
 
 
 def run_profile(args) -> int:
