@@ -435,8 +435,8 @@ def test_incremental_rerating_equals_a_global_recomputation(seed):
     from dcpsim.sim.network import FlowNetwork
 
     class Global(FlowNetwork):
-        def _component(self, links):
-            return sorted(self.flows)
+        def _component(self, links, new):
+            return sorted(self.flows), True
 
     rng = np.random.default_rng(seed)
     fabric = Fabric(gpus=32, pod_gpus=8, oversubscription=3.0, degraded_gpu=5, degraded_link_scale=0.3)
@@ -459,3 +459,62 @@ def test_incremental_rerating_equals_a_global_recomputation(seed):
         ends.append(out)
     np.testing.assert_allclose(ends[0], ends[1], rtol=1e-9)
     assert (ends[0] > 0).all()
+
+
+def _random_flows(net_cls, fabric: Fabric, spec) -> np.ndarray:
+    import simpy
+
+    env = simpy.Environment()
+    net = net_cls(env, fabric)
+    out = np.zeros(len(spec))
+
+    def go(i, at, a, b, w, cap):
+        def begin(_ev):
+            net.start(w, fabric.path(a, b), lambda: out.__setitem__(i, env.now), cap)
+        env.timeout(at).callbacks.append(begin)
+
+    for i, sp in enumerate(spec):
+        go(i, *sp)
+    env.run()
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_flow_solver_equals_the_reference_solver(seed):
+    """Issue 24's solver (walk over links that can bind, no-binding shortcut) against the solver it replaced
+    (tests/network_reference.py, re-rating every flow connected through links with more flows than their
+    capacity): random flows, many starting together, paced at caps that fill links exactly (1/2, 1/4) or
+    not, on oversubscribed or flat fabrics with a degraded NIC; equal finish times."""
+    from network_reference import ReferenceFlowNetwork
+
+    from dcpsim.sim.network import FlowNetwork
+
+    rng = np.random.default_rng(100 + seed)
+    n = 32
+    fabric = (Fabric(gpus=n, pod_gpus=8, oversubscription=float(rng.choice([1.0, 2.0, 4.0])), degraded_gpu=3,
+                     degraded_link_scale=0.5) if seed % 2 == 0 else Fabric(gpus=n))
+    spec = []
+    for _ in range(150):
+        a = int(rng.integers(n))
+        b = (a + int(rng.integers(1, n))) % n
+        spec.append((float(rng.integers(0, 20)) * 0.1, a, b, float(rng.uniform(0.05, 1.0)),
+                     float(rng.choice([1.0, 1.0, 0.5, 0.25, 0.3, float(rng.uniform(0.05, 1.0))]))))
+    new, ref = _random_flows(FlowNetwork, fabric, spec), _random_flows(ReferenceFlowNetwork, fabric, spec)
+    assert (ref > 0).all()
+    np.testing.assert_allclose(new, ref, rtol=1e-12)
+
+
+def test_shared_simulation_equals_the_reference_solver(monkeypatch):
+    """The same simulated iteration (every op's start and finish) with the reference solver in the network."""
+    from network_reference import ReferenceFlowNetwork
+
+    import dcpsim.sim.network as network
+
+    over = {"parallel__cp": 4, "parallel__tp": 1, "hardware__pod_gpus": 8, "policy__name": "dynamic"}
+    a = _run("shared", **over)
+    monkeypatch.setattr(network, "FlowNetwork", ReferenceFlowNetwork)
+    b = _run("shared", **over)
+    ta, tb = a.records[0].timeline, b.records[0].timeline
+    np.testing.assert_allclose(ta.finish, tb.finish, rtol=1e-12)
+    np.testing.assert_allclose(ta.start, tb.start, rtol=1e-12)
+    assert a.iterations.iloc[0].iteration_time_s == pytest.approx(b.iterations.iloc[0].iteration_time_s, rel=1e-12)

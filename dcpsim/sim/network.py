@@ -85,6 +85,7 @@ from dcpsim.hardware.placement import crosses_domain
 
 Link = tuple[str, int]
 NETWORKS = ("ideal", "shared")
+_TIGHT = 1.0 - 1e-9  # a link whose load exceeds this fraction of its capacity may bind (FlowNetwork._component)
 
 
 @dataclass
@@ -124,6 +125,7 @@ class _Flow:
     rate: float = 0.0
     t0: float = 0.0
     version: int = 0
+    demand: float = 1.0  # the most it can get, NIC units: the smallest capacity among its links
 
 
 class FlowNetwork:
@@ -144,9 +146,11 @@ class FlowNetwork:
         self._next_id = 0
         self._heap: list[tuple[float, int, int]] = []  # (finish time, flow id, flow version)
         self._timer = 0
-        self._dirty: set[Link] = set()
+        self._dirty: set[Link] = set()  # links whose flows' rates may change (they bound before a flow ended)
+        self._new: set[int] = set()  # flows started since the last settling
         self._settling = False
         self._cap: dict[Link, float] = {}
+        self._load: dict[Link, float] = {}  # per link, the sum of its flows' demands (NIC units)
 
     def start(self, work_s: float, links: list[Link], on_done: Callable[[], None], cap: float = 1.0) -> None:
         """Begin a flow of ``work_s`` seconds' worth of bytes over ``links``; ``on_done()`` at its end.
@@ -170,10 +174,17 @@ class FlowNetwork:
             own = ("cap", fid)
             caps[own] = float(cap)
             links.append(own)
-        self.flows[fid] = _Flow(float(work_s), links, on_done, t0=self.env.now)
+        demand = min(caps[ln] for ln in links)
+        self.flows[fid] = _Flow(float(work_s), links, on_done, t0=self.env.now, demand=demand)
+        on_link, load = self.on_link, self._load
         for ln in links:
-            self.on_link.setdefault(ln, set()).add(fid)
-        self._dirty.update(links)
+            if ln in on_link:
+                on_link[ln].add(fid)
+                load[ln] += demand
+            else:
+                on_link[ln] = {fid}
+                load[ln] = demand
+        self._new.add(fid)
         if not self._settling:  # flows starting at the same moment get their rates together
             self._settling = True
             self.env.timeout(0.0).callbacks.append(self._settle)
@@ -181,48 +192,68 @@ class FlowNetwork:
     def _settle(self, _ev) -> None:
         self._settling = False
         dirty, self._dirty = self._dirty, set()
-        self._rerate(dirty)
+        new, self._new = self._new, set()
+        self._rerate(dirty, new)
         self._arm()
 
-    def _component(self, links: set[Link]) -> list[int]:
-        """Flows whose rates may change when flows start or end on ``links``: those connected to them
-        through links that can bind.
+    def _component(self, links: set[Link], new: set[int]) -> tuple[list[int], bool]:
+        """Flows whose rates may change when the flows ``new`` have started and flows have ended on
+        ``links`` (those that could bind before), and whether a link among theirs can bind.
 
-        A link carrying no more flows than its capacity never binds (every flow is held to at most 1 NIC
-        unit by its own NIC), so rates do not propagate through it and the walk does not cross it; the
-        changed ``links`` themselves are always crossed (a link that just became slack releases its
-        flows). Exact: every link that can bind and touches a flow of the component has all its flows
-        in it, so :func:`max_min_rates` over the component gives the rates of a whole recomputation.
+        A flow never gets more than its *demand* (the smallest capacity among its links), so a link whose
+        flows' demands add up to no more than its capacity (its *load*) never binds: it leaves each of its
+        flows its demand whatever the rest of the network does, rates do not propagate through it and the
+        walk does not cross it. The new flows are in the component, and the ``links`` where flows ended
+        are crossed (a link that just became slack releases its flows); a link that could not bind before
+        a flow on it ended cannot bind after, so its other flows keep their rates. Exact: every link that can bind and touches a flow of the
+        component has all its flows in it, and the links that cannot bind change nothing (the demands
+        bound each flow), so :func:`max_min_rates` over the component gives the rates of a whole
+        recomputation. A component none of whose links can bind gives every flow its demand (the
+        shortcut of :meth:`_rerate`). Loads within ``1e-9`` of the capacity count as binding (rounding
+        of the running sums can only make the walk larger).
         """
-        on_link, flows, cap = self.on_link, self.flows, self._cap
+        on_link, flows, cap, load = self.on_link, self.flows, self._cap, self._load
         seen_l, seen_f = set(links), set()
+        binds = False
+        for ln in links:
+            if load[ln] > cap[ln] * _TIGHT and len(on_link[ln]) > 1:
+                binds = True
         todo = list(links)
-        while todo:
-            for fid in on_link.get(todo.pop(), ()):
+        pending = [fid for fid in new if fid in flows]  # (a flow of no work never enters)
+        while todo or pending:
+            for fid in (pending if pending else on_link[todo.pop()]):
                 if fid not in seen_f:
                     seen_f.add(fid)
                     for ln in flows[fid].links:
                         if ln not in seen_l:
                             seen_l.add(ln)
-                            n = len(on_link[ln])
-                            if n > 1 and n > cap[ln]:
+                            if load[ln] > cap[ln] * _TIGHT and len(on_link[ln]) > 1:
+                                binds = True
                                 todo.append(ln)
-        return sorted(seen_f)
+            pending = []
+        return sorted(seen_f), binds
 
-    def _rerate(self, links: set[Link]) -> None:
-        """New max-min rates for the component of ``links``; their finish times go into the heap."""
+    def _rerate(self, links: set[Link], new: set[int]) -> None:
+        """New max-min rates for the component of ``links`` and ``new`` (:meth:`_component`); their finish
+        times go into the heap."""
         now = self.env.now
-        ids = self._component(links)
-        comp = [self.flows[f] for f in ids]
+        ids, binds = self._component(links, new)
+        flows = self.flows
+        comp = [flows[f] for f in ids]
         old = [f.rate for f in comp]
-        max_min_rates(comp, self._cap.__getitem__)
+        if binds:
+            max_min_rates(comp, self._cap.__getitem__)
+        else:  # no link can bind: every flow gets its demand
+            for f in comp:
+                f.rate = f.demand
+        heap = self._heap
         for fid, f, r0 in zip(ids, comp, old, strict=True):
             if f.rate == r0 and f.version:  # unchanged rate: its finish time in the heap still holds
                 continue
             f.work -= r0 * (now - f.t0)
             f.t0 = now
             f.version += 1
-            heapq.heappush(self._heap, (now + f.work / f.rate, fid, f.version))
+            heapq.heappush(heap, (now + f.work / f.rate, fid, f.version))
 
     def _arm(self) -> None:
         heap = self._heap
@@ -245,10 +276,14 @@ class FlowNetwork:
             del self.flows[fid]
             for ln in f.links:
                 if ln[0] == "cap":  # a paced flow's own link goes with it
-                    del self.on_link[ln], self._cap[ln]
+                    del self.on_link[ln], self._cap[ln], self._load[ln]
                     continue
-                self.on_link[ln].discard(fid)
-                freed.add(ln)
+                users, load = self.on_link[ln], self._load[ln]
+                if load > self._cap[ln] * _TIGHT and len(users) > 1:  # it could bind: its flows may speed up
+                    freed.add(ln)
+                users.discard(fid)
+                # the running sum restarts at exactly 0 when the link empties (no rounding carried over)
+                self._load[ln] = load - f.demand if users else 0.0
             done.append(f.done)
         self.events += len(done)
         if freed:
