@@ -395,6 +395,8 @@ class GroupTimes:
     rank_end: np.ndarray
     rank_last_start: np.ndarray
     rank_used: np.ndarray
+    host_start: np.ndarray | None = None  # with a host: when each op's issue began, ``(pp·vp, 2, G)``
+    host_end: np.ndarray | None = None  # ... and when its host was free again
 
 
 def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, bwd_s: np.ndarray,
@@ -422,6 +424,8 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     last_start = np.zeros((pp, R))
     used = np.zeros((pp, R), dtype=bool)
     hfree = np.zeros((pp, R))  # each rank's host clock (used with ``host``)
+    h_start = np.zeros((V, 2, G)) if host is not None else None
+    h_end = np.zeros((V, 2, G)) if host is not None else None
     off = groups.offset.tolist()
     dur = (np.asarray(fwd_s, dtype=np.float64), np.asarray(bwd_s, dtype=np.float64))
     x = None if xfer_s is None or V == 1 else np.asarray(xfer_s, dtype=np.float64)
@@ -443,8 +447,9 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
         d_s = dur[d][s, a:z]
         if host is not None:
             h0 = np.maximum.reduceat(hfree[p_], groups.bounds[k])[groups.take[k]]
-            ready, fin_h, h_after = host.run(s, d, a, z, h0, ready, d_s)
+            ready, fin_h, h_after, h_st = host.run(s, d, a, z, h0, ready, d_s)
             d_s = fin_h - ready
+            h_start[s, d, a:z], h_end[s, d, a:z] = h_st, h_after
             hfree[p_, ranks] = np.repeat(h_after, groups.size[a:z])
         if first_forward is not None and d == FWD and s < pp and s not in gated:
             gated.add(s)
@@ -457,4 +462,5 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
         fr[ranks] = np.repeat(fin, sz)
         last_start[p_, ranks] = np.repeat(ready, sz)
         used[p_, ranks] = True
-    return GroupTimes(start=start, finish=finish, rank_end=free, rank_last_start=last_start, rank_used=used)
+    return GroupTimes(start=start, finish=finish, rank_end=free, rank_last_start=last_start, rank_used=used,
+                      host_start=h_start, host_end=h_end)

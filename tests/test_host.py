@@ -186,7 +186,7 @@ def test_events_and_fast_path_agree_with_a_host(seed, pp, vp):
     des = run_iteration(work, build_graph(table, sched, work.virtual()[2]), sim.sync,
                         overlap_param_gather=o.overlap_param_gather)
     fast = fast_iteration(work, sched, sim.sync, overlap_param_gather=o.overlap_param_gather)
-    for f in ("start", "finish", "bwd_end_s", "stage_end_s"):
+    for f in ("start", "finish", "bwd_end_s", "stage_end_s", "host_start", "host_end"):
         np.testing.assert_allclose(getattr(des, f), getattr(fast, f), rtol=1e-9, err_msg=f)
     assert fast.makespan_s >= base.makespan_s * (1 - 1e-12)  # a host never makes a step shorter
 
@@ -298,3 +298,29 @@ def test_a_host_table_excludes_the_launch_floor(tmp_path):
     p.write_text(dump_profile_toml(data))
     with pytest.raises(ProfileError, match="per_kernel_overhead_s"):
         load_profile(folder)
+
+
+def test_rank_step_lays_out_host_and_device(tmp_path):
+    from dcpsim.report.host import plot_rank_step, rank_step, step_table_markdown
+    from dcpsim.run import config_from_dict
+    from dcpsim.run.single import run_simulation
+
+    gpu = _host_profile(tmp_path)
+    cfg = config_from_dict({"model": {"name": GPT_TINY}, "hardware": {"gpu": gpu}, "cluster": {"gpus": 8},
+                            "parallel": {"tp": 1, "pp": 2, "cp": 1, "max_tokens_per_rank": 4096},
+                            "workload": {"name": "fixed", "seq_len": 4096, "gbs": 8},
+                            "policy": {"name": "packing"}, "step": {"log_interval": 1}})
+    res = run_simulation(cfg)
+    step = rank_step(res.records[0], stage=1, rank=0)
+    assert [r["op"] for r in step.rows] == ["F0", "B0", "F1", "B1"]
+    for r in step.rows:
+        assert r["device_end_s"] >= r["device_start_s"] + r["device_s"] * (1 - 1e-12)
+        assert r["device_start_s"] >= r["host_start_s"]  # nothing runs before its issue began
+        assert "before" in r["sync"] or r["op"] == "F0" or r["direction"] == "backward"
+    s = step.summary()
+    assert s["step_s"] == pytest.approx(res.summary["iteration_time_s"], rel=1e-9)
+    assert 0 < s["device_busy_s"] <= s["forward_backward_s"] and s["host_busy_s"] > 0
+    assert "| F0 |" in step_table_markdown(step)
+    assert plot_rank_step(step, tmp_path / "step.png").stat().st_size > 0
+    with pytest.raises(ConfigError, match="host"):
+        rank_step(run_simulation(cfg.with_updates({"hardware.gpu": "h100-sxm"})).records[0])

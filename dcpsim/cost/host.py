@@ -344,11 +344,11 @@ class HostOps:
     def run(self, s: int, d: int, a: int, z: int, host_free, ready, dur):
         """Ops ``(s, d, a:z)`` whose hosts are free at ``host_free`` and whose device inputs (ranks free,
         pipeline input arrived) are ready at ``ready``, device time ``dur``: ``(device start, device end,
-        host free after)`` by :func:`issue`."""
-        _, start, end, host_after = issue(host_free, ready, ready, self.host_s[s, d, a:z], dur,
+        host free after, issue start)`` by :func:`issue`."""
+        H, start, end, host_after = issue(host_free, ready, ready, self.host_s[s, d, a:z], dur,
                                           self.kernels[s, d, a:z], self.sync_before[s, d, a:z],
                                           self.sync_after[s, d, a:z], self.sync_s)
-        return start, end, host_after
+        return start, end, host_after, H
 
 
 @dataclass(frozen=True)

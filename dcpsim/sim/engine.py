@@ -108,6 +108,10 @@ class IterationTimeline:
     makespan_s: float
     events: int
     param_gather_s: np.ndarray | None = None  # per stage, the exposed all-gather wait of its first forwards
+    # with a host model (dcpsim.cost.host): when each op's issue began and when its host was free again,
+    # ``(PP·vp, 2, G)`` like ``start``/``finish``
+    host_start: np.ndarray | None = None
+    host_end: np.ndarray | None = None
 
 
 def _per_node(fwd: np.ndarray, bwd: np.ndarray, vp: int, shape: tuple[int, int, int]) -> list[float]:
@@ -445,6 +449,8 @@ class _Run:
             self.hfree = np.zeros((pp, work.table.ranks))
             self.g_start = work.table.start.tolist()
             self.g_end = (work.table.start + work.table.size).tolist()
+            self.h_start = [math.nan] * graph.n_nodes
+            self.h_end = [math.nan] * graph.n_nodes
         if not self.watch and self.transfers is None and self.host is None:  # the ideal network: lean closures
             self.cb_done, self.cb_arrive = self._lean_callbacks()
         self.last_started = [0] * pp
@@ -474,9 +480,10 @@ class _Run:
         p = s % self.pp
         lo, hi = self.g_start[g], self.g_end[g]
         now = self.env.now
-        st, fin, h_after = self.host.run(s, d, g, g + 1, self.hfree[p, lo:hi].max(), np.array([now]),
-                                         np.array([self.dur[n]]))
+        st, fin, h_after, h_st = self.host.run(s, d, g, g + 1, self.hfree[p, lo:hi].max(), np.array([now]),
+                                               np.array([self.dur[n]]))
         self.hfree[p, lo:hi] = float(h_after[0])
+        self.h_start[n], self.h_end[n] = float(h_st[0]), float(h_after[0])
         self.dur[n] = float(fin[0] - st[0])
         return float(st[0])
 
@@ -744,4 +751,6 @@ def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_
         events=(int(run.events) + graph.n_nodes + int(np.count_nonzero(graph.delay_s > 0.0))
                 + (run.transfers.net.events if run.transfers is not None else 0)),
         param_gather_s=np.asarray(run.gather_stall),
+        host_start=np.asarray(run.h_start).reshape(run.shape) if run.host is not None else None,
+        host_end=np.asarray(run.h_end).reshape(run.shape) if run.host is not None else None,
     )

@@ -73,6 +73,10 @@ def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost,
         finish = np.empty_like(gt.finish)
         start[..., order] = gt.start
         finish[..., order] = gt.finish
+    h_start, h_end = gt.host_start, gt.host_end
+    if h_start is not None and not ident:
+        h_start, h_end = np.empty_like(gt.host_start), np.empty_like(gt.host_end)
+        h_start[..., order], h_end[..., order] = gt.host_start, gt.host_end
     used = gt.rank_used
     bwd_end = np.where(used, gt.rank_end, 0.0).max(axis=1, initial=0.0)
     last_bstart = np.where(used, gt.rank_last_start, 0.0).max(axis=1, initial=0.0)
@@ -91,4 +95,6 @@ def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost,
         makespan_s=float(stage_end.max()),
         events=0,
         param_gather_s=stall,
+        host_start=h_start,
+        host_end=h_end,
     )
