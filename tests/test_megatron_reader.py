@@ -155,3 +155,15 @@ def test_round_trip_check_can_fail() -> None:
     args[i + 1] = "4"
     back = megatron_config(parse_flags(args), gpus=cfg.cluster.gpus, gpu=cfg.hardware.gpu).config
     assert "parallel.pp: 8 -> 4" in roundtrip_differences(cfg, back)
+
+
+def test_simulate_megatron_args_cli(tmp_path: Path, capsys) -> None:
+    from dcpsim.cli import main
+
+    f = tmp_path / "args.txt"
+    f.write_text(TINY)
+    assert main(["simulate", "--megatron-args", str(f), "--gpus", "8", "--json"]) == 0
+    assert main(["simulate", "--megatron-args", str(f)]) == 2  # --gpus is required
+    f.write_text(TINY + "--num-experts 8\n")
+    assert main(["simulate", "--megatron-args", str(f), "--gpus", "8"]) == 2
+    assert "--num-experts" in capsys.readouterr().err

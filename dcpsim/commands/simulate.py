@@ -1,4 +1,10 @@
-"""``dcpsim simulate run.toml``: simulate one run (see :mod:`dcpsim.run.config` for the file)."""
+"""``dcpsim simulate run.toml``: simulate one run (see :mod:`dcpsim.run.config` for the file).
+
+``dcpsim simulate --megatron-args megatron_args.txt --gpus 8 --gpu h100-sxm`` (or ``--megatron-config
+model_config.yaml``) simulates a Megatron-LM run from its own arguments (:mod:`dcpsim.export.reader`): every
+flag is modelled, accepted with a stated approximation (printed), known not to change the step, or refused by
+name. The GPU count and hardware profile are not Megatron arguments and are given here.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,16 @@ from dcpsim.commands._common import add_config_flags, add_force, config_from_arg
 
 def register(sub) -> None:
     p = sub.add_parser("simulate", help="simulate one run described by a TOML file; print a summary table")
-    p.add_argument("config", help="run file (.toml); every field is optional, see dcpsim/run/config.py")
+    p.add_argument("config", nargs="?", default=None,
+                   help="run file (.toml); every field is optional, see dcpsim/run/config.py")
+    p.add_argument("--megatron-args", default=None, metavar="FILE",
+                   help="simulate a Megatron-LM run from its argument list (one --flag [value] per line, as in "
+                   "dcpsim export's megatron_args.txt or a launch script's arguments); needs --gpus")
+    p.add_argument("--megatron-config", default=None, metavar="YAML",
+                   help="simulate a Megatron-LM functional test's model_config.yaml (MODEL_ARGS); needs --gpus")
+    p.add_argument("--gpus", type=int, default=None, help="with --megatron-args/--megatron-config: GPUs in the run")
+    p.add_argument("--gpu", default="h100-sxm", help="with --megatron-args/--megatron-config: hardware profile "
+                   "(default h100-sxm)")
     p.add_argument("--trace", default=None, metavar="TRACE.json",
                    help="write a Chrome/Perfetto trace of the simulated timeline (open in ui.perfetto.dev)")
     p.add_argument("--out", default=None, metavar="DIR",
@@ -23,10 +38,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from dcpsim.outdir import check_out_dir, check_out_file
-    from dcpsim.run import load_config
     from dcpsim.run.single import run_simulation
 
-    cfg = load_config(args.config)
+    cfg, notes = _base_config(args)
     if args.out:
         check_out_dir(args.out, force=args.force)
     if args.trace:
@@ -64,7 +78,31 @@ def run(args) -> int:
         print(long_run_line(s, res.config))
     for k, v in outputs.items():
         print(f"{k}: {v}")
+    for n in notes:
+        print(f"note: {n}")
     return 0
+
+
+def _base_config(args):
+    """The run of a TOML file, or of Megatron arguments (with the reader's notes)."""
+    from dcpsim.errors import ConfigError
+    from dcpsim.run import load_config
+
+    meg = [f for f in (args.megatron_args, args.megatron_config) if f]
+    if bool(args.config) + len(meg) != 1:
+        raise ConfigError("config", args.config, "exactly one of a run file, --megatron-args or --megatron-config")
+    if not meg:
+        return load_config(args.config), []
+    from dcpsim.export.reader import megatron_config, read_args_file, read_config_yaml
+
+    if args.gpus is None or args.gpus < 1:
+        raise ConfigError("--gpus", args.gpus, "the GPU count of the Megatron run (not a Megatron argument)")
+    if args.megatron_config:
+        flags, env = read_config_yaml(args.megatron_config)
+    else:
+        flags, env = read_args_file(args.megatron_args), {}
+    run = megatron_config(flags, gpus=args.gpus, gpu=args.gpu, env=env, where=meg[0])
+    return run.config, [*run.notes, f"ignored (no effect on the step): {' '.join(run.ignored) or 'none'}"]
 
 
 def long_run_line(s: dict, config: dict) -> str:
