@@ -12,6 +12,7 @@ import pytest
 
 from dcpsim.errors import ConfigError
 from dcpsim.export import SCHEDULERS, check_megatron, export_megatron, megatron_args, resolve_policy
+from dcpsim.export.megatron import EXPORT_FIELDS
 from dcpsim.run.config import RunConfig
 
 # 32 GPUs: TP1 PP4 CP2 DP4; M = 8192 so that M*CP = max length 16384 (static) and M*DP*CP = 65536 (dynamic).
@@ -226,3 +227,140 @@ def test_export_names_the_param_gather_launch_rule_it_timed(tmp_path):
     assert "step_start" in (tmp_path / "x" / "README.md").read_text()
     assert "step_start" in (tmp_path / "x" / "launch.sh").read_text()
     assert any("core_r0.8.0" in n for n in exp.notes)
+
+
+# ------------------------------------------------------------------ issue 19, items 1, 2 and 5
+def test_every_config_field_has_a_route_into_the_export():
+    """Each RunConfig field is listed in EXPORT_FIELDS (a flag, the lengths, the layout, a check or a note): a new
+    field fails here until its export is decided."""
+    from tests.test_fuzz import config_fields
+
+    fields = {path for path, _ in config_fields()}
+    assert fields - set(EXPORT_FIELDS) == set(), "fields with no route into the export"
+    assert set(EXPORT_FIELDS) - fields == set(), "EXPORT_FIELDS names fields that do not exist"
+    assert set(EXPORT_FIELDS.values()) <= {"flag", "data", "layout", "check", "note", "cluster", "model", "none"}
+
+
+# a non-default value of every "flag" and "note" field: it must change the exported arguments or the notes
+NON_DEFAULT = {
+    "model.name": "llama3-8b", "parallel.tp": 2, "parallel.pp": 2, "parallel.cp": 4, "parallel.min_cp": 2,
+    "parallel.max_tokens_per_rank": 16384, "parallel.cp_comm": "all_gather", "parallel.recompute": "selective",
+    "parallel.vp": 2, "parallel.precision": "fp8", "parallel.first_stage_layers": 8,
+    "parallel.last_stage_layers": 8, "parallel.cross_entropy": "unfused", "parallel.attention": "unfused", "workload.gbs": 64,
+    "workload.max_len": 8192, "policy.name": "packing", "sim.overlap_grad_sync": False,
+    "sim.overlap_param_gather": False, "sim.tp_comm_overlap": True, "sim.grad_bucket_params": 10**8,
+    "sim.grad_reduce_bytes_per_param": 2, "sim.fp8_param_gather": False,
+    "hardware.network_scale": 0.5, "hardware.pod_gpus": 16, "hardware.oversubscription": 2.0,
+    "hardware.nvlink_domain_gpus": 16, "sim.noise_cv": 0.1, "sim.straggler_fraction": 0.1,
+    "sim.straggler_slowdown": 2.0, "sim.degraded_link_scale": 0.5, "sim.param_gather_launch": "step_start",
+    "sim.planning": "stall", "sim.dynamic_cp_padding": True, "sim.dynamic_cp_exchange": "async",
+    "sim.cp_switch_s": 0.001, "sim.microbatch_overhead_s": 0.001, "sim.long_run_hours": 10.0,
+}
+# fields that only matter together with others
+WITH = {"parallel.precision": {"model.name": "llama3-8b"}, "sim.fp8_param_gather": {"model.name": "llama3-8b",
+        "parallel.precision": "fp8"}, "parallel.first_stage_layers": {"parallel.last_stage_layers": 0},
+        "sim.tp_comm_overlap": {"parallel.tp": 2}, "parallel.tp": {"parallel.cp": 1},
+        "parallel.attention": {"parallel.cp": 1}, "sim.straggler_fraction": {"sim.straggler_slowdown": 2.0},
+        "sim.straggler_slowdown": {"sim.straggler_fraction": 0.1}, "parallel.recompute": {"parallel.max_tokens_per_rank": 4096}}
+
+
+@pytest.mark.parametrize("path", sorted(p for p, how in EXPORT_FIELDS.items() if how in ("flag", "note")))
+def test_every_flag_and_note_field_changes_the_export(path):
+    """Change one field the simulation uses: the exported arguments or the named notes change (or it is refused)."""
+    from dcpsim.export.megatron import build_export
+
+    base_upd = {"policy.name": "dynamic"} | WITH.get(path, {})
+    if path in ("parallel.cp", "parallel.max_tokens_per_rank"):
+        base_upd |= {"parallel.cp": 2}
+    if path == "parallel.precision":
+        base_upd |= {"cluster.gpus": 64, "parallel.pp": 4, "parallel.cp": 2, "parallel.max_tokens_per_rank": 16384}
+    base = _cfg(**{k.replace(".", "__"): v for k, v in base_upd.items()})
+    changed = base.with_updates({path: NON_DEFAULT[path]})
+    assert changed != base
+    a = build_export(base, simulate=False)
+    try:
+        b = build_export(changed, simulate=False)
+    except ConfigError as exc:  # refused: it names a field
+        assert exc.field
+        return
+    assert a.args != b.args or a.notes != b.notes, f"{path} changes the simulation but not the export"
+
+
+def test_vp_is_exported_and_refused_where_megatron_cannot_run_it():
+    # llama-13b: 40 layers, pp 4 -> 10 per stage; vp 2 -> 5 layers per chunk
+    f = _flags(megatron_args(_cfg(parallel__vp=2)))
+    assert f["--num-layers-per-virtual-pipeline-stage"] == ["5"]
+    assert "--num-layers-per-virtual-pipeline-stage" not in _flags(megatron_args(_cfg()))
+    with pytest.raises(ConfigError, match="parallel.vp"):  # vp 3 does not divide 10 layers per stage
+        megatron_args(_cfg(parallel__vp=3))
+    uneven = _cfg(parallel__vp=2, parallel__first_stage_layers=8, parallel__last_stage_layers=8)
+    with pytest.raises(ConfigError, match="parallel.vp.*uneven"):
+        megatron_args(uneven)
+
+
+def test_simulate_refuses_vp_that_does_not_divide_the_layers_per_stage():
+    from dcpsim.run.single import build_cost_model, run_simulation
+
+    # pp 8 on 40 layers: 5 per stage; vp 3 cannot split them (the issue's case)
+    cfg = RunConfig().with_updates({"parallel.vp": 3})
+    with pytest.raises(ConfigError, match=r"parallel.vp: got 3.*5 layers per stage"):
+        run_simulation(cfg)
+    assert build_cost_model(RunConfig().with_updates({"parallel.vp": 5})).stage_layers.tolist() == [5] * 8
+    # uneven stages: every stage's count must split
+    with pytest.raises(ConfigError, match="parallel.vp"):
+        build_cost_model(RunConfig().with_updates({"parallel.pp": 4, "parallel.cp": 4, "parallel.vp": 2,
+                                                   "parallel.first_stage_layers": 7, "parallel.last_stage_layers": 9}))
+    with pytest.raises(ConfigError, match="parallel.vp"):  # no pipeline to interleave (was an IndexError)
+        RunConfig().with_updates({"parallel.vp": 2, "parallel.pp": 1, "parallel.cp": 8})
+
+
+def test_export_refuses_what_megatron_has_no_flag_for():
+    with pytest.raises(ConfigError, match="policy.options.cap_delta"):
+        megatron_args(_cfg(policy__name="dynamic", policy__options={"cap_delta": 0.2}))
+    megatron_args(_cfg(policy__name="dynamic", policy__options={"cap_delta": 0.05}))
+    fixed = RunConfig().with_updates({"workload.name": "fixed", "workload.seq_len": 4096, "policy.name": "packing"})
+    with pytest.raises(ConfigError, match="workload.name.*fixed"):
+        check_megatron(fixed, "packing")
+
+
+def test_export_and_simulate_give_one_answer_for_one_seed(tmp_path):
+    """Same config, same seed: export's expected.json is `simulate`'s summary (the same batches, same stream)."""
+    from dcpsim.run.single import run_simulation, sample_batches
+
+    cfg = _cfg(policy__name="dynamic", sim__iterations=2, sim__seed=7)
+    exp = export_megatron(cfg, tmp_path / "e")
+    e = json.loads((tmp_path / "e" / "expected.json").read_text())
+    ref = run_simulation(cfg).summary
+    for k in ("iteration_time_s", "tflops_per_gpu", "tokens_per_s"):
+        assert e[k] == pytest.approx(ref[k], rel=1e-12), k
+    got = sample_batches(cfg)
+    assert np.array_equal(exp.lengths, np.concatenate(got)) and len(got) == 2
+    assert not np.array_equal(np.concatenate(sample_batches(cfg.with_updates({"sim.seed": 8}))), exp.lengths)
+
+
+def test_cli_export_and_simulate_print_the_same_throughput(tmp_path, capsys):
+    from dcpsim.cli import main
+
+    run = tmp_path / "run.toml"
+    run.write_text('[cluster]\ngpus = 32\n[parallel]\npp = 4\ncp = 2\nmax_tokens_per_rank = 8192\n'
+                   '[workload]\ngbs = 32\nmax_len = 16384\n[sim]\niterations = 2\nseed = 3\n')
+    assert main(["simulate", str(run), "--json"]) == 0
+    sim = json.loads(capsys.readouterr().out)
+    assert main(["export", "--config", str(run), "--out", str(tmp_path / "x"), "--json"]) == 0
+    exp = json.loads(capsys.readouterr().out)
+    s = sim.get("summary", sim)
+    assert exp["expected"]["tflops_per_gpu"] == pytest.approx(s["tflops_per_gpu"], rel=1e-12)
+
+
+def test_gpus_per_node_must_divide_the_gpus(tmp_path):
+    from dcpsim.export.megatron import launch_gpus_per_node
+
+    cfg = _cfg(cluster__gpus=16, parallel__pp=2, policy__name="dynamic")
+    with pytest.raises(ConfigError, match=r"--gpus-per-node: got 3.*divisor of cluster.gpus = 16"):
+        export_megatron(cfg, tmp_path / "g", gpus_per_node=3, simulate=False)
+    assert not (tmp_path / "g").exists() or not any((tmp_path / "g").iterdir())
+    assert launch_gpus_per_node(cfg, 4) == 4 and launch_gpus_per_node(cfg) == 8
+    assert launch_gpus_per_node(_cfg(cluster__gpus=4, parallel__pp=2, parallel__max_tokens_per_rank=16384)) == 4
+    export_megatron(cfg, tmp_path / "ok", gpus_per_node=4, simulate=False)
+    text = (tmp_path / "ok" / "launch.sh").read_text()
+    assert 'NNODES="${NNODES:-4}"' in text and 'GPUS_PER_NODE="${GPUS_PER_NODE:-4}"' in text

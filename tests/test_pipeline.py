@@ -244,12 +244,13 @@ def test_interleaving_holds_more_activations_on_the_first_stage():
     assert activations_in_flight(8, 2) == pytest.approx(8 * (1 + 7 / 16))  # Narayanan et al.: 1 + (p-1)/(p*v)
     mem = {}
     for vp in (1, 2):
-        c = build_cost_model(config_from_dict({"cluster": {"gpus": 64}, "parallel": {"pp": 8, "cp": 2, "vp": vp}}))
+        # pp 4: 10 layers per stage, two chunks of 5 (vp must divide a stage's layers)
+        c = build_cost_model(config_from_dict({"cluster": {"gpus": 64}, "parallel": {"pp": 4, "cp": 2, "vp": vp}}))
         mem[vp] = c.peak_memory_bytes(np.array([0.0, 8192.0]))
     assert mem[2][0] == mem[1][0]  # model states unchanged
     assert mem[2][1] > mem[1][1]
     from dcpsim.model import get_model, memory_per_gpu
 
-    want = memory_per_gpu(get_model("llama-13b"), tokens_per_rank=8192, tp=1, pp=8, dp=8, cp=1, recompute="full",
-                          microbatches_in_flight=11.5).total_bytes
+    want = memory_per_gpu(get_model("llama-13b"), tokens_per_rank=8192, tp=1, pp=4, dp=16, cp=1, recompute="full",
+                          microbatches_in_flight=activations_in_flight(4, 2)).total_bytes
     assert mem[2][1] == pytest.approx(want, rel=1e-12)

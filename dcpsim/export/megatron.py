@@ -21,8 +21,13 @@ Before writing anything, the configuration is checked against Megatron's
 constraints (micro-batch size 1 is implied; the dynamic domain DP×CP and the
 minimum CP size must be powers of two; M·DP·CP ≥ maximum length for dynamic
 CP and M·CP ≥ maximum length for static packing; global batch divisible by DP;
-heads divisible by TP, and by TP×CP for ``a2a``; layers divisible by PP).
+heads divisible by TP, and by TP×CP for ``a2a``; layers divisible by PP;
+``parallel.vp`` > 1 only with an even split and dividing each stage's layers,
+exported as ``--num-layers-per-virtual-pipeline-stage``; a variable-length
+workload; policy options at the values Megatron's scheduler fixes).
 A violation raises :class:`~dcpsim.errors.ConfigError` naming the field.
+:data:`EXPORT_FIELDS` lists how every configuration field reaches the
+exported run (a flag, the lengths, the layout, a check, or a named note).
 
 The mock dataset reads ``lengths.csv`` with ``pandas.read_csv`` (the first
 line is a header), so the file has a ``length`` header line.
@@ -31,7 +36,6 @@ line is a header), so the file has a ``length`` header line.
 from __future__ import annotations
 
 import json
-import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +51,6 @@ SCHEDULERS = {"packing": "dp_balanced", "dynamic": "default_dynamic_cp"}
 CLOSEST = {"packing-balanced": "packing", "dynamic-solver": "dynamic", "milp": "dynamic"}
 DYNAMIC_SCHEDULERS = ("default_dynamic_cp",)
 DEFAULT_TRAIN_ITERS = 30
-GPUS_PER_NODE_DEFAULT = 8
 
 
 def _pow2(n: int) -> bool:
@@ -108,13 +111,50 @@ def check_megatron(cfg: RunConfig, policy: str) -> list[str]:
     from dcpsim.model import get_model
 
     m = get_model(cfg.model.name)
+    if cfg.is_fixed:
+        raise ConfigError("workload.name", "fixed", "a variable-length workload (a preset, lengths file or table): the "
+                          "export drives Megatron's variable-length mock dataset and sequence-packing scheduler; a "
+                          "fixed-length run is plain Megatron pre-training (--seq-length, --micro-batch-size)")
     if cfg.workload.max_len is None:
         raise ConfigError("workload.max_len", None, "a maximum sequence length (Megatron's --seq-length)")
     _check_shapes(cfg, m)
     dynamic = policy == "dynamic"
     notes = _check_dynamic(cfg) if dynamic else _check_static(cfg)
     _check_a2a(cfg, m, dynamic)
+    _check_vp(cfg, m)
+    _check_policy_options(cfg, policy)
     return notes + _carry_over_notes(cfg, dynamic)
+
+
+# Policy options Megatron's schedulers fix (no flag sets them): export refuses any other value.
+MEGATRON_POLICY_OPTIONS: dict[str, dict[str, Any]] = {"dynamic": {"cap_delta": 0.05}, "packing": {}}
+
+
+def _check_vp(cfg: RunConfig, m) -> None:
+    """Interleaved pipeline: an even split (Megatron's --num-layers-per-virtual-pipeline-stage is one count for
+    every chunk), ``vp`` dividing the layers of each stage."""
+    from dcpsim.run.single import check_vp_layers
+
+    p = cfg.parallel
+    if p.vp == 1:
+        return
+    if p.first_stage_layers or p.last_stage_layers:
+        raise ConfigError("parallel.vp", p.vp, "1 with uneven pipeline stages (parallel.first_stage_layers / "
+                          "last_stage_layers): Megatron's --num-layers-per-virtual-pipeline-stage needs an even split")
+    check_vp_layers(p.vp, [m.n_layers // p.pp] * p.pp)
+
+
+def _check_policy_options(cfg: RunConfig, policy: str) -> None:
+    """Policy options the Megatron scheduler has no flag for must keep Megatron's value (``too_long`` never acts:
+    the M×CP / M×DP×CP checks above leave no sequence too long)."""
+    if cfg.policy.name != policy:  # an approximation: the options belong to the simulated policy, not Megatron's
+        return
+    fixed = MEGATRON_POLICY_OPTIONS.get(policy, {})
+    for key, value in cfg.policy.options.items():
+        if key in fixed and value != fixed[key]:
+            raise ConfigError(f"policy.options.{key}", value,
+                              f"{fixed[key]!r}, the value Megatron's {SCHEDULERS[policy]} scheduler uses (no flag "
+                              "changes it, so the exported run would not be the simulated one)")
 
 
 def _check_shapes(cfg: RunConfig, m) -> None:
@@ -199,15 +239,65 @@ def _carry_over_notes(cfg: RunConfig, dynamic: bool) -> list[str]:
     rule = param_gather_rule_note(cfg)
     if rule:
         notes.append(rule)
-    if s.noise_cv or s.straggler_fraction or s.degraded_link_scale != 1.0 or cfg.hardware.network_scale != 1.0:
+    if s.noise_cv or (s.straggler_fraction and s.straggler_slowdown != 1.0) or s.degraded_link_scale != 1.0 or cfg.hardware.network_scale != 1.0:
         notes.append("simulated variability/degradation (noise, stragglers, degraded links, network_scale) "
                      "has no Megatron flag: expected.json includes it, the real run does not")
     if dynamic and s.planning == "hidden":
         notes.append("the simulation hides planning time (sim.planning='hidden'); Megatron's dev branch plans "
                      "synchronously, so a real run may be slower by the planning time")
-    if cfg.hardware.pod_gpus != "flat" or cfg.hardware.oversubscription != 1.0:
-        notes.append("network topology (pod_gpus, oversubscription) is a property of the cluster, not a flag")
+    h = cfg.hardware
+    if h.pod_gpus != "flat" or h.oversubscription != 1.0 or h.nvlink_domain_gpus != "profile":
+        notes.append("network topology (pod_gpus, oversubscription, nvlink_domain_gpus) is a property of the "
+                     "cluster, not a flag: run on a cluster that has it")
+    if dynamic and not s.dynamic_cp_padding:
+        notes.append("the simulation does not pad samples as Megatron's dynamic-CP data path does "
+                     "(sim.dynamic_cp_padding = false); set it true to time the padding the real run pays")
+    if dynamic and s.dynamic_cp_exchange != "none":
+        notes.append(f"sim.dynamic_cp_exchange = {s.dynamic_cp_exchange!r} models the scheduler's per-iteration "
+                     "exchange of the Megatron version; no flag selects it")
+    if s.cp_switch_s or s.microbatch_overhead_s:
+        notes.append("sim.cp_switch_s / sim.microbatch_overhead_s are assumed overheads added to the timing "
+                     "(sensitivity settings), not flags")
+    if s.long_run_hours > 0:
+        notes.append("the long-run goodput figures (sim.long_run_hours and the failure settings) describe the "
+                     "cluster's failures; the short exported run measures none of them")
     return notes
+
+
+# How every RunConfig field reaches the exported run (tests/test_export.py checks each field is listed):
+#   flag   - a Megatron argument in megatron_args.txt
+#   data   - lengths.csv (the sampled global batches the mock dataset reads)
+#   layout - launch.sh / the parallel sizes (dp = gpus / (tp*pp*cp))
+#   check  - only values Megatron accepts are exported; others raise ConfigError naming the field
+#   note   - no flag can express it (a property of the cluster or of the Megatron version); a non-default value
+#            is named under "What does not carry over" in README.md and in the command's output
+#   cluster- the hardware the exported run needs (README.md names it)
+#   model  - how the simulator models what the real run does anyway (sim.network = "shared": links are shared)
+#   none   - does not change the simulated iteration (how it is computed, or the summary's extras)
+EXPORT_FIELDS: dict[str, str] = {
+    "model.name": "flag",
+    "hardware.gpu": "cluster", "hardware.network_scale": "note", "hardware.pod_gpus": "note",
+    "hardware.oversubscription": "note", "hardware.nvlink_domain_gpus": "note",
+    "cluster.gpus": "layout",
+    "parallel.tp": "flag", "parallel.pp": "flag", "parallel.cp": "flag", "parallel.min_cp": "flag",
+    "parallel.max_tokens_per_rank": "flag", "parallel.cp_comm": "flag", "parallel.recompute": "flag",
+    "parallel.mbs": "check", "parallel.vp": "flag", "parallel.precision": "flag",
+    "parallel.first_stage_layers": "flag", "parallel.last_stage_layers": "flag", "parallel.cross_entropy": "flag",
+    "parallel.attention": "flag",
+    "workload.name": "data", "workload.gbs": "flag", "workload.min_len": "data", "workload.max_len": "flag",
+    "workload.clip": "data", "workload.seq_len": "check", "workload.documents": "check",
+    "policy.name": "flag", "policy.options": "check",
+    "sim.iterations": "data", "sim.seed": "data", "sim.noise_cv": "note", "sim.straggler_fraction": "note",
+    "sim.straggler_slowdown": "note", "sim.degraded_link_scale": "note", "sim.overlap_grad_sync": "flag",
+    "sim.overlap_param_gather": "flag", "sim.param_gather_launch": "note", "sim.tp_comm_overlap": "flag",
+    "sim.grad_bucket_params": "flag", "sim.planning": "note", "sim.grad_reduce_bytes_per_param": "flag",
+    "sim.fp8_param_gather": "flag", "sim.dynamic_cp_padding": "note", "sim.dynamic_cp_exchange": "note",
+    "sim.cp_switch_s": "note", "sim.microbatch_overhead_s": "note", "sim.engine": "none", "sim.network": "model",
+    "sim.long_run_hours": "note", "sim.long_run_seeds": "none", "sim.gpu_mtbf_h": "none", "sim.checkpoint_s": "none",
+    "sim.restart_s": "none", "sim.checkpoint_interval_s": "none", "sim.slow_gpu_per_day": "none",
+    "sim.slow_gpu_episode_s": "none", "sim.slow_gpu_slowdown": "none", "sim.degraded_link_per_day": "none",
+    "sim.degraded_link_episode_s": "none", "sim.degraded_link_episode_scale": "none",
+}
 
 
 def cost_mechanism_flags(cfg: RunConfig) -> list[str]:
@@ -280,6 +370,8 @@ def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: st
     flag("--tensor-model-parallel-size", p.tp)
     flag("--pipeline-model-parallel-size", p.pp)
     flag("--context-parallel-size", p.cp)
+    if p.vp > 1:  # interleaved 1F1B: vp chunks of layers/(pp*vp) layers per pipeline rank (even split, _check_vp)
+        flag("--num-layers-per-virtual-pipeline-stage", m.n_layers // (p.pp * p.vp))
     flag("--cp-comm-type", p.cp_comm)
     if p.tp > 1:
         flag("--sequence-parallel")
@@ -333,13 +425,11 @@ def varlen_config(lengths_path: str = "lengths.csv") -> dict[str, Any]:
 
 
 def sample_lengths(cfg: RunConfig, batches: int = 1) -> np.ndarray:
-    """``batches`` global batches of lengths from the configured workload (seeded by ``sim.seed``), concatenated."""
-    from dcpsim.workload import get_workload, sample_global_batch
+    """``batches`` global batches of lengths, concatenated: the ones ``dcpsim simulate`` draws for ``cfg``
+    (:func:`dcpsim.run.single.sample_batches`: same seed, same stream, same order)."""
+    from dcpsim.run.single import sample_batches
 
-    w = cfg.workload
-    dist = get_workload(w.name, min_len=w.min_len, max_len=w.max_len, clip=w.clip)
-    rng = np.random.default_rng(cfg.sim.seed)
-    return np.concatenate([sample_global_batch(dist, w.gbs, rng) for _ in range(batches)]).astype(np.int64)
+    return np.concatenate(sample_batches(cfg, batches)).astype(np.int64)
 
 
 def build_export(cfg: RunConfig, *, allow_approximate: bool = False, simulate: bool = True,
@@ -356,14 +446,16 @@ def build_export(cfg: RunConfig, *, allow_approximate: bool = False, simulate: b
         notes.insert(0, f"policy {cfg.policy.name!r} has no Megatron scheduler; exported as {policy!r} "
                         f"({SCHEDULERS[policy]}), the closest; expected.json still simulates {cfg.policy.name!r}")
     args = megatron_args(cfg, policy=policy, lengths_path=lengths_path, train_iters=train_iters)
-    n_batches = cfg.sim.iterations
-    lengths = sample_lengths(cfg, batches=n_batches)
+    from dcpsim.run.single import sample_batches
+
+    # the batches `dcpsim simulate` draws for this config (same stream): expected.json is its answer
+    batches = sample_batches(cfg)
+    lengths = np.concatenate(batches).astype(np.int64)
     expected = None
     if simulate:
         from dcpsim.run.single import run_simulation
 
         # simulate exactly the exported lengths, one global batch per iteration
-        batches = np.split(lengths, n_batches)
         res = run_simulation(cfg, batches=batches)
         s = {str(k): v for k, v in dict(res.summary).items()}
         keys = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s", "mfu")
@@ -381,8 +473,30 @@ def build_export(cfg: RunConfig, *, allow_approximate: bool = False, simulate: b
                           varlen_config(lengths_path), expected, notes)
 
 
+def launch_gpus_per_node(cfg: RunConfig, gpus_per_node: int | None = None) -> int:
+    """GPUs per node of the launch template: ``gpus_per_node`` (``--gpus-per-node``), which must divide
+    ``cluster.gpus`` (torchrun starts the same number on every node), else the hardware profile's (all the GPUs
+    when the run has fewer than one node). ConfigError naming the field when the nodes cannot be filled evenly."""
+    gpus = cfg.cluster.gpus
+    if gpus_per_node is not None:
+        if isinstance(gpus_per_node, bool) or not isinstance(gpus_per_node, int) or gpus_per_node < 1 \
+                or gpus % gpus_per_node:
+            raise ConfigError("--gpus-per-node", gpus_per_node,
+                              f"a divisor of cluster.gpus = {gpus} (every node runs the same number of ranks)")
+        return gpus_per_node
+    from dcpsim.hardware import get_profile
+
+    per = int(get_profile(cfg.hardware.gpu).gpus_per_node)
+    if gpus <= per:
+        return gpus
+    if gpus % per:
+        raise ConfigError("cluster.gpus", gpus, f"a multiple of the {per} GPUs per node of {cfg.hardware.gpu!r} "
+                          "for the launch template (or pass --gpus-per-node, a divisor of cluster.gpus)")
+    return per
+
+
 def _launch_script(exp: MegatronExport, cfg: RunConfig, gpus_per_node: int) -> str:
-    nnodes = max(1, math.ceil(cfg.cluster.gpus / gpus_per_node))
+    nnodes = cfg.cluster.gpus // gpus_per_node  # a divisor (launch_gpus_per_node)
     lines = []
     for line in exp.flag_lines():
         if line.startswith("--varlen-mock-dataset-config-json"):
@@ -473,7 +587,8 @@ def export_megatron(cfg: RunConfig | str | Path, out_dir: str | Path, *, allow_a
     ``cfg``: a RunConfig or a run TOML path. Raises ConfigError (nothing is
     written) when Megatron would reject the configuration. ``simulate=False``
     skips ``expected.json``. ``gpus_per_node`` for the launch template
-    (default: the hardware profile's, else 8). ``out_dir`` is checked first:
+    (a divisor of ``cluster.gpus``; default: the hardware profile's, see
+    :func:`launch_gpus_per_node`). ``out_dir`` is checked first:
     an existing folder may hold only files dcpsim wrote unless ``force``
     (:mod:`dcpsim.outdir`); every file is written atomically.
     """
@@ -484,15 +599,9 @@ def export_megatron(cfg: RunConfig | str | Path, out_dir: str | Path, *, allow_a
     out = check_out_dir(out_dir, force=force)
     if train_iters < 1:
         raise ConfigError("train_iters", train_iters, "a positive number of iterations")
+    gpus_per_node = launch_gpus_per_node(cfg, gpus_per_node)
     exp = build_export(cfg, allow_approximate=allow_approximate, simulate=simulate,
                        lengths_path=str((out / "lengths.csv").resolve()), train_iters=train_iters)
-    if gpus_per_node is None:
-        try:
-            from dcpsim.hardware import get_profile
-
-            gpus_per_node = int(get_profile(cfg.hardware.gpu).gpus_per_node)
-        except Exception:  # noqa: BLE001 - a template default only
-            gpus_per_node = GPUS_PER_NODE_DEFAULT
     files: dict[str, str] = {}
 
     def write(name: str, text: str, mode: int | None = None) -> None:

@@ -289,6 +289,8 @@ class RunConfig(_Section):
         if self.cluster.gpus % per:
             raise ConfigError("cluster.gpus", self.cluster.gpus,
                               f"a multiple of tp*pp*cp = {p.tp}*{p.pp}*{p.cp} = {per}")
+        if p.vp > 1 and p.pp == 1:
+            raise ConfigError("parallel.vp", p.vp, "1 when parallel.pp = 1 (interleaved model chunks need pipeline stages)")
         if p.min_cp & (p.min_cp - 1):
             raise ConfigError("parallel.min_cp", p.min_cp, "a power of two (1, 2, 4, ...)")
         w = self.workload

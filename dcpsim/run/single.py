@@ -58,12 +58,28 @@ from dcpsim.sim import (
 def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None) -> CostModel:
     """The cost model of ``cfg`` (every cost-relevant field; ``dp_cp`` overrides DP×CP, the optimizer sharding)."""
     p = cfg.parallel
-    return CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp, dp_cp=cfg.dp * p.cp if dp_cp is None else dp_cp,
+    cost = CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp, dp_cp=cfg.dp * p.cp if dp_cp is None else dp_cp,
                      cp_comm=p.cp_comm, recompute=p.recompute, precision=p.precision,
                      tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
                      last_stage_layers=p.last_stage_layers, attention=p.attention, cross_entropy=p.cross_entropy,
                      microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None,
                      grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param)
+    check_vp_layers(p.vp, cost.stage_layers)
+    return cost
+
+
+def check_vp_layers(vp: int, stage_layers) -> None:
+    """Refuse ``parallel.vp`` unless it divides every pipeline stage's layer count (each of a rank's ``vp`` model
+    chunks holds the same whole number of layers: Megatron's interleaved schedule, and how the simulator splits
+    a stage's time)."""
+    if vp <= 1:
+        return
+    counts = [int(n) for n in stage_layers]
+    bad = sorted({n for n in counts if n % vp})
+    if bad:
+        where = f"{counts[0]} layers per stage" if len(set(counts)) == 1 else f"stages of {counts} layers"
+        raise ConfigError("parallel.vp", vp, f"a divisor of every pipeline stage's layer count ({where}; "
+                          f"{bad[0]} is not a multiple of {vp})")
 
 
 def nvlink_domain(cfg: RunConfig, cost: CostModel) -> int:
@@ -409,6 +425,27 @@ def _batch_lengths(cfg: RunConfig, i: int, batches, dist, fixed, rng: np.random.
     from dcpsim.workload import sample_global_batch
 
     return sample_global_batch(dist, cfg.workload.gbs, rng)
+
+
+def sample_batches(cfg: RunConfig, n: int | None = None) -> list[np.ndarray]:
+    """The first ``n`` (default ``sim.iterations``) global batches :func:`run_simulation` draws for ``cfg``: the
+    same workload stream (``sim.seed``), the same code, in order, so a caller that simulates them with
+    ``run_simulation(cfg, batches=...)`` gets what ``run_simulation(cfg)`` gets (``dcpsim export`` does).
+    Per-document fixed windows are drawn with their documents inside the simulation: ConfigError."""
+    n = cfg.sim.iterations if n is None else n
+    rng = _streams(cfg.sim.seed)["workload"]
+    dist = fixed = None
+    if cfg.is_fixed:
+        fixed = _fixed_workload(cfg)
+        if fixed.per_document:
+            raise ConfigError("workload.documents", cfg.workload.documents,
+                              "unset to sample bare windows (per-document windows are drawn by the simulation)")
+    else:
+        from dcpsim.workload import get_workload
+
+        w = cfg.workload
+        dist = get_workload(w.name, min_len=w.min_len, max_len=w.max_len, clip=w.clip)
+    return [_batch_lengths(cfg, i, None, dist, fixed, rng) for i in range(n)]
 
 
 def _window_plan(cfg: RunConfig, fixed, layout: Layout, rng: np.random.Generator) -> Plan:
