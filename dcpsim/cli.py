@@ -15,23 +15,27 @@ import warnings
 
 from dcpsim.errors import DcpsimError, DcpsimWarning
 
-# One line per sub-command module; order is the order of `dcpsim --help`.
-COMMANDS = [
-    "demo",
-    "profiles",
-    "workload",
-    "cost",
-    "schedule",
-    "simulate",
-    "reproduce",
-    "profile",
-    "validate",
-    "calibrate",
-    "sweep",
-    "plot",
-    "plan",
-    "export",
-]
+# Sub-command modules and their one-line help, in the order of `dcpsim --help`. A command's module is
+# imported only when that command runs (or its own --help is asked for): `dcpsim --help` imports none of them
+# (nor numpy, pydantic or the config). tests/test_cli_foundation.py checks each line against the help the
+# module's register() gives.
+COMMANDS: dict[str, str] = {
+    "demo": "simulate packing vs dynamic CP (and the solver, and the bound) on built-in defaults",
+    "profiles": "list hardware profiles, or show one",
+    "workload": "list workload presets, or show a workload's length statistics",
+    "cost": "per-rank time and memory of one pack on one CP group",
+    "schedule": "plan one global batch with a scheduling policy and summarise the plan",
+    "simulate": "simulate one run described by a TOML file; print a summary table",
+    "reproduce": "reproduce the Dynamic-CP blog's published results (TFLOPS, speedups)",
+    "profile": "measure a hardware profile with torch on this machine (extra: profile)",
+    "validate": "compare with published training runs (--published) or real layer timings (--profile)",
+    "calibrate": "fit a profile's timing knobs on the published suite's fit rows",
+    "sweep": "run many configurations (grid / zip / random axes) into a resumable parquet dataset",
+    "plot": "plot a sweep's results (y against x, by hue, one panel per col)",
+    "plan": "capacity planning: best layouts, time, GPU-hours and cost per GPU type, size and policy (failures "
+            "included)",
+    "export": "write Megatron-LM arguments, launch template, lengths and expectations for a run",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,13 +43,37 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"dcpsim: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.exit(message=_version() + "\n")
+
+
+def build_parser(only: str | None = "") -> argparse.ArgumentParser:
+    """The ``dcpsim`` parser. ``only``: ``""`` registers every sub-command in full (imports all their
+    modules); a command name registers that one in full and the others by name and help line only;
+    ``None``: all by name and help only (enough for ``dcpsim --help``)."""
     parser = _Parser(prog="dcpsim", description="Simulate (dynamic) context parallelism for LLM training on variable-length data.")
-    parser.add_argument("--version", action="version", version=_version())
+    parser.add_argument("--version", action=_Version, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
-        importlib.import_module(f"dcpsim.commands.{name}").register(sub)
+    for name, help_line in COMMANDS.items():
+        if only == "" or only == name:
+            importlib.import_module(f"dcpsim.commands.{name}").register(sub)
+        else:
+            sub.add_parser(name, help=help_line)
     return parser
+
+
+def _command_in(argv: list[str]) -> str | None:
+    """The sub-command ``argv`` names (its first word that is not an option), if any."""
+    for a in argv:
+        if not a.startswith("-"):
+            return a if a in COMMANDS else None
+    return None
 
 
 def _version() -> str:
@@ -81,10 +109,11 @@ def _no_empty_paths(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_in(argv))
+    args = parser.parse_args(argv)
     from dcpsim.outdir import reset_forced
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     reset_forced()
     warnings.formatwarning = _format_warning
     if not getattr(args, "func", None):

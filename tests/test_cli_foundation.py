@@ -85,3 +85,24 @@ def test_demo_main_job_compares_policies_under_the_bound(capsys):
     for name in ("packing", "dynamic", "dynamic-solver"):
         # no simulated schedule is faster than the proven lower bound
         assert rows[name]["iter_s"] >= rows["bound"]["iter_s"] * (1 - 1e-9)
+
+
+def test_help_lines_are_the_commands_own_and_help_imports_no_command():
+    """`dcpsim --help` lists each sub-command with the help line its module registers, without importing any
+    command module, numpy or pydantic (issue 24: lazy sub-commands); a command's own --help loads it."""
+    import subprocess
+    import sys
+
+    from dcpsim.cli import COMMANDS, build_parser
+
+    full = build_parser()
+    sub = next(a for a in full._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert {a.dest: a.help for a in sub._choices_actions} == COMMANDS
+    code = ("import sys\nfrom dcpsim.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "bad = [m for m in sys.modules if m.startswith(('dcpsim.commands', 'numpy', 'pydantic', 'dcpsim.run'))]\n"
+            "print('LOADED', bad)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "LOADED []" in out and "simulate" in out
+    with pytest.raises(SystemExit) as e:
+        main(["simulate", "--help"])
+    assert e.value.code == 0
