@@ -10,7 +10,7 @@ from dcpsim.cost import CostModel
 
 @pytest.mark.benchmark
 def test_batch_cost_100k_packs(benchmark):
-    cm = CostModel("h100-sxm", "llama-13b", tp=1, pp=8, dp_cp=64)
+    cm = CostModel.build("h100-sxm", "llama-13b", tp=1, pp=8, dp_cp=64)
     rng = np.random.default_rng(0)
     n_packs = 100_000
     docs = rng.integers(1, 12, n_packs)  # 1..11 documents per pack, ~600k documents

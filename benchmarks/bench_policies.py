@@ -53,7 +53,7 @@ def github_batch(seed: int = 0, gbs: int = 2048) -> np.ndarray:
 
 def setup_512(pp: int) -> tuple[np.ndarray, Layout, CostModel]:
     layout = Layout(dp=64, cp=8, max_tokens_per_rank=65536, pp=pp)
-    cost = CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=512)
+    cost = CostModel.build("h100-sxm", "llama-13b", pp=pp, dp_cp=512)
     return github_batch(), layout, cost
 
 
@@ -85,7 +85,7 @@ def small_case(rng: np.random.Generator):
     n = int(rng.integers(6, 11))
     lengths = np.clip(rng.lognormal(np.log(2500), 1.1, n), 64, cp * M - 2 * cp).astype(np.int64)
     layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=M, pp=pp)
-    cost = CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=dp * cp)
+    cost = CostModel.build("h100-sxm", "llama-13b", pp=pp, dp_cp=dp * cp)
     return lengths, layout, cost
 
 
@@ -135,7 +135,7 @@ def quality(seeds: int = 3) -> list[dict]:
         lengths = github_batch(seed)
         for dp, cp, pp in ((64, 8, 1), (1, 8, 8), (8, 8, 1), (8, 2, 4), (64, 8, 8)):
             layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=65536, pp=pp)
-            cost = CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=dp * cp)
+            cost = CostModel.build("h100-sxm", "llama-13b", pp=pp, dp_cp=dp * cp)
             row = {"seed": seed, "dp": dp, "cp": cp, "pp": pp}
             for name in HEURISTICS:
                 try:

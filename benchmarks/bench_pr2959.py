@@ -38,7 +38,7 @@ def setup_512(pp: int, seed: int = 0) -> tuple[np.ndarray, Layout, CostModel]:
     dist = get_workload("github", min_len=256, max_len=131072)
     lengths = sample_global_batch(dist, 2048, np.random.default_rng(seed))
     layout = Layout(dp=64, cp=8, max_tokens_per_rank=65536, pp=pp)
-    cost = CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=512)
+    cost = CostModel.build("h100-sxm", "llama-13b", pp=pp, dp_cp=512)
     return lengths, layout, cost
 
 

@@ -27,7 +27,19 @@ ParamGatherLaunch = Literal["first_forward", "step_start"]
 at each stage's first forward pre-hook (Megatron-Core r0.9.0 on) or at the start of the training step on every
 stage (Megatron-Core v0.6.0 .. r0.8.0, ``DistributedOptimizer.zero_grad``)."""
 
+Precision = Literal["bf16", "fp8"]
+"""GEMM precision of the transformer blocks (fp8 needs a profile with FP8 figures)."""
+
+AttentionKernel = Literal["flash", "unfused"]
+"""Attention kernels: fused (flash) or unfused (batched GEMMs + softmax + dropout over the L x L scores)."""
+
+CrossEntropy = Literal["fused", "unfused"]
+"""Loss kernels: one fused cross-entropy kernel, or Megatron-Core's unfused fp32 vocab-parallel passes."""
+
 CP_COMM_TYPES: tuple[str, ...] = get_args(CpComm)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
+CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 PLANNING_MODES: tuple[str, ...] = get_args(Planning)
 CLIP_MODES: tuple[str, ...] = get_args(Clip)

@@ -13,7 +13,7 @@ from dcpsim.policies import Layout, Plan
 
 @cache
 def cost_model(tp: int, pp: int, dp_cp: int, recompute: str = "full") -> CostModel:
-    return CostModel("h100-sxm", "llama-13b", tp=tp, pp=pp, dp_cp=dp_cp, recompute=recompute)
+    return CostModel.build("h100-sxm", "llama-13b", tp=tp, pp=pp, dp_cp=dp_cp, recompute=recompute)
 
 
 def comparable(plan: Plan) -> dict:

@@ -10,15 +10,15 @@ from hypothesis import strategies as st
 from dcpsim.cost import CostModel
 from dcpsim.errors import ConfigError, InfeasibleError
 
-CM = CostModel("h100-sxm", "llama-13b", tp=1, pp=8, dp_cp=64, recompute="full")
-CM_TP = CostModel("h100-sxm", "llama-13b", tp=2, pp=8, dp_cp=32, recompute="none")
+CM = CostModel.build("h100-sxm", "llama-13b", tp=1, pp=8, dp_cp=64, recompute="full")
+CM_TP = CostModel.build("h100-sxm", "llama-13b", tp=2, pp=8, dp_cp=32, recompute="none")
 lengths_st = st.lists(st.integers(min_value=1, max_value=70000), min_size=1, max_size=12)
 cp_st = st.sampled_from([1, 2, 4, 8, 16])
 
 
 @pytest.mark.parametrize("comm", ["p2p", "all_gather", "a2a"])
 def test_cp1_has_no_cp_communication(comm):
-    cm = CostModel("h100-sxm", "llama-13b", pp=8, cp_comm=comm)
+    cm = CostModel.build("h100-sxm", "llama-13b", pp=8, cp_comm=comm)
     for span in (False, True):
         pc = cm.pack_cost([30000, 5000, 17], 1, spans_network=span, check_memory=False)
         assert pc.cp_fwd_exposed_s == 0 and pc.cp_bwd_exposed_s == 0 and pc.cp_comm_total_s == 0
@@ -98,9 +98,9 @@ def test_tp_comm_present_only_with_tp():
 
 def test_recompute_modes():
     kw = dict(pp=8, dp_cp=64)
-    full = CostModel("h100-sxm", "llama-13b", recompute="full", **kw).pack_cost([8192], 1, check_memory=False)
-    sel = CostModel("h100-sxm", "llama-13b", recompute="selective", **kw).pack_cost([8192], 1, check_memory=False)
-    none = CostModel("h100-sxm", "llama-13b", recompute="none", **kw).pack_cost([8192], 1, check_memory=False)
+    full = CostModel.build("h100-sxm", "llama-13b", recompute="full", **kw).pack_cost([8192], 1, check_memory=False)
+    sel = CostModel.build("h100-sxm", "llama-13b", recompute="selective", **kw).pack_cost([8192], 1, check_memory=False)
+    none = CostModel.build("h100-sxm", "llama-13b", recompute="none", **kw).pack_cost([8192], 1, check_memory=False)
     assert none.recompute_s == 0
     assert sel.recompute_s == pytest.approx(sel.attn_fwd_s)
     assert full.recompute_s == pytest.approx(full.fwd_s - full.overhead_fwd_s - full.launch_fwd_s)  # the layers again
@@ -119,14 +119,14 @@ def test_batch_path_equals_scalar_path(packs):
 
 
 def test_memory_infeasible_is_typed():
-    cm = CostModel("h100-sxm", "llama-13b", pp=1, dp_cp=1)
+    cm = CostModel.build("h100-sxm", "llama-13b", pp=1, dp_cp=1)
     with pytest.raises(InfeasibleError) as ei:
         cm.pack_cost([131072], 1)
     assert ei.value.kind == "memory"
 
 
 def test_a2a_divisibility():
-    cm = CostModel("h100-sxm", "llama-13b", pp=8, cp_comm="a2a")
+    cm = CostModel.build("h100-sxm", "llama-13b", pp=8, cp_comm="a2a")
     with pytest.raises(InfeasibleError, match="a2a"):
         cm.pack_cost([4096], 16, check_memory=False)  # 40 heads not divisible by 16
     cm.pack_cost([4096], 8, check_memory=False)  # 40 divisible by 8
@@ -144,7 +144,7 @@ def test_a2a_divisibility():
 )
 def test_bad_configuration_names_field(kw, field):
     with pytest.raises(ConfigError) as ei:
-        CostModel("h100-sxm", "llama-13b", **kw)
+        CostModel.build("h100-sxm", "llama-13b", **kw)
     assert ei.value.field == field
 
 
@@ -156,7 +156,7 @@ def test_bad_lengths():
 
 
 def test_elementwise_term_is_memory_bound_closed_form():
-    cm = CostModel("h100-sxm", "llama-13b", pp=40, recompute="none")
+    cm = CostModel.build("h100-sxm", "llama-13b", pp=40, recompute="none")
     pc = cm.pack_cost([4096, 4096], 1, check_memory=False)
     m = cm.model
     per_tok = 20 * m.hidden + 6 * m.ffn_hidden + 4 * (m.q_dim + m.kv_dim)

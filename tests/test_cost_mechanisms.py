@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from dcpsim.cost import CostModel
-from dcpsim.cost.model import KERNELS_BWD, KERNELS_FWD, KERNELS_MICROBATCH, stage_layer_counts
+from dcpsim.cost.fixed import KERNELS_BWD, KERNELS_FWD, KERNELS_MICROBATCH
+from dcpsim.cost.settings import stage_layer_counts
 from dcpsim.errors import ConfigError, ProfileError
 from dcpsim.hardware import Timing, get_profile, load_profile, write_profile
 from dcpsim.model import get_model
@@ -30,7 +31,7 @@ def with_timing(name: str = "h100-sxm", **kw):
 @pytest.mark.parametrize("o", [5e-6, 11e-6, 40e-6])
 def test_launch_floor_is_kernel_count_times_per_kernel_time(o):
     prof = with_timing(per_kernel_overhead_s=o)
-    cm = CostModel(prof, get_model(TINY), recompute="none")
+    cm = CostModel.build(prof, get_model(TINY), recompute="none")
     pc = cm.pack_cost([16], 1, check_memory=False)  # GPU work of 16 tokens is far below the host floor
     L = cm.layers_per_stage
     assert pc.fwd_s - pc.overhead_fwd_s == pytest.approx(L * KERNELS_FWD * o, rel=1e-12)
@@ -39,22 +40,22 @@ def test_launch_floor_is_kernel_count_times_per_kernel_time(o):
 
 
 def test_launch_floor_hidden_behind_long_kernels():
-    cm = CostModel("h100-sxm", "llama-13b", pp=40, recompute="none")
+    cm = CostModel.build("h100-sxm", "llama-13b", pp=40, recompute="none")
     pc = cm.pack_cost([16384], 1, check_memory=False)
     assert pc.launch_fwd_s == 0 and pc.launch_bwd_s == 0
 
 
 def test_no_timing_table_means_no_fixed_costs():
     prof = replace(get_profile("h100-sxm"), timing=Timing(), _gemm={}, _attn={}, _coll={})
-    pc = CostModel(prof, get_model(TINY), recompute="none").pack_cost([16], 1, check_memory=False)
+    pc = CostModel.build(prof, get_model(TINY), recompute="none").pack_cost([16], 1, check_memory=False)
     assert pc.launch_fwd_s == pc.launch_bwd_s == pc.overhead_fwd_s == 0
 
 
 # ------------------------------------------------------------------ FP8
 def test_fp8_gemm_time_is_bf16_time_times_ratio_at_large_shapes():
     kw = dict(pp=40, recompute="none")
-    bf = CostModel("h100-sxm", "llama-13b", **kw).pack_cost([16384], 1, check_memory=False)
-    f8 = CostModel("h100-sxm", "llama-13b", precision="fp8", **kw).pack_cost([16384], 1, check_memory=False)
+    bf = CostModel.build("h100-sxm", "llama-13b", **kw).pack_cost([16384], 1, check_memory=False)
+    f8 = CostModel.build("h100-sxm", "llama-13b", precision="fp8", **kw).pack_cost([16384], 1, check_memory=False)
     prof = get_profile("h100-sxm")
     ratio = 795.0 / prof.timing.fp8_gemm_best_tflops
     # the 8192^3 figures exactly; Llama-13B's shapes (K >= 5120) within the FP8 epilogue effect (below)
@@ -84,7 +85,7 @@ def test_fp8_k_roll_off_doubles_the_prologue_epilogue_share():
 
 def test_fp8_on_a_profile_without_fp8_figures_is_one_error_naming_the_field():
     with pytest.raises(ConfigError) as ei:
-        CostModel("a100-sxm-80gb", "llama-13b", pp=40, precision="fp8")
+        CostModel.build("a100-sxm-80gb", "llama-13b", pp=40, precision="fp8")
     assert ei.value.field == "parallel.precision" and "fp8" in str(ei.value) and "timing.peak_fp8_flops" in str(ei.value)
     with pytest.raises(ProfileError, match="timing.fp8_gemm_best_tflops"):
         get_profile("a100-sxm-80gb").gemm_flops_per_s(4096, 8192, 8192, precision="fp8")
@@ -148,7 +149,7 @@ def test_timing_value_without_source_is_an_error(tmp_path):
 
 # ------------------------------------------------------------------ CP ring latency, TP overlap
 def test_ring_step_pays_at_least_nccl_base_plus_hop_latency():
-    cm = CostModel("h100-sxm", get_model(TINY), recompute="none")
+    cm = CostModel.build("h100-sxm", get_model(TINY), recompute="none")
     pc = cm.pack_cost([64], 4, spans_network=True, check_memory=False)
     steps = 3 * cm.layers_per_stage
     assert pc.cp_comm_total_s >= steps * 2 * (8.4e-6 + 14e-6)  # fwd + bwd transfer per step, NCCL base + network hop
@@ -156,8 +157,8 @@ def test_ring_step_pays_at_least_nccl_base_plus_hop_latency():
 
 def test_tp_comm_overlap_exposes_one_chunk_when_gemms_are_longer():
     kw = dict(tp=8, pp=40, recompute="none")
-    off = CostModel("h100-sxm", "llama-13b", **kw).pack_cost([32768], 1, check_memory=False)
-    on = CostModel("h100-sxm", "llama-13b", tp_comm_overlap=True, **kw).pack_cost([32768], 1, check_memory=False)
+    off = CostModel.build("h100-sxm", "llama-13b", **kw).pack_cost([32768], 1, check_memory=False)
+    on = CostModel.build("h100-sxm", "llama-13b", tp_comm_overlap=True, **kw).pack_cost([32768], 1, check_memory=False)
     assert off.tp_fwd_s < off.gemm_fwd_s  # the GEMMs outlast the communication
     assert on.tp_fwd_s == pytest.approx(off.tp_fwd_s / 8, rel=1e-12)
     assert on.tp_bwd_s == pytest.approx(off.tp_bwd_s / 8, rel=1e-12)
@@ -216,7 +217,7 @@ def test_uneven_stages_sum_to_the_layers():
 
 def test_uneven_stage_costs_and_params_scale_with_layers():
     m = {**TINY, "n_layers": 10}
-    cm = CostModel("h100-sxm", get_model(m), pp=4, first_stage_layers=1, last_stage_layers=3, recompute="none")
+    cm = CostModel.build("h100-sxm", get_model(m), pp=4, first_stage_layers=1, last_stage_layers=3, recompute="none")
     assert cm.stage_layers.tolist() == [1, 3, 3, 3] and cm.layers_per_stage == 3
     spec = get_model(m)
     assert stage_params(cm).sum() == pytest.approx(spec.n_params)  # embedding first, head + final norm last
@@ -231,7 +232,7 @@ def test_uneven_stage_costs_and_params_scale_with_layers():
 # ------------------------------------------------------------------ unfused attention
 def test_unfused_attention_closed_form():
     spec = get_model(TINY)
-    cm = CostModel("a100-sxm-80gb", spec, recompute="none", attention="unfused")
+    cm = CostModel.build("a100-sxm-80gb", spec, recompute="none", attention="unfused")
     prof = cm.profile
     L = 2048
     pc = cm.pack_cost([L], 1, check_memory=False)
@@ -242,16 +243,16 @@ def test_unfused_attention_closed_form():
     per_layer_bwd = 2.0 * t + 11.0 * h * L * L / prof.hbm_bw_bytes_per_s
     assert pc.attn_fwd_s == pytest.approx(cm.layers_per_stage * per_layer_fwd, rel=1e-12)
     assert pc.attn_bwd_s == pytest.approx(cm.layers_per_stage * per_layer_bwd, rel=1e-12)
-    flash = CostModel("a100-sxm-80gb", spec, recompute="none").pack_cost([L], 1, check_memory=False)
+    flash = CostModel.build("a100-sxm-80gb", spec, recompute="none").pack_cost([L], 1, check_memory=False)
     assert pc.attn_fwd_s > flash.attn_fwd_s  # the full L x L scores and their memory traffic cost more
 
 
 def test_unfused_attention_refuses_context_parallelism():
-    cm = CostModel("h100-sxm", get_model(TINY), recompute="none", attention="unfused")
+    cm = CostModel.build("h100-sxm", get_model(TINY), recompute="none", attention="unfused")
     with pytest.raises(ConfigError, match="parallel.attention"):
         cm.pack_cost([4096], 2, check_memory=False)
     with pytest.raises(ConfigError, match="parallel.attention"):
-        CostModel("h100-sxm", get_model(TINY), attention="sdpa")
+        CostModel.build("h100-sxm", get_model(TINY), attention="sdpa")
 
 
 def test_cli_fp8_on_a100_is_one_line_exit_2_and_cost_honours_precision(capsys):
@@ -271,8 +272,8 @@ def test_cli_fp8_on_a100_is_one_line_exit_2_and_cost_honours_precision(capsys):
 
 def test_unfused_cross_entropy_adds_its_logit_passes():
     kw = dict(pp=32, recompute="none")
-    fused = CostModel("h100-sxm", "llama3-8b", **kw).pack_cost([4096], 1, check_memory=False)
-    unf = CostModel("h100-sxm", "llama3-8b", cross_entropy="unfused", **kw).pack_cost([4096], 1, check_memory=False)
+    fused = CostModel.build("h100-sxm", "llama3-8b", **kw).pack_cost([4096], 1, check_memory=False)
+    unf = CostModel.build("h100-sxm", "llama3-8b", cross_entropy="unfused", **kw).pack_cost([4096], 1, check_memory=False)
     m, bw = get_model("llama3-8b"), get_profile("h100-sxm").hbm_bw_bytes_per_s
     logits = 4096 * m.vocab
     assert unf.head_fwd_s - fused.head_fwd_s == pytest.approx((38 - 4) * logits / bw, rel=1e-9)

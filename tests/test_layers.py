@@ -149,7 +149,7 @@ def test_plan_evaluates_its_lower_bound_only_when_read():
     from dcpsim.policies import Layout, get_policy, lower_bound_s
 
     lay = Layout(dp=2, cp=2, max_tokens_per_rank=4096)
-    cost = CostModel("h100-sxm", "llama-13b", dp_cp=4)
+    cost = CostModel.build("h100-sxm", "llama-13b", dp_cp=4)
     lengths = np.array([3000, 100, 1200, 700, 9000])
     plan = get_policy("dynamic").plan(lengths, lay, cost)
     assert plan.bound_evaluator is not None and plan.__dict__.get("_lower_bound_s") is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dcpsim.cost.model import USABLE_HBM_FRACTION, CostModel
+from dcpsim.cost import USABLE_HBM_FRACTION, CostModel
 from dcpsim.errors import InfeasibleError
 from dcpsim.model import activation_bytes_per_token_layer, activation_terms, get_model, memory_per_gpu
 from dcpsim.published.memory import memory_verdicts
@@ -44,7 +44,7 @@ def test_memory_verdict_is_the_replay_peak():
     ("llama-13b", 1, 1, 8),      # 13B unsharded weights + FP32 grads + 1/8 optimizer: 98 GB
 ])
 def test_model_states_that_cannot_fit_still_fail(model, tp, pp, dp):
-    cost = CostModel("h100-sxm", model, tp=tp, pp=pp, dp_cp=dp, recompute="full")
+    cost = CostModel.build("h100-sxm", model, tp=tp, pp=pp, dp_cp=dp, recompute="full")
     assert cost.peak_memory_bytes([0])[0] > cost.memory_limit_bytes
     with pytest.raises(InfeasibleError, match="memory"):
         cost.max_tokens_per_rank()
@@ -66,10 +66,10 @@ def test_infeasible_run_is_refused_before_any_work():
 
 
 def test_usable_hbm_is_a_share_of_the_capacity_nvml_reports():
-    cost = CostModel("h100-sxm", "llama-13b")
+    cost = CostModel.build("h100-sxm", "llama-13b")
     assert cost.profile.hbm_bytes == 81559 * 2**20
     assert cost.memory_limit_bytes == pytest.approx(USABLE_HBM_FRACTION * 81559 * 2**20)
-    assert CostModel("a100-sxm-80gb", "llama-13b").profile.hbm_bytes == 80 * 2**30
+    assert CostModel.build("a100-sxm-80gb", "llama-13b").profile.hbm_bytes == 80 * 2**30
 
 
 def test_activation_terms_follow_the_architecture():
@@ -100,7 +100,7 @@ def test_gradient_buffer_dtype_and_sharding():
     n = m.n_params
     assert fp32.states_bytes == pytest.approx(n * (2 + 4 + 12 / 8), rel=1e-6)  # optimizer over DP x CP
     assert bf16.states_bytes == pytest.approx(n * (2 + 2 + 12 / 8), rel=1e-6)
-    cost = CostModel("h100-sxm", m, tp=1, pp=1, dp_cp=8, grad_bytes_per_param=2)
+    cost = CostModel.build("h100-sxm", m, tp=1, pp=1, dp_cp=8, grad_bytes_per_param=2)
     assert cost.peak_memory_bytes([0])[0] == pytest.approx(bf16.total_bytes)
 
 
@@ -115,8 +115,8 @@ def test_unfused_attention_stores_its_score_matrices():
     assert per_layer == 5 * (m.n_heads / tp) * L * L
     peaks = {}
     for rc in ("none", "selective", "full"):
-        flash = CostModel("a100-sxm-80gb", m, tp=tp, dp_cp=8, recompute=rc, attention="flash")
-        unf = CostModel("a100-sxm-80gb", m, tp=tp, dp_cp=8, recompute=rc, attention="unfused")
+        flash = CostModel.build("a100-sxm-80gb", m, tp=tp, dp_cp=8, recompute=rc, attention="flash")
+        unf = CostModel.build("a100-sxm-80gb", m, tp=tp, dp_cp=8, recompute=rc, attention="unfused")
         peaks[rc] = unf.peak_memory_bytes([L], [L * L])[0] - flash.peak_memory_bytes([L], [L * L])[0]
         # the packs the simulator costs carry the same term
         assert unf.batch_cost(np.array([L]), np.array([0]), np.array([1])).peak_memory_bytes[0] == pytest.approx(

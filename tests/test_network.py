@@ -74,12 +74,12 @@ def test_shared_network_in_the_simulator():
 
 
 def test_shared_network_needs_events():
-    from dcpsim.sim.simulator import SimOptions
+    from dcpsim.sim.settings import SimSettings
 
     with pytest.raises(ConfigError, match="sim.engine"):
-        SimOptions(network="shared", engine="fast")
+        SimSettings(network="shared", engine="fast")
     with pytest.raises(ConfigError, match="sim.network"):
-        SimOptions(network="mesh")
+        SimSettings(network="mesh")
     assert np.isfinite(_run("shared", sim__engine="auto").iterations.iloc[0].iteration_time_s)
 
 
@@ -287,14 +287,15 @@ def _ring_sim(network: str, degraded_gpu: int | None, scale: float, max_tokens: 
     from dcpsim.policies import get_policy
     from dcpsim.run import config_from_dict
     from dcpsim.run.single import build_cost_model, build_layout
-    from dcpsim.sim.simulator import ClusterSimulator, SimOptions
+    from dcpsim.sim.settings import SimSettings
+    from dcpsim.sim.simulator import ClusterSimulator
     from dcpsim.sim.topology import Topology
 
     cfg = config_from_dict({"cluster": {"gpus": 32}, "parallel": {"pp": 1, "cp": 16, "tp": 2,
                                                                   "max_tokens_per_rank": max_tokens}})
     cost = build_cost_model(cfg)
     topo = Topology(tp=2, pp=1, dp=1, cp=16, degraded_gpu=degraded_gpu, degraded_link_scale=scale)
-    sim = ClusterSimulator(cost, topo, options=SimOptions(network=network, engine="events", overlap_grad_sync=False))
+    sim = ClusterSimulator(cost, topo, settings=SimSettings(network=network, engine="events", overlap_grad_sync=False))
     lengths = np.array([16 * max_tokens, 4 * max_tokens, 2 * max_tokens])
     plan = get_policy("packing").plan(lengths, build_layout(cfg, cost), cost)
     return sim.simulate(plan)

@@ -133,7 +133,7 @@ def test_simulated_interleaved_bubble_closed_form(pp, vp, m):
     tf, tb = 0.3, 0.7
     lay = Layout(dp=2, cp=1, max_tokens_per_rank=65536, pp=pp, vp=vp)
     plan = _equal_plan(lay, m, 4096)
-    sim = ClusterSimulator(CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=2), Topology(tp=1, pp=pp, dp=2, cp=1, vp=vp))
+    sim = ClusterSimulator(CostModel.build("h100-sxm", "llama-13b", pp=pp, dp_cp=2), Topology(tp=1, pp=pp, dp=2, cp=1, vp=vp))
     table = build_group_table(plan)
     work = sim.durations.work(plan, table)
     work.fwd_s[:] = tf
@@ -179,7 +179,7 @@ def test_evaluate_plan_is_the_schedule_makespan():
     from dcpsim.policies import evaluate_plan
 
     pp, dp, m, L = 4, 2, 8, 8192
-    cost = CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=dp)
+    cost = CostModel.build("h100-sxm", "llama-13b", pp=pp, dp_cp=dp)
     for vp in (1, 2):
         lay = Layout(dp=dp, cp=1, max_tokens_per_rank=65536, pp=pp, vp=vp)
         plan = _equal_plan(lay, m, L)
@@ -193,7 +193,7 @@ def test_policies_pad_steps_for_the_interleaved_rule():
     from dcpsim.workload import get_workload, sample_global_batch
 
     lengths = sample_global_batch(get_workload("github", min_len=256, max_len=32768), 64, np.random.default_rng(0))
-    cost = CostModel("h100-sxm", "llama-13b", pp=4, dp_cp=8)
+    cost = CostModel.build("h100-sxm", "llama-13b", pp=4, dp_cp=8)
     lay = Layout(dp=4, cp=2, max_tokens_per_rank=32768, pp=4, vp=2)
     for name in ("packing", "dynamic"):
         plan = get_policy(name).plan(lengths, lay, cost)
@@ -214,7 +214,7 @@ def test_bound_terms_equal_the_per_sequence_definition():
 
     rng = np.random.default_rng(5)
     lay = Layout(dp=4, cp=2, max_tokens_per_rank=16384, pp=4)
-    cost = CostModel("h100-sxm", "llama-13b", pp=4, dp_cp=8)
+    cost = CostModel.build("h100-sxm", "llama-13b", pp=4, dp_cp=8)
     L = np.concatenate([rng.integers(256, 60000, 40), [1000, 1000, 60000]])
     got = bound_terms(L, lay, cost)
     dyn = dynamic_sizes(lay)

@@ -84,7 +84,7 @@ def _mutate(plan, rng):
 def test_validate_matches_the_sequential_check(policy):
     rng = np.random.default_rng(3)
     lay = Layout(dp=6, cp=2, max_tokens_per_rank=4096, pp=2, min_cp=1)
-    cost = CostModel("h100-sxm", "llama-13b", pp=2, dp_cp=12)
+    cost = CostModel.build("h100-sxm", "llama-13b", pp=2, dp_cp=12)
     lengths = np.clip(rng.lognormal(np.log(1500), 1.2, 120), 1, 2 * 4096 - 4).astype(np.int64)
     plan = get_policy(policy).plan(lengths, lay, cost)
     assert reference_error(plan) is None

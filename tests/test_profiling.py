@@ -205,7 +205,7 @@ def test_profile_round_trips_measured_times_through_the_cost_model(cpu_profile):
     prof = load_profile(out)
     raw = json.loads((out / "measurements.json").read_text())["records"]
     m = scale_model(get_model("llama-13b"), 10)
-    cm = CostModel(prof, m, tp=1, pp=m.n_layers, recompute="none", memory_limit_bytes=1e30)
+    cm = CostModel.build(prof, m, tp=1, pp=m.n_layers, recompute="none", memory_limit_bytes=1e30)
     rec = {(r["direction"], r["causal"], r["layout"], r["seqlen"]): r for r in raw if r["kind"] == "attention"}
     for L in (128, 512):
         n_docs = rec[("fwd", True, "varlen", L)]["n_docs"]
@@ -240,7 +240,7 @@ def test_validation_predictions_are_the_cost_model(cpu_profile, tmp_path):
     packs = [Pack("mix", (300, 100, 112)), Pack("one", (512,))]
     res = run_validation(out, m, pack_tokens=[], short=128, packs=packs, warmup=1, min_repeats=2, max_repeats=2,
                          budget_s=0.0, out=tmp_path / "V.md")
-    cm = CostModel(load_profile(out), m, tp=1, pp=m.n_layers, recompute="none", memory_limit_bytes=1e30)
+    cm = CostModel.build(load_profile(out), m, tp=1, pp=m.n_layers, recompute="none", memory_limit_bytes=1e30)
     for pk, row in zip(packs, res.rows, strict=True):
         pc = cm.pack_cost(list(pk.lengths), 1, check_memory=False)
         assert row["predicted_s"] == pytest.approx(pc.total_s)  # every priced term, element-wise ops included

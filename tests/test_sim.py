@@ -21,7 +21,7 @@ from dcpsim.run.single import build_cost_model, build_layout, run_simulation
 from dcpsim.sim import (
     BREAKDOWN,
     ClusterSimulator,
-    SimOptions,
+    SimSettings,
     Topology,
     build_graph,
     build_group_table,
@@ -127,7 +127,7 @@ def _sim_for(cfg) -> tuple[ClusterSimulator, Layout, CostModel]:
 def _synthetic(pp: int, m: int, dp: int, tf: float, tb: float, x: float):
     lay = Layout(dp=dp, cp=1, max_tokens_per_rank=65536, pp=pp)
     plan = equal_plan(lay, m, 4096)
-    sim = ClusterSimulator(CostModel("h100-sxm", "llama-13b", pp=pp, dp_cp=dp), Topology(tp=1, pp=pp, dp=dp, cp=1))
+    sim = ClusterSimulator(CostModel.build("h100-sxm", "llama-13b", pp=pp, dp_cp=dp), Topology(tp=1, pp=pp, dp=dp, cp=1))
     table = build_group_table(plan)
     work = sim.durations.work(plan, table)
     work.fwd_s[:] = tf
@@ -270,7 +270,7 @@ def test_dynamic_regrouping_waits_for_all_members():
     lay = Layout(dp=4, cp=1, max_tokens_per_rank=65536, pp=1)
     lengths = np.array([1000, 8000, 2000, 30000, 60000])
     plan = Plan("hand", lay, lengths, [Step([Group(r, 1, [r]) for r in range(4)]), Step([Group(0, 4, [4])])], dynamic=True)
-    sim = ClusterSimulator(CostModel("h100-sxm", "llama-13b", pp=1, dp_cp=4), Topology(tp=1, pp=1, dp=4, cp=1))
+    sim = ClusterSimulator(CostModel.build("h100-sxm", "llama-13b", pp=1, dp_cp=4), Topology(tp=1, pp=1, dp=4, cp=1))
     rec = sim.simulate(plan)
     tl = rec.timeline
     slowest = tl.finish[0, BWD, :4].max()
@@ -488,7 +488,7 @@ def test_mismatched_layout_and_bad_options_name_the_field():
     with pytest.raises(ConfigError, match="plan.layout"):
         sim.simulate(equal_plan(other, 1, 1024))
     with pytest.raises(ConfigError, match="sim.planning"):
-        SimOptions(planning="later")
+        SimSettings(planning="later")
     with pytest.raises(ConfigError, match="hardware.nvlink_domain_gpus"):
         config_from_dict({"hardware": {"nvlink_domain_gpus": -1}})
 

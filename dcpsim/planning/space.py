@@ -360,12 +360,10 @@ def _cached_cost(cfg: RunConfig, key: tuple | None = None, dp_cp: int | None = N
     """The cost model ``run_simulation`` builds for ``cfg`` (:func:`dcpsim.run.single.build_cost_model`).
 
     Built once per layout without DP (``key``: what ``build_cost_model`` reads, from the candidate -- VP
-    included, it sets the activations in flight; default: from ``cfg``); for each DP a shallow copy with its ``dp_cp`` (the cost model uses ``dp_cp`` only to shard
-    the optimizer state in its memory figure, so the copy is the model ``build_cost_model`` would return;
+    included, it sets the activations in flight; default: from ``cfg``); for each DP a derived model with its ``dp_cp`` (:meth:`CostModel.derive`) (the cost model uses ``dp_cp`` only to shard
+    the optimizer state in its memory figure, so it is the model ``build_cost_model`` would return;
     tested). The cost model of a configuration checked here is found again by the configuration object.
     """
-    import copy
-
     from dcpsim.run.single import build_cost_model
 
     hit = _COST_BY_CFG.get(id(cfg))
@@ -381,8 +379,7 @@ def _cached_cost(cfg: RunConfig, key: tuple | None = None, dp_cp: int | None = N
         proto = _COST_CACHE.get(key)
         if proto is None:
             proto = _COST_CACHE[key] = build_cost_model(cfg)
-        cost = copy.copy(proto)
-        cost.dp_cp = dp_cp
+        cost = proto.derive(dp_cp=dp_cp)
         _COST_CACHE[(key, dp_cp)] = cost
     if len(_COST_BY_CFG) > 16384:
         _COST_BY_CFG.clear()

@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dcpsim.cost.model import GEMM_BWD_FLOPS_FACTOR
+from dcpsim.cost.compute import GEMM_BWD_FLOPS_FACTOR
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
 from dcpsim.policies.costs import split_parts

@@ -12,7 +12,7 @@ short, uniform medium, one whole-pack document, two halves, long-tailed
 REFERENCE §7) and long-tailed plus one long document.
 
 The prediction is the cost model's for the same pack on one GPU:
-``CostModel(profile, model, tp=1, pp=n_layers, recompute="none")``, so one
+``CostModel.build(profile, model, tp=1, pp=n_layers, recompute="none")``, so one
 pipeline stage is one layer, and ``pack_cost(lengths, cp=1)`` gives
 ``gemm_fwd + attn_fwd`` forward and ``gemm_bwd + attn_bwd`` backward (no CP
 or TP communication at cp = tp = 1). The error is ``predicted / measured − 1``.
@@ -279,7 +279,7 @@ def _run_validation(prof: HardwareProfile, model: ModelSpec, *, pack_tokens, sho
         prefer_dense=prof.measured.get("attention_dense"), prefer_varlen=prof.measured.get("attention_varlen"),
     )
     layer = TorchLayer(ctx, model, kernels)
-    cm = CostModel(prof, model, tp=1, pp=model.n_layers, dp_cp=1, recompute="none", memory_limit_bytes=1e30)
+    cm = CostModel.build(prof, model, tp=1, pp=model.n_layers, dp_cp=1, recompute="none", memory_limit_bytes=1e30)
     F = torch.nn.functional
     rows: list[dict] = []
     for pk in packs:
@@ -386,7 +386,7 @@ def write_validation_md(res: ValidationResult, path: str | Path) -> Path:
         f"- command: `{m['command']}`",
         f"- model: {m['model']} ({m['model_dims']}), one layer, {m['dtype']}, forward + backward, no recomputation",
         f"- attention: varlen {m['attention_varlen']}",
-        "- prediction: `CostModel(profile, model, tp=1, pp=n_layers, recompute='none').pack_cost(lengths, cp=1)` "
+        "- prediction: `CostModel.build(profile, model, tp=1, pp=n_layers, recompute='none').pack_cost(lengths, cp=1)` "
         "(GEMM + attention, forward and backward)",
         "- error = predicted / measured - 1; measured = median over repeats (p10-p90 shown)",
         "",

@@ -86,7 +86,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from dcpsim.choices import Clip, CpComm, ParamGatherLaunch, Planning, Recompute
+from dcpsim.choices import (
+    AttentionKernel,
+    Clip,
+    CpComm,
+    CrossEntropy,
+    ParamGatherLaunch,
+    Planning,
+    Precision,
+    Recompute,
+)
 from dcpsim.errors import ConfigError
 from dcpsim.sim.longrun import llama3_gpu_mtbf_hours
 from dcpsim.validation import InputModel, read_toml, validate_model
@@ -132,13 +141,13 @@ class ParallelSection(_Section):
     vp: int = Field(1, ge=1, le=1024, description="virtual pipeline stages (model chunks) per pipeline rank: interleaved 1F1B "
                     "when > 1 (Megatron --num-layers-per-virtual-pipeline-stage n maps to vp = layers/(pp*n)); "
                     "microbatches per pipeline must then be a multiple of pp")
-    precision: Literal["bf16", "fp8"] = Field("bf16", description="GEMM precision; fp8 needs a profile with FP8 figures")
+    precision: Precision = Field("bf16", description="GEMM precision; fp8 needs a profile with FP8 figures")
     first_stage_layers: int = Field(0, ge=0, le=100_000, description="Megatron --decoder-first-pipeline-num-layers; 0 = even split")
     last_stage_layers: int = Field(0, ge=0, le=100_000, description="Megatron --decoder-last-pipeline-num-layers; 0 = even split")
-    cross_entropy: Literal["fused", "unfused"] = Field(
+    cross_entropy: CrossEntropy = Field(
         "fused", description="loss kernels: fused (Megatron --cross-entropy-loss-fusion, NeMo's default) or unfused "
                              "(Megatron-Core's default fp32 vocab-parallel cross-entropy: many passes over the logits)")
-    attention: Literal["flash", "unfused"] = Field(
+    attention: AttentionKernel = Field(
         "flash", description="attention kernels: flash (fused) or unfused (batched GEMMs + softmax + dropout over "
                              "the L x L scores, Megatron before fused attention; cp = 1 only)")
 

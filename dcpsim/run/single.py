@@ -29,14 +29,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dcpsim.cost import CostModel
+from dcpsim.cost import CostModel, CostSettings
 from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.hardware import get_profile
+from dcpsim.model import get_model
 from dcpsim.model.accounting import throughput
 from dcpsim.pipeline import activations_in_flight
 from dcpsim.policies.plan import Layout, Plan
@@ -45,8 +47,8 @@ from dcpsim.sim import (
     BREAKDOWN,
     ClusterSimulator,
     IterationRecord,
-    SimOptions,
     SimResult,
+    SimSettings,
     Topology,
     iteration_row,
     rank_arrays,
@@ -55,17 +57,30 @@ from dcpsim.sim import (
 )
 
 
-def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None) -> CostModel:
-    """The cost model of ``cfg`` (every cost-relevant field; ``dp_cp`` overrides DP×CP, the optimizer sharding)."""
+def cost_settings(cfg: RunConfig, *, dp_cp: int | None = None) -> CostSettings:
+    """The cost-model settings of ``cfg``: the one place a configuration becomes :class:`CostSettings`
+    (``dp_cp`` overrides DP×CP, the optimizer sharding)."""
     p = cfg.parallel
-    cost = CostModel(cfg.hardware.gpu, cfg.model.name, tp=p.tp, pp=p.pp, dp_cp=cfg.dp * p.cp if dp_cp is None else dp_cp,
-                     cp_comm=p.cp_comm, recompute=p.recompute, precision=p.precision,
-                     tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
-                     last_stage_layers=p.last_stage_layers, attention=p.attention, cross_entropy=p.cross_entropy,
-                     microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None,
-                     grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param)
-    check_vp_layers(p.vp, cost.stage_layers)
+    return CostSettings(
+        get_profile(cfg.hardware.gpu), get_model(cfg.model.name), tp=p.tp, pp=p.pp,
+        dp_cp=cfg.dp * p.cp if dp_cp is None else dp_cp, cp_comm=p.cp_comm, recompute=p.recompute,
+        precision=p.precision, tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
+        last_stage_layers=p.last_stage_layers, attention=p.attention, cross_entropy=p.cross_entropy,
+        microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None,
+        grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param)
+
+
+def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None) -> CostModel:
+    """The cost model of ``cfg`` (:func:`cost_settings`); refuses a ``parallel.vp`` that does not divide every
+    stage's layers."""
+    cost = CostModel(cost_settings(cfg, dp_cp=dp_cp))
+    check_vp_layers(cfg.parallel.vp, cost.stage_layers)
     return cost
+
+
+def sim_settings(cfg: RunConfig) -> SimSettings:
+    """The simulator settings of ``cfg``: every :class:`SimSettings` field read by name from ``cfg.sim``."""
+    return SimSettings(**{f.name: getattr(cfg.sim, f.name) for f in fields(SimSettings)})
 
 
 def check_vp_layers(vp: int, stage_layers) -> None:
@@ -114,16 +129,10 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                     nvlink_domain_gpus=nvlink_domain(cfg, cost), pod_gpus=pod_gpus(cfg), oversubscription=h.oversubscription,
                     network_scale=h.network_scale, degraded_gpu=faults.degraded_gpu,
                     degraded_link_scale=s.degraded_link_scale, vp=p.vp)
-    opts = SimOptions(overlap_grad_sync=s.overlap_grad_sync, noise_cv=s.noise_cv, planning=s.planning,
-                      grad_reduce_bytes_per_param=s.grad_reduce_bytes_per_param,
-                      fp8_param_gather=s.fp8_param_gather,
-                      overlap_param_gather=s.overlap_param_gather, param_gather_launch=s.param_gather_launch,
-                      grad_bucket_params=s.grad_bucket_params, engine=s.engine,
-                      dynamic_cp_exchange=s.dynamic_cp_exchange, cp_switch_s=s.cp_switch_s,
-                      microbatch_overhead_s=s.microbatch_overhead_s, network=s.network)
     from dcpsim.cost.host import StepFlags
 
-    return ClusterSimulator(cost, topo, faults=faults, options=opts, host_flags=StepFlags.from_settings(cfg.step))
+    return ClusterSimulator(cost, topo, faults=faults, settings=sim_settings(cfg),
+                            host_flags=StepFlags.from_settings(cfg.step))
 
 
 def _streams(seed: int) -> dict[str, np.random.Generator]:

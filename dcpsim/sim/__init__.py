@@ -18,7 +18,7 @@ this from a :class:`~dcpsim.run.config.RunConfig`)::
 
     from dcpsim.cost import CostModel
     from dcpsim.sim import ClusterSimulator, Topology
-    cost = CostModel("h100-sxm", "llama-13b", tp=1, pp=4, dp_cp=8)
+    cost = CostModel.build("h100-sxm", "llama-13b", tp=1, pp=4, dp_cp=8)
     sim = ClusterSimulator(cost, Topology(tp=1, pp=4, dp=4, cp=2))
     record = sim.simulate(plan)          # plan: dcpsim.policies.plan.Plan
     print(record.iteration_time_s)
@@ -28,7 +28,8 @@ from dcpsim.sim.durations import DurationModel, IterationWork, SyncCost
 from dcpsim.sim.engine import IterationTimeline, SimulationError, run_iteration
 from dcpsim.sim.metrics import BREAKDOWN, IterationRecord, SimResult, iteration_row, rank_arrays, rank_rows
 from dcpsim.sim.schedule import GroupTable, build_graph, build_group_table
-from dcpsim.sim.simulator import PLANNING_MODES, ClusterSimulator, SimOptions
+from dcpsim.sim.settings import PLANNING_MODES, SimSettings
+from dcpsim.sim.simulator import ClusterSimulator
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults, sample_faults
 
@@ -42,8 +43,8 @@ __all__ = [
     "IterationRecord",
     "IterationTimeline",
     "IterationWork",
-    "SimOptions",
     "SimResult",
+    "SimSettings",
     "SimulationError",
     "SyncCost",
     "Topology",

@@ -22,7 +22,7 @@ same bytes of gradients back. NVLink when both GPUs share a domain, otherwise
 the network (scaled as above). A group's transfer takes its slowest member's.
 
 Gradient synchronisation (distributed optimizer, per stage, over the DP×CP
-ranks of the stage for each TP rank; :func:`~dcpsim.cost.comm.group_collective_time_s`
+ranks of the stage for each TP rank; :func:`~dcpsim.cost.communication.group_collective_time_s`
 with the number of NVLink domains the group spans):
 
 * reduce-scatter of the gradients: ``params_stage/TP × grad_reduce_bytes_per_param``;
@@ -68,12 +68,14 @@ from dcpsim.cost.host import (
     layer_collectives,
     step_end_ops,
 )
-from dcpsim.cost.model import BatchCost, fp8_weight_cast_bytes
+from dcpsim.cost.breakdown import BatchCost
+from dcpsim.cost.compute import fp8_weight_cast_bytes
 from dcpsim.hardware import HardwareProfile
 from dcpsim.model import stage_params as model_stage_params
 from dcpsim.pipeline import chunk_durations, link_of_transfer
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.schedule import GroupTable
+from dcpsim.sim.settings import SimSettings
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults, lognormal_factors, slice_any
 
@@ -199,21 +201,13 @@ class DurationModel:
     """Turns plans into :class:`IterationWork` for one (cost model, topology, faults) setting."""
 
     def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
-                 grad_reduce_bytes_per_param: int = 4, grad_bucket_params: int = 0, fp8_param_gather: bool = True,
-                 dynamic_cp_exchange: str = "none", cp_switch_s: float = 0.0,
-                 microbatch_overhead_s: float = 0.0, shared_network: bool = False,
-                 host_flags: StepFlags | None = None) -> None:
+                 settings: SimSettings | None = None, host_flags: StepFlags | None = None) -> None:
         self.cost = cost
+        self.settings = settings or SimSettings()
         self.host_flags = host_flags or StepFlags()
-        self.shared_network = bool(shared_network)
-        self.microbatch_overhead_s = float(microbatch_overhead_s)
-        self.dynamic_cp_exchange = dynamic_cp_exchange
-        self.cp_switch_s = float(cp_switch_s)
+        self.shared_network = self.settings.network == "shared"
         self.topo = topology
         self.faults = faults
-        self.grad_reduce_bytes_per_param = int(grad_reduce_bytes_per_param)
-        self.grad_bucket_params = int(grad_bucket_params)
-        self.fp8_param_gather = bool(fp8_param_gather)
         self.stage_scale = cost.stage_layers / float(cost.layers_per_stage)
         self._scaled: dict[float, CostModel] = {}
         # which stage ranks hold a straggler GPU (any of their TP ranks)
@@ -228,18 +222,11 @@ class DurationModel:
 
     # ---------------------------------------------------------- costs
     def _cost_for(self, factor: float) -> CostModel:
+        """The cost model with the network-tier bandwidths scaled by ``factor`` (every other setting carried)."""
         if factor == 1.0:
             return self.cost
         if factor not in self._scaled:
-            c = self.cost
-            self._scaled[factor] = CostModel(
-                scale_network(c.profile, factor), c.model, tp=c.tp, pp=c.pp, dp_cp=c.dp_cp,
-                cp_comm=c.cp_comm, recompute=c.recompute, memory_limit_bytes=c.memory_limit_bytes,
-                precision=c.precision, tp_comm_overlap=c.tp_comm_overlap,
-                first_stage_layers=int(c.stage_layers[0]) if c.pp > 1 else 0,
-                last_stage_layers=int(c.stage_layers[-1]) if c.pp > 1 else 0,
-                microbatches_in_flight=c.microbatches_in_flight, attention=c.attention, cross_entropy=c.cross_entropy,
-            )
+            self._scaled[factor] = self.cost.derive(profile=scale_network(self.cost.profile, factor))
         return self._scaled[factor]
 
     def sync_cost(self) -> SyncCost:
@@ -253,13 +240,13 @@ class DurationModel:
         for p in range(topo.pp):
             n, domains, factor = topo.stage_dp_group(p)
             doms[p] = domains
-            bucket = self.grad_bucket_params or max(DEFAULT_BUCKET_PARAMS, 1_000_000 * n)
+            bucket = self.settings.grad_bucket_params or max(DEFAULT_BUCKET_PARAMS, 1_000_000 * n)
             nb[p] = max(1, math.ceil(params[p] / bucket)) if p == 0 else 1
 
             def t(op: str, nbytes: float, n=n, domains=domains, factor=factor) -> float:
                 return float(group_collective_time_s(prof, op, nbytes, n, domains=domains, network_scale=factor))
 
-            g, w = params[p] * self.grad_reduce_bytes_per_param, param_gather_bytes(cost, p, params[p], self.fp8_param_gather)
+            g, w = params[p] * self.settings.grad_reduce_bytes_per_param, param_gather_bytes(cost, p, params[p], self.settings.fp8_param_gather)
             rs_b[p], ag_b[p] = t("reduce_scatter", g / nb[p]), t("all_gather", w / nb[p])
             rs[p], ag[p] = nb[p] * rs_b[p], nb[p] * ag_b[p]
             if domains > 1:
@@ -299,7 +286,7 @@ class DurationModel:
         host = cost.profile.host
         if not host.enabled:
             return None
-        from dcpsim.cost.model import KERNELS_CROSS_ENTROPY_UNFUSED, KERNELS_EMBED, KERNELS_HEAD
+        from dcpsim.cost.fixed import KERNELS_CROSS_ENTROPY_UNFUSED, KERNELS_EMBED, KERNELS_HEAD
 
         kf, kb = cost.kernels_per_layer(cps)
         cf, cb = layer_collectives(cost.tp, cps, cost.cp_comm)
@@ -341,8 +328,8 @@ class DurationModel:
         rings = self._rings(per, spans, scale, cps, G, table.n_real) if self.shared_network else (None,) * 4
         if plan.dynamic:
             self._dynamic_cp_costs(plan, table, fwd, bwd, lens)
-        if self.microbatch_overhead_s > 0:
-            fwd += self.microbatch_overhead_s
+        if self.settings.microbatch_overhead_s > 0:
+            fwd += self.settings.microbatch_overhead_s
         self._vary(table, (fwd, cpf), (bwd, cpb), ((pp - 1, head_f, head_b), (0, embed_f, embed_b)), noise_cv, rng)
         xfer = self._transfers(table, local)
         tokens = np.zeros(G)
@@ -390,7 +377,7 @@ class DurationModel:
         rank's share of the batch's tokens, 28 B a token (tokens, labels and positions int64, loss mask
         fp32), to the ranks the plan gives them.
         """
-        mode = self.dynamic_cp_exchange
+        mode = self.settings.dynamic_cp_exchange
         if mode == "none":
             return 0.0
         n, domains, factor = self.topo.stage_dp_group(0)
@@ -413,14 +400,14 @@ class DurationModel:
         if x > 0:
             first = np.unique(table.gid[0][table.gid[0] >= 0])
             fwd[0, first] += x
-        if self.cp_switch_s > 0 and table.n_steps > 1:
+        if self.settings.cp_switch_s > 0 and table.n_steps > 1:
             sizes = np.where(table.gid >= 0, table.size[np.maximum(table.gid, 0)], 0)  # (steps, ranks)
             moved = (sizes[1:] != sizes[:-1]) & (sizes[1:] > 0) & (sizes[:-1] > 0)
             hit = np.zeros(table.n_groups, dtype=bool)
             g = table.gid[1:][moved]
             hit[g] = True
-            fwd[:, hit] += self.cp_switch_s
-            bwd[:, hit] += self.cp_switch_s
+            fwd[:, hit] += self.settings.cp_switch_s
+            bwd[:, hit] += self.settings.cp_switch_s
 
     def _spans(self, table: GroupTable, starts: np.ndarray, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each real group leaves its NVLink domain, its network factor), ``(PP, G)``."""

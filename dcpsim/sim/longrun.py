@@ -280,16 +280,16 @@ def slowdown_ratios(sim, plan, *, slow_gpu_slowdown: float, degraded_link_scale:
 
     slow = link = 1.0
     if slow_gpu_slowdown > 1.0:
-        ideal = replace(sim.options, network="ideal")
-        base = makespan(ClusterSimulator(sim.cost, sim.topology, options=ideal))
-        slow = float(np.mean([makespan(ClusterSimulator(sim.cost, sim.topology, options=ideal,
+        ideal = replace(sim.settings, network="ideal")
+        base = makespan(ClusterSimulator(sim.cost, sim.topology, settings=ideal))
+        slow = float(np.mean([makespan(ClusterSimulator(sim.cost, sim.topology, settings=ideal,
                                                         faults=Faults(np.array([g]), float(slow_gpu_slowdown), None)))
                               for g in episode_gpus(sim.topology, samples)])) / base
     if degraded_link_scale < 1.0:
-        k = min(samples, SHARED_LINK_SAMPLES) if sim.options.network == "shared" else samples
-        base = makespan(ClusterSimulator(sim.cost, sim.topology, options=sim.options))
+        k = min(samples, SHARED_LINK_SAMPLES) if sim.settings.network == "shared" else samples
+        base = makespan(ClusterSimulator(sim.cost, sim.topology, settings=sim.settings))
         link = float(np.mean([makespan(ClusterSimulator(sim.cost, replace(sim.topology, degraded_gpu=int(g),
                                                                           degraded_link_scale=float(degraded_link_scale)),
-                                                        options=sim.options)) for g in episode_gpus(sim.topology, k)]))
+                                                        settings=sim.settings)) for g in episode_gpus(sim.topology, k)]))
         link /= base
     return slow, link

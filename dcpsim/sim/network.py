@@ -371,7 +371,7 @@ def transfer_time_s(fabric: Fabric, pairs: list[tuple[int, int]], ideal_s: float
 def dp_ring_hops(topology, stage: int) -> list[tuple[int, int]]:
     """Network hops (src GPU, dst GPU) of the DP×CP gradient rings of pipeline stage ``stage``.
 
-    As :func:`~dcpsim.cost.comm.group_collective_time_s` models it: across NVLink domains NCCL runs one
+    As :func:`~dcpsim.cost.communication.group_collective_time_s` models it: across NVLink domains NCCL runs one
     ring per NIC (channel), so the ``k``-th GPU of each domain the group touches sends to the ``k``-th GPU
     of the next domain (domains in a ring), for every TP rank's group; hops inside a domain are NVLink.
     Empty when every group stays inside one domain.

@@ -1,0 +1,148 @@
+"""Device kernels: GEMMs, attention, element-wise work, FP8 casts, and the output layer and embedding.
+
+All functions take the cost model's :class:`~dcpsim.cost.settings.CostSettings`
+and arrays with one entry per pack (``s``: local tokens per rank) or per
+document, and return seconds for ONE layer on one rank unless said otherwise.
+
+* GEMM: each forward GEMM of a block costs 2·s·n·k FLOPs at the profile's
+  achieved FLOP/s for ``s`` local tokens; backward is twice the forward FLOPs.
+* Attention: per document of padded length L on a c-way group, each rank does
+  F/c with F = 2·L²·q/TP forward (causal); with the ring (``p2p``) and
+  ``all_gather`` the diagonal 1/c of it runs as a causal block and the rest as
+  non-causal blocks, each at the profile's efficiency for L/c tokens; with
+  ``a2a`` each rank runs whole sequences for 1/c of the heads (efficiency at
+  L). Backward costs 2.5× forward FLOPs (FlashAttention's recomputation).
+* Element-wise work (RMSNorms, RoPE, SwiGLU, residual adds) is memory-bound at
+  the profile's HBM bandwidth.
+* FP8: the block GEMMs run at the profile's FP8 rate and pay their casts,
+  memory-bound: forward, each GEMM input is read in BF16 and written in FP8
+  plus its FP8 transpose (4 B per element of the M×K input); backward, each
+  output gradient likewise (4 B per element of M×N). Assumed unfused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dcpsim.cost.fixed import KERNELS_CROSS_ENTROPY_UNFUSED, KERNELS_EMBED, KERNELS_HEAD
+from dcpsim.cost.settings import CostSettings
+from dcpsim.model import ModelSpec
+from dcpsim.model.accounting import ATTN_BWD_FLOPS_FACTOR, attention_flops
+
+GEMM_BWD_FLOPS_FACTOR = 2.0  # dgrad + wgrad
+ELEMENTWISE_BWD_FACTOR = 2.0  # backward of an element-wise op reads the saved input and the incoming gradient
+# Cross-entropy HBM bytes per logit (s x V/TP), forward and backward:
+# fused (one kernel reads the BF16 logits twice, the backward reads them and writes the gradient): 4 and 4;
+# unfused (Megatron-Core's vocab-parallel cross-entropy without --cross-entropy-loss-fusion, counted from its
+# passes): forward casts to fp32 (2 + 4), max (4), subtract in place (8), exp (8), sum (4), divide (8) = 38;
+# backward scales the saved softmax (8) and casts the gradient to BF16 (4 + 2) = 14.
+CROSS_ENTROPY_BYTES = {"fused": (4.0, 4.0), "unfused": (38.0, 14.0)}
+
+
+def fp8_weight_cast_bytes(model: ModelSpec, tp: int) -> float:
+    """HBM bytes per layer to cast the block weights to FP8 once per iteration (read BF16, write FP8 + transpose)."""
+    return 4.0 * model.linear_params_per_layer() / tp
+
+
+def gemm_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Block GEMMs forward, and in FP8 the casts forward and backward (seconds per pack)."""
+    prof = st.profile
+    gemm_fwd, cast_fwd, cast_bwd = np.zeros(s.size), np.zeros(s.size), np.zeros(s.size)
+    for _, n, k, cnt in st.model.gemm_shapes(st.tp):
+        eff = prof.gemm_flops_per_s(np.maximum(s, 1.0), n, k, precision=st.precision)
+        gemm_fwd += cnt * 2.0 * s * n * k / eff
+        if st.precision == "fp8":
+            cast_fwd += cnt * 4.0 * s * k / prof.hbm_bw_bytes_per_s
+            cast_bwd += cnt * 4.0 * s * n / prof.hbm_bw_bytes_per_s
+    return gemm_fwd, cast_fwd, cast_bwd
+
+
+def attention_terms(st: CostSettings, padded: np.ndarray, cp: np.ndarray,
+                    pack_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Attention forward and backward per pack (flash: per document at the profile's efficiency; each
+    document is its own causal block, so short documents run at short-length efficiency)."""
+    npk = cp.size
+    if st.attention == "unfused":
+        t_fwd_doc, t_bwd_doc = unfused_attention(st, padded)
+        return (np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk),
+                np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk))
+    m, tp, prof = st.model, st.tp, st.profile
+    c_doc = cp[pack_ids].astype(np.float64)
+    f_fwd = attention_flops(padded, m.q_dim / tp) / c_doc  # causal forward FLOPs on this rank, one layer
+    hd = m.head_dim
+    if st.cp_comm == "a2a":
+        seq, diag = padded, np.ones_like(c_doc)
+    else:
+        seq, diag = padded / c_doc, 1.0 / c_doc
+    e = prof.attention_flops_per_s
+    t_fwd_doc = f_fwd * (diag / e(seq, direction="fwd", causal=True, head_dim=hd)
+                         + (1 - diag) / e(seq, direction="fwd", causal=False, head_dim=hd))
+    f_bwd = ATTN_BWD_FLOPS_FACTOR * f_fwd
+    t_bwd_doc = f_bwd * (diag / e(seq, direction="bwd", causal=True, head_dim=hd)
+                         + (1 - diag) / e(seq, direction="bwd", causal=False, head_dim=hd))
+    return (np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk),
+            np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk))
+
+
+def unfused_attention(st: CostSettings, padded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Unfused attention per document (Megatron before fused kernels): two batched GEMMs over the whole
+    L×L score matrix (no causal saving) plus the masked softmax and attention dropout, memory-bound.
+
+    The ``h_l = n_heads/TP`` heads of a document run as one batched GEMM, priced as a GEMM of
+    ``L·h_l`` rows: scores ``(L·h_l) × L × head_dim`` and context ``(L·h_l) × head_dim × L``; backward
+    is twice the forward FLOPs. Memory per score element (fp16/bf16): forward softmax reads and writes
+    it (4 B), dropout reads it, writes it and its 1-byte mask (5 B); backward reads the mask and the
+    gradient and writes it (5 B), softmax backward reads output and gradient and writes (6 B). Dropout
+    is Megatron's default attention dropout (0.1, arguments.py), assumed on in such runs.
+    """
+    m, prof = st.model, st.profile
+    hl, d = m.n_heads / st.tp, m.head_dim
+    t_fwd, t_bwd = np.zeros(padded.size), np.zeros(padded.size)
+    for length in np.unique(padded):
+        sel = padded == length
+        rows = max(1.0, length * hl)
+        g = 2.0 * rows * length * d  # FLOPs of one of the two batched GEMMs
+        t = (g / float(prof.gemm_flops_per_s(rows, int(length), d, precision="bf16"))
+             + g / float(prof.gemm_flops_per_s(rows, d, int(length), precision="bf16")))
+        elems = hl * length * length
+        t_fwd[sel] = t + 9.0 * elems / prof.hbm_bw_bytes_per_s
+        t_bwd[sel] = GEMM_BWD_FLOPS_FACTOR * t + 11.0 * elems / prof.hbm_bw_bytes_per_s
+    return t_fwd, t_bwd
+
+
+def elementwise_bytes_per_token_layer(st: CostSettings) -> float:
+    """HBM bytes moved per token per layer by the forward element-wise ops (bf16).
+
+    Two RMSNorms (read + write h: 8h), two residual adds (read 2h, write h: 12h),
+    SwiGLU (read 2·ffn, write ffn: 6·ffn) and RoPE on Q and K (read + write: 4·(q + kv)).
+    """
+    m = st.model
+    return (20.0 * m.hidden + 6.0 * m.ffn_hidden + 4.0 * (m.q_dim + m.kv_dim)) / st.tp
+
+
+def elementwise_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Memory-bound element-wise work forward and backward (seconds per pack, one layer)."""
+    fwd = s * elementwise_bytes_per_token_layer(st) / st.profile.hbm_bw_bytes_per_s
+    return fwd, ELEMENTWISE_BWD_FACTOR * fwd
+
+
+def end_terms(st: CostSettings, s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Output layer + final norm + loss (last stage) and embedding (first stage), forward and backward, BF16,
+    each at least its kernels' launch time (seconds per pack, not per layer)."""
+    m, tp, prof = st.model, st.tp, st.profile
+    o = prof.timing.per_kernel_overhead_s
+    bw = prof.hbm_bw_bytes_per_s
+    v = m.vocab // tp if m.vocab % tp == 0 else m.vocab / tp
+    head_fwd = 2.0 * s * m.hidden * v / prof.gemm_flops_per_s(np.maximum(s, 1.0), int(v), m.hidden)
+    head_bwd = GEMM_BWD_FLOPS_FACTOR * head_fwd
+    # cross-entropy over s x V/TP logits, memory-bound (CROSS_ENTROPY_BYTES)
+    b_f, b_b = CROSS_ENTROPY_BYTES[st.cross_entropy]
+    k_f, k_b = KERNELS_HEAD
+    if st.cross_entropy == "unfused":
+        k_f, k_b = k_f + KERNELS_CROSS_ENTROPY_UNFUSED[0], k_b + KERNELS_CROSS_ENTROPY_UNFUSED[1]
+    head_fwd = np.maximum(head_fwd + b_f * s * v / bw, k_f * o)
+    head_bwd = np.maximum(head_bwd + b_b * s * v / bw, k_b * o)
+    # embedding: write s x h bf16; bwd scatter-adds into fp32 gradients (read + write)
+    emb_fwd = np.maximum(s * m.hidden * 4.0 / bw, KERNELS_EMBED[0] * o)
+    emb_bwd = np.maximum(s * m.hidden * 10.0 / bw, KERNELS_EMBED[1] * o)
+    return head_fwd, head_bwd, emb_fwd, emb_bwd

@@ -1,0 +1,49 @@
+"""Memory per GPU: the peak with a microbatch of ``s`` local tokens, and the largest ``s`` that fits.
+
+The figures come from :func:`dcpsim.model.memory_per_gpu` (weights, gradients,
+optimizer state sharded over DP×CP, activations of the microbatches in flight)
+for the cost model's settings; the limit is
+:attr:`CostSettings.usable_memory_bytes <dcpsim.cost.settings.CostSettings.usable_memory_bytes>`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dcpsim.cost.settings import CostSettings
+from dcpsim.model import attention_score_bytes, memory_per_gpu
+from dcpsim.model import max_tokens_per_rank as _max_tokens_per_rank
+
+
+def memory_kwargs(st: CostSettings) -> dict:
+    """The settings :func:`dcpsim.model.memory_per_gpu` reads (CP = 1: ``s`` is already per rank)."""
+    return dict(tp=st.tp, pp=st.pp, dp=st.dp_cp, cp=1, recompute=st.recompute,
+                microbatches_in_flight=st.microbatches_in_flight, precision=st.precision,
+                grad_bytes=st.grad_bytes_per_param)
+
+
+def peak_memory_bytes(st: CostSettings, local_tokens, sum_sq_lengths=None) -> np.ndarray:
+    """Peak bytes per GPU with ``local_tokens`` per microbatch (PP microbatches in flight, or
+    ``microbatches_in_flight``). ``sum_sq_lengths`` (Σ L² per microbatch, same shape) adds unfused
+    attention's score matrices (:func:`dcpsim.model.attention_score_bytes`); ignored with flash attention."""
+    s = np.asarray(local_tokens, dtype=np.float64)
+    kw = memory_kwargs(st)
+    if st.attention == "unfused" and sum_sq_lengths is not None:
+        return _peak_with_scores(st, s, np.asarray(sum_sq_lengths, dtype=np.float64), kw)
+    m0 = memory_per_gpu(st.model, tokens_per_rank=0, **kw).total_bytes
+    m1 = memory_per_gpu(st.model, tokens_per_rank=1, **kw).total_bytes
+    return m0 + (m1 - m0) * s
+
+
+def _peak_with_scores(st: CostSettings, s: np.ndarray, sq: np.ndarray, kw: dict) -> np.ndarray:
+    """Peak per microbatch with unfused attention's scores: one exact evaluation per distinct (tokens, Σ L²)."""
+    s, sq = np.broadcast_arrays(s, sq)
+    pairs, inv = np.unique(np.stack([s.ravel(), sq.ravel()], axis=1), axis=0, return_inverse=True)
+    vals = np.array([memory_per_gpu(st.model, tokens_per_rank=t, score_bytes=attention_score_bytes(
+        st.model, st.tp, q), **kw).total_bytes for t, q in pairs])
+    return vals[np.asarray(inv).ravel()].reshape(s.shape)
+
+
+def max_tokens_per_rank(st: CostSettings) -> int:
+    """Largest local token count per microbatch that fits in the usable memory."""
+    return _max_tokens_per_rank(st.model, memory_limit_bytes=st.usable_memory_bytes, **memory_kwargs(st))
