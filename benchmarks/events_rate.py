@@ -92,7 +92,7 @@ def main() -> None:
     from dcpsim.sim.fastpath import fast_iteration
 
     sim, work, sched, graph = dcpsim_case(a.gpus, a.policy, a.max_tokens)
-    o = sim.options
+    o = sim.settings
     best_ev, best_fast, events = 0.0, float("inf"), 0
     des = fast = None
     for _ in range(a.repeats):

@@ -70,7 +70,7 @@ def test_fast_path_equals_events_on_random_plans(seed, pp, vp):
     work = sim.durations.work(plan, table, noise_cv=0.3, rng=np.random.default_rng(seed))
     sched = pipeline_schedule(pp, table.n_steps, vp)
     assert table.n_steps == valid_microbatch_count(table.n_steps, pp, vp)
-    o = sim.options
+    o = sim.settings
     des = run_iteration(work, build_graph(table, sched, work.virtual()[2]), sim.sync,
                         overlap_grad_sync=o.overlap_grad_sync, overlap_param_gather=o.overlap_param_gather)
     fast = fast_iteration(work, sched, sim.sync, overlap_grad_sync=o.overlap_grad_sync,
@@ -95,7 +95,7 @@ def test_fast_path_equals_events_with_the_step_start_gather(seed, pp):
     table = build_group_table(plan)
     work = sim.durations.work(plan, table, noise_cv=0.3, rng=np.random.default_rng(seed))
     sched = pipeline_schedule(pp, table.n_steps, 1)
-    o = sim.options
+    o = sim.settings
     assert o.param_gather_launch == "step_start"
     des = run_iteration(work, build_graph(table, sched, work.virtual()[2]), sim.sync, overlap_param_gather=True,
                         param_gather_launch="step_start")

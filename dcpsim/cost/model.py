@@ -45,7 +45,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from dcpsim.cost import communication, compute, fixed, memory
+import dcpsim.cost.communication as communication
+import dcpsim.cost.compute as compute
+import dcpsim.cost.fixed as fixed
+import dcpsim.cost.memory as memory
 from dcpsim.cost.breakdown import BatchCost, PackCost
 from dcpsim.cost.padding import padded_lengths
 from dcpsim.cost.settings import CostSettings
