@@ -180,7 +180,7 @@ def test_events_and_fast_path_agree_with_a_host(seed, pp, vp):
     table = build_group_table(plan)
     work = sim.durations.work(plan, table)
     sched = pipeline_schedule(pp, table.n_steps, vp)
-    o = sim.options
+    o = sim.settings
     base = fast_iteration(work, sched, sim.sync, overlap_param_gather=o.overlap_param_gather)
     work.host = _random_host(work, rng)
     des = run_iteration(work, build_graph(table, sched, work.virtual()[2]), sim.sync,

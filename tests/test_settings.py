@@ -132,3 +132,20 @@ def test_grad_reduce_bytes_peak_memory_does_not_depend_on_network_scale():
         assert res.records[0].work.spans_network.any()  # the case that takes the scaled cost model
     assert peaks[0] == peaks[1]
     assert peaks[0] < 35.0  # BF16 gradients: not the 4-byte buffer the dropped setting fell back to
+
+
+def test_simulator_variant_carries_cost_model_settings_and_host_flags():
+    """Long runs measure slow-GPU and degraded-link ratios on variants of the run's simulator: they keep its
+    cost model, host flags and settings (unless replaced), and none of its sampled faults."""
+    from dataclasses import replace
+
+    from dcpsim.run.single import build_simulator
+
+    cfg = config_from_dict({"sim": {"noise_cv": 0.1, "network": "shared", "straggler_fraction": 0.5,
+                                    "straggler_slowdown": 2.0}})
+    sim = build_simulator(cfg)
+    assert sim.durations.faults.straggler_gpus.size
+    v = sim.variant(settings=replace(sim.settings, network="ideal"))
+    assert v.cost is sim.cost and v.host_flags is sim.host_flags and v.durations.host_flags == sim.durations.host_flags
+    assert v.settings == replace(sim.settings, network="ideal")
+    assert v.durations.faults is None and v.topology == sim.topology

@@ -58,6 +58,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from dcpsim.cost import CostModel, group_collective_time_s
+from dcpsim.cost.breakdown import BatchCost
+from dcpsim.cost.compute import fp8_weight_cast_bytes
 from dcpsim.cost.host import (
     HostOps,
     PassShape,
@@ -68,8 +70,6 @@ from dcpsim.cost.host import (
     layer_collectives,
     step_end_ops,
 )
-from dcpsim.cost.breakdown import BatchCost
-from dcpsim.cost.compute import fp8_weight_cast_bytes
 from dcpsim.hardware import HardwareProfile
 from dcpsim.model import stage_params as model_stage_params
 from dcpsim.pipeline import chunk_durations, link_of_transfer

@@ -272,7 +272,6 @@ def slowdown_ratios(sim, plan, *, slow_gpu_slowdown: float, degraded_link_scale:
     :data:`SHARED_LINK_SAMPLES` GPUs). Both against the same plan without the run's own stragglers."""
     from dataclasses import replace
 
-    from dcpsim.sim.simulator import ClusterSimulator
     from dcpsim.sim.variability import Faults
 
     def makespan(s) -> float:
@@ -281,15 +280,15 @@ def slowdown_ratios(sim, plan, *, slow_gpu_slowdown: float, degraded_link_scale:
     slow = link = 1.0
     if slow_gpu_slowdown > 1.0:
         ideal = replace(sim.settings, network="ideal")
-        base = makespan(ClusterSimulator(sim.cost, sim.topology, settings=ideal))
-        slow = float(np.mean([makespan(ClusterSimulator(sim.cost, sim.topology, settings=ideal,
-                                                        faults=Faults(np.array([g]), float(slow_gpu_slowdown), None)))
+        base = makespan(sim.variant(settings=ideal))
+        slow = float(np.mean([makespan(sim.variant(settings=ideal,
+                                                   faults=Faults(np.array([g]), float(slow_gpu_slowdown), None)))
                               for g in episode_gpus(sim.topology, samples)])) / base
     if degraded_link_scale < 1.0:
         k = min(samples, SHARED_LINK_SAMPLES) if sim.settings.network == "shared" else samples
-        base = makespan(ClusterSimulator(sim.cost, sim.topology, settings=sim.settings))
-        link = float(np.mean([makespan(ClusterSimulator(sim.cost, replace(sim.topology, degraded_gpu=int(g),
-                                                                          degraded_link_scale=float(degraded_link_scale)),
-                                                        settings=sim.settings)) for g in episode_gpus(sim.topology, k)]))
+        base = makespan(sim.variant())
+        link = float(np.mean([makespan(sim.variant(topology=replace(sim.topology, degraded_gpu=int(g),
+                                                                    degraded_link_scale=float(degraded_link_scale))))
+                              for g in episode_gpus(sim.topology, k)]))
         link /= base
     return slow, link

@@ -44,11 +44,19 @@ class ClusterSimulator:
         self.cost = cost
         self.topology = topology
         self.settings = settings or SimSettings()
+        self.host_flags = host_flags
         if topology.tp != cost.tp or topology.pp != cost.pp or topology.ranks_per_stage != cost.dp_cp:
             raise ConfigError("topology", topology.describe(),
                               f"tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp} as in the cost model")
         self.durations = DurationModel(cost, topology, faults=faults, settings=self.settings, host_flags=host_flags)
         self.sync = self.durations.sync_cost()
+
+    def variant(self, *, topology: Topology | None = None, settings: SimSettings | None = None,
+                faults: Faults | None = None) -> ClusterSimulator:
+        """A simulator of the same cost model and host flags on ``topology`` with ``settings`` (default: this
+        one's) and ``faults`` (default: none; a variant does not inherit this simulator's sampled faults)."""
+        return ClusterSimulator(self.cost, topology or self.topology, faults=faults,
+                                settings=settings or self.settings, host_flags=self.host_flags)
 
     def uses_events(self) -> bool:
         """Whether iterations run as a SimPy event simulation (``engine = "events"``) or on the exact fast
