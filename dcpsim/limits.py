@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from dcpsim.errors import ConfigError
 
-__all__ = ["MAX_SAMPLES", "MAX_SWEEP_RUNS", "SAMPLE_BYTES", "SWEEP_RUN_BYTES", "SWEEP_RUN_PREP_S", "require_confirmation"]
+__all__ = ["MAX_GBS", "MAX_SAMPLES", "MAX_SWEEP_RUNS", "SAMPLE_BYTES", "SWEEP_RUN_BYTES", "SWEEP_RUN_PREP_S", "require_confirmation"]
 
+MAX_GBS = 1_000_000
+"""Sequences in one global batch (``workload.gbs``), a hard bound: 64M tokens of 256-token sequences is 262,144;
+a batch of 10^8 sequences would need tens of GB before the first iteration (it ended in MemoryError)."""
 MAX_SAMPLES = 20_000_000
 """Sequence lengths drawn by ``workload show`` without ``--yes``."""
 SAMPLE_BYTES = 48

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from dcpsim.commands._common import POS_INT, add_force, print_json, print_table
+from dcpsim.commands._common import POS_FLOAT, POS_INT, add_force, print_json, print_table
 
 
 def register(sub) -> None:
@@ -20,6 +20,8 @@ def register(sub) -> None:
     p.add_argument("-j", "--jobs", type=POS_INT, default=None, help="local worker processes (default: all cores; 1 = in this process)")
     p.add_argument("--batch-size", type=POS_INT, default=None, help="runs per task (default: adaptive, tasks of ~1.5 s)")
     p.add_argument("--dask-address", default=None, metavar="tcp://HOST:PORT", help="send tasks to this running Dask scheduler")
+    p.add_argument("--dask-wait", type=POS_FLOAT, default=None, metavar="SECONDS",
+                   help="with --dask-address: seconds to wait for the scheduler's first worker (default 60)")
     p.add_argument("--dask-local", type=POS_INT, default=None, metavar="N", help="start a Dask LocalCluster of N single-threaded worker processes (127.0.0.1)")
     s = p.add_argument_group("SLURM (via dask-jobqueue; workers must be able to import dcpsim)")
     s.add_argument("--slurm", action="store_true", help="start Dask workers as SLURM jobs")
@@ -79,7 +81,7 @@ def run(args) -> int:
     check_sweep_size(spec, confirmed=args.yes)
     slurm = slurm_options(args)
     ex = make_executor(jobs=args.jobs, dask_address=args.dask_address, dask_local=args.dask_local,
-                       slurm=slurm)
+                       slurm=slurm, dask_wait_s=args.dask_wait)
     try:
         res = run_sweep(spec, args.out, executor=ex, batch_size=args.batch_size, progress=args.progress,
                         figures=None if args.no_figures else standard_figures, force=args.force,

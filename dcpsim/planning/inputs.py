@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dcpsim.errors import ConfigError
+from dcpsim.limits import MAX_GBS
 
 _BINARY = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "B": 2**30, "T": 2**40}
 _DECIMAL = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
@@ -174,6 +175,19 @@ def workload_mean(workload: str | dict, min_len: int | None, max_len: int | None
     return float(m)
 
 
+def _check_batch_size(gbs: int, mean: float, seq_len: int | None, gbs_tokens: int | None) -> None:
+    """At most :data:`dcpsim.limits.MAX_GBS` sequences; ``seq_len`` when the batch came from tokens in fixed windows."""
+    if gbs <= MAX_GBS:
+        return
+    if seq_len is not None:
+        tokens = gbs * mean
+        raise ConfigError("--seq-len", seq_len, f"a window of at least {math.ceil(tokens / MAX_GBS):,} tokens (a batch "
+                          f"of {tokens:,.0f} tokens in {seq_len}-token windows is {gbs:,} sequences, above the "
+                          f"limit of {MAX_GBS:,})")
+    raise ConfigError("--gbs-tokens" if gbs_tokens is not None else "--gbs", gbs_tokens or gbs,
+                      f"a batch of at most {MAX_GBS:,} sequences (this one is {gbs:,} of mean length {mean:,.0f})")
+
+
 def make_data_spec(*, seq_len: int | None = None, workload: str | dict | None = None, max_len: int | None = None,
                    min_len: int | None = None, gbs: int | None = None, gbs_tokens: int | None = None,
                    preset: str | None = None, documents: str | dict | None = None) -> DataSpec:
@@ -205,11 +219,13 @@ def make_data_spec(*, seq_len: int | None = None, workload: str | dict | None = 
         max_len = max_len or 131072
         min_len = min_len if min_len is not None else 256
         mean = workload_mean(wl, min_len, max_len)
+    derived = gbs is None
     if gbs is None:
         tokens = gbs_tokens if gbs_tokens is not None else 4 * 2**20
         gbs = max(1, int(round(tokens / mean)))
     if not isinstance(gbs, int) or gbs < 1:
         raise ConfigError("--gbs", gbs, "a positive number of sequences")
+    _check_batch_size(gbs, mean, seq_len if derived else None, gbs_tokens)
     if documents is not None and seq_len is None:
         raise ConfigError("--documents", documents, "only with --seq-len (per-document attention in fixed windows)")
     return DataSpec(seq_len=seq_len, workload=wl, gbs=gbs, mean_len=mean, max_len=max_len, min_len=min_len,

@@ -97,6 +97,7 @@ from dcpsim.choices import (
     Recompute,
 )
 from dcpsim.errors import ConfigError
+from dcpsim.limits import MAX_GBS
 from dcpsim.sim.longrun import llama3_gpu_mtbf_hours
 from dcpsim.validation import InputModel, read_toml, validate_model
 
@@ -154,7 +155,7 @@ class ParallelSection(_Section):
 
 class WorkloadSection(_Section):
     name: str | dict[str, Any] = Field("github", description="preset name, lengths file, or distribution table")
-    gbs: int = Field(2048, ge=1, le=100_000_000, description="sequences per global batch")
+    gbs: int = Field(2048, ge=1, le=MAX_GBS, description="sequences per global batch")
     min_len: int | None = Field(256, ge=1, le=1 << 40, description="drop (or clamp) sequences shorter than this")
     max_len: int | None = Field(131072, ge=1, le=1 << 40, description="drop (or clamp) sequences longer than this")
     clip: Clip = Field("drop", description="lengths outside [min_len, max_len]: drop (redraw) or truncate")

@@ -7,6 +7,7 @@ Every executor has the same small interface, used by
 * ``submit(fn, *args)`` -> a future with ``done()``, ``result()``, ``cancel()``;
 * ``wait_any(futures, timeout)`` -> ``(finished, still_running)``;
 * ``cancel_pending(futures)`` -> the futures that had already started (the rest are cancelled);
+* ``abandon()`` (optional) -- stop the tasks still running at once (after Ctrl-C);
 * ``close()``.
 
 Executors (pick one with :func:`make_executor`):
@@ -33,6 +34,7 @@ scheduler (``DASK_CONNECT_TIMEOUT_S``) and ``--slurm`` without ``sbatch`` on
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import re
 import shutil
 from dataclasses import dataclass
@@ -42,7 +44,9 @@ from dcpsim.errors import ConfigError
 from dcpsim.run.pool import available_cores, cap_jobs, worker_pool
 
 DASK_CONNECT_TIMEOUT_S = 5
-"""Seconds to wait for a Dask scheduler given by ``--dask-address`` before giving up."""
+"""Seconds to wait for a Dask scheduler given by ``--dask-address`` to answer before giving up."""
+DASK_WORKER_WAIT_S = 60.0
+"""Seconds to wait for the first worker of a scheduler given by ``--dask-address`` (``--dask-wait``)."""
 _PRELOAD = ("dcpsim.run.sweep", "dcpsim.run.single", "dcpsim.workload", "dcpsim.policies")
 
 
@@ -109,8 +113,16 @@ class LocalExecutor(SerialExecutor):
     def cancel_pending(self, futures: list) -> list:
         return [f for f in futures if not f.cancel()]
 
+    def abandon(self) -> None:
+        """Stop now: kill the workers (their tasks are lost; the sweep reruns them on resume)."""
+        for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(Exception):
+                proc.kill()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._abandoned = True
+
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.shutdown(wait=not getattr(self, "_abandoned", False), cancel_futures=True)
 
 
 class DaskExecutor(SerialExecutor):
@@ -266,14 +278,24 @@ def make_executor(
     dask_address: str | None = None,
     dask_local: int | None = None,
     slurm: SlurmOptions | None = None,
+    dask_wait_s: float | None = None,
 ):
-    """The executor for the given options (at most one of ``dask_address``, ``dask_local``, ``slurm``)."""
+    """The executor for the given options (at most one of ``dask_address``, ``dask_local``, ``slurm``).
+
+    ``dask_wait_s``: seconds to wait for a worker to join the scheduler at
+    ``dask_address`` (default :data:`DASK_WORKER_WAIT_S`); a scheduler
+    without workers is then a one-line error instead of a sweep that waits forever.
+    """
     chosen = [n for n, v in (("--dask-address", dask_address), ("--dask-local", dask_local), ("--slurm", slurm))
               if v is not None]
     if len(chosen) > 1:
         raise ConfigError(chosen[1], "", f"only one executor option (also got {chosen[0]})")
+    if dask_wait_s is not None and dask_address is None:
+        raise ConfigError("--dask-wait", dask_wait_s, "--dask-address as well (it bounds the wait for its workers)")
     if dask_address is not None:
-        return DaskExecutor(_connect(dask_address))
+        client = _connect(dask_address)
+        _wait_for_workers(client, dask_address, DASK_WORKER_WAIT_S if dask_wait_s is None else dask_wait_s)
+        return DaskExecutor(client)
     if dask_local is not None:
         dask_local = cap_jobs(dask_local, "--dask-local")
         Client, LocalCluster = _import_dask("--dask-local")
@@ -295,11 +317,46 @@ def _import_dask(flag: str):
     return Client, LocalCluster
 
 
+def _probe_tcp(address: str, timeout_s: float) -> None:
+    """A Dask scheduler greets a new TCP connection at once; a listener that stays silent (or hangs up) is not one.
+
+    ``distributed.Client`` waits without a bound for that greeting, so an
+    address of some other service (a dashboard port, a web server) would hang
+    the sweep; this check bounds it at ``timeout_s``.
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(address)
+        host, port = parts.hostname, parts.port
+    except ValueError as exc:
+        raise ConfigError("--dask-address", address, f"a scheduler address such as tcp://HOST:8786 ({exc})") from None
+    if not host or port is None:
+        raise ConfigError("--dask-address", address, "a scheduler address with a port, such as tcp://HOST:8786")
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            greeting = sock.recv(16)
+    except TimeoutError:
+        raise ConfigError("--dask-address", address, f"a Dask scheduler (something listens there but sent no Dask "
+                          f"greeting within {timeout_s:g} s; is this the dashboard port? the scheduler's is "
+                          "usually 8786)") from None
+    except OSError as exc:
+        raise ConfigError("--dask-address", address, f"a running Dask scheduler (cannot connect: "
+                          f"{exc.strerror or type(exc).__name__})") from None
+    if not greeting:
+        raise ConfigError("--dask-address", address, "a Dask scheduler (the listener there closed the connection "
+                          "without a Dask greeting)")
+
+
 def _connect(address: str):
     """A Client of the scheduler at ``address``; one-line ConfigError when it does not answer in time."""
     if not re.fullmatch(r"[a-z+]+://[^\s]+", address):
         raise ConfigError("--dask-address", address, "a scheduler address such as tcp://HOST:8786")
     Client, _ = _import_dask("--dask-address")
+    if address.startswith("tcp://"):
+        _probe_tcp(address, DASK_CONNECT_TIMEOUT_S)
     try:
         return Client(address, timeout=f"{DASK_CONNECT_TIMEOUT_S}s")
     except (OSError, TimeoutError) as exc:
@@ -307,6 +364,16 @@ def _connect(address: str):
                           f"{DASK_CONNECT_TIMEOUT_S} s: {type(exc).__name__})") from None
     except ValueError as exc:
         raise ConfigError("--dask-address", address, f"a scheduler address such as tcp://HOST:8786 ({exc})") from None
+
+
+def _wait_for_workers(client, address: str, wait_s: float) -> None:
+    """Wait up to ``wait_s`` seconds for one worker; a scheduler without workers is a one-line error."""
+    try:
+        client.wait_for_workers(1, timeout=wait_s)
+    except TimeoutError:
+        client.close()
+        raise ConfigError("--dask-address", address, f"a scheduler with at least one worker (none joined within "
+                          f"{wait_s:g} s; start workers with `dask worker {address}` or raise --dask-wait)") from None
 
 
 def _slurm_executor(slurm: SlurmOptions) -> DaskExecutor:

@@ -680,11 +680,25 @@ class SweepResult:
                 "figures": self.figures}
 
 
+STOP_GRACE_S = 1.0
+"""After Ctrl-C/SIGTERM, seconds the tasks already running get to finish (and be written) before they are abandoned."""
+
+
+class _Preempted(KeyboardInterrupt):
+    """Raised by the signal handler inside a run that executes in this process (``-j 1``)."""
+
+
 class _StopFlag:
-    """SIGINT/SIGTERM set a flag (the loop finishes writing what is done); a second SIGINT raises at once."""
+    """SIGINT/SIGTERM set a flag (the loop writes what is done); a second SIGINT raises at once.
+
+    While ``preempt`` is true (a run executing in this process), the first
+    signal also raises :class:`_Preempted` there, so the run is abandoned at
+    once instead of being waited for; its runs stay pending for a resume.
+    """
 
     def __init__(self) -> None:
         self.set = False
+        self.preempt = False
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> _StopFlag:
@@ -697,6 +711,9 @@ class _StopFlag:
         if self.set and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.set = True
+        if self.preempt:
+            self.preempt = False
+            raise _Preempted
 
     def __exit__(self, *exc) -> None:
         for sig, old in self._old.items():
@@ -989,21 +1006,33 @@ def _drive(session: _Session, ex, queue: deque, runner, sizer: BatchSizer, progr
     prog, task = _progress(progress, result.n_runs, name)
     prog.update(task, completed=result.n_skipped + result.n_done)
     result.workers = ex.n_workers
+    in_process = getattr(ex, "name", "") == "serial"
+    most = 1 if in_process else 2 * ex.n_workers  # in this process: write each task's rows before the next starts
     with _StopFlag() as stop, prog:
         while (queue or flight) and not stop.set:
-            while queue and len(flight) < 2 * ex.n_workers and not stop.set:
-                flight.submit([queue.popleft() for _ in range(sizer.next_size(len(queue)))])
+            while queue and len(flight) < most and not stop.set:
+                batch = [queue.popleft() for _ in range(sizer.next_size(len(queue)))]
+                stop.preempt = in_process  # only a run in this process is abandoned mid-way (never pool internals)
+                try:
+                    flight.submit(batch)
+                except _Preempted:  # Ctrl-C inside a run of this process: drop it (its runs stay pending)
+                    break
+                finally:
+                    stop.preempt = False
             for batch, attempt, outcome in flight.finished(timeout=0.25):
                 _handle(session, flight, sizer, batch, attempt, outcome, retry=True)
                 bad = sum(result.counts.get(s, 0) for s in ("infeasible", "error", "failed"))
                 prog.update(task, completed=result.n_skipped + result.n_done, note=f"{bad} not ok" if bad else "")
         if stop.set:
-            # finish and write what is already running; drop what has not started
+            # write what finishes within STOP_GRACE_S; drop what has not started; abandon the rest
             flight.cancel_pending()
-            while flight:
-                for batch, attempt, outcome in flight.finished(timeout=0.25):
+            deadline = time.monotonic() + STOP_GRACE_S
+            while flight and time.monotonic() < deadline:
+                for batch, attempt, outcome in flight.finished(timeout=min(0.1, STOP_GRACE_S)):
                     if not isinstance(outcome, BaseException):
                         _handle(session, flight, sizer, batch, attempt, outcome, retry=False)
+            if flight and hasattr(ex, "abandon"):
+                ex.abandon()
             result.interrupted = True
 
 
