@@ -15,10 +15,20 @@ Every command that writes goes through this module:
   recorded in the folder's manifest.
 
 Ownership is recorded per folder in ``.dcpsim-manifest.json`` (JSON: file
-name -> size in bytes when written). A file is dcpsim's when the manifest of
-its folder lists its name; the entry is made before the file is renamed into
-place, so a process killed at any moment never leaves a file of its own that
-looks foreign. Names starting with ``.dcpsim-`` (the manifest, temporary
+name -> size in bytes, modification time and SHA-256 of the content when
+written). A file is dcpsim's when the manifest of its folder lists its name
+*and* its content is still what dcpsim wrote: a file the user edited since
+(a hand-tuned ``summary.json``) is the user's and is refused like any other.
+The entry is made before the file is renamed into place, so a process killed
+at any moment never leaves a file of its own that looks foreign.
+
+Single-file outputs (``--trace FILE``, ``--plot FILE``, ``--csv FILE``,
+``plot --out FILE``: paths checked with :func:`check_out_file`) put nothing
+else into the user's folder: their ownership goes to a per-user registry
+(``owned-files.json`` in ``$DCPSIM_STATE_DIR``, else
+``$XDG_STATE_HOME/dcpsim``, else ``~/.local/state/dcpsim``; absolute path ->
+the same fingerprint), unless the folder already is a dcpsim folder with a
+manifest. Names starting with ``.dcpsim-`` (the manifest, temporary
 files, the sweep lock) are dcpsim's own; ``.gitignore``/``.gitkeep`` markers do not count
 as foreign (and are never written). A rerun into the same folder, and a resumed
 sweep, therefore overwrite only what an earlier run wrote.
@@ -31,6 +41,7 @@ remembered for the folders and files checked with it during this process.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
@@ -44,13 +55,17 @@ __all__ = [
     "MANIFEST",
     "OWN_PREFIX",
     "check_out_dir",
+    "changed_since_written",
+    "check_distinct",
     "check_out_file",
+    "fingerprint",
     "foreign_files",
     "is_owned",
     "owned_names",
     "record_owned",
     "remove_owned",
     "reset_forced",
+    "state_dir",
     "write_bytes",
     "write_json",
     "write_text",
@@ -62,8 +77,11 @@ OWN_PREFIX = ".dcpsim-"
 TMP_PREFIX = ".dcpsim-tmp-"
 NEUTRAL_NAMES = frozenset({".gitignore", ".gitkeep", ".gitattributes", ".keep"})
 """Files that do not make a folder "someone else's" (version-control markers); dcpsim never writes them."""
+REGISTRY = "owned-files.json"
+_REGISTRY_MAX = 5_000  # entries kept; the oldest are dropped (a dropped file then needs --force to be overwritten)
 _SCAN_LIMIT = 20_000  # entries looked at before a folder counts as "not dcpsim's" without a full walk
 _FORCED: set[str] = set()
+_SINGLE: set[str] = set()
 
 
 class OutputError(DcpsimError):
@@ -71,8 +89,9 @@ class OutputError(DcpsimError):
 
 
 def reset_forced() -> None:
-    """Forget the ``force`` permissions given so far (the CLI calls this at the start of each command)."""
+    """Forget the ``force`` permissions and single-file outputs checked so far (the CLI calls this per command)."""
     _FORCED.clear()
+    _SINGLE.clear()
 
 
 def _key(p: Path) -> str:
@@ -80,42 +99,165 @@ def _key(p: Path) -> str:
 
 
 # ------------------------------------------------------------------ manifest
-def owned_names(folder: str | Path) -> dict[str, int]:
-    """``{file name: size in bytes}`` of the files dcpsim wrote in ``folder`` (empty if none or unreadable)."""
+Entry = dict[str, Any]
+"""What dcpsim remembers of a file it wrote: ``{"bytes": n, "mtime_ns": t, "sha256": hex}``."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fingerprint(path: str | Path) -> Entry:
+    """Size, modification time and SHA-256 of the file at ``path``."""
+    st = os.stat(path)
+    return {"bytes": int(st.st_size), "mtime_ns": int(st.st_mtime_ns), "sha256": _sha256(Path(path))}
+
+
+def _unchanged(p: Path, entry: Any) -> bool:
+    """Whether ``p`` still holds what dcpsim wrote (``entry`` from a manifest; a bare int is an old size-only entry)."""
+    try:
+        st = p.lstat()
+    except OSError:
+        return False
+    if isinstance(entry, bool) or not isinstance(entry, (int, dict)):
+        return False
+    if isinstance(entry, int):
+        return st.st_size == entry
+    if st.st_size != entry.get("bytes"):
+        return False
+    if st.st_mtime_ns == entry.get("mtime_ns"):
+        return True
+    try:
+        return _sha256(p) == entry.get("sha256")
+    except OSError:
+        return False
+
+
+def owned_names(folder: str | Path) -> dict[str, Any]:
+    """``{file name: entry}`` of the files dcpsim wrote in ``folder`` (empty if none or unreadable)."""
     m = Path(folder) / MANIFEST
     try:
         data = json.loads(m.read_text(encoding="utf-8"))
         files = data.get("files", {})
-        return {str(k): int(v) for k, v in files.items()} if isinstance(files, dict) else {}
+        return {str(k): v for k, v in files.items()} if isinstance(files, dict) else {}
     except (OSError, ValueError, TypeError, AttributeError):
         return {}  # no manifest, or one that cannot be read: nothing is provably dcpsim's
 
 
-def is_owned(path: str | Path, owned: dict[str, int] | None = None) -> bool:
-    """Whether dcpsim wrote ``path`` (a plain file listed in its folder's manifest, or a ``.dcpsim-`` name)."""
+def changed_since_written(path: str | Path) -> bool:
+    """Whether ``path`` is listed as dcpsim's but its content changed since (someone edited it)."""
+    p = Path(path)
+    owned = owned_names(p.parent)
+    if p.name in owned:
+        return not _unchanged(p, owned[p.name])
+    entry = _registry().get(_key(p))
+    return entry is not None and not _unchanged(p, entry)
+
+
+def is_owned(path: str | Path, owned: dict[str, Any] | None = None) -> bool:
+    """Whether dcpsim wrote ``path`` and it is unchanged since (manifest of its folder, or the single-file registry)."""
     p = Path(path)
     if p.name.startswith(OWN_PREFIX):
         return True
+    if p.is_symlink():
+        return False
     owned = owned_names(p.parent) if owned is None else owned
-    return p.name in owned and not p.is_symlink()
+    if p.name in owned:
+        return _unchanged(p, owned[p.name])
+    entry = _registry().get(_key(p))
+    return entry is not None and _unchanged(p, entry)
 
 
-def _write_manifest(folder: Path, owned: dict[str, int], keep: set[str] = frozenset()) -> None:
+def _write_manifest(folder: Path, owned: dict[str, Any], keep: set[str] = frozenset()) -> None:
     owned = {k: v for k, v in owned.items() if k in keep or (folder / k).exists()}
-    text = json.dumps({"about": "files dcpsim wrote in this folder (name: bytes); dcpsim overwrites only these",
+    text = json.dumps({"about": "files dcpsim wrote in this folder (name: bytes, mtime_ns, sha256); dcpsim "
+                                "overwrites only these, and only while their content is what it wrote",
                        "files": dict(sorted(owned.items()))}, indent=1) + "\n"
     _atomic(folder / MANIFEST, lambda t: t.write_text(text, encoding="utf-8"))
 
 
-def record_owned(paths: Iterable[str | Path], sizes: Iterable[int] | None = None) -> None:
-    """Add files (in one folder or several) to their folders' manifests (with ``sizes``, else their current sizes)."""
-    by_dir: dict[Path, dict[str, int]] = {}
+def record_owned(paths: Iterable[str | Path], sources: Iterable[str | Path] | None = None) -> None:
+    """Add files (in one folder or several) to their folders' manifests.
+
+    ``sources``: the files whose content will become ``paths`` (the temporary
+    files of an atomic write); by default ``paths`` themselves.
+    """
+    by_dir: dict[Path, dict[str, Entry]] = {}
     paths = [Path(p) for p in paths]
-    size_list = list(sizes) if sizes is not None else [p.stat().st_size if p.exists() else 0 for p in paths]
-    for p, n in zip(paths, size_list, strict=True):
-        by_dir.setdefault(p.parent, {})[p.name] = int(n)
+    srcs = [Path(s) for s in sources] if sources is not None else paths
+    for p, src in zip(paths, srcs, strict=True):
+        by_dir.setdefault(p.parent, {})[p.name] = fingerprint(src)
     for folder, new in by_dir.items():
         _write_manifest(folder, owned_names(folder) | new, keep=set(new))
+
+
+# ------------------------------------------------------------------ single-file registry
+def state_dir() -> Path:
+    """Where dcpsim keeps per-user state (the single-file registry)."""
+    env = os.environ.get("DCPSIM_STATE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "dcpsim"
+
+
+_REGISTRY_CACHE: dict[str, tuple[int, dict[str, Any]]] = {}
+
+
+def _registry() -> dict[str, Any]:
+    """The registry's ``{absolute path: entry}`` (read again only when the file changed)."""
+    f = state_dir() / REGISTRY
+    try:
+        stamp = f.stat().st_mtime_ns
+        cached = _REGISTRY_CACHE.get(str(f))
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        data = json.loads(f.read_text(encoding="utf-8"))
+        files = data.get("files", {})
+        files = files if isinstance(files, dict) else {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    _REGISTRY_CACHE[str(f)] = (stamp, files)
+    return files
+
+
+def _register_single(p: Path, src: Path) -> None:
+    """Remember that dcpsim wrote ``p`` (content of ``src``) in the per-user registry (a warning if it cannot)."""
+    import fcntl
+    import warnings
+
+    from dcpsim.errors import DcpsimWarning
+
+    d = state_dir()
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        entry = fingerprint(src)
+        with open(d / f"{REGISTRY}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _REGISTRY_CACHE.clear()
+            files = {k: v for k, v in _registry().items() if k != _key(p)}
+            if len(files) >= _REGISTRY_MAX:
+                files = {k: v for k, v in files.items() if os.path.exists(k)}
+                files = dict(list(files.items())[-(_REGISTRY_MAX - 1):])
+            files[_key(p)] = entry
+            text = json.dumps({"about": "single files dcpsim wrote outside its own folders (absolute path: bytes, "
+                                        "mtime_ns, sha256)", "files": files}, indent=0) + "\n"
+            _atomic(d / REGISTRY, lambda t: t.write_text(text, encoding="utf-8"))
+    except OSError as exc:
+        warnings.warn(f"could not record {p} as dcpsim's in {d} ({exc.strerror or exc}); writing it again will "
+                      "need --force", DcpsimWarning, stacklevel=4)
+
+
+def _record(p: Path, tmp: Path) -> None:
+    """Record ``p`` (about to get ``tmp``'s content) as dcpsim's: its folder's manifest, or the registry for a single file."""
+    if _key(p) in _SINGLE and not (p.parent / MANIFEST).exists():
+        _register_single(p, tmp)
+    else:
+        record_owned([p], [tmp])
 
 
 def remove_owned(path: str | Path) -> bool:
@@ -214,7 +356,8 @@ def check_out_dir(path: str | Path, *, force: bool = False, field: str = "--out"
         if not force:
             bad = foreign_files(p, ignore=ignore)
             if bad:
-                names = ", ".join(_rel(b, p) for b in bad)
+                names = ", ".join(_rel(b, p) + (" (changed since dcpsim wrote it)" if changed_since_written(b) else "")
+                                  for b in bad)
                 raise ConfigError(field, str(p), f"an empty folder or one dcpsim wrote; it holds files dcpsim did not "
                                   f"write ({names}{', ...' if len(bad) >= 3 else ''}); pick another folder or pass "
                                   "--force to write there anyway")
@@ -244,13 +387,31 @@ def check_out_file(path: str | Path, *, force: bool = False, field: str = "--out
     if p.exists() or p.is_symlink():
         _probe(p.parent, p, field, "a file")
         if not force and not is_owned(p):
-            raise ConfigError(field, str(p), "a new file or one dcpsim wrote (this file was not written by dcpsim; "
-                              "pass --force to overwrite it)")
+            why = ("it changed since dcpsim wrote it" if changed_since_written(p)
+                   else "this file was not written by dcpsim")
+            raise ConfigError(field, str(p), f"a new file or one dcpsim wrote ({why}; pass --force to overwrite it)")
     else:
         _check_creatable(p, field, "a file")
     if force:
         _FORCED.add(_key(p))
+    _SINGLE.add(_key(p))
     return p
+
+
+def check_distinct(outputs: dict[str, Iterable[str | Path]]) -> None:
+    """Refuse (before any work) two output flags that would write the same file: ``{flag: files it writes}``.
+
+    ``--trace o/summary.json --out o`` would have one output silently replace the other.
+    """
+    seen: dict[str, tuple[str, Path]] = {}
+    for flag, files in outputs.items():
+        for f in files:
+            k = _key(Path(f))
+            if k in seen and seen[k][0] != flag:
+                other, q = seen[k]
+                raise ConfigError(flag, str(f), f"a path that {other} does not also write ({other} writes {q} there; "
+                                  "pick another name)")
+            seen[k] = (flag, Path(f))
 
 
 def _rel(p: Path, base: Path) -> str:
@@ -304,7 +465,8 @@ def write_with(path: str | Path, writer: Callable[[Path], Any], *, force: bool =
     """
     p = Path(path)
     if not _allowed(p, force):
-        raise ConfigError("--out", str(p), "a file dcpsim wrote (it was not written by dcpsim; pass --force to overwrite)")
+        why = "it changed since dcpsim wrote it" if changed_since_written(p) else "it was not written by dcpsim"
+        raise ConfigError("--out", str(p), f"a file dcpsim wrote ({why}; pass --force to overwrite)")
 
     def _write(tmp: Path) -> None:
         writer(tmp)
@@ -313,7 +475,7 @@ def write_with(path: str | Path, writer: Callable[[Path], Any], *, force: bool =
 
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        _atomic(p, _write, before_replace=lambda tmp: record_owned([p], [tmp.stat().st_size]))
+        _atomic(p, _write, before_replace=lambda tmp: _record(p, tmp))
     except OSError as exc:  # disk full, permissions changed, folder removed meanwhile: one line, old file intact
         raise OutputError(f"could not write {p}: {exc.strerror or exc} (nothing there was changed)") from None
     return p

@@ -19,3 +19,17 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir(tmp_path_factory):
+    """dcpsim's per-user state (the single-file registry, dcpsim.outdir) goes to a temporary folder, not ~."""
+    import os
+
+    old = os.environ.get("DCPSIM_STATE_DIR")
+    os.environ["DCPSIM_STATE_DIR"] = str(tmp_path_factory.mktemp("dcpsim-state"))
+    yield
+    if old is None:
+        os.environ.pop("DCPSIM_STATE_DIR", None)
+    else:
+        os.environ["DCPSIM_STATE_DIR"] = old

@@ -143,7 +143,11 @@ def test_sweep_rows_resume_and_figures(tmp_path):
     spec2 = load_sweep_spec(_spec_file(tmp_path, axes.replace("36]", "36, 128]"), "s2.toml"))
     more = run_sweep(spec2, out, jobs=1, progress=False, figures=False)
     assert more.n_skipped == 6 and more.n_done == 2 and more.n_other == 0
-    fewer = run_sweep(spec2.__class__(spec2.base, spec2.groups[:0]), out, jobs=1, progress=False, figures=False)
+    # a spec that drops runs is another sweep: refused without force
+    with pytest.raises(ConfigError, match="--force"):
+        run_sweep(spec2.__class__(spec2.base, spec2.groups[:0]), out, jobs=1, progress=False, figures=False)
+    fewer = run_sweep(spec2.__class__(spec2.base, spec2.groups[:0]), out, jobs=1, progress=False, figures=False,
+                      force=True)
     assert fewer.n_runs == 1 and fewer.n_other == 7  # the base run alone; the rest are kept, and counted
     assert len(load_results(out)) == 8
 

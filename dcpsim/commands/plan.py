@@ -232,6 +232,10 @@ def _check_outputs(args) -> None:
         check_out_file(args.plot, force=args.force, field="--plot", suffixes=FIGURE_SUFFIXES)
     if args.csv:
         check_out_file(args.csv, force=args.force, field="--csv")
+    if args.plot and args.csv:
+        from dcpsim.outdir import check_distinct
+
+        check_distinct({"--plot": [args.plot], "--csv": [args.csv]})
 
 
 def _iterations(args) -> int | None:

@@ -14,8 +14,8 @@ def register(sub) -> None:
     p.add_argument("--y", default="tflops_per_gpu", help="numeric column for the y axis (default tflops_per_gpu)")
     p.add_argument("--hue", default=None, help="one line/bar colour per value of this column, e.g. policy")
     p.add_argument("--col", default=None, help="one panel per value of this column, e.g. workload")
-    p.add_argument("--out", default=None, help="figure file (.png/.pdf/.svg), or a folder to write "
-                   "<y>_vs_<x>.png and .pdf into (default DIR/figures); nothing is written outside it")
+    p.add_argument("--out", default=None, help="figure file (.png/.pdf/.svg; other suffixes are refused), or a "
+                   "folder to write <y>_vs_<x>.png and .pdf into (default DIR/figures); nothing is written outside it")
     p.add_argument("--title", default=None)
     p.add_argument("--standard", action="store_true", help="(re)write the standard sweep figures into DIR/figures")
     p.add_argument("--json", action="store_true")
@@ -65,8 +65,9 @@ def _name(args) -> str:
 def _target(args, d: Path) -> Path | None:
     """Where the ``--x`` figure goes, checked before anything is plotted (see :mod:`dcpsim.outdir`).
 
-    ``--out`` with a figure suffix is a file; any other ``--out`` is a folder the
-    figure is written into (never ``DIR.png`` beside it).
+    ``--out`` with a file suffix is a file (``.png``, ``.pdf`` or ``.svg``; any
+    other suffix is refused, never made into a folder); ``--out`` without one
+    (or an existing folder) is a folder the figure is written into.
     """
     from dcpsim.outdir import check_out_dir, check_out_file
     from dcpsim.report.plots import FIGURE_SUFFIXES
@@ -76,7 +77,7 @@ def _target(args, d: Path) -> Path | None:
     if not args.x:
         return None
     out = Path(args.out) if args.out else d / "figures"
-    if args.out and out.suffix.lower() in FIGURE_SUFFIXES and not out.is_dir():
-        return check_out_file(out, force=args.force)
+    if args.out and out.suffix and not out.is_dir():
+        return check_out_file(out, force=args.force, suffixes=FIGURE_SUFFIXES)
     check_out_dir(out, force=args.force)
     return out / _name(args)

@@ -37,7 +37,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from dcpsim.outdir import check_out_dir, check_out_file
+    from dcpsim.outdir import check_distinct, check_out_dir, check_out_file
     from dcpsim.run.single import run_simulation
 
     cfg, notes = _base_config(args)
@@ -45,6 +45,12 @@ def run(args) -> int:
         check_out_dir(args.out, force=args.force)
     if args.trace:
         check_out_file(args.trace, force=args.force, field="--trace")
+    if args.out and args.trace:
+        from pathlib import Path
+
+        from dcpsim.sim.metrics import SimResult
+
+        check_distinct({"--out": [Path(args.out) / f for f in SimResult.FILES], "--trace": [args.trace]})
     extra: dict = {}
     if args.policy is not None and args.policy != cfg.policy.name:
         extra = {"policy.name": args.policy, "policy.options": {}}

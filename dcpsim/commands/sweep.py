@@ -77,7 +77,7 @@ def run(args) -> int:
     )
 
     spec = load_sweep_spec(args.spec)
-    check_sweep_out(args.out, force=args.force)  # before any executor starts
+    check_sweep_out(args.out, force=args.force, spec=spec)  # before any executor starts
     check_sweep_size(spec, confirmed=args.yes)
     slurm = slurm_options(args)
     ex = make_executor(jobs=args.jobs, dask_address=args.dask_address, dask_local=args.dask_local,

@@ -202,6 +202,16 @@ class SweepSpec:
         }
 
 
+def spec_hash(d: dict[str, Any]) -> str:
+    """The id of a sweep spec from its :meth:`SweepSpec.to_dict` (or a ``sweep.json``): seed, base and axes.
+
+    The spec's name and file path do not count: the same runs are the same sweep.
+    """
+    keep = {k: d.get(k) for k in ("seed", "base_hash", "axes")}
+    text = json.dumps(json.loads(json.dumps(_jsonable(keep), default=str)), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def load_sweep_spec(path: str | Path) -> SweepSpec:
     """Read a sweep spec from a TOML file (see the module docstring for the format)."""
     from dcpsim.validation import read_text
@@ -827,7 +837,7 @@ def run_sweep(
     """
     if not isinstance(spec, SweepSpec):
         spec = load_sweep_spec(spec)
-    out = check_sweep_out(out_dir, force=force)
+    out = check_sweep_out(out_dir, force=force, spec=spec)
     check_sweep_size(spec, confirmed=confirm_large)
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
@@ -863,11 +873,38 @@ def run_sweep(
     return result
 
 
-def check_sweep_out(out_dir: str | Path, *, force: bool = False) -> Path:
-    """Check ``out_dir`` before a sweep starts (:func:`dcpsim.outdir.check_out_dir`; foreign parts are not a reason to refuse)."""
-    from dcpsim.outdir import check_out_dir
+def check_sweep_out(out_dir: str | Path, *, force: bool = False, spec: SweepSpec | None = None) -> Path:
+    """Check ``out_dir`` before a sweep starts (:func:`dcpsim.outdir.check_out_dir`; foreign parts are not a reason to refuse).
 
-    return check_out_dir(out_dir, force=force, ignore=_is_part)
+    With ``spec``: a folder that holds another sweep (``sweep.json`` with a
+    different :func:`spec_hash`) is refused unless ``spec`` extends it (every
+    run of the old spec is one of the new one's: an axis grew) or ``force``
+    (then the old rows are kept beside the new ones and counted as rows of
+    another spec).
+    """
+    from dcpsim.outdir import check_out_dir, is_owned
+
+    out = check_out_dir(out_dir, force=force, ignore=_is_part)
+    meta = out / "sweep.json"
+    if spec is None or force or not meta.is_file() or not is_owned(meta):
+        return out
+    try:
+        old = json.loads(meta.read_text(encoding="utf-8"))
+        old_hash = old.get("spec_hash") or spec_hash(old)
+    except (OSError, ValueError, AttributeError):
+        return out
+    new_hash = spec_hash(spec.to_dict())
+    if old_hash != new_hash and not _extends(spec, old):
+        raise ConfigError("--out", str(out), f"a new folder or one of this same sweep (it holds sweep "
+                          f"{old.get('name')!r}, spec {old_hash}; this spec is {new_hash}: other seed, base or axes); "
+                          "pick another folder, or pass --force to add this sweep's rows beside the old ones")
+    return out
+
+
+def _extends(spec: SweepSpec, old: dict[str, Any]) -> bool:
+    """Whether every run listed in an old ``sweep.json`` is also a run of ``spec``."""
+    old_runs = {r.get("config_hash") for r in old.get("runs", []) if isinstance(r, dict)}
+    return bool(old_runs) and old_runs <= {r.run_hash for r in spec.runs()}
 
 
 def count_runs(spec: SweepSpec) -> int:
@@ -896,7 +933,7 @@ def _write_spec(spec: SweepSpec, out: Path) -> list[RunSpec]:
         write_text(out / "spec.toml", spec.source_text)
     runs = spec.runs()
     _write_json_atomic(out / "sweep.json", spec.to_dict() | {
-        "runs": [{"config_hash": r.run_hash, "updates": r.axes, "error": r.error} for r in runs]})
+        "spec_hash": spec_hash(spec.to_dict()), "runs": [{"config_hash": r.run_hash, "updates": r.axes, "error": r.error} for r in runs]})
     return runs
 
 

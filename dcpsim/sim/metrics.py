@@ -207,6 +207,9 @@ class SimResult:
     records: list[IterationRecord] = field(default_factory=list, repr=False)
     plans: list = field(default_factory=list, repr=False)
 
+    FILES = ("iterations.parquet", "ranks.parquet", "config.json", "summary.json")
+    """The files :meth:`write` writes into its folder."""
+
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """Write ``iterations.parquet``, ``ranks.parquet``, ``config.json`` and ``summary.json`` into ``out_dir``.
 
