@@ -52,7 +52,7 @@ def read_text(path: str | Path, what: str, kind: str = "file") -> str:
     if not p.is_file():
         raise ConfigError(what, str(p), f"an existing {kind}")
     try:
-        return p.read_bytes().decode("utf-8")
+        return p.read_bytes().decode("utf-8-sig")  # a byte-order mark (Excel, Notepad) is not part of the text
     except UnicodeDecodeError as exc:
         raise ConfigError(what, str(p), f"a UTF-8 text file (byte {exc.start} is not UTF-8)") from None
     except OSError as exc:

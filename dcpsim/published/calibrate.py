@@ -355,7 +355,9 @@ def _revision() -> dict[str, Any]:
 def _rows_for(suite: Suite, gpu: str) -> tuple[list[RowConfig], list[RowConfig], list[Row]]:
     rows = [r for r in suite.rows if GPU_PROFILES.get(r.gpu_name) == gpu]
     if not rows:
-        raise ConfigError("--gpu", gpu, f"a GPU with rows in the suite ({sorted(set(GPU_PROFILES.values()))})")
+        have = sorted({GPU_PROFILES[r.gpu_name] for r in suite.rows if r.gpu_name in GPU_PROFILES})
+        raise ConfigError("--gpu", gpu, f"a GPU with published runs to calibrate on; there are none for {gpu} in the "
+                          f"suite, only for {', '.join(have)}")
     rcs = [row_config(r) for r in rows]
     fit = [rc for rc in rcs if rc.config is not None and rc.row.split == "fit"]
     held = [rc for rc in rcs if rc.config is not None and rc.row.split == "held-out"]
@@ -371,10 +373,14 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         raise ConfigError("--iterations", iterations, "a positive number of Gauss-Newton steps")
     t0 = time.perf_counter()
     suite = load_suite(suite_dir)
-    knobs = check_knobs(gpu, params or DEFAULT_PARAMS.get(gpu, []))
-    fit, held, _ = _rows_for(suite, gpu)
+    fit, held, _ = _rows_for(suite, gpu)  # first: a GPU without published runs is the first thing to say
     if not fit:
-        raise ConfigError("--gpu", gpu, "a GPU with expressible fit rows")
+        raise ConfigError("--gpu", gpu, "a GPU with published runs marked for fitting that dcpsim can simulate "
+                          "(suite.toml: split = \"fit\")")
+    if not params and not DEFAULT_PARAMS.get(gpu):
+        raise ConfigError("--params", None, f"the knobs to fit (no default set for {gpu}; e.g. --params "
+                          f"{','.join(next(iter(DEFAULT_PARAMS.values()))[:2])})")
+    knobs = check_knobs(gpu, params or DEFAULT_PARAMS[gpu])
     base = profile_folder(gpu)
     timing = get_profile(gpu).timing
     x0 = np.array([p.to_x(max(float(getattr(timing, p.name)), 0.0)) for p in knobs])

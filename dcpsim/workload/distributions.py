@@ -428,9 +428,12 @@ class Clipped(LengthDistribution):
         lo, hi = self._lo, self._hi
         out = np.empty(n, dtype=np.int64)
         filled = drawn = accepted = empty_rounds = 0
+        seen_lo, seen_hi = LENGTH_CAP + 1, 0
         batch = n
         while filled < n:
             cand = self.base.sample(batch, rng)
+            if cand.size:
+                seen_lo, seen_hi = min(seen_lo, int(cand.min())), max(seen_hi, int(cand.max()))
             keep = cand[(cand >= lo) & (cand <= hi)]
             drawn += batch
             accepted += keep.size
@@ -442,18 +445,27 @@ class Clipped(LengthDistribution):
             empty_rounds = empty_rounds + 1 if keep.size == 0 else 0
             rate = accepted / drawn
             if empty_rounds >= self._MAX_EMPTY_ROUNDS or (drawn >= 1_000_000 and rate < self._MIN_ACCEPTANCE):
-                raise ConfigError(
-                    "min_len/max_len",
-                    (self.min_len, self.max_len),
-                    f"a range the base distribution reaches (acceptance {rate:.2e} after {drawn} draws)",
-                    where="Clipped",
-                )
+                raise ConfigError("min_len/max_len", f"{lo}..{hi}", self._unreachable(drawn, accepted, seen_lo, seen_hi))
             need = n - filled
             if rate > 0.0:
                 batch = int(min(max(need / rate * 1.1 + 16, 64), 4 * n + 1_000_000))
             else:
                 batch = min(batch * 4, 4 * n + 1_000_000)
         return out
+
+    def _unreachable(self, drawn: int, accepted: int, seen_lo: int, seen_hi: int) -> str:
+        """Why drop-clipping gave up, in the user's words (what the lengths were, what to change)."""
+        lo, hi = self._lo, self._hi
+        if seen_hi < lo:
+            where = f"all below min_len {lo} (the longest is {seen_hi:,})"
+        elif seen_lo > hi:
+            where = f"all above max_len {hi} (the shortest is {seen_lo:,})"
+        else:
+            where = f"between {seen_lo:,} and {seen_hi:,}"
+        share = "none" if accepted == 0 else f"only {accepted:,}"
+        return (f"a length range that holds the workload's sequences: {share} of {drawn:,} drawn lengths fell in "
+                f"[{lo:,}, {hi:,}]; they are {where}. Lower min_len / raise max_len, or set clip = \"truncate\" to "
+                "clamp lengths into the range")
 
     def mean_estimate(self) -> float | None:
         """Mean of the clipped law in tokens (see the base class for rounding).

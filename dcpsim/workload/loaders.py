@@ -178,7 +178,7 @@ def _first_line(p: Path) -> list[str] | None:
         opener = lzma.open
     elif name.endswith(".zst"):
         return None  # let pandas decide (header inferred from the parsed frame)
-    with opener(p, "rt", newline="", encoding="utf-8") as fh:
+    with opener(p, "rt", newline="", encoding="utf-8-sig") as fh:  # utf-8-sig: a byte-order mark is not a header
         for row in csv.reader(fh):
             if any(cell.strip() for cell in row):
                 return row

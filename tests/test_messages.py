@@ -1,0 +1,78 @@
+"""Messages in the user's words: byte-order marks, lengths outside the range, GPUs without published runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dcpsim.cli import main
+from dcpsim.errors import ConfigError
+
+BOM = b"\xef\xbb\xbf"
+
+
+def _one_line_error(capsys, rc: int, *words: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert err.startswith("dcpsim: error:") and "\n" not in err and "Traceback" not in err, err
+    for w in words:
+        assert w in err, (w, err)
+    return err
+
+
+@pytest.mark.parametrize("name,text", [
+    ("header.csv", "length,source\n1000,a\n2000,b\n3000,c\n"),
+    ("plain.csv", "1000\n2000\n3000\n"),
+    ("plain.txt", "1000\n2000\n3000\n"),
+    ("lines.jsonl", '{"length": 1000}\n{"length": 2000}\n{"length": 3000}\n'),
+])
+def test_a_lengths_file_with_a_byte_order_mark_reads_like_one_without(tmp_path, name, text):
+    from dcpsim.workload.loaders import read_lengths as load_lengths
+
+    plain, marked = tmp_path / name, tmp_path / f"bom-{name}"
+    plain.write_text(text)
+    marked.write_bytes(BOM + text.encode())
+    a, b = load_lengths(plain), load_lengths(marked)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert list(np.asarray(b)) == [1000, 2000, 3000]
+
+
+def test_a_run_file_and_a_profile_table_with_a_byte_order_mark_load(tmp_path):
+    from dcpsim.run import load_config
+
+    p = tmp_path / "run.toml"
+    p.write_bytes(BOM + b'[workload]\ngbs = 64\n')
+    assert load_config(p).workload.gbs == 64
+    from dcpsim.validation import read_text
+
+    assert read_text(p, "x").startswith("[workload]")
+
+
+def test_lengths_all_below_min_len_say_so_in_plain_words(tmp_path, capsys):
+    lengths = tmp_path / "short.txt"
+    lengths.write_text("100\n200\n")
+    run = tmp_path / "run.toml"
+    run.write_text(f'[workload]\nname = "{lengths}"\ngbs = 16\n[cluster]\ngpus = 16\n')
+    rc = main(["simulate", str(run)])
+    err = _one_line_error(capsys, rc, "below min_len 256", "longest is 200", "truncate")
+    assert "acceptance" not in err and "Clipped" not in err
+
+
+def test_clipping_that_reaches_nothing_names_the_side():
+    from dcpsim.workload.distributions import Clipped, Empirical
+
+    base = Empirical(np.array([5000, 6000]), "test")
+    with pytest.raises(ConfigError, match="above max_len 1000"):
+        Clipped(base, min_len=1, max_len=1000).sample(8, np.random.default_rng(0))
+
+
+def test_calibrate_a_gpu_without_published_runs_lists_those_that_have(capsys):
+    rc = main(["calibrate", "--gpu", "b200"])
+    _one_line_error(capsys, rc, "--gpu", "no", "published runs", "b200", "h100-sxm")
+    assert "--params" not in capsys.readouterr().err
+
+
+def test_repo_examples_still_exist():
+    assert (Path(__file__).resolve().parents[1] / "examples" / "simulate_default.toml").is_file()
