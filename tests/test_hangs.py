@@ -141,7 +141,7 @@ _DRIVER = textwrap.dedent('''
 ''')
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_ctrl_c_stops_a_sweep_at_once_and_keeps_finished_rows(tmp_path, jobs):
     """A run that would take 600 s is abandoned after Ctrl-C; the finished run's row stays; resume reruns the rest."""
     from dcpsim.run.sweep import load_results
