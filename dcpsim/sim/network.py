@@ -167,23 +167,27 @@ class FlowNetwork:
         self._next_id += 1
         links = list(links)
         caps = self._cap
+        demand = float(cap) if cap < 1.0 else float("inf")
         for ln in links:  # capacities looked up once per link (the hot loops index the dict)
-            if ln not in caps:
-                caps[ln] = self.fabric.capacity(ln)
+            c = caps.get(ln)
+            if c is None:
+                c = caps[ln] = self.fabric.capacity(ln)
+            if c < demand:
+                demand = c
         if cap < 1.0:
             own = ("cap", fid)
             caps[own] = float(cap)
             links.append(own)
-        demand = min(caps[ln] for ln in links)
-        self.flows[fid] = _Flow(float(work_s), links, on_done, t0=self.env.now, demand=demand)
+        self.flows[fid] = _Flow(float(work_s), links, on_done, 0.0, self.env.now, 0, demand)
         on_link, load = self.on_link, self._load
         for ln in links:
-            if ln in on_link:
-                on_link[ln].add(fid)
-                load[ln] += demand
-            else:
+            users = on_link.get(ln)
+            if users is None:
                 on_link[ln] = {fid}
                 load[ln] = demand
+            else:
+                users.add(fid)
+                load[ln] += demand
         self._new.add(fid)
         if not self._settling:  # flows starting at the same moment get their rates together
             self._settling = True
@@ -507,14 +511,25 @@ class PipelineTransfers:
     def pairs(self, g: int, p_from: int, p_to: int) -> tuple[list[tuple[int, int]], bool]:
         """(network GPU pairs, whether some pair stays on NVLink) of group ``g`` from stage ``p_from`` to ``p_to``."""
         key = (g, p_from, p_to)
-        if key not in self._pairs:
+        got = self._pairs.get(key)
+        if got is None:  # plain integers: a group has a few dozen pairs, too few for numpy to pay
             topo = self.topo
-            r = np.arange(self.start[g], self.start[g] + self.size[g])
-            a = np.concatenate([topo.gpu_id(p_from, r, t) for t in range(topo.tp)])
-            b = np.concatenate([topo.gpu_id(p_to, r, t) for t in range(topo.tp)])
-            cross = crosses_domain(a, b, topo.nvlink_domain_gpus)
-            self._pairs[key] = (list(zip(a[cross].tolist(), b[cross].tolist(), strict=True)), bool((~cross).any()))
-        return self._pairs[key]
+            tp, d = topo.tp, topo.nvlink_domain_gpus
+            per_stage = tp * topo.ranks_per_stage
+            oa, ob = per_stage * p_from, per_stage * p_to  # topo.gpu_id(p, r, t) = t + tp·r + tp·R·p
+            lo = int(self.start[g])
+            net: list[tuple[int, int]] = []
+            nvl = False
+            for t in range(tp):
+                for r in range(lo, lo + int(self.size[g])):
+                    x = t + tp * r
+                    a, b = x + oa, x + ob
+                    if a // d != b // d:  # crosses_domain
+                        net.append((a, b))
+                    else:
+                        nvl = True
+            got = self._pairs[key] = (net, nvl)
+        return got
 
     def cp_hops(self, g: int, p: int) -> list[tuple[int, int]]:
         """Network hops of group ``g``'s CP ring on stage ``p``: for each TP rank, stage rank ``r`` of the group
