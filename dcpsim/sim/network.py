@@ -117,7 +117,7 @@ class Fabric:
         return links
 
 
-@dataclass
+@dataclass(slots=True)
 class _Flow:
     work: float  # seconds of transfer left at rate 1, as of time t0
     links: list[Link]
@@ -146,6 +146,7 @@ class FlowNetwork:
         self._next_id = 0
         self._heap: list[tuple[float, int, int]] = []  # (finish time, flow id, flow version)
         self._timer = 0
+        self._armed_at = -1.0  # the finish time the live timer waits for (-1: none)
         self._dirty: set[Link] = set()  # links whose flows' rates may change (they bound before a flow ended)
         self._new: set[int] = set()  # flows started since the last settling
         self._settling = False
@@ -241,8 +242,16 @@ class FlowNetwork:
         """New max-min rates for the component of ``links`` and ``new`` (:meth:`_component`); their finish
         times go into the heap."""
         now = self.env.now
+        flows, heap = self.flows, self._heap
+        if not links and self._alone(new):  # the common case: new flows on links that cannot bind
+            for fid in new:
+                f = flows[fid]
+                f.rate = f.demand
+                f.t0 = now
+                f.version = 1
+                heapq.heappush(heap, (now + f.work / f.rate, fid, 1))
+            return
         ids, binds = self._component(links, new)
-        flows = self.flows
         comp = [flows[f] for f in ids]
         old = [f.rate for f in comp]
         if binds:
@@ -250,7 +259,6 @@ class FlowNetwork:
         else:  # no link can bind: every flow gets its demand
             for f in comp:
                 f.rate = f.demand
-        heap = self._heap
         for fid, f, r0 in zip(ids, comp, old, strict=True):
             if f.rate == r0 and f.version:  # unchanged rate: its finish time in the heap still holds
                 continue
@@ -259,17 +267,29 @@ class FlowNetwork:
             f.version += 1
             heapq.heappush(heap, (now + f.work / f.rate, fid, f.version))
 
+    def _alone(self, new: set[int]) -> bool:
+        """Whether no link of the flows ``new`` can bind (then each gets its demand and nothing else changes)."""
+        flows, on_link, cap, load = self.flows, self.on_link, self._cap, self._load
+        for fid in new:
+            for ln in flows[fid].links:
+                if load[ln] > cap[ln] * _TIGHT and len(on_link[ln]) > 1:
+                    return False
+        return True
+
     def _arm(self) -> None:
-        heap = self._heap
-        while heap and (heap[0][1] not in self.flows or self.flows[heap[0][1]].version != heap[0][2]):
+        """One SimPy timer at the earliest finish time (kept if one is already set for that moment)."""
+        heap, flows = self._heap, self.flows
+        while heap and (heap[0][1] not in flows or flows[heap[0][1]].version != heap[0][2]):
             heapq.heappop(heap)
-        if heap:
+        if heap and heap[0][0] != self._armed_at:
             self._timer += 1
+            self._armed_at = heap[0][0]
             self.env.timeout(max(heap[0][0] - self.env.now, 0.0), self._timer).callbacks.append(self._on_timer)
 
     def _on_timer(self, ev) -> None:
         if ev.value != self._timer:  # superseded by a later change
             return
+        self._armed_at = -1.0
         now = self.env.now
         heap, done, freed = self._heap, [], set()
         while heap and heap[0][0] <= now * (1.0 + 1e-12) + 1e-15:  # due now (rounding of now + dt)
