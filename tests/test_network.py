@@ -519,3 +519,36 @@ def test_shared_simulation_equals_the_reference_solver(monkeypatch):
     np.testing.assert_allclose(ta.finish, tb.finish, rtol=1e-12)
     np.testing.assert_allclose(ta.start, tb.start, rtol=1e-12)
     assert a.iterations.iloc[0].iteration_time_s == pytest.approx(b.iterations.iloc[0].iteration_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_vectorised_filling_equals_the_reference_progressive_filling(seed):
+    """max_min_rates on sets large enough for the numpy rounds (and small ones, on the heap) against the
+    reference solver's progressive filling (tests/network_reference.py): random flows on an oversubscribed
+    fabric with a degraded NIC, some paced at caps that fill links exactly or not; equal rates."""
+    from network_reference import _Flow as RefFlow
+    from network_reference import max_min_rates as reference
+
+    from dcpsim.sim.network import _VECTOR_FLOWS, _Flow, max_min_rates
+
+    rng = np.random.default_rng(200 + seed)
+    fabric = Fabric(gpus=64, pod_gpus=16, oversubscription=4.0, degraded_gpu=3, degraded_link_scale=0.5)
+    for n in (3, _VECTOR_FLOWS - 1, _VECTOR_FLOWS, 60, 250):
+        caps, paths = {}, []
+        for i in range(n):
+            a = int(rng.integers(64))
+            path = fabric.path(a, (a + int(rng.integers(1, 64))) % 64)
+            if rng.random() < 0.4:
+                caps[("cap", i)] = float(rng.choice([0.5, 0.25, rng.uniform(0.05, 1.0)]))
+                path.append(("cap", i))
+            paths.append(path)
+
+        def capacity(ln, caps=caps):
+            return caps[ln] if ln[0] == "cap" else fabric.capacity(ln)
+
+        new, ref = [_Flow(1.0, p, None) for p in paths], [RefFlow(1.0, p, None) for p in paths]
+        max_min_rates(new, capacity)
+        reference(ref, capacity)
+        r_new, r_ref = np.array([f.rate for f in new]), np.array([f.rate for f in ref])
+        assert (r_ref > 0).all()
+        np.testing.assert_allclose(r_new, r_ref, rtol=1e-12)
