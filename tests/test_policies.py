@@ -53,7 +53,7 @@ def test_unknown_policy_and_option_name_what_is_known():
 
 
 def test_register_policy_and_duplicates(monkeypatch):
-    monkeypatch.setattr(policy_base, "_REGISTRY", dict(policy_base._REGISTRY))
+    monkeypatch.setattr(policy_base, "_REGISTRY", policy_base._REGISTRY.copy())
 
     class OneStep(Policy):
         name = "one-step"

@@ -16,7 +16,6 @@ Adding a policy is one new module (a :class:`Policy` subclass) and one line in
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import time
 from abc import ABC, abstractmethod
@@ -36,6 +35,7 @@ from dcpsim.policies.fit import (  # noqa: F401 - re-exported: policies import t
     smallest_fitting_size,
 )
 from dcpsim.policies.plan import Layout, Plan, Step
+from dcpsim.registry import Registry
 
 # name -> "module:Class". One line per built-in policy.
 BUILTIN_POLICIES: dict[str, str] = {
@@ -48,7 +48,7 @@ BUILTIN_POLICIES: dict[str, str] = {
     "dynamic-pr2959": "dcpsim.policies.pr2959:Pr2959Policy",
 }
 
-_REGISTRY: dict[str, type[Policy] | str] = dict(BUILTIN_POLICIES)
+_REGISTRY: Registry[type[Policy]] = Registry("policy.name", BUILTIN_POLICIES)  # base set below the class
 
 PLANNING_S_PER_UNIT = 1e-6
 """Modelled host seconds per unit of planning work (one sequence weighed for one CP size in one candidate
@@ -148,36 +148,26 @@ class Policy(ABC):
         """Build the plan (``lengths`` already checked: int64, 1-D, positive)."""
 
 
+_REGISTRY.base = Policy
+
+
 # ---------------------------------------------------------------- registry
 def register_policy(name: str, cls: type[Policy] | str) -> None:
     """Register a policy class (or a lazy ``"module:Class"`` path) under ``name``.
 
     Raises :class:`ConfigError` if the name is taken (built-ins included).
     """
-    if not isinstance(name, str) or not name:
-        raise ConfigError("policy.name", name, "a non-empty string")
-    if name in _REGISTRY:
-        raise ConfigError("policy.name", name, f"a name not already registered (taken: {sorted(_REGISTRY)})")
-    if not isinstance(cls, str) and not (inspect.isclass(cls) and issubclass(cls, Policy)):
-        raise ConfigError("policy class", cls, "a Policy subclass or a 'module:Class' string")
-    _REGISTRY[name] = cls
+    _REGISTRY.register(name, cls)
 
 
 def list_policies() -> list[str]:
     """Registered policy names, built-ins first in their declared order."""
-    return list(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def policy_class(name: str) -> type[Policy]:
     """The class registered under ``name`` (imports a built-in on first use)."""
-    if name not in _REGISTRY:
-        raise ConfigError("policy.name", name, f"one of {list_policies()}")
-    entry = _REGISTRY[name]
-    if isinstance(entry, str):
-        mod, _, attr = entry.partition(":")
-        entry = getattr(importlib.import_module(mod), attr)
-        _REGISTRY[name] = entry
-    return entry
+    return _REGISTRY.get(name)
 
 
 def get_policy(name: str, **options: Any) -> Policy:

@@ -209,11 +209,12 @@ class SimSection(_Section):
                                          "(forward), every policy, ON TOP of the time model's per-microbatch fixed "
                                          "cost (BatchCost.overhead_*, kernels x the profile's per_kernel_overhead_s): "
                                          "a sensitivity add-on (assumed, not measured)")
-    engine: Literal["auto", "events", "fast"] = Field(
-        "auto", description="events: SimPy event simulation; fast: the exact vectorised evaluation of the same "
-        "schedule (same finish times); auto: fast whenever no modelled effect needs events")
-    network: Literal["ideal", "shared"] = Field(
-        "ideal", description="ideal: every transfer at its profile time; shared: pipeline transfers, the bucketed "
+    engine: str = Field(
+        "auto", min_length=1, description="a registered engine (dcpsim.sim.engines): events = SimPy event simulation; "
+        "fast = the exact vectorised evaluation of the same schedule (same finish times); auto = fast whenever the "
+        "network allows")
+    network: str = Field(
+        "ideal", min_length=1, description="a registered network model (dcpsim.sim.networks): ideal: every transfer at its profile time; shared: pipeline transfers, the bucketed "
         "gradient reduce-scatter and parameter all-gather, and CP rings (paced by their attention) that leave the "
         "NVLink domain are flows that share NICs and pod uplinks (max-min fair; dcpsim.sim.network; needs the "
         "events engine)")
@@ -311,6 +312,7 @@ class RunConfig(_Section):
                               f">= the data-parallel size dp = gpus/(tp*pp*cp) = {self.dp} (every DP rank needs a sequence)")
         self._check_fixed()
         self._check_policy_options()
+        self._check_sim_names()
         self._check_distribution_tables()
         return self
 
@@ -337,6 +339,12 @@ class RunConfig(_Section):
             if key not in params:
                 raise ConfigError(f"policy.options.{key}", value, f"an option of policy {self.policy.name!r} (one of {params})")
         check_options(cls.__init__, self.policy.options, "policy.options")
+
+    def _check_sim_names(self) -> None:
+        """sim.network and sim.engine are registered, and the engine runs the network."""
+        from dcpsim.sim.settings import SimSettings
+
+        SimSettings(network=self.sim.network, engine=self.sim.engine)
 
     def _check_fixed(self) -> None:
         """Fields of the fixed-length workload: set only with it, and Megatron's gbs rule."""

@@ -74,6 +74,7 @@ from dcpsim.hardware import HardwareProfile
 from dcpsim.model import stage_params as model_stage_params
 from dcpsim.pipeline import chunk_durations, link_of_transfer
 from dcpsim.policies.plan import Plan
+from dcpsim.sim.networks import NetworkModel, get_network
 from dcpsim.sim.schedule import GroupTable
 from dcpsim.sim.settings import SimSettings
 from dcpsim.sim.topology import Topology
@@ -201,11 +202,13 @@ class DurationModel:
     """Turns plans into :class:`IterationWork` for one (cost model, topology, faults) setting."""
 
     def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
-                 settings: SimSettings | None = None, host_flags: StepFlags | None = None) -> None:
+                 settings: SimSettings | None = None, host_flags: StepFlags | None = None,
+                 network: NetworkModel | None = None) -> None:
         self.cost = cost
         self.settings = settings or SimSettings()
         self.host_flags = host_flags or StepFlags()
-        self.shared_network = self.settings.network == "shared"
+        self.network = network if network is not None else get_network(self.settings.network, topology)
+        self.flows = self.network.uses_flows  # CP rings' traffic and windows are needed by the flows
         self.topo = topology
         self.faults = faults
         self.stage_scale = cost.stage_layers / float(cost.layers_per_stage)
@@ -325,7 +328,7 @@ class DurationModel:
         bwd[pp - 1] += head_b
         cpf = per["cp_fwd_exposed_s"] * scale
         cpb = per["cp_bwd_exposed_s"] * scale
-        rings = self._rings(per, spans, scale, cps, G, table.n_real) if self.shared_network else (None,) * 4
+        rings = self._rings(per, spans, scale, cps, G, table.n_real) if self.flows else (None,) * 4
         if plan.dynamic:
             self._dynamic_cp_costs(plan, table, fwd, bwd, lens)
         if self.settings.microbatch_overhead_s > 0:
@@ -344,7 +347,7 @@ class DurationModel:
             p2p_network_alone_s=self._p2p_alone[0], p2p_nvlink_s=self._p2p_alone[1],
             cp_fwd_ring_s=rings[0], cp_bwd_ring_s=rings[1], cp_fwd_window_s=rings[2], cp_bwd_window_s=rings[3],
             host=self.host_ops(plan, table, cps),
-            cp_recompute_ring=self.shared_network and cost.recompute == "full",
+            cp_recompute_ring=self.flows and cost.recompute == "full",
         )
 
     def _rings(self, per, spans, scale, cps, G: int, P: int) -> tuple[np.ndarray, ...]:
@@ -416,8 +419,7 @@ class DurationModel:
         factor = np.ones((topo.pp, G))
         for p in range(topo.pp):
             spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1)
-            # shared network: the fabric applies pods and the degraded NIC to the ring's flows
-            f = float(topo.network_scale) if self.shared_network else topo.group_network_factor(p, starts, cps)
+            f = self.network.cp_factor(p, starts, cps)
             factor[p, :P] = np.where(spans[p, :P], f, 1.0)
         return spans, factor
 

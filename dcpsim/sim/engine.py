@@ -407,8 +407,8 @@ class _Run:
         self.timeout = self.env.timeout
         self.cb_done = self.on_done  # bound once (callbacks are appended per event)
         self.cb_arrive = self.on_arrive
-        # shared network: pipeline transfers become flows (dcpsim.sim.network.PipelineTransfers)
-        self.transfers = None if network is None else network(self.env, work, G)
+        # a network whose transfers are flows (shared): dcpsim.sim.network.PipelineTransfers; None: ideal
+        self.transfers = None if network is None else network.flows(self.env, work, G)
         # shared network: stages whose gradient reduce-scatter leaves NVLink run it as flows
         self.rs_flows: list = [None] * pp
         if self.transfers is not None and sync.reduce_scatter_bucket_alone_s is not None:
@@ -718,8 +718,9 @@ def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_
                   param_gather_launch: str = "first_forward") -> IterationTimeline:
     """Simulate one iteration in a fresh SimPy environment.
 
-    ``network``: ``None`` (ideal: every transfer takes its precomputed time) or a factory
-    ``(env, work, n_groups) -> PipelineTransfers`` of the shared network (:mod:`dcpsim.sim.network`).
+    ``network``: the :class:`~dcpsim.sim.networks.base.NetworkModel` (``None``: every transfer takes its
+    precomputed time); its :meth:`~dcpsim.sim.networks.base.NetworkModel.flows` gives the flows of a model
+    whose transfers share links (``shared``: :class:`~dcpsim.sim.network.PipelineTransfers`).
     ``param_gather_launch``: when the overlapped all-gather's first bucket is dispatched (vp = 1;
     :func:`param_gather_launch_s`).
     """

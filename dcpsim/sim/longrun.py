@@ -285,7 +285,7 @@ def slowdown_ratios(sim, plan, *, slow_gpu_slowdown: float, degraded_link_scale:
                                                    faults=Faults(np.array([g]), float(slow_gpu_slowdown), None)))
                               for g in episode_gpus(sim.topology, samples)])) / base
     if degraded_link_scale < 1.0:
-        k = min(samples, SHARED_LINK_SAMPLES) if sim.settings.network == "shared" else samples
+        k = min(samples, SHARED_LINK_SAMPLES) if sim.network.uses_flows else samples
         base = makespan(sim.variant())
         link = float(np.mean([makespan(sim.variant(topology=replace(sim.topology, degraded_gpu=int(g),
                                                                     degraded_link_scale=float(degraded_link_scale))))

@@ -84,7 +84,6 @@ from dcpsim.errors import ConfigError
 from dcpsim.hardware.placement import crosses_domain
 
 Link = tuple[str, int]
-NETWORKS = ("ideal", "shared")
 _TIGHT = 1.0 - 1e-9  # a link whose load exceeds this fraction of its capacity may bind (FlowNetwork._component)
 
 

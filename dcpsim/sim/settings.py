@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from dcpsim.choices import PARAM_GATHER_LAUNCHES
 from dcpsim.choices import PLANNING_MODES as _PLANNING_MODES
 from dcpsim.errors import ConfigError
-from dcpsim.sim.network import NETWORKS
+from dcpsim.sim.engines import ENGINES
+from dcpsim.sim.networks import NETWORKS
 
 PLANNING_MODES = _PLANNING_MODES  # defined once in dcpsim.choices
-ENGINES = ("auto", "events", "fast")
 EXCHANGES = ("none", "async", "sync")
 
 
@@ -41,14 +41,14 @@ class SimSettings:
     def __post_init__(self) -> None:
         if self.planning not in PLANNING_MODES:
             raise ConfigError("sim.planning", self.planning, f"one of {PLANNING_MODES}")
-        if self.engine not in ENGINES:
-            raise ConfigError("sim.engine", self.engine, f"one of {ENGINES}")
+        ENGINES.check(self.engine)
         if not 0 <= self.noise_cv <= 1:  # also refuses nan
             raise ConfigError("sim.noise_cv", self.noise_cv, "a finite number >= 0 and <= 1")
-        if self.network not in NETWORKS:
-            raise ConfigError("sim.network", self.network, f"one of {NETWORKS}")
-        if self.network == "shared" and self.engine == "fast":
-            raise ConfigError("sim.engine", self.engine, '"events" or "auto" with sim.network = "shared" '
+        NETWORKS.check(self.network)
+        network = NETWORKS.get(self.network)
+        if not ENGINES.get(self.engine).supports(network):
+            able = [name for name, engine in ENGINES.items() if engine.supports(network)]
+            raise ConfigError("sim.engine", self.engine, f"one of {able} with sim.network = {self.network!r} "
                               "(flows that share links need the event simulation)")
         if self.dynamic_cp_exchange not in EXCHANGES:
             raise ConfigError("sim.dynamic_cp_exchange", self.dynamic_cp_exchange, f"one of {EXCHANGES}")

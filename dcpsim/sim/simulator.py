@@ -26,11 +26,10 @@ from dcpsim.errors import ConfigError
 from dcpsim.pipeline import pipeline_schedule
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.durations import DurationModel
-from dcpsim.sim.engine import run_iteration
-from dcpsim.sim.fastpath import fast_iteration
+from dcpsim.sim.engines import ENGINES
 from dcpsim.sim.metrics import IterationRecord
-from dcpsim.sim.network import Fabric, PipelineTransfers
-from dcpsim.sim.schedule import build_graph, build_group_table
+from dcpsim.sim.networks import get_network
+from dcpsim.sim.schedule import build_group_table
 from dcpsim.sim.settings import SimSettings
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults
@@ -48,7 +47,10 @@ class ClusterSimulator:
         if topology.tp != cost.tp or topology.pp != cost.pp or topology.ranks_per_stage != cost.dp_cp:
             raise ConfigError("topology", topology.describe(),
                               f"tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp} as in the cost model")
-        self.durations = DurationModel(cost, topology, faults=faults, settings=self.settings, host_flags=host_flags)
+        self.network = get_network(self.settings.network, topology)
+        self.engine = ENGINES.get(self.settings.engine)()
+        self.durations = DurationModel(cost, topology, faults=faults, settings=self.settings, host_flags=host_flags,
+                                       network=self.network)
         self.sync = self.durations.sync_cost()
 
     def variant(self, *, topology: Topology | None = None, settings: SimSettings | None = None,
@@ -57,21 +59,6 @@ class ClusterSimulator:
         one's) and ``faults`` (default: none; a variant does not inherit this simulator's sampled faults)."""
         return ClusterSimulator(self.cost, topology or self.topology, faults=faults,
                                 settings=settings or self.settings, host_flags=self.host_flags)
-
-    def uses_events(self) -> bool:
-        """Whether iterations run as a SimPy event simulation (``engine = "events"``) or on the exact fast
-        path (``"fast"``; ``"auto"`` picks it whenever every duration is known before the iteration starts,
-        which holds for everything modelled so far)."""
-        return self.settings.engine == "events" or self.settings.network == "shared"
-
-    def _network(self):
-        """Factory of the shared network's pipeline transfers (``None`` for the ideal network)."""
-        if self.settings.network != "shared":
-            return None
-        t = self.topology
-        fabric = Fabric(gpus=t.gpus, pod_gpus=t.pod_gpus, oversubscription=t.oversubscription,
-                        degraded_gpu=t.degraded_gpu, degraded_link_scale=t.degraded_link_scale)
-        return lambda env, work, n_groups: PipelineTransfers(env, fabric, t, work, n_groups)
 
     def planning_stall_s(self, planning_time_s: float, index: int, previous_iteration_s: float | None) -> float:
         mode = self.settings.planning
@@ -98,15 +85,7 @@ class ClusterSimulator:
         table = build_group_table(plan)
         sched = pipeline_schedule(self.topology.pp, table.n_steps, self.topology.vp)  # InfeasibleError: VP rule
         work = self.durations.work(plan, table, noise_cv=self.settings.noise_cv, rng=rng)
-        if self.uses_events():
-            graph = build_graph(table, sched, work.virtual()[2])
-            timeline = run_iteration(work, graph, self.sync, overlap_grad_sync=self.settings.overlap_grad_sync,
-                                     overlap_param_gather=self.settings.overlap_param_gather, network=self._network(),
-                                     param_gather_launch=self.settings.param_gather_launch)
-        else:
-            timeline = fast_iteration(work, sched, self.sync, overlap_grad_sync=self.settings.overlap_grad_sync,
-                                      overlap_param_gather=self.settings.overlap_param_gather,
-                                      param_gather_launch=self.settings.param_gather_launch)
+        timeline = self.engine.run(self, work, table, sched)
         wall = time.perf_counter() - t0
         return IterationRecord(
             index=index,
