@@ -16,8 +16,9 @@ CpComm = Literal["p2p", "all_gather", "a2a"]
 Recompute = Literal["none", "selective", "full"]
 """Activation recomputation: none, selective (attention core), or full (every layer)."""
 
-Planning = Literal["hidden", "stall", "ignore"]
-"""Where the (modelled) planning time goes: hidden behind the previous iteration, stalls each iteration, or ignored."""
+Planning = Literal["hidden", "stall", "ignore", "sampler"]
+"""Where the (modelled) planning time goes: hidden behind the previous iteration, stalls each iteration, ignored, or
+overlapped as Megatron PR #2959's forked prefetching sampler does (:mod:`dcpsim.sim.sampler`)."""
 
 Clip = Literal["drop", "truncate"]
 """What happens to sampled lengths outside [min_len, max_len]: redraw (drop) or clamp (truncate)."""

@@ -34,11 +34,21 @@ def quick(exp):
 def test_spec_folder_loads(exp):
     assert DEFAULT_SPEC_DIR.is_dir()
     assert set(exp.datasets) == {"github", "commoncrawl"}
-    assert {"packing", "packing-balanced", "dynamic", "dynamic-solver"} <= set(exp.policies)
+    assert {"packing-pr2959", "packing", "packing-balanced", "dynamic", "dynamic-solver", "dynamic-pr2959"} <= set(exp.policies)
+    assert exp.baseline == "packing-pr2959" and exp.headline == "dynamic-pr2959"
     for ds, cfg in exp.datasets.items():
         assert cfg.workload.gbs == 2048
         assert cfg.parallel.pp == 8 and cfg.parallel.tp == 1
         assert cfg.max_tokens_per_rank * cfg.parallel.cp >= cfg.workload.max_len, ds
+        # the launch script's model (8 layers, vocabulary = sequence length) and its planner set-up
+        assert cfg.model.name == "llama-13b-8l-v131072"
+        assert cfg.sim.planning == "sampler" and cfg.sim.sampler_prefetch == 32
+    from dcpsim.model import get_model
+
+    m = get_model("llama-13b-8l-v131072")
+    assert (m.n_layers, m.hidden, m.ffn_hidden, m.n_heads, m.vocab) == (8, 5120, 13824, 40, 131072)
+    # the stall of the forked sampler only shows over several consecutive batches
+    assert exp.modes["quick"].iterations >= 4 and exp.modes["full"].iterations >= 4
     # the mean length of the public-facts workload is never the fitted parameter
     assert exp.calibration_setup["parameter"] not in ("mean", "mu")
 
@@ -91,7 +101,7 @@ def test_quick_dynamic_cp_beats_packing_on_both_datasets(exp, quick):
     for r in rows:
         used = [c for c, v in r["cp_token_share"].items() if v > 0]
         assert sum(r["cp_token_share"].values()) == pytest.approx(1.0)
-        if r["policy"] in ("packing", "packing-balanced"):
+        if r["policy"] in ("packing", "packing-balanced", "packing-pr2959"):
             assert used == [exp.datasets[r["dataset"]].parallel.cp]
         else:
             assert len(used) >= 2, r["policy"]
@@ -144,3 +154,18 @@ def test_calibration_may_not_target_dynamic(tmp_path):
     )
     with pytest.raises(ConfigError, match="target_policy"):
         read_calibration(Path(d / "calibration.toml"))
+
+
+@pytest.mark.parametrize("gpus", [64, 128])
+def test_primary_cp_groups_stay_inside_a_node(exp, gpus):
+    # Megatron orders ranks tp-cp-ep-dp-pp (parallel_state.initialize_model_parallel at refs/pull/2959/head), so
+    # with TP 1 a stage's DP x CP ranks are consecutive global ranks, and create_hybrid_dp_cp_groups builds
+    # aligned slices of them: a group of <= 8 (the launch script's max CP) never leaves an 8-GPU node.
+    from dcpsim.run.single import run_simulation
+
+    cfg = exp.config("github", exp.headline, calibrated=False, seed=0, iterations=1,
+                     updates={"cluster.gpus": gpus, "sim.planning": "ignore"})
+    plan = run_simulation(cfg).plans[0]
+    sizes = {g.size for st in plan.steps for g in st.groups}
+    assert max(sizes) == 8
+    assert not any(plan.layout.spans_network(g.start, g.size) for st in plan.steps for g in st.groups)

@@ -6,6 +6,12 @@ with static CP (``packing``, Megatron's baseline), Megatron's ``dynamic`` CP
 scheduler and our cost-model ``dynamic-solver``, on the same sampled batches,
 and prints a comparison with the speedup over packing and the proven lower
 bound (``bound``: no schedule can beat it) for scale.
+
+``dynamic`` runs with Megatron dev's default capacity for dynamic CP,
+``--max-seqlen-per-dp-cp-rank`` = ceil(seq_length / (DP·CP)) (``megatron/training/arguments.py`` at dev d48bd6b, ``validate_args``;
+16,384 tokens per rank at the default 131,072-token maximum and 8 DP×CP ranks), so the demo shows
+what dev's scheduler does out of the box; ``packing`` keeps the configuration's M (its static-CP bins
+must hold the longest sequence) and ``dynamic-solver`` the same M as packing.
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def dev_default_m(cfg) -> int:
+    """Megatron dev's default ``--max-seqlen-per-dp-cp-rank``: ceil(seq_length / (DP·CP)) tokens per rank."""
+    return -(-int(cfg.workload.max_len) // int(cfg.dp * cfg.parallel.cp))
+
+
 def run(args) -> int:
     from dcpsim.run import RunConfig
     from dcpsim.run.single import run_simulation
@@ -40,8 +51,12 @@ def run(args) -> int:
         for name in POLICIES:
             check_out_file(f"{args.trace}-{name}.json", force=args.force, field="--trace")
     rows, results = [], {}
+    m_dev = dev_default_m(base)
     for name in POLICIES:
-        cfg = base.with_updates({"policy.name": name})
+        upd = {"policy.name": name}
+        if name == "dynamic":
+            upd["parallel.max_tokens_per_rank"] = m_dev
+        cfg = base.with_updates(upd)
         trace = f"{args.trace}-{name}.json" if args.trace else None
         res = run_simulation(cfg, trace_path=trace)
         results[name] = res
@@ -73,6 +88,8 @@ def run(args) -> int:
     sp = {r["policy"]: r["speedup"] for r in rows}
     print(f"speedup over packing: dynamic {sp['dynamic']:.3f}x, dynamic-solver {sp['dynamic-solver']:.3f}x "
           f"(same batches; FLOPs counted the Megatron way); no schedule beats {sp['bound (lower bound)']:.3f}x (bound).")
+    print(f"dynamic: Megatron dev's default M = ceil({base.workload.max_len} / (DP x CP = {base.dp * base.parallel.cp})) "
+          f"= {m_dev} tokens per rank; packing and dynamic-solver: M = {base.max_tokens_per_rank}.")
     print(f"reference only, {BLOG_REFERENCE}.")
     print("Time shares are per GPU and sum to 100% with planning stall; see `dcpsim simulate --help` for one run in detail.")
     return 0

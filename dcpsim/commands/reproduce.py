@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     files = write_outputs(exp, res, out, plots=not args.no_plots)
     if args.json:
         print_json({"mode": res.mode, "wall_s": res.wall_s, "table": res.table, "sensitivity": res.sensitivity,
+                    "consistency": res.consistency,
                     "calibration": res.calibration, "targets": res.targets, "files": files})
         return 0
     _print_result(exp, res)
@@ -144,6 +145,7 @@ def _print_result(exp, res) -> None:
         rows = [r for r in res.table if r["workload"] == wl]
         if rows:
             print_table(display_rows(rows), title=f"{exp.title} -- {VARIANT_LABELS[wl]} ({res.mode} run, {rows[0]['seeds']} seeds)")
+            print_table(breakdown_rows(rows), title="Where the time goes (per iteration; microbatches per pipeline; % of tokens per CP size)")
     for ds, c in res.calibration.items():
         print(f"calibrated: {ds} {c['parameter']} = {c['value']:.4g} (public {c['public_value']:g}), fitted to {c['fitted_to']} only")
     if not res.calibration:
@@ -154,6 +156,9 @@ def _print_result(exp, res) -> None:
         print(f"targets ({VARIANT_LABELS[wl]}): met {len(met)}/{len(t)}" + (f"; missed: {', '.join(missed)}" if missed else ""))
     if res.sensitivity:
         print_table(sensitivity_rows(exp, res.sensitivity), title=f"Sensitivity (speedup over {exp.baseline})")
+    if res.consistency:
+        print_table(consistency_rows(exp, res.consistency),
+                    title="Joint grid of the unpublished settings vs all four published numbers (score <= 1: consistent)")
 
 
 def _pct(x: Any) -> str:
@@ -183,6 +188,28 @@ def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def breakdown_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where an iteration's time goes (seconds, mean per iteration and GPU), microbatches per pipeline and the
+    CP mix (share of tokens trained at each CP size)."""
+    out = []
+    for r in rows:
+        share = r.get("cp_token_share") or {}
+        out.append({
+            "dataset": r["dataset"],
+            "policy": r["policy"],
+            "TFLOPS/GPU": _num(r["tflops"], 1),
+            "iteration s": _num(r["iteration_time_s"], 2),
+            "microbatches": _num(r["steps"], 1),
+            "compute s": _num(r["compute_s"], 2),
+            "bubble s": _num(r["bubble_s"], 2),
+            "imbalance s": _num(r["imbalance_s"], 2),
+            "planning stall s": _num(r["planning_stall_s"], 2),
+            "planning s": _num(r["planning_time_s"], 2),
+            "tokens at CP 1/2/4/8": " / ".join(f"{100 * share.get(c, 0.0):.0f}" for c in (1, 2, 4, 8)),
+        })
+    return out
+
+
 def sensitivity_rows(exp, sens: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Display rows of the sensitivity table: baseline TFLOPS, then each other policy's TFLOPS and speedup."""
     out = []
@@ -198,6 +225,23 @@ def sensitivity_rows(exp, sens: list[dict[str, Any]]) -> list[dict[str, Any]]:
             d[f"{pol} speedup"] = f"{r.get(f'{pol}_speedup', math.nan):.3f}{rng}"
         d["published"] = r["published_speedup"]
         d["status"] = r["status"]
+        out.append(d)
+    return out
+
+
+def consistency_rows(exp, grid: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Display rows of the joint grid, nearest to the published numbers first."""
+    out = []
+    for r in sorted(grid, key=lambda r: (r["score"] if math.isfinite(r["score"]) else math.inf)):
+        d: dict[str, Any] = {"GPUs": r["gpus"], "max len": r["max_len"], "baseline CP x M": f"{r['baseline_cp']}x{r['baseline_m']}"}
+        for ds in exp.datasets:
+            d[f"{ds} packing"] = f"{_num(r[f'{ds}_packing'], 1)} ({_pct(r[f'{ds}_packing_err'])})"
+            d[f"{ds} speedup"] = f"{_num(r[f'{ds}_speedup'], 2)} ({_pct(r[f'{ds}_speedup_err'])})"
+        d["order"] = "ok" if r["order_ok"] else "reversed"
+        d["score"] = _num(r["score"], 2)
+        d["consistent"] = "yes" if r["consistent"] else "no"
+        if r["status"] != "ok":
+            d["consistent"] = f"no ({r['status'][:60]})"
         out.append(d)
     return out
 
@@ -240,7 +284,9 @@ def write_outputs(exp, res, out: Path, *, plots: bool = True) -> dict[str, str]:
     for wl in WORKLOAD_VARIANTS:
         rows = [r for r in res.table if r["workload"] == wl]
         if rows:
-            md += [f"\n## {VARIANT_LABELS[wl]}\n\n", _markdown(display_rows(rows))]
+            md += [f"\n## {VARIANT_LABELS[wl]}\n\n", _markdown(display_rows(rows)),
+                   "\nWhere the time goes (seconds per iteration, mean over GPUs; microbatches per pipeline; "
+                   "% of tokens at CP 1/2/4/8):\n\n", _markdown(breakdown_rows(rows))]
     if res.calibration:
         md.append("\n## Calibration (read from calibration.toml, not re-fitted)\n\n")
         for ds, c in res.calibration.items():
@@ -254,13 +300,19 @@ def write_outputs(exp, res, out: Path, *, plots: bool = True) -> dict[str, str]:
         files["sensitivity_csv"] = str(out / "sensitivity.csv")
         md.append(f"\n## Sensitivity (speedup over {exp.baseline}; one setting changed at a time)\n\n")
         md.append(_markdown(sensitivity_rows(exp, res.sensitivity)))
+    if res.consistency:
+        _write_csv(out / "consistency.csv", res.consistency)
+        files["consistency_csv"] = str(out / "consistency.csv")
+        md.append("\n## Joint grid of the unpublished settings (score = largest |error| / tolerance; <= 1 and the "
+                  "order right: consistent with all four published numbers)\n\n")
+        md.append(_markdown(consistency_rows(exp, res.consistency)))
     write_text(out / "summary.md", "".join(md))
     files["summary_md"] = str(out / "summary.md")
     _write_csv(out / "cells.csv", res.cells)
     files["cells_csv"] = str(out / "cells.csv")
     write_text(out / "result.json", json.dumps(to_jsonable({
         "experiment": exp.name, "mode": res.mode, "wall_s": res.wall_s, "source": source_revision(), "calibration": res.calibration,
-        "targets": res.targets, "table": res.table, "sensitivity": res.sensitivity,
+        "targets": res.targets, "table": res.table, "sensitivity": res.sensitivity, "consistency": res.consistency,
         "primary_configs": {ds: cfg.resolved() for ds, cfg in exp.datasets.items()},
     }), indent=1))
     files["result_json"] = str(out / "result.json")

@@ -53,13 +53,15 @@ DEFAULT_SPEC_DIR = data_dir("experiments") / "dynamic_cp_blog"
 
 @dataclass(frozen=True)
 class Mode:
-    """Run size: ``seeds`` seeds (0..seeds-1), ``iterations`` global batches per seed."""
+    """Run size: ``seeds`` seeds (0..seeds-1), ``iterations`` global batches per seed; ``policies`` (empty: all)
+    limits the main table to those policies (the quick mode leaves out the slowest)."""
 
     name: str
     seeds: int
     iterations: int
     sensitivity: bool
     sensitivity_seeds: int
+    policies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,9 @@ class SensitivityAxis:
     Attributes:
         name: short key (file names, table rows).
         label: axis label for plots.
-        field: dotted RunConfig path (``cluster.gpus``).
+        field: dotted RunConfig path (``cluster.gpus``), ``options.<policy>.<option>`` (one policy's option,
+            see :meth:`BlogExperiment.config`), or several of them joined by ``+`` (each value is then a list
+            with one entry per field).
         values: the values the field takes (file names resolved against the spec folder).
         ticks: tick labels for the plot, one per value.
         base: extra dotted-path updates applied at every point (e.g. ``cluster.gpus``).
@@ -135,6 +139,8 @@ class BlogExperiment:
         calibration_workloads: dataset -> the workload table the calibration fits one field of
             (``[calibration.workloads]`` of experiment.toml; the secondary, calibrated view).
         policy_options: policy -> options it runs with (``[policy_options]`` of experiment.toml).
+        consistency: the joint grid over the unpublished settings (``[consistency]``: ``gpus``, ``max_len``,
+            ``baseline_cp_m`` lists; empty: none).
     """
 
     spec_dir: Path
@@ -155,6 +161,7 @@ class BlogExperiment:
     calibration_path: Path
     calibration_workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
     policy_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    consistency: dict[str, Any] = field(default_factory=dict)
 
     # ----------------------------------------------------------- workloads
     def public_workload(self, dataset: str) -> dict[str, Any] | str:
@@ -200,17 +207,26 @@ class BlogExperiment:
     ) -> RunConfig:
         """The RunConfig of one cell: the dataset's primary spec with policy, seed and updates applied.
 
-        ``workload`` overrides the workload table (used by the calibration search).
+        ``workload`` overrides the workload table (used by the calibration search). An update
+        ``options.<policy>.<option>`` sets one option of that policy and is ignored for the others (the
+        baseline's own bin capacity, the planner's host speed); ``a+b`` updates several fields at once
+        from a list value.
         """
+        opts = dict(self.policy_options.get(policy, {}))
         upd: dict[str, Any] = {
             "policy.name": policy,
-            "policy.options": dict(self.policy_options.get(policy, {})),
             "sim.seed": int(seed),
             "sim.iterations": int(iterations),
             "workload.name": workload if workload is not None else self.workload(dataset, calibrated=calibrated),
         }
-        for k, v in (updates or {}).items():
+        for k, v in _expand(updates or {}).items():
+            if k.startswith("options."):
+                _, pol, key = k.split(".", 2)
+                if pol == policy:
+                    opts[key] = v
+                continue
             upd[k] = self._resolve_value(k, v)
+        upd["policy.options"] = opts
         return self._cfg(dataset).with_updates(upd)
 
     def _cfg(self, dataset: str) -> RunConfig:
@@ -226,6 +242,20 @@ class BlogExperiment:
                 raise ConfigError(path, value, f"an existing file in {self.spec_dir}")
             return str(p)
         return value
+
+
+def _expand(updates: dict[str, Any]) -> dict[str, Any]:
+    """``{"a+b": [x, y]}`` -> ``{"a": x, "b": y}`` (several fields of one sensitivity value)."""
+    out: dict[str, Any] = {}
+    for k, v in updates.items():
+        if "+" in k:
+            keys = k.split("+")
+            if not isinstance(v, (list, tuple)) or len(v) != len(keys):
+                raise ConfigError(k, v, f"a list of {len(keys)} values, one per field")
+            out.update(zip(keys, v, strict=True))
+        else:
+            out[k] = v
+    return out
 
 
 # ---------------------------------------------------------------- loading
@@ -297,8 +327,9 @@ def read_calibration(path: Path) -> Calibration:
             )
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ConfigError(where, t, f"a complete fitted-parameter table ({exc!r})", where=str(path)) from None
-        if fitted[ds].target_policy != "packing":
-            raise ConfigError(f"{where}.target_policy", fitted[ds].target_policy, "'packing' (only the baseline may be fitted)")
+        if fitted[ds].target_policy not in ("packing", "packing-pr2959"):
+            raise ConfigError(f"{where}.target_policy", fitted[ds].target_policy,
+                              "'packing' or 'packing-pr2959' (only a packing baseline may be fitted)")
     return Calibration(fitted=fitted, meta=dict(data.get("meta") or {}))
 
 
@@ -343,7 +374,25 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:
         calibration_path=calibration_path,
         calibration_workloads=cal_workloads,
         policy_options={str(k): dict(v) for k, v in (raw.get("policy_options") or {}).items()},
+        consistency=_consistency(raw.get("consistency")),
     )
+
+
+def _consistency(g: Any) -> dict[str, Any]:
+    """``[consistency]``: non-empty lists ``gpus``, ``max_len`` (integers) and ``baseline_cp_m`` ([CP, M] pairs)."""
+    if not g:
+        return {}
+    out: dict[str, Any] = {}
+    for key in ("gpus", "max_len"):
+        v = _need(g, key, "consistency", list)
+        if not v or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in v):
+            raise ConfigError(f"consistency.{key}", v, "a non-empty list of positive integers")
+        out[key] = [int(x) for x in v]
+    pairs = _need(g, "baseline_cp_m", "consistency", list)
+    if not pairs or any(not isinstance(p, list) or len(p) != 2 for p in pairs):
+        raise ConfigError("consistency.baseline_cp_m", pairs, "a non-empty list of [CP, M] pairs")
+    out["baseline_cp_m"] = [(int(a), int(b)) for a, b in pairs]
+    return out
 
 
 def _experiment_policies(ex: dict) -> tuple[tuple[str, ...], str, str, tuple[str, ...]]:
@@ -372,6 +421,7 @@ def _published(d: Path, ex: dict, datasets: dict) -> tuple[dict[str, dict[str, f
         published[ds] = {k: float(_need(t, k, f"published.{ds}", (int, float))) for k in ("packing", "dynamic", "speedup")}
     tol_t = _need(pub_raw, "targets", "published.toml", dict)
     tolerances = {k: float(_need(tol_t, k, "published.targets", (int, float))) for k in ("speedup_rel_tol", "tflops_rel_tol")}
+    tolerances["packing_rel_tol"] = float(tol_t.get("packing_rel_tol", tolerances["tflops_rel_tol"]))
     return published, tolerances
 
 
@@ -390,6 +440,7 @@ def _modes(raw: dict) -> dict[str, Mode]:
             iterations=its,
             sensitivity=bool(m.get("sensitivity", False)),
             sensitivity_seeds=int(m.get("sensitivity_seeds", seeds)),
+            policies=tuple(str(x) for x in m.get("policies", ())),
         )
     for need in ("full", "quick"):
         if need not in modes:

@@ -37,6 +37,8 @@ __all__ = [
     "reproduce",
     "run_cell",
     "run_cells",
+    "consistency_cells",
+    "consistency_table",
     "sensitivity_cells",
     "sensitivity_table",
 ]
@@ -222,14 +224,16 @@ def _expected_cost(spec: CellSpec) -> float:
 
 
 # ------------------------------------------------------------------ the cells
-def main_cells(exp: BlogExperiment, *, seeds: int, iterations: int, workloads: Iterable[str]) -> list[CellSpec]:
-    """Cells of the main table: every dataset x policy x seed, for each workload variant."""
+def main_cells(exp: BlogExperiment, *, seeds: int, iterations: int, workloads: Iterable[str],
+               policies: Iterable[str] | None = None) -> list[CellSpec]:
+    """Cells of the main table: every dataset x policy (default all) x seed, for each workload variant."""
     out = []
+    pols = [p for p in exp.policies if not policies or p in set(policies)]
     for wl in workloads:
         for ds in exp.datasets:
             if wl == "calibrated" and not exp.is_calibrated(ds):
                 continue
-            for pol in exp.policies:
+            for pol in pols:
                 for s in range(seeds):
                     cfg = exp.config(ds, pol, calibrated=(wl == "calibrated"), seed=s, iterations=iterations)
                     out.append(CellSpec(dataset=ds, policy=pol, seed=s, config=cfg, workload=wl))
@@ -364,6 +368,71 @@ def sensitivity_table(exp: BlogExperiment, rows: list[dict[str, Any]]) -> list[d
     return out
 
 
+# ------------------------------------------------------------------ consistency grid
+def consistency_cells(exp: BlogExperiment, *, seeds: int, iterations: int) -> list[CellSpec]:
+    """Cells of the joint grid over the unpublished settings (``[consistency]`` of experiment.toml).
+
+    The headline policy runs once per (GPU count, length filter) -- the baseline's CP and M do not touch it --
+    and the baseline once per (GPU count, length filter, baseline CP x M); :func:`consistency_table` pairs them.
+    """
+    g = exp.consistency
+    if not g:
+        return []
+    out = []
+    for gpus in g["gpus"]:
+        for max_len in g["max_len"]:
+            point = {"cluster.gpus": gpus, "workload.max_len": max_len}
+            for ds in exp.datasets:
+                for s in range(seeds):
+                    cfg = exp.config(ds, exp.headline, calibrated=False, seed=s, iterations=iterations, updates=point)
+                    out.append(CellSpec(dataset=ds, policy=exp.headline, seed=s, config=cfg, axis="consistency",
+                                        value=f"{gpus}|{max_len}|-"))
+                    for cp, m in g["baseline_cp_m"]:
+                        upd = {**point, "parallel.cp": cp, f"options.{exp.baseline}.bin_tokens_per_rank": m}
+                        cfg = exp.config(ds, exp.baseline, calibrated=False, seed=s, iterations=iterations, updates=upd)
+                        out.append(CellSpec(dataset=ds, policy=exp.baseline, seed=s, config=cfg, axis="consistency",
+                                            value=f"{gpus}|{max_len}|{cp}x{m}"))
+    return out
+
+
+def consistency_table(exp: BlogExperiment, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per joint setting: each dataset's packing TFLOPS and headline speedup, their errors against the
+    four published numbers, and ``score`` = the largest |error| / tolerance (<= 1: consistent with all four)."""
+    g = exp.consistency
+    if not g:
+        return []
+    by = _group([r for r in rows if r["axis"] == "consistency"], "value", "dataset", "policy")
+    tol_sp, tol_pk = exp.tolerances["speedup_rel_tol"], exp.tolerances["packing_rel_tol"]
+    out = []
+    for gpus in g["gpus"]:
+        for max_len in g["max_len"]:
+            for cp, m in g["baseline_cp_m"]:
+                row: dict[str, Any] = {"gpus": gpus, "max_len": max_len, "baseline_cp": cp, "baseline_m": m}
+                errs, sp = [], {}
+                bad = ""
+                for ds in exp.datasets:
+                    head = by.get((f"{gpus}|{max_len}|-", ds, exp.headline), [])
+                    base = by.get((f"{gpus}|{max_len}|{cp}x{m}", ds, exp.baseline), [])
+                    failed = [r for r in head + base if r["status"] != "ok"]
+                    if failed and not bad:
+                        bad = f"{failed[0]['policy']}: {failed[0]['reason']}"
+                    b, h = pooled_tflops(base), pooled_tflops(head)
+                    pub = exp.published[ds]
+                    sp[ds] = h / b if b > 0 else float("nan")
+                    e_pk, e_sp = _rel_err(b, pub["packing"]), _rel_err(sp[ds], pub["speedup"])
+                    row.update({f"{ds}_packing": b, f"{ds}_packing_err": e_pk, f"{ds}_dynamic": h,
+                                f"{ds}_speedup": sp[ds], f"{ds}_speedup_err": e_sp})
+                    errs += [abs(e_pk) / tol_pk, abs(e_sp) / tol_sp]
+                names = list(exp.datasets)
+                pa, pb = (exp.published[d]["speedup"] for d in names)
+                row["order_ok"] = bool((sp[names[0]] - sp[names[1]]) * (pa - pb) > 0)
+                row["score"] = max(errs) if all(math.isfinite(e) for e in errs) else float("nan")
+                row["consistent"] = bool(row["order_ok"] and row["score"] <= 1.0)
+                row["status"] = "ok" if not bad else bad
+                out.append(row)
+    return out
+
+
 # ------------------------------------------------------------------ one call
 @dataclass
 class ReproduceResult:
@@ -376,25 +445,34 @@ class ReproduceResult:
     wall_s: float = 0.0
     calibration: dict[str, dict[str, Any]] = field(default_factory=dict)
     targets: dict[str, Any] = field(default_factory=dict)
+    consistency: list[dict[str, Any]] = field(default_factory=list)
 
 
 def targets_met(exp: BlogExperiment, table: list[dict[str, Any]], workload: str) -> dict[str, Any]:
     """The issue's targets for one workload variant, for each policy compared with the published Dynamic-CP.
 
-    Keys ``<policy>: <dataset> speedup within 5%`` and ``<policy>: <dataset> <policy|packing> TFLOPS within 10%``
-    (the packing figures are shared by every compared policy).
+    Keys ``<policy>: <dataset> speedup within <speedup_rel_tol>``, ``<dataset> packing TFLOPS within
+    <packing_rel_tol>`` (the baseline, shared by every policy) and ``<policy>: dataset order`` (GitHub's
+    speedup above CommonCrawl's, as published).
     """
-    tol_sp, tol_tf = exp.tolerances["speedup_rel_tol"], exp.tolerances["tflops_rel_tol"]
+    tol_sp, tol_pk = exp.tolerances["speedup_rel_tol"], exp.tolerances["packing_rel_tol"]
     out: dict[str, Any] = {}
     rows = {(r["dataset"], r["policy"]): r for r in table if r["workload"] == workload}
+    for ds in exp.datasets:
+        b = rows.get((ds, exp.baseline))
+        if b is not None:
+            out[f"{ds} packing TFLOPS within {tol_pk:.0%}"] = bool(abs(b["tflops_err"]) <= tol_pk)
     for pol in exp.compared:
+        sp = {}
         for ds in exp.datasets:
-            r, b = rows.get((ds, pol)), rows.get((ds, exp.baseline))
-            if r is None or b is None:
+            r = rows.get((ds, pol))
+            if r is None or rows.get((ds, exp.baseline)) is None:
                 continue
+            sp[ds] = r["speedup"]
             out[f"{pol}: {ds} speedup within {tol_sp:.0%}"] = bool(abs(r["speedup_err"]) <= tol_sp)
-            out[f"{pol}: {ds} packing TFLOPS within {tol_tf:.0%}"] = bool(abs(b["tflops_err"]) <= tol_tf)
-            out[f"{pol}: {ds} {pol} TFLOPS within {tol_tf:.0%}"] = bool(abs(r["tflops_err"]) <= tol_tf)
+        if len(sp) == len(exp.datasets) == 2:
+            (a, pa), (b_, pb) = ((d, exp.published[d]["speedup"]) for d in exp.datasets)
+            out[f"{pol}: dataset order"] = bool((sp[a] - sp[b_]) * (pa - pb) > 0)
     return out
 
 
@@ -431,15 +509,17 @@ def reproduce(
     if include_calibrated is None:
         include_calibrated = False
     wls = ["public"] + (["calibrated"] if include_calibrated and any_cal else [])
-    cells = main_cells(exp, seeds=n_seeds, iterations=n_its, workloads=wls)
+    cells = main_cells(exp, seeds=n_seeds, iterations=n_its, workloads=wls, policies=mode.policies or None)
     do_sens = mode.sensitivity if sensitivity is None else sensitivity
     if do_sens:
         cells += sensitivity_cells(exp, seeds=min(mode.sensitivity_seeds, n_seeds), iterations=n_its, workload="public")
+        cells += consistency_cells(exp, seeds=min(mode.sensitivity_seeds, n_seeds), iterations=n_its)
     if on_plan:
         on_plan(len(cells))
     rows = run_cells(cells, jobs=cap_jobs(jobs, "--jobs"), on_done=on_done)
     table = main_table(exp, rows)
     sens = sensitivity_table(exp, rows) if do_sens else []
+    grid = consistency_table(exp, rows) if do_sens else []
     cal = {
         ds: {"parameter": fp.parameter, "value": fp.value, "public_value": fp.public_value,
              "fitted_to": f"{fp.target_policy} TFLOPS/GPU = {fp.target_tflops}", "residual_tflops": fp.residual_tflops,
@@ -448,4 +528,4 @@ def reproduce(
     }
     targets = {wl: targets_met(exp, table, wl) for wl in wls}
     return ReproduceResult(mode=mode.name, cells=rows, table=table, sensitivity=sens,
-                           wall_s=time.perf_counter() - t0, calibration=cal, targets=targets)
+                           wall_s=time.perf_counter() - t0, calibration=cal, targets=targets, consistency=grid)

@@ -41,6 +41,7 @@ from dcpsim.registry import Registry
 BUILTIN_POLICIES: dict[str, str] = {
     "packing": "dcpsim.policies.static:PackingPolicy",
     "packing-balanced": "dcpsim.policies.static:BalancedPackingPolicy",
+    "packing-pr2959": "dcpsim.policies.static:NaivePackingPolicy",
     "dynamic": "dcpsim.policies.dynamic:DynamicPolicy",
     "dynamic-solver": "dcpsim.policies.solver:DynamicSolverPolicy",
     "bound": "dcpsim.policies.bound_policy:BoundPolicy",

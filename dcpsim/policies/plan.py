@@ -132,6 +132,10 @@ class Plan:
     ``counted_lengths`` (optional): the real lengths when ``lengths`` are
     padded ones (Megatron's dynamic-CP sample padding, ``sim.dynamic_cp_padding``):
     the simulator times ``lengths`` and counts FLOPs on these.
+
+    ``repeats`` (optional): sequence id -> extra times the plan runs it (Megatron's pull-request-era naive
+    packer trains its last pack twice, ``packing-pr2959``); :meth:`validate` then expects ``1 + repeats[i]``
+    placements, and the policy sets ``counted_lengths`` so that FLOPs count each sequence once.
     """
 
     policy: str
@@ -145,6 +149,7 @@ class Plan:
     meta: dict = field(default_factory=dict)
     bound_evaluator: Callable[[], float] | None = field(default=None, repr=False, compare=False)
     counted_lengths: np.ndarray | None = field(default=None, repr=False, compare=False)
+    repeats: dict[int, int] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- views
     @property
@@ -191,7 +196,7 @@ class Plan:
         its step, shape (aligned power of two, ``min_cp``; static: the CP
         size), sequence ids and token capacity; the first flagged group is
         reported with its first broken check. Then every sequence must be
-        scheduled or dropped exactly once.
+        scheduled or dropped exactly once (``1 + repeats[i]`` times for a repeated one).
         """
         gt = self._validation_table()
         first = _first_group_error(self, gt)
@@ -205,10 +210,16 @@ class Plan:
             seen[i] += 1
             if not reason:
                 raise PlanError(f"dropped sequence {i} has no reason")
-        bad = np.nonzero(seen != 1)[0]
+        expect = np.ones(n, dtype=np.int64)
+        for i, extra in self.repeats.items():
+            if not (0 <= i < n) or extra < 1:
+                raise PlanError(f"repeat of sequence {i} ({extra} extra) out of range")
+            expect[i] += extra
+        bad = np.nonzero(seen != expect)[0]
         if bad.size:
             i = int(bad[0])
-            raise PlanError(f"sequence {i} is scheduled {int(seen[i])} times (expected exactly once)")
+            times = "exactly once" if expect[i] == 1 else f"{int(expect[i])} times (repeated)"
+            raise PlanError(f"sequence {i} is scheduled {int(seen[i])} times (expected {times})")
         return self
 
     def _validation_table(self) -> dict[str, np.ndarray]:
@@ -228,6 +239,8 @@ class Plan:
             "dynamic": self.dynamic,
             "steps": [s.to_dict() for s in self.steps],
             "dropped": {str(k): v for k, v in self.dropped.items()},
+            **({"repeats": {str(k): int(v) for k, v in self.repeats.items()}} if self.repeats else {}),
+            **({"counted_lengths": [int(x) for x in self.counted_lengths]} if self.counted_lengths is not None else {}),
             "planning_time_s": float(self.planning_time_s),
             "lower_bound_s": self.lower_bound_s,
             "meta": self.meta,
@@ -243,6 +256,8 @@ class Plan:
                 steps=[Step([Group(**g) for g in s["groups"]]) for s in d["steps"]],
                 dynamic=bool(d["dynamic"]),
                 dropped={int(k): v for k, v in d.get("dropped", {}).items()},
+                repeats={int(k): int(v) for k, v in d.get("repeats", {}).items()},
+                counted_lengths=(np.asarray(d["counted_lengths"], dtype=np.int64) if "counted_lengths" in d else None),
                 planning_time_s=float(d.get("planning_time_s", 0.0)),
                 lower_bound_s=d.get("lower_bound_s"),
                 meta=d.get("meta", {}),

@@ -74,9 +74,10 @@ rejected, the candidates are rebuilt in *safe* mode (tokens capped at ``M`` per
 rank everywhere, extra microbatches for what does not fit, empty buckets
 allowed) and ``meta["safe_mode"]`` is True.
 
-Planning is hidden in the blog's runs (the next batch is planned in a
-background process); ``planning_time_s`` is the modelled planning time
-(:meth:`~dcpsim.policies.Policy.modelled_planning_s`, one pass per candidate).
+Planning runs in the blog's runs in a forked background process
+(``sim.planning = "sampler"``, :mod:`dcpsim.sim.sampler`); ``planning_time_s``
+is the time the real code was measured to take for such a batch
+(:mod:`dcpsim.policies.pr2959_time`), divided by the option ``host_speed``.
 
 **Speed.** The phases make the code's decisions with faster structures, not
 other rules: a run of long samples of one size takes its blocks at once
@@ -343,7 +344,9 @@ class Pr2959Policy(Policy):
     ``"timeline"`` are the readings of the description the earlier version
     used, kept for comparison), ``max_cp`` (the largest CP size, Megatron's
     ``--max-hybrid-context-parallel-size``; ``None``: the layout's largest,
-    DP×CP; the blog's launch script sets 8).
+    DP×CP; the blog's launch script sets 8), ``host_speed`` (the planner host's
+    single-thread speed relative to the CPU the real scheduler was measured on,
+    :mod:`dcpsim.policies.pr2959_time`; an assumption, default 1).
     """
 
     name = "dynamic-pr2959"
@@ -351,7 +354,7 @@ class Pr2959Policy(Policy):
 
     def __init__(self, m_values: list[int] | None = None, long_factor: float = 1.3, fill_slack: float = 1.05,
                  memory_limit_gib: float | None = None, strict_memory: bool = False,
-                 bucket_target: str = "mean", max_cp: int | None = None) -> None:
+                 bucket_target: str = "mean", max_cp: int | None = None, host_speed: float = 1.0) -> None:
         vals = [1, 2, 3, 4, 5, 6] if m_values is None else m_values
         if (not isinstance(vals, (list, tuple)) or not vals
                 or any(not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1 for v in vals)):
@@ -370,6 +373,13 @@ class Pr2959Policy(Policy):
                                    or max_cp < 1 or max_cp & (max_cp - 1)):
             raise ConfigError("policy.options.max_cp", max_cp, "a power of two >= 1, or None")
         self.max_cp = None if max_cp is None else int(max_cp)
+        self.host_speed = _positive("host_speed", host_speed)
+
+    def modelled_planning_s(self, lengths: np.ndarray, layout: Layout, plan: Plan) -> float:
+        """The real scheduler's measured time for this batch's work (:mod:`dcpsim.policies.pr2959_time`)."""
+        from dcpsim.policies.pr2959_time import planner_seconds
+
+        return planner_seconds(plan.meta, int(lengths.size), layout.pp, layout.ranks_per_stage, self.host_speed)
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
         dynamic_fit(lengths, layout)  # a sequence no aligned group holds: InfeasibleError

@@ -251,3 +251,91 @@ def window_plan(lengths: np.ndarray, windows: np.ndarray, mbs: int, layout: Layo
     return Plan(policy=policy, layout=layout, lengths=np.asarray(lengths, dtype=np.int64),
                 steps=_steps_from_bins(bins, layout), dynamic=False,
                 meta={"bins": n_bins, "windows": n_win, "mbs": int(mbs)})
+
+
+class NaivePackingPolicy(Policy):
+    """``packing-pr2959``: the static-CP packer of Megatron-LM pull request #2959, as the blog's baseline ran it.
+
+    ``NaiveSequencePackingScheduler`` in ``megatron/core/pipeline_parallel/data_schedule.py`` at
+    ``refs/pull/2959/head`` (3b309c6), the scheduler Megatron picks for ``--sft-sequence-packing`` without
+    hybrid CP. It differs from today's ``dp_balanced`` (``packing``) in two ways this policy keeps:
+
+    * after next-fit packing it appends its last pack a *second* time (the same list object, so moving
+      samples off it below shrinks both entries): that pack's sequences are trained twice. Megatron
+      counts FLOPs over the gathered sample lengths, each sample once, so the repeat costs time and no
+      counted FLOPs (``Plan.repeats``, ``Plan.counted_lengths``);
+    * bringing the pack count up to a multiple of DP walks back from the last pack and asserts it never
+      reaches the first; that failure is an :class:`~dcpsim.errors.InfeasibleError` here.
+
+    Packing: arrival order, a pack closes when the next sample's padded length (Megatron's SFT dataset
+    pads to ``2·cp`` when ``cp > 1``) would take it over ``bin_tokens_per_rank × cp`` tokens. Pack
+    ``i·DP + j`` is microbatch ``i`` of DP replica ``j`` (ranks ``[j·cp, (j+1)·cp)``).
+
+    Options: ``bin_tokens_per_rank`` -- the baseline's own ``--max-seqlen-per-dp-cp-rank`` (M of its
+    bins; default the layout's, which the dynamic policies use); ``too_long`` (``error`` | ``drop``) for a
+    sample longer than one pack holds (the code would run it alone over capacity).
+    """
+
+    name = "packing-pr2959"
+    dynamic = False
+
+    def __init__(self, bin_tokens_per_rank: int | None = None, too_long: str = "error") -> None:
+        if bin_tokens_per_rank is not None and (not isinstance(bin_tokens_per_rank, int)
+                                                or isinstance(bin_tokens_per_rank, bool) or bin_tokens_per_rank < 1):
+            raise ConfigError("policy.options.bin_tokens_per_rank", bin_tokens_per_rank, "a positive integer (tokens per rank)")
+        if too_long not in TOO_LONG:
+            raise ConfigError("policy.options.too_long", too_long, f"one of {TOO_LONG}")
+        self.bin_tokens_per_rank = bin_tokens_per_rank
+        self.too_long = too_long
+
+    def _plan(self, lengths, layout, cost, rng) -> Plan:
+        from dataclasses import replace
+
+        from dcpsim.errors import InfeasibleError
+
+        if self.bin_tokens_per_rank is not None:
+            layout = replace(layout, max_tokens_per_rank=int(self.bin_tokens_per_rank))
+        ids, dropped = _too_long(lengths, layout, self.too_long)
+        cp, dp = layout.cp, layout.dp
+        cap = layout.max_tokens_per_rank * cp  # tokens of one pack (all cp ranks)
+        padded = (per_rank_tokens(lengths[ids], cp) * cp).tolist()
+        packs: list[list[int]] = []
+        cur: list[int] = []
+        used = 0
+        for i, t in zip(ids.tolist(), padded, strict=True):
+            if used + t <= cap:
+                cur.append(i)
+                used += t
+            else:
+                packs.append(cur)
+                cur, used = [i], t
+        if cur:
+            packs.append(cur)
+        packs.append(packs[-1])  # the last pack once more: the same list, as in the code
+        need = (-len(packs)) % dp
+        k = len(packs) - 1
+        while need:
+            if k <= 0:
+                raise InfeasibleError("capacity", f"packing-pr2959: {len(ids)} samples cannot fill a multiple of DP = {dp} packs "
+                                      "(Megatron's naive packer fails its 'Not enough samples to move' assertion)")
+            if len(packs[k]) > 1:
+                packs.append([packs[k].pop()])
+                need -= 1
+            else:
+                k -= 1
+        last = _alias_index(packs)
+        repeats = {int(i): 1 for i in packs[last]}
+        plan = Plan(policy=self.name, layout=layout, lengths=lengths, steps=_steps_from_bins(packs, layout),
+                    dynamic=False, dropped=dropped, meta={"bins": len(packs), "repeated_pack": last,
+                                                          "repeated_sequences": len(repeats),
+                                                          "bin_tokens_per_rank": layout.max_tokens_per_rank},
+                    repeats=repeats, counted_lengths=np.asarray(lengths[ids], dtype=np.int64))
+        return plan
+
+
+def _alias_index(packs: list[list[int]]) -> int:
+    """Index of the second entry of the pack the naive packer lists twice (the same list object)."""
+    for k in range(1, len(packs)):
+        if packs[k] is packs[k - 1]:
+            return k
+    raise AssertionError("no repeated pack")  # pragma: no cover - the packer always appends one

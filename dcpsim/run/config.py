@@ -61,7 +61,7 @@ sequences), and ``gbs`` must be a multiple of ``dp * mbs`` (Megatron's rule).
     param_gather_launch = "first_forward"  # its first bucket: first_forward (Megatron-Core >= r0.9) | step_start (<= r0.8)
     tp_comm_overlap = false     # Megatron --tp-comm-overlap (TP collectives overlapped with GEMMs)
     grad_bucket_params = 0      # parameters per DDP bucket; 0 = Megatron's default max(40M, 1M x DP)
-    planning = "hidden"         # modelled planning time: hidden (overlaps the previous iteration) | stall | ignore
+    planning = "hidden"         # modelled planning time: hidden (overlaps the previous iteration) | stall | ignore | sampler
     grad_reduce_bytes_per_param = 4
     fp8_param_gather = true     # Megatron --fp8-param-gather: FP8 block weights all-gathered at 1 B (precision fp8 only)
 
@@ -190,7 +190,12 @@ class SimSection(_Section):
     tp_comm_overlap: bool = Field(False, description="Megatron --tp-comm-overlap: TP collectives overlap the GEMMs")
     grad_bucket_params: int = Field(0, ge=0, le=10**12, description="parameters per DDP bucket; 0 = Megatron's "
                                     "default max(40M, 1M x DP)")
-    planning: Planning = Field("hidden", description="modelled planning time: hidden, stall or ignore")
+    planning: Planning = Field("hidden", description="modelled planning time: hidden (behind the previous "
+                               "iteration), stall, ignore, or sampler (Megatron PR #2959's forked prefetching "
+                               "sampler, dcpsim.sim.sampler)")
+    sampler_prefetch: int = Field(32, ge=1, le=1_000_000, description="with planning = sampler: microbatch indices "
+                                  "the data loader prefetches (num_workers x prefetch_factor; PR #2959's launch "
+                                  "script: NW=16 workers x PyTorch's default prefetch_factor 2 = 32)")
     grad_reduce_bytes_per_param: int = Field(4, ge=1, le=4, description="bytes per gradient element reduced")
     fp8_param_gather: bool = Field(True, description="Megatron --fp8-param-gather (with parallel.precision = fp8): the "
                                    "distributed optimizer all-gathers the block GEMM weights in FP8, 1 B per parameter "

@@ -323,23 +323,46 @@ def _next_plan(run: _Run, i: int) -> tuple[Plan, float]:
 
 
 def _iterate(run: _Run) -> _Loop:
-    """Plan and simulate every iteration; the clock carries over (offset, previous iteration time)."""
+    """Plan and simulate every iteration; the clock carries over (offset, previous iteration time).
+
+    With ``sim.planning = "sampler"`` the forked sampler looks ahead (:mod:`dcpsim.sim.sampler`): batches
+    after the last simulated one are planned too (their microbatch counts and planning times only; with
+    given batches or plans the look-ahead cycles through them)."""
     cfg, gpus, peak = run.cfg, run.cfg.cluster.gpus, run.cost.profile.peak_bf16_flops
     loop = _Loop()
     offset = 0.0
     prev: float | None = None
+    made: list[Plan] = []
+
+    def plan_of(j: int) -> Plan:
+        while len(made) <= j:
+            k = len(made)
+            if k >= run.n_iter and (run.plans is not None or run.batches is not None):
+                made.append(made[k % run.n_iter])
+                continue
+            p, wall = _next_plan(run, k)
+            loop.planning_wall_s += wall
+            made.append(p)
+        return made[j]
+
+    sampler = None
+    if cfg.sim.planning == "sampler":
+        from dcpsim.sim.sampler import PrefetchSampler
+
+        sampler = PrefetchSampler(cfg.sim.sampler_prefetch,
+                                  lambda j: (plan_of(j).n_steps, plan_of(j).planning_time_s))
     for i in range(run.n_iter):
-        plan, wall = _next_plan(run, i)
-        loop.planning_wall_s += wall
+        plan = plan_of(i)
         loop.plans.append(plan)
         for c, n in plan.cp_histogram().items():
             loop.cp_hist[int(c)] = loop.cp_hist.get(int(c), 0) + int(n)
         if not plan.steps:
             row = _bound_row(plan, i, run.cost, gpus, peak)
         else:
+            stall = sampler.stall(i, offset) if sampler is not None else None
             # policies validate their plans (Policy.plan); hand-made plans are checked here
             rec = run.sim.simulate(plan, index=i, offset_s=offset, previous_iteration_s=prev,
-                                   rng=run.streams["noise"], validate=run.plans is not None)
+                                   rng=run.streams["noise"], validate=run.plans is not None, planning_stall_s=stall)
             ranks = rank_arrays(rec)
             row = iteration_row(rec, gpus, peak, ranks)
             row["simulated"] = True

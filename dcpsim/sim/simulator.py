@@ -10,6 +10,8 @@ enters as ``planning``:
   starts (like the data loader's prefetch), so iteration 0 does not stall.
 * ``stall``: every iteration waits for its plan.
 * ``ignore``: planning costs nothing.
+* ``sampler``: Megatron PR #2959's forked prefetching sampler (:mod:`dcpsim.sim.sampler`); the run
+  loop computes each iteration's stall and passes it to :meth:`ClusterSimulator.simulate`.
 
 No wall-clock time measured on the host enters a simulated time: one seed
 gives one result in every mode.
@@ -71,8 +73,12 @@ class ClusterSimulator:
         return max(0.0, float(planning_time_s) - previous_iteration_s)
 
     def simulate(self, plan: Plan, *, index: int = 0, offset_s: float = 0.0, previous_iteration_s: float | None = None,
-                 rng: np.random.Generator | None = None, validate: bool = True) -> IterationRecord:
-        """Simulate one iteration of ``plan``; ``rng`` feeds the kernel noise (needed when ``noise_cv > 0``)."""
+                 rng: np.random.Generator | None = None, validate: bool = True,
+                 planning_stall_s: float | None = None) -> IterationRecord:
+        """Simulate one iteration of ``plan``; ``rng`` feeds the kernel noise (needed when ``noise_cv > 0``).
+
+        ``planning_stall_s`` (seconds) overrides the stall the planning mode gives (the run loop's
+        ``sampler`` timeline)."""
         lay = plan.layout
         topo = self.topology
         if (lay.tp, lay.pp, lay.ranks_per_stage, lay.vp) != (topo.tp, topo.pp, topo.ranks_per_stage, topo.vp):
@@ -90,7 +96,8 @@ class ClusterSimulator:
         return IterationRecord(
             index=index,
             offset_s=offset_s,
-            planning_stall_s=self.planning_stall_s(plan.planning_time_s, index, previous_iteration_s),
+            planning_stall_s=(float(planning_stall_s) if planning_stall_s is not None
+                              else self.planning_stall_s(plan.planning_time_s, index, previous_iteration_s)),
             planning_time_s=float(plan.planning_time_s),
             work=work,
             timeline=timeline,

@@ -204,15 +204,22 @@ def run(args) -> dict:
             for s in range(args.batches):
                 L = sample_global_batch(dist, w.gbs, np.random.default_rng(10_000 + s))
                 t0 = time.perf_counter()
+                c0 = time.process_time()
                 try:
                     r = real_plan(ds, config, L)
                 except Exception as exc:  # the real code asserts on some batches: record it
                     rows.append({"seed": s, "real_error": f"{type(exc).__name__}: {exc}"[:200]})
                     continue
                 t_real = time.perf_counter() - t0
+                cpu_real = time.process_time() - c0
                 p = pol.plan(L, layout, cost)
                 d = dcpsim_plan(p)
-                row = {"seed": s, "t_real_s": t_real, "real_m": r["microbatches"] / layout.pp, "dcpsim_m": p.meta["m"],
+                cands = p.meta["candidates"]
+                row = {"seed": s, "t_real_s": t_real, "cpu_real_s": cpu_real,
+                       "features": {"candidates": len(cands), "long_sum": sum(c["long_sequences"] for c in cands),
+                                    "leftovers_sum": sum(c["leftovers"] for c in cands),
+                                    "m_sum": sum(c["m"] for c in cands)},
+                       "real_m": r["microbatches"] / layout.pp, "dcpsim_m": p.meta["m"],
                        **compare(r, d, L.size), "dcpsim_meta": {k: p.meta[k] for k in (
                            "misaligned", "overflow_blocks", "clamped_sizes", "safe_mode", "leftovers")},
                        "rejected": [(c["m"], c["reason"]) for c in p.meta["candidates"] if not c["valid"]]}
