@@ -19,8 +19,9 @@ the one holding index ``cum_k + depth - 1``. Plan ``j`` arrives at
 has fewer microbatches than ``depth`` the sampler needs the plan *after* next at the start of an
 iteration, and the planner gets no time at all to hide it.
 
-Start-up: the plans the initial prefetch needs are made before training (not timed, like the rest of
-set-up); the planner's next request is issued at time 0.
+Start-up: the iterator is built during set-up, well before the first iteration, so the plans iteration 0
+needs are taken as made before training (not timed, like the rest of set-up) and the planner's next request
+is issued at time 0: the first iteration never stalls, later ones show the steady state.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ class PrefetchSampler:
         return j
 
     def _start(self) -> None:
-        """Set-up: the iterator's initial prefetch of ``depth`` indices, planned before training."""
-        self._received = self._batch_of(self.depth - 1)
+        """Set-up: every plan iteration 0 needs is made before training; the next request goes out at time 0."""
+        self._received = self._batch_of(self._cum_through(0) + self.depth - 1)
         self._r_last = 0.0
         self._started = True
 
