@@ -41,12 +41,12 @@ from dcpsim.registry import Registry
 BUILTIN_POLICIES: dict[str, str] = {
     "packing": "dcpsim.policies.static:PackingPolicy",
     "packing-balanced": "dcpsim.policies.static:BalancedPackingPolicy",
-    "packing-pr2959": "dcpsim.policies.static:NaivePackingPolicy",
     "dynamic": "dcpsim.policies.dynamic:DynamicPolicy",
     "dynamic-solver": "dcpsim.policies.solver:DynamicSolverPolicy",
     "bound": "dcpsim.policies.bound_policy:BoundPolicy",
     "milp": "dcpsim.policies.milp:MilpPolicy",
     "dynamic-pr2959": "dcpsim.policies.pr2959:Pr2959Policy",
+    "packing-pr2959": "dcpsim.policies.static:NaivePackingPolicy",
 }
 
 _REGISTRY: Registry[type[Policy]] = Registry("policy.name", BUILTIN_POLICIES)  # base set below the class
