@@ -255,13 +255,15 @@ NON_DEFAULT = {
     "sim.straggler_slowdown": 2.0, "sim.degraded_link_scale": 0.5, "sim.param_gather_launch": "step_start",
     "sim.planning": "stall", "sim.dynamic_cp_padding": True, "sim.dynamic_cp_exchange": "async",
     "sim.cp_switch_s": 0.001, "sim.microbatch_overhead_s": 0.001, "sim.long_run_hours": 10.0,
+    "sim.sampler_prefetch": 8,
 }
 # fields that only matter together with others
 WITH = {"parallel.precision": {"model.name": "llama3-8b"}, "sim.fp8_param_gather": {"model.name": "llama3-8b",
         "parallel.precision": "fp8"}, "parallel.first_stage_layers": {"parallel.last_stage_layers": 0},
         "sim.tp_comm_overlap": {"parallel.tp": 2}, "parallel.tp": {"parallel.cp": 1},
         "parallel.attention": {"parallel.cp": 1}, "sim.straggler_fraction": {"sim.straggler_slowdown": 2.0},
-        "sim.straggler_slowdown": {"sim.straggler_fraction": 0.1}, "parallel.recompute": {"parallel.max_tokens_per_rank": 4096}}
+        "sim.straggler_slowdown": {"sim.straggler_fraction": 0.1}, "parallel.recompute": {"parallel.max_tokens_per_rank": 4096},
+        "sim.sampler_prefetch": {"sim.planning": "sampler"}}
 
 
 @pytest.mark.parametrize("path", sorted(p for p, how in EXPORT_FIELDS.items() if how in ("flag", "note")))

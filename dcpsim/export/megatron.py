@@ -242,6 +242,10 @@ def _carry_over_notes(cfg: RunConfig, dynamic: bool) -> list[str]:
     if s.noise_cv or (s.straggler_fraction and s.straggler_slowdown != 1.0) or s.degraded_link_scale != 1.0 or cfg.hardware.network_scale != 1.0:
         notes.append("simulated variability/degradation (noise, stragglers, degraded links, network_scale) "
                      "has no Megatron flag: expected.json includes it, the real run does not")
+    if dynamic and s.planning == "sampler":
+        notes.append(f"the simulation overlaps planning as Megatron PR #2959's forked prefetching sampler does "
+                     f"(sim.planning='sampler', {s.sampler_prefetch} microbatch indices prefetched); Megatron's dev "
+                     "branch plans synchronously, so a real run may be slower by the planning time")
     if dynamic and s.planning == "hidden":
         notes.append("the simulation hides planning time (sim.planning='hidden'); Megatron's dev branch plans "
                      "synchronously, so a real run may be slower by the planning time")
@@ -291,6 +295,7 @@ EXPORT_FIELDS: dict[str, str] = {
     "sim.straggler_slowdown": "note", "sim.degraded_link_scale": "note", "sim.overlap_grad_sync": "flag",
     "sim.overlap_param_gather": "flag", "sim.param_gather_launch": "note", "sim.tp_comm_overlap": "flag",
     "sim.grad_bucket_params": "flag", "sim.planning": "note", "sim.grad_reduce_bytes_per_param": "flag",
+    "sim.sampler_prefetch": "note",
     "sim.fp8_param_gather": "flag", "sim.dynamic_cp_padding": "note", "sim.dynamic_cp_exchange": "note",
     "sim.cp_switch_s": "note", "sim.microbatch_overhead_s": "note", "sim.engine": "none", "sim.network": "model",
     "sim.long_run_hours": "note", "sim.long_run_seeds": "none", "sim.gpu_mtbf_h": "none", "sim.checkpoint_s": "none",
