@@ -72,7 +72,7 @@ def test_sampler_run_is_deterministic_and_shows_stalls():
 def _cost(dp: int):
     from dcpsim.cost import CostModel
 
-    return CostModel("h100-sxm", "llama-13b", tp=1, pp=1, dp_cp=dp)
+    return CostModel.build("h100-sxm", "llama-13b", tp=1, pp=1, dp_cp=dp)
 
 
 def _groups(plan):
