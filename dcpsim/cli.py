@@ -133,7 +133,24 @@ def main(argv: list[str] | None = None) -> int:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a path the system refuses (name too long, permissions, ...): one line, not a traceback
+        if exc.filename is None:
+            raise
+        print("dcpsim: error: " + os_error_line(exc), file=sys.stderr)
+        return 2
     return int(rc or 0)
+
+
+def os_error_line(exc: OSError) -> str:
+    """``path: reason`` of an OSError, the path shortened to 80 characters, with a hint for over-long names."""
+    import errno
+
+    name = str(exc.filename)
+    shown = name if len(name) <= 80 else name[:38] + "..." + name[-39:]
+    hint = ""
+    if exc.errno == errno.ENAMETOOLONG:
+        hint = f" (the path has {len(name)} characters; each name in it may have at most 255 bytes)"
+    return f"{shown}: {exc.strerror or type(exc).__name__}{hint}"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -307,6 +307,24 @@ def foreign_files(folder: str | Path, *, limit: int = 3, ignore: Callable[[Path]
 
 
 # ------------------------------------------------------------------ checks before work
+NAME_MAX = 255
+"""Bytes in one file or folder name on Linux file systems."""
+_TMP_EXTRA = len(TMP_PREFIX) + 9  # a temporary file is named TMP_PREFIX + 8 hex digits + "-" + the final name
+
+
+def _check_names(p: Path, field: str, what: str, *, file: bool) -> None:
+    """Every name in ``p`` short enough to write (a file's with dcpsim's temporary prefix); checked before any work."""
+    for i, part in enumerate(p.parts):
+        limit = NAME_MAX - (_TMP_EXTRA if file and i == len(p.parts) - 1 else 0)
+        n = len(os.fsencode(part))
+        if n > limit:
+            shown = part if len(part) <= 40 else part[:18] + "..." + part[-19:]
+            raise ConfigError(field, shown, f"{what} whose names have at most {limit} bytes (this one has {n}; "
+                              f"the file system allows {NAME_MAX}"
+                              + (f" and dcpsim writes through a temporary name {_TMP_EXTRA} bytes longer)" if limit < NAME_MAX
+                                 else ")"))
+
+
 def _nearest_existing(p: Path) -> Path:
     q = p
     while not q.exists() and not q.is_symlink():
@@ -348,6 +366,7 @@ def check_out_dir(path: str | Path, *, force: bool = False, field: str = "--out"
     p = Path(path)
     if str(path) == "" or "\x00" in str(path):
         raise ConfigError(field, str(path), "a folder path")
+    _check_names(p, field, "a folder path", file=False)
     force = force or _is_forced(p)
     if p.exists() or p.is_symlink():
         if not p.is_dir():
@@ -379,6 +398,7 @@ def check_out_file(path: str | Path, *, force: bool = False, field: str = "--out
     p = Path(path)
     if str(path) == "" or "\x00" in str(path) or str(path).endswith(os.sep):
         raise ConfigError(field, str(path), "a file path")
+    _check_names(p, field, "a file path", file=True)
     force = force or _is_forced(p)
     if suffixes is not None and p.suffix.lower() not in suffixes:
         raise ConfigError(field, str(p), f"a file name ending in {' or '.join(suffixes)}")

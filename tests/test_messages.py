@@ -76,3 +76,21 @@ def test_calibrate_a_gpu_without_published_runs_lists_those_that_have(capsys):
 
 def test_repo_examples_still_exist():
     assert (Path(__file__).resolve().parents[1] / "examples" / "simulate_default.toml").is_file()
+
+
+# ---------------------------------------------------------------- over-long names: one line, never a traceback
+@pytest.mark.parametrize("argv", [
+    ["simulate", "{repo}/examples/simulate_default.toml", "--out", "{tmp}/{long}"],
+    ["simulate", "{repo}/examples/simulate_default.toml", "--trace", "{tmp}/{long240}.json"],
+    ["simulate", "{tmp}/{long}.toml"],
+    ["workload", "show", "{tmp}/{long}.csv"],
+    ["plot", "{tmp}/{long}", "--x", "gpus"],
+    ["sweep", "{tmp}/{long}.toml", "--out", "{tmp}/o"],
+])
+def test_a_300_character_name_is_one_line(tmp_path, capsys, argv):
+    repo = Path(__file__).resolve().parents[1]
+    args = [a.format(repo=repo, tmp=tmp_path, long="a" * 300, long240="b" * 240) for a in argv]
+    rc = main(args)
+    err = _one_line_error(capsys, rc)
+    assert "255" in err or "234" in err, err
+    assert not any(p.name.startswith(("a" * 100, "b" * 100)) for p in tmp_path.iterdir())
