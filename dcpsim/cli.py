@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "plan": "capacity planning: best layouts, time, GPU-hours and cost per GPU type, size and policy (failures "
             "included)",
     "export": "write Megatron-LM arguments, launch template, lengths and expectations for a run",
+    "examples": "list the shipped example files (example:NAME), or write them into a folder",
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["DATA_FOLDERS", "data_dir", "source_root"]
+__all__ = ["DATA_FOLDERS", "EXAMPLE_PREFIX", "data_dir", "examples", "resolve_input", "source_root"]
 
 DATA_FOLDERS = ("profiles", "experiments", "examples")
 """Top-level folders shipped inside the wheel as ``dcpsim/_data/<name>``."""
@@ -38,3 +38,45 @@ def data_dir(name: str) -> Path:
         return root / name
     packaged = Path(str(resources.files("dcpsim") / "_data" / name))
     return packaged if packaged.is_dir() else Path(__file__).resolve().parents[1] / name
+
+
+EXAMPLE_PREFIX = "example:"
+"""``example:NAME`` names a shipped example wherever dcpsim is installed (``dcpsim examples`` lists them)."""
+_EXAMPLE_PLACES = (("examples", "*.toml"), ("experiments", "sweeps/*.toml"))
+
+
+def examples() -> dict[str, Path]:
+    """The shipped example files by name: ``default`` (examples/simulate_default.toml), ``example_sweep``, ...
+
+    A name is the file's stem without a ``simulate_`` prefix.
+    """
+    out: dict[str, Path] = {}
+    for folder, pattern in _EXAMPLE_PLACES:
+        for f in sorted(data_dir(folder).glob(pattern)):
+            out[f.stem.removeprefix("simulate_")] = f
+    return out
+
+
+def resolve_input(path: str | Path) -> Path:
+    """The file an input argument means: ``example:NAME``, the path itself, or a shipped data file.
+
+    ``examples/simulate_default.toml`` or ``experiments/sweeps/...`` that do not
+    exist where dcpsim runs (a scratch folder after ``pip install``) are read
+    from the installed package's copy, so the README's commands work anywhere.
+    """
+    from dcpsim.errors import ConfigError
+
+    text = str(path)
+    if text.startswith(EXAMPLE_PREFIX):
+        name = text[len(EXAMPLE_PREFIX):]
+        found = examples()
+        key = name.removeprefix("simulate_").removesuffix(".toml")
+        if key not in found:
+            raise ConfigError("example", name, f"one of {', '.join(EXAMPLE_PREFIX + n for n in found)} "
+                              "(`dcpsim examples` lists them)")
+        return found[key]
+    p = Path(text)
+    if p.exists() or p.is_absolute() or not p.parts or p.parts[0] not in DATA_FOLDERS:
+        return p
+    shipped = data_dir(p.parts[0]).joinpath(*p.parts[1:])
+    return shipped if shipped.is_file() else p

@@ -94,3 +94,32 @@ def test_a_300_character_name_is_one_line(tmp_path, capsys, argv):
     err = _one_line_error(capsys, rc)
     assert "255" in err or "234" in err, err
     assert not any(p.name.startswith(("a" * 100, "b" * 100)) for p in tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------- examples anywhere, python -m dcpsim
+def test_examples_by_name_and_by_their_readme_path_from_another_folder(tmp_path, monkeypatch, capsys):
+    from dcpsim.resources import examples, resolve_input
+
+    monkeypatch.chdir(tmp_path)  # no examples/ here: the shipped copy is read
+    assert resolve_input("examples/simulate_default.toml") == examples()["default"]
+    assert resolve_input("example:default") == examples()["default"] == resolve_input("example:simulate_default")
+    assert set(examples()) >= {"default", "example_sweep"}
+    assert main(["simulate", "example:default", "--set", "workload.gbs=16", "--set", "cluster.gpus=16"]) == 0
+    capsys.readouterr()
+    rc = main(["simulate", "example:nosuch"])
+    _one_line_error(capsys, rc, "example", "example:default")
+    assert main(["examples", "--out", str(tmp_path / "ex")]) == 0
+    assert (tmp_path / "ex" / "simulate_default.toml").read_bytes() == examples()["default"].read_bytes()
+    assert not [p for p in tmp_path.iterdir() if p.name != "ex"]
+
+
+def test_python_dash_m_dcpsim(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-m", "dcpsim", "--help"], capture_output=True, text=True, cwd=tmp_path,
+                       env=env, timeout=120)
+    assert r.returncode == 0 and "examples" in r.stdout, r.stderr

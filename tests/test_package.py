@@ -70,4 +70,13 @@ def test_wheel_install_runs_demo_and_quick_reproduce(tmp_path):
     assert (tmp_path / "rq" / "summary.csv").is_file()
     prof = subprocess.run([exe, "profiles"], capture_output=True, text=True, cwd=work, timeout=300)
     assert prof.returncode == 0 and "h100-sxm" in prof.stdout
+    # the README tour from a scratch folder: the shipped examples by name, by their README path, and `python -m`
+    small = ["--set", "workload.gbs=64", "--set", "cluster.gpus=16"]
+    for cmd in ([exe, "simulate", "example:default", *small], [exe, "simulate", "examples/simulate_default.toml", *small],
+                [str(venv / "bin" / "python"), "-m", "dcpsim", "simulate", "example:default", *small]):
+        sim = subprocess.run(cmd, capture_output=True, text=True, cwd=work, timeout=600)
+        assert sim.returncode == 0 and "TFLOPS/GPU" in sim.stdout, (cmd, sim.stderr[-3000:])
     assert not list(work.iterdir())  # nothing written where it was not asked to
+    ex = subprocess.run([exe, "examples", "--out", str(tmp_path / "ex")], capture_output=True, text=True, cwd=work,
+                        timeout=300)
+    assert ex.returncode == 0 and (tmp_path / "ex" / "simulate_default.toml").is_file(), ex.stderr[-3000:]

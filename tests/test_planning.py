@@ -66,23 +66,24 @@ def test_parsers():
     for bad in ("soon", "-3d", "0"):
         with pytest.raises(ConfigError, match="--deadline"):
             parse_duration_days(bad)
-    # batch tokens: binary suffixes (4M = 1024 x 4096); training tokens: decimal
-    assert parse_token_count("4M") == 4_194_304 == parse_token_count("4194304") == 1024 * 4096
-    assert parse_token_count("16M") == 16 * 2**20 and parse_token_count("512k") == 2**19
-    assert parse_token_count("2T", "--tokens", binary=False) == 2 * 10**12
-    assert parse_token_count("1e12", "--tokens", binary=False) == 10**12
+    # one convention for every count flag: SI suffixes are powers of ten, Ki/Mi/Gi/Ti powers of two
+    assert parse_token_count("4Mi") == 4_194_304 == parse_token_count("4194304") == 1024 * 4096
+    assert parse_token_count("4M") == 4_000_000 and parse_token_count("16mi") == 16 * 2**20
+    assert parse_token_count("512k") == 512_000 and parse_token_count("512Ki") == 2**19
+    assert parse_token_count("2T", "--tokens") == 2 * 10**12 == parse_token_count("2000B") == parse_token_count("2000G")
+    assert parse_token_count("1e12", "--tokens") == 10**12 and parse_token_count("1Ti") == 2**40
     for bad in ("many", "-4M", "0", "4X"):
         with pytest.raises(ConfigError, match="--gbs-tokens"):
             parse_token_count(bad)
 
 
 def test_data_spec_batch_in_tokens():
-    d = make_data_spec(seq_len=4096, gbs_tokens=parse_token_count("4M"))
+    d = make_data_spec(seq_len=4096, gbs_tokens=parse_token_count("4Mi"))
     assert d.fixed and d.gbs == 1024 and d.gbs_tokens == 4 * 2**20
     u = d.config_updates()
     cfg = RunConfig().with_updates({**u, "cluster.gpus": 64, "parallel.pp": 1, "parallel.cp": 1})
     assert cfg.is_fixed and cfg.workload.seq_len == 4096 and cfg.workload.gbs == 1024
-    v = make_data_spec(workload="github", max_len=16384, gbs_tokens=parse_token_count("1M"))
+    v = make_data_spec(workload="github", max_len=16384, gbs_tokens=parse_token_count("1Mi"))
     assert not v.fixed and v.gbs == round(2**20 / v.mean_len) and 256 < v.mean_len < 16384
     with pytest.raises(ConfigError, match="--seq-len"):
         make_data_spec(seq_len=4096, workload="github")

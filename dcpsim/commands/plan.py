@@ -13,10 +13,11 @@ from dcpsim.commands._common import (
     print_json,
     print_table,
 )
+from dcpsim.units import UNITS_HELP
 
 DEFAULTS: dict[str, Any] = {
     "model": "llama-13b", "tokens": "1T", "gpus": "h100-sxm:2.5", "sizes": "512,1024,2048,4096",
-    "policies": "packing,dynamic", "seq_len": 4096, "gbs_tokens": "4M", "batch_scaling": "fixed", "seeds": 3,
+    "policies": "packing,dynamic", "seq_len": 4096, "gbs_tokens": "4Mi", "batch_scaling": "fixed", "seeds": 3,
     "top": 3, "simulate": 6,
 }
 # run-config fields with a dedicated flag (derived from the field: --mtbf-gpu-hours, --checkpoint-s, ...)
@@ -29,7 +30,8 @@ def register(sub) -> None:
                                     "and policy (failures included)")
     d = DEFAULTS
     p.add_argument("--model", default=None, help=f"model name or spec .toml (default {d['model']})")
-    p.add_argument("--tokens", default=None, help=f"training tokens, e.g. 2T, 300B, 1e12 (default {d['tokens']})")
+    p.add_argument("--tokens", default=None, help=f"training tokens, e.g. 2T, 300B, 1e12 (default {d['tokens']}; "
+                                                  f"{UNITS_HELP})")
     p.add_argument("--gpus", default=None, help=f"GPU:PRICE per GPU-hour, comma-separated (default {d['gpus']})")
     p.add_argument("--sizes", default=None, help=f"cluster sizes in GPUs (default {d['sizes']})")
     p.add_argument("--policies", default=None, help=f"policies to compare (default {d['policies']})")
@@ -44,10 +46,11 @@ def register(sub) -> None:
                                                              "(default 131072)")
     g.add_argument("--data", default=None, help="named data preset (see dcpsim.planning.DATA_PRESETS), e.g. "
                                                 "pretrain-4k, long-context-128k, sft-8k")
-    g.add_argument("--gbs-tokens", default=None, help=f"global batch in tokens: 4M, 16M, 4194304 "
-                                                      f"(default {d['gbs_tokens']}; K/M/G are powers of two)")
+    g.add_argument("--gbs-tokens", default=None, help=f"global batch in tokens: 4Mi, 16M, 4194304 "
+                                                      f"(default {d['gbs_tokens']} = 4,194,304; {UNITS_HELP})")
     g.add_argument("--gbs", type=POS_INT, default=None, help="global batch in sequences (instead of --gbs-tokens)")
-    g.add_argument("--max-gbs-tokens", default=None, help="the largest batch known to converge; larger batches warn")
+    g.add_argument("--max-gbs-tokens", default=None, help="the largest batch known to converge, in tokens; larger "
+                                                          f"batches warn ({UNITS_HELP})")
     g.add_argument("--batch-scaling", default=None, choices=["proportional", "fixed"],
                    help="fixed: the same batch at every size (default); proportional: grows with the GPU count")
     s = p.add_argument_group("layout search (comma lists narrow the search; one value forces it)")
@@ -263,7 +266,7 @@ def run(args) -> int:
 
     named = args.config or "model.name" in config_updates(args)[0]
     model = args.model if args.model is not None else (base.model.name if named else DEFAULTS["model"])
-    tokens = float(parse_token_count(DEFAULTS["tokens"] if args.tokens is None else args.tokens, "--tokens", binary=False))
+    tokens = float(parse_token_count(DEFAULTS["tokens"] if args.tokens is None else args.tokens, "--tokens"))
     from dcpsim.model import get_model
 
     get_model(model)  # a bad name or file is one line now, not a failure in every worker

@@ -8,7 +8,15 @@ name. The GPU count and hardware profile are not Megatron arguments and are give
 
 from __future__ import annotations
 
-from dcpsim.commands._common import add_config_flags, add_force, config_from_args, print_json, print_table, to_jsonable
+from dcpsim.commands._common import (
+    POS_INT,
+    add_config_flags,
+    add_force,
+    config_from_args,
+    print_json,
+    print_table,
+    to_jsonable,
+)
 
 
 def register(sub) -> None:
@@ -20,7 +28,7 @@ def register(sub) -> None:
                    "dcpsim export's megatron_args.txt or a launch script's arguments); needs --gpus")
     p.add_argument("--megatron-config", default=None, metavar="YAML",
                    help="simulate a Megatron-LM functional test's model_config.yaml (MODEL_ARGS); needs --gpus")
-    p.add_argument("--gpus", type=int, default=None, help="with --megatron-args/--megatron-config: GPUs in the run")
+    p.add_argument("--gpus", type=POS_INT, default=None, help="with --megatron-args/--megatron-config: GPUs in the run")
     p.add_argument("--gpu", default="h100-sxm", help="with --megatron-args/--megatron-config: hardware profile "
                    "(default h100-sxm)")
     p.add_argument("--trace", default=None, metavar="TRACE.json",

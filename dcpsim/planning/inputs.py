@@ -1,10 +1,12 @@
 """What a capacity planner is told, as practitioners state it: prices, deadlines, token counts, the data.
 
-Token counts. ``--gbs-tokens`` takes ``4M``, ``16M``, ``512K`` or a plain
-integer (``4194304``); batch suffixes are binary (K = 2^10, M = 2^20, G = 2^30)
-because a global batch is a product of powers of two (Llama 2's "4M tokens"
-is 1,024 sequences of 4,096 = 4,194,304 tokens). ``--tokens`` (the training
-budget) takes decimal suffixes (``2T`` = 2·10^12, ``300B``, ``1e12``).
+Token counts. Every count flag (``--tokens``, ``--gbs-tokens``,
+``--max-gbs-tokens``) reads the same units (:mod:`dcpsim.units`): SI suffixes
+K = 10^3, M = 10^6, G = B = 10^9, T = 10^12 (``2T``, ``300B``, ``1e12``) and
+binary ones only when asked for by name, Ki = 2^10, Mi = 2^20, Gi = 2^30,
+Ti = 2^40 (Llama 2's "4M-token" batch is 1,024 sequences of 4,096 =
+4,194,304 tokens = ``4Mi``), or a plain integer (``4194304``). One
+convention for every flag: "B" is never 2^30 in one flag and 10^9 in another.
 
 The data (:class:`DataSpec`) is either *fixed-length* pre-training
 (documents concatenated and cut into windows of ``seq_len`` tokens, every
@@ -17,15 +19,12 @@ common cases.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from dcpsim.errors import ConfigError
 from dcpsim.limits import MAX_GBS
-
-_BINARY = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "B": 2**30, "T": 2**40}
-_DECIMAL = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "B": 1e9, "T": 1e12}
+from dcpsim.units import parse_count
 
 
 def parse_gpu_prices(text: str) -> dict[str, float]:
@@ -64,15 +63,9 @@ def parse_duration_days(text: str | float | None) -> float | None:
     return v
 
 
-def parse_token_count(text: str | float | int, field: str = "--gbs-tokens", *, binary: bool = True) -> int:
-    """``"4M"`` -> 4,194,304 (``binary``) or 4,000,000; ``"2T"``; ``"4194304"``; ``"1e12"``."""
-    s = str(text).strip().upper().replace("_", "").replace(",", "")
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:E[+-]?[0-9]+)?)\s*([KMGBT]?)", s)
-    table = _BINARY if binary else _DECIMAL
-    v = float(m.group(1)) * table[m.group(2)] if m else -1.0
-    if not (v >= 1 and math.isfinite(v)):
-        raise ConfigError(field, text, "a positive token count such as 4M, 16M, 4194304 or 2T")
-    return int(round(v))
+def parse_token_count(text: str | float | int, field: str = "--gbs-tokens") -> int:
+    """``"4M"`` -> 4,000,000; ``"4Mi"`` -> 4,194,304; ``"2T"``; ``"300B"``; ``"1e12"`` (:mod:`dcpsim.units`)."""
+    return parse_count(text, field, "token count")
 
 
 def fixed_workload(seq_len: int, documents: str | dict | None = None, gbs: int | None = None) -> dict[str, Any]:

@@ -460,5 +460,8 @@ def config_from_dict(d: Mapping[str, Any], where: str | None = None,
 
 
 def load_config(path: str | Path) -> RunConfig:
-    """Read and validate a run TOML file (UTF-8)."""
+    """Read and validate a run TOML file (UTF-8); ``example:NAME`` and shipped ``examples/...`` paths work anywhere."""
+    from dcpsim.resources import resolve_input
+
+    path = resolve_input(path)
     return config_from_dict(read_toml(path, "config"), where=str(path))

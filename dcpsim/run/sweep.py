@@ -213,10 +213,11 @@ def spec_hash(d: dict[str, Any]) -> str:
 
 
 def load_sweep_spec(path: str | Path) -> SweepSpec:
-    """Read a sweep spec from a TOML file (see the module docstring for the format)."""
+    """Read a sweep spec from a TOML file (see the module docstring for the format; ``example:NAME`` works)."""
+    from dcpsim.resources import resolve_input
     from dcpsim.validation import read_text
 
-    p = Path(path)
+    p = resolve_input(path)
     if not p.is_file():
         raise ConfigError("spec", str(p), "an existing sweep spec TOML file")
     text = read_text(p, "spec")
