@@ -256,6 +256,10 @@ NON_DEFAULT = {
     "sim.planning": "stall", "sim.dynamic_cp_padding": True, "sim.dynamic_cp_exchange": "async",
     "sim.cp_switch_s": 0.001, "sim.microbatch_overhead_s": 0.001, "sim.long_run_hours": 10.0,
     "sim.sampler_prefetch": 8,
+    "step.log_interval": 1, "step.log_params_norm": True, "step.log_num_zeros_in_grad": True, "step.log_memory": True,
+    "step.log_timers": True, "step.timing_log_level": 1, "step.deterministic": True, "step.cuda_graphs": "local",
+    "step.clip_grad": 0.0, "step.transformer_impl": "local", "step.grad_accumulation_fusion": False,
+    "step.manual_gc": True, "step.check_for_nan_in_loss_and_grad": False, "step.overlap_p2p_comm": False,
 }
 # fields that only matter together with others
 WITH = {"parallel.precision": {"model.name": "llama3-8b"}, "sim.fp8_param_gather": {"model.name": "llama3-8b",

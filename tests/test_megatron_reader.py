@@ -127,10 +127,14 @@ def _examples() -> list[Path]:
     return out
 
 
-VARIANTS = [{}, {"parallel.vp": 2}, {"parallel.precision": "fp8", "hardware.gpu": "h100-sxm"},
+VARIANTS = [{}, {"parallel.vp": 5}, {"parallel.precision": "fp8", "hardware.gpu": "h100-sxm"},
             {"parallel.recompute": "selective", "parallel.cross_entropy": "unfused", "sim.overlap_grad_sync": False},
             {"policy.name": "packing", "parallel.cp_comm": "all_gather", "sim.grad_reduce_bytes_per_param": 2},
-            {"parallel.tp": 2, "cluster.gpus": 128, "sim.tp_comm_overlap": True, "sim.grad_bucket_params": 50_000_000}]
+            {"parallel.tp": 2, "cluster.gpus": 128, "sim.tp_comm_overlap": True, "sim.grad_bucket_params": 50_000_000},
+            {"step.log_interval": 1, "step.log_params_norm": True, "step.log_num_zeros_in_grad": True,
+             "step.log_memory": True, "step.log_timers": True, "step.timing_log_level": 2, "step.deterministic": True,
+             "step.cuda_graphs": "transformer_engine", "step.clip_grad": 0.5, "step.grad_accumulation_fusion": False,
+             "step.manual_gc": True, "step.check_for_nan_in_loss_and_grad": False, "step.overlap_p2p_comm": False}]
 
 
 @pytest.mark.parametrize("path", _examples(), ids=lambda p: p.name)
@@ -138,8 +142,6 @@ VARIANTS = [{}, {"parallel.vp": 2}, {"parallel.precision": "fp8", "hardware.gpu"
 def test_export_round_trip(path: Path, variant: int) -> None:
     """export -> read back -> the same run, over every shipped example run (and variants of its settings)."""
     cfg = load_config(path)
-    if variant == 1 and "--num-layers-per-virtual-pipeline-stage" not in megatron_args(cfg.with_updates(VARIANTS[1])):
-        pytest.xfail("dcpsim export drops parallel.vp (no --num-layers-per-virtual-pipeline-stage): fix pending")
     if VARIANTS[variant]:
         cfg = cfg.with_updates(VARIANTS[variant])
     policy, _ = resolve_policy(cfg, allow_approximate=True)

@@ -302,6 +302,10 @@ EXPORT_FIELDS: dict[str, str] = {
     "sim.restart_s": "none", "sim.checkpoint_interval_s": "none", "sim.slow_gpu_per_day": "none",
     "sim.slow_gpu_episode_s": "none", "sim.slow_gpu_slowdown": "none", "sim.degraded_link_per_day": "none",
     "sim.degraded_link_episode_s": "none", "sim.degraded_link_episode_scale": "none",
+    **{f"step.{f}": "flag" for f in ("log_interval", "log_params_norm", "log_num_zeros_in_grad", "log_memory",
+                                     "log_timers", "timing_log_level", "deterministic", "cuda_graphs", "clip_grad",
+                                     "transformer_impl", "grad_accumulation_fusion", "manual_gc",
+                                     "check_for_nan_in_loss_and_grad", "overlap_p2p_comm")},
 }
 
 
@@ -329,6 +333,26 @@ def cost_mechanism_flags(cfg: RunConfig) -> list[str]:
         a += ["--grad-reduce-in-bf16"]
     if sim.tp_comm_overlap and p.tp > 1:
         a += ["--tp-comm-overlap"]
+    return a
+
+
+def step_flags(cfg: RunConfig) -> list[str]:
+    """Flags of the ``[step]`` settings (logging and its syncs, deterministic kernels, CUDA graphs, clipping)."""
+    st = cfg.step
+    a = ["--clip-grad", f"{st.clip_grad:g}", "--log-interval", str(st.log_interval)]
+    for on, name in ((st.log_params_norm, "--log-params-norm"), (st.log_num_zeros_in_grad, "--log-num-zeros-in-grad"),
+                     (st.log_memory, "--log-memory-to-tensorboard"), (st.log_timers, "--log-timers-to-tensorboard"),
+                     (st.deterministic, "--deterministic-mode"), (not st.grad_accumulation_fusion,
+                                                                     "--no-gradient-accumulation-fusion"),
+                     (st.manual_gc, "--manual-gc"),
+                     (not st.check_for_nan_in_loss_and_grad, "--no-check-for-nan-in-loss-and-grad"),
+                     (not st.overlap_p2p_comm, "--no-overlap-p2p-communication")):
+        if on:
+            a.append(name)
+    if st.timing_log_level:
+        a += ["--timing-log-level", str(st.timing_log_level)]
+    if st.cuda_graphs != "none":
+        a += ["--cuda-graph-impl", st.cuda_graphs]
     return a
 
 
@@ -369,7 +393,7 @@ def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: st
     flag("--seq-length", max_len)
     flag("--max-position-embeddings", max_len)
     flag("--hidden-dropout", m.hidden_dropout)  # the memory model stores its masks when > 0
-    flag("--transformer-impl", "transformer_engine")
+    flag("--transformer-impl", cfg.step.transformer_impl)
     flag("--bf16")
     # parallelism
     flag("--tensor-model-parallel-size", p.tp)
@@ -415,9 +439,8 @@ def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: st
     flag("--lr-decay-style", "cosine")
     flag("--lr-warmup-iters", 0)
     flag("--weight-decay", 0.1)
-    flag("--clip-grad", 1.0)
     flag("--seed", cfg.sim.seed)
-    flag("--log-interval", 1)
+    a += step_flags(cfg)
     flag("--log-throughput")
     flag("--eval-interval", 1000000)
     flag("--eval-iters", 1)
@@ -568,7 +591,8 @@ policy `{exp.policy}` → Megatron scheduler `{exp.scheduler}`{" (approximation)
 Predicted: iteration time {f("iteration_time_s", ".3f")} s, {f("tflops_per_gpu", ".1f")} TFLOPS/GPU,
 {f("tokens_per_s", ",.0f")} tokens/s.
 
-1. Run `launch.sh` (it logs to `megatron_run.log`, with `--log-throughput` and `--log-interval 1`).
+1. Run `launch.sh` (it logs to `megatron_run.log` with `--log-throughput`, every `--log-interval` steps:
+   `step.log_interval`, Megatron's 100 by default; export with `--set step.log_interval=1` to log each step).
 2. Drop the first few iterations (warm-up, NCCL set-up); take the median of
    `elapsed time per iteration (ms)` and of `throughput per GPU (TFLOP/s/GPU)` over the rest.
 3. Compare with `iteration_time_s` and `tflops_per_gpu` above. Megatron counts the same model FLOPs

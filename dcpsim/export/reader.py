@@ -58,7 +58,7 @@ MODELLED = {
     "--grad-reduce-in-bf16", "--tp-comm-overlap", "--use-distributed-optimizer", "--sequence-parallel",
     "--transformer-impl", "--seed", "--log-interval", "--log-params-norm", "--log-num-zeros-in-grad",
     "--log-memory-to-tensorboard", "--log-timers-to-tensorboard", "--timing-log-level", "--deterministic-mode",
-    "--cuda-graph-impl", "--clip-grad", "--calculate-per-token-loss", "--no-gradient-accumulation-fusion",
+    "--cuda-graph-impl", "--clip-grad", "--no-gradient-accumulation-fusion",
     "--manual-gc", "--sequence-packing-scheduler", "--max-seqlen-per-dp-cp-rank", "--dynamic-context-parallel",
     "--min-dynamic-context-parallel-size", "--use-varlen-dataset", "--varlen-mock-dataset-config-json",
     "--mock-data", "--data-path", "--train-iters", "--eval-interval",
@@ -84,6 +84,7 @@ APPROXIMATED = {
     "--attention-softmax-in-fp32": "softmax precision of unfused attention is not priced",
     "--apply-query-key-layer-scaling": "a scale constant (no time)",
     "--init-method-std": "an initialisation constant (no time)",
+    "--calculate-per-token-loss": "per-token loss normalisation (a token-count reduction) is not priced",
     "--ddp-average-in-collective": "averaging inside the gradient collective is priced as a plain reduction",
     "--defer-embedding-wgrad-compute": "the deferred embedding weight-gradient GEMMs are priced in place",
     "--wgrad-deferral-limit": "the deferred embedding weight-gradient GEMMs are priced in place",
@@ -449,12 +450,9 @@ def _step(flags: dict) -> dict[str, Any]:
         "cuda_graphs": _choice(flags, "--cuda-graph-impl", {"none": "none", "local": "local",
                                                             "transformer_engine": "transformer_engine"}, "none"),
         "clip_grad": _float(flags, "--clip-grad", 1.0),
-        "per_token_loss": _bool(flags, "--calculate-per-token-loss"),
         "transformer_impl": _choice(flags, "--transformer-impl", {"transformer_engine": "transformer_engine",
                                                                   "local": "local"}, "transformer_engine"),
         "grad_accumulation_fusion": not _bool(flags, "--no-gradient-accumulation-fusion"),
-        "distributed_optimizer": _bool(flags, "--use-distributed-optimizer"),
-        "sequence_parallel": _bool(flags, "--sequence-parallel"),
         "manual_gc": _bool(flags, "--manual-gc"),
         "check_for_nan_in_loss_and_grad": not _bool(flags, "--no-check-for-nan-in-loss-and-grad"),
         "overlap_p2p_comm": not _bool(flags, "--no-overlap-p2p-communication"),
@@ -644,4 +642,7 @@ def roundtrip_differences(original, readback) -> list[str]:
         cmp("sim.fp8_param_gather", sa.fp8_param_gather, sb.fp8_param_gather)
     for f in ("grad_bucket_params", "grad_reduce_bytes_per_param", "seed"):
         cmp(f"sim.{f}", getattr(sa, f), getattr(sb, f))
+    ta, tb = original.step.model_dump(), readback.step.model_dump()
+    for f in ta:
+        cmp(f"step.{f}", ta[f], tb[f])
     return diffs

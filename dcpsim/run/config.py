@@ -266,14 +266,11 @@ class StepSection(_Section):
         "none", description="Megatron --cuda-graph-impl: CUDA graphs capture the layers' kernels (none = eager)")
     clip_grad: float = Field(1.0, ge=0, le=1e9, description="Megatron --clip-grad (0 = no gradient-norm clipping; "
                              "else a global norm all-reduce and a sync every step)")
-    per_token_loss: bool = Field(False, description="Megatron --calculate-per-token-loss")
     transformer_impl: Literal["transformer_engine", "local"] = Field(
         "transformer_engine", description="Megatron --transformer-impl: Transformer Engine modules or Megatron's local "
                                           "PyTorch modules")
     grad_accumulation_fusion: bool = Field(True, description="Megatron's gradient-accumulation fusion (off with "
                                            "--no-gradient-accumulation-fusion: a separate add per weight gradient)")
-    distributed_optimizer: bool = Field(False, description="Megatron --use-distributed-optimizer")
-    sequence_parallel: bool = Field(False, description="Megatron --sequence-parallel")
     manual_gc: bool = Field(False, description="Megatron --manual-gc (Python garbage collection only every "
                             "--manual-gc-interval steps)")
     check_for_nan_in_loss_and_grad: bool = Field(True, description="Megatron's default NaN/Inf checks (off with "
