@@ -14,7 +14,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["DATA_FOLDERS", "EXAMPLE_PREFIX", "data_dir", "examples", "resolve_input", "source_root"]
+__all__ = ["DATA_FOLDERS", "EXAMPLE_PREFIX", "data_dir", "examples", "is_shipped", "resolve_input", "source_root"]
 
 DATA_FOLDERS = ("profiles", "experiments", "examples")
 """Top-level folders shipped inside the wheel as ``dcpsim/_data/<name>``."""
@@ -80,3 +80,13 @@ def resolve_input(path: str | Path) -> Path:
         return p
     shipped = data_dir(p.parts[0]).joinpath(*p.parts[1:])
     return shipped if shipped.is_file() else p
+
+
+def is_shipped(path: str | Path) -> bool:
+    """Whether ``path`` lies inside data dcpsim ships (a :data:`DATA_FOLDERS` folder of the checkout or of the
+    installed wheel, or the installed package itself): such files are never written by a command."""
+    p = Path(path).resolve()
+    roots = [data_dir(n).resolve() for n in DATA_FOLDERS]
+    if source_root() is None:  # an installed package: everything under it is shipped
+        roots.append(Path(__file__).resolve().parent)
+    return any(p == r or r in p.parents for r in roots)

@@ -28,11 +28,12 @@ def test_profiles_list_and_show(capsys):
 def test_cost_json_matches_api(capsys):
     from dcpsim.cost import CostModel
 
-    rc, out, _ = run(capsys, "cost", "--model", "llama-13b", "--gpu", "h100-sxm", "--tp", "1", "--pp", "1", "--cp", "4",
+    # pp 4: the pack fits (a pack that does not fit exits 2, see tests/test_cost.py)
+    rc, out, _ = run(capsys, "cost", "--model", "llama-13b", "--gpu", "h100-sxm", "--tp", "1", "--pp", "4", "--cp", "4",
                      "--lengths", "32768,4096,1024", "--json")
     assert rc == 0
     d = json.loads(out)
-    ref = CostModel.build("h100-sxm", "llama-13b", tp=1, dp_cp=4).pack_cost([32768, 4096, 1024], 4, check_memory=False)
+    ref = CostModel.build("h100-sxm", "llama-13b", tp=1, pp=4, dp_cp=4).pack_cost([32768, 4096, 1024], 4, check_memory=False)
     assert d["breakdown_s"]["total_s"] == pytest.approx(ref.total_s)
     rc, out, _ = run(capsys, "cost", "--lengths", "32768,4096,1024", "--cp", "4")
     assert rc == 0 and "gemm_fwd" in out

@@ -52,3 +52,28 @@ def test_load_config_names_file(tmp_path):
     assert "run.toml" in str(ei.value) and ei.value.field == "parallel.tp"
     with pytest.raises(ConfigError, match="an existing TOML file"):
         load_config(tmp_path / "missing.toml")
+
+
+# ------------------------------------------------------------------ issue 19, item 5: bounded ranges
+@pytest.mark.parametrize("path,value", [("hardware.network_scale", 1e-300), ("sim.degraded_link_scale", 1e-300),
+                                        ("sim.degraded_link_episode_scale", 1e-300), ("sim.gpu_mtbf_h", 1e-300),
+                                        ("sim.checkpoint_interval_s", 1e-300), ("sim.slow_gpu_episode_s", 1e-300),
+                                        ("sim.degraded_link_episode_s", 1e-300), ("hardware.network_scale", 1e300)])
+def test_extreme_values_are_refused_with_the_range(path, value):
+    """--set hardware.network_scale=1e-300 printed a 300-digit time; every scale and duration has a bounded range."""
+    from dcpsim.errors import ConfigError
+    from dcpsim.run.config import RunConfig
+
+    with pytest.raises(ConfigError, match=path.replace(".", r"\.")):
+        RunConfig().with_updates({path: value})
+
+
+def test_cli_set_network_scale_tiny_exits_2(capsys):
+    from pathlib import Path
+
+    from dcpsim.cli import main
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "simulate_default.toml"
+    assert main(["simulate", str(example), "--set", "hardware.network_scale=1e-300"]) == 2
+    err = capsys.readouterr().err
+    assert "hardware.network_scale" in err and "0.001" in err and len(err.strip().splitlines()) == 1

@@ -163,3 +163,20 @@ def test_elementwise_term_is_memory_bound_closed_form():
     assert pc.elementwise_fwd_s == pytest.approx(8192 * per_tok / cm.profile.hbm_bw_bytes_per_s, rel=1e-12)
     assert pc.elementwise_bwd_s == pytest.approx(2 * pc.elementwise_fwd_s)
     assert pc.fwd_s == pytest.approx(pc.gemm_fwd_s + pc.attn_fwd_s + pc.elementwise_fwd_s + pc.launch_fwd_s + pc.overhead_fwd_s)
+
+
+def test_cost_cli_exits_2_when_the_pack_does_not_fit(capsys):
+    """`dcpsim cost` printed 487.8 TFLOPS/GPU beside "DOES NOT FIT" and exited 0 (issue 19, item 5)."""
+    import json
+
+    from dcpsim.cli import main
+
+    args = ["cost", "--model", "llama3-8b", "--pp", "1", "--cp", "1", "--lengths", "131072"]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert "infeasible (memory)" in err and "GiB" in err and "TFLOPS" not in out
+    assert main(args + ["--json"]) == 2
+    res = json.loads(capsys.readouterr().out)
+    assert res["fits_memory"] is False and res["counted_tflops_per_gpu"] is None
+    assert main(["cost", "--model", "llama3-8b", "--pp", "4", "--cp", "1", "--lengths", "4096"]) == 0
+    assert "TFLOPS/GPU" in capsys.readouterr().out

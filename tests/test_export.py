@@ -267,7 +267,7 @@ WITH = {"parallel.precision": {"model.name": "llama3-8b"}, "sim.fp8_param_gather
         "sim.tp_comm_overlap": {"parallel.tp": 2}, "parallel.tp": {"parallel.cp": 1},
         "parallel.attention": {"parallel.cp": 1}, "sim.straggler_fraction": {"sim.straggler_slowdown": 2.0},
         "sim.straggler_slowdown": {"sim.straggler_fraction": 0.1}, "parallel.recompute": {"parallel.max_tokens_per_rank": 4096},
-        "sim.sampler_prefetch": {"sim.planning": "sampler"}}
+        "sim.sampler_prefetch": {"sim.planning": "sampler"}, "step.overlap_p2p_comm": {"parallel.vp": 2}}
 
 
 @pytest.mark.parametrize("path", sorted(p for p, how in EXPORT_FIELDS.items() if how in ("flag", "note")))

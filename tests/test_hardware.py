@@ -169,3 +169,53 @@ def test_public_profiles_name_their_host_cpu() -> None:
     assert get_profile("gb200").host_cpu == "grace" and get_profile("h100-sxm").host_cpu == "x86"
     g = get_profile("gb200")
     assert g.gpus_per_node == 4 and g.nvlink_domain_gpus == 72
+
+
+# ------------------------------------------------------------------ issue 19, item 5: impossible numbers refused
+def _with(tmp_path, old: str, new: str):
+    d = _copy(tmp_path)
+    text = (d / "profile.toml").read_text()
+    assert "\n" + old + "\n" in text  # a whole line (gemm_efficiency_scale is also the end of fp8_...)
+    (d / "profile.toml").write_text(text.replace("\n" + old + "\n", "\n" + new + "\n"))
+    return d
+
+
+@pytest.mark.parametrize("old,new,field", [
+    ("gemm_efficiency_scale = 1.0", "gemm_efficiency_scale = 1000.0", "timing.gemm_efficiency_scale"),
+    ("gemm_efficiency_scale = 1.0", "gemm_efficiency_scale = 1.3", "timing.gemm_efficiency_scale"),  # 795*1.3 > 989
+    ("attention_efficiency_scale = 1.0", "attention_efficiency_scale = 1.6", "timing.attention_efficiency_scale"),
+    ("fp8_gemm_efficiency_scale = 1.0", "fp8_gemm_efficiency_scale = 1.3", "timing.fp8_gemm_efficiency_scale"),
+    ("sms = 132", "sms = 0", "timing.sms"),
+    ("nvlink_efficiency = 1.0", "nvlink_efficiency = 1e300", "timing.nvlink_efficiency"),
+])
+def test_scales_that_would_pass_the_peak_are_refused(tmp_path, old, new, field):
+    """The issue's case: gemm_efficiency_scale = 1000 gave 1,629 TFLOPS/GPU on a 989-TFLOPS H100."""
+    d = _with(tmp_path, old, new)
+    with pytest.raises(ProfileError) as ei:
+        load_profile(d)
+    msg = str(ei.value)
+    assert field in msg and new.split(" = ")[1] in msg.replace("1e+300", "1e300")
+
+
+def test_no_kernel_rate_of_a_loadable_profile_exceeds_its_peak(tmp_path):
+    """At the largest scales a profile may hold, every rate the cost model produces stays at or below the peak."""
+    p = get_profile("h100-sxm")
+    best = max(r["tflops"] for r in p.gemm_rows) * 1e12
+    s = p.peak_bf16_flops / best  # the largest accepted GEMM scale
+    d = _with(tmp_path, "gemm_efficiency_scale = 1.0", f"gemm_efficiency_scale = {s * (1 - 1e-12)!r}")
+    q = load_profile(d)
+    tokens = np.geomspace(1, 1 << 20, 50)
+    for _, n, k in [("x", 5120, 5120), ("y", 13824, 5120), ("z", 32000, 5120), ("w", 8192, 8192)]:
+        assert (q.gemm_flops_per_s(tokens, n, k) <= q.peak_bf16_flops * (1 + 1e-9)).all()
+        assert q.gemm_max_flops_per_s(n, k) <= q.peak_bf16_flops * (1 + 1e-9)
+        assert (q.gemm_flops_per_s(tokens, n, k, precision="fp8") <= q.timing.peak_fp8_flops * (1 + 1e-9)).all()
+
+
+def test_simulated_throughput_never_passes_the_peak():
+    from dcpsim.run.config import RunConfig
+    from dcpsim.run.single import run_simulation
+
+    cfg = RunConfig().with_updates({"cluster.gpus": 16, "parallel.pp": 2, "parallel.cp": 8, "workload.gbs": 16,
+                                    "workload.max_len": 16384, "parallel.max_tokens_per_rank": 16384})
+    s = run_simulation(cfg).summary
+    assert 0 < s["tflops_per_gpu"] * 1e12 <= get_profile("h100-sxm").peak_bf16_flops and s["mfu"] <= 1

@@ -308,3 +308,69 @@ def test_uneven_stages_and_non_power_of_two_pipelines():
     opts = _pp_vp_options(SearchSpace(), RunConfig().with_updates({"model.name": "llama2-7b"}))
     pps = {p for p, _, f, _ in opts if f == 0}
     assert {1, 2, 4, 8, 16, 32} <= pps
+
+
+# ------------------------------------------------------------------ issue 19, item 6: plan decides nothing silently
+def test_bound_is_a_reference_never_the_pick():
+    """`--policies bound` was recommended as the cheapest layout; a lower bound is not trainable."""
+    from dcpsim.planning.capacity import check_policies
+
+    space = SearchSpace(tp=[1], pp=[2], cp=[1], mbs=[1], recompute=["none"], precision=["bf16"])
+    plan = plan_capacity("llama2-7b", None, 1e11, {"h100-sxm": 2.5}, [32], seq_len=4096, gbs=64,
+                         policies=["packing", "bound"], space=space, jobs=1)
+    df = plan.rows.set_index("policy")
+    assert df.loc["bound", "status"] == "ok" and not df.loc["bound", "trainable"] and df.loc["packing", "trainable"]
+    assert df.loc["bound", "cost"] <= df.loc["packing", "cost"]  # the bound is cheaper: it used to be the pick
+    assert not df.loc["bound", "pareto"] and not df.loc["bound", "pareto_gpu"] and df.loc["packing", "pareto"]
+    assert "with packing" in plan.recommendation and "bound" not in plan.recommendation
+    with pytest.raises(ConfigError, match="--policies.*trainable"):
+        check_policies(["bound"])
+    with pytest.raises(ConfigError, match="--policies: got 'nosuch'"):
+        check_policies(["packing", "nosuch"])
+
+
+@pytest.mark.parametrize("flags,field", [
+    (["--data", "long-context-128k", "--seq-len", "4096"], "--seq-len"),
+    (["--data", "sft-8k", "--workload", "github"], "--workload"),
+    (["--gpus", "h100-sxm:1,h100-sxm:2"], "--gpus"),
+    (["--gpus", "h100-sxm:1,h100-sxm:1"], "--gpus"),
+    (["--precision", "fp4"], "--precision"),
+    (["--documents", "nosuch"], "--documents"),
+    (["--policies", "bound"], "--policies"),
+    (["--policies", "packing,nosuch"], "--policies"),
+    (["--max-len", "8192"], "--max-len"),  # fixed windows have no maximum length
+    (["--data", "pretrain-4k", "--max-len", "8192"], "--max-len"),
+])
+def test_plan_refuses_inputs_it_would_ignore_or_misreport(flags, field, capsys):
+    from dcpsim.cli import main
+
+    assert main(["plan", "--no-progress", *flags]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"dcpsim: error: {field}: got") and "infeasible" not in err, err
+    assert out == ""  # refused before the header and any work
+
+
+def test_config_recompute_and_precision_are_used_not_searched(tmp_path, capsys):
+    import argparse
+
+    from dcpsim.cli import main
+    from dcpsim.commands.plan import build_space, stated_parallel
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[parallel]\nrecompute = "selective"\n')
+    args = argparse.Namespace(config=str(cfg), set_fields=[], recompute=None, precision=None, tp=None, pp=None,
+                              vp=None, cp=None, mbs=None, tokens_per_rank=None)
+    stated = stated_parallel(args)
+    assert stated == {"recompute": "selective"}
+    space = build_space(args, stated)
+    assert space.recompute == ["selective"] and space.precision is None  # precision not stated: searched
+    args.recompute = "selective,full"
+    with pytest.raises(ConfigError, match="--recompute.*parallel.recompute = 'selective'"):
+        build_space(args, stated)
+    args.recompute = "full"
+    with pytest.raises(ConfigError, match="--recompute"):
+        build_space(args, stated)
+    args.recompute = "selective"
+    assert build_space(args, stated).recompute == ["selective"]
+    assert main(["plan", "--no-progress", "--config", str(cfg), "--recompute", "full"]) == 2
+    assert "--recompute" in capsys.readouterr().err

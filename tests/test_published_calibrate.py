@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -52,7 +53,7 @@ def test_fit_lowers_error_on_fit_and_held_out_rows(tmp_path):
     assert res.held_out_error["mean_abs_error"] < res.held_out_error_before["mean_abs_error"]
     assert set(res.fit_rows).isdisjoint(res.held_out_rows)
     paths = write_calibration(res, tmp_path)
-    text = (tmp_path / "a100-sxm-80gb-calibrated" / "profile.toml").read_text()
+    text = (tmp_path / "a100-sxm-80gb-calibrated-local" / "profile.toml").read_text()
     assert res.data_sha256[:16] in text and all(p.exists() for p in paths)
 
 
@@ -72,3 +73,67 @@ def test_a_knob_on_its_bound_fails_the_calibration_by_name():
     # the launch floor that sat at its bound is no knob any more: the host model replaces it
     assert "per_kernel_overhead_s" not in KNOBS
     assert all("per_kernel_overhead_s" not in v for v in DEFAULT_PARAMS.values())
+
+
+# ------------------------------------------------------------------ issue 19, item 3: shipped data is never written
+def _fake_result(gpu: str = "h100-sxm"):
+    """A CalibrationResult as calibrate() returns it (no simulation: only the writing is under test)."""
+    from dcpsim.published.calibrate import CalibrationResult
+
+    err = {"compared": 1, "mean_abs_error": 0.1, "worst_abs_error": 0.1}
+    return CalibrationResult(gpu=gpu, params=["gemm_efficiency_scale"], uncalibrated={"gemm_efficiency_scale": 1.0},
+                             fitted={"gemm_efficiency_scale": 0.9}, fit_rows=[1, 2], held_out_rows=[3],
+                             fit_error=err, fit_error_before=err, held_out_error=err, held_out_error_before=err,
+                             folds=[], fold_iterations=1, steps=[], data_sha256="ab" * 32,
+                             revision={"git_commit": "0" * 40}, n_profile_candidates=1, wall_s=0.0)
+
+
+@needs_timing
+def test_apply_installs_a_new_named_profile_and_never_touches_the_shipped_one(tmp_path, monkeypatch):
+    from dcpsim.hardware import get_profile, list_profiles
+    from dcpsim.published.calibrate import write_calibration
+
+    users = tmp_path / "user-profiles"
+    monkeypatch.setenv("DCPSIM_PROFILES", str(users))
+    shipped = profile_folder("h100-sxm") / "profile.toml"
+    before = shipped.read_bytes()
+    paths = write_calibration(_fake_result(), tmp_path / "out", apply=True)
+    assert shipped.read_bytes() == before  # the public profile is unchanged
+    assert all(profile_folder("h100-sxm") not in p.parents for p in paths)
+    prof = get_profile("h100-sxm-calibrated-local")  # found by name in the user's folder
+    assert prof.kind == "calibrated" and prof.timing.gemm_efficiency_scale == 0.9
+    assert users in Path(prof.path).parents or Path(prof.path).parent == users
+    assert get_profile("h100-sxm").kind == "public" and get_profile("h100-sxm").timing.gemm_efficiency_scale == 1.0
+    assert "h100-sxm-calibrated-local" in list_profiles()
+    assert (users / "h100-sxm-calibrated-local" / "CALIBRATION.md").is_file()
+    assert get_profile(str(tmp_path / "out" / "h100-sxm-calibrated-local")).kind == "calibrated"
+
+
+@needs_timing
+def test_calibrate_refuses_shipped_names_and_folders(tmp_path, monkeypatch):
+    from dcpsim.published.calibrate import write_calibration
+    from dcpsim.resources import data_dir
+
+    shipped = data_dir("profiles")
+    with pytest.raises(ConfigError, match="--name.*shipped"):
+        write_calibration(_fake_result(), tmp_path / "o", name="h100-sxm")
+    with pytest.raises(ConfigError, match="--name.*shipped"):
+        write_calibration(_fake_result(), tmp_path / "o", name="h100-sxm-calibrated")
+    with pytest.raises(ConfigError, match="--out.*shipped"):
+        write_calibration(_fake_result(), shipped / "h100-sxm")
+    monkeypatch.setenv("DCPSIM_PROFILES", str(shipped))  # the "user" folder is the shipped one: refused
+    with pytest.raises(ConfigError, match="--apply.*shipped"):
+        write_calibration(_fake_result(), tmp_path / "o2", apply=True)
+    assert not (shipped / "h100-sxm-calibrated-local").exists()
+    # the CLI refuses before fitting (exit 2, no work)
+    assert cli.main(["calibrate", "--gpu", "h100-sxm", "--out", str(tmp_path / "o3"), "--apply", "--no-folds"]) == 2
+    assert cli.main(["calibrate", "--gpu", "h100-sxm", "--out", str(shipped), "--no-folds"]) == 2
+    assert cli.main(["calibrate", "--gpu", "h100-sxm", "--name", "x"]) == 2  # --name needs --out
+
+
+def test_shipped_calibrated_profiles_are_listed_as_calibrated():
+    from dcpsim.hardware import get_profile
+
+    assert get_profile("h100-sxm-calibrated").kind == "calibrated"
+    assert get_profile("a100-sxm-80gb-calibrated").kind == "calibrated"
+    assert get_profile("h100-sxm").kind == "public"

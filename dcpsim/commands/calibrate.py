@@ -4,10 +4,10 @@ Fits at most five named ``[timing]`` knobs of one GPU profile on the rows of
 ``experiments/published_throughput`` declared ``fit`` (suite.toml), reports
 error on the fit rows, per left-out model family (leave-one-family-out), and
 on the held-out rows, all re-simulated at the fitted values. ``--out DIR``
-writes a calibrated profile copy, ``calibration.json`` and ``CALIBRATION.md``;
-``--apply`` also writes the values into the shipped profile (with the data
-hash, the fit rows and the git commit as their source). See
-:mod:`dcpsim.published.calibrate`.
+writes a calibrated profile copy (a new profile named ``--name``, kind
+``calibrated``), ``calibration.json`` and ``CALIBRATION.md``; ``--apply`` also
+installs it in the user's profile folder so it is found by name. Shipped
+profiles are never written. See :mod:`dcpsim.published.calibrate`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ def register(sub) -> None:
     p.add_argument("--fold-iterations", type=NONNEG_INT, default=1, help="Gauss-Newton steps per fold (default 1)")
     p.add_argument("--suite", default=None, help="suite folder (default experiments/published_throughput)")
     p.add_argument("--out", default=None, help="folder for the calibrated profile copy and the report")
-    p.add_argument("--apply", action="store_true", help="also write the fitted values into the shipped profile")
+    p.add_argument("--name", default=None, help="name of the calibrated profile (default <gpu>-calibrated-local; "
+                   "not a shipped profile's name)")
+    p.add_argument("--apply", action="store_true",
+                   help="also install the calibrated profile, by --name, in the user's profile folder (first "
+                        "$DCPSIM_PROFILES entry, else ~/.local/share/dcpsim/profiles); shipped profiles are never "
+                        "written")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_force(p)
     p.set_defaults(func=run, _parser=p)
@@ -36,14 +41,25 @@ def run(args) -> int:
 
     if args.apply and not args.out:
         raise ConfigError("--apply", True, "--out DIR too (the report is written there)")
-    if args.out:
+    if args.out:  # before the fit: the folders, the name, and that no shipped data would be written
         from dcpsim.outdir import check_out_dir
+        from dcpsim.published.calibrate import (
+            check_not_shipped,
+            check_profile_name,
+            default_profile_name,
+            install_target,
+        )
 
-        check_out_dir(args.out, force=args.force)  # before the fit
+        check_out_dir(check_not_shipped(args.out, "--out"), force=args.force)
+        name = check_profile_name(args.name or default_profile_name(args.gpu))
+        if args.apply:
+            check_out_dir(install_target(name), force=args.force, field="--apply")
+    elif args.name:
+        raise ConfigError("--name", args.name, "--out DIR too (the calibrated profile is written there)")
     params = [s.strip() for s in args.params.split(",") if s.strip()] if args.params else None
     res = calibrate(args.gpu, params=params, iterations=args.iterations, suite_dir=args.suite, folds=not args.no_folds,
                     fold_iterations=args.fold_iterations)
-    written = write_calibration(res, args.out, apply=args.apply) if args.out else []
+    written = write_calibration(res, args.out, apply=args.apply, name=args.name, force=args.force) if args.out else []
     if args.json:
         print_json(res.to_json() | {"written": [str(p) for p in written]})
         return 0

@@ -1,4 +1,7 @@
-"""``dcpsim cost``: the cost-model breakdown of one pack on one CP group."""
+"""``dcpsim cost``: the cost-model breakdown of one pack on one CP group.
+
+A pack that does not fit in memory exits with status 2 and the reason (no throughput is printed for it;
+``--json`` still writes the breakdown with ``fits_memory: false`` and ``counted_tflops_per_gpu: null``)."""
 
 from __future__ import annotations
 
@@ -47,15 +50,26 @@ def run(args) -> int:
         "fits_memory": bool(d["fits_memory"]),
         "counted_tflops_per_gpu": tflops_per_gpu(flops, pc.total_s, p.cp * p.tp),
     }
+    fits = result["fits_memory"]
+    if not fits:  # no throughput for a pack that cannot run: the figure would read as valid
+        result["counted_tflops_per_gpu"] = None
     if args.json:
         print_json(result)
-        return 0
-    rows = [{"component": k.removesuffix("_s"), "time_ms": v * 1e3} for k, v in result["breakdown_s"].items()]
-    print_table(rows, title=f"{cm.model.name} on {cm.profile.name}: tp={p.tp} pp={p.pp} cp={p.cp} "
-                f"({'network' if args.spans_network else 'NVLink'}), {len(lengths)} sequences, per rank per stage")
-    print(f"local tokens per rank: {d['local_tokens']:.0f}   peak memory: {result['peak_memory_gib']:.1f} GiB "
-          f"(limit {result['memory_limit_gib']:.1f}, {'fits' if result['fits_memory'] else 'DOES NOT FIT'})   "
-          f"counted TFLOPS/GPU (excl. head): {result['counted_tflops_per_gpu']:.1f}")
+    else:
+        rows = [{"component": k.removesuffix("_s"), "time_ms": v * 1e3} for k, v in result["breakdown_s"].items()]
+        print_table(rows, title=f"{cm.model.name} on {cm.profile.name}: tp={p.tp} pp={p.pp} cp={p.cp} "
+                    f"({'network' if args.spans_network else 'NVLink'}), {len(lengths)} sequences, per rank per stage")
+        if fits:
+            print(f"local tokens per rank: {d['local_tokens']:.0f}   peak memory: {result['peak_memory_gib']:.1f} GiB "
+                  f"(limit {result['memory_limit_gib']:.1f}, fits)   "
+                  f"counted TFLOPS/GPU (excl. head): {result['counted_tflops_per_gpu']:.1f}")
+    if not fits:  # exit status 2 with the reason (the JSON above still says fits_memory: false)
+        from dcpsim.errors import InfeasibleError
+
+        raise InfeasibleError("memory", f"the pack needs {result['peak_memory_gib']:.1f} GiB per GPU > "
+                              f"{result['memory_limit_gib']:.1f} GiB usable on {cm.profile.name} "
+                              f"({d['local_tokens']:.0f} local tokens per rank; raise --cp, --tp or --pp, or shorten "
+                              "--lengths)")
     return 0
 
 

@@ -13,7 +13,8 @@ def register(sub) -> None:
     p.add_argument("--allow-approximate", action="store_true",
                    help="export a policy Megatron lacks (packing-balanced, dynamic-solver, milp) as the closest Megatron scheduler")
     p.add_argument("--no-simulate", action="store_true", help="skip the simulation (no expected.json)")
-    p.add_argument("--train-iters", type=POS_INT, default=30, help="--train-iters of the exported run (default 30)")
+    p.add_argument("--train-iters", type=POS_INT, default=None,
+                   help="--train-iters of the exported run (default max(30, 3 x step.log_interval): three log lines)")
     p.add_argument("--gpus-per-node", type=POS_INT, default=None, help="for launch.sh (default: the hardware profile's)")
     p.add_argument("--json", action="store_true")
     add_force(p)

@@ -58,8 +58,10 @@ def register(sub) -> None:
                        "rank"), ("cp", "static context parallel"), ("mbs", "sequences per microbatch (fixed "
                        "windows)"), ("tokens-per-rank", "tokens per rank per microbatch (variable lengths)")):
         s.add_argument(f"--{name}", default=None, help=f"{what} (default: searched)")
-    s.add_argument("--recompute", default=None, help="none,selective,full (default: searched)")
-    s.add_argument("--precision", default=None, help="bf16,fp8 where the time model has it (default: searched)")
+    s.add_argument("--recompute", default=None, help="none,selective,full (default: the --config's or --set "
+                                                     "parallel.recompute when it states one, else searched)")
+    s.add_argument("--precision", default=None, help="bf16,fp8 where the time model has it (default: the --config's "
+                                                     "or --set parallel.precision when it states one, else searched)")
     s.add_argument("--top", type=POS_INT, default=None, help=f"layouts shown per size (default {d['top']})")
     s.add_argument("--simulate", type=POS_INT, default=None,
                    help=f"screened layouts simulated per size and policy (default {d['simulate']})")
@@ -73,7 +75,9 @@ def register(sub) -> None:
                              "sim.long_run_hours=H for a fixed horizon instead of each row's planned duration, "
                              "sim.slow_gpu_per_day, sim.degraded_link_per_day)")
     add_config_flags(f, list(CONFIG_FLAGS), set_flag=False)
-    p.add_argument("--config", default=None, help="base run TOML for everything else (recompute, network, sim ...)")
+    p.add_argument("--config", default=None, help="base run TOML for everything else (model, network, failures, "
+                   "sim ...); a parallel.recompute or parallel.precision it states is used, not searched (unless "
+                   "--recompute/--precision); its layout (tp, pp, vp, cp, mbs, max_tokens_per_rank) is searched")
     add_config_flags(p, [])  # --set section.field=VALUE on the base configuration
     p.add_argument("-j", "--jobs", type=POS_INT, default=None, help="worker processes (default 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -102,18 +106,47 @@ def _list(text: str | None, field: str, cast=int):
     return vals
 
 
-def build_space(args):
+PRECISIONS = ("bf16", "fp8")
+
+
+def stated_parallel(args) -> dict[str, Any]:
+    """``parallel.recompute`` / ``parallel.precision`` as the --config file or --set states them (not defaults)."""
+    from dcpsim.commands._common import config_updates
+
+    out: dict[str, Any] = {}
+    if args.config:
+        from dcpsim.validation import read_toml
+
+        par = read_toml(args.config, "--config").get("parallel", {})
+        out |= {k: par[k] for k in ("recompute", "precision") if isinstance(par, dict) and k in par}
+    upd = config_updates(args)[0]
+    out |= {k: upd[f"parallel.{k}"] for k in ("recompute", "precision") if f"parallel.{k}" in upd}
+    return out
+
+
+def build_space(args, stated: dict[str, Any] | None = None):
+    """The search space of the flags; a recompute/precision the config states is forced (its flag must agree)."""
     from dcpsim.errors import ConfigError
     from dcpsim.planning import SearchSpace
     from dcpsim.planning.space import RECOMPUTE
 
+    stated = stated or {}
     rec = _list(args.recompute, "--recompute", str)
     if rec and any(r not in RECOMPUTE for r in rec):
         raise ConfigError("--recompute", args.recompute, f"values from {RECOMPUTE}")
+    prec = _list(args.precision, "--precision", str)
+    if prec and any(x not in PRECISIONS for x in prec):
+        raise ConfigError("--precision", args.precision, f"values from {PRECISIONS}")
+    for flag, vals, key in (("--recompute", rec, "recompute"), ("--precision", prec, "precision")):
+        if key in stated and vals is not None and vals != [stated[key]]:
+            raise ConfigError(flag, ",".join(vals), f"agreement with the configuration's parallel.{key} = "
+                              f"{stated[key]!r} or no {flag} (they disagree)")
+    rec = rec if rec is not None else ([stated["recompute"]] if "recompute" in stated else None)
+    prec = prec if prec is not None else ([stated["precision"]] if "precision" in stated else None)
     return SearchSpace(tp=_list(args.tp, "--tp"), pp=_list(args.pp, "--pp"), vp=_list(args.vp, "--vp"),
                        cp=_list(args.cp, "--cp"), mbs=_list(args.mbs, "--mbs"),
                        tokens_per_rank=_list(args.tokens_per_rank, "--tokens-per-rank"), recompute=rec,
-                       precision=_list(args.precision, "--precision", str))
+                       precision=prec)
 
 
 def _config_workload(args) -> str | None:
@@ -144,8 +177,40 @@ def _check_agreement(args, cfg_name: str | None, base) -> None:
         raise ConfigError("--data", args.data, f"no --data with a --config that sets its workload ({cfg_name})")
 
 
+def _check_data_flags(args) -> None:
+    """Data flags that cannot act together are refused, never ignored: --data with --seq-len/--workload,
+    --max-len with fixed windows, --documents naming no workload."""
+    from dcpsim.errors import ConfigError
+    from dcpsim.planning.inputs import DATA_PRESETS
+
+    if args.data is not None:
+        for flag, v in (("--seq-len", args.seq_len), ("--workload", args.workload)):
+            if v is not None:
+                raise ConfigError(flag, v, f"no {flag} with --data {args.data} (the preset sets the data: "
+                                  f"{DATA_PRESETS[args.data].description if args.data in DATA_PRESETS else 'unknown'}"
+                                  "); drop one of them")
+    if args.documents is not None:
+        from dcpsim.workload import get_workload
+
+        try:
+            get_workload(args.documents)
+        except ConfigError as exc:
+            raise ConfigError("--documents", args.documents, exc.expected) from None
+
+
 def build_data(args, base):
     """The DataSpec from the flags and the config; explicit data flags must agree with the config's workload."""
+    _check_data_flags(args)
+    spec = _data_spec(args, base)
+    if args.max_len is not None and spec.fixed:
+        from dcpsim.errors import ConfigError
+
+        raise ConfigError("--max-len", args.max_len, "only with variable-length data (--workload, a --data preset of "
+                          f"variable lengths, or a --config workload); this plan uses {spec.describe()}")
+    return spec
+
+
+def _data_spec(args, base):
     from dcpsim.planning import make_data_spec, parse_token_count
 
     gbs_tokens = parse_token_count(args.gbs_tokens) if args.gbs_tokens is not None else None
@@ -271,8 +336,14 @@ def run(args) -> int:
 
     get_model(model)  # a bad name or file is one line now, not a failure in every worker
     deadline = parse_duration_days(args.deadline)
+    from dcpsim.planning.inputs import parse_gpu_prices
+
+    parse_gpu_prices(_get(args, "gpus")[0])  # a bad or repeated GPU type: one line before any work
     data = build_data(args, base)
-    space = build_space(args)
+    space = build_space(args, stated_parallel(args))
+    from dcpsim.planning.capacity import check_policies
+
+    check_policies([x.strip() for x in _get(args, "policies")[0].split(",") if x.strip()])  # before the header
     max_gbs = parse_token_count(args.max_gbs_tokens, "--max-gbs-tokens") if args.max_gbs_tokens else None
     if not args.json:
         print("\n".join(header(args, data, space_description(space), base, tokens)))
@@ -284,7 +355,7 @@ def run(args) -> int:
         max_gbs_tokens=max_gbs, jobs=args.jobs, progress=not args.no_progress and not args.json,
     )
     df = plan.rows
-    if not (df["status"] == "ok").any():
+    if not ((df["status"] == "ok") & df["trainable"]).any():
         reasons = [r for r in df["reason"] if r]
         raise InfeasibleError("layout", "no GPU type and size can run this plan: "
                               + (reasons[0] if reasons else "see the rows"))
@@ -315,6 +386,9 @@ def _display_row(r: dict) -> dict:
 
     if r["status"] != "ok":
         r["status"] = f"{r['status']}: {str(r.get('reason', ''))[:90]}"
+    if not r.get("trainable", True):  # the bound: a reference, never a pick
+        r["policy"] = f"{r['policy']} (lower bound, reference)"
+        r["meets_deadline"] = "-"
     lo, hi = r.get("effective_days_min"), r.get("effective_days_max")
     r["days_spread"] = f"{lo:.2f}-{hi:.2f}" if isinstance(lo, float) and math.isfinite(lo) else ""
     std = r.get("goodput_std")

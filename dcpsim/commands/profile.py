@@ -3,16 +3,27 @@
 Needs the ``profile`` extra (``pip install 'dcpsim[profile]'``). Full mode
 measures GEMMs over 64..128K tokens, attention over 128..128K-token documents
 and collectives over 4 KiB..1 GiB (meant for a GPU). ``--quick`` measures small
-sizes (tokens 64..1024, documents 32..1024, messages 4 KiB..1 MiB) on the
+sizes (tokens 64..512, documents 32..512, messages 4 KiB..256 KiB) on the
 model shrunk until hidden <= 512 (``--scale``), so a CPU profile takes seconds
-(used in CI).
+(used in CI); after ``--time-limit`` seconds (default 60 with ``--quick``) each
+remaining case is timed once, so a slow CPU finishes too. The folder is
+written only once the profile loads.
 """
 
 from __future__ import annotations
 
 import shlex
 
-from dcpsim.commands._common import NONNEG_INT, POS_INT, SEED, add_force, parse_int_list, print_json, print_table
+from dcpsim.commands._common import (
+    NONNEG_INT,
+    POS_FLOAT,
+    POS_INT,
+    SEED,
+    add_force,
+    parse_int_list,
+    print_json,
+    print_table,
+)
 
 
 def register(sub) -> None:
@@ -40,6 +51,9 @@ def register(sub) -> None:
     p.add_argument("--max-repeats", type=POS_INT, default=None)
     p.add_argument("--threads", type=POS_INT, default=None, help="torch intra-op threads on a CPU (default: torch's; 1 with --quick)")
     p.add_argument("--seed", type=SEED, default=0)
+    p.add_argument("--time-limit", type=POS_FLOAT, default=None,
+                   help="seconds of kernel timing after which each remaining case is timed once (default 60 with "
+                        "--quick, none otherwise)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_force(p)
     p.set_defaults(func=run, _parser=p)
@@ -77,7 +91,7 @@ def run(args) -> int:
         tokens=ints(args.tokens, "--tokens"), seqlens=ints(args.seqlens, "--seqlens"), sizes=ints(args.sizes, "--sizes"),
         varlen_tokens=args.varlen_tokens, nproc=args.nproc, collectives=not args.no_collectives, warmup=args.warmup,
         min_repeats=args.min_repeats, max_repeats=args.max_repeats, seed=args.seed, threads=args.threads,
-        command=command_line(args, "profile"),
+        command=command_line(args, "profile"), time_limit_s=args.time_limit,
     )
     res = run_profile(opts, force=args.force)
     info = res.summary()

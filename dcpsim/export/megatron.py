@@ -106,7 +106,13 @@ def resolve_policy(cfg: RunConfig, allow_approximate: bool = False) -> tuple[str
                       f"a policy Megatron-LM implements ({sorted(SCHEDULERS)}); {name!r} has no Megatron equivalent")
 
 
-def check_megatron(cfg: RunConfig, policy: str) -> list[str]:
+def train_iters_for(cfg: RunConfig, train_iters: int | None = None) -> int:
+    """``--train-iters`` of the exported run: ``train_iters``, else ``max(30, 3 × step.log_interval)`` so that
+    Megatron logs the iteration time at least three times (its log lines average over ``--log-interval``)."""
+    return int(train_iters) if train_iters is not None else max(DEFAULT_TRAIN_ITERS, 3 * cfg.step.log_interval)
+
+
+def check_megatron(cfg: RunConfig, policy: str, train_iters: int | None = None) -> list[str]:
     """Refuse (ConfigError naming the field) what Megatron would reject; return notes on what does not carry over."""
     from dcpsim.model import get_model
 
@@ -123,7 +129,7 @@ def check_megatron(cfg: RunConfig, policy: str) -> list[str]:
     _check_a2a(cfg, m, dynamic)
     _check_vp(cfg, m)
     _check_policy_options(cfg, policy)
-    return notes + _carry_over_notes(cfg, dynamic)
+    return notes + _carry_over_notes(cfg, dynamic, train_iters_for(cfg, train_iters))
 
 
 # Policy options Megatron's schedulers fix (no flag sets them): export refuses any other value.
@@ -233,7 +239,7 @@ def param_gather_rule_note(cfg: RunConfig) -> str | None:
             "core_r0.8.0 or older (launched at the step's start) simulate with sim.param_gather_launch = 'step_start'")
 
 
-def _carry_over_notes(cfg: RunConfig, dynamic: bool) -> list[str]:
+def _carry_over_notes(cfg: RunConfig, dynamic: bool, train_iters: int = DEFAULT_TRAIN_ITERS) -> list[str]:
     """What the simulation includes that a Megatron flag cannot express."""
     s, notes = cfg.sim, []
     rule = param_gather_rule_note(cfg)
@@ -262,6 +268,11 @@ def _carry_over_notes(cfg: RunConfig, dynamic: bool) -> list[str]:
     if s.cp_switch_s or s.microbatch_overhead_s:
         notes.append("sim.cp_switch_s / sim.microbatch_overhead_s are assumed overheads added to the timing "
                      "(sensitivity settings), not flags")
+    st = cfg.step
+    if train_iters < 2 * st.log_interval:
+        notes.append(f"--log-interval {st.log_interval} (step.log_interval) with --train-iters {train_iters}: "
+                     f"Megatron logs {train_iters // st.log_interval} time(s); to compare per-iteration times set "
+                     "step.log_interval = 1 (simulated with its per-step sync) or raise --train-iters")
     if s.long_run_hours > 0:
         notes.append("the long-run goodput figures (sim.long_run_hours and the failure settings) describe the "
                      "cluster's failures; the short exported run measures none of them")
@@ -357,7 +368,7 @@ def step_flags(cfg: RunConfig) -> list[str]:
 
 
 def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: str = "lengths.csv",
-                  train_iters: int = DEFAULT_TRAIN_ITERS, allow_approximate: bool = False) -> list[str]:
+                  train_iters: int | None = None, allow_approximate: bool = False) -> list[str]:
     """The Megatron-LM argument list (tokens) for ``cfg`` (checked first; see :func:`check_megatron`)."""
     from dcpsim.model import get_model
 
@@ -433,7 +444,7 @@ def megatron_args(cfg: RunConfig, *, policy: str | None = None, lengths_path: st
     flag("--no-create-attention-mask-in-dataloader")
     flag("--split", "99,1,0")
     # a short benchmark run
-    flag("--train-iters", train_iters)
+    flag("--train-iters", train_iters_for(cfg, train_iters))
     flag("--lr", "1.0e-4")
     flag("--min-lr", "1.0e-5")
     flag("--lr-decay-style", "cosine")
@@ -461,12 +472,12 @@ def sample_lengths(cfg: RunConfig, batches: int = 1) -> np.ndarray:
 
 
 def build_export(cfg: RunConfig, *, allow_approximate: bool = False, simulate: bool = True,
-                 lengths_path: str = "lengths.csv", train_iters: int = DEFAULT_TRAIN_ITERS) -> MegatronExport:
+                 lengths_path: str = "lengths.csv", train_iters: int | None = None) -> MegatronExport:
     """Check ``cfg``, and build the arguments, lengths and (if ``simulate``) the simulated expectations."""
     from dcpsim.run.single import check_memory
 
     policy, approx = resolve_policy(cfg, allow_approximate)
-    notes = check_megatron(cfg, policy)
+    notes = check_megatron(cfg, policy, train_iters)
     # what the simulator calls infeasible is not exported: model states here, every simulated pack below;
     # without a simulation a full microbatch of max_tokens_per_rank tokens per rank must fit
     check_memory(cfg, full_microbatch=not simulate)
@@ -592,7 +603,8 @@ Predicted: iteration time {f("iteration_time_s", ".3f")} s, {f("tflops_per_gpu",
 {f("tokens_per_s", ",.0f")} tokens/s.
 
 1. Run `launch.sh` (it logs to `megatron_run.log` with `--log-throughput`, every `--log-interval` steps:
-   `step.log_interval`, Megatron's 100 by default; export with `--set step.log_interval=1` to log each step).
+   `step.log_interval`, Megatron's 100 by default, each log line averaging that many iterations; `--train-iters`
+   defaults to three log intervals; export with `--set step.log_interval=1` to log each step).
 2. Drop the first few iterations (warm-up, NCCL set-up); take the median of
    `elapsed time per iteration (ms)` and of `throughput per GPU (TFLOP/s/GPU)` over the rest.
 3. Compare with `iteration_time_s` and `tflops_per_gpu` above. Megatron counts the same model FLOPs
@@ -609,7 +621,7 @@ Predicted: iteration time {f("iteration_time_s", ".3f")} s, {f("tflops_per_gpu",
 
 
 def export_megatron(cfg: RunConfig | str | Path, out_dir: str | Path, *, allow_approximate: bool = False,
-                    simulate: bool = True, train_iters: int = DEFAULT_TRAIN_ITERS,
+                    simulate: bool = True, train_iters: int | None = None,
                     gpus_per_node: int | None = None, force: bool = False) -> MegatronExport:
     """Check ``cfg`` against Megatron's constraints and write the export files into ``out_dir``.
 
@@ -626,7 +638,7 @@ def export_megatron(cfg: RunConfig | str | Path, out_dir: str | Path, *, allow_a
     if not isinstance(cfg, RunConfig):
         cfg = load_config(cfg)
     out = check_out_dir(out_dir, force=force)
-    if train_iters < 1:
+    if train_iters is not None and train_iters < 1:
         raise ConfigError("train_iters", train_iters, "a positive number of iterations")
     gpus_per_node = launch_gpus_per_node(cfg, gpus_per_node)
     exp = build_export(cfg, allow_approximate=allow_approximate, simulate=simulate,

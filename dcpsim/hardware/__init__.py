@@ -31,15 +31,38 @@ __all__ = [
     "get_profile",
     "list_profiles",
     "load_profile",
+    "default_user_profile_dir",
     "profile_dirs",
+    "user_profile_dir",
     "write_profile",
 ]
 
 
+def _env_profile_dirs() -> list[Path]:
+    return [Path(p) for p in os.environ.get("DCPSIM_PROFILES", "").split(os.pathsep) if p]
+
+
+def default_user_profile_dir() -> Path:
+    """``$XDG_DATA_HOME/dcpsim/profiles`` (default ``~/.local/share/dcpsim/profiles``)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "dcpsim" / "profiles"
+
+
+def user_profile_dir() -> Path:
+    """Where a user's own named profiles go (``dcpsim calibrate --apply``): the first ``$DCPSIM_PROFILES``
+    folder, else :func:`default_user_profile_dir`. Never the shipped ``profiles/``."""
+    env = _env_profile_dirs()
+    return env[0] if env else default_user_profile_dir()
+
+
 def profile_dirs() -> list[Path]:
-    """Folders searched for named profiles: ``$DCPSIM_PROFILES`` (``:``-separated), then the shipped ``profiles/``."""
-    dirs = [Path(p) for p in os.environ.get("DCPSIM_PROFILES", "").split(os.pathsep) if p]
+    """Folders searched for named profiles: ``$DCPSIM_PROFILES`` (``:``-separated), the shipped ``profiles/``,
+    then :func:`default_user_profile_dir` (after the shipped ones: a user profile never hides a shipped name)."""
+    dirs = _env_profile_dirs()
     dirs.append(data_dir("profiles"))
+    user = default_user_profile_dir()
+    if user not in dirs:
+        dirs.append(user)
     return dirs
 
 

@@ -114,9 +114,16 @@ class Timing:
 TIMING_FIELDS = tuple(Timing.__dataclass_fields__)
 HOST_CPUS = ("x86", "grace")  # profile.toml host_cpu: the CPU type whose dispatch costs the host model uses
 TIMING_INT_FIELDS = ("sms", "gemm_tile_m", "gemm_tile_n")
-# fields that may be 0 (mechanism off); the scales must be > 0
-TIMING_ZERO_OK = ("peak_fp8_flops", "fp8_gemm_best_tflops", "sms", "gemm_k_half", "per_kernel_overhead_s",
+# fields that may be 0 (mechanism off); the scales must be > 0, and sms too when present (omit it for no
+# GEMM shape model: a device has no zero-SM GPU)
+TIMING_ZERO_OK = ("peak_fp8_flops", "fp8_gemm_best_tflops", "gemm_k_half", "per_kernel_overhead_s",
                   "iteration_overhead_s")
+# largest plausible value of each timing field (refuses unit mistakes; the scales that multiply a kernel rate are
+# bounded further by the device peak, see _check_scaled_peaks)
+TIMING_MAX = {"peak_fp8_flops": 1e17, "fp8_gemm_best_tflops": 1e5, "sms": 100_000, "gemm_tile_m": 4096,
+              "gemm_tile_n": 4096, "gemm_k_half": 1e6, "per_kernel_overhead_s": 1.0, "iteration_overhead_s": 3600.0,
+              "gemm_efficiency_scale": 100.0, "fp8_gemm_efficiency_scale": 100.0,
+              "attention_efficiency_scale": 100.0, "nvlink_efficiency": 10.0, "network_efficiency": 10.0}
 
 
 def bus_factor(op: str, n: int) -> float:
@@ -300,6 +307,7 @@ class HardwareProfile:
         else:
             rate = rate * ratio
         rate = rate * t.gemm_efficiency_scale * (t.fp8_gemm_efficiency_scale if precision == "fp8" else 1.0)
+        rate = np.minimum(rate, self.peak_flops(precision))  # no GEMM runs faster than the device's peak
         if t.has_gemm_model:  # memory roofline: operands in, bf16 result out, at HBM bandwidth
             m = np.maximum(np.asarray(tokens, dtype=float), 1.0)
             b_in = 1.0 if precision == "fp8" else 2.0
@@ -319,7 +327,13 @@ class HardwareProfile:
         rate *= self.timing.gemm_efficiency_scale
         if precision == "fp8":
             rate *= self.fp8_gemm_ratio() * self.timing.fp8_gemm_efficiency_scale
-        return rate
+        return min(rate, self.peak_flops(precision))
+
+    def peak_flops(self, precision: str = "bf16") -> float:
+        """The device's dense peak in FLOP/s for ``precision`` (``timing.peak_fp8_flops`` for fp8 when set)."""
+        if precision == "fp8" and self.timing.has_fp8:
+            return float(self.timing.peak_fp8_flops)
+        return float(self.peak_bf16_flops)
 
     def fp8_gemm_ratio(self) -> float:
         """FP8 over BF16 achieved GEMM rate, both on an 8192³ product (``fp8_gemm_best_tflops`` is one)."""
@@ -425,7 +439,9 @@ class ProfileMeta(InputModel):
 
     format_version: Literal[1] = Field(description="profile format version")
     name: str = Field(min_length=1, description="profile name")
-    kind: Literal["public", "measured", "mixed"] = Field("public", description="where the figures come from")
+    kind: Literal["public", "measured", "mixed", "calibrated"] = Field(
+        "public", description="where the figures come from (calibrated: a copy with timing knobs fitted by "
+        "dcpsim calibrate, its sources naming the fit data)")
     description: str = ""
     host_cpu: Literal["x86", "grace"] | None = Field(
         None, description="the CPU type of the host that drives the GPUs (x86 server CPUs, or NVIDIA Grace in "
@@ -555,7 +571,7 @@ def load_profile(path: str | Path) -> HardwareProfile:
     if host.enabled and timing.per_kernel_overhead_s > 0:  # the host timeline prices launches: no second floor
         raise ProfileError("timing.per_kernel_overhead_s", timing.per_kernel_overhead_s,
                            "0 in a profile with a [host] table (the host timeline prices kernel launches)", where=where)
-    return HardwareProfile(
+    prof = HardwareProfile(
         name=meta.name,
         kind=meta.kind,
         description=meta.description,
@@ -570,6 +586,31 @@ def load_profile(path: str | Path) -> HardwareProfile:
         path=folder,
         **values,
     )
+    _check_scaled_peaks(prof, where)
+    return prof
+
+
+def _check_scaled_peaks(prof: HardwareProfile, where: str) -> None:
+    """No kernel rate the cost model can produce exceeds the device's peak, calibration scales included: the best
+    GEMM row × ``gemm_efficiency_scale`` and the best attention row × ``attention_efficiency_scale`` stay at or
+    below ``peak_bf16_flops``, and the best FP8 GEMM rate (× both GEMM scales) at or below ``peak_fp8_flops``
+    (otherwise a simulated TFLOPS/GPU could pass the peak, MFU above 100%)."""
+    t, peak = prof.timing, prof.peak_bf16_flops
+    tol = 1 + 1e-9
+    for field_, scale, rows, what in (("timing.gemm_efficiency_scale", t.gemm_efficiency_scale, prof.gemm_rows, "GEMM"),
+                                      ("timing.attention_efficiency_scale", t.attention_efficiency_scale,
+                                       prof.attention_rows, "attention")):
+        best = max(r["tflops"] for r in rows) * 1e12
+        if best * scale > peak * tol:
+            raise ProfileError(field_, scale, f"<= {peak / best:.6g}: the best {what} row ({best / 1e12:g} TFLOPS) "
+                               f"times it must stay <= peak_bf16_flops ({peak / 1e12:g} TFLOPS)", where=where)
+    if t.has_fp8:  # the FP8 anchor figure with both scales; other shapes are clamped at the FP8 peak (gemm_flops_per_s)
+        fp8 = t.fp8_gemm_best_tflops * 1e12 * t.gemm_efficiency_scale * t.fp8_gemm_efficiency_scale
+        if fp8 > t.peak_fp8_flops * tol:
+            raise ProfileError("timing.fp8_gemm_efficiency_scale", t.fp8_gemm_efficiency_scale,
+                               f"a value keeping fp8_gemm_best_tflops x the GEMM scales ({fp8 / 1e12:g} TFLOPS with "
+                               f"gemm_efficiency_scale {t.gemm_efficiency_scale:g}) <= timing.peak_fp8_flops "
+                               f"({t.peak_fp8_flops / 1e12:g} TFLOPS)", where=where)
 
 
 def _read_meta(meta_path: Path) -> ProfileMeta:
@@ -626,8 +667,10 @@ def _read_timing(table, sources: dict, where: str) -> Timing:
             fv = float(v)
         except (TypeError, ValueError):
             raise ProfileError(f"timing.{f}", v, "a number", where=where) from None
-        if isinstance(v, bool) or not math.isfinite(fv) or fv < 0 or (fv == 0 and not zero_ok):
-            raise ProfileError(f"timing.{f}", v, "a finite number >= 0" if zero_ok else "a finite number > 0", where=where)
+        if isinstance(v, bool) or not math.isfinite(fv) or fv < 0 or (fv == 0 and not zero_ok) or fv > TIMING_MAX[f]:
+            lo = ">= 0" if zero_ok else "> 0"
+            hint = " (omit timing.sms for no GEMM shape model)" if f == "sms" else ""
+            raise ProfileError(f"timing.{f}", v, f"a finite number {lo} and <= {TIMING_MAX[f]:g}{hint}", where=where)
         if f in TIMING_INT_FIELDS:
             if fv != int(fv):
                 raise ProfileError(f"timing.{f}", v, "an integer", where=where)
@@ -680,7 +723,8 @@ def write_profile(profile: HardwareProfile, folder: str | Path, *, force: bool =
     for f in DEVICE_FIELDS:
         v = getattr(profile, f)
         lines.append(f"{f} = {int(v) if f in ('gpus_per_node', 'nvlink_domain_gpus') else repr(float(v))}")
-    timing = [(f, getattr(profile.timing, f)) for f in TIMING_FIELDS]
+    # sms = 0 (no GEMM shape model) is written by omission: the reader refuses a zero SM count
+    timing = [(f, getattr(profile.timing, f)) for f in TIMING_FIELDS if not (f == "sms" and profile.timing.sms == 0)]
     if profile.timing != Timing():
         lines += ["", "[timing]"]
         lines += [f"{f} = {v if isinstance(v, int) else repr(float(v))}" for f, v in timing]

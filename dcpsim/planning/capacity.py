@@ -13,6 +13,8 @@
    first-order Young/Daly figure of the same inputs beside it), GPU-hours, cost, days, their spread over
    seeds, expected failures, scaling efficiency, deadline and Pareto front;
 4. :func:`recommend` -- one sentence: the cheapest configuration meeting the deadline, else the fastest.
+   Only trainable policies are picked (``trainable``): ``bound`` is a lower bound on the iteration time, kept
+   as a reference row, never recommended and never on the Pareto front.
 
 Columns of ``CapacityPlan.rows`` (one per GPU type × size × policy, its best simulated layout):
 ``network`` (the mode of the row's throughput; the search ran ``search_network`` = ideal, its figure is
@@ -77,6 +79,28 @@ class Task:
     gpus: int
     policy: str
     gbs: int
+
+
+def trainable(policy: str) -> bool:
+    """Whether ``policy``'s plans are schedules a run can train with (``bound`` is a lower bound, not one)."""
+    from dcpsim.policies.base import policy_class
+
+    return bool(getattr(policy_class(policy), "executable", True))
+
+
+def check_policies(policies: Sequence[str]) -> None:
+    """Known policy names, at least one of them trainable (ConfigError naming --policies)."""
+    from dcpsim.policies.base import list_policies, policy_class
+
+    for pol in policies:
+        try:
+            policy_class(pol)
+        except ConfigError:
+            raise ConfigError("--policies", pol, f"policies from {list_policies()}") from None
+    if not any(trainable(p) for p in policies):
+        raise ConfigError("--policies", ",".join(policies),
+                          "at least one trainable policy: 'bound' is a lower bound on the iteration time, shown "
+                          "beside trainable policies as a reference column, never recommended")
 
 
 def plan_tasks(prices: Mapping[str, float], sizes: Sequence[int], policies: Sequence[str], data: DataSpec,
@@ -287,6 +311,7 @@ def cost_table(rows: list[dict[str, Any]], *, tokens: float, data: DataSpec, fai
     for c in ("iteration_time_s", "tokens_per_s", "tflops_per_gpu", "tokens_per_s_min", "tokens_per_s_max", "reason"):
         if c not in df.columns:
             df[c] = np.nan if c != "reason" else ""
+    df["trainable"] = [trainable(p) for p in df["policy"]] if "policy" in df else True
     ok = df["status"] == "ok"
     df["gbs_tokens"] = df["gbs"] * data.mean_len
     df["iterations"] = np.where(ok, np.ceil(tokens / df["gbs_tokens"]), np.nan)
@@ -309,10 +334,11 @@ def cost_table(rows: list[dict[str, Any]], *, tokens: float, data: DataSpec, fai
         df["meets_deadline"] = None
     else:
         df["meets_deadline"] = ok & (df["effective_days"] <= deadline_days)
-    df["pareto"] = pareto_front(df, ok)
+    pick = ok & df["trainable"]  # a lower bound (policy bound) is a reference, never on the front
+    df["pareto"] = pareto_front(df, pick)
     df["pareto_gpu"] = False  # not beaten by another row of the same GPU type
     for _, g in df.groupby("gpu"):
-        df.loc[g.index, "pareto_gpu"] = pareto_front(g, ok.loc[g.index]).to_numpy()
+        df.loc[g.index, "pareto_gpu"] = pareto_front(g, pick.loc[g.index]).to_numpy()
     return df
 
 
@@ -368,6 +394,7 @@ def plan_capacity(
         raise ConfigError("--sizes", sizes, "positive GPU counts")
     if not policies:
         raise ConfigError("--policies", policies, "at least one policy")
+    check_policies(policies)
     if batch_scaling not in ("proportional", "fixed"):
         raise ConfigError("--batch-scaling", batch_scaling, "proportional or fixed")
     if seeds < 1:
@@ -492,8 +519,9 @@ def _goodput_text(r) -> str:
 
 
 def recommend(df, deadline_days: float | None = None) -> str:
-    """One plain sentence: the cheapest configuration meeting the deadline, else the fastest."""
-    ok = df[df["status"] == "ok"]
+    """One plain sentence: the cheapest configuration meeting the deadline, else the fastest (trainable policies
+    only: a ``bound`` row is a lower bound, a reference beside them)."""
+    ok = df[(df["status"] == "ok") & (df["trainable"] if "trainable" in df else True)]
     if not len(ok):
         return "No configuration could run; see the reason column."
     if deadline_days is None:

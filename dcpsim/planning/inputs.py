@@ -40,6 +40,9 @@ def parse_gpu_prices(text: str) -> dict[str, float]:
             p = -1.0
         if not sep or not name or p < 0 or not math.isfinite(p):
             raise ConfigError("--gpus", item, "GPU:PRICE pairs, e.g. h100-sxm:2.5 (price per GPU-hour, >= 0)")
+        if name in out:
+            raise ConfigError("--gpus", item, f"each GPU type once ({name} is listed at {out[name]:g} and {p:g} "
+                              "per GPU-hour; one price per type)")
         out[name] = p
     if not out:
         raise ConfigError("--gpus", text, "at least one GPU:PRICE pair")

@@ -97,6 +97,7 @@ class Policy(ABC):
 
     name: ClassVar[str] = ""
     dynamic: ClassVar[bool] = False
+    executable: ClassVar[bool] = True  # False: the plans are not schedules a run can train with (the bound)
 
     def options(self) -> dict[str, Any]:
         """The options this policy was built with (recorded in ``Plan.meta``)."""

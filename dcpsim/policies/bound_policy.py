@@ -23,6 +23,7 @@ class BoundPolicy(Policy):
 
     name = "bound"
     dynamic = True
+    executable = False  # a lower bound on the iteration time, not a schedule: never a plan's pick
 
     def __init__(self, scope: str = "any") -> None:
         if scope not in SCOPES:

@@ -23,11 +23,15 @@ What is measured and what is taken from elsewhere:
   CPU); ``hbm_bw_bytes_per_s`` is measured by a large copy. Peak FLOP/s and
   link bandwidths cannot be measured by a kernel benchmark: they come from the
   base profile (the public profile of the detected GPU by default) or, without
-  one, from a stated placeholder (peak = best measured GEMM; link bandwidths =
+  one, from a stated placeholder (peak = best measured kernel, GEMM or attention; link bandwidths =
   best measured send/recv bus bandwidth; GPUs per node = ranks measured).
 
 Quick mode (``quick=True``) measures small sizes on a reduced model (see
-:func:`scale_model`) so that a CPU profile takes seconds, for CI.
+:func:`scale_model`) so that a CPU profile takes seconds, for CI; after
+``QUICK_TIME_LIMIT_S`` seconds of kernel timing each remaining case is timed
+once, which bounds a run on a slow CPU. The profile is written only once it
+loads (:func:`write_checked_profile`): a run never leaves a folder that
+``load_profile`` refuses.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ KIB, MIB, GIB = 1024, 1024**2, 1024**3
 GPU_BASES = (("H200", "h200-sxm"), ("H100", "h100-sxm"), ("A100", "a100-sxm-80gb"), ("B200", "b200"))
 QUICK_HIDDEN = 512  # quick mode shrinks the model until hidden <= this
 CPU_MAX_SIZE = 16384  # largest token count / document length a full-mode CPU run accepts
+QUICK_TIME_LIMIT_S = 60.0  # quick mode: seconds of kernel timing before each remaining case is timed once
 
 
 def scale_model(model: ModelSpec, scale: int) -> ModelSpec:
@@ -139,14 +144,15 @@ class ProfileOptions:
     seed: int = 0
     threads: int | None = None
     command: str = ""
+    time_limit_s: float | None = None  # after this many seconds of kernel timing, each remaining case is timed once
 
     @classmethod
     def make(cls, out, model: ModelSpec, *, quick: bool = False, **kw) -> ProfileOptions:
         """Options with the default sizes of quick or full mode filled in."""
-        if quick:
-            d = dict(tokens=tuple(_pow2_range(64, 1024)), seqlens=tuple(_pow2_range(32, 1024)),
-                     sizes=tuple(_pow2_range(4 * KIB, MIB, 4)), varlen_tokens=1024, warmup=1, min_repeats=5,
-                     max_repeats=15, budget_s=0.1, copy_bytes=64 * MIB)
+        if quick:  # small sizes and a time limit: seconds on a fast CPU, bounded on a slow one (bf16 emulated)
+            d = dict(tokens=tuple(_pow2_range(64, 512)), seqlens=tuple(_pow2_range(32, 512)),
+                     sizes=tuple(_pow2_range(4 * KIB, 256 * KIB, 4)), varlen_tokens=512, warmup=1, min_repeats=3,
+                     max_repeats=15, budget_s=0.1, copy_bytes=64 * MIB, time_limit_s=QUICK_TIME_LIMIT_S)
         else:
             d = dict(tokens=tuple(_pow2_range(64, 131072)), seqlens=tuple(_pow2_range(128, 131072)),
                      sizes=tuple(_pow2_range(4 * KIB, GIB, 4)), varlen_tokens=16384)
@@ -173,6 +179,9 @@ class ProfileOptions:
             raise ConfigError("--ops", bad, f"names from {COLLECTIVE_OPS}")
         if self.nproc is not None and self.nproc < 2:
             raise ConfigError("--nproc", self.nproc, "at least 2")
+        if self.time_limit_s is not None and not (isinstance(self.time_limit_s, (int, float))
+                                                  and 0 < self.time_limit_s <= 1e6):
+            raise ConfigError("--time-limit", self.time_limit_s, "seconds in (0, 1e6]")
         for name in ("warmup", "min_repeats", "max_repeats", "varlen_tokens"):
             if getattr(self, name) < (0 if name == "warmup" else 1):
                 raise ConfigError(f"--{name.replace('_', '-')}", getattr(self, name), "a positive integer")
@@ -280,7 +289,8 @@ def _run_profile(opts: ProfileOptions, show_progress: bool | None) -> ProfileRes
     if not do_coll and base is None:
         raise ConfigError("--base", opts.base, "a base profile to copy collective rows from (collectives are not measured here)")
     torch.manual_seed(opts.seed)
-    timer = Timer(info, warmup=opts.warmup, min_repeats=opts.min_repeats, max_repeats=opts.max_repeats, budget_s=opts.budget_s)
+    timer = Timer(info, warmup=opts.warmup, min_repeats=opts.min_repeats, max_repeats=opts.max_repeats, budget_s=opts.budget_s,
+                  deadline=None if opts.time_limit_s is None else time.monotonic() + opts.time_limit_s)
     ctx = MeasureContext(info, dtype_name=opts.dtype, timer=timer, seed=opts.seed)
     m, tp = opts.model, opts.tp
     shapes: list[tuple[str, int, int]] = []
@@ -330,14 +340,39 @@ def _run_profile(opts: ProfileOptions, show_progress: bool | None) -> ProfileRes
             seconds["collectives"] = time.perf_counter() - t0
 
     profile = _assemble(opts, info, ctx, base, gemm_rows, attn_rows, coll_meta, coll_results, hbm_bw, hbm_src, kernels, nproc)
-    out = Path(opts.out)
-    write_profile(profile, out)
+    if timer.cut:
+        profile.measured["time_limit"] = (f"{opts.time_limit_s:g} s reached: {timer.cut} case(s) timed once "
+                                          "(their p10-p90 spread is that one sample)")
     seconds["total"] = sum(seconds.values())
-    write_text(out / "measurements.json", json.dumps(
-        {"measured": profile.measured, "options": _opts_dict(opts), "kernel_probes_s": kernels.probes,
-         "seconds": seconds, "records": raw}, indent=1, default=str))
-    loaded = load_profile(out)
+    measurements = json.dumps({"measured": profile.measured, "options": _opts_dict(opts),
+                               "kernel_probes_s": kernels.probes, "seconds": seconds, "records": raw},
+                              indent=1, default=str)
+    out = Path(opts.out)
+    loaded = write_checked_profile(profile, out, {"measurements.json": measurements})
     return ProfileResult(loaded, out, seconds, {"dense": kernels.dense_name, "varlen": kernels.varlen_name})
+
+
+def write_checked_profile(profile: HardwareProfile, out: Path, extra: dict[str, str]) -> HardwareProfile:
+    """Write ``profile`` (and the ``extra`` text files) into ``out`` only once it loads: it is first written to a
+    private temporary folder and read back with :func:`~dcpsim.hardware.load_profile` (every check of the
+    format); a refusal there raises before anything reaches ``out``. Then each file is copied atomically into
+    ``out``, ``profile.toml`` last, so ``out`` never holds a profile.toml beside tables it does not describe.
+    Returns the profile as loaded from ``out``."""
+    import tempfile
+
+    from dcpsim.outdir import write_bytes
+
+    with tempfile.TemporaryDirectory(prefix="dcpsim-profile-") as tmp:
+        stage = Path(tmp) / out.name
+        write_profile(profile, stage)
+        for name, text in extra.items():
+            write_text(stage / name, text)
+        load_profile(stage)  # ProfileError naming the field, before out is touched
+        files = sorted((f for f in stage.iterdir() if f.is_file() and not f.name.startswith(".")),
+                       key=lambda f: f.name == "profile.toml")
+        for f in files:
+            write_bytes(out / f.name, f.read_bytes())
+    return load_profile(out)
 
 
 def _opts_dict(opts: ProfileOptions) -> dict:
@@ -382,12 +417,14 @@ def _collective_rows(tag: str, info, base, coll_meta, coll_results, nproc) -> tu
     return rows, source, copied
 
 
-def _device_values(info, base, gemm_rows, coll_rows, nproc, opts) -> tuple[dict[str, float], dict[str, str]]:
+def _device_values(info, base, gemm_rows, attn_rows, coll_rows, nproc, opts) -> tuple[dict[str, float], dict[str, str]]:
     """Device scalars not measured by a kernel benchmark: from the base profile, else placeholders (named so)."""
     values: dict[str, float] = {}
     sources: dict[str, str] = {}
-    # the CSV keeps 6 significant digits: a placeholder peak just above the best row stays >= every written row
-    best_gemm = max(r["tflops"] for r in gemm_rows) * 1e12 * (1 + 1e-5)
+    # placeholder peak: the fastest measured kernel, GEMM or attention (on a CPU either may be the faster: bf16
+    # GEMMs are emulated without bf16 instructions), so no measured row is above it; the CSV keeps 6 significant
+    # digits: a peak just above the best row stays >= every written row
+    best_gemm = max(r["tflops"] for r in gemm_rows + attn_rows) * 1e12 * (1 + 1e-5)
     sendrecv = [r for r in coll_rows if r["op"] == "sendrecv" and r["tier"] == "nvlink" and r["source"].startswith("measured")]
     best_link = max((r["busbw_gb_per_s"] for r in sendrecv), default=0.0) * 1e9
     for f in ("peak_bf16_flops", "nvlink_bw_bytes_per_s", "nic_bw_bytes_per_s", "gpus_per_node", "nvlink_domain_gpus"):
@@ -396,7 +433,8 @@ def _device_values(info, base, gemm_rows, coll_rows, nproc, opts) -> tuple[dict[
             sources[f] = f"from base profile {base.name} (not measurable by a kernel benchmark): {base.sources.get(f, '')}"
         elif f == "peak_bf16_flops":
             values[f] = best_gemm
-            sources[f] = f"placeholder: best measured GEMM throughput on {info.name} ({opts.dtype}); no datasheet peak used"
+            sources[f] = (f"placeholder: best measured kernel throughput (GEMM or attention) on {info.name} "
+                          f"({opts.dtype}); no datasheet peak used")
         elif f in ("nvlink_bw_bytes_per_s", "nic_bw_bytes_per_s"):
             if best_link <= 0:
                 raise ConfigError("--base", None, "a base profile (no send/recv bandwidth was measured to stand in for link bandwidth)")
@@ -428,7 +466,7 @@ def _assemble(opts, info, ctx, base, gemm_rows, attn_rows, coll_meta, coll_resul
     name = Path(opts.out).resolve().name
     tag = f"{info.name}, {ctx.date}, torch {info.torch}"
     coll_rows, coll_src, copied_tables = _collective_rows(tag, info, base, coll_meta, coll_results, nproc)
-    values, sources = _device_values(info, base, gemm_rows, coll_rows, nproc, opts)
+    values, sources = _device_values(info, base, gemm_rows, attn_rows, coll_rows, nproc, opts)
     sources["collectives"] = coll_src
     values["hbm_bytes"] = info.memory_bytes
     sources["hbm_bytes"] = (f"queried: torch.cuda.get_device_properties().total_memory on {info.name}" if info.kind == "cuda"

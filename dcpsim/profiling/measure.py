@@ -9,8 +9,10 @@ one — with CUDA events on a GPU (start/end event around each call, the L2
 cache evicted by zeroing a 256 MiB buffer before each, one
 ``torch.cuda.synchronize`` at the end) and with ``time.perf_counter`` on a CPU.
 The number of repeats adapts to the cost of one call: as many as fit in
-``budget_s``, clamped to ``[min_repeats, max_repeats]``. The median is kept;
-the 10th and 90th percentiles are the recorded spread.
+``budget_s``, clamped to ``[min_repeats, max_repeats]``; once the timer's
+``deadline`` has passed, each remaining case is timed once (so a whole run is
+bounded on a slow machine). The median is kept; the 10th and 90th
+percentiles are the recorded spread.
 
 FLOP accounting matches :mod:`dcpsim.cost.model`, so that a throughput stored
 here and read back there reproduces the measured time:
@@ -239,6 +241,8 @@ class Timer:
     max_repeats: int = 50
     budget_s: float = 0.5
     l2_flush_bytes: int = 256 * 2**20  # CUDA: larger than any current GPU's L2 (H100 50 MB, B200 126 MB)
+    deadline: float | None = None  # time.monotonic() after which each case is timed once (bounds a whole run)
+    cut: int = 0  # cases timed once because the deadline had passed
     _flush: Any = field(default=None, repr=False)
 
     def sync(self) -> None:
@@ -257,6 +261,9 @@ class Timer:
         return Timing.from_samples([first] + [self._cpu_once(fn) for _ in range(n - 1)])
 
     def _repeats(self, first_s: float) -> int:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.cut += 1
+            return 1  # past the run's time limit: one timed call per remaining case
         n = int(self.budget_s / max(first_s, 1e-9))
         return max(self.min_repeats, min(self.max_repeats, n))
 

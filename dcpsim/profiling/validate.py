@@ -361,7 +361,11 @@ def validation_target(prof: HardwareProfile, out: str | Path | None) -> Path | N
     # a shipped public profile is data of the repository: write next to it only when asked (--out)
     if out is not None:
         return Path(out)
-    return Path(prof.path) / "VALIDATION.md" if prof.path and prof.kind != "public" else None
+    from dcpsim.resources import is_shipped
+
+    # never into shipped data (a calibrated or measured profile shipped with dcpsim)
+    return Path(prof.path) / "VALIDATION.md" if prof.path and prof.kind != "public" and not is_shipped(prof.path) \
+        else None
 
 
 def write_validation_md(res: ValidationResult, path: str | Path) -> Path:

@@ -1,6 +1,6 @@
 """Calibrate a GPU profile's timing knobs on the declared FIT rows of the published suite.
 
-``dcpsim calibrate --gpu h100-sxm [--params a,b] [--iterations 2] [--out DIR] [--apply]``
+``dcpsim calibrate --gpu h100-sxm [--params a,b] [--iterations 2] [--out DIR] [--name NAME] [--apply]``
 
 What is fitted. At most five named ``[timing]`` knobs of the hardware profile
 (:data:`DEFAULT_PARAMS`; the cost model defines what they do), one set per
@@ -34,10 +34,14 @@ A knob that lands on a bound of its range (within :data:`BOUND_TOLERANCE` of the
 coordinate) fails the calibration: :class:`KnobAtBoundError` names it, and nothing is written.
 
 Where the result goes. ``--out DIR`` receives a calibrated copy of the
-profile (usable as ``hardware.gpu = DIR``) and ``calibration.json`` /
-``CALIBRATION.md``; ``--apply`` also writes the fitted values into the
-shipped profile's ``profile.toml`` with a source naming the data file hash,
-the fit rows and the git commit.
+profile, a new profile named ``--name`` (default ``<gpu>-calibrated-local``,
+``kind = "calibrated"``, usable as ``hardware.gpu = DIR/<name>``) with
+``calibration.json`` / ``CALIBRATION.md``; each fitted value's source names the
+data file hash, the fit rows and the git commit. ``--apply`` also installs that
+folder in the user's profile folder (the first ``$DCPSIM_PROFILES`` entry, else
+``~/.local/share/dcpsim/profiles``) so ``hardware.gpu = "<name>"`` finds it.
+Shipped profiles (the repository's ``profiles/``, the installed package) are
+never written, and a name a shipped profile has is refused.
 """
 
 from __future__ import annotations
@@ -427,13 +431,60 @@ def _folds(ev: Evaluator, fit: list[RowConfig], x0: np.ndarray, r0: np.ndarray, 
     return out
 
 
-def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = False) -> list[Path]:
-    """The calibrated profile ``out/<gpu>-calibrated/`` (a full profile folder with calibration.json and
-    CALIBRATION.md beside profile.toml); ``apply``: the fitted values into the shipped profile too."""
-    from dcpsim.outdir import check_out_dir, write_text
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def default_profile_name(gpu: str) -> str:
+    """The calibrated profile's name when ``--name`` is not given: ``<gpu>-calibrated-local`` (the shipped
+    ``<gpu>-calibrated`` keeps its name: a user's calibration is a new profile, never a shipped one)."""
+    return f"{Path(gpu).name}-calibrated-local"
+
+
+def check_profile_name(name: str) -> str:
+    """A new profile's name: a plain folder name that is not a shipped profile's (ConfigError naming --name)."""
+    from dcpsim.resources import data_dir
+
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ConfigError("--name", name, "a profile name of letters, digits, '.', '_' or '-' (at most 100)")
+    shipped = data_dir("profiles")
+    if (shipped / name / "profile.toml").is_file():
+        raise ConfigError("--name", name, "a new name: a shipped profile has it (shipped profiles are never "
+                          "rewritten; a calibrated profile is a new, named one)")
+    return name
+
+
+def check_not_shipped(path: str | Path, field: str) -> Path:
+    """Refuse an output path inside the data dcpsim ships (profiles/, experiments/, examples/, the package)."""
+    from dcpsim.resources import is_shipped
+
+    if is_shipped(path):
+        raise ConfigError(field, str(path), "a folder outside dcpsim's shipped data (profiles/, experiments/, "
+                          "examples/ and the installed package are never written)")
+    return Path(path)
+
+
+def install_target(name: str) -> Path:
+    """Where ``--apply`` installs the profile ``name``: ``<user profile dir>/<name>``
+    (:func:`dcpsim.hardware.user_profile_dir`: the first ``$DCPSIM_PROFILES`` folder, else
+    ``~/.local/share/dcpsim/profiles``), refused inside shipped data."""
+    from dcpsim.hardware import user_profile_dir
+
+    return check_not_shipped(user_profile_dir() / check_profile_name(name), "--apply")
+
+
+def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = False, name: str | None = None,
+                      force: bool = False) -> list[Path]:
+    """The calibrated profile ``out/<name>/`` (a full profile folder, ``kind = "calibrated"``, with
+    calibration.json and CALIBRATION.md beside profile.toml; ``name`` default :func:`default_profile_name`).
+    ``apply``: install the same folder as the named profile ``name`` in the user's profile folder
+    (:func:`install_target`), so ``hardware.gpu = "<name>"`` finds it and ``dcpsim profiles`` lists it as
+    calibrated. Shipped profiles are never written (ConfigError when ``out`` or the target lies in them)."""
+    from dcpsim.outdir import check_out_dir, write_bytes, write_text
     from dcpsim.serialize import to_jsonable
 
-    out = check_out_dir(out)
+    name = check_profile_name(name or default_profile_name(res.gpu))
+    out = check_out_dir(check_not_shipped(out, "--out"), force=force)
+    target = check_out_dir(install_target(name), force=force, field="--apply") if apply else None
     src = (f"fitted by dcpsim calibrate on published_throughput.csv (sha256 {res.data_sha256[:16]}) fit rows "
            f"{_ranges(res.fit_rows)} of {res.gpu}; dcpsim {res.revision.get('git_commit', 'unknown')[:12]}"
            f"{' + uncommitted changes' if res.revision.get('uncommitted_changes') else ''}; fit mean |error| "
@@ -441,16 +492,17 @@ def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = 
     base = profile_folder(res.gpu)
     srcs = {k: src for k in res.fitted}
     data = tomllib.loads((base / "profile.toml").read_text())
-    meta = {"name": f"{res.gpu}-calibrated",
+    meta = {"name": name, "kind": "calibrated",
             "description": f"{data.get('description', res.gpu)} Timing knobs {', '.join(res.params)} calibrated on "
-                           "published runs (CALIBRATION.md)."}
-    prof_dir = write_profile(base, out / f"{res.gpu}-calibrated", res.fitted, srcs, meta)
+                           f"published runs (CALIBRATION.md); a copy of {res.gpu}."}
+    prof_dir = write_profile(base, out / name, res.fitted, srcs, meta)
     paths = [prof_dir / "profile.toml", prof_dir / "calibration.json", prof_dir / "CALIBRATION.md"]
     write_text(paths[1], json.dumps(to_jsonable(res.to_json()), indent=1))
     write_text(paths[2], res.markdown())
-    if apply:  # --apply: rewrite the shipped profile on purpose (an explicit request), atomically
-        write_text(base / "profile.toml", calibrated_profile_text(base, res.fitted, srcs), force=True)
-        paths.append(base / "profile.toml")
+    if target is not None:  # --apply: the same folder, installed as a new named profile (atomically, file by file)
+        for f in sorted(prof_dir.iterdir()):
+            if f.is_file() and not f.name.startswith("."):
+                paths.append(write_bytes(target / f.name, f.read_bytes()))
     return paths
 
 

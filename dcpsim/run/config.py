@@ -102,7 +102,6 @@ from dcpsim.sim.longrun import llama3_gpu_mtbf_hours
 from dcpsim.validation import InputModel, read_toml, validate_model
 
 PositiveInt = Annotated[int, Field(ge=1)]
-PositiveFloat = Annotated[float, Field(gt=0, le=1e9)]
 
 
 class _Section(InputModel):
@@ -116,7 +115,7 @@ class ModelSection(_Section):
 
 class HardwareSection(_Section):
     gpu: str = Field("h100-sxm", min_length=1, description="hardware profile name or folder")
-    network_scale: float = Field(1.0, gt=0, le=1000, description="multiplier on network bandwidth")
+    network_scale: float = Field(1.0, ge=1e-3, le=1000, description="multiplier on network bandwidth (1e-3 .. 1000)")
     pod_gpus: PositiveInt | Literal["flat"] = Field(
         "flat", description='GPUs per full-bandwidth pod; "flat" = one flat fabric')
     oversubscription: float = Field(1.0, ge=1.0, le=1000, description="bandwidth divisor for traffic leaving a pod")
@@ -175,7 +174,8 @@ class SimSection(_Section):
     noise_cv: float = Field(0.0, ge=0, le=1.0, description="coefficient of variation of kernel times (<= 1)")
     straggler_fraction: float = Field(0.0, ge=0, le=1, description="share of GPUs that run slow")
     straggler_slowdown: float = Field(1.0, ge=1.0, le=1000, description="time factor of a slow GPU")
-    degraded_link_scale: float = Field(1.0, gt=0, le=1.0, description="bandwidth factor of one degraded network link")
+    degraded_link_scale: float = Field(1.0, ge=1e-3, le=1.0, description="bandwidth factor of one degraded network "
+                                       "link (1e-3 .. 1)")
     overlap_grad_sync: bool = Field(True, description="Megatron --overlap-grad-reduce: bucketed gradient reduce-scatter "
                                     "overlaps the last backward pass")
     overlap_param_gather: bool = Field(True, description="Megatron --overlap-param-gather: bucketed parameter all-gather "
@@ -227,18 +227,18 @@ class SimSection(_Section):
                                   "iteration granularity with failures, checkpoints, restarts and slow episodes "
                                   "(0 = off); summary gains goodput_* (dcpsim.sim.longrun)")
     long_run_seeds: int = Field(8, ge=1, le=10_000, description="independent long runs (goodput mean and spread)")
-    gpu_mtbf_h: float = Field(llama3_gpu_mtbf_hours(), gt=0, le=1e9, description="mean time between failures of one GPU, "
+    gpu_mtbf_h: float = Field(llama3_gpu_mtbf_hours(), ge=1.0, le=1e9, description="mean time between failures of one GPU, "
                               "hours (default: Llama 3 report, 419 interruptions in 54 days on 16,384 GPUs)")
     checkpoint_s: float = Field(60.0, ge=0, le=1e6, description="seconds training stops to write a checkpoint (assumed)")
     restart_s: float = Field(600.0, ge=0, le=1e7, description="seconds from a failure to training again (assumed)")
-    checkpoint_interval_s: PositiveFloat | Literal["young"] = Field(
+    checkpoint_interval_s: Annotated[float, Field(ge=1.0, le=1e9)] | Literal["young"] = Field(
         "young", description='work seconds between checkpoints; "young" = sqrt(2 x checkpoint_s x job MTBF)')
     slow_gpu_per_day: float = Field(0.0, ge=0, le=1e6, description="episodes per day in which one GPU runs slow")
-    slow_gpu_episode_s: float = Field(3600.0, gt=0, le=1e8, description="length of a slow-GPU episode, seconds")
+    slow_gpu_episode_s: float = Field(3600.0, ge=1.0, le=1e8, description="length of a slow-GPU episode, seconds")
     slow_gpu_slowdown: float = Field(1.5, ge=1.0, le=1000, description="time factor of the GPU during an episode")
     degraded_link_per_day: float = Field(0.0, ge=0, le=1e6, description="episodes per day in which one link degrades")
-    degraded_link_episode_s: float = Field(3600.0, gt=0, le=1e8, description="length of a degraded-link episode, s")
-    degraded_link_episode_scale: float = Field(0.25, gt=0, le=1.0, description="bandwidth factor of the link in an "
+    degraded_link_episode_s: float = Field(3600.0, ge=1.0, le=1e8, description="length of a degraded-link episode, s")
+    degraded_link_episode_scale: float = Field(0.25, ge=1e-3, le=1.0, description="bandwidth factor of the link in an "
                                                "episode")
 
 
