@@ -167,32 +167,43 @@ def _run_pooled(specs: list[CellSpec], jobs: int, on_done: Callable[[dict[str, A
     that another cell's death broke is not charged with that death. ``fn`` runs one cell in the worker
     (default :func:`run_cell`; tests pass one that kills its worker).
     """
+    from dcpsim.run.pool import retry_alone
+
     fn = fn or _worker
     rows: list[dict[str, Any] | None] = [None] * len(specs)
     # Longest cells first keeps the pool busy to the end (dynamic-solver and big clusters are slow).
-    todo = sorted(range(len(specs)), key=lambda i: -_expected_cost(specs[i]))
-    for attempt in range(1, attempts + 1):
-        rounds = [(todo, jobs)] if attempt == 1 else [([i], 1) for i in todo]
-        lost: list[int] = []
+    order = sorted(range(len(specs)), key=lambda i: -_expected_cost(specs[i]))
+    rounds: list[tuple[list[int], int]] = [(order, jobs)]
+    retries: list[int] = []
+
+    def give_up(lost, exc) -> None:
+        for i in lost:
+            rows[i] = _lost_row(specs[i], exc)
+            if on_done:
+                on_done(rows[i])
+
+    attempt = 1
+    while rounds:
+        retries.clear()
         for cells, workers in rounds:
-            lost += _pool_round(specs, cells, workers, fn, rows, on_done, last=attempt == attempts)
-        if not lost:
-            break
-        todo = sorted(lost, key=lambda i: -_expected_cost(specs[i]))
+            for i, exc in _pool_round(specs, cells, workers, fn, rows, on_done):
+                retry_alone([i], attempt, exc, resubmit=lambda j, _n: retries.append(j), give_up=give_up,
+                            attempts=attempts)
+        rounds = [([i], 1) for i in sorted(retries, key=lambda i: -_expected_cost(specs[i]))]
+        attempt += 1
     return [r for r in rows if r is not None]
 
 
 def _pool_round(specs: list[CellSpec], cells: list[int], workers: int, fn: Callable[[CellSpec], dict[str, Any]],
-                rows: list[dict[str, Any] | None], on_done: Callable[[dict[str, Any]], None] | None,
-                last: bool) -> list[int]:
-    """Run ``cells`` in one pool of ``workers``, filling ``rows``; returns the cells lost to a dead worker
-    (recorded as ``failed`` rows when ``last``)."""
+                rows: list[dict[str, Any] | None],
+                on_done: Callable[[dict[str, Any]], None] | None) -> list[tuple[int, BaseException]]:
+    """Run ``cells`` in one pool of ``workers``, filling ``rows``; returns the cells lost to a dead worker, each
+    with the exception."""
     from concurrent.futures import as_completed
-    from concurrent.futures.process import BrokenProcessPool
 
-    from dcpsim.run.pool import worker_pool
+    from dcpsim.run.pool import is_worker_death, worker_pool
 
-    lost: list[int] = []
+    lost: list[tuple[int, BaseException]] = []
     pool = worker_pool(workers)
     try:
         futs = {pool.submit(fn, specs[i]): i for i in cells}
@@ -200,11 +211,12 @@ def _pool_round(specs: list[CellSpec], cells: list[int], workers: int, fn: Calla
             i = futs[fut]
             try:
                 rows[i] = fut.result()
-            except BrokenProcessPool as exc:
-                lost.append(i)
-                if last:
-                    rows[i] = _lost_row(specs[i], exc)
-            if rows[i] is not None and on_done:
+            except Exception as exc:
+                if not is_worker_death(exc):
+                    raise
+                lost.append((i, exc))
+                continue
+            if on_done:
                 on_done(rows[i])
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -163,40 +163,40 @@ class Progress:
 def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchSpace, *, simulate: int, seeds: int,
               jobs: int | None, progress: bool, runner=None, tokens: float = 1e12) -> list[dict[str, Any]]:
     """Every task, in worker processes (``jobs``; 1 = in this process), results in task order."""
-    from concurrent.futures.process import BrokenProcessPool
-
     from dcpsim.errors import DcpsimError
     from dcpsim.run.executors import make_executor
+    from dcpsim.run.pool import is_worker_death, restart_broken, retry_alone
 
     bar = Progress(len(tasks), progress)
     results: dict[int, dict[str, Any]] = {}
     # a worker pool costs each worker a fresh interpreter and imports (~1-2 s): not worth it for a few tasks
     n_workers = 1 if jobs == 1 or len(tasks) <= SERIAL_TASKS else min(jobs or 2, len(tasks))
     ex = make_executor(jobs=n_workers)
-    tries = [0] * len(tasks)
+    futs: dict[Any, tuple[int, int, int]] = {}  # future -> (task, attempt, pool generation)
 
-    def submit(i: int) -> Any:
-        return ex.submit(run_task, tasks[i], base, data, space, simulate, seeds, runner, tokens)
+    def submit(i: int, attempt: int = 1) -> None:
+        f = ex.submit(run_task, tasks[i], base, data, space, simulate, seeds, runner, tokens)
+        futs[f] = (i, attempt, getattr(ex, "generation", 0))
+
+    def give_up(lost, exc) -> None:
+        t = tasks[lost[0]]
+        raise DcpsimError(f"a worker process died twice planning {t.gpu} x {t.gpus} "
+                          f"({exc}); run again with fewer sizes or -j 1") from None
 
     try:
-        futs = {submit(i): (i, getattr(ex, "generation", 0)) for i in range(len(tasks))}
-        pending = list(futs)
-        while pending:
-            done, pending = ex.wait_any(pending, timeout=0.5)
+        for i in range(len(tasks)):
+            submit(i)
+        while futs:
+            done, _ = ex.wait_any(list(futs), timeout=0.5)
             for f in done:
-                i, gen = futs.pop(f)
+                i, attempt, gen = futs.pop(f)
                 try:
                     results[i] = f.result()
-                except BrokenProcessPool as exc:  # a worker was killed (e.g. out of memory): retry once
-                    tries[i] += 1
-                    if tries[i] > 1:
-                        raise DcpsimError(f"a worker process died twice planning {tasks[i].gpu} x {tasks[i].gpus} "
-                                          f"({exc}); run again with fewer sizes or -j 1") from None
-                    if gen == getattr(ex, "generation", 0):
-                        ex.restart()
-                    nf = submit(i)
-                    futs[nf] = (i, getattr(ex, "generation", 0))
-                    pending.append(nf)
+                except Exception as exc:
+                    if not is_worker_death(exc):  # a worker was killed (e.g. out of memory): retried alone
+                        raise
+                    restart_broken(ex, gen)
+                    retry_alone([i], attempt, exc, resubmit=submit, give_up=give_up)
                     continue
                 bar.step()
     finally:

@@ -11,6 +11,13 @@ parent (the fork server, which exits when the driver is gone) dies
 ``WATCH_INTERVAL_S`` seconds that the driver's process id is still alive.
 Killing the driver with SIGKILL therefore leaves no worker behind.
 
+A worker that dies under a task (killed, out of memory) is handled the same
+way by every driver (sweeps, ``dcpsim plan``, ``dcpsim reproduce``):
+:func:`is_worker_death` recognises it, :func:`restart_broken` replaces a
+broken local pool once, and :func:`retry_alone` runs each of the lost tasks
+again on its own, up to :data:`WORKER_ATTEMPTS` tries, then hands them to the
+driver's ``give_up`` (a ``failed`` row, or an error).
+
 Workers ignore SIGINT: Ctrl-C in a terminal signals the whole process group
 and only the driver should react (a sweep finishes what is running).
 
@@ -28,12 +35,19 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from dcpsim.errors import ConfigError, DcpsimWarning
 
-__all__ = ["WATCH_INTERVAL_S", "available_cores", "cap_jobs", "worker_pool"]
+T = TypeVar("T")
+
+__all__ = ["WATCH_INTERVAL_S", "WORKER_ATTEMPTS", "available_cores", "cap_jobs", "is_worker_death", "restart_broken",
+           "retry_alone", "worker_pool"]
 
 WATCH_INTERVAL_S = 1.0
+WORKER_ATTEMPTS = 2
+"""Times a task is tried when its worker process dies under it (the retries each task alone)."""
 _PR_SET_PDEATHSIG = 1
 
 
@@ -113,3 +127,30 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
         ctx.set_forkserver_preload(list(preload))
     return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                   initargs=(os.getpid(), initializer, initargs))
+
+
+def is_worker_death(exc: BaseException) -> bool:
+    """Whether ``exc`` (from a task's future) says the worker process died: a broken local pool, or Dask's
+    ``KilledWorker``."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    return isinstance(exc, BrokenProcessPool) or type(exc).__name__ == "KilledWorker"
+
+
+def restart_broken(executor: Any, generation: int) -> None:
+    """Replace ``executor``'s broken local pool, once: only when the task that saw it ran in the current pool
+    (``generation``; executors that cannot restart are left alone)."""
+    if generation == getattr(executor, "generation", 0) and hasattr(executor, "restart"):
+        executor.restart()
+
+
+def retry_alone(tasks: Sequence[T], attempt: int, exc: BaseException, *, resubmit: Callable[[T, int], Any],
+                give_up: Callable[[Sequence[T], BaseException], Any], attempts: int = WORKER_ATTEMPTS) -> None:
+    """After the worker running ``tasks`` (their ``attempt``-th try) died with ``exc``: submit each task again
+    on its own (``resubmit(task, attempt + 1)``), so a task that only shared the dead worker is not charged
+    with the death; after ``attempts`` tries ``give_up(tasks, exc)``."""
+    if attempt < attempts:
+        for task in tasks:
+            resubmit(task, attempt + 1)
+    else:
+        give_up(tasks, exc)

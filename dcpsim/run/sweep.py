@@ -94,6 +94,7 @@ from pydantic import Field, model_validator
 
 from dcpsim.errors import ConfigError, DcpsimError, DcpsimWarning, InfeasibleError
 from dcpsim.run.config import RunConfig, config_from_dict, load_config
+from dcpsim.run.pool import WORKER_ATTEMPTS, is_worker_death, restart_broken, retry_alone
 from dcpsim.serialize import to_jsonable
 from dcpsim.validation import InputModel, validate_model
 
@@ -965,10 +966,6 @@ class _Session:
         self.result.batches += 1
 
 
-WORKER_ATTEMPTS = 2
-"""Times a run is tried when its worker process dies under it (the second time one run per task)."""
-
-
 def lost_worker_rows(batch: list[RunSpec], exc: BaseException) -> list[dict[str, Any]]:
     """``failed`` rows for runs whose worker process died (killed, out of memory, ...)."""
     reason = f"worker process died ({type(exc).__name__}: {exc}); tried {WORKER_ATTEMPTS} times"
@@ -1007,8 +1004,8 @@ class _InFlight:
             try:
                 out.append((batch, attempt, fut.result()))
             except Exception as exc:  # noqa: BLE001 - the worker died (BrokenProcessPool, KilledWorker, ...)
-                if _is_broken_pool(exc) and gen == self.generation and hasattr(self.ex, "restart"):
-                    self.ex.restart()
+                if is_worker_death(exc):
+                    restart_broken(self.ex, gen)
                 out.append((batch, attempt, exc))
         return out
 
@@ -1024,17 +1021,9 @@ def _handle(session: _Session, flight: _InFlight, sizer: BatchSizer, batch: list
         sizer.observe(outcome)
         session.record(outcome)
         return
-    if retry and attempt < WORKER_ATTEMPTS:
-        for rs in batch:
-            flight.submit([rs], attempt + 1)
-    else:
-        session.record(lost_worker_rows(batch, outcome))
-
-
-def _is_broken_pool(exc: BaseException) -> bool:
-    from concurrent.futures.process import BrokenProcessPool
-
-    return isinstance(exc, BrokenProcessPool)
+    retry_alone(batch, attempt, outcome, resubmit=lambda rs, n: flight.submit([rs], n),
+                give_up=lambda lost, exc: session.record(lost_worker_rows(lost, exc)),
+                attempts=WORKER_ATTEMPTS if retry else attempt)
 
 
 def _drive(session: _Session, ex, queue: deque, runner, sizer: BatchSizer, progress: bool | None, name: str) -> None:
