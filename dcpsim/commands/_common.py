@@ -99,6 +99,12 @@ def add_config_flags(parser: argparse.ArgumentParser, paths: Sequence[str], *, s
     for path in paths:
         info = config_field(path)
         choices = get_args(info.annotation) if str(info.annotation).startswith("typing.Literal") else None
+        registry = (info.json_schema_extra or {}).get("registry") if isinstance(info.json_schema_extra, dict) else None
+        if registry:  # a name chosen through a registry (dcpsim.registry): its names, built-ins first
+            import importlib
+
+            mod, _, attr = str(registry).partition(":")
+            choices = tuple(getattr(importlib.import_module(mod), attr).names())
         default = info.get_default(call_default_factory=True)
         help_ = (f"{info.description or path} ({describe(info.annotation, info.metadata)}; "
                  f"config field {path}, default {default!r})")

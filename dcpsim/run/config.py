@@ -215,11 +215,11 @@ class SimSection(_Section):
                                          "cost (BatchCost.overhead_*, kernels x the profile's per_kernel_overhead_s): "
                                          "a sensitivity add-on (assumed, not measured)")
     engine: str = Field(
-        "auto", min_length=1, description="a registered engine (dcpsim.sim.engines): events = SimPy event simulation; "
+        "auto", min_length=1, json_schema_extra={"registry": "dcpsim.sim.engines:ENGINES"}, description="a registered engine (dcpsim.sim.engines): events = SimPy event simulation; "
         "fast = the exact vectorised evaluation of the same schedule (same finish times); auto = fast whenever the "
         "network allows")
     network: str = Field(
-        "ideal", min_length=1, description="a registered network model (dcpsim.sim.networks): ideal: every transfer at its profile time; shared: pipeline transfers, the bucketed "
+        "ideal", min_length=1, json_schema_extra={"registry": "dcpsim.sim.networks:NETWORKS"}, description="a registered network model (dcpsim.sim.networks): ideal: every transfer at its profile time; shared: pipeline transfers, the bucketed "
         "gradient reduce-scatter and parameter all-gather, and CP rings (paced by their attention) that leave the "
         "NVLink domain are flows that share NICs and pod uplinks (max-min fair; dcpsim.sim.network; needs the "
         "events engine)")
