@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "profile": "measure a hardware profile with torch on this machine (extra: profile)",
     "validate": "compare with published training runs (--published) or real layer timings (--profile)",
     "calibrate": "fit a profile's timing knobs on the published suite's fit rows",
+    "bands": "prediction bands: validated runs per GPU, coverage on held-out rows, rebuild",
     "sweep": "run many configurations (grid / zip / random axes) into a resumable parquet dataset",
     "plot": "plot a sweep's results (y against x, by hue, one panel per col)",
     "plan": "capacity planning: best layouts, time, GPU-hours and cost per GPU type, size and policy (failures "

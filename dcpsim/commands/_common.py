@@ -227,3 +227,19 @@ def add_force(p) -> None:
     p.add_argument("--force", action="store_true",
                    help="write even where files dcpsim did not write are (they may be overwritten); "
                         "without it such a folder or file is refused before any work starts")
+
+
+def with_default_profile(cfg):
+    """``cfg`` with its GPU name read as the commands read it: the calibrated profile where one exists
+    (:func:`dcpsim.hardware.defaults.resolve_gpu`)."""
+    from dcpsim.hardware.defaults import resolve_gpu
+
+    gpu = resolve_gpu(cfg.hardware.gpu)
+    return cfg if gpu == cfg.hardware.gpu else cfg.with_updates({"hardware.gpu": gpu})
+
+
+def profile_label(name: str) -> str:
+    """Which profile, calibrated on what (or uncalibrated: an optimistic upper bound); one line."""
+    from dcpsim.hardware.defaults import profile_label as label
+
+    return label(name)

@@ -2,6 +2,7 @@
 
 Simulates the default run (:class:`~dcpsim.run.config.RunConfig` defaults:
 Llama-13B on 64 H100s, tp1 pp8 cp2, GitHub-like lengths, global batch 2048)
+(on the calibrated H100 profile, ``h100-sxm-calibrated``; see :mod:`dcpsim.hardware.defaults`)
 with static CP (``packing``, Megatron's baseline), Megatron's ``dynamic`` CP
 scheduler and our cost-model ``dynamic-solver``, on the same sampled batches,
 and prints a comparison with the speedup over packing and the proven lower
@@ -16,7 +17,15 @@ must hold the longest sequence) and ``dynamic-solver`` the same M as packing.
 
 from __future__ import annotations
 
-from dcpsim.commands._common import POS_INT, SEED, add_force, print_json, print_table
+from dcpsim.commands._common import (
+    POS_INT,
+    SEED,
+    add_force,
+    print_json,
+    print_table,
+    profile_label,
+    with_default_profile,
+)
 
 POLICIES = ("packing", "dynamic", "dynamic-solver", "bound")
 # The blog's headline for Llama-13B on GitHub data (REFERENCE §1); GPU type, count and layout were not
@@ -44,7 +53,8 @@ def run(args) -> int:
     from dcpsim.run import RunConfig
     from dcpsim.run.single import run_simulation
 
-    base = RunConfig().with_updates({"sim.seed": args.seed, "sim.iterations": args.iterations})
+    base = with_default_profile(RunConfig().with_updates({"sim.seed": args.seed, "sim.iterations": args.iterations}))
+    label = profile_label(base.hardware.gpu)
     if args.trace:
         from dcpsim.outdir import check_out_file
 
@@ -81,8 +91,9 @@ def run(args) -> int:
         r["speedup"] = r["TFLOPS/GPU"] / ref
     s0 = results[POLICIES[0]].summary
     if args.json:
-        print_json({"rows": rows, "summaries": {k: v.summary for k, v in results.items()}, "reference": BLOG_REFERENCE})
+        print_json({"profile": label, "rows": rows, "summaries": {k: v.summary for k, v in results.items()}, "reference": BLOG_REFERENCE})
         return 0
+    print(f"profile {label}")
     print_table(rows, title=f"{s0['model']} on {s0['gpus']} x {s0['gpu']} (tp{s0['tp']} pp{s0['pp']} cp{s0['cp']} "
                 f"dp{s0['dp']}), {s0['workload']} lengths, gbs {s0['gbs']}, {args.iterations} iteration(s), seed {args.seed}")
     sp = {r["policy"]: r["speedup"] for r in rows}

@@ -1,4 +1,11 @@
-"""``dcpsim plan``: search the layout per GPU type, size and policy; time, GPU-hours and cost to train N tokens."""
+"""``dcpsim plan``: search the layout per GPU type, size and policy; time, GPU-hours and cost to train N tokens.
+
+A bare GPU name in ``--gpus`` means its calibrated profile where one exists (``h100-sxm`` ->
+``h100-sxm-calibrated``; ``h100-sxm-datasheet`` for the uncalibrated, optimistic one; see
+:mod:`dcpsim.hardware.defaults`). Every figure carries an 80% prediction band from the validated runs
+nearest to it, or says why it has none (:mod:`dcpsim.planning.trust`, :mod:`dcpsim.published.bands`), and a
+row above the best published MFU of its GPU and precision carries a warning.
+"""
 
 from __future__ import annotations
 
@@ -83,6 +90,9 @@ def register(sub) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--plot", default=None, help="write cost vs days (Pareto front highlighted) to this PNG/PDF")
     p.add_argument("--csv", default=None, help="write the best layout per GPU type, size and policy to this CSV")
+    p.add_argument("--out", default=None, metavar="DIR", help="write a one-page report into DIR: plan.md and plan.png "
+                                                           "(cost vs days with the 80%% bands and Pareto fronts, the "
+                                                           "chosen layout, where its time goes, goodput under failures)")
     p.add_argument("--json", action="store_true")
     add_force(p)
     p.set_defaults(func=run)
@@ -304,6 +314,10 @@ def _check_outputs(args) -> None:
         from dcpsim.outdir import check_distinct
 
         check_distinct({"--plot": [args.plot], "--csv": [args.csv]})
+    if args.out:
+        from dcpsim.outdir import check_out_dir
+
+        check_out_dir(args.out, force=args.force)
 
 
 def _iterations(args) -> int | None:
@@ -348,7 +362,7 @@ def run(args) -> int:
     if not args.json:
         print("\n".join(header(args, data, space_description(space), base, tokens)))
     plan = plan_capacity(
-        model, None, tokens, _get(args, "gpus")[0], parse_int_list(_get(args, "sizes")[0], "--sizes"), data=data,
+        model, None, tokens, default_profiles(_get(args, "gpus")[0]), parse_int_list(_get(args, "sizes")[0], "--sizes"), data=data,
         policies=[x.strip() for x in _get(args, "policies")[0].split(",") if x.strip()], deadline_days=deadline,
         space=space, base=base, batch_scaling=_get(args, "batch_scaling")[0], iterations=_iterations(args),
         seeds=_get(args, "seeds")[0], simulate=_get(args, "simulate")[0],
@@ -367,10 +381,18 @@ def run(args) -> int:
         from dcpsim.outdir import write_with
 
         write_with(args.csv, lambda t: df.to_csv(t, index=False))
+    written = []
+    if args.out:
+        from dcpsim.report.plan_report import write_report
+
+        written = write_report(plan, args.out, title=f"dcpsim plan: {model}, {tokens:.3g} tokens", deadline_days=deadline,
+                               force=args.force)
     if args.json:
-        print_json(plan.to_dict())
+        print_json(plan.to_dict() | {"written": [str(p) for p in written]})
         return 0
     _print_plan(plan, _get(args, "top")[0], model, tokens)
+    for p in written:
+        print(f"wrote {p}")
     if args.plot:
         print(f"wrote {args.plot}")
     return 0
@@ -396,6 +418,13 @@ def _display_row(r: dict) -> dict:
     r["goodput_sim"] = f"{_pct(r['goodput'])} ± {100 * std:.1f}" if sim else "-"
     r["young_daly"] = _pct(r.get("goodput_young_daly"))
     r["failures"] = r.get("expected_failures")
+    from dcpsim.planning.trust import band_text
+
+    for col, fmt in (("gpu_hours", "{:,.0f}"), ("effective_days", "{:.1f}"), ("cost", "{:,.0f}")):
+        v = r.get(col)
+        if isinstance(v, float) and math.isfinite(v):
+            band = band_text(r, col, fmt) if r.get("band_basis") else "no band"
+            r[col + "_shown"] = f"{fmt.format(v)} ({band})"
     if r.get("meets_deadline") is None:
         r["meets_deadline"] = "-"
     return r
@@ -404,17 +433,19 @@ def _display_row(r: dict) -> dict:
 # printed table: column header -> plan.rows column (or a display column of _display_row)
 PRINTED = {"gpu": "gpu", "gpus": "gpus", "policy": "policy", "layout": "layout", "status": "status",
            "network": "network", "TFLOPS/GPU": "tflops_per_gpu", "goodput (sim)": "goodput_sim",
-           "Young/Daly": "young_daly", "failures": "failures", "days": "effective_days", "days range": "days_spread",
-           "GPU-hours": "gpu_hours", "cost": "cost", "pareto": "pareto", "deadline": "meets_deadline"}
+           "Young/Daly": "young_daly", "failures": "failures", "days (80%)": "effective_days_shown", "days range": "days_spread",
+           "GPU-hours (80%)": "gpu_hours_shown", "cost (80%)": "cost_shown", "pareto": "pareto", "deadline": "meets_deadline"}
 
 
 def _print_plan(plan, top: int, model: str, tokens: float) -> None:
-    shown = {"days_spread", "goodput_sim", "young_daly", "failures"}
+    shown = {"days_spread", "goodput_sim", "young_daly", "failures", "effective_days_shown", "gpu_hours_shown",
+             "cost_shown"}
     rows = [_display_row(r) for r in plan.rows.to_dict("records")]
     rows = [{h: r.get(c, "") for h, c in PRINTED.items() if c in plan.rows.columns or c in shown} for r in rows]
     print_table(rows, title=f"{model}, {tokens:.3g} tokens: best layout per GPU type, size and policy (failures "
                             "included)")
     print(NOTES)
+    print("\n".join(trust_lines(plan.rows)))
     if plan.layouts is not None and len(plan.layouts):
         print(f"Top {top} layouts per size (simulated on the ideal network; seconds per iteration and where they go):")
         print("\n".join(layout_lines(plan.layouts, top)))
@@ -427,7 +458,43 @@ NOTES = ("network: the mode of the row's throughput (layouts are searched on ide
          "wall time, mean ± std over the simulated long runs (failures, checkpoint/restart, slow episodes; each over "
          "the row's planned duration); Young/Daly: the first-order analytic expectation of the same failure inputs. "
          "failures: expected failures (wall time / job MTBF). days: time to train / goodput (sim); days range: "
-         "fastest seed at the best long run .. slowest at the worst.")
+         "fastest seed at the best long run .. slowest at the worst. (80%): the prediction band of the figure (below).")
+
+
+def trust_lines(df) -> list[str]:
+    """Which profile each GPU type used and what each row's band rests on (or why it has none)."""
+    out = ["Profiles (a bare GPU name means its calibrated profile; <gpu>-datasheet the uncalibrated one):"]
+    for label in dict.fromkeys(df["profile_label"]) if "profile_label" in df else []:
+        out.append(f"  {label}")
+    out.append("Bands (80%: days, GPU-hours, cost, TFLOPS/GPU; split conformal on the out-of-sample errors of the "
+               "nearest validated runs, dcpsim bands; failures' goodput not included):")
+    seen: set[str] = set()
+    for r in df.to_dict("records"):
+        if r.get("status") != "ok":
+            continue
+        text = r.get("band_basis") or f"NO BAND: {r.get('band_reason', '')}"
+        key = f"{r['gpu']}: {text}"
+        if key not in seen:
+            seen.add(key)
+            out.append(f"  {key}")
+    return out
+
+
+def default_profiles(text: str) -> dict[str, float]:
+    """``--gpus`` with each bare GPU name read as its calibrated profile where one exists
+    (:func:`dcpsim.hardware.defaults.resolve_gpu`; ``<gpu>-datasheet`` keeps the uncalibrated one)."""
+    from dcpsim.hardware.defaults import resolve_gpu
+    from dcpsim.planning.inputs import parse_gpu_prices
+
+    from dcpsim.errors import ConfigError
+
+    out: dict[str, float] = {}
+    for name, price in parse_gpu_prices(text).items():
+        prof = resolve_gpu(name)
+        if prof in out:
+            raise ConfigError("--gpus", text, f"each GPU type once ({name} reads as {prof}, listed twice)")
+        out[prof] = price
+    return out
 
 
 def _shown(v) -> bool:

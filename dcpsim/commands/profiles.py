@@ -30,9 +30,25 @@ def run(args) -> int:
         if prof.measured:
             print_table([{"key": k, "value": v} for k, v in prof.measured.items()], title="measured on")
         return 0
-    rows = [get_profile(n).summary() for n in list_profiles()]
+    rows = [{"name": n, "calibration": status(n)} | {k: v for k, v in get_profile(n).summary().items() if k in LISTED}
+            for n in list_profiles()]
     if args.json:
         print_json(rows)
     else:
-        print_table(rows, title="hardware profiles")
+        print_table(rows, title="hardware profiles (plan, simulate, sweep and demo read a bare GPU name as its "
+                                "calibrated profile where one exists; <gpu>-datasheet names the uncalibrated one)")
     return 0
+
+
+LISTED = ("peak_bf16_tflops", "hbm_gb", "hbm_bw_tb_per_s", "nvlink_gb_per_s", "nic_gb_per_s", "gpus_per_node")
+
+
+def status(name: str) -> str:
+    """What the profile is: calibrated (the default for its GPU), or datasheet (an optimistic upper bound)."""
+    from dcpsim.hardware.defaults import CALIBRATED_SUFFIX, is_calibrated, resolve_gpu
+
+    if is_calibrated(name):
+        return f"calibrated; the default for {name.removesuffix(CALIBRATED_SUFFIX)}"
+    if resolve_gpu(name) != name:
+        return f"datasheet: optimistic upper bound; by name {name}-datasheet"
+    return "datasheet, not calibrated: optimistic upper bound (the default: nothing better)"

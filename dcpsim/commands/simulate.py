@@ -4,6 +4,9 @@
 model_config.yaml``) simulates a Megatron-LM run from its own arguments (:mod:`dcpsim.export.reader`): every
 flag is modelled, accepted with a stated approximation (printed), known not to change the step, or refused by
 name. The GPU count and hardware profile are not Megatron arguments and are given here.
+
+A bare GPU name (``hardware.gpu = "h100-sxm"``) means its calibrated profile where one exists
+(:mod:`dcpsim.hardware.defaults`); ``h100-sxm-datasheet`` names the uncalibrated one. The output names the profile.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from dcpsim.commands._common import (
     config_from_args,
     print_json,
     print_table,
+    profile_label,
     to_jsonable,
+    with_default_profile,
 )
 
 
@@ -63,15 +68,18 @@ def run(args) -> int:
     if args.policy is not None and args.policy != cfg.policy.name:
         extra = {"policy.name": args.policy, "policy.options": {}}
     cfg = config_from_args(args, cfg, extra=extra)
+    cfg = with_default_profile(cfg)
     res = run_simulation(cfg, trace_path=args.trace)
     outputs = {k: str(v) for k, v in res.write(args.out).items()} if args.out else {}
     if args.trace:
         outputs["trace"] = str(args.trace)
+    label = profile_label(cfg.hardware.gpu)
     if args.json:
-        print_json({"summary": res.summary, "iterations": to_jsonable(res.iterations.to_dict(orient="records")),
+        print_json({"profile": label, "summary": res.summary, "iterations": to_jsonable(res.iterations.to_dict(orient="records")),
                     "meta": res.meta, "outputs": outputs})
         return 0
     s = res.summary
+    print(f"profile {label}")
     rows = []
     for r in res.iterations.to_dict(orient="records"):
         rows.append({

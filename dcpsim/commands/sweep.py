@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from dcpsim.commands._common import POS_FLOAT, POS_INT, add_force, print_json, print_table
+from dcpsim.commands._common import POS_FLOAT, POS_INT, add_force, print_json, print_table, profile_label
 
 
 def register(sub) -> None:
@@ -76,7 +76,10 @@ def run(args) -> int:
         run_sweep,
     )
 
-    spec = load_sweep_spec(args.spec)
+    spec = with_default_profiles(load_sweep_spec(args.spec))
+    if not args.json:
+        for gpu in sweep_gpus(spec):
+            print(f"profile {profile_label(gpu)}")
     check_sweep_out(args.out, force=args.force, spec=spec)  # before any executor starts
     check_sweep_size(spec, confirmed=args.yes)
     slurm = slurm_options(args)
@@ -111,3 +114,30 @@ def run(args) -> int:
               "they are retried when the sweep is started again", file=sys.stderr)
         return 1
     return 0
+
+
+def with_default_profiles(spec):
+    """The spec with every GPU name (base and list-valued axes) read as the calibrated profile where one exists."""
+    import dataclasses
+
+    from dcpsim.commands._common import with_default_profile
+    from dcpsim.hardware.defaults import resolve_gpu
+
+    groups = []
+    for g in spec.groups:
+        if "hardware.gpu" in g.fields and g.mode != "random":
+            i = g.fields.index("hardware.gpu")
+            vals = list(g.values)
+            vals[i] = [resolve_gpu(v) if isinstance(v, str) else v for v in vals[i]]
+            g = dataclasses.replace(g, values=tuple(vals))
+        groups.append(g)
+    return dataclasses.replace(spec, base=with_default_profile(spec.base), groups=tuple(groups))
+
+
+def sweep_gpus(spec) -> list[str]:
+    """The GPU profiles a sweep names (base and list-valued axes), in order."""
+    out = [spec.base.hardware.gpu]
+    for g in spec.groups:
+        if "hardware.gpu" in g.fields and g.mode != "random":
+            out += [v for v in g.values[g.fields.index("hardware.gpu")] if isinstance(v, str)]
+    return list(dict.fromkeys(out))

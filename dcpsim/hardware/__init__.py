@@ -82,11 +82,18 @@ def _cached(path: str, mtime: float) -> HardwareProfile:
 
 
 def get_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
-    """A profile by shipped name (``h100-sxm``) or by folder path."""
+    """A profile by shipped name (``h100-sxm``; ``h100-sxm-datasheet`` is the same profile) or by folder path.
+
+    Names are literal here; the commands' default (a bare name means the calibrated profile) is
+    :func:`dcpsim.hardware.defaults.resolve_gpu`.
+    """
     if isinstance(name_or_path, HardwareProfile):
         return name_or_path
     p = Path(name_or_path)
     if not (p.is_dir() or p.suffix == ".toml"):
+        from dcpsim.hardware.defaults import datasheet_base
+
+        name_or_path = datasheet_base(str(name_or_path)) or name_or_path  # <gpu>-datasheet: the base profile
         for d in profile_dirs():
             if (d / str(name_or_path) / "profile.toml").is_file():
                 p = d / str(name_or_path)

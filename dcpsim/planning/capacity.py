@@ -27,6 +27,9 @@ runs and ``goodput_young_daly`` (analytic), ``effective_time_h`` / ``effective_d
 MTBF) and ``failures_sim`` (the long runs' mean, scaled to the effective time), ``long_run_horizon_h``,
 ``meets_deadline`` (``None`` without a deadline), ``pareto`` (over all rows) and ``pareto_gpu`` (within
 the row's GPU type).
+Trust columns (:mod:`dcpsim.planning.trust`): ``profile_label``, the prediction band of every figure
+(``<figure>_band_lo``/``_hi`` with ``band_runs``, ``band_basis`` or ``band_reason``) and the published-MFU
+sanity bound (``best_published_mfu``, ``above_published_mfu``; a warning per row above it).
 ``CapacityPlan.layouts`` holds every simulated layout of the search (ideal network; ``rank`` 1 = best)
 with its time breakdown and ``why`` it beats the next one.
 """
@@ -424,7 +427,9 @@ def plan_capacity(
     import pandas as pd
 
     layouts = pd.DataFrame(_layout_rows(results))
-    warnings = batch_warnings(df, max_gbs_tokens)
+    from dcpsim.planning.trust import annotate
+
+    warnings = batch_warnings(df, max_gbs_tokens) + annotate(df, model)
     req = {"model": model, "data": data.describe(), "seq_len": data.seq_len, "workload": data.workload if not data.fixed
            else "fixed", "max_len": data.max_len, "gbs": data.gbs, "gbs_tokens": data.gbs_tokens, "tokens": tokens,
            "gpu_prices": prices, "sizes": sizes, "policies": list(policies), "deadline_days": deadline_days,

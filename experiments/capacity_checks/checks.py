@@ -1,6 +1,7 @@
 """Capacity-planning checks against published runs: Llama 2 GPU-hours and published Megatron/NeMo layouts.
 
     PYTHONPATH=. python experiments/capacity_checks/checks.py llama2      [--sizes 1024,2048] [-j 2]
+    PYTHONPATH=. python experiments/capacity_checks/checks.py llama2-default [-j 2]   # `dcpsim plan` at its defaults
     PYTHONPATH=. python experiments/capacity_checks/checks.py published   [--rows 1-10] [-j 2]
     PYTHONPATH=. python experiments/capacity_checks/checks.py readme      # the figures into README.md
 
@@ -110,6 +111,58 @@ def run_llama2(sizes, jobs) -> list[dict[str, Any]]:
                          f"{s['tflops_per_gpu']:.0f} | {s['mfu']:.1%} | {s['goodput']:.1%} | "
                          f"{s['tokens_per_s_per_gpu']:,.0f} | {LLAMA2_TOKENS / (r['published_gpu_hours'] * 3600):,.0f} |")
     (RESULTS / "llama2.md").write_text("\n".join(lines) + "\n")
+    return out
+
+
+def llama2_default(jobs: int | None = 2) -> list[dict[str, Any]]:
+    """``dcpsim plan`` as a user runs it, only the request given (model, A100-80GB, 2T tokens, 4,096 context,
+    4M-token batch); everything else at the command's defaults (sizes, policies, search, failures, and the bare GPU
+    name read as its calibrated profile). The plan's chosen row (its recommendation: the cheapest) and its 80%
+    band are compared to the paper's GPU-hours. Writes ``results/llama2_default.{json,md}``."""
+    import contextlib
+    import io
+
+    from dcpsim.cli import main as cli
+
+    meta = provenance()
+    out = []
+    for model, ref in LLAMA2_GPU_HOURS.items():
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = cli(["plan", "--model", model, "--gpus", f"{LLAMA2_GPU}:1", "--tokens", "2T", "--seq-len",
+                      str(LLAMA2_SEQ), "--gbs-tokens", "4M", "--json", "-j", str(jobs or 1)])
+        if rc != 0:
+            raise SystemExit(f"dcpsim plan failed for {model} (exit {rc})")
+        plan = json.loads(buf.getvalue())
+        ok = [r for r in plan["rows"] if r["status"] == "ok"]
+        pick = sorted(ok, key=lambda r: (r["cost"], r["effective_time_h"]))[0]
+        lo, hi = pick.get("gpu_hours_band_lo"), pick.get("gpu_hours_band_hi")
+        out.append({"model": model, "published_gpu_hours": ref, "profile": pick["gpu"],
+                    "profile_label": pick.get("profile_label"), "gpus": int(pick["gpus"]), "policy": pick["policy"],
+                    "layout": pick["layout"], "gpu_hours": pick["gpu_hours"], "ratio": pick["gpu_hours"] / ref,
+                    "band_lo": lo, "band_hi": hi, "band_runs": pick.get("band_runs"),
+                    "band_basis": pick.get("band_basis") or pick.get("band_reason"),
+                    "inside_band": lo is not None and hi is not None and lo <= ref <= hi,
+                    "within_15pct": abs(pick["gpu_hours"] / ref - 1) <= 0.15,
+                    "mfu": pick.get("mfu_predicted"), "best_published_mfu": pick.get("best_published_mfu"),
+                    "goodput": pick["goodput"], "days": pick["effective_days"], "warnings": plan["warnings"],
+                    "recommendation": plan["recommendation"], "rows": [
+                        {k: r.get(k) for k in ("gpus", "policy", "layout", "gpu_hours", "gpu_hours_band_lo",
+                                               "gpu_hours_band_hi", "effective_days", "status")} for r in plan["rows"]]})
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "llama2_default.json").write_text(json.dumps({"meta": meta, "results": out}, indent=2, default=str))
+    lines = ["# Llama 2 GPU-hours: default `dcpsim plan` vs the paper", "",
+             f"dcpsim commit {meta['commit']}; `dcpsim plan --model M --gpus a100-sxm-80gb:1 --tokens 2T --seq-len 4096 "
+             "--gbs-tokens 4M` (every other input at its default; the bare GPU name reads as "
+             f"`{out[0]['profile']}`). The paper's GPU-hours are references, never inputs.", "",
+             "| model | published GPU-h | dcpsim GPU-h | ratio | 80% band | inside | GPUs | policy | layout | MFU | "
+             "goodput | band rests on |", "|---|---:|---:|---:|---|---|---:|---|---|---:|---:|---|"]
+    for r in out:
+        band = f"{r['band_lo']:,.0f}-{r['band_hi']:,.0f}" if r["band_lo"] is not None else "none"
+        lines.append(f"| {r['model']} | {r['published_gpu_hours']:,} | {r['gpu_hours']:,.0f} | {r['ratio']:.2f} | "
+                     f"{band} | {'yes' if r['inside_band'] else '**no**'} | {r['gpus']} | {r['policy']} | "
+                     f"{r['layout']} | {100 * r['mfu']:.1f}% | {100 * r['goodput']:.1f}% | {r['band_basis']} |")
+    (RESULTS / "llama2_default.md").write_text("\n".join(lines) + "\n")
     return out
 
 
@@ -295,13 +348,19 @@ def main(argv: list[str] | None = None) -> int:
     from dcpsim.published.suite import parse_ranges
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["llama2", "published", "readme"])
+    ap.add_argument("what", choices=["llama2", "llama2-default", "published", "readme"])
     ap.add_argument("--sizes", default="1024,2048")
     ap.add_argument("--rows", default=None, help="published row ids, e.g. 1-10,44")
     ap.add_argument("-j", "--jobs", type=int, default=2)
     a = ap.parse_args(argv)
     if a.what == "readme":
         update_readme()
+        return 0
+    if a.what == "llama2-default":
+        for r in llama2_default(a.jobs):
+            print(f"{r['model']}: {r['gpu_hours']:,.0f} GPU-hours (80% band {r['band_lo']}-{r['band_hi']}) vs published "
+                  f"{r['published_gpu_hours']:,} -> ratio {r['ratio']:.2f}, inside band: {r['inside_band']} "
+                  f"({r['gpus']} GPUs, {r['policy']}, {r['layout']})")
         return 0
     if a.what == "llama2":
         for r in run_llama2([int(x) for x in a.sizes.split(",")], a.jobs):

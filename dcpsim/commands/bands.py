@@ -1,0 +1,58 @@
+"""``dcpsim bands``: the prediction bands' residuals, their coverage on held-out rows, and how to rebuild them.
+
+``dcpsim bands`` prints the groups (GPU x precision), how many validated runs each has, the best measured
+MFU and the leave-one-out coverage of the 80% band on the held-out rows of the published suite;
+``dcpsim bands build --out DIR`` recomputes the residual file from the suite (a replay on the calibrated
+profiles plus a cross-fit of every fit row; a few minutes) and writes ``DIR/bands.json`` and
+``DIR/bands.md``: copy ``bands.json`` to ``experiments/published_throughput/results/`` to ship it.
+See :mod:`dcpsim.published.bands`.
+"""
+
+from __future__ import annotations
+
+from dcpsim.commands._common import POS_INT, add_force, print_json, print_table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bands", help="prediction bands: validated runs per GPU, coverage on held-out rows, rebuild")
+    p.add_argument("action", nargs="?", choices=["show", "build"], default="show")
+    p.add_argument("--out", default=None, help="build: folder for bands.json and bands.md")
+    p.add_argument("--file", default=None, help="show: a residual file (default: the shipped one)")
+    p.add_argument("--level", type=float, default=None, help="interval level (default 0.8)")
+    p.add_argument("-j", "--jobs", type=POS_INT, default=1, help="build: worker processes (default 1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_force(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from dcpsim.errors import ConfigError
+    from dcpsim.published import bands
+
+    level = bands.LEVEL if args.level is None else args.level
+    if not 0.0 < level < 1.0:
+        raise ConfigError("--level", args.level, "a level between 0 and 1, e.g. 0.8")
+    if args.action == "build":
+        if not args.out:
+            raise ConfigError("--out", None, "a folder for bands.json (build)")
+        from dcpsim.outdir import check_out_dir
+
+        check_out_dir(args.out, force=args.force)
+        data = bands.build(progress=not args.json, jobs=args.jobs)
+        written = bands.write(data, args.out, force=args.force)
+        table = bands.BandTable(data)
+    else:
+        table = bands.load(args.file)
+        written = []
+    cov = table.coverage(level)
+    if args.json:
+        print_json({"groups": table.groups(level), "coverage": cov, "dcpsim_commit": table.data.get("dcpsim_commit"),
+                    "written": [str(p) for p in written]})
+        return 0
+    print_table(table.groups(level), title=f"validated runs per GPU and precision (out-of-sample residuals, dcpsim "
+                                           f"{str(table.data.get('dcpsim_commit', ''))[:7]})")
+    print(f"held-out rows inside their {level:.0%} band (leave-one-out): {cov['covered']} of {cov['with_band']} "
+          f"({100 * cov['coverage']:.1f}%); {cov['without_band']} without a band")
+    for p in written:
+        print(f"wrote {p}")
+    return 0

@@ -1,0 +1,118 @@
+"""How far a plan's figures can be trusted: the prediction band and the published-MFU bound of every row.
+
+:func:`annotate` adds to a plan's rows (``CapacityPlan.rows``), per GPU type x size x policy:
+
+* ``profile_label`` -- which profile, calibrated on what, or uncalibrated (an optimistic upper bound);
+* the **prediction band** (:mod:`dcpsim.published.bands`: split conformal on the out-of-sample log errors of
+  the nearest validated runs, same GPU and precision, similar model size and layout): ``band_level``,
+  ``band_runs`` (how many runs it rests on), ``band_basis`` or ``band_reason`` (why there is none), and
+  ``<figure>_band_lo`` / ``_band_hi`` for ``tokens_per_s``, ``tflops_per_gpu``, ``gpu_hours``,
+  ``effective_days`` and ``cost``. The band covers the time model's steady-state throughput error only;
+  goodput under failures is the plan's own simulation (its spread is ``goodput_std``), not in the band.
+* the **sanity bound**: ``best_published_mfu`` (the best measured MFU of a published run on that GPU and
+  precision, with ``best_published_mfu_source``) and ``above_published_mfu``; every row above it gets a
+  warning that names the figure and its source.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+BAND_FIGURES = {"tokens_per_s": "throughput", "tflops_per_gpu": "throughput", "gpu_hours": "duration",
+                "effective_days": "duration", "cost": "duration"}
+
+
+def _model_params(model: Any) -> float:
+    from dcpsim.model import get_model
+
+    return float(get_model(model).n_params)
+
+
+def annotate(df, model: Any, *, level: float | None = None) -> list[str]:
+    """Add the band, profile and MFU-bound columns to ``df`` in place; return the MFU warnings."""
+    from dcpsim.hardware import get_profile
+    from dcpsim.hardware.defaults import is_calibrated, profile_label
+    from dcpsim.published import bands
+    from dcpsim.published.bands import base_gpu
+
+    level = bands.LEVEL if level is None else level
+    try:
+        table = bands.load()
+    except Exception as exc:  # noqa: BLE001 - the plan still prints, saying why it has no band
+        table, why = None, f"no residual file ({exc})"
+    params = _model_params(model)
+    cols: dict[str, list[Any]] = {k: [] for k in ("profile_label", "band_level", "band_runs", "band_basis",
+                                                   "band_reason", "best_published_mfu", "best_published_mfu_source",
+                                                   "above_published_mfu", "mfu_predicted")}
+    for f in BAND_FIGURES:
+        cols[f + "_band_lo"], cols[f + "_band_hi"] = [], []
+    warnings: list[str] = []
+    labels: dict[str, str] = {}
+    for r in df.to_dict("records"):
+        gpu = str(r["gpu"])
+        labels.setdefault(gpu, profile_label(gpu))
+        cols["profile_label"].append(labels[gpu])
+        prec = str(r.get("precision") or "bf16")
+        ok = r.get("status") == "ok"
+        if table is not None and ok:
+            b = table.band(gpu, prec, params=params, pp=int(r.get("pp") or 1), cp=int(r.get("cp") or 1), level=level)
+        else:
+            b = bands.Band(level=level, reason=why if table is None else "no prediction")
+        cols["band_level"].append(level)
+        cols["band_runs"].append(b.n if b.ok else 0)
+        cols["band_basis"].append(b.basis if b.ok else "")
+        cols["band_reason"].append("" if b.ok else b.reason)
+        for f, kind in BAND_FIGURES.items():
+            v = r.get(f)
+            v = float(v) if isinstance(v, (int, float)) and v is not None else math.nan
+            lo, hi = (b.throughput(v) if kind == "throughput" else b.duration(v)) if math.isfinite(v) else (math.nan,) * 2
+            cols[f + "_band_lo"].append(lo)
+            cols[f + "_band_hi"].append(hi)
+        best = table.best_mfu(gpu, prec) if table is not None else None
+        tf = r.get("tflops_per_gpu")
+        mfu = (float(tf) * 1e12 / get_profile(gpu).peak_bf16_flops
+               if ok and isinstance(tf, (int, float)) and math.isfinite(float(tf)) else math.nan)
+        cols["mfu_predicted"].append(mfu)
+        cols["best_published_mfu"].append(best["mfu"] if best else math.nan)
+        cols["best_published_mfu_source"].append(f"row {best['row']} ({best['model']}): {best['source']}" if best
+                                                 else "")
+        above = bool(best and math.isfinite(mfu) and mfu > best["mfu"])
+        cols["above_published_mfu"].append(above)
+        if above:
+            where = (f"published {best['gpu']} {prec.upper()} run" if best["same_gpu"] else
+                     f"published {prec.upper()} run on any GPU (none on {base_gpu(gpu)}; best on {best['gpu']})")
+            warnings.append(
+                f"warning: {int(r['gpus'])} x {gpu} {r.get('policy', '')} predicts {100 * mfu:.1f}% MFU, above the best "
+                f"{where} ({100 * best['mfu']:.1f}% MFU, measured tokens/s x "
+                f"dcpsim's FLOPs per token over the BF16 peak; published suite row {best['row']}, {best['model']}: "
+                f"{best['source']}). Treat this figure as optimistic.")
+    for k, v in cols.items():
+        df[k] = v
+    ok = df["status"] == "ok"
+    cal = sorted({g for g in df.loc[ok, "gpu"] if is_calibrated(str(g))})
+    uncal = sorted({g for g in df.loc[ok, "gpu"] if not is_calibrated(str(g))})
+    if cal and uncal:
+        warnings.append(f"warning: this plan compares calibrated profiles ({', '.join(cal)}) with uncalibrated ones "
+                        f"({', '.join(uncal)}: datasheet figures, an optimistic upper bound); the uncalibrated GPU "
+                        "types will look faster and cheaper than they are.")
+    return warnings
+
+
+def band_text(r: dict[str, Any], figure: str, fmt: str = "{:,.0f}") -> str:
+    """``"165,000-205,000"`` for a row's figure, or ``"no band"``."""
+    lo, hi = r.get(figure + "_band_lo"), r.get(figure + "_band_hi")
+    if isinstance(lo, float) and isinstance(hi, float) and math.isfinite(lo) and math.isfinite(hi):
+        return f"{fmt.format(lo)}-{fmt.format(hi)}"
+    return "no band"
+
+
+def band_sentence(r: dict[str, Any]) -> str:
+    """One sentence: the GPU-hours with their band and what it rests on (or why there is none)."""
+    gh = r.get("gpu_hours")
+    if not isinstance(gh, float) or not math.isfinite(gh):
+        return ""
+    if r.get("band_basis"):
+        return (f"{gh:,.0f} GPU-hours, {r['band_level']:.0%} interval {band_text(r, 'gpu_hours')}, "
+                f"from {r['band_basis']}")
+    return f"{gh:,.0f} GPU-hours; no {r['band_level']:.0%} band: {r.get('band_reason', '')}"

@@ -1,0 +1,130 @@
+"""Prediction bands, calibrated defaults, the published-MFU bound and the plan report."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dcpsim.published import bands
+
+
+def _rows(errors, gpu="a100-sxm-80gb", precision="BF16", params=7e9, split="held-out"):
+    return [{"row": i + 1, "model": f"m{i}", "gpu": gpu, "precision": precision,
+             "precision_class": bands.precision_class(gpu, precision), "split": split, "source": f"src{i}",
+             "log_error_out_of_sample": e, "params": params, "pp": 1, "cp": 1, "mfu_measured": 0.4 + 0.01 * i}
+            for i, e in enumerate(errors)]
+
+
+def test_conformal_quantiles_index_rule():
+    e = np.sort(np.linspace(-0.1, 0.1, 10))
+    lo, hi = bands.conformal_quantiles(e, 0.8)
+    assert (lo, hi) == (e[0], e[-1])  # n = 10: floor(11 * 0.1) = 1st, ceil(11 * 0.9) = 10th
+    e19 = np.sort(np.linspace(-0.2, 0.2, 19))
+    assert bands.conformal_quantiles(e19, 0.8) == (e19[1], e19[17])
+    assert all(math.isnan(v) for v in bands.conformal_quantiles(e[:8], 0.8))  # too few for 80%
+
+
+def test_band_factors_and_refusals():
+    errs = [-0.15, -0.1, -0.05, 0.0, 0.02, 0.05, 0.08, 0.1, 0.12, 0.2]
+    t = bands.BandTable({"rows": _rows(errs)})
+    b = t.band("a100-sxm-80gb-calibrated", "bf16", params=7e9)
+    # measured = predicted * exp(-e): the interval runs from exp(-max e) to exp(-min e)
+    assert b.ok and b.n == 10 and b.lo == pytest.approx(math.exp(-0.2)) and b.hi == pytest.approx(math.exp(0.15))
+    lo, hi = b.duration(100.0)
+    assert lo == pytest.approx(100 * math.exp(-0.15)) and hi == pytest.approx(100 * math.exp(0.2))
+    assert b.throughput(10.0) == pytest.approx((10 * b.lo, 10 * b.hi))
+    # a datasheet profile, another precision, too few runs, an unseen model size: no band, with the reason
+    assert not t.band("a100-sxm-80gb", "bf16", params=7e9).ok
+    assert "not calibrated" in t.band("a100-sxm-80gb", "bf16", params=7e9).reason
+    assert "only 0 validated" in t.band("a100-sxm-80gb-calibrated", "fp8", params=7e9).reason
+    assert not bands.BandTable({"rows": _rows(errs[:5])}).band("a100-sxm-80gb-calibrated", "bf16", params=7e9).ok
+    far = t.band("a100-sxm-80gb-calibrated", "bf16", params=7e11)
+    assert not far.ok and "within 10x" in far.reason
+    assert not t.band("h200-sxm", "bf16", params=7e9).ok  # no calibrated profile, no runs
+
+
+def test_coverage_is_leave_one_out():
+    rng = np.random.default_rng(0)
+    t = bands.BandTable({"rows": _rows(list(rng.normal(0.0, 0.1, 40)))})
+    cov = t.coverage(0.8)
+    assert cov["with_band"] == 40 and 0.6 <= cov["coverage"] <= 1.0
+    # each row's band excludes the row itself: a lone outlier is never inside
+    rows = _rows([0.0] * 20 + [1.0])
+    c2 = bands.BandTable({"rows": rows}).coverage(0.8)
+    assert [p["covered"] for p in c2["rows"] if p["row"] == 21] == [False]
+
+
+def test_best_mfu_names_its_row_and_source():
+    t = bands.BandTable({"rows": _rows([0.0] * 10)})
+    best = t.best_mfu("a100-sxm-80gb-calibrated", "fp16")
+    assert best["row"] == 10 and best["mfu"] == pytest.approx(0.49) and best["source"] == "src9"
+    assert t.best_mfu("h100-sxm", "bf16") is None
+
+
+def test_shipped_residuals_are_dcpsims_own():
+    """The shipped file was computed by dcpsim from the suite: measured values are the CSV's, each
+    log error is ln(simulated / measured) of the stored simulation, held-out rows' out-of-sample error is
+    the validation error, and the file names the commit that produced it."""
+    from dcpsim.published.suite import load_suite
+
+    data = json.loads(bands.bands_path().read_text())
+    assert len(data["dcpsim_commit"]) == 40 and data["data_sha256"] == load_suite().data_sha256
+    suite = {r.id: r for r in load_suite().rows}
+    n = 0
+    for r in data["rows"]:
+        assert r["measured_tokens_per_s_per_gpu"] == suite[r["row"]].measured
+        if r["log_error_calibrated"] is None:
+            continue
+        assert r["log_error_calibrated"] == pytest.approx(
+            math.log(r["simulated_tokens_per_s_per_gpu"] / r["measured_tokens_per_s_per_gpu"]))
+        if r["split"] == "held-out":
+            assert r["log_error_out_of_sample"] == r["log_error_calibrated"]
+        else:
+            assert r["out_of_sample_from"].startswith("refit without")
+        n += 1
+    assert n >= 60
+
+
+def test_calibrated_default_and_datasheet_by_name():
+    from dcpsim.hardware import get_profile
+    from dcpsim.hardware.defaults import is_calibrated, profile_label, resolve_gpu
+
+    assert resolve_gpu("h100-sxm") == "h100-sxm-calibrated"
+    assert resolve_gpu("a100-sxm-80gb") == "a100-sxm-80gb-calibrated"
+    assert resolve_gpu("h100-sxm-calibrated") == "h100-sxm-calibrated"
+    assert resolve_gpu("h100-sxm-datasheet") == "h100-sxm-datasheet"  # resolving twice changes nothing
+    assert resolve_gpu("h200-sxm") == "h200-sxm"  # no calibrated profile: the datasheet one, visibly
+    assert get_profile("h100-sxm-datasheet").timing == get_profile("h100-sxm").timing
+    assert is_calibrated("h100-sxm-calibrated") and not is_calibrated("h100-sxm")
+    assert "calibrated" in profile_label("h100-sxm-calibrated") and "fit rows" in profile_label("h100-sxm-calibrated")
+    assert "UNCALIBRATED" in profile_label("h200-sxm") and "upper bound" in profile_label("h200-sxm")
+    assert "UNCALIBRATED" in profile_label("h100-sxm-datasheet")
+
+
+def test_annotate_bands_and_mfu_warning():
+    from dcpsim.planning.trust import annotate
+
+    df = pd.DataFrame([
+        {"gpu": "a100-sxm-80gb-calibrated", "gpus": 64, "policy": "packing", "status": "ok", "precision": "bf16",
+         "pp": 1, "cp": 1, "tokens_per_s": 2e5, "tflops_per_gpu": 140.0, "gpu_hours": 1000.0,
+         "effective_days": 1.0, "cost": 1500.0},
+        {"gpu": "a100-sxm-80gb-datasheet", "gpus": 64, "policy": "packing", "status": "ok", "precision": "bf16",
+         "pp": 1, "cp": 1, "tokens_per_s": 3e5, "tflops_per_gpu": 230.0, "gpu_hours": 700.0,
+         "effective_days": 0.7, "cost": 1000.0},
+        {"gpu": "h200-sxm", "gpus": 64, "policy": "packing", "status": "ok", "precision": "bf16",
+         "pp": 1, "cp": 1, "tokens_per_s": 3e5, "tflops_per_gpu": 500.0, "gpu_hours": 700.0,
+         "effective_days": 0.7, "cost": 1000.0}])
+    warnings = annotate(df, "llama2-7b")
+    cal, ds, h200 = df.to_dict("records")
+    assert cal["band_runs"] >= bands.MIN_RUNS and cal["gpu_hours_band_lo"] < 1000 < cal["gpu_hours_band_hi"] * 1.5
+    assert cal["cost_band_lo"] / cal["gpu_hours_band_lo"] == pytest.approx(1.5)
+    assert not ds["band_basis"] and "not calibrated" in ds["band_reason"]
+    assert not h200["band_basis"] and "UNCALIBRATED" in h200["profile_label"]
+    # 230 TFLOPS of 312 = 74% MFU is above every published A100 run: warned, naming the figure and source
+    assert ds["above_published_mfu"] and not cal["above_published_mfu"]
+    assert len(warnings) == 1 and "a100-sxm-80gb-datasheet" in warnings[0] and "row " in warnings[0]
+    assert f"{100 * ds['best_published_mfu']:.1f}% MFU" in warnings[0]
