@@ -62,7 +62,9 @@ def test_best_mfu_names_its_row_and_source():
     t = bands.BandTable({"rows": _rows([0.0] * 10)})
     best = t.best_mfu("a100-sxm-80gb-calibrated", "fp16")
     assert best["row"] == 10 and best["mfu"] == pytest.approx(0.49) and best["source"] == "src9"
-    assert t.best_mfu("h100-sxm", "bf16") is None
+    other = t.best_mfu("h100-sxm", "bf16")  # no run on that GPU: the best on any GPU, flagged
+    assert other["row"] == 10 and not other["same_gpu"]
+    assert t.best_mfu("h100-sxm", "fp8") is None
 
 
 def test_shipped_residuals_are_dcpsims_own():
@@ -124,7 +126,38 @@ def test_annotate_bands_and_mfu_warning():
     assert cal["cost_band_lo"] / cal["gpu_hours_band_lo"] == pytest.approx(1.5)
     assert not ds["band_basis"] and "not calibrated" in ds["band_reason"]
     assert not h200["band_basis"] and "UNCALIBRATED" in h200["profile_label"]
-    # 230 TFLOPS of 312 = 74% MFU is above every published A100 run: warned, naming the figure and source
+    # 230 TFLOPS of 312 = 74% is above every published A100 run: warned, naming the figure and source
     assert ds["above_published_mfu"] and not cal["above_published_mfu"]
-    assert len(warnings) == 1 and "a100-sxm-80gb-datasheet" in warnings[0] and "row " in warnings[0]
-    assert f"{100 * ds['best_published_mfu']:.1f}% MFU" in warnings[0]
+    mfu_warn = [w for w in warnings if "BF16 peak" in w]
+    assert len(mfu_warn) == 1 and "a100-sxm-80gb-datasheet" in mfu_warn[0] and "row " in mfu_warn[0]
+    assert f"{100 * ds['best_published_mfu']:.1f}% (published" in mfu_warn[0]
+    # the H200 has no published run: held to the best on any GPU, and said so
+    assert h200["above_published_mfu"] and any("none on h200-sxm" in w for w in warnings)
+    assert any("compares calibrated profiles" in w for w in warnings)
+
+
+def test_hardware_utilization_counts_recompute():
+    assert bands.hardware_utilization(0.39, "full (uniform, every layer)") == pytest.approx(0.52)
+    assert bands.hardware_utilization(0.39, "selective") == pytest.approx(0.39)
+    assert bands.hardware_utilization(0.39, None) == pytest.approx(0.39)
+
+
+def test_plan_report_and_bands_on_the_output(tmp_path, capsys):
+    """`dcpsim plan --out DIR` writes plan.md and plan.png (only there); the text names the profile and the band."""
+    from dcpsim.cli import main
+
+    out = tmp_path / "report"
+    args = ["plan", "--model", "llama2-7b", "--gpus", "a100-sxm-80gb:1.5,h200-sxm:3", "--sizes", "32", "--gbs", "64",
+            "--tp", "1", "--pp", "1", "--mbs", "1", "--recompute", "none", "--precision", "bf16", "--policies",
+            "packing", "--tokens", "1e11", "-j", "1", "--no-progress", "--out", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "a100-sxm-80gb-calibrated: calibrated" in text and "h200-sxm: UNCALIBRATED" in text
+    assert "compares calibrated profiles" in text  # mixed calibrated / uncalibrated rows are flagged
+    assert "validated a100-sxm-80gb BF16/FP16 runs" in text  # the band and what it rests on
+    md = (out / "plan.md").read_text()
+    for part in ("## The chosen configuration", "80% interval", "### Where an iteration's time goes",
+                 "### Goodput under failures", "## Profiles", "## Every GPU type"):
+        assert part in md
+    assert (out / "plan.png").stat().st_size > 10_000
+    assert sorted(p.name for p in out.iterdir()) == [".dcpsim-manifest.json", "plan.md", "plan.png"]

@@ -10,7 +10,13 @@ See :mod:`dcpsim.published.bands`.
 
 from __future__ import annotations
 
-from dcpsim.commands._common import POS_INT, add_force, print_json, print_table
+from typing import Annotated
+
+from pydantic import Field
+
+from dcpsim.commands._common import POS_INT, add_force, print_json, print_table, typed
+
+LEVEL = typed(Annotated[float, Field(gt=0.0, lt=1.0)])
 
 
 def register(sub) -> None:
@@ -18,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("action", nargs="?", choices=["show", "build"], default="show")
     p.add_argument("--out", default=None, help="build: folder for bands.json and bands.md")
     p.add_argument("--file", default=None, help="show: a residual file (default: the shipped one)")
-    p.add_argument("--level", type=float, default=None, help="interval level (default 0.8)")
+    p.add_argument("--level", type=LEVEL, default=None, help="interval level, between 0 and 1 (default 0.8)")
     p.add_argument("-j", "--jobs", type=POS_INT, default=1, help="build: worker processes (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_force(p)
@@ -30,8 +36,6 @@ def run(args) -> int:
     from dcpsim.published import bands
 
     level = bands.LEVEL if args.level is None else args.level
-    if not 0.0 < level < 1.0:
-        raise ConfigError("--level", args.level, "a level between 0 and 1, e.g. 0.8")
     if args.action == "build":
         if not args.out:
             raise ConfigError("--out", None, "a folder for bands.json (build)")

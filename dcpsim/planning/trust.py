@@ -9,9 +9,11 @@
   ``<figure>_band_lo`` / ``_band_hi`` for ``tokens_per_s``, ``tflops_per_gpu``, ``gpu_hours``,
   ``effective_days`` and ``cost``. The band covers the time model's steady-state throughput error only;
   goodput under failures is the plan's own simulation (its spread is ``goodput_std``), not in the band.
-* the **sanity bound**: ``best_published_mfu`` (the best measured MFU of a published run on that GPU and
-  precision, with ``best_published_mfu_source``) and ``above_published_mfu``; every row above it gets a
-  warning that names the figure and its source.
+* the **sanity bound**: ``best_published_mfu`` (the best measured utilization of a published run on that GPU
+  and precision, with ``best_published_mfu_source``; hardware FLOPs, recomputed forwards counted, over the BF16
+  peak, so a run without recompute is not held to a bound set by one with it) against the row's own
+  ``hfu_predicted``, and ``above_published_mfu``; every row above it gets a warning that names the figure and
+  its source. A GPU with no published run is held to the best on any GPU at that precision.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def annotate(df, model: Any, *, level: float | None = None) -> list[str]:
     params = _model_params(model)
     cols: dict[str, list[Any]] = {k: [] for k in ("profile_label", "band_level", "band_runs", "band_basis",
                                                    "band_reason", "best_published_mfu", "best_published_mfu_source",
-                                                   "above_published_mfu", "mfu_predicted")}
+                                                   "above_published_mfu", "mfu_predicted", "hfu_predicted")}
     for f in BAND_FIGURES:
         cols[f + "_band_lo"], cols[f + "_band_hi"] = [], []
     warnings: list[str] = []
@@ -73,19 +75,21 @@ def annotate(df, model: Any, *, level: float | None = None) -> list[str]:
         tf = r.get("tflops_per_gpu")
         mfu = (float(tf) * 1e12 / get_profile(gpu).peak_bf16_flops
                if ok and isinstance(tf, (int, float)) and math.isfinite(float(tf)) else math.nan)
+        hfu = bands.hardware_utilization(mfu, r.get("recompute"))
         cols["mfu_predicted"].append(mfu)
         cols["best_published_mfu"].append(best["mfu"] if best else math.nan)
         cols["best_published_mfu_source"].append(f"row {best['row']} ({best['model']}): {best['source']}" if best
                                                  else "")
-        above = bool(best and math.isfinite(mfu) and mfu > best["mfu"])
+        cols["hfu_predicted"].append(hfu)
+        above = bool(best and math.isfinite(hfu) and hfu > best["mfu"])
         cols["above_published_mfu"].append(above)
         if above:
             where = (f"published {best['gpu']} {prec.upper()} run" if best["same_gpu"] else
                      f"published {prec.upper()} run on any GPU (none on {base_gpu(gpu)}; best on {best['gpu']})")
             warnings.append(
-                f"warning: {int(r['gpus'])} x {gpu} {r.get('policy', '')} predicts {100 * mfu:.1f}% MFU, above the best "
-                f"{where} ({100 * best['mfu']:.1f}% MFU, measured tokens/s x "
-                f"dcpsim's FLOPs per token over the BF16 peak; published suite row {best['row']}, {best['model']}: "
+                f"warning: {int(r['gpus'])} x {gpu} {r.get('policy', '')} predicts {100 * hfu:.1f}% of the BF16 peak "
+                f"(hardware FLOPs, recompute counted), above the best {where}: {100 * best['mfu']:.1f}% (published "
+                f"suite row {best['row']}, {best['model']}, measured tokens/s x dcpsim's FLOPs per token; source: "
                 f"{best['source']}). Treat this figure as optimistic.")
     for k, v in cols.items():
         df[k] = v
