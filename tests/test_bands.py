@@ -125,6 +125,8 @@ def test_annotate_bands_and_mfu_warning():
     assert cal["band_runs"] >= bands.MIN_RUNS and cal["gpu_hours_band_lo"] < 1000 < cal["gpu_hours_band_hi"] * 1.5
     assert cal["cost_band_lo"] / cal["gpu_hours_band_lo"] == pytest.approx(1.5)
     assert not ds["band_basis"] and "not calibrated" in ds["band_reason"]
+    # every validated A100 run is a plain-MLP GPT with full recompute: a gated-MLP model without it is flagged
+    assert "gated MLP" in cal["band_caveat"] and "recompute" in cal["band_caveat"]
     assert not h200["band_basis"] and "UNCALIBRATED" in h200["profile_label"]
     # 230 TFLOPS of 312 = 74% is above every published A100 run: warned, naming the figure and source
     assert ds["above_published_mfu"] and not cal["above_published_mfu"]
@@ -161,3 +163,30 @@ def test_plan_report_and_bands_on_the_output(tmp_path, capsys):
         assert part in md
     assert (out / "plan.png").stat().st_size > 10_000
     assert sorted(p.name for p in out.iterdir()) == [".dcpsim-manifest.json", "plan.md", "plan.png"]
+
+
+def test_shipped_residuals_match_the_shipped_calibrated_profiles():
+    """A refitted calibrated profile makes the shipped residuals stale: rebuild them (`dcpsim bands build`)."""
+    from dcpsim.hardware.defaults import calibration_info
+
+    data = json.loads(bands.bands_path().read_text())
+    assert data["profiles"], "no calibrated profile in the residual file"
+    for base, p in data["profiles"].items():
+        info = calibration_info(p["profile"])
+        assert info is not None and info["revision"]["git_commit"] == p["fitted_at"], (
+            f"{p['profile']} was refitted after the residuals were computed: run `dcpsim bands build --out DIR` and "
+            "copy DIR/bands.json to experiments/published_throughput/results/")
+        assert sorted(info["fit_rows"]) == sorted(p["fit_rows"]), base
+
+
+def test_sweep_reads_bare_gpu_names_as_calibrated(tmp_path):
+    from dcpsim.commands.sweep import sweep_gpus, with_default_profiles
+    from dcpsim.run.sweep import load_sweep_spec
+
+    f = tmp_path / "s.toml"
+    f.write_text('[sweep]\nname = "t"\n[base]\nhardware.gpu = "h100-sxm"\n[[axes]]\n'
+                 'hardware.gpu = ["a100-sxm-80gb", "h200-sxm", "h100-sxm-datasheet"]\n')
+    spec = with_default_profiles(load_sweep_spec(f))
+    assert spec.base.hardware.gpu == "h100-sxm-calibrated"
+    assert sweep_gpus(spec) == ["h100-sxm-calibrated", "a100-sxm-80gb-calibrated", "h200-sxm", "h100-sxm-datasheet"]
+    assert [r.config.hardware.gpu for r in spec.runs()] == sweep_gpus(spec)[1:]

@@ -25,6 +25,9 @@ def register(sub) -> None:
     p.add_argument("--out", default=None, help="build: folder for bands.json and bands.md")
     p.add_argument("--file", default=None, help="show: a residual file (default: the shipped one)")
     p.add_argument("--level", type=LEVEL, default=None, help="interval level, between 0 and 1 (default 0.8)")
+    p.add_argument("--megatron-ci", action="store_true",
+                   help="also replay the Megatron-LM CI suite's held-out rows on the calibrated profiles and report "
+                        "how many get a band and how many of those it covers (a few minutes)")
     p.add_argument("-j", "--jobs", type=POS_INT, default=1, help="build: worker processes (default 1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_force(p)
@@ -49,14 +52,19 @@ def run(args) -> int:
         table = bands.load(args.file)
         written = []
     cov = table.coverage(level)
+    ci = bands.ci_coverage(table, level) if args.megatron_ci else None
     if args.json:
-        print_json({"groups": table.groups(level), "coverage": cov, "dcpsim_commit": table.data.get("dcpsim_commit"),
-                    "written": [str(p) for p in written]})
+        print_json({"groups": table.groups(level), "coverage": cov, "megatron_ci_coverage": ci,
+                    "dcpsim_commit": table.data.get("dcpsim_commit"), "written": [str(p) for p in written]})
         return 0
     print_table(table.groups(level), title=f"validated runs per GPU and precision (out-of-sample residuals, dcpsim "
                                            f"{str(table.data.get('dcpsim_commit', ''))[:7]})")
     print(f"held-out rows inside their {level:.0%} band (leave-one-out): {cov['covered']} of {cov['with_band']} "
           f"({100 * cov['coverage']:.1f}%); {cov['without_band']} without a band")
+    if ci is not None:
+        print(f"Megatron-LM CI suite, held-out rows: {ci['compared']} compared, {ci['with_band']} with a band, "
+              f"{ci['covered']} inside it" + (f" ({100 * ci['coverage']:.1f}%)" if ci["with_band"] else "")
+              + "; without a band: " + "; ".join(f"{n} x {r}" for r, n in ci["no_band_reasons"].items()))
     for p in written:
         print(f"wrote {p}")
     return 0

@@ -473,6 +473,8 @@ def trust_lines(df) -> list[str]:
         if r.get("status") != "ok":
             continue
         text = r.get("band_basis") or f"NO BAND: {r.get('band_reason', '')}"
+        if r.get("band_caveat"):
+            text += f"; {r['band_caveat']}"
         key = f"{r['gpu']}: {text}"
         if key not in seen:
             seen.add(key)

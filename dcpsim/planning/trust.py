@@ -5,7 +5,8 @@
 * ``profile_label`` -- which profile, calibrated on what, or uncalibrated (an optimistic upper bound);
 * the **prediction band** (:mod:`dcpsim.published.bands`: split conformal on the out-of-sample log errors of
   the nearest validated runs, same GPU and precision, similar model size and layout): ``band_level``,
-  ``band_runs`` (how many runs it rests on), ``band_basis`` or ``band_reason`` (why there is none), and
+  ``band_runs`` (how many runs it rests on), ``band_basis`` or ``band_reason`` (why there is none),
+  ``band_caveat`` (where the query is outside the regime of those runs: MLP type, recompute), and
   ``<figure>_band_lo`` / ``_band_hi`` for ``tokens_per_s``, ``tflops_per_gpu``, ``gpu_hours``,
   ``effective_days`` and ``cost``. The band covers the time model's steady-state throughput error only;
   goodput under failures is the plan's own simulation (its spread is ``goodput_std``), not in the band.
@@ -25,12 +26,6 @@ BAND_FIGURES = {"tokens_per_s": "throughput", "tflops_per_gpu": "throughput", "g
                 "effective_days": "duration", "cost": "duration"}
 
 
-def _model_params(model: Any) -> float:
-    from dcpsim.model import get_model
-
-    return float(get_model(model).n_params)
-
-
 def annotate(df, model: Any, *, level: float | None = None) -> list[str]:
     """Add the band, profile and MFU-bound columns to ``df`` in place; return the MFU warnings."""
     from dcpsim.hardware import get_profile
@@ -43,9 +38,12 @@ def annotate(df, model: Any, *, level: float | None = None) -> list[str]:
         table = bands.load()
     except Exception as exc:  # noqa: BLE001 - the plan still prints, saying why it has no band
         table, why = None, f"no residual file ({exc})"
-    params = _model_params(model)
+    from dcpsim.model import get_model
+
+    spec = get_model(model)
+    params = float(spec.n_params)
     cols: dict[str, list[Any]] = {k: [] for k in ("profile_label", "band_level", "band_runs", "band_basis",
-                                                   "band_reason", "best_published_mfu", "best_published_mfu_source",
+                                                   "band_reason", "band_caveat", "best_published_mfu", "best_published_mfu_source",
                                                    "above_published_mfu", "mfu_predicted", "hfu_predicted")}
     for f in BAND_FIGURES:
         cols[f + "_band_lo"], cols[f + "_band_hi"] = [], []
@@ -58,12 +56,14 @@ def annotate(df, model: Any, *, level: float | None = None) -> list[str]:
         prec = str(r.get("precision") or "bf16")
         ok = r.get("status") == "ok"
         if table is not None and ok:
-            b = table.band(gpu, prec, params=params, pp=int(r.get("pp") or 1), cp=int(r.get("cp") or 1), level=level)
+            b = table.band(gpu, prec, params=params, pp=int(r.get("pp") or 1), cp=int(r.get("cp") or 1), level=level,
+                           gated_mlp=bool(spec.gated_mlp), recompute=str(r.get("recompute") or "none"))
         else:
             b = bands.Band(level=level, reason=why if table is None else "no prediction")
         cols["band_level"].append(level)
         cols["band_runs"].append(b.n if b.ok else 0)
         cols["band_basis"].append(b.basis if b.ok else "")
+        cols["band_caveat"].append(b.caveat if b.ok else "")
         cols["band_reason"].append("" if b.ok else b.reason)
         for f, kind in BAND_FIGURES.items():
             v = r.get(f)
@@ -118,5 +118,5 @@ def band_sentence(r: dict[str, Any]) -> str:
         return ""
     if r.get("band_basis"):
         return (f"{gh:,.0f} GPU-hours, {r['band_level']:.0%} interval {band_text(r, 'gpu_hours')}, "
-                f"from {r['band_basis']}")
+                f"from {r['band_basis']}" + (f"; {r['band_caveat']}" if r.get("band_caveat") else ""))
     return f"{gh:,.0f} GPU-hours; no {r['band_level']:.0%} band: {r.get('band_reason', '')}"

@@ -54,8 +54,10 @@ LEVEL = 0.8
 """Default interval level."""
 MIN_RUNS = 9
 """Fewest near runs for a band: at 80% the two one-sided split-conformal quantiles need ``n >= 9``."""
-NEAR_RUNS = 15
-"""Runs a band rests on at most (the nearest of the group)."""
+NEAR_RUNS = 19
+"""Runs a band rests on at most (the nearest of the group). 19: with ``n + 1`` a multiple of 10 the 80%
+split-conformal interval's guaranteed coverage ``(hi_k - lo_k) / (n + 1)`` is exactly 80% (15 runs would give
+87.5%: the interval is then the smallest to the largest error)."""
 MAX_SIZE_RATIO = 10.0
 """A model more than this many times larger or smaller than every run of its group has no band."""
 CALIBRATED_SUFFIX = "-calibrated"
@@ -256,6 +258,7 @@ class Band:
     level: float = LEVEL
     basis: str = ""  # "24 validated H100 BF16 runs (out-of-sample), nearest GPT-7.1B .. GPT-175B"
     reason: str = ""  # why there is no band
+    caveat: str = ""  # where the query differs from every run the band rests on
 
     @property
     def ok(self) -> bool:
@@ -272,7 +275,7 @@ class Band:
     def describe(self) -> str:
         if not self.ok:
             return f"no {self.level:.0%} band: {self.reason}"
-        return f"{self.level:.0%} band from {self.basis}"
+        return f"{self.level:.0%} band from {self.basis}" + (f"; {self.caveat}" if self.caveat else "")
 
 
 @dataclass
@@ -290,8 +293,12 @@ class BandTable:
                 and _finite(r.get("log_error_out_of_sample")) and _finite(r.get("params"))]
 
     def band(self, profile: str, precision: str, *, params: float, pp: int = 1, cp: int = 1, level: float = LEVEL,
-             exclude: int | None = None) -> Band:
-        """The interval for a prediction made with ``profile`` at ``precision`` for a ``params`` model."""
+             exclude: int | None = None, gated_mlp: bool | None = None, recompute: str | None = None) -> Band:
+        """The interval for a prediction made with ``profile`` at ``precision`` for a ``params`` model.
+
+        ``gated_mlp`` and ``recompute`` (the query's MLP type and recompute mode, when known) do not change the
+        interval; where no run it rests on shares them, :attr:`Band.caveat` says so (a regime the runs did not
+        cover: the interval may be too narrow there)."""
         name = Path(str(profile)).name
         gpu = base_gpu(name)
         pclass = precision_class(gpu, precision)
@@ -319,7 +326,23 @@ class BandTable:
         models = sorted({r["params"] for r in near})
         basis = (f"{len(near)} validated {what} runs (out-of-sample errors; models "
                  f"{models[0] / 1e9:.3g}B-{models[-1] / 1e9:.3g}B)")
-        return Band(lo=math.exp(-hi_e), hi=math.exp(-lo_e), n=len(near), level=level, basis=basis)
+        return Band(lo=math.exp(-hi_e), hi=math.exp(-lo_e), n=len(near), level=level, basis=basis,
+                    caveat=self._caveat(near, gated_mlp, recompute))
+
+    def _caveat(self, near: list[dict[str, Any]], gated_mlp: bool | None, recompute: str | None) -> str:
+        feats = row_regimes()
+        out = []
+        if gated_mlp is not None:
+            have = {feats.get(r["row"], {}).get("gated_mlp") for r in near}
+            if have and gated_mlp not in have:
+                out.append(f"none of them has a {'gated' if gated_mlp else 'plain'} MLP like this model")
+        if recompute is not None:
+            mode = "full" if str(recompute).startswith("full") else "none/selective"
+            have = {feats.get(r["row"], {}).get("recompute") for r in near}
+            if have and mode not in have:
+                out.append(f"all of them {'recompute fully' if mode != 'full' else 'skip full recompute'}, this "
+                           f"layout {'does' if mode == 'full' else 'does not'}")
+        return ("outside the validated regime: " + "; ".join(out) + " (the interval may be too narrow)") if out else ""
 
     def best_mfu(self, profile: str, precision: str) -> dict[str, Any] | None:
         """The best measured utilization of the group with its row and source: hardware FLOPs (recomputed
@@ -395,6 +418,60 @@ class BandTable:
                     lines.append(f"| {p['row']} | {p['model']} | {p['gpu']} | {p['precision']} | "
                                  f"{p['measured_over_predicted']:.3f} | {band} | {p['n']} | {inside} |")
         return "\n".join(lines) + "\n"
+
+
+def ci_coverage(table: BandTable, level: float = LEVEL, split: str = "held-out") -> dict[str, Any]:
+    """Coverage on the Megatron-LM CI suite's ``split`` rows (``experiments/megatron_ci``), replayed on the
+    calibrated profiles: each compared row is a query whose band comes from the published suite's residuals
+    (none of the CI rows is in them). Throughput is the inverse of the step time, so measured/predicted
+    throughput = simulated step / measured step."""
+    from dcpsim.model import get_model
+    from dcpsim.published.megatron_ci import COMPARED as CI_COMPARED
+    from dcpsim.published.megatron_ci import replay_ci, row_run
+    from dcpsim.published.replay import calibrated_profiles
+
+    profiles = calibrated_profiles()
+    rep = replay_ci(split=split, profiles=profiles)
+    per: list[dict[str, Any]] = []
+    for res in rep.rows:
+        if res.status not in CI_COMPARED or not math.isfinite(res.simulated):
+            continue
+        run, _ = row_run(res.row, profiles)
+        cfg = run.config
+        b = table.band(cfg.hardware.gpu, cfg.parallel.precision, params=float(get_model(cfg.model.name).n_params),
+                       pp=int(cfg.parallel.pp), cp=int(cfg.parallel.cp), level=level)
+        ratio = res.simulated / res.row.measured
+        per.append({"row": res.row.id, "case": res.row.raw["case"], "gpu": res.row.raw["gpu"],
+                    "profile": cfg.hardware.gpu, "measured_over_predicted": ratio, "band_lo": b.lo, "band_hi": b.hi,
+                    "n": b.n, "covered": (b.lo <= ratio <= b.hi) if b.ok else None, "reason": b.reason})
+    with_band = [p for p in per if p["covered"] is not None]
+    hits = sum(1 for p in with_band if p["covered"])
+    reasons: dict[str, int] = {}
+    for p in per:
+        if p["covered"] is None:
+            key = p["reason"].split(" (nearest")[0]
+            reasons[key] = reasons.get(key, 0) + 1
+    return {"level": level, "split": split, "suite": "megatron-ci", "rows": per, "compared": len(per),
+            "with_band": len(with_band), "covered": hits, "coverage": hits / len(with_band) if with_band else math.nan,
+            "without_band": len(per) - len(with_band), "no_band_reasons": reasons}
+
+
+_REGIMES: dict[int, dict[str, Any]] = {}
+
+
+def row_regimes() -> dict[int, dict[str, Any]]:
+    """Per suite row: gated MLP or not, full recompute or not (facts of the suite, read once per process)."""
+    if not _REGIMES:
+        from dcpsim.model import get_model
+        from dcpsim.published.suite import load_suite, row_config
+
+        for row in load_suite().rows:
+            rc = row_config(row)
+            if rc.config is None:
+                continue
+            _REGIMES[row.id] = {"gated_mlp": bool(get_model(rc.config.model.name).gated_mlp),
+                                "recompute": "full" if rc.config.parallel.recompute == "full" else "none/selective"}
+    return _REGIMES
 
 
 def recompute_factor(recompute: Any) -> float:

@@ -76,7 +76,8 @@ def markdown(plan, *, title: str, deadline_days: float | None = None, png_name: 
                   f"| cost | {_f(r.get('cost'))} | {_band(r, 'cost')} |",
                   f"| peak memory per GPU | {_f(r.get('peak_memory_gib'), '{:.1f}')} GiB | |", "",
                   "Band: " + (f"{r['band_level']:.0%} prediction interval from {r['band_basis']}" if r.get("band_basis")
-                              else f"**none**: {r.get('band_reason', '')}") + ". It covers the time model's "
+                              else f"**none**: {r.get('band_reason', '')}")
+                  + (f"; **{r['band_caveat']}**" if r.get("band_caveat") else "") + ". It covers the time model's "
                   "steady-state throughput error (split conformal on the out-of-sample log errors of the nearest "
                   "validated runs; `dcpsim bands`), not the failure model.", ""]
         lines += ["### Where an iteration's time goes", "", "| part | seconds per iteration | share |",
@@ -121,7 +122,7 @@ def figure(plan, *, title: str, deadline_days: float | None = None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from dcpsim.report.plots import PALETTE, _ordered
+    from dcpsim.report.plots import PALETTE, _ordered, _plain_log_ticks
 
     df = plan.rows
     d = df[df["status"] == "ok"]
@@ -141,7 +142,9 @@ def figure(plan, *, title: str, deadline_days: float | None = None):
                             capsize=2, linewidth=1)
             ax.annotate(f"{int(r['gpus'])} {r['policy']}", (x[i], y[i]), fontsize=6, xytext=(3, 3),
                         textcoords="offset points")
-        lab = g + ("" if any(has) else " (no band: uncalibrated or no validated runs)")
+        from dcpsim.hardware.defaults import is_calibrated
+
+        lab = g + ("" if is_calibrated(g) else " (UNCALIBRATED: optimistic)") + ("" if any(has) else ", no band")
         ax.scatter(x, y, color=col, s=22, zorder=3, label=lab)
         f = s[s["pareto_gpu"].astype(bool)] if "pareto_gpu" in s else s.iloc[0:0]
         if len(f):
@@ -153,6 +156,7 @@ def figure(plan, *, title: str, deadline_days: float | None = None):
         ax.axvline(deadline_days, color="#D55E00", linestyle="--", linewidth=1.2, label="deadline")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_ticks(ax)
     ax.set_xlabel("days to train (with failures)")
     ax.set_ylabel("cost")
     ax.set_title("cost vs days (bars: 80% band)", fontsize=10)
