@@ -223,7 +223,10 @@ def test_resume_after_sigkill(tmp_path):
     assert summary["skipped_already_done"] == len(before) and summary["ran"] == 120 - len(before)
     after = load_results(out, dedupe=False)
     assert len(after) == 120 and after["config_hash"].is_unique  # every run exactly once
-    assert set(after["config_hash"]) == {r.run_hash for r in load_sweep_spec(spec).runs()}
+    # the CLI reads the bare GPU name as its calibrated profile (dcpsim.hardware.defaults)
+    from dcpsim.commands.sweep import with_default_profiles
+
+    assert set(after["config_hash"]) == {r.run_hash for r in with_default_profiles(load_sweep_spec(spec)).runs()}
     kept = after[after["config_hash"].isin(before["config_hash"])]
     # the rows finished before the kill are the original rows: not rerun
     assert (kept["sweep_session"].isin(first_session)).all()

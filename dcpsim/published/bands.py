@@ -41,6 +41,7 @@ nothing in it is typed in. The same file holds the best measured MFU per GPU and
 from __future__ import annotations
 
 import math
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -449,7 +450,7 @@ def ci_coverage(table: BandTable, level: float = LEVEL, split: str = "held-out")
     reasons: dict[str, int] = {}
     for p in per:
         if p["covered"] is None:
-            key = p["reason"].split(" (nearest")[0]
+            key = re.sub(r"within [\d.]+x of [\d.e+]+B parameters", "near this model's size", p["reason"].split(" (nearest")[0])
             reasons[key] = reasons.get(key, 0) + 1
     return {"level": level, "split": split, "suite": "megatron-ci", "rows": per, "compared": len(per),
             "with_band": len(with_band), "covered": hits, "coverage": hits / len(with_band) if with_band else math.nan,
