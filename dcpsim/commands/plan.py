@@ -485,10 +485,9 @@ def trust_lines(df) -> list[str]:
 def default_profiles(text: str) -> dict[str, float]:
     """``--gpus`` with each bare GPU name read as its calibrated profile where one exists
     (:func:`dcpsim.hardware.defaults.resolve_gpu`; ``<gpu>-datasheet`` keeps the uncalibrated one)."""
+    from dcpsim.errors import ConfigError
     from dcpsim.hardware.defaults import resolve_gpu
     from dcpsim.planning.inputs import parse_gpu_prices
-
-    from dcpsim.errors import ConfigError
 
     out: dict[str, float] = {}
     for name, price in parse_gpu_prices(text).items():

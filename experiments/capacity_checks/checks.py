@@ -130,7 +130,7 @@ def llama2_default(jobs: int | None = 2) -> list[dict[str, Any]]:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             rc = cli(["plan", "--model", model, "--gpus", f"{LLAMA2_GPU}:1", "--tokens", "2T", "--seq-len",
-                      str(LLAMA2_SEQ), "--gbs-tokens", "4M", "--json", "-j", str(jobs or 1)])
+                      str(LLAMA2_SEQ), "--gbs-tokens", "4Mi", "--json", "-j", str(jobs or 1)])
         if rc != 0:
             raise SystemExit(f"dcpsim plan failed for {model} (exit {rc})")
         plan = json.loads(buf.getvalue())
@@ -153,7 +153,7 @@ def llama2_default(jobs: int | None = 2) -> list[dict[str, Any]]:
     (RESULTS / "llama2_default.json").write_text(json.dumps({"meta": meta, "results": out}, indent=2, default=str))
     lines = ["# Llama 2 GPU-hours: default `dcpsim plan` vs the paper", "",
              f"dcpsim commit {meta['commit']}; `dcpsim plan --model M --gpus a100-sxm-80gb:1 --tokens 2T --seq-len 4096 "
-             "--gbs-tokens 4M` (every other input at its default; the bare GPU name reads as "
+             "--gbs-tokens 4Mi` (every other input at its default; the bare GPU name reads as "
              f"`{out[0]['profile']}`). The paper's GPU-hours are references, never inputs.", "",
              "| model | published GPU-h | dcpsim GPU-h | ratio | 80% band | inside | GPUs | policy | layout | MFU | "
              "goodput | band rests on |", "|---|---:|---:|---:|---|---|---:|---|---|---:|---:|---|"]
