@@ -361,3 +361,56 @@ def test_solver_screen_options_are_checked(option, value):
     with pytest.raises(ConfigError) as ei:
         get_policy("dynamic-solver", **{option: value})
     assert ei.value.field == f"policy.options.{option}"
+
+
+def test_bulk_lpt_equals_the_scan_on_random_bins():
+    """packing-balanced's LPT placing runs of sequences in bulk (and handing short runs to the heap) gives the
+    scan's bins exactly, including the batches where some sequence fits nowhere (None): random times with
+    ties, token caps that make bins fill up, bins from 1 to 60."""
+    from dcpsim.policies.static import BalancedPackingPolicy
+
+    rng = np.random.default_rng(7)
+    nones = 0
+    for _ in range(150):
+        n, nb, cap = int(rng.integers(0, 400)), int(rng.integers(1, 60)), int(rng.integers(50, 400))
+        tok = rng.integers(1, 60, n)
+        t = np.where(rng.random(n) < 0.3, np.round(tok * 0.5), tok * rng.uniform(0.5, 2.0, n))
+        order = np.lexsort((np.arange(n), -t))
+        got, ref = BalancedPackingPolicy._lpt(order, t, tok, nb, cap), _lpt_scan(order, t, tok, nb, cap)
+        assert (got is None) == (ref is None)
+        nones += got is None
+        if got is not None:
+            assert [[int(x) for x in b] for b in got] == [[int(x) for x in b] for b in ref]
+    assert 0 < nones < 150
+
+
+@pytest.mark.parametrize("delta", [0.05, 1.0])
+def test_dynamic_runs_of_equal_lengths_give_the_scan_plans(monkeypatch, delta):
+    """``dynamic`` joining runs of equal-length sequences to one group in bulk (_Microbatch.join_same) gives the
+    per-sequence scan's plans: batches drawn from a few lengths, so most sequences have many equals."""
+    rng = np.random.default_rng(31)
+    joined = []
+    real = dyn._Microbatch.join_same
+
+    def counted(self, *a):
+        k = real(self, *a)
+        joined.append(k)
+        return k
+
+    for _ in range(10):
+        dp, cp = int(rng.choice([1, 2, 4, 16])), int(rng.choice([1, 2, 4, 8]))
+        M = int(rng.choice([512, 2048, 8192]))
+        layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=M)
+        cap = M * layout.max_dynamic_cp - 2 * layout.max_dynamic_cp
+        pool = np.minimum(rng.lognormal(np.log(M / 4), 1.2, int(rng.integers(2, 12))).astype(np.int64) + 1, cap)
+        lengths = rng.choice(pool, int(rng.integers(50, 600)))
+        cost = cost_model(1, 1, layout.dp * layout.cp)
+        with monkeypatch.context() as m:
+            m.setattr(dyn._Microbatch, "join_same", counted)
+            fast = get_policy("dynamic", cap_delta=delta).plan(lengths, layout, cost)
+        with monkeypatch.context() as m:
+            m.setattr(dyn, "_Microbatch", _ScanMicrobatch)
+            m.setattr(dyn, "_Ctx", _ScanCtx)
+            ref = get_policy("dynamic", cap_delta=delta).plan(lengths, layout, cost)
+        assert comparable(fast) == comparable(ref)
+    assert sum(joined) > 100  # sequences were joined in bulk

@@ -141,19 +141,29 @@ class _Ctx:
         mb = _Microbatch(self, ids[0])
         leftovers: list[int] = []
         shortest = int(self.L[ids[-1]])
-        for pos in range(1, len(ids)):
+        lens = self.L[order]
+        # run_end[p]: one past the last position holding the same length as position p (lengths descend)
+        change = np.flatnonzero(lens[1:] != lens[:-1]) + 1
+        run_end = np.repeat(np.append(change, lens.size), np.diff(np.concatenate(([0], change, [lens.size]))))
+        run_end = run_end.tolist()
+        pos, n = 1, len(ids)
+        while pos < n:
             i = ids[pos]
             if mb.full_for(int(self.L[i])):
                 leftovers.append(i)
                 if mb.full_for(shortest):  # nor can any shorter remaining sequence be placed
                     leftovers.extend(ids[pos + 1 :])
                     break
+                pos += 1
                 continue
             choice = mb.choose(i)
+            pos += 1
             if choice is None:
                 leftovers.append(i)
-            else:
-                mb.apply(choice, i)
+                continue
+            mb.apply(choice, i)
+            if mb.kept_max and choice[0] == "join" and run_end[pos - 1] > pos:
+                pos += mb.join_same(choice[1], i, ids[pos : run_end[pos - 1]])
         return self._fill_empty_ranks(mb, order, ids, np.asarray(leftovers, dtype=np.int64), stats)
 
     def _fill_empty_ranks(self, mb: _Microbatch, order: np.ndarray, ids: list[int], left: np.ndarray,
@@ -248,17 +258,21 @@ class _SizeTree:
     def first_fit(self, t: int, w: float, room: int, limit: float) -> int:
         """Lowest slot with ``tok + t <= room`` and ``load + w <= limit``; -1 if none."""
         tk, ld, cap = self.tok, self.load, self.cap
-        if tk[1] + t > room or ld[1] + w > limit:
+        rt = room - t  # integers: tok + t <= room exactly when tok <= room - t
+        if tk[1] > rt or ld[1] + w > limit:
             return -1
-        stack = [1]
+        stack = [1]  # nodes whose minima pass both tests, left child on top
+        pop, push = stack.pop, stack.append
         while stack:
-            n = stack.pop()
-            if tk[n] + t > room or ld[n] + w > limit:
-                continue
+            n = pop()
             if n >= cap:
                 return n - cap
-            stack.append(2 * n + 1)
-            stack.append(2 * n)
+            a = 2 * n
+            b = a + 1
+            if tk[b] <= rt and ld[b] + w <= limit:
+                push(b)
+            if tk[a] <= rt and ld[a] + w <= limit:
+                push(a)
         return -1
 
 
@@ -284,6 +298,7 @@ class _Microbatch:
         self.trees = [_SizeTree(R // c) for c in ctx.size_list]
         self.g_slot: list[int] = []  # group -> slot in its size's tree
         self.BIG = float(4 * R + 4)  # option-order key: size index * BIG + position
+        self.kept_max = False  # whether the last choose() kept the maximum load
         k = int(ctx.need[first])
         self.cur_max = float(ctx.work[first, k])
         self.cap = (1.0 + ctx.delta) * float(ctx.L[first]) * ctx.M
@@ -306,8 +321,11 @@ class _Microbatch:
         return length > (self.ctx.M - min_tok) * self.big
 
     def choose(self, i: int):
-        """("join", group) or ("new", size index) for sequence ``i``, or None if it must wait."""
-        return self._without_raise(i) or self._least_raise(i)
+        """("join", group) or ("new", size index) for sequence ``i``, or None if it must wait; ``kept_max``
+        says whether the choice keeps the maximum load (then :meth:`join_same` may follow)."""
+        choice = self._without_raise(i)
+        self.kept_max = choice is not None
+        return choice or self._least_raise(i)
 
     def _without_raise(self, i: int):
         """The first option in option order whose load stays within the current maximum (None if none).
@@ -352,6 +370,36 @@ class _Microbatch:
             if v < best_v or (v == best_v and key < best_key):
                 best_v, best_key, choice = v, key, ("new", kk)
         return choice
+
+    def join_same(self, g: int, i: int, followers: list[int]) -> int:
+        """Sequence ``i`` has just joined group ``g`` without raising the maximum: the ``followers`` (the next
+        sequences in order, all of ``i``'s length) join it too while it keeps passing that test; returns how
+        many did.
+
+        Provably what :meth:`choose` would do for each: an option before ``g`` (a smaller size, an earlier
+        group of its size, a new group before it) failed for ``i`` and nothing it tests has changed (the
+        maximum did not move, no group or rank changed but ``g``), so the first passing option is ``g``
+        as long as ``g`` passes (``tok + t <= M`` and ``load + w <= max``, the same floating-point sums
+        as one :meth:`apply` after another). And a join that passes means the microbatch is not full for
+        that length (:meth:`full_for`: the group has ``t ≥ L / big`` tokens of room).
+        """
+        ctx = self.ctx
+        kk = int(self.g_sidx[g])
+        t, w = int(ctx.tok[i, kk]), float(ctx.work[i, kk])
+        tok_g, load_g = int(self.g_tok[g]), float(self.g_load[g])
+        M, cur = ctx.M, self.cur_max
+        k = 0
+        for _ in followers:
+            if tok_g + t > M or load_g + w > cur:
+                break
+            tok_g += t
+            load_g += w
+            k += 1
+        if k:
+            self.members[g].extend(followers[:k])
+            self.g_tok[g], self.g_load[g] = tok_g, load_g
+            self.trees[kk].set(self.g_slot[g], tok_g, load_g)
+        return k
 
     def apply(self, choice, i: int) -> None:
         """Add sequence ``i`` to a group (``join``) or open a group of a size index on the lowest free slice (``new``)."""

@@ -1,0 +1,102 @@
+"""Issue 24 target: the shared network (``sim.network = "shared"``, events engine) within 5x of the ideal fast path.
+
+Run::
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_shared_network.py [--gpus 16384] [--repeats 3]
+        [--policy dynamic] [--baseline /path/to/older/checkout [--baseline-repeats 1]] [--json out.json]
+
+Configuration: :func:`network_speedup.run`'s (Llama-13B, tp 1, pp 8, cp 8, 4 sequences per GPU, github
+lengths up to 65,536, pods of 64 GPUs at 1:1, seed 0, one iteration). Each measurement runs in a fresh
+process (after a 64-GPU warm-up run there, so imports are not counted) and takes that iteration's CPU
+seconds (``time.process_time``: planning, durations, simulation), so a loaded shared machine inflates it
+far less than wall time. The ideal fast path and the shared network are measured alternately,
+``--repeats`` times each; reported: median and min-max of each, the ratio of the medians, the iteration
+times (equal between trees when the solver's results are unchanged) and the host's CPU model.
+``--baseline DIR``: the same measurements with ``DIR`` first on ``PYTHONPATH`` (an older checkout), in the
+same invocation, for before/after figures on one host under one load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from _results import check_result_path, save_result  # benchmarks/_results.py
+from bench_cli_help import cpu_model
+
+HERE = Path(__file__).resolve().parent
+CHILD = r"""
+import json, resource, sys, time
+from dcpsim.run import RunConfig
+from dcpsim.run.single import run_simulation
+gpus, policy, network, engine = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+def cfg(n):
+    return RunConfig().with_updates({
+        "cluster.gpus": n, "parallel.pp": 8, "parallel.cp": 8, "parallel.tp": 1, "policy.name": policy,
+        "workload.gbs": 4 * n, "workload.max_len": 65536, "parallel.max_tokens_per_rank": 16384,
+        "sim.iterations": 1, "sim.seed": 0, "sim.planning": "ignore", "sim.network": network,
+        "sim.engine": engine, "hardware.pod_gpus": 64, "hardware.oversubscription": 1.0})
+run_simulation(cfg(64))
+c0 = time.process_time()
+s = run_simulation(cfg(gpus)).summary
+cpu = time.process_time() - c0
+print(json.dumps({"cpu_s": cpu, "iteration_time_s": s["iteration_time_s"],
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def measure(tree: Path, gpus: int, policy: str, network: str, engine: str) -> dict:
+    """One iteration in a fresh process with ``tree`` first on the path."""
+    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", CHILD, str(gpus), policy, network, engine], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def stats(xs: list[float]) -> dict:
+    """Median and spread, CPU seconds."""
+    return {"median_s": round(statistics.median(xs), 3), "min_s": round(min(xs), 3), "max_s": round(max(xs), 3),
+            "runs": [round(x, 3) for x in xs]}
+
+
+def bench(tree: Path, gpus: int, policy: str, repeats: int) -> dict:
+    ideal, shared = [], []
+    for _ in range(repeats):
+        ideal.append(measure(tree, gpus, policy, "ideal", "fast"))
+        shared.append(measure(tree, gpus, policy, "shared", "events"))
+    i, s = stats([r["cpu_s"] for r in ideal]), stats([r["cpu_s"] for r in shared])
+    return {"tree": str(tree), "ideal_fast": i, "shared_events": s, "ratio": round(s["median_s"] / i["median_s"], 2),
+            "iteration_time_s": {"ideal": ideal[0]["iteration_time_s"], "shared": shared[0]["iteration_time_s"]},
+            "peak_rss_mb": {"ideal": round(max(r["peak_rss_mb"] for r in ideal), 1),
+                            "shared": round(max(r["peak_rss_mb"] for r in shared), 1)}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=16384)
+    ap.add_argument("--policy", default="dynamic")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--baseline", default=None, help="an older checkout measured the same way, for before/after")
+    ap.add_argument("--baseline-repeats", type=int, default=1, help="repeats for --baseline (default 1)")
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    check_result_path(a.json)
+    trees = [("after", HERE.parent)] + ([("before", Path(a.baseline).resolve())] if a.baseline else [])
+    res: dict = {"cpu": cpu_model(), "gpus": a.gpus, "policy": a.policy, "repeats": a.repeats, "target_ratio": 5.0}
+    for name, tree in trees:
+        r = res[name] = bench(tree, a.gpus, a.policy, a.repeats if name == "after" else a.baseline_repeats)
+        print(f"{name}: ideal fast {r['ideal_fast']['median_s']:.2f} CPU s ({r['ideal_fast']['min_s']:.2f}-"
+              f"{r['ideal_fast']['max_s']:.2f}), shared {r['shared_events']['median_s']:.2f} CPU s "
+              f"({r['shared_events']['min_s']:.2f}-{r['shared_events']['max_s']:.2f}), ratio {r['ratio']:.2f}; "
+              f"iteration {r['iteration_time_s']['shared']!r} s shared", flush=True)
+    print(res["cpu"])
+    save_result(a.json, res)
+
+
+if __name__ == "__main__":
+    main()
