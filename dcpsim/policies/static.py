@@ -168,41 +168,42 @@ class BalancedPackingPolicy(Policy):
     def _lpt(order: np.ndarray, t: np.ndarray, tok: np.ndarray, n_bins: int, cap: int) -> list[list[int]] | None:
         """Longest-processing-time first into ``n_bins`` bins with a token cap; None if a sequence fits nowhere.
 
-        Each sequence goes to the least-loaded bin with room for it (ties: the lowest bin). A heap of
-        (load, bin) gives that bin: entries without room are set aside and pushed back afterwards, and
-        bins with less room than any sequence still to place are dropped for good.
+        Each sequence goes to the least-loaded bin with room for it (ties: the lowest bin). In bulk while
+        that is provably the same decision: the next ``k`` sequences go to the ``k`` least-loaded bins in
+        (load, bin) order when each of those bins has room for its sequence and every bin already given
+        one in this run ends up loaded above the next bin's load (so it is still that bin's turn); a run
+        shorter than ``_LPT_BULK_MIN`` hands the rest to :func:`_lpt_heap`, one sequence at a time.
+        Loads are the same floating-point sums either way (one addition per sequence, in order).
         """
-        room = [cap] * n_bins
-        heap = [(0.0, b) for b in range(n_bins)]
-        members: list[list[int]] = [[] for _ in range(n_bins)]
-        seq = order.tolist()
-        tok_l = tok.tolist()
-        t_l = t.tolist()
-        rest_min = np.minimum.accumulate(tok[order][::-1])[::-1].tolist() if seq else []
-        replace = heapq.heapreplace
-        for pos, i in enumerate(seq):
-            need = tok_l[i]
-            if heap:
-                load, b = heap[0]
-                if room[b] >= need:  # the least-loaded bin has room (the common case)
-                    room[b] -= need
-                    members[b].append(i)
-                    replace(heap, (load + t_l[i], b))
-                    continue
-            aside = []
-            while heap and room[heap[0][1]] < need:
-                e = heapq.heappop(heap)
-                if room[e[1]] >= rest_min[pos]:  # still useful for a later, smaller sequence
-                    aside.append(e)
-            if not heap:
-                return None
-            load, b = heap[0]
-            room[b] -= need
-            members[b].append(i)
-            replace(heap, (load + t_l[i], b))
-            for e in aside:
-                heapq.heappush(heap, e)
-        return members
+        seq = np.asarray(order, dtype=np.intp)
+        n = seq.size
+        ts, ks = t[seq].astype(np.float64), tok[seq].astype(np.int64)
+        load = np.zeros(n_bins)
+        room = np.full(n_bins, cap, dtype=np.int64)
+        assign = np.empty(n, dtype=np.intp)
+        bins = np.arange(n_bins)
+        pos = 0
+        while pos < n:
+            k = min(n_bins, n - pos)
+            e = np.lexsort((bins, load))[:k]  # least loaded first, ties to the lowest bin
+            new = load[e] + ts[pos:pos + k]
+            good = room[e] >= ks[pos:pos + k]
+            good[1:] &= np.minimum.accumulate(new)[:-1] > load[e[1:]]
+            bad = np.flatnonzero(~good)
+            run = k if bad.size == 0 else int(bad[0])
+            if run:
+                e = e[:run]
+                assign[pos:pos + run] = e
+                load[e] = new[:run]
+                room[e] -= ks[pos:pos + run]
+                pos += run
+            if run < _LPT_BULK_MIN and pos < n:  # short runs: one at a time from here
+                if not _lpt_heap(ts, ks, pos, load.tolist(), room.tolist(), assign):
+                    return None
+                break
+        flat = seq[np.argsort(assign, kind="stable")].tolist()  # by bin, each in placement order
+        ends = np.cumsum(np.bincount(assign, minlength=n_bins)).tolist()
+        return [flat[a:b] for a, b in zip([0] + ends[:-1], ends, strict=True)]
 
     @staticmethod
     def _deal(bins: list[list[int]], t: np.ndarray, ids: np.ndarray, m: int, layout: Layout) -> list[Step]:
@@ -225,6 +226,49 @@ class BalancedPackingPolicy(Policy):
             per[j].append(bins[b] if same else [ids_l[x] for x in bins[b]])
         cp = layout.cp
         return [Step([Group(j * cp, cp, per[j][k]) for j in range(dp)]) for k in range(m)]
+
+
+_LPT_BULK_MIN = 64  # BalancedPackingPolicy._lpt: bulk runs shorter than this hand over to the heap
+
+
+def _lpt_heap(ts: np.ndarray, ks: np.ndarray, pos: int, load: list[float], room: list[int], assign: np.ndarray) -> bool:
+    """:meth:`BalancedPackingPolicy._lpt` from position ``pos`` on, one sequence at a time (``ts``/``ks``: time
+    and tokens in placement order; ``load``/``room`` per bin so far); writes ``assign``, False if a
+    sequence fits nowhere.
+
+    A heap of (load, bin) gives the least-loaded bin: entries without room are set aside and pushed back
+    afterwards, and bins with less room than any sequence still to place are dropped for good (they
+    could never be chosen again).
+    """
+    heap = [(ld, b) for b, ld in enumerate(load)]
+    heapq.heapify(heap)
+    t_l, k_l = ts.tolist(), ks.tolist()
+    rest_min = np.minimum.accumulate(ks[::-1])[::-1].tolist()
+    replace = heapq.heapreplace
+    out = assign
+    for p in range(pos, len(t_l)):
+        need = k_l[p]
+        if heap:
+            ld, b = heap[0]
+            if room[b] >= need:  # the least-loaded bin has room (the common case)
+                room[b] -= need
+                out[p] = b
+                replace(heap, (ld + t_l[p], b))
+                continue
+        aside = []
+        while heap and room[heap[0][1]] < need:
+            e = heapq.heappop(heap)
+            if room[e[1]] >= rest_min[p]:  # still useful for a later, smaller sequence
+                aside.append(e)
+        if not heap:
+            return False
+        ld, b = heap[0]
+        room[b] -= need
+        out[p] = b
+        replace(heap, (ld + t_l[p], b))
+        for e in aside:
+            heapq.heappush(heap, e)
+    return True
 
 
 def window_plan(lengths: np.ndarray, windows: np.ndarray, mbs: int, layout: Layout, policy: str = "packing") -> Plan:
