@@ -60,3 +60,23 @@ def test_registry_is_lazy_and_lists_builtins_first():
     assert r.get("a").name == "ideal" and not isinstance(r._entries["a"], str)
     with pytest.raises(ConfigError, match="thing.name"):
         r.get("b")
+
+
+def test_a_toy_plot_is_one_function_and_one_registry_line(monkeypatch, tmp_path):
+    import inspect
+
+    import pandas as pd
+
+    from dcpsim.report import PLOTS, get_plot
+
+    monkeypatch.setattr(PLOTS, "_entries", dict(PLOTS._entries))
+    PLOTS.register("toy-tokens", "toy_network:tokens_bar")  # the one registry line
+    df = pd.DataFrame({"policy": ["packing", "dynamic", "dynamic"], "tokens": [3, 1, 2]})
+    out = get_plot("toy-tokens")(df, tmp_path / "t.png")
+    assert out.is_file() and out.stat().st_size > 0
+    # every built-in figure takes the DataFrame first (the lengths figure also takes a plain array)
+    for name, fn in PLOTS.items():
+        first = next(iter(inspect.signature(fn).parameters))
+        assert first in ("df", "data", "lengths"), (name, first)
+    with pytest.raises(ConfigError, match="plot"):
+        get_plot("pie")

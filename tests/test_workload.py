@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dcpsim.errors import ConfigError
+from dcpsim.report.lengths import plot_length_histograms  # noqa: E402
 from dcpsim.workload import (
     LENGTH_CAP,
     PRESETS,
@@ -29,7 +30,6 @@ from dcpsim.workload import (
     list_workloads,
     lognormal_from_mean,
     lognormal_pareto_from_mean,
-    plot_length_histograms,
     read_lengths,
     sample_global_batch,
     summarize,

@@ -317,7 +317,7 @@ def write_outputs(exp, res, out: Path, *, plots: bool = True) -> dict[str, str]:
     }), indent=1))
     files["result_json"] = str(out / "result.json")
     if plots:
-        from dcpsim.experiments.plots import plot_all
+        from dcpsim.report.blog import plot_all
 
         figs = plot_all(exp, res.table, res.sensitivity, out)
         files.update({k: os.fspath(v) for k, v in figs.items()})

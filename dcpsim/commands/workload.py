@@ -25,7 +25,8 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from dcpsim.errors import ConfigError
-    from dcpsim.workload import PRESETS, get_workload, list_workloads, plot_length_histograms, summarize
+    from dcpsim.report.lengths import plot_length_histograms
+    from dcpsim.workload import PRESETS, get_workload, list_workloads, summarize
 
     if args.action == "list":
         rows = [{"name": n, "description": PRESETS[n].description} for n in list_workloads()]

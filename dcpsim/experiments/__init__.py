@@ -6,7 +6,7 @@
   simulated-vs-published table and the sensitivity table (:func:`reproduce`).
 * :mod:`~dcpsim.experiments.calibrate` -- the one-parameter workload fit
   against the published *packing* throughput only.
-* :mod:`~dcpsim.experiments.plots` -- the figures.
+* the figures: :mod:`dcpsim.report.blog`.
 """
 
 from dcpsim.experiments.blog import DEFAULT_SPEC_DIR, BlogExperiment, load_experiment

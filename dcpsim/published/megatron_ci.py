@@ -262,42 +262,20 @@ class CiReplay:
         return "\n".join(lines) + "\n"
 
     def parity_plot(self, path: Path) -> Path:
-        """Simulated vs measured step time, log axes, the +-10% band; fit filled, held-out open markers."""
-        import matplotlib
+        """Simulated vs measured step time, log axes, the +-10% band; fit filled, held-out open markers
+        (:func:`dcpsim.report.published.parity_plot`)."""
+        import pandas as pd
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import numpy as np
+        from dcpsim.report.published import parity_plot
 
-        from dcpsim.outdir import write_with
-
-        fig, ax = plt.subplots(figsize=(6.0, 5.4))
-        done = [r for r in self.rows if r.status in COMPARED]
-        lo = min([min(r.row.measured, r.simulated) for r in done], default=1e-3) / 1.5
-        hi = max([max(r.row.measured, r.simulated) for r in done], default=10.0) * 1.5
-        x = np.geomspace(lo, hi, 50)
-        ax.plot(x, x, color="black", lw=0.8)
-        ax.fill_between(x, 0.9 * x, 1.1 * x, color="0.85", label="±10%")
-        for i, g in enumerate(sorted({r.row.group for r in done})):
-            for split, face in (("fit", f"C{i % 10}"), ("held-out", "none")):
-                rr = [r for r in done if r.row.group == g and r.row.split == split]
-                if rr:
-                    ax.scatter([r.row.measured for r in rr], [r.simulated for r in rr], s=20, marker="o",
-                               facecolors=face, edgecolors=f"C{i % 10}", label=f"{g} ({split})")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_xlabel("measured step time, s (Megatron-LM CI golden values)")
-        ax.set_ylabel("simulated step time, s (dcpsim)")
+        df = pd.DataFrame([{"measured": r.row.measured, "simulated": r.simulated, "group": r.row.group,
+                            "split": r.row.split} for r in self.rows if r.status in COMPARED],
+                          columns=["measured", "simulated", "group", "split"])
         o = self.overall()
-        ax.set_title(f"{o['compared']} rows: mean |err| {_pct(o['mean_abs_error'])}, worst {_pct(o['worst_abs_error'])}",
-                     fontsize=10)
-        ax.legend(fontsize=6, loc="upper left")
-        fig.tight_layout()
-        write_with(path, lambda t: fig.savefig(t, dpi=130, format="png"))
-        plt.close(fig)
-        return path
+        return parity_plot(df, path, title=f"{o['compared']} rows: mean |err| {_pct(o['mean_abs_error'])}, "
+                                           f"worst {_pct(o['worst_abs_error'])}",
+                           xlabel="measured step time, s (Megatron-LM CI golden values)",
+                           ylabel="simulated step time, s (dcpsim)", empty_range=(1e-3 / 1.5, 15.0))
 
     def write(self, out: str | Path) -> list[Path]:
         """CSV + Markdown + JSON + parity plot into ``out`` (atomic, :mod:`dcpsim.outdir`)."""

@@ -195,46 +195,17 @@ class ReplayResult:
         return "\n".join(lines) + "\n"
 
     def parity_plot(self, path: Path) -> Path:
-        """Simulated vs measured tokens/s per GPU, log axes, the +-10% band."""
-        import matplotlib
+        """Simulated vs measured tokens/s per GPU (:func:`dcpsim.report.published.parity_plot`)."""
+        import pandas as pd
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import numpy as np
+        from dcpsim.report.published import parity_plot
 
-        fig, ax = plt.subplots(figsize=(6.0, 5.4))
-        done = [r for r in self.rows if math.isfinite(r.simulated)]
-        if done:
-            lo = min(min(r.row.measured, r.simulated) for r in done) / 1.5
-            hi = max(max(r.row.measured, r.simulated) for r in done) * 1.5
-        else:
-            lo, hi = 10.0, 1e5
-        x = np.geomspace(lo, hi, 50)
-        ax.plot(x, x, color="black", lw=0.8)
-        ax.fill_between(x, 0.9 * x, 1.1 * x, color="0.85", label="±10%")
-        markers = {"bf16": "o", "fp8": "s", "fp16": "^"}
-        groups = sorted({r.row.group for r in done})
-        for i, g in enumerate(groups):
-            rr = [r for r in done if r.row.group == g]
-            ax.scatter([r.row.measured for r in rr], [r.simulated for r in rr], s=22, label=g,
-                       marker=markers.get(rr[0].row.precision, "o"), color=f"C{i % 10}",
-                       )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_xlabel("measured tokens/s per GPU (published)")
-        ax.set_ylabel("simulated tokens/s per GPU (dcpsim)")
         o = self.overall()
-        ax.set_title(f"{o['compared']} rows: mean |err| {_pct(o['mean_abs_error'])}, worst {_pct(o['worst_abs_error'])}",
-                     fontsize=10)
-        ax.legend(fontsize=7, loc="upper left")
-        fig.tight_layout()
-        from dcpsim.outdir import write_with
-
-        write_with(path, lambda t: fig.savefig(t, dpi=130, format="png"))
-        plt.close(fig)
-        return path
+        df = pd.DataFrame([{"measured": r.row.measured, "simulated": r.simulated, "group": r.row.group,
+                            "precision": r.row.precision} for r in self.rows],
+                          columns=["measured", "simulated", "group", "precision"])
+        title = f"{o['compared']} rows: mean |err| {_pct(o['mean_abs_error'])}, worst {_pct(o['worst_abs_error'])}"
+        return parity_plot(df, path, title=title)
 
 
 def _pct(v: float, signed: bool = False) -> str:

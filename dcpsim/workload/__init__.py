@@ -15,7 +15,7 @@ What is here (all lengths in tokens):
 * loaders -- :func:`read_lengths` for plain text, CSV, Parquet and JSON lines.
 * statistics -- :func:`sample_global_batch`, :func:`summarize`,
   :func:`fit_lognormal_pareto`, :func:`hill_alpha`.
-* plots -- :func:`plot_length_histograms`.
+* plots -- :func:`dcpsim.report.lengths.plot_length_histograms`.
 
 Example::
 
@@ -42,7 +42,6 @@ from dcpsim.workload.distributions import (
     lognormal_pareto_from_mean,
 )
 from dcpsim.workload.loaders import LENGTH_KEYS, SUPPORTED_SUFFIXES, read_lengths
-from dcpsim.workload.plot import plot_length_histograms
 from dcpsim.workload.presets import PRESETS, Preset, get_workload, list_workloads
 from dcpsim.workload.real import GithubCodeProxy, WikipediaShape
 from dcpsim.workload.stats import (
@@ -75,7 +74,6 @@ __all__ = [
     "list_workloads",
     "lognormal_from_mean",
     "lognormal_pareto_from_mean",
-    "plot_length_histograms",
     "read_lengths",
     "sample_global_batch",
     "summarize",

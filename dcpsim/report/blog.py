@@ -1,4 +1,5 @@
-"""Figures of the Dynamic-CP blog reproduction (matplotlib, Agg backend, PNG).
+"""Figures of the Dynamic-CP blog reproduction (matplotlib, Agg backend, PNG), each a function of the
+result table (a DataFrame or its rows) and the experiment.
 
 Colours are the Okabe-Ito palette (distinguishable with the common forms of
 colour-blindness); published values are drawn in black with their own marker
@@ -27,6 +28,11 @@ _PARTS = (
 )
 
 
+def _records(df) -> list[dict[str, Any]]:
+    """The rows of ``df`` (a DataFrame, or already a list of row dicts) as dicts."""
+    return df.to_dict("records") if hasattr(df, "to_dict") else list(df)
+
+
 def _plt():
     import matplotlib
 
@@ -46,8 +52,9 @@ def _label(wl: str) -> str:
     return VARIANT_LABELS.get(wl, f"{wl} workload")
 
 
-def plot_tflops(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) -> Path:
+def plot_tflops(df, path: Path, *, exp: BlogExperiment) -> Path:
     """Grouped bars: simulated TFLOPS/GPU per dataset and policy; published values as black diamonds."""
+    table = _records(df)
     plt = _plt()
     variants = _variants(table)
     fig, axes = plt.subplots(1, len(variants), figsize=(5.2 * len(variants), 4.4), squeeze=False, sharey=True)
@@ -80,8 +87,9 @@ def plot_tflops(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) ->
     return path
 
 
-def plot_breakdown(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) -> Path:
+def plot_breakdown(df, path: Path, *, exp: BlogExperiment) -> Path:
     """Stacked horizontal bars: where the time of one iteration goes, per dataset and policy (seconds per GPU)."""
+    table = _records(df)
     plt = _plt()
     variants = _variants(table)
     wl = variants[0]
@@ -109,8 +117,9 @@ def plot_breakdown(exp: BlogExperiment, table: list[dict[str, Any]], path: Path)
     return path
 
 
-def plot_cp_mix(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) -> Path:
+def plot_cp_mix(df, path: Path, *, exp: BlogExperiment) -> Path:
     """Share of tokens trained at each CP size, per dataset and policy (the CP mix the policies chose)."""
+    table = _records(df)
     plt = _plt()
     wl = _variants(table)[0]
     rows = [r for r in table if r["workload"] == wl and r.get("cp_token_share")]
@@ -135,12 +144,13 @@ def plot_cp_mix(exp: BlogExperiment, table: list[dict[str, Any]], path: Path) ->
     return path
 
 
-def plot_sensitivity(exp: BlogExperiment, sens: list[dict[str, Any]], path: Path) -> Path:
+def plot_sensitivity(df, path: Path, *, exp: BlogExperiment) -> Path:
     """One panel per axis: simulated speedup over the baseline of each dynamic policy (bars: per-seed range).
 
     Colour = dataset, marker and line style = policy; the published speedups are dashed black-edged lines
     in the dataset's colour.
     """
+    sens = _records(df)
     plt = _plt()
     axes_def = [a for a in exp.axes if any(r["axis"] == a.name for r in sens)]
     pols = [p for p in exp.sensitivity_policies if p != exp.baseline]
@@ -193,10 +203,10 @@ def _save(fig, path: Path) -> None:
 def plot_all(exp: BlogExperiment, table: list[dict[str, Any]], sens: list[dict[str, Any]], out_dir: Path) -> dict[str, Path]:
     """Write every figure into ``out_dir``; returns name -> path."""
     paths = {
-        "tflops": plot_tflops(exp, table, out_dir / "tflops.png"),
-        "breakdown": plot_breakdown(exp, table, out_dir / "breakdown.png"),
-        "cp_mix": plot_cp_mix(exp, table, out_dir / "cp_mix.png"),
+        "tflops": plot_tflops(table, out_dir / "tflops.png", exp=exp),
+        "breakdown": plot_breakdown(table, out_dir / "breakdown.png", exp=exp),
+        "cp_mix": plot_cp_mix(table, out_dir / "cp_mix.png", exp=exp),
     }
-    if sens:
-        paths["sensitivity"] = plot_sensitivity(exp, sens, out_dir / "sensitivity.png")
+    if len(sens):
+        paths["sensitivity"] = plot_sensitivity(sens, out_dir / "sensitivity.png", exp=exp)
     return paths

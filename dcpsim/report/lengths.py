@@ -1,4 +1,4 @@
-"""Histogram figure of a sample of sequence lengths.
+"""Histogram figure of a sample of sequence lengths (an array, or a DataFrame with a ``length`` column).
 
 matplotlib is imported lazily, and the figure is drawn on an Agg canvas
 created directly (never through ``pyplot``), so plotting works without a
@@ -46,6 +46,8 @@ def plot_length_histograms(
     Returns:
         The path written.
     """
+    if hasattr(lengths, "columns"):  # a DataFrame of sequences
+        lengths = lengths["length"].to_numpy()
     arr = _as_length_array(lengths, "lengths", "plot_length_histograms")
     out = Path(path)
     fmt = _FORMATS.get(out.suffix.lower())
