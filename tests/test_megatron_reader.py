@@ -178,3 +178,19 @@ def test_simulate_megatron_args_cli(tmp_path: Path, capsys) -> None:
     f.write_text(TINY + "--num-experts 8\n")
     assert main(["simulate", "--megatron-args", str(f), "--gpus", "8"]) == 2
     assert "--num-experts" in capsys.readouterr().err
+
+
+def test_simulating_exported_arguments_reproduces_the_export(tmp_path: Path, capsys) -> None:
+    """dcpsim export, then dcpsim simulate --megatron-args on its megatron_args.txt: expected.json's step time."""
+    import json
+
+    from dcpsim.cli import main
+    from dcpsim.export import export_megatron
+
+    cfg = load_config(ROOT / "examples" / "simulate_default.toml").with_updates(
+        {"cluster.gpus": 16, "parallel.pp": 4, "model.name": "llama2-7b", "workload.gbs": 64, "sim.iterations": 2})
+    out = tmp_path / "exp"
+    exp = export_megatron(cfg, out)
+    assert main(["simulate", "--megatron-args", str(out / "megatron_args.txt"), "--gpus", "16", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["summary"]["iteration_time_s"]
+    assert got == pytest.approx(exp.expected["iteration_time_s"], rel=1e-12)

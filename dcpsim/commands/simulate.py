@@ -53,7 +53,7 @@ def run(args) -> int:
     from dcpsim.outdir import check_distinct, check_out_dir, check_out_file
     from dcpsim.run.single import run_simulation
 
-    cfg, notes = _base_config(args)
+    cfg, notes, batches = _base_config(args)
     if args.out:
         check_out_dir(args.out, force=args.force)
     if args.trace:
@@ -69,7 +69,9 @@ def run(args) -> int:
         extra = {"policy.name": args.policy, "policy.options": {}}
     cfg = config_from_args(args, cfg, extra=extra)
     cfg = with_default_profile(cfg)
-    res = run_simulation(cfg, trace_path=args.trace)
+    if batches is not None and len(batches) != cfg.sim.iterations:
+        batches = None  # --iterations overrides the file's batch count: sample from it instead
+    res = run_simulation(cfg, trace_path=args.trace, batches=batches)
     outputs = {k: str(v) for k, v in res.write(args.out).items()} if args.out else {}
     if args.trace:
         outputs["trace"] = str(args.trace)
@@ -114,7 +116,7 @@ def _base_config(args):
     if bool(args.config) + len(meg) != 1:
         raise ConfigError("config", args.config, "exactly one of a run file, --megatron-args or --megatron-config")
     if not meg:
-        return load_config(args.config), []
+        return load_config(args.config), [], None
     from dcpsim.export.reader import megatron_config, read_args_file, read_config_yaml
 
     if args.gpus is None or args.gpus < 1:
@@ -124,7 +126,7 @@ def _base_config(args):
     else:
         flags, env = read_args_file(args.megatron_args), {}
     run = megatron_config(flags, gpus=args.gpus, gpu=args.gpu, env=env, where=meg[0])
-    return run.config, [*run.notes, f"ignored (no effect on the step): {' '.join(run.ignored) or 'none'}"]
+    return run.config, [*run.notes, f"ignored (no effect on the step): {' '.join(run.ignored) or 'none'}"], run.batches
 
 
 def long_run_line(s: dict, config: dict) -> str:

@@ -171,6 +171,7 @@ class MegatronRun:
     notes: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    batches: list[Any] | None = None  # the lengths file's global batches in file order (varlen runs), else None
 
 
 # ------------------------------------------------------------------ parsing
@@ -426,7 +427,8 @@ def _workload(flags: dict, seq: int, gbs: int, notes: list[str]) -> tuple[dict[s
             extra["min_cp"] = _int(flags, "--min-dynamic-context-parallel-size", 1)
         if _int(flags, "--micro-batch-size", 1) != 1:
             raise ConfigError("--micro-batch-size", flags["--micro-batch-size"], "1 with variable-length packing")
-        notes.append(f"lengths from {vc['path']} (sampled in file order per global batch)")
+        notes.append(f"lengths from {vc['path']}: its global batches of {gbs} in file order, one per simulated "
+                     "iteration, as the export simulated them (resampled from the file if it does not split into them)")
         return {"name": str(vc["path"]), "gbs": gbs, "max_len": seq, "min_len": None}, sched, extra
     for name in ("--max-seqlen-per-dp-cp-rank", "--dynamic-context-parallel", "--min-dynamic-context-parallel-size",
                  "--varlen-mock-dataset-config-json"):
@@ -505,7 +507,6 @@ def _sim(flags: dict, precision: str) -> dict[str, Any]:
         "grad_reduce_bytes_per_param": 2 if _bool(flags, "--grad-reduce-in-bf16") else 4,
         "fp8_param_gather": _bool(flags, "--fp8-param-gather") if precision == "fp8" else True,
         "seed": _int(flags, "--seed", 1234, lo=0),
-        "planning": "ignore",
     }
 
 
@@ -578,7 +579,27 @@ def megatron_config(flags: dict[str, Any], *, gpus: int, gpu: str, env: dict[str
     if env.get("NVTE_ALLOW_NONDETERMINISTIC_ALGO") == "0" and not d["step"]["deterministic"]:
         notes.append("NVTE_ALLOW_NONDETERMINISTIC_ALGO=0: deterministic Transformer Engine kernels")
     cfg = config_from_dict(d, where=where)
-    return MegatronRun(cfg, flags, notes, check_known(flags), env)
+    batches = _file_batches(cfg)
+    if batches:
+        cfg = cfg.with_updates({"sim.iterations": len(batches)})
+    return MegatronRun(cfg, flags, notes, check_known(flags), env, batches)
+
+
+def _file_batches(cfg) -> list[Any] | None:
+    """A varlen run's lengths file cut into global batches in file order (None: not a file, or not whole batches)."""
+    import numpy as np
+
+    path = Path(str(cfg.workload.name))
+    if cfg.is_fixed or path.suffix != ".csv" or not path.is_file():
+        return None
+    try:
+        lengths = np.loadtxt(path, dtype=np.int64, skiprows=1, ndmin=1)
+    except ValueError:
+        return None
+    gbs = cfg.workload.gbs
+    if len(lengths) == 0 or len(lengths) % gbs or len(lengths) // gbs > 10_000:
+        return None
+    return list(np.split(lengths, len(lengths) // gbs))
 
 
 def read_megatron(path: str | Path, *, gpus: int, gpu: str) -> MegatronRun:
