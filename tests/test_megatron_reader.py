@@ -186,11 +186,15 @@ def test_simulating_exported_arguments_reproduces_the_export(tmp_path: Path, cap
 
     from dcpsim.cli import main
     from dcpsim.export import export_megatron
+    from dcpsim.hardware.defaults import resolve_gpu
 
+    gpu = resolve_gpu("h100-sxm")  # the profile `simulate` reads for h100-sxm (its calibrated twin where shipped)
     cfg = load_config(ROOT / "examples" / "simulate_default.toml").with_updates(
-        {"cluster.gpus": 16, "parallel.pp": 4, "model.name": "llama2-7b", "workload.gbs": 64, "sim.iterations": 2})
+        {"cluster.gpus": 16, "parallel.pp": 4, "model.name": "llama2-7b", "workload.gbs": 64, "sim.iterations": 2,
+         "hardware.gpu": gpu})
     out = tmp_path / "exp"
     exp = export_megatron(cfg, out)
-    assert main(["simulate", "--megatron-args", str(out / "megatron_args.txt"), "--gpus", "16", "--json"]) == 0
+    assert main(["simulate", "--megatron-args", str(out / "megatron_args.txt"), "--gpus", "16", "--gpu", gpu,
+                 "--json"]) == 0
     got = json.loads(capsys.readouterr().out)["summary"]["iteration_time_s"]
     assert got == pytest.approx(exp.expected["iteration_time_s"], rel=1e-12)
