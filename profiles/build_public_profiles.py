@@ -13,6 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dcpsim.hardware.host import HostCosts  # noqa: E402
 from dcpsim.hardware.profile import HardwareProfile, Timing, write_profile  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -60,13 +61,12 @@ def gemm_rows(best_tflops: float, src: str, timing: Timing) -> list[dict]:
 
 
 # Timing values shared by every public profile (each stated as a source below).
-PER_KERNEL_OVERHEAD_S = 11e-6  # REFERENCE §9: PyTorch tiny-op launch loop 11-18 us per op (lower end)
 TIMING_SOURCES = {
     "timing.gemm_tile_m": "CUTLASS/cuBLAS large-tile GEMM kernels (128x256, 256x128; 128x128 and 64x128 as "
                           "fallbacks): assumed tile set of the shape model",
     "timing.gemm_tile_n": "see timing.gemm_tile_m",
-    "timing.per_kernel_overhead_s": "REFERENCE §9: a PyTorch tiny-GEMM launch loop costs 11-18 us per op (NVIDIA "
-                                    "dgxc-benchmarking microbenchmarks/cpu_overhead); lower end; calibration knob",
+    "timing.per_kernel_overhead_s": "0: kernel launches are priced by the host timeline ([host], dcpsim.cost.host), "
+                                    "not by a per-kernel floor",
     "timing.iteration_overhead_s": "assumed 0: data loading overlaps training (DataLoader workers prefetch); "
                                    "optimizer, grad-norm and zeroing are priced from bytes in the simulator",
     "timing.gemm_efficiency_scale": "uncalibrated (1.0); a calibration command replaces it, naming its fit data",
@@ -199,8 +199,91 @@ def timing_for(g: dict) -> Timing:
     return Timing(
         peak_fp8_flops=g["fp8"], fp8_gemm_best_tflops=2.0 * g["gemm"] if g["fp8"] else 0.0,
         sms=g["sms"], gemm_tile_m=128, gemm_tile_n=256, gemm_k_half=gemm_k_half(g),
-        per_kernel_overhead_s=PER_KERNEL_OVERHEAD_S, iteration_overhead_s=0.0,
+        per_kernel_overhead_s=0.0, iteration_overhead_s=0.0,  # launches: the [host] table's host timeline
     )
+
+
+# ------------------------------------------------------------------ host dispatch costs ([host], dcpsim.cost.host)
+HOST_JSON = HERE / "h100-sxm-measured" / "host.json"
+HOST_MEASURED = ("measured on a lent H100 80GB HBM3 under KVM, 16 vCPUs of an Intel Xeon, torch 2.11.0+cu130, "
+                 "NCCL 2.28.9, 2026-11-27 (profiles/h100-sxm-measured/host.json, MEASURED.md; plain-PyTorch modules, "
+                 "no Transformer Engine)")
+# TransformerEngine issue #2053 (2025-08): one torch nn.Linear forward (hidden 2048, 8192 tokens, BF16) costs
+# 37.08 us of host time on a GB200 (Grace) node; the measurement above puts the same call at linear_fwd_host_s
+GRACE_LINEAR_FWD_S = 37.08e-6
+GRACE_SRC = ("derived: the x86 value times the Grace/x86 ratio of one torch nn.Linear forward's host time, 37.08 us on "
+             "GB200 (TransformerEngine issue #2053, 2025-08) over {x86:.2f} us measured on the x86 host above "
+             "(= {r:.2f}x); x86 value: ")
+
+
+def host_values() -> tuple[dict[str, float], dict[str, str]]:
+    """x86 host costs from the measured host.json, each with its derivation (seconds)."""
+    import json
+
+    h = json.loads(HOST_JSON.read_text())
+    k, c, t = h["kernels"], h["collectives"], h["tiny_gpt"]
+    fwd_k, fb_k = k["block_fwd_kernels"], k["block_fwd_bwd_kernels"]
+    fwd, fb = k["block_fwd_host_s"]["median_s"], k["block_fwd_bwd_host_s"]["median_s"]
+    launch = k["kernel_launch_host_s"]["median_s"]
+    linear = k["linear_fwd_host_s"]["median_s"]
+    colls = [c[x]["median_s"] for x in ("all_reduce", "all_gather", "reduce_scatter", "broadcast")]
+    layers, per_micro = t["shape"]["layers"], t["micro_kernels"]
+    outside = per_micro - layers * fb_k  # kernels of the embedding, output layer and loss
+    per_kernel = (fb - 0.0) / fb_k
+    micro = t["micro_issue_host_s"]["median_s"] - layers * fb - outside * per_kernel
+    tensors = 12 * layers + 4  # plain GPT: per block 2 LayerNorms and 4 Linears with biases (12); emb, pos, ln_f (2), head
+    graph = t["graph_launch_host_s"]["median_s"]
+    vals = {
+        "kernel_fwd_s": fwd / fwd_k,
+        "kernel_bwd_s": (fb - fwd) / (fb_k - fwd_k),
+        "kernel_launch_s": launch,
+        "module_call_s": linear - launch,
+        "collective_call_s": sum(colls) / len(colls),
+        "sync_s": k["sync_idle_s"]["median_s"],
+        "microbatch_s": max(micro, 0.0),
+        "param_tensor_s": t["optimizer_step_host_s"]["median_s"] / tensors,
+        "step_s": 0.0,
+        "graph_replay_s": launch,
+        "graph_kernel_s": (graph - launch) / per_micro,
+    }
+    src = {
+        "kernel_fwd_s": f"one GPT block's forward issue on the host over its kernels ({fwd * 1e6:.0f} us / {fwd_k}), "
+                        "module Python included; " + HOST_MEASURED,
+        "kernel_bwd_s": f"(block forward+backward issue - forward issue) / backward kernels (({fb * 1e6:.0f} - "
+                        f"{fwd * 1e6:.0f}) us / {fb_k - fwd_k}), autograd engine included; " + HOST_MEASURED,
+        "kernel_launch_s": "enqueue of one tiny kernel (in-place add) in a loop; " + HOST_MEASURED,
+        "module_call_s": f"one nn.Linear forward call ({linear * 1e6:.1f} us) less one kernel enqueue; " + HOST_MEASURED,
+        "collective_call_s": "mean host time of one NCCL all-reduce / all-gather / reduce-scatter / broadcast call "
+                             f"({', '.join(f'{x * 1e6:.0f}' for x in colls)} us) in a one-rank group (call path, not "
+                             "wire); " + HOST_MEASURED,
+        "sync_s": "torch.cuda.synchronize() on an idle queue; " + HOST_MEASURED,
+        "microbatch_s": f"derived: the tiny GPT's microbatch issue ({t['micro_issue_host_s']['median_s'] * 1e3:.1f} ms, "
+                        f"{per_micro} kernels) less its {layers} blocks' issue and its {outside} other kernels at the "
+                        "block's mean host cost per kernel (loss.backward() entry, embedding/output Python); "
+                        + HOST_MEASURED,
+        "param_tensor_s": f"fused Adam step host time ({t['optimizer_step_host_s']['median_s'] * 1e3:.2f} ms) over the "
+                          f"tiny GPT's {tensors} parameter tensors; " + HOST_MEASURED,
+        "step_s": "0: not measured (Megatron's training-loop and logging Python per step is unpriced beyond the "
+                  "syncs, norms and calls the flags add)",
+        "graph_replay_s": "assumed one launch call (the kernel enqueue above); " + HOST_MEASURED,
+        "graph_kernel_s": f"host launch of one CUDA graph holding a whole microbatch ({graph * 1e3:.3f} ms) per "
+                          f"captured kernel ({per_micro}); " + HOST_MEASURED,
+    }
+    return vals, src
+
+
+def host_for(cpu: str) -> tuple[HostCosts, dict[str, str]]:
+    """The [host] table of a profile whose host CPU is ``cpu`` and its sources."""
+    import json
+
+    vals, src = host_values()
+    if cpu == "grace":
+        lin = json.loads(HOST_JSON.read_text())["kernels"]["linear_fwd_host_s"]["median_s"]
+        r = GRACE_LINEAR_FWD_S / lin
+        head = GRACE_SRC.format(x86=lin * 1e6, r=r)
+        vals = {k: v * r for k, v in vals.items()}
+        src = {k: head + v for k, v in src.items()}
+    return HostCosts(cpu=cpu, **vals), {f"host.{k}": v for k, v in src.items()}
 
 
 def build(name: str) -> HardwareProfile:
@@ -213,6 +296,7 @@ def build(name: str) -> HardwareProfile:
                                                  f"HBM bandwidth) in K of the main loop = peak / HBM bandwidth = "
                                                  f"{g['peak'] / 1e12:g} TFLOPS / {g['hbmbw'] / 1e12:g} TB/s; "
                                                  "prologue assumed overlapped with the previous tile")})
+    host, host_src = host_for(g["host_cpu"])
     ref5 = "REFERENCE §5 (vendor datasheet / nccl-tests figures)"
     scaled = name in ("a100-sxm-80gb", "b200", "gb200")
     ring_src = (
@@ -245,8 +329,10 @@ def build(name: str) -> HardwareProfile:
             "attention": FA3_SRC + g["attn_note"],
             "collectives": ring_src + " " + g["ar_note"],
             **timing_sources,
+            **host_src,
         },
         timing=timing,
+        host=host,
         gemm_rows=gemm_rows(g["gemm"], ref5, timing),
         attention_rows=attention_rows(g["attn_scale"], g["attn_note"]),
         collective_rows=coll,

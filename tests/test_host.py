@@ -8,20 +8,21 @@ import numpy as np
 import pytest
 
 from dcpsim.cost.host import (
-    Calls,
     Op,
+    PassShape,
     StepEndWork,
     StepFlags,
     evaluate,
     issue,
-    layer_calls,
+    layer_pass_host,
     step_end_ops,
 )
 from dcpsim.errors import ConfigError, ProfileError
 from dcpsim.hardware.host import HostCosts, host_from_table
 
-X86 = HostCosts(cpu="x86", kernel_launch_s=5e-6, module_call_s=8e-6, autograd_call_s=8e-6, collective_call_s=20e-6,
-                sync_s=10e-6, microbatch_s=100e-6, param_tensor_s=2e-6, step_s=1e-3, graph_replay_s=10e-6)
+X86 = HostCosts(cpu="x86", kernel_fwd_s=24e-6, kernel_bwd_s=35e-6, kernel_launch_s=6.5e-6, module_call_s=10e-6,
+                collective_call_s=44e-6, sync_s=5e-6, microbatch_s=100e-6, param_tensor_s=6e-6, step_s=1e-3,
+                graph_replay_s=6.5e-6, graph_kernel_s=0.9e-6)
 
 
 def _chain(n: int, h: float, d: float, k: int = 1, **kw) -> list[Op]:
@@ -102,21 +103,24 @@ def test_zero_host_costs_give_the_device_time():
     assert tl.end_s == pytest.approx(10.0)
 
 
-def test_cuda_graphs_replace_kernel_and_call_costs():
-    f, b = layer_calls(20, 30, 4, 4)
-    gf, gb = layer_calls(20, 30, 4, 4, cuda_graphs="transformer_engine")
-    assert f.kernels == 16 and f.collectives == 4 and b.autograd > 0
-    assert gf.host_s(X86) == pytest.approx(X86.module_call_s + X86.graph_replay_s)
-    assert gb.host_s(X86) == pytest.approx(X86.autograd_call_s + X86.graph_replay_s)
-    assert gf.host_s(X86) < f.host_s(X86) and gb.host_s(X86) < b.host_s(X86)
+def _shape(**kw):
+    base = dict(stage_layers=np.array([2]), vp=1, tp=2, kernels_fwd=np.array([20.0]), kernels_bwd=np.array([30.0]),
+                collectives_fwd=np.array([4.0]), collectives_bwd=np.array([4.0]))
+    base.update(kw)
+    return PassShape(**base)
+
+
+def test_layer_pass_prices_kernels_calls_and_graphs():
+    f, b, kf, kb = layer_pass_host(_shape(), X86, StepFlags())
+    assert f[0] == pytest.approx(16 * 24e-6 + 4 * 44e-6) and b[0] == pytest.approx(26 * 35e-6 + 4 * 44e-6)
+    gf, gb, _, _ = layer_pass_host(_shape(), X86, StepFlags(cuda_graphs="transformer_engine"))
+    assert gf[0] == pytest.approx(10e-6 + 6.5e-6 + 20 * 0.9e-6) and gb[0] < b[0] and gf[0] < f[0]
+    rf, rb, _, rk = layer_pass_host(_shape(recompute="full"), X86, StepFlags())
+    assert rb[0] == pytest.approx(b[0] + f[0]) and rk[0] == kb[0] + kf[0]
+    _, nb, _, nk = layer_pass_host(_shape(), X86, StepFlags(grad_accumulation_fusion=False))
+    assert nk[0] == kb[0] + 4 and nb[0] == pytest.approx(b[0] + 4 * 35e-6)
     with pytest.raises(ConfigError, match="cuda_graphs"):
-        layer_calls(1, 1, 0, 0, cuda_graphs="full")
-
-
-def test_calls_price_each_kind():
-    c = Calls(modules=2, autograd=1, kernels=10, collectives=3, graphs=1)
-    assert c.host_s(X86) == pytest.approx(2 * 8e-6 + 8e-6 + 10 * 5e-6 + 3 * 20e-6 + 10e-6)
-    assert (c + c).host_s(X86) == pytest.approx(c.scaled(2).host_s(X86))
+        layer_pass_host(_shape(), X86, StepFlags(cuda_graphs="full"))
 
 
 def test_step_end_flags_add_syncs_and_work():
@@ -135,7 +139,7 @@ def test_step_end_flags_add_syncs_and_work():
 def test_host_table_is_validated():
     src = {f"host.{k}": "a source" for k in ("kernel_launch_s", "sync_s")}
     h = host_from_table({"cpu": "grace", "kernel_launch_s": 1e-5, "sync_s": 2e-5}, src, "p")
-    assert h.enabled and h.cpu == "grace" and h.kernel_launch_s == 1e-5 and h.module_call_s == 0.0
+    assert h.enabled and h.cpu == "grace" and h.kernel_launch_s == 1e-5 and h.kernel_fwd_s == 0.0
     assert not host_from_table(None, {}, "p").enabled
     with pytest.raises(ProfileError, match="host.cpu"):
         host_from_table({"cpu": "arm"}, src, "p")
@@ -214,29 +218,32 @@ def test_one_rank_pipeline_is_the_op_list_evaluator():
 
 
 # ---------------------------------------------------------------- the simulator with a host model
-HOST_TABLE = {"cpu": "x86", "kernel_launch_s": 5e-6, "module_call_s": 10e-6, "autograd_call_s": 10e-6,
-              "collective_call_s": 20e-6, "sync_s": 10e-6, "microbatch_s": 200e-6, "param_tensor_s": 2e-6,
-              "step_s": 2e-3, "graph_replay_s": 10e-6}
+HOST_TABLE = {"cpu": "x86", "kernel_fwd_s": 24e-6, "kernel_bwd_s": 35e-6, "kernel_launch_s": 6.5e-6,
+              "module_call_s": 10e-6, "collective_call_s": 44e-6, "sync_s": 5e-6, "microbatch_s": 200e-6,
+              "param_tensor_s": 6e-6, "step_s": 2e-3, "graph_replay_s": 6.5e-6, "graph_kernel_s": 0.9e-6}
 GPT_TINY = {"name": "gpt-tiny", "n_layers": 12, "hidden": 512, "n_heads": 8, "ffn_hidden": 2048, "vocab": 50304,
             "gated_mlp": False}
 
 
-def _host_profile(tmp_path, table=HOST_TABLE):
+def _host_profile(tmp_path, table=HOST_TABLE, name="h100-host"):
     import tomllib
 
     from dcpsim.published.calibrate import dump_profile_toml, profile_folder
 
     base = profile_folder("h100-sxm")
-    out = tmp_path / "h100-host"
+    out = tmp_path / name
     out.mkdir()
     for f in base.iterdir():
         if f.suffix == ".csv":
             (out / f.name).write_bytes(f.read_bytes())
     data = tomllib.loads((base / "profile.toml").read_text())
-    data["name"] = "h100-host"
+    data["name"] = name
     data["timing"]["per_kernel_overhead_s"] = 0.0
-    data["host"] = dict(table)
-    data["sources"].update({f"host.{k}": "test value" for k in table if k != "cpu"})
+    data.pop("host", None)
+    data["sources"] = {k: v for k, v in data["sources"].items() if not k.startswith("host.")}
+    if table is not None:
+        data["host"] = dict(table)
+        data["sources"].update({f"host.{k}": "test value" for k in table if k != "cpu"})
     (out / "profile.toml").write_text(dump_profile_toml(data))
     return str(out)
 
@@ -254,15 +261,15 @@ def _tiny(gpu, tp=1, pp=1, vp=1, gbs=8, gpus=8, **step):
 
 def test_a_host_model_lengthens_a_tiny_step_and_cuda_graphs_shorten_it(tmp_path):
     gpu = _host_profile(tmp_path)
-    dev = _tiny("h100-sxm")
+    dev = _tiny(_host_profile(tmp_path, None, "h100-device"))
     host = _tiny(gpu)
     graphs = _tiny(gpu, cuda_graphs="transformer_engine")
     assert host > dev  # host-bound: the host's issue time shows
     assert dev < graphs < host  # graphs remove per-kernel host cost, not the step's syncs and Python
     # the step's host work alone is a floor: one microbatch's layers on one rank, at least
-    from dcpsim.cost.host import AUTOGRAD_CALLS_BWD, MODULE_CALLS_FWD
+    from dcpsim.cost.model import KERNELS_BWD, KERNELS_FWD
 
-    per_layer = (MODULE_CALLS_FWD + AUTOGRAD_CALLS_BWD) * 10e-6
+    per_layer = KERNELS_FWD * 24e-6 + KERNELS_BWD * 35e-6
     assert host >= 12 * per_layer + HOST_TABLE["step_s"]
     # logging flags add syncs and work
     assert _tiny(gpu, log_params_norm=True, log_num_zeros_in_grad=True) > host
@@ -274,14 +281,15 @@ def test_a_host_model_hides_behind_a_large_step(tmp_path):
     from dcpsim.run.single import run_simulation
 
     gpu = _host_profile(tmp_path)
+    dev = _host_profile(tmp_path, None, "h100-device")
     t = {}
-    for g in ("h100-sxm", gpu):
+    for g in (dev, gpu):
         cfg = config_from_dict({"model": {"name": "llama-13b"}, "hardware": {"gpu": g}, "cluster": {"gpus": 16},
                                 "parallel": {"tp": 2, "pp": 2, "cp": 1, "max_tokens_per_rank": 16384},
                                 "workload": {"name": "fixed", "seq_len": 16384, "gbs": 16},
                                 "policy": {"name": "packing"}})
         t[g] = run_simulation(cfg).summary["iteration_time_s"]
-    assert 1.0 <= t[gpu] / t["h100-sxm"] < 1.03
+    assert 1.0 <= t[gpu] / t[dev] < 1.03
 
 
 def test_a_host_table_excludes_the_launch_floor(tmp_path):
@@ -323,4 +331,4 @@ def test_rank_step_lays_out_host_and_device(tmp_path):
     assert "| F0 |" in step_table_markdown(step)
     assert plot_rank_step(step, tmp_path / "step.png").stat().st_size > 0
     with pytest.raises(ConfigError, match="host"):
-        rank_step(run_simulation(cfg.with_updates({"hardware.gpu": "h100-sxm"})).records[0])
+        rank_step(run_simulation(cfg.with_updates({"hardware.gpu": _host_profile(tmp_path, None, "dev")})).records[0])

@@ -26,9 +26,12 @@ list (one rank's ops, or a step's end); the pipeline evaluators
 (:func:`dcpsim.pipeline.group_times` and the event engine) call :func:`issue`
 per op with the device's own dependencies.
 
-Order apart from execution: :func:`layer_calls`, :func:`pass_host_s` and
-:func:`step_end_ops` are pure functions saying what the host issues and what
-it costs; the evaluators above run it.
+Order apart from execution: :func:`host_ops` and :func:`step_end_ops` are
+pure functions saying what the host issues and what it costs; the evaluators
+above run it. A layer pass costs its kernels times the host's per-kernel cost
+of that direction (``kernel_fwd_s``, ``kernel_bwd_s``: measured per kernel of
+a whole transformer block, module Python and the autograd engine included)
+and its NCCL calls times ``collective_call_s``.
 
 Syncs in a Megatron-LM training step (read in ``NVIDIA/Megatron-LM`` at
 d98e8a64, 2026-08-22; flags are Megatron's):
@@ -57,8 +60,9 @@ d98e8a64, 2026-08-22; flags are Megatron's):
 * Dynamic-CP: the scheduler's exchange of sequence lengths before the step.
 
 CUDA graphs (``--cuda-graph-impl local|transformer_engine``) capture whole
-transformer layers: a graphed layer costs one module call and one replay
-(``graph_replay_s``) per pass instead of its kernels and calls.
+transformer layers: a graphed layer pass costs one module call and one graph
+launch (``graph_replay_s`` plus ``graph_kernel_s`` per captured kernel)
+instead of its kernels' and calls' host costs.
 """
 
 from __future__ import annotations
@@ -69,18 +73,6 @@ import numpy as np
 
 from dcpsim.hardware.host import HostCosts
 
-# Python-level calls per transformer layer, Megatron-Core GPT layer with Transformer Engine (counted from
-# megatron/core/transformer/transformer_layer.py and attention.py / mlp.py at d98e8a64): forward
-# TransformerLayer, SelfAttention, linear_qkv, rotary embedding, core_attention, linear_proj,
-# bias-dropout-add, MLP, linear_fc1, activation, linear_fc2, bias-dropout-add = 12; backward: the Python
-# autograd functions of linear_qkv, core attention, linear_proj, linear_fc1, linear_fc2 and the fused
-# rotary / bias-dropout-add / activation functions = 8 (the rest of the backward runs in the C++ engine).
-MODULE_CALLS_FWD = 12
-AUTOGRAD_CALLS_BWD = 8
-# Output layer + loss on the last stage (output_layer, vocab-parallel cross-entropy, loss_func, the two
-# NaN/Inf checks) and embedding on the first stage (embedding, position/rotary setup), forward and backward.
-HEAD_CALLS = (6, 3)
-EMBED_CALLS = (3, 1)
 CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 # Kernels the step's end launches besides per-tensor loops: multi-tensor L2 norm and scale, Adam, the
 # main -> model parameter copy, the scalar all-reduces' pre/post ops (counted from clip_grads.py and
@@ -175,48 +167,6 @@ def evaluate(ops: list[Op], sync_s: float, host_start: float = 0.0, device_start
 
 # ---------------------------------------------------------------- what the host issues (pure)
 @dataclass(frozen=True)
-class Calls:
-    """Host-side calls of one pass: Python-level module/op calls, autograd functions, kernels, collectives."""
-
-    modules: float = 0.0
-    autograd: float = 0.0
-    kernels: float = 0.0
-    collectives: float = 0.0
-    graphs: float = 0.0  # CUDA-graph replays
-
-    def __add__(self, other: Calls) -> Calls:
-        return Calls(self.modules + other.modules, self.autograd + other.autograd, self.kernels + other.kernels,
-                     self.collectives + other.collectives, self.graphs + other.graphs)
-
-    def scaled(self, f: float) -> Calls:
-        return Calls(self.modules * f, self.autograd * f, self.kernels * f, self.collectives * f, self.graphs * f)
-
-    def host_s(self, host: HostCosts) -> float:
-        """Host seconds of these calls on ``host``."""
-        return (self.modules * host.module_call_s + self.autograd * host.autograd_call_s
-                + self.kernels * host.kernel_launch_s + self.collectives * host.collective_call_s
-                + self.graphs * host.graph_replay_s)
-
-
-def layer_calls(kernels_fwd: float, kernels_bwd: float, collectives_fwd: float, collectives_bwd: float,
-                cuda_graphs: str = "none") -> tuple[Calls, Calls]:
-    """(forward, backward) calls of one transformer layer.
-
-    ``kernels_*`` counts every kernel of the pass (collectives included, as the cost model counts them);
-    ``collectives_*`` how many of them are NCCL calls (priced as calls, not launches). With CUDA graphs
-    the layer is one captured graph per pass: one module (or autograd) call and one replay.
-    """
-    if cuda_graphs not in CUDA_GRAPH_IMPLS:
-        from dcpsim.errors import ConfigError
-
-        raise ConfigError("host.cuda_graphs", cuda_graphs, f"one of {CUDA_GRAPH_IMPLS}")
-    if cuda_graphs != "none":
-        return Calls(modules=1.0, graphs=1.0), Calls(autograd=1.0, graphs=1.0)
-    return (Calls(modules=MODULE_CALLS_FWD, kernels=kernels_fwd - collectives_fwd, collectives=collectives_fwd),
-            Calls(autograd=AUTOGRAD_CALLS_BWD, kernels=kernels_bwd - collectives_bwd, collectives=collectives_bwd))
-
-
-@dataclass(frozen=True)
 class StepFlags:
     """What a run's flags add to the host's work (Megatron-LM names in comments; see the module docstring)."""
 
@@ -273,32 +223,38 @@ class StepEndWork:
 
 
 def step_end_ops(work: StepEndWork, flags: StepFlags, host: HostCosts) -> list[Op]:
-    """The ops of a stage's step end, after its last backward (Megatron order: finalize grads, optimizer
-    step with grad norm / clip / zero count, parameter copy, then the logging of the step)."""
-    kl, mc, cc = host.kernel_launch_s, host.module_call_s, host.collective_call_s
+    """The ops of a stage's step end, after its last backward, in Megatron's order (read at d98e8a64):
+    finalize the gradients (per bucket a NaN check read on the host, the reduce-scatter and all-gather
+    calls), the optimizer step (main gradients gathered per tensor, the gradient norm: a per-tensor filter,
+    a multi-tensor L2 norm, an all-reduce and its read; the clip; the zero count: per tensor a count and
+    two adds, an all-reduce and a read; Adam's multi-tensor kernels and the main-to-model copy, per
+    tensor), the parameter norm (``calc_params_l2_norm``: per tensor a filter, eight bucket norms, six
+    all-reduces, a read; Megatron's own code comment puts its steady cost near 10 ms, model not stated),
+    then the logging of a logged step. Counts are read from the code; the unit costs are the host's."""
+    kl, mc, cc, pt = host.kernel_launch_s, host.module_call_s, host.collective_call_s, host.param_tensor_s
     n = max(int(work.param_tensors), 1)
     ops = []
     if flags.check_nan:  # per bucket: a norm of the bucket's grads checked on the host
         ops.append(Op("grad NaN check", work.buckets * (mc + 2 * kl), 0.0, kernels=2 * work.buckets, sync_after=True))
     ops.append(Op("grad sync calls", work.buckets * 2 * cc + mc, 0.0, kernels=max(work.buckets, 1)))
-    ops.append(Op("copy grads to main", n * host.param_tensor_s + mc, 0.0, kernels=1))
+    ops.append(Op("copy grads to main", n * pt + mc, 0.0, kernels=1))
     if flags.clip_grad:
-        ops.append(Op("grad norm", KERNELS_GRAD_NORM * kl + cc + mc, 0.0, kernels=KERNELS_GRAD_NORM, sync_after=True))
+        ops.append(Op("grad norm", n * mc + KERNELS_GRAD_NORM * kl + cc + mc, 0.0, kernels=KERNELS_GRAD_NORM,
+                      sync_after=True))
         ops.append(Op("clip", kl + mc, 0.0))
     if flags.log_num_zeros:
-        ops.append(Op("count zeros", n * (2 * kl + host.param_tensor_s) + cc + mc, 0.0, kernels=2 * n,
-                      sync_after=True))
-    ops.append(Op("optimizer", KERNELS_OPTIMIZER * kl + n * host.param_tensor_s + mc, work.optimizer_device_s,
+        ops.append(Op("count zeros", n * (3 * kl + mc) + cc + mc, 0.0, kernels=3 * n, sync_after=True))
+    ops.append(Op("optimizer", KERNELS_OPTIMIZER * kl + 2 * n * pt + mc, work.optimizer_device_s,
                   kernels=KERNELS_OPTIMIZER))
     ops.extend(work.extra)
     if flags.log_params_norm:
-        ops.append(Op("params norm", n * host.param_tensor_s + KERNELS_GRAD_NORM * kl + cc + mc, work.norm_device_s,
-                      kernels=KERNELS_GRAD_NORM, sync_after=True))
+        ops.append(Op("params norm", n * (mc + pt) + 8 * KERNELS_GRAD_NORM * kl + 6 * cc + mc, work.norm_device_s,
+                      kernels=8 * KERNELS_GRAD_NORM, sync_after=True))
     # a logged step reads the loss scale and the reduced losses, stops the interval timer with a barrier and
     # writes the logs: every log_interval steps, so its host time is spread over them (one sync each, when
     # every step is logged)
     every = flags.log_interval <= 1
-    logging = 2 * mc + cc + host.step_s + flags.logged_scalars * mc
+    logging = 2 * mc + 2 * cc + host.step_s + flags.logged_scalars * mc
     ops.append(Op("loss report and logging", logging / max(flags.log_interval, 1), 0.0, sync_after=every))
     if flags.timing_log_level >= 1:  # the level-1 timers (forward-backward, optimizer, ...) sync at start and stop
         ops = [replace(o, sync_before=True) if o.name == "optimizer" else o for o in ops]
@@ -369,6 +325,32 @@ class PassShape:
     kernels_embed: tuple[float, float] = (1.0, 2.0)
 
 
+def layer_pass_host(shape: PassShape, host: HostCosts, flags: StepFlags):
+    """Host seconds and kernels of one layer's forward and backward pass per group, ``(G,)`` arrays:
+    ``(forward host, backward host, forward kernels, backward kernels)`` (recomputation in the backward)."""
+    kf, kb = np.asarray(shape.kernels_fwd, float), np.asarray(shape.kernels_bwd, float)
+    cf, cb = np.asarray(shape.collectives_fwd, float), np.asarray(shape.collectives_bwd, float)
+    if flags.cuda_graphs not in CUDA_GRAPH_IMPLS:
+        from dcpsim.errors import ConfigError
+
+        raise ConfigError("step.cuda_graphs", flags.cuda_graphs, f"one of {CUDA_GRAPH_IMPLS}")
+    graphs = flags.cuda_graphs != "none"
+    if not flags.grad_accumulation_fusion:  # a separate add per GEMM weight gradient
+        kb = kb + 4.0
+    if graphs:  # one call and one replay per captured layer pass; its kernels (collectives too) cost the replay
+        f_host = host.module_call_s + host.graph_replay_s + kf * host.graph_kernel_s
+        b_host = host.module_call_s + host.graph_replay_s + kb * host.graph_kernel_s
+    else:
+        f_host = (kf - cf) * host.kernel_fwd_s + cf * host.collective_call_s
+        b_host = (kb - cb) * host.kernel_bwd_s + cb * host.collective_call_s
+    f_k, b_k = kf, kb
+    if shape.recompute == "full":
+        b_host, b_k = b_host + f_host, b_k + f_k
+    elif shape.recompute == "selective" and not graphs:
+        b_host = b_host + host.kernel_fwd_s
+    return f_host, b_host, f_k, b_k
+
+
 def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
     """The host cost and syncs of every group op of an iteration (pure: what is issued, not when).
 
@@ -388,30 +370,9 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
     ks = np.ones((V, 2, G))
     sb = np.zeros((V, 2, G), dtype=bool)
     sa = np.zeros((V, 2, G), dtype=bool)
-    kf, kb = np.asarray(shape.kernels_fwd, float), np.asarray(shape.kernels_bwd, float)
-    cf, cb = np.asarray(shape.collectives_fwd, float), np.asarray(shape.collectives_bwd, float)
-    graphs = flags.cuda_graphs != "none"
-    if graphs:
-        lf, lb = Calls(modules=1.0, graphs=1.0), Calls(autograd=1.0, graphs=1.0)
-        f_host = np.full(G, lf.host_s(host))
-        b_host = np.full(G, lb.host_s(host))
-        f_k, b_k = np.ones(G), np.ones(G)
-    else:
-        f_host = (MODULE_CALLS_FWD * host.module_call_s + (kf - cf) * host.kernel_launch_s
-                  + cf * host.collective_call_s)
-        b_host = (AUTOGRAD_CALLS_BWD * host.autograd_call_s + (kb - cb) * host.kernel_launch_s
-                  + cb * host.collective_call_s)
-        f_k, b_k = kf, kb
-    if not flags.grad_accumulation_fusion and not graphs:  # a separate add per GEMM weight gradient
-        b_host, b_k = b_host + 4 * host.kernel_launch_s, b_k + 4
-    if shape.recompute == "full":
-        b_host, b_k = b_host + f_host, b_k + f_k
-    elif shape.recompute == "selective" and not graphs:
-        b_host = b_host + host.module_call_s + host.kernel_launch_s
+    f_host, b_host, f_k, b_k = layer_pass_host(shape, host, flags)
     p2p = 2.0 * host.collective_call_s if pp > 1 else 0.0
     mb = 0.5 * host.microbatch_s
-    hf, hb = HEAD_CALLS
-    ef, eb = EMBED_CALLS
     for s in range(V):
         p = s % pp
         n = layers[p] / vp
@@ -420,12 +381,12 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
         ks[s, 0] = np.maximum(n * f_k, 1.0)
         ks[s, 1] = np.maximum(n * b_k, 1.0)
         if s == 0:
-            hs[s, 0] += ef * host.module_call_s + shape.kernels_embed[0] * host.kernel_launch_s
-            hs[s, 1] += eb * host.autograd_call_s + shape.kernels_embed[1] * host.kernel_launch_s
+            hs[s, 0] += shape.kernels_embed[0] * host.kernel_fwd_s
+            hs[s, 1] += shape.kernels_embed[1] * host.kernel_bwd_s
             ks[s] += np.asarray(shape.kernels_embed, dtype=np.float64)[:, None]
         if s == V - 1:
-            hs[s, 0] += hf * host.module_call_s + shape.kernels_head[0] * host.kernel_launch_s
-            hs[s, 1] += hb * host.autograd_call_s + shape.kernels_head[1] * host.kernel_launch_s
+            hs[s, 0] += shape.kernels_head[0] * host.kernel_fwd_s
+            hs[s, 1] += shape.kernels_head[1] * host.kernel_bwd_s
             ks[s] += np.asarray(shape.kernels_head, dtype=np.float64)[:, None]
             sa[s, 0] = flags.check_nan
         if pp > 1 and (vp == 1 or not flags.overlap_p2p_comm):
@@ -438,5 +399,6 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
     if flags.dynamic_cp and shape.first_step is not None:
         first = np.asarray(shape.first_step, dtype=bool)
         sb[:pp, 0] |= first[None, :]
-        hs[:pp, 0] += np.where(first, host.collective_call_s + host.module_call_s, 0.0)[None, :]
+        # lengths all-gathered, read on the host, the plan broadcast (data_schedule_utils.py): two calls
+        hs[:pp, 0] += np.where(first, 2 * (host.collective_call_s + host.module_call_s), 0.0)[None, :]
     return HostOps(hs, ks, sb, sa, float(host.sync_s))

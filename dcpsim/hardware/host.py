@@ -9,15 +9,17 @@ carries one value per mechanism, each with a source in ``[sources]`` under
 
     [host]
     cpu = "x86"                      # CPU type: "x86" or "grace"
-    kernel_launch_s = 5e-6           # host time per kernel launch (driver + C++ dispatch)
-    module_call_s = 8.5e-6           # per Python-level module / op call (PyTorch/TE dispatch)
-    autograd_call_s = 8.5e-6         # per Python-level autograd backward function
-    collective_call_s = 20e-6        # per NCCL collective or p2p call (torch.distributed + enqueue)
-    sync_s = 10e-6                   # host wake-up after a device sync drains the queue
-    microbatch_s = 0.0               # per-microbatch Python outside modules (schedule, get_batch, loss)
-    param_tensor_s = 0.0             # per parameter tensor, per per-tensor loop of the step's end
+    kernel_fwd_s = 24e-6             # forward: host time per kernel issued, module Python included
+    kernel_bwd_s = 35e-6             # backward: host time per kernel issued, autograd engine included
+    kernel_launch_s = 6.5e-6         # one bare op enqueue (outside modules: the step end's launches)
+    module_call_s = 10e-6            # one Python-level module / op call outside the layers
+    collective_call_s = 44e-6        # one NCCL collective or p2p call (torch.distributed + enqueue)
+    sync_s = 5e-6                    # host wake-up after a device sync drains the queue
+    microbatch_s = 0.0               # per-microbatch Python outside the layers (schedule, batch, loss)
+    param_tensor_s = 6e-6            # per parameter tensor, per per-tensor loop of the step's end
     step_s = 0.0                     # per-step Python outside the above (training loop, logging)
-    graph_replay_s = 10e-6           # host time per CUDA-graph replay
+    graph_replay_s = 6.5e-6          # host time to launch one captured CUDA graph ...
+    graph_kernel_s = 0.9e-6          # ... plus this per kernel it holds
 
 Every field is in seconds except ``cpu``. A profile without ``[host]`` has no
 host model: every host cost is zero and a step's time is its device time (the
@@ -41,15 +43,17 @@ class HostCosts:
     """Host dispatch costs of one CPU type (seconds; see the module docstring)."""
 
     cpu: str = "none"
+    kernel_fwd_s: float = 0.0
+    kernel_bwd_s: float = 0.0
     kernel_launch_s: float = 0.0
     module_call_s: float = 0.0
-    autograd_call_s: float = 0.0
     collective_call_s: float = 0.0
     sync_s: float = 0.0
     microbatch_s: float = 0.0
     param_tensor_s: float = 0.0
     step_s: float = 0.0
     graph_replay_s: float = 0.0
+    graph_kernel_s: float = 0.0
 
     @property
     def enabled(self) -> bool:

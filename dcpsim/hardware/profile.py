@@ -728,6 +728,11 @@ def write_profile(profile: HardwareProfile, folder: str | Path, *, force: bool =
     if profile.timing != Timing():
         lines += ["", "[timing]"]
         lines += [f"{f} = {v if isinstance(v, int) else repr(float(v))}" for f, v in timing]
+    if profile.host.enabled:
+        from dcpsim.hardware.host import HOST_FIELDS
+
+        lines += ["", "[host]", f"cpu = {q(profile.host.cpu)}"]
+        lines += [f"{f} = {float(getattr(profile.host, f))!r}" for f in HOST_FIELDS]
     lines += ["", "[sources]"]
     for k, v in profile.sources.items():
         lines.append(f"{q(k) if '.' in k else k} = {q(v)}")
