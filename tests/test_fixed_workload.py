@@ -18,7 +18,7 @@ def fixed_cfg(*, gpus=16, tp=1, pp=4, cp=1, mbs=2, gbs=32, seq_len=4096, documen
         "parallel": {"tp": tp, "pp": pp, "cp": cp, "mbs": mbs, "recompute": recompute},
         "workload": {"name": "fixed", "seq_len": seq_len, "gbs": gbs, "documents": documents},
         "policy": {"name": "packing"},
-        "sim": {"iterations": 1, "planning": "ignore", **sim},
+        "sim": {"iterations": 1, "planning": "ignore", "host_timeline": False, **sim},  # device closed forms
     })
 
 

@@ -54,7 +54,8 @@ def _run(network: str, **over):
 
     d = {"cluster": {"gpus": 64}, "parallel": {"pp": 4, "cp": 2, "tp": 2}, "workload": {"gbs": 64},
          "hardware": {"pod_gpus": 16, "oversubscription": 4.0},
-         "sim": {"iterations": 1, "planning": "ignore", "network": network, "engine": "events"}}
+         "sim": {"iterations": 1, "planning": "ignore", "network": network, "engine": "events",
+                 "host_timeline": False}}  # the network's mechanisms alone
     for k, v in over.items():
         sec, key = k.split("__")
         d.setdefault(sec, {})[key] = v

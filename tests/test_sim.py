@@ -103,7 +103,7 @@ def equal_plan(layout: Layout, m: int, L: int) -> Plan:
 
 
 def cfg_for(**over) -> object:
-    d: dict = {"sim": {"iterations": 1, "planning": "ignore"}}
+    d: dict = {"sim": {"iterations": 1, "planning": "ignore", "host_timeline": False}}  # device mechanisms alone
     for path, v in over.items():
         sec, key = path.split("__")
         d.setdefault(sec, {})[key] = v

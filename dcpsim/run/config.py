@@ -214,6 +214,9 @@ class SimSection(_Section):
                                          "(forward), every policy, ON TOP of the time model's per-microbatch fixed "
                                          "cost (BatchCost.overhead_*, kernels x the profile's per_kernel_overhead_s): "
                                          "a sensitivity add-on (assumed, not measured)")
+    host_timeline: bool = Field(True, description="price the host (CPU) timeline of every step (kernel launches, "
+                                "module and NCCL calls, syncs: dcpsim.cost.host) when the hardware profile has a [host] "
+                                "table; false = device time only (what-if: a host that never waits)")
     engine: str = Field(
         "auto", min_length=1, json_schema_extra={"registry": "dcpsim.sim.engines:ENGINES"}, description="a registered engine (dcpsim.sim.engines): events = SimPy event simulation; "
         "fast = the exact vectorised evaluation of the same schedule (same finish times); auto = fast whenever the "

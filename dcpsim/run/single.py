@@ -131,8 +131,8 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                     degraded_link_scale=s.degraded_link_scale, vp=p.vp)
     from dcpsim.cost.host import StepFlags
 
-    return ClusterSimulator(cost, topo, faults=faults, settings=sim_settings(cfg),
-                            host_flags=StepFlags.from_settings(cfg.step))
+    host = StepFlags.from_settings(cfg.step) if cfg.sim.host_timeline else None
+    return ClusterSimulator(cost, topo, faults=faults, settings=sim_settings(cfg), host_flags=host)
 
 
 def _streams(seed: int) -> dict[str, np.random.Generator]:

@@ -206,7 +206,8 @@ class DurationModel:
                  network: NetworkModel | None = None) -> None:
         self.cost = cost
         self.settings = settings or SimSettings()
-        self.host_flags = host_flags or StepFlags()
+        # the host timeline's flags (dcpsim.cost.host); None: no host timeline (device times alone)
+        self.host_flags = host_flags if isinstance(host_flags, StepFlags) else None
         self.network = network if network is not None else get_network(self.settings.network, topology)
         self.flows = self.network.uses_flows  # CP rings' traffic and windows are needed by the flows
         self.topo = topology
@@ -268,7 +269,7 @@ class DurationModel:
         without a host model, else the host timeline of the step end (:func:`dcpsim.cost.host.step_end_ops`:
         grad checks, norm, optimizer, logging, with their syncs) around it."""
         host = self.cost.profile.host
-        if not host.enabled:
+        if not host.enabled or self.host_flags is None:
             return optimizer_device_s
         work = StepEndWork(optimizer_device_s=optimizer_device_s, param_tensors=self.param_tensors(p),
                            buckets=buckets, norm_device_s=2.0 * params / self.cost.profile.hbm_bw_bytes_per_s)
@@ -287,7 +288,7 @@ class DurationModel:
         """The host side of every group op of ``plan`` (None without a host model in the profile)."""
         cost = self.cost
         host = cost.profile.host
-        if not host.enabled:
+        if not host.enabled or self.host_flags is None:
             return None
         from dcpsim.cost.fixed import KERNELS_CROSS_ENTROPY_UNFUSED, KERNELS_EMBED, KERNELS_HEAD
 

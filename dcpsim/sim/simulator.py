@@ -43,9 +43,11 @@ class ClusterSimulator:
     def __init__(self, cost: CostModel, topology: Topology, *, faults: Faults | None = None,
                  settings: SimSettings | None = None, host_flags=None) -> None:
         self.cost = cost
+        # dcpsim.cost.host.StepFlags: price the host timeline with the profile's [host] costs (None: device only;
+        # dcpsim.run.single.build_simulator passes the run's [step] flags)
+        self.host_flags = host_flags
         self.topology = topology
         self.settings = settings or SimSettings()
-        self.host_flags = host_flags
         if topology.tp != cost.tp or topology.pp != cost.pp or topology.ranks_per_stage != cost.dp_cp:
             raise ConfigError("topology", topology.describe(),
                               f"tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp} as in the cost model")
