@@ -267,7 +267,7 @@ def test_a_host_model_lengthens_a_tiny_step_and_cuda_graphs_shorten_it(tmp_path)
     assert host > dev  # host-bound: the host's issue time shows
     assert dev < graphs < host  # graphs remove per-kernel host cost, not the step's syncs and Python
     # the step's host work alone is a floor: one microbatch's layers on one rank, at least
-    from dcpsim.cost.model import KERNELS_BWD, KERNELS_FWD
+    from dcpsim.cost.fixed import KERNELS_BWD, KERNELS_FWD
 
     per_layer = KERNELS_FWD * 24e-6 + KERNELS_BWD * 35e-6
     assert host >= 12 * per_layer + HOST_TABLE["step_s"]
