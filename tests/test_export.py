@@ -255,7 +255,7 @@ NON_DEFAULT = {
     "sim.straggler_slowdown": 2.0, "sim.degraded_link_scale": 0.5, "sim.param_gather_launch": "step_start",
     "sim.planning": "stall", "sim.dynamic_cp_padding": True, "sim.dynamic_cp_exchange": "async",
     "sim.cp_switch_s": 0.001, "sim.microbatch_overhead_s": 0.001, "sim.long_run_hours": 10.0,
-    "sim.sampler_prefetch": 8,
+    "sim.sampler_prefetch": 8, "sim.host_timeline": False,
     "step.log_interval": 1, "step.log_params_norm": True, "step.log_num_zeros_in_grad": True, "step.log_memory": True,
     "step.log_timers": True, "step.timing_log_level": 1, "step.deterministic": True, "step.cuda_graphs": "local",
     "step.clip_grad": 0.0, "step.transformer_impl": "local", "step.grad_accumulation_fusion": False,

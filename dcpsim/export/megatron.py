@@ -273,6 +273,9 @@ def _carry_over_notes(cfg: RunConfig, dynamic: bool, train_iters: int = DEFAULT_
         notes.append(f"--log-interval {st.log_interval} (step.log_interval) with --train-iters {train_iters}: "
                      f"Megatron logs {train_iters // st.log_interval} time(s); to compare per-iteration times set "
                      "step.log_interval = 1 (simulated with its per-step sync) or raise --train-iters")
+    if not s.host_timeline:
+        notes.append("sim.host_timeline = false times the step without its host (CPU) dispatch costs: a what-if; "
+                     "the real run pays them (CUDA graphs, --cuda-graph-impl, remove part of them)")
     if s.long_run_hours > 0:
         notes.append("the long-run goodput figures (sim.long_run_hours and the failure settings) describe the "
                      "cluster's failures; the short exported run measures none of them")
@@ -308,7 +311,7 @@ EXPORT_FIELDS: dict[str, str] = {
     "sim.grad_bucket_params": "flag", "sim.planning": "note", "sim.grad_reduce_bytes_per_param": "flag",
     "sim.sampler_prefetch": "note",
     "sim.fp8_param_gather": "flag", "sim.dynamic_cp_padding": "note", "sim.dynamic_cp_exchange": "note",
-    "sim.cp_switch_s": "note", "sim.microbatch_overhead_s": "note", "sim.engine": "none", "sim.network": "model",
+    "sim.cp_switch_s": "note", "sim.microbatch_overhead_s": "note", "sim.host_timeline": "note", "sim.engine": "none", "sim.network": "model",
     "sim.long_run_hours": "note", "sim.long_run_seeds": "none", "sim.gpu_mtbf_h": "none", "sim.checkpoint_s": "none",
     "sim.restart_s": "none", "sim.checkpoint_interval_s": "none", "sim.slow_gpu_per_day": "none",
     "sim.slow_gpu_episode_s": "none", "sim.slow_gpu_slowdown": "none", "sim.degraded_link_per_day": "none",
