@@ -7,8 +7,9 @@ per_kernel_overhead_s``: when the GPU work is shorter, the difference is
 exposed (``launch_*``). Each microbatch pays its own launches (pipeline
 send/receive, embedding or loss) as ``overhead_*``, not scaled by layers.
 
-The host side of a step (dispatch, synchronisations) belongs beside this
-module, in its own module of :mod:`dcpsim.cost`.
+With a profile's ``[host]`` table the floor is 0 (``per_kernel_overhead_s``
+must be 0 there): the host timeline (:mod:`dcpsim.cost.host`) prices each
+kernel's issue instead, beside the device rather than as a floor on it.
 """
 
 from __future__ import annotations

@@ -15,7 +15,11 @@ model's :class:`~dcpsim.cost.settings.CostSettings`:
   all-to-all), TP collectives, collectives over several NVLink domains;
 * :mod:`~dcpsim.cost.memory` — peak memory per GPU and the largest pack that fits;
 * :mod:`~dcpsim.cost.fixed` — fixed per-step work: kernels per layer and per
-  microbatch, and the launch floor they set.
+  microbatch, and the launch floor they set (0 with a profile's ``[host]``);
+* :mod:`~dcpsim.cost.host` — the host timeline: what the CPU issues per op
+  (kernels, NCCL calls, Python) and where it syncs; the simulator's two
+  evaluators run it beside the device (:mod:`dcpsim.sim.durations` builds the
+  ops from these kernel counts).
 
 :meth:`CostModel.batch_cost` adds them up (all seconds, for the
 ``layers_per_stage`` layers of one stage):
