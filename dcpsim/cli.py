@@ -65,6 +65,10 @@ def build_parser(only: str | None = "") -> argparse.ArgumentParser:
     for name, help_line in COMMANDS.items():
         if only == "" or only == name:
             importlib.import_module(f"dcpsim.commands.{name}").register(sub)
+            cmd = sub.choices[name]
+            if not any("--wide" in a.option_strings for a in cmd._actions):
+                cmd.add_argument("--wide", action="store_true",
+                                 help="tables at full width, every column (default: fit 100 columns)")
         else:
             sub.add_parser(name, help=help_line)
     return parser
@@ -117,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     from dcpsim.outdir import reset_forced
 
     reset_forced()
+    if getattr(args, "wide", False):  # tables: every column (commands._common.print_table)
+        importlib.import_module("dcpsim.commands._common").set_wide(True)
+    elif "dcpsim.commands._common" in sys.modules:
+        sys.modules["dcpsim.commands._common"].set_wide(False)
     warnings.formatwarning = _format_warning
     if not getattr(args, "func", None):
         parser.print_help()

@@ -123,3 +123,37 @@ def test_python_dash_m_dcpsim(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dcpsim", "--help"], capture_output=True, text=True, cwd=tmp_path,
                        env=env, timeout=120)
     assert r.returncode == 0 and "examples" in r.stdout, r.stderr
+
+
+# ---------------------------------------------------------------- tables fit 100 columns; progress only on a terminal
+def test_tables_fit_100_columns_and_wide_shows_everything(capsys):
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert max(len(x) for x in lines) <= 100, out
+    assert "h100-sxm-calibrated" in out and "…" not in out and "calibration" in out  # names whole, not squeezed
+    assert main(["profiles", "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "GPUs/node" in wide and "more column" not in wide
+    assert main(["profiles", "show", "h100-sxm"]) == 0
+    shown = capsys.readouterr().out
+    assert max(len(x) for x in shown.splitlines()) <= 100 and "timing.gemm_efficiency_scale" in shown
+
+
+def test_print_table_names_the_columns_it_leaves_out(capsys):
+    from dcpsim.commands._common import print_table
+
+    rows = [{f"column_{i}": 123456.789 * i for i in range(20)}]
+    print_table(rows, title="t")
+    out = capsys.readouterr().out
+    assert max(len(x) for x in out.splitlines()) <= 100
+    assert "more columns: " in out and "column_19" in out and "--wide" in out
+
+
+def test_progress_is_quiet_when_output_is_not_a_terminal(capsys):
+    from dcpsim.progress import ProgressDisplay, show_progress
+
+    assert show_progress() is False and show_progress(True) is True  # pytest captures: not a terminal
+    with ProgressDisplay("x", 3) as bar:
+        bar.advance(note="a")
+    assert bar.done == 1 and capsys.readouterr().err == ""

@@ -185,18 +185,60 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
+TABLE_WIDTH = 100
+"""Columns a table may take by default (``--wide``: as many as it needs)."""
+_WIDE = {"on": False}
+
+
+def set_wide(on: bool) -> None:
+    """``--wide``: tables show every column at full width (the CLI sets this per command)."""
+    _WIDE["on"] = bool(on)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={fmt(x)}" for k, x in v.items())
+    return fmt(v)
+
+
+def _fit_columns(rows: list[dict], cols: list[str], width: int) -> tuple[list[str], list[str]]:
+    """The leading columns that fit ``width`` (text columns may wrap to 24 characters); the rest."""
+    used, keep = 1, []
+    for i, c in enumerate(cols):
+        cells = [_cell(r.get(c, "")) for r in rows]
+        numeric = rows and isinstance(rows[0].get(c), (int, float, np.number)) and not isinstance(rows[0].get(c), bool)
+        natural = max([len(str(c)), *(len(x) for x in cells)])
+        need = (natural if numeric else min(natural, max(len(str(c)), 24))) + 3
+        if i > 0 and used + need > width:
+            return keep, cols[i:]
+        keep.append(c)
+        used += need
+    return keep, []
+
+
 def print_table(rows: list[dict], title: str | None = None, columns: list[str] | None = None) -> None:
-    """Print dict rows as a rich table (plain text when not a terminal)."""
+    """Print dict rows as a rich table that fits :data:`TABLE_WIDTH` columns (plain text when not a terminal).
+
+    Columns that do not fit are left out, named in a note (``--wide`` shows
+    them, ``--json`` gives every value); put the important columns first.
+    """
     from rich.console import Console
     from rich.table import Table
 
     cols = columns or (list(rows[0]) if rows else [])
+    wide = _WIDE["on"]
+    shown, hidden = (cols, []) if wide else _fit_columns(rows, cols, TABLE_WIDTH)
     table = Table(title=title, show_lines=False)
-    for c in cols:
+    for c in shown:
         table.add_column(c, justify="right" if rows and isinstance(rows[0].get(c), (int, float, np.number)) else "left")
     for r in rows:
-        table.add_row(*[fmt(r.get(c, "")) for c in cols])
-    Console(width=200).print(table)
+        table.add_row(*[_cell(r.get(c, "")) for c in shown])
+    Console(width=max(200, TABLE_WIDTH) if wide else TABLE_WIDTH).print(table)
+    if hidden:
+        import textwrap
+
+        print(textwrap.fill(f"({len(hidden)} more column{'s' if len(hidden) > 1 else ''}: {', '.join(hidden)}; "
+                            "--wide shows them, --json gives every value)", TABLE_WIDTH))
 
 
 def parse_int_list(text: str, field: str) -> list[int]:

@@ -60,15 +60,20 @@ def run(args) -> int:
 
         for name in POLICIES:
             check_out_file(f"{args.trace}-{name}.json", force=args.force, field="--trace")
+    from dcpsim.progress import ProgressDisplay
+
     rows, results = [], {}
     m_dev = dev_default_m(base)
+    bar = ProgressDisplay("simulating", len(POLICIES), False if args.json else None).__enter__()
     for name in POLICIES:
+        bar.advance(0, note=name)
         upd = {"policy.name": name}
         if name == "dynamic":
             upd["parallel.max_tokens_per_rank"] = m_dev
         cfg = base.with_updates(upd)
         trace = f"{args.trace}-{name}.json" if args.trace else None
         res = run_simulation(cfg, trace_path=trace)
+        bar.advance()
         results[name] = res
         s = res.summary
         rows.append({
@@ -86,6 +91,7 @@ def run(args) -> int:
             "grad sync %": 100 * s["frac_grad_sync"],
             "sim wall s": s["wall_s"],
         })
+    bar.__exit__(None, None, None)
     ref = rows[0]["TFLOPS/GPU"]
     for r in rows:
         r["speedup"] = r["TFLOPS/GPU"] / ref

@@ -25,7 +25,7 @@ def run(args) -> int:
         if args.json:
             print_json(info | {"gemm": prof.gemm_rows, "attention": prof.attention_rows, "collectives": prof.collective_rows})
             return 0
-        print_table([{"field": k, "value": v} for k, v in prof.summary().items()], title=f"profile {prof.name} ({prof.kind})")
+        print_table(_flat_rows(prof.summary()), title=f"profile {prof.name} ({prof.kind})")
         print_table([{"value": k, "origin": v} for k, v in prof.sources.items()], title="origins")
         if prof.measured:
             print_table([{"key": k, "value": v} for k, v in prof.measured.items()], title="measured on")
@@ -35,12 +35,33 @@ def run(args) -> int:
     if args.json:
         print_json(rows)
     else:
-        print_table(rows, title="hardware profiles (plan, simulate, sweep and demo read a bare GPU name as its "
-                                "calibrated profile where one exists; <gpu>-datasheet names the uncalibrated one)")
+        print_table([_list_row(r) for r in rows], title="hardware profiles (a bare GPU name reads its calibrated "
+                    "profile where one exists; <gpu>-datasheet the uncalibrated one; profiles show NAME: all of one)")
     return 0
 
 
 LISTED = ("peak_bf16_tflops", "hbm_gb", "hbm_bw_tb_per_s", "nvlink_gb_per_s", "nic_gb_per_s", "gpus_per_node")
+_SHORT = {"peak_bf16_tflops": "bf16 TFLOPS", "hbm_gb": "HBM GB", "hbm_bw_tb_per_s": "HBM TB/s",
+          "nvlink_gb_per_s": "NVLink GB/s", "nic_gb_per_s": "NIC GB/s", "gpus_per_node": "GPUs/node"}
+
+
+def _list_row(r: dict) -> dict:
+    """One profile in the table: short headers; the calibration status early (it wraps), link figures after."""
+    figures = {_SHORT[k]: r[k] for k in LISTED if k in r}
+    first = dict(list(figures.items())[:3])
+    return {"name": r["name"]} | first | {"calibration": r["calibration"]} | {k: v for k, v in figures.items()
+                                                                              if k not in first}
+
+
+def _flat_rows(summary: dict) -> list[dict]:
+    """``field, value`` rows, nested tables (timing, host) one row per entry (``timing.sms``)."""
+    rows = []
+    for k, v in summary.items():
+        if isinstance(v, dict):
+            rows += [{"field": f"{k}.{kk}", "value": vv} for kk, vv in v.items()]
+        else:
+            rows.append({"field": k, "value": v})
+    return rows
 
 
 def status(name: str) -> str:

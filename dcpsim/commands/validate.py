@@ -117,7 +117,8 @@ def run_published(args) -> int:
         from dcpsim.published.replay import calibrated_profiles
 
         profiles = calibrated_profiles()
-    res = replay_suite(args.subset, suite_dir=args.suite, rows=rows, profiles=profiles)
+    res = replay_suite(args.subset, suite_dir=args.suite, rows=rows, profiles=profiles,
+                       progress=False if args.json else None)
     written = res.write(args.out) if args.out else []
     if args.json:
         print_json(res.to_json() | {"profiles": profiles, "written": [str(p) for p in written]})

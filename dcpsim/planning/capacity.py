@@ -37,7 +37,6 @@ with its time breakdown and ``why`` it beats the next one.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,42 +134,15 @@ def run_task(task: Task, base: RunConfig, data: DataSpec, space: SearchSpace, si
             "cpu_s": time.process_time() - cpu0}
 
 
-class Progress:
-    """A one-line progress bar on stderr (``done/total`` and elapsed seconds), silent when disabled."""
-
-    def __init__(self, total: int, enabled: bool, label: str = "searching") -> None:
-        import time
-
-        self.total, self.enabled, self.label, self.done = total, enabled, label, 0
-        self.t0 = time.perf_counter()
-        self._draw()
-
-    def step(self, n: int = 1) -> None:
-        self.done += n
-        self._draw()
-
-    def _draw(self) -> None:
-        if not self.enabled:
-            return
-        import time
-
-        w = 30
-        k = int(w * self.done / max(self.total, 1))
-        el = time.perf_counter() - self.t0
-        sys.stderr.write(f"\r{self.label} [{'#' * k}{'.' * (w - k)}] {self.done}/{self.total} {el:5.1f}s")
-        if self.done >= self.total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
 def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchSpace, *, simulate: int, seeds: int,
               jobs: int | None, progress: bool, runner=None, tokens: float = 1e12) -> list[dict[str, Any]]:
     """Every task, in worker processes (``jobs``; 1 = in this process), results in task order."""
     from dcpsim.errors import DcpsimError
+    from dcpsim.progress import ProgressDisplay
     from dcpsim.run.executors import make_executor
     from dcpsim.run.pool import is_worker_death, restart_broken, retry_alone
 
-    bar = Progress(len(tasks), progress)
+    bar = ProgressDisplay("searching", len(tasks), None if progress else False).__enter__()
     results: dict[int, dict[str, Any]] = {}
     # a worker pool costs each worker a fresh interpreter and imports (~1-2 s): not worth it for a few tasks
     n_workers = 1 if jobs == 1 or len(tasks) <= SERIAL_TASKS else min(jobs or 2, len(tasks))
@@ -201,8 +173,9 @@ def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchS
                     restart_broken(ex, gen)
                     retry_alone([i], attempt, exc, resubmit=submit, give_up=give_up)
                     continue
-                bar.step()
+                bar.advance()
     finally:
+        bar.__exit__(None, None, None)
         ex.close()
     return [results[i] for i in range(len(tasks))]
 

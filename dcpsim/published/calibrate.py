@@ -52,6 +52,7 @@ import re
 import tempfile
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,7 @@ class Evaluator:
     workdir: Path
     n_evals: int = 0
     cache: dict[tuple, RowResult] = field(default_factory=dict)
+    on_row: Callable[[str], None] | None = None  # called after each simulated row (progress)
 
     def values(self, x: np.ndarray) -> dict[str, float]:
         return {p.name: p.from_x(float(v)) for p, v in zip(self.params, x, strict=True)}
@@ -228,6 +230,8 @@ class Evaluator:
             for rc in todo:
                 cfg = rc.config.with_updates({"hardware.gpu": str(folder)})
                 self.cache[(key_x, rc.row.id)] = _run_row(RowConfig(rc.row, cfg, None, rc.assumptions))
+                if self.on_row is not None:
+                    self.on_row(f"candidate {self.n_evals}, row {rc.row.id}")
         return [self.cache[(key_x, rc.row.id)] for rc in rcs]
 
     def log_ratio(self, x: np.ndarray, rcs: list[RowConfig]) -> np.ndarray:
@@ -369,9 +373,14 @@ def _rows_for(suite: Suite, gpu: str) -> tuple[list[RowConfig], list[RowConfig],
 
 
 def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2, suite_dir: str | Path | None = None,
-              folds: bool = True, fold_iterations: int = 1, workdir: str | Path | None = None) -> CalibrationResult:
-    """Fit the knobs of profile ``gpu`` on its fit rows; cross-validate by family; evaluate held-out rows."""
+              folds: bool = True, fold_iterations: int = 1, workdir: str | Path | None = None,
+              progress: bool | None = False) -> CalibrationResult:
+    """Fit the knobs of profile ``gpu`` on its fit rows; cross-validate by family; evaluate held-out rows.
+
+    ``progress``: count the simulations on a bar (None: only on a terminal, see :mod:`dcpsim.progress`).
+    """
     from dcpsim.hardware import get_profile
+    from dcpsim.progress import ProgressDisplay
 
     if iterations < 1:
         raise ConfigError("--iterations", iterations, "a positive number of Gauss-Newton steps")
@@ -390,8 +399,9 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
     x0 = np.array([p.to_x(max(float(getattr(timing, p.name)), 0.0)) for p in knobs])
     tmp = tempfile.TemporaryDirectory(prefix="dcpsim-calib-") if workdir is None else None
     wd = Path(workdir) if workdir is not None else Path(tmp.name)
+    bar = ProgressDisplay("simulations", None, progress).__enter__()
     try:
-        ev = Evaluator(base, knobs, wd)
+        ev = Evaluator(base, knobs, wd, on_row=lambda note: bar.advance(note=note))
         r0 = ev.log_ratio(x0, fit)
         J0 = _jacobian(ev, x0, fit, r0)
         x, steps = gauss_newton(ev, fit, x0, iterations, first=(r0, J0))
@@ -399,6 +409,7 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         before_held, after_held = ev.run(x0, held), ev.run(x, held)
         fold_out = _folds(ev, fit, x0, r0, J0, min(iterations, fold_iterations)) if folds else []
     finally:
+        bar.__exit__(None, None, None)
         if tmp is not None:
             tmp.cleanup()
     vals = ev.values(x)

@@ -233,12 +233,20 @@ def subset_rows(suite: Suite, subset: str, rows: list[int] | None = None) -> lis
 
 
 def replay_suite(subset: str = "all", *, suite_dir: str | Path | None = None, rows: list[int] | None = None,
-                 profiles: dict[str, str] | None = None) -> ReplayResult:
+                 profiles: dict[str, str] | None = None, progress: bool | None = False) -> ReplayResult:
     """Replay the rows of ``subset`` (``quick``, ``all``, ``fit``, ``held-out``; or explicit row ids).
 
     ``profiles`` replaces hardware profiles by base name (e.g. ``{"h100-sxm": "h100-sxm-calibrated"}``).
+    ``progress``: draw a bar (None: only on a terminal, see :mod:`dcpsim.progress`).
     """
+    from dcpsim.progress import ProgressDisplay
+
     t0 = time.perf_counter()
     suite = load_suite(suite_dir)
-    results = [_run_row(with_profile(row_config(r), profiles)) for r in subset_rows(suite, subset, rows)]
+    chosen = subset_rows(suite, subset, rows)
+    results = []
+    with ProgressDisplay("replaying", len(chosen), progress) as bar:
+        for r in chosen:
+            results.append(_run_row(with_profile(row_config(r), profiles)))
+            bar.advance(note=f"row {r.id}")
     return ReplayResult(results, suite, time.perf_counter() - t0, subset if rows is None else "rows")
