@@ -63,7 +63,7 @@ def test_timing_statistics_and_timer():
 
     timer = Timer(detect_device("cpu"), warmup=1, min_repeats=4, max_repeats=6, budget_s=0.001)
     tm = timer.time(lambda: time.sleep(0.003))
-    assert tm.n == 4 and 0.003 <= tm.median_s < 0.1
+    assert tm.n == 4 and tm.median_s >= 0.003  # no upper bound: a loaded host may oversleep by any amount
 
 
 def test_cuda_device_refused_on_cpu_build():
