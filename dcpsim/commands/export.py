@@ -25,8 +25,11 @@ def run(args) -> int:
     from dcpsim.export import export_megatron
     from dcpsim.run import load_config
 
-    cfg = config_from_args(args, load_config(args.config))
-    exp = export_megatron(cfg if args.set_fields else args.config, args.out, allow_approximate=args.allow_approximate,
+    from dcpsim.commands._common import with_default_profile
+
+    given = config_from_args(args, load_config(args.config))
+    cfg = with_default_profile(given)  # the profile simulate reads for the same config (calibrated where one exists)
+    exp = export_megatron(cfg if (args.set_fields or cfg is not given) else args.config, args.out, allow_approximate=args.allow_approximate,
                           simulate=not args.no_simulate, train_iters=args.train_iters,
                           gpus_per_node=args.gpus_per_node, force=args.force)
     info = {"policy": exp.policy, "scheduler": exp.scheduler, "approximate": exp.approximate,
