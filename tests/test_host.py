@@ -329,6 +329,12 @@ def test_rank_step_lays_out_host_and_device(tmp_path):
     assert s["step_s"] == pytest.approx(res.summary["iteration_time_s"], rel=1e-9)
     assert 0 < s["device_busy_s"] <= s["forward_backward_s"] and s["host_busy_s"] > 0
     assert "| F0 |" in step_table_markdown(step)
+    from dcpsim.run.single import build_simulator
+
+    full = rank_step(res.records[0], stage=1, rank=0, sim=build_simulator(cfg))
+    names = [r["op"] for r in full.tail]
+    assert "optimizer" in names and "grad norm" in names and "loss report and logging" in names
+    assert full.tail[-1]["device_end_s"] <= s["step_s"] + 1e-12 and "Step end" in step_table_markdown(full)
     assert plot_rank_step(step, tmp_path / "step.png").stat().st_size > 0
     with pytest.raises(ConfigError, match="host"):
         rank_step(run_simulation(cfg.with_updates({"hardware.gpu": _host_profile(tmp_path, None, "dev")})).records[0])

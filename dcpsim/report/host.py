@@ -37,6 +37,7 @@ class RankStep:
     reduce_scatter_end_s: float
     stage_end_s: float
     makespan_s: float
+    tail: list[dict] | None = None  # the step end's ops (dcpsim.cost.host.HostTimeline.breakdown), from rs end
 
     def summary(self) -> dict[str, float]:
         """Step time and where it went on this rank: host busy issuing ops, device busy running them
@@ -52,9 +53,10 @@ class RankStep:
         return [dict(r) for r in self.rows]
 
 
-def rank_step(record, stage: int = 0, rank: int = 0) -> RankStep:
+def rank_step(record, stage: int = 0, rank: int = 0, sim=None) -> RankStep:
     """The ops of stage rank ``rank`` of pipeline stage ``stage`` in ``record`` (an iteration simulated with
-    a host model), in the rank's schedule order."""
+    a host model), in the rank's schedule order; with ``sim`` (the simulator that ran it) the step end's
+    own ops too, placed after the stage's gradient reduce-scatter."""
     from dcpsim.pipeline import BWD, pipeline_schedule
 
     work, tl = record.work, record.timeline
@@ -84,8 +86,14 @@ def rank_step(record, stage: int = 0, rank: int = 0) -> RankStep:
                      "device_s": float(dur[d][s, g]),
                      "sync": ("before " if work.host.sync_before[s, d, g] else "")
                      + ("after" if work.host.sync_after[s, d, g] else "")})
+    tail = None
+    if sim is not None and stage in sim.durations.step_end_inputs:
+        t = sim.durations.step_end_timeline(stage, *sim.durations.step_end_inputs[stage])
+        r0 = float(tl.reduce_scatter_end_s[stage])
+        tail = [dict(r, device_start_s=r["device_start_s"] + r0, device_end_s=r["device_end_s"] + r0,
+                     host_start_s=float(h) + r0) for r, h in zip(t.breakdown(), t.issue_start, strict=True)]
     return RankStep(rows, stage, rank, float(tl.bwd_end_s[stage]), float(tl.reduce_scatter_end_s[stage]),
-                    float(tl.stage_end_s[stage]), float(tl.makespan_s))
+                    float(tl.stage_end_s[stage]), float(tl.makespan_s), tail)
 
 
 def plot_rank_step(step: RankStep, path: str | Path, title: str = "") -> Path:
@@ -103,20 +111,32 @@ def plot_rank_step(step: RankStep, path: str | Path, title: str = "") -> Path:
         c = colors[r["direction"]]
         ax.broken_barh([(r["host_start_s"] * 1e3, r["host_s"] * 1e3)], (1.1, 0.8), facecolors=c, edgecolor="white",
                        linewidth=0.3)
-        ax.broken_barh([(r["device_start_s"] * 1e3, (r["device_end_s"] - r["device_start_s"]) * 1e3)], (0.1, 0.8),
-                       facecolors=c, edgecolor="white", linewidth=0.3)
-    tail = (step.bwd_end_s * 1e3, (step.stage_end_s - step.bwd_end_s) * 1e3)
-    ax.broken_barh([tail], (0.1, 1.8), facecolors="0.75", edgecolor="0.4", linewidth=0.5)
+        span = (r["device_start_s"] * 1e3, (r["device_end_s"] - r["device_start_s"]) * 1e3)
+        ax.broken_barh([span], (0.1, 0.8), facecolors=c, alpha=0.3, edgecolor="white", linewidth=0.3)
+        ax.broken_barh([(span[0], r["device_s"] * 1e3)], (0.1, 0.8), facecolors=c, edgecolor="white", linewidth=0.3)
+    ax.broken_barh([(step.bwd_end_s * 1e3, (step.reduce_scatter_end_s - step.bwd_end_s) * 1e3)], (0.1, 0.8),
+                   facecolors="0.45")
+    if step.tail:
+        for r in step.tail:
+            ax.broken_barh([(r["host_start_s"] * 1e3, r["host_s"] * 1e3)], (1.1, 0.8), facecolors="0.75",
+                           edgecolor="0.3", linewidth=0.4)
+            if r["device_s"] > 0:
+                ax.broken_barh([(r["device_start_s"] * 1e3, r["device_s"] * 1e3)], (0.1, 0.8), facecolors="0.75",
+                               edgecolor="0.3", linewidth=0.4)
+    else:
+        tail = (step.reduce_scatter_end_s * 1e3, (step.stage_end_s - step.reduce_scatter_end_s) * 1e3)
+        ax.broken_barh([tail], (0.1, 1.8), facecolors="0.75", edgecolor="0.4", linewidth=0.5)
     ax.set_yticks([0.5, 1.5], ["device", "host"])
     ax.set_xlabel("ms from the step's start")
     s = step.summary()
     ax.set_title(title or (f"stage {step.stage} rank {step.rank}: step {s['step_s'] * 1e3:.1f} ms, host busy "
                            f"{s['host_busy_s'] * 1e3:.1f} ms, device busy {s['device_busy_s'] * 1e3:.1f} ms "
-                           "(grey: step end)"), fontsize=9)
+                           "(light: the device waits for the host)"), fontsize=9)
     from matplotlib.patches import Patch
 
     ax.legend(handles=[Patch(color="C0", label="forward"), Patch(color="C1", label="backward"),
-                       Patch(color="0.75", label="reduce-scatter, optimizer, syncs, logging")],
+                       Patch(color="0.45", label="grad reduce-scatter"),
+                       Patch(color="0.75", label="step end: grad checks, norms, optimizer, logging")],
               fontsize=7, loc="upper right", ncol=3)
     ax.set_ylim(0, 2.6)
     fig.tight_layout()
@@ -135,6 +155,11 @@ def step_table_markdown(step: RankStep) -> str:
         lines.append(f"| {r['op']} | {r['host_start_s'] * 1e3:.3f} | {r['host_s'] * 1e3:.3f} | "
                      f"{r['device_start_s'] * 1e3:.3f} | {r['device_end_s'] * 1e3:.3f} | {r['device_s'] * 1e3:.3f} "
                      f"| {r['sync']} |")
+    if step.tail:
+        lines += ["", "Step end (after the gradient reduce-scatter):", "",
+                  "| op | host ms | device ms | device start ms | device end ms | sync |", "|---|---:|---:|---:|---:|---|"]
+        lines += [f"| {r['op']} | {r['host_s'] * 1e3:.3f} | {r['device_s'] * 1e3:.3f} | {r['device_start_s'] * 1e3:.3f} "
+                  f"| {r['device_end_s'] * 1e3:.3f} | {r['sync']} |" for r in step.tail]
     lines += ["", "| step ms | forward-backward ms | host busy ms | device busy ms | device idle ms | step end ms |",
               "|---:|---:|---:|---:|---:|---:|",
               f"| {s['step_s'] * 1e3:.2f} | {s['forward_backward_s'] * 1e3:.2f} | {s['host_busy_s'] * 1e3:.2f} | "

@@ -62,6 +62,7 @@ from dcpsim.cost.breakdown import BatchCost
 from dcpsim.cost.compute import fp8_weight_cast_bytes
 from dcpsim.cost.host import (
     HostOps,
+    HostTimeline,
     PassShape,
     StepEndWork,
     StepFlags,
@@ -213,6 +214,7 @@ class DurationModel:
         self.topo = topology
         self.faults = faults
         self.stage_scale = cost.stage_layers / float(cost.layers_per_stage)
+        self.step_end_inputs: dict[int, tuple[float, float, int]] = {}  # per stage: optimizer device s, params, buckets
         self._scaled: dict[float, CostModel] = {}
         # which stage ranks hold a straggler GPU (any of their TP ranks)
         R, pp = topology.ranks_per_stage, topology.pp
@@ -260,7 +262,8 @@ class DurationModel:
                       + params[p] * ZERO_GRAD_BYTES_PER_PARAM) / bw + fixed
             if cost.precision == "fp8":
                 opt[p] += cost.stage_layers[p] * fp8_weight_cast_bytes(cost.model, cost.tp) / bw
-            opt[p] = self.step_end_s(p, float(opt[p]), float(params[p]), int(nb[p]))
+            self.step_end_inputs[p] = (float(opt[p]), float(params[p]), int(nb[p]))
+            opt[p] = self.step_end_s(p, *self.step_end_inputs[p])
         return SyncCost(rs, ag, opt, params, doms, rs_b, ag_b, nb, rs_alone, ag_alone)
 
     # ---------------------------------------------------------- the host (dcpsim.cost.host)
@@ -268,12 +271,17 @@ class DurationModel:
         """Stage ``p``'s step end after its gradient reduce-scatter: the optimizer's device time alone
         without a host model, else the host timeline of the step end (:func:`dcpsim.cost.host.step_end_ops`:
         grad checks, norm, optimizer, logging, with their syncs) around it."""
+        tl = self.step_end_timeline(p, optimizer_device_s, params, buckets)
+        return optimizer_device_s if tl is None else tl.end_s
+
+    def step_end_timeline(self, p: int, optimizer_device_s: float, params: float, buckets: int) -> HostTimeline | None:
+        """The host timeline of stage ``p``'s step end (None without a host model), from its start."""
         host = self.cost.profile.host
         if not host.enabled or self.host_flags is None:
-            return optimizer_device_s
+            return None
         work = StepEndWork(optimizer_device_s=optimizer_device_s, param_tensors=self.param_tensors(p),
                            buckets=buckets, norm_device_s=2.0 * params / self.cost.profile.hbm_bw_bytes_per_s)
-        return evaluate(step_end_ops(work, self.host_flags, host), host.sync_s).end_s
+        return evaluate(step_end_ops(work, self.host_flags, host), host.sync_s)
 
     def param_tensors(self, p: int) -> int:
         """Parameter tensors on stage ``p`` (the step end's per-tensor loops): per layer the four GEMM weights

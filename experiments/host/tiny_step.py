@@ -4,7 +4,7 @@ Run: ``python experiments/host/tiny_step.py [--case NAME] [--gpu H100] [--out ex
 
 Reads the case's own flags (experiments/megatron_ci, the argument reader), simulates one step with the
 shipped profile's host model (``[host]``, dcpsim.cost.host) and writes, for stage 0 rank 0 (and the last
-stage), the ops' host issue and device times (``tiny_step.md``) and a two-lane figure (``tiny_step.png``):
+stage), the ops' host issue and device times (``results/tiny_step.md``) and a two-lane figure (``results/tiny_step.png``):
 where the step goes, and how much of it the device waits for the host. The measured step time of the case
 (Megatron's CI golden values) is printed beside the simulated one; nothing is fitted here.
 """
@@ -24,12 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     from dcpsim.outdir import check_out_dir, write_text
     from dcpsim.published.megatron_ci import load_ci_suite, row_run
     from dcpsim.report.host import plot_rank_step, rank_step, step_table_markdown
-    from dcpsim.run.single import run_simulation
+    from dcpsim.run.single import build_simulator, run_simulation
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", default=DEFAULT_CASE)
     ap.add_argument("--gpu", default="H100")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
     a = ap.parse_args(argv)
     suite = load_ci_suite()
     rows = [r for r in suite.rows if r.raw["case"] == a.case and r.raw["gpu"] == a.gpu and r.raw["environment"] == "dev"]
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
              "Command: `python experiments/host/tiny_step.py" + (f" --case {a.case}" if a.case != DEFAULT_CASE else "")
              + "`", ""]
     for stage in sorted({0, pp - 1}):
-        step = rank_step(rec, stage=stage, rank=0)
+        step = rank_step(rec, stage=stage, rank=0, sim=build_simulator(run.config))
         lines += [f"## Stage {stage}, rank 0", "", step_table_markdown(step)]
         if stage == 0:
             plot_rank_step(step, out / "tiny_step.png", title=f"{a.case} ({a.gpu}), stage 0 rank 0: simulated "
