@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+from dcpsim.registry import Registry
+
 CpComm = Literal["p2p", "all_gather", "a2a"]
 """How a CP group exchanges K/V: ring of point-to-point sends, all-gather, or all-to-all (Ulysses)."""
 
@@ -28,6 +30,10 @@ ParamGatherLaunch = Literal["first_forward", "step_start"]
 at each stage's first forward pre-hook (Megatron-Core r0.9.0 on) or at the start of the training step on every
 stage (Megatron-Core v0.6.0 .. r0.8.0, ``DistributedOptimizer.zero_grad``)."""
 
+DynamicCpExchange = Literal["none", "async", "sync"]
+"""Per-iteration scheduler communication of a dynamic plan: none, async (one small all-reduce), sync (lengths
+all-gather and token all-to-all)."""
+
 Precision = Literal["bf16", "fp8"]
 """GEMM precision of the transformer blocks (fp8 needs a profile with FP8 figures)."""
 
@@ -45,3 +51,20 @@ RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 PLANNING_MODES: tuple[str, ...] = get_args(Planning)
 CLIP_MODES: tuple[str, ...] = get_args(Clip)
 PARAM_GATHER_LAUNCHES: tuple[str, ...] = get_args(ParamGatherLaunch)
+EXCHANGES: tuple[str, ...] = get_args(DynamicCpExchange)
+
+# Choices that name an extension (a class): registries (dcpsim.registry) whose built-ins are lazy
+# "module:Class" paths, so the configuration checks a name without importing the simulator. The
+# packages set each registry's base class (dcpsim.sim.networks, dcpsim.sim.engines). One line per built-in.
+NETWORKS: Registry = Registry("sim.network", {
+    "ideal": "dcpsim.sim.networks.ideal:IdealNetwork",
+    "shared": "dcpsim.sim.networks.shared:SharedNetwork",
+})
+"""Network models (``sim.network``): :mod:`dcpsim.sim.networks`."""
+
+ENGINES: Registry = Registry("sim.engine", {
+    "auto": "dcpsim.sim.engines.auto:AutoEngine",
+    "events": "dcpsim.sim.engines.events:EventEngine",
+    "fast": "dcpsim.sim.engines.fast:FastEngine",
+})
+"""Engines (``sim.engine``): :mod:`dcpsim.sim.engines`."""

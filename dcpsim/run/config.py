@@ -91,14 +91,15 @@ from dcpsim.choices import (
     Clip,
     CpComm,
     CrossEntropy,
+    DynamicCpExchange,
     ParamGatherLaunch,
     Planning,
     Precision,
     Recompute,
 )
 from dcpsim.errors import ConfigError
+from dcpsim.failure_rates import llama3_gpu_mtbf_hours
 from dcpsim.limits import MAX_GBS
-from dcpsim.sim.longrun import llama3_gpu_mtbf_hours
 from dcpsim.validation import InputModel, read_toml, validate_model
 
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -204,7 +205,7 @@ class SimSection(_Section):
     dynamic_cp_padding: bool = Field(False, description="Megatron's dynamic-CP sample padding: a dynamic policy's "
                                      "samples are padded to a multiple of 2*DP*CP*(TP if TP>1) tokens before "
                                      "scheduling; the padding is timed, not counted as FLOPs")
-    dynamic_cp_exchange: Literal["none", "async", "sync"] = Field(
+    dynamic_cp_exchange: DynamicCpExchange = Field(
         "none", description="per-iteration scheduler communication of a dynamic plan before its first microbatch: "
         "async (PR #2959's background scheduler: one small all-reduce over DP*CP), sync (lengths all-gather and "
         "all-to-all rerouting of the samples' tokens), none")
@@ -218,11 +219,11 @@ class SimSection(_Section):
                                 "module and NCCL calls, syncs: dcpsim.cost.host) when the hardware profile has a [host] "
                                 "table; false = device time only (what-if: a host that never waits)")
     engine: str = Field(
-        "auto", min_length=1, json_schema_extra={"registry": "dcpsim.sim.engines:ENGINES"}, description="a registered engine (dcpsim.sim.engines): events = SimPy event simulation; "
+        "auto", min_length=1, json_schema_extra={"registry": "dcpsim.choices:ENGINES"}, description="a registered engine (dcpsim.sim.engines): events = SimPy event simulation; "
         "fast = the exact vectorised evaluation of the same schedule (same finish times); auto = fast whenever the "
         "network allows")
     network: str = Field(
-        "ideal", min_length=1, json_schema_extra={"registry": "dcpsim.sim.networks:NETWORKS"}, description="a registered network model (dcpsim.sim.networks): ideal: every transfer at its profile time; shared: pipeline transfers, the bucketed "
+        "ideal", min_length=1, json_schema_extra={"registry": "dcpsim.choices:NETWORKS"}, description="a registered network model (dcpsim.sim.networks): ideal: every transfer at its profile time; shared: pipeline transfers, the bucketed "
         "gradient reduce-scatter and parameter all-gather, and CP rings (paced by their attention) that leave the "
         "NVLink domain are flows that share NICs and pod uplinks (max-min fair; dcpsim.sim.network; needs the "
         "events engine)")
@@ -346,10 +347,12 @@ class RunConfig(_Section):
         check_options(cls.__init__, self.policy.options, "policy.options")
 
     def _check_sim_names(self) -> None:
-        """sim.network and sim.engine are registered, and the engine runs the network."""
-        from dcpsim.sim.settings import SimSettings
+        """sim.network and sim.engine are registered names (whether the engine runs the network is checked with
+        the simulator's settings, :class:`dcpsim.sim.settings.SimSettings`)."""
+        from dcpsim.choices import ENGINES, NETWORKS
 
-        SimSettings(network=self.sim.network, engine=self.sim.engine)
+        NETWORKS.check(self.sim.network)
+        ENGINES.check(self.sim.engine)
 
     def _check_fixed(self) -> None:
         """Fields of the fixed-length workload: set only with it, and Megatron's gbs rule."""

@@ -41,18 +41,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from dcpsim.errors import ConfigError
+from dcpsim.failure_rates import (  # noqa: F401 - re-exported
+    LLAMA3_DAYS,
+    LLAMA3_GPUS,
+    LLAMA3_INTERRUPTIONS,
+    llama3_gpu_mtbf_hours,
+)
 
 DAY_S = 86400.0
 
-# Llama 3 (Meta, 2024): 419 unexpected interruptions in 54 days of pre-training on 16,384 GPUs.
-LLAMA3_INTERRUPTIONS = 419
-LLAMA3_DAYS = 54
-LLAMA3_GPUS = 16384
-
-
-def llama3_gpu_mtbf_hours() -> float:
-    """Per-GPU mean time between failures implied by the Llama 3 report (GPU-hours per interruption)."""
-    return LLAMA3_DAYS * 24.0 * LLAMA3_GPUS / LLAMA3_INTERRUPTIONS
 
 
 def system_mtbf_s(gpu_mtbf_h: float, gpus: int) -> float:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dcpsim.choices import PARAM_GATHER_LAUNCHES
+from dcpsim.choices import EXCHANGES, PARAM_GATHER_LAUNCHES
 from dcpsim.choices import PLANNING_MODES as _PLANNING_MODES
 from dcpsim.errors import ConfigError
 from dcpsim.sim.engines import ENGINES
 from dcpsim.sim.networks import NETWORKS
 
 PLANNING_MODES = _PLANNING_MODES  # defined once in dcpsim.choices
-EXCHANGES = ("none", "async", "sync")
 
 
 @dataclass(frozen=True)

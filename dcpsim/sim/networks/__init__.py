@@ -3,22 +3,16 @@
 Built-ins: ``ideal`` (:mod:`~dcpsim.sim.networks.ideal`) and ``shared``
 (:mod:`~dcpsim.sim.networks.shared`). A new model is one module with a
 :class:`~dcpsim.sim.networks.base.NetworkModel` subclass and one line in
-:data:`BUILTIN_NETWORKS` (or :meth:`NETWORKS.register <dcpsim.registry.Registry.register>`
+:data:`dcpsim.choices.NETWORKS` (or :meth:`NETWORKS.register <dcpsim.registry.Registry.register>`
 from outside the package).
 """
 
 from __future__ import annotations
 
-from dcpsim.registry import Registry
+from dcpsim.choices import NETWORKS
 from dcpsim.sim.networks.base import NetworkModel
 
-# name -> "module:Class". One line per built-in network model.
-BUILTIN_NETWORKS: dict[str, str] = {
-    "ideal": "dcpsim.sim.networks.ideal:IdealNetwork",
-    "shared": "dcpsim.sim.networks.shared:SharedNetwork",
-}
-
-NETWORKS: Registry[type[NetworkModel]] = Registry("sim.network", BUILTIN_NETWORKS, NetworkModel)
+NETWORKS.base = NetworkModel
 
 
 def get_network(name: str, topology) -> NetworkModel:
@@ -26,4 +20,4 @@ def get_network(name: str, topology) -> NetworkModel:
     return NETWORKS.get(name)(topology)
 
 
-__all__ = ["BUILTIN_NETWORKS", "NETWORKS", "NetworkModel", "get_network"]
+__all__ = ["NETWORKS", "NetworkModel", "get_network"]
