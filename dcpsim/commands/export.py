@@ -22,10 +22,9 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from dcpsim.commands._common import with_default_profile
     from dcpsim.export import export_megatron
     from dcpsim.run import load_config
-
-    from dcpsim.commands._common import with_default_profile
 
     given = config_from_args(args, load_config(args.config))
     cfg = with_default_profile(given)  # the profile simulate reads for the same config (calibrated where one exists)
