@@ -90,3 +90,14 @@ def test_held_out_errors_stay_under_the_regression_guard(hc, compared):
     # CUDA graphs must make the simulated step no slower, and faster where the eager step is host-bound
     for r in compared:
         assert r["simulated_graphed_step_s"] <= r["simulated_eager_step_s"] * (1 + 1e-9)
+
+
+def test_measured_device_profile_variant_keeps_the_measured_tables(hc, tmp_path):
+    """The --measured-device-tables variant: h100-sxm-measured's kernel tables, h100-sxm's [host] table."""
+    from dcpsim.hardware import get_profile
+
+    prof = get_profile(str(hc.measured_device_profile(tmp_path)))
+    dev, base = get_profile(str(hc.MEASURED_DIR)), get_profile(hc.DEFAULT_PROFILE)
+    assert prof.host == base.host and prof.host.enabled and prof.timing.per_kernel_overhead_s == 0.0
+    assert prof.gemm_rows == dev.gemm_rows and prof.attention_rows == dev.attention_rows
+    assert prof.gemm_rows != base.gemm_rows
