@@ -174,7 +174,6 @@ def plot(
     out: str | Path | None = None,
     *,
     title: str | None = None,
-    logx: bool | None = None,
     baseline: float | None = None,
 ):
     """Plot ``y`` against ``x`` for each value of ``hue``, one panel per value of ``col``.
@@ -182,8 +181,7 @@ def plot(
     ``data``: a DataFrame of sweep rows (only rows with ``status == "ok"``
     are used). Rows with equal (col, hue, x) are averaged;
     error bars show their range. A numeric ``x`` gives lines (log₂ axis when
-    its values are powers of two spanning 4× or more, unless ``logx`` says
-    otherwise); a categorical ``x`` gives grouped bars. ``baseline`` draws a
+    its values are powers of two spanning 4× or more); a categorical ``x`` gives grouped bars. ``baseline`` draws a
     horizontal reference line. Returns the Figure; writes it when ``out`` is given.
     """
     df = _load(data)
@@ -194,7 +192,7 @@ def plot(
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = _new_figure(ncols, nrows)
     numeric_x = _is_numeric(df[xc])
-    use_log = _is_pow2_range(df[xc].unique()) if (numeric_x and logx is None) else bool(logx and numeric_x)
+    use_log = numeric_x and _is_pow2_range(df[xc].unique())
     keys = [k for k in (cc, hc, xc) if k]
     agg = df.groupby(keys, dropna=False)[yc].agg(["mean", "min", "max", "count"]).reset_index()
     xs_all = _ordered(df[xc])
