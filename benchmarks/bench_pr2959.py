@@ -65,8 +65,8 @@ def speed(seeds: int) -> dict:
 
 
 def readings(seeds: int) -> dict:
-    from dcpsim.experiments import load_experiment
-    from dcpsim.experiments.runner import CellSpec, pooled_tflops, run_cell
+    from dcpsim.reproduction import load_experiment
+    from dcpsim.reproduction.runner import CellSpec, pooled_tflops, run_cell
     from dcpsim.policies.pr2959 import BUCKET_TARGETS
 
     exp = load_experiment()

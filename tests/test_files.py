@@ -317,7 +317,7 @@ def _cell_killer(cell):
 
 @pytest.mark.parametrize("jobs", [2, 1])  # with 1 worker, seed 2 always waits in the pool seed 1's death breaks
 def test_reproduce_pool_records_a_cell_whose_worker_dies(jobs):
-    from dcpsim.experiments.runner import CellSpec, _run_pooled
+    from dcpsim.reproduction.runner import CellSpec, _run_pooled
     from dcpsim.run import RunConfig
 
     cells = [CellSpec(dataset="d", policy="packing", seed=s, config=RunConfig()) for s in range(3)]

@@ -24,7 +24,7 @@ LAYERS: dict[str, int] = {
     "policies": 3,
     "sim": 4,
     "run": 5,
-    "report": 6, "export": 6, "experiments": 6, "planning": 6, "profiling": 6, "published": 6,
+    "report": 6, "export": 6, "reproduction": 6, "planning": 6, "profiling": 6, "published": 6,
     "commands": 7, "cli": 7, "__main__": 7,
 }
 

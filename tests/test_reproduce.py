@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from dcpsim.errors import ConfigError
-from dcpsim.experiments import DEFAULT_SPEC_DIR, load_experiment, reproduce
-from dcpsim.experiments.blog import read_calibration
+from dcpsim.reproduction import DEFAULT_SPEC_DIR, load_experiment, reproduce
+from dcpsim.reproduction.blog import read_calibration
 
 pytest.importorskip("dcpsim.policies", reason="policies not available")
 

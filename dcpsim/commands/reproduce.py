@@ -19,7 +19,7 @@ from typing import Any
 
 from dcpsim.commands._common import POS_INT, add_force, print_json, print_table, to_jsonable
 from dcpsim.errors import ConfigError
-from dcpsim.experiments.blog import VARIANT_LABELS, WORKLOAD_VARIANTS, source_revision
+from dcpsim.reproduction.blog import VARIANT_LABELS, WORKLOAD_VARIANTS, source_revision
 
 
 def register(sub) -> None:
@@ -67,7 +67,7 @@ def _progress(enabled: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    from dcpsim.experiments import load_experiment
+    from dcpsim.reproduction import load_experiment
 
     _check_args(args)
     exp = load_experiment(args.spec)
@@ -100,8 +100,8 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _recalibrate(exp, args: argparse.Namespace, show: bool):
     """Re-fit each dataset's secondary-view parameter to its packing figure, write calibration.toml, reload."""
-    from dcpsim.experiments import load_experiment
-    from dcpsim.experiments.calibrate import fit_dataset, write_calibration
+    from dcpsim.reproduction import load_experiment
+    from dcpsim.reproduction.calibrate import fit_dataset, write_calibration
 
     fits = {}
     with _progress(show) as prog:
@@ -120,7 +120,7 @@ def _recalibrate(exp, args: argparse.Namespace, show: bool):
 
 
 def _reproduce(exp, args: argparse.Namespace, show: bool):
-    from dcpsim.experiments import reproduce
+    from dcpsim.reproduction import reproduce
 
     sens = False if args.no_sensitivity else (True if args.sensitivity else None)
     with _progress(show) as prog:

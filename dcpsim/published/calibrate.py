@@ -355,7 +355,7 @@ class CalibrationResult:
 
 
 def _revision() -> dict[str, Any]:
-    from dcpsim.experiments.blog import source_revision
+    from dcpsim.reproduction.blog import source_revision
 
     return source_revision()
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dcpsim.experiments.blog import BlogExperiment
+from dcpsim.reproduction.blog import BlogExperiment
 
 __all__ = ["OKABE_ITO", "plot_all", "plot_breakdown", "plot_cp_mix", "plot_sensitivity", "plot_tflops"]
 
@@ -47,7 +47,7 @@ def _variants(table: list[dict[str, Any]]) -> list[str]:
 
 
 def _label(wl: str) -> str:
-    from dcpsim.experiments.blog import VARIANT_LABELS
+    from dcpsim.reproduction.blog import VARIANT_LABELS
 
     return VARIANT_LABELS.get(wl, f"{wl} workload")
 

@@ -31,8 +31,8 @@ import numpy as np
 from scipy import optimize
 
 from dcpsim.errors import ConfigError
-from dcpsim.experiments.blog import BlogExperiment, FittedParameter, source_revision
-from dcpsim.experiments.runner import CellSpec, pooled_tflops, run_cell
+from dcpsim.reproduction.blog import BlogExperiment, FittedParameter, source_revision
+from dcpsim.reproduction.runner import CellSpec, pooled_tflops, run_cell
 from dcpsim.serialize import toml_value as _toml_value
 
 __all__ = ["CalibrationFit", "fit_dataset", "write_calibration"]
@@ -181,7 +181,7 @@ def write_calibration(path: Path, fits: dict[str, CalibrationFit], exp: BlogExpe
     """Write calibration.toml: fitted values, what they were fitted to, and every evaluation."""
     lines = [
         "# Fitted workload parameters of the Dynamic-CP blog reproduction.",
-        "# Written by `dcpsim reproduce --recalibrate` (dcpsim/experiments/calibrate.py); read, never",
+        "# Written by `dcpsim reproduce --recalibrate` (dcpsim/reproduction/calibrate.py); read, never",
         "# re-fitted, by `dcpsim reproduce`. Each dataset has exactly ONE fitted parameter, fitted only",
         "# to that dataset's published PACKING (baseline) TFLOPS/GPU. The Dynamic-CP TFLOPS and the",
         "# speedups are predictions and were not used.",

@@ -10,10 +10,10 @@ Everything the experiment runs lives in a folder of plain files
 * ``published.toml`` -- the blog's figures, used only for comparison (and the
   two packing figures as the calibration target);
 * ``calibration.toml`` -- fitted workload parameters, written by
-  :mod:`dcpsim.experiments.calibrate` and only read here.
+  :mod:`dcpsim.reproduction.calibrate` and only read here.
 
 This module loads those files into a frozen :class:`BlogExperiment` and builds
-the run configurations; :mod:`dcpsim.experiments.runner` runs them.
+the run configurations; :mod:`dcpsim.reproduction.runner` runs them.
 """
 
 from __future__ import annotations
