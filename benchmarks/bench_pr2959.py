@@ -65,9 +65,9 @@ def speed(seeds: int) -> dict:
 
 
 def readings(seeds: int) -> dict:
+    from dcpsim.policies.pr2959 import BUCKET_TARGETS
     from dcpsim.reproduction import load_experiment
     from dcpsim.reproduction.runner import CellSpec, pooled_tflops, run_cell
-    from dcpsim.policies.pr2959 import BUCKET_TARGETS
 
     exp = load_experiment()
     out = {}

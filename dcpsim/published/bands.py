@@ -161,10 +161,10 @@ def build(*, progress: bool = False, jobs: int = 1) -> dict[str, Any]:
     """Replay the suite on the calibrated profiles, cross-fit the fit rows; the residual file's content.
 
     ``jobs`` > 1 simulates each candidate's rows in that many worker processes (same results)."""
-    from dcpsim.reproduction.blog import source_revision
     from dcpsim.hardware import get_profile
     from dcpsim.published.replay import COMPARED, calibrated_profiles, replay_suite, with_profile
     from dcpsim.published.suite import GPU_PROFILES, load_suite, row_config
+    from dcpsim.reproduction.blog import source_revision
 
     rev = source_revision()  # the code the residuals come from: taken before the work
     profiles = calibrated_profiles()

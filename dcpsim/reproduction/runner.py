@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from dcpsim.errors import DcpsimError, InfeasibleError
-from dcpsim.reproduction.blog import VARIANT_LABELS, WORKLOAD_VARIANTS, BlogExperiment
 from dcpsim.model.accounting import tflops_per_gpu
+from dcpsim.reproduction.blog import VARIANT_LABELS, WORKLOAD_VARIANTS, BlogExperiment
 from dcpsim.run.config import RunConfig
 from dcpsim.run.pool import cap_jobs
 

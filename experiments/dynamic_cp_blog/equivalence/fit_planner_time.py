@@ -23,9 +23,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def main() -> None:
-    from dcpsim.reproduction.blog import load_experiment
     from dcpsim.policies import get_policy
     from dcpsim.policies.pr2959_time import planner_work
+    from dcpsim.reproduction.blog import load_experiment
     from dcpsim.run.single import build_cost_model, build_layout
     from dcpsim.workload import get_workload, sample_global_batch
 

@@ -62,8 +62,8 @@ def run(args) -> dict:
     import types
 
     from dcpsim.cost.padding import padded_lengths
-    from dcpsim.reproduction.blog import load_experiment
     from dcpsim.policies import get_policy
+    from dcpsim.reproduction.blog import load_experiment
     from dcpsim.run.single import build_cost_model, build_layout
     from dcpsim.workload import get_workload, sample_global_batch
 

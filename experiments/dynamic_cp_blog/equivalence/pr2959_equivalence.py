@@ -172,8 +172,8 @@ def check_pipeline(sim, sch, pp: int, trials: int, rng) -> dict:
 
 # ------------------------------------------------------------------ main
 def run(args) -> dict:
-    from dcpsim.reproduction.blog import load_experiment
     from dcpsim.policies import get_policy
+    from dcpsim.reproduction.blog import load_experiment
     from dcpsim.run.single import build_cost_model, build_layout
     from dcpsim.workload import get_workload, sample_global_batch
 
