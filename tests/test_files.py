@@ -349,6 +349,7 @@ def _descendants(pid: int) -> set[int]:
     return seen
 
 
+@pytest.mark.slow  # an integration run of many seconds; CI runs it (make test-slow)
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
 def test_workers_die_with_the_driver(tmp_path):
     seeds = ", ".join(str(i) for i in range(200))

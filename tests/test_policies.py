@@ -86,10 +86,23 @@ def test_cost_model_must_match_layout():
 
 
 # ------------------------------------------------------ invariants (hypothesis)
+# The default suite draws 20 cases per policy; the slow suite (CI's `make test-slow`) 100 more.
 @pytest.mark.parametrize("name", HEURISTICS)
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(max_seqs=60))
 def test_invariants_bound_and_determinism(name, case):
+    _check_invariants(name, case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", HEURISTICS)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(max_seqs=60))
+def test_invariants_bound_and_determinism_deep(name, case):
+    _check_invariants(name, case)
+
+
+def _check_invariants(name, case):
     lengths, layout = case
     cost = cost_model(layout.tp, layout.pp, layout.ranks_per_stage)
     if name in STATIC and not static_fits(lengths, layout):

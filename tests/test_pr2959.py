@@ -127,9 +127,21 @@ def test_1f1b_matches_relaxation_and_bounds(n, pp, seed):
 
 
 # ------------------------------------------------------------------ invariants
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# The default suite draws 30 cases; the slow suite (CI's `make test-slow`) 150 more.
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(max_seqs=60, max_dp=6, pps=(1, 2, 4, 8), sigma=1.4))
 def test_invariants_bounds_and_determinism(case):
+    _check_invariants(case)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(max_seqs=60, max_dp=6, pps=(1, 2, 4, 8), sigma=1.4))
+def test_invariants_bounds_and_determinism_deep(case):
+    _check_invariants(case)
+
+
+def _check_invariants(case):
     lengths, layout = case
     cost = cost_model(layout.tp, layout.pp, layout.ranks_per_stage)
     plan = get_policy(NAME).plan(lengths, layout, cost)  # validates

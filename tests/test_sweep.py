@@ -203,6 +203,7 @@ def _kill_spec(tmp_path: Path, n_seeds: int) -> Path:
     return _spec_file(tmp_path, f'[axes]\npolicy.name = ["packing", "dynamic"]\nsim.seed = [{seeds}]\n', "kill.toml")
 
 
+@pytest.mark.slow  # an integration run of many seconds; CI runs it (make test-slow)
 def test_resume_after_sigkill(tmp_path):
     spec = _kill_spec(tmp_path, 60)
     out = tmp_path / "killed"
@@ -247,6 +248,7 @@ def test_ctrl_c_finishes_writing_and_says_how_to_resume(tmp_path):
 
 
 # ---------------------------------------------------------------- executors
+@pytest.mark.slow  # an integration run of many seconds; CI runs it (make test-slow)
 def test_dask_local_cluster_sweep(tmp_path):
     pytest.importorskip("distributed")
     spec = load_sweep_spec(_spec_file(tmp_path, '[axes]\npolicy.name = ["packing", "dynamic"]\nsim.seed = [0, 1]\n'))
