@@ -123,7 +123,9 @@ def cases(d: Path) -> list[list[str]]:
             ["simulate", ex, "--megatron-args", str(d / "missing.txt")], ["simulate", f["bom"], *small],
             ["workload", "show", f["lengths_bom"]], ["demo", "--iterations", "0"], ["demo", "--trace", f["folder"]],
             ["examples", "--out", f["user_file"]], ["nosuch-command"], ["simulate"], ["sweep", ex]]
-    return out
+    # a plan is a search of minutes at its defaults: fuzz it on one size, one policy, one seed
+    quick_plan = ["--sizes", "512", "--policies", "packing", "--seeds", "1", "--simulate", "1"]
+    return [c + quick_plan if c[0] == "plan" and "--sizes" not in c and "--policies" not in c else c for c in out]
 
 
 def _child(argv: list[str], cwd: Path, err_w: int) -> None:
