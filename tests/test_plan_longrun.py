@@ -19,6 +19,7 @@ def _plan(tokens: float = 1e12, base: RunConfig | None = None, **kw):
     return plan_capacity("llama2-7b", None, tokens, {"h100-sxm": 2.5}, [32], base=base, **SMALL, **kw)
 
 
+@pytest.mark.slow  # a long-run plan with several seeds; CI runs it (make test-slow)
 def test_plan_goodput_agrees_with_young_daly_within_the_seed_spread():
     """32 GPUs, 1T tokens (~2 weeks), a 320 h GPU MTBF: ~35 failures per run, 12 long runs, no slow episodes."""
     fm = FailureModel(gpu_mtbf_h=320.0, checkpoint_s=60.0, restart_s=600.0)

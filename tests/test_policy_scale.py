@@ -323,7 +323,9 @@ def _screen_case(dp: int, cp: int, seed: int):
     return layout, lengths, cost_model(1, 4, dp * cp)
 
 
-@pytest.mark.parametrize("dp, cp, seed", [(64, 2, 0), (64, 2, 2), (32, 8, 0), (32, 4, 1)])
+_SLOW = pytest.mark.slow  # the larger cases run in CI's slow suite; one stays in the default suite
+@pytest.mark.parametrize("dp, cp, seed", [pytest.param(64, 2, 0, marks=_SLOW), pytest.param(64, 2, 2, marks=_SLOW),
+                                          pytest.param(32, 8, 0, marks=_SLOW), (32, 4, 1)])
 def test_solver_screen_picks_a_candidate_close_to_the_exhaustive_best(dp, cp, seed):
     """Above ``screen_above`` the candidates are ranked on a subsample (here a small one: 400-600 sequences
     on 8-16 DP ranks) and only the best (and any tied with it) is placed in full: its makespan is within 1%
