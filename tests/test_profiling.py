@@ -316,3 +316,17 @@ def test_timer_deadline_bounds_the_repeats():
     with pytest.raises(ConfigError, match="--time-limit"):
         ProfileOptions.make("x", scale_model(get_model("llama-13b"), 10), quick=True, time_limit_s=-1.0)
     assert ProfileOptions.make("x", scale_model(get_model("llama-13b"), 10), quick=True).time_limit_s == 60.0
+
+
+def test_time_limit_cuts_every_case_to_one_repeat_and_says_so(tmp_path):
+    """A run past its time limit still finishes with every case measured (once) and records that it was cut."""
+    m = scale_model(get_model("llama-13b"), 10)
+    opts = ProfileOptions.make(tmp_path / "cut", m, quick=True, scale=10, base="h100-sxm", collectives=False,
+                               tokens=(64, 128), seqlens=(32, 64), varlen_tokens=128, copy_bytes=4 << 20,
+                               min_repeats=3, max_repeats=3, time_limit_s=1e-9)
+    res = run_profile(opts, show_progress=False)
+    assert res.profile.measured["time_limit"].startswith("1e-09 s reached")
+    raw = json.loads((tmp_path / "cut" / "measurements.json").read_text())["records"]
+    timed = [r for r in raw if r["kind"] in ("gemm", "attention")]
+    assert timed and all((r.get("timing") or r.get("fwd"))["n"] == 1 for r in timed)
+    assert load_profile(res.path).name == "cut"

@@ -330,10 +330,15 @@ def _run_profile(opts: ProfileOptions, show_progress: bool | None) -> ProfileRes
             backend = "nccl" if info.kind == "cuda" else "gloo"
             if info.kind == "cuda":
                 torch.cuda.empty_cache()  # the workers share GPU 0 with this process
+            late = timer.deadline is not None and time.monotonic() > timer.deadline  # time limit spent: one repeat
+            if late:
+                timer.cut += len(opts.ops) * len(opts.sizes)
             res = run_collectives(
                 nproc=nproc, backend=backend, sizes=list(opts.sizes), ops=list(opts.ops), dtype=opts.dtype,
-                warmup=opts.warmup, min_repeats=opts.min_repeats, max_repeats=max(opts.min_repeats, opts.max_repeats),
-                budget_s=opts.budget_s, progress=bar.add_reporting("collectives", len(opts.ops) * len(opts.sizes)),
+                warmup=min(opts.warmup, 1) if late else opts.warmup, min_repeats=1 if late else opts.min_repeats,
+                max_repeats=1 if late else max(opts.min_repeats, opts.max_repeats),
+                budget_s=0.0 if late else opts.budget_s,
+                progress=bar.add_reporting("collectives", len(opts.ops) * len(opts.sizes)),
             )
             coll_meta, coll_results = res["meta"], res["results"]
             raw += [dict(kind="collective", **x) for x in coll_results]
