@@ -233,7 +233,9 @@ def consistency_rows(exp, grid: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Display rows of the joint grid, nearest to the published numbers first."""
     out = []
     for r in sorted(grid, key=lambda r: (r["score"] if math.isfinite(r["score"]) else math.inf)):
-        d: dict[str, Any] = {"GPUs": r["gpus"], "max len": r["max_len"], "baseline CP x M": f"{r['baseline_cp']}x{r['baseline_m']}"}
+        d: dict[str, Any] = {"GPUs": r["gpus"], "max len": r["max_len"],
+                             "planner host": "" if r.get("host_speed") is None else f"{r['host_speed']:g}x",
+                             "baseline CP x M": f"{r['baseline_cp']}x{r['baseline_m']}"}
         for ds in exp.datasets:
             d[f"{ds} packing"] = f"{_num(r[f'{ds}_packing'], 1)} ({_pct(r[f'{ds}_packing_err'])})"
             d[f"{ds} speedup"] = f"{_num(r[f'{ds}_speedup'], 2)} ({_pct(r[f'{ds}_speedup_err'])})"

@@ -140,7 +140,7 @@ class BlogExperiment:
             (``[calibration.workloads]`` of experiment.toml; the secondary, calibrated view).
         policy_options: policy -> options it runs with (``[policy_options]`` of experiment.toml).
         consistency: the joint grid over the unpublished settings (``[consistency]``: ``gpus``, ``max_len``,
-            ``baseline_cp_m`` lists; empty: none).
+            ``baseline_cp_m`` lists, optional ``host_speed`` of the headline's planner; empty: none).
     """
 
     spec_dir: Path
@@ -379,7 +379,8 @@ def load_experiment(spec_dir: str | Path | None = None) -> BlogExperiment:
 
 
 def _consistency(g: Any) -> dict[str, Any]:
-    """``[consistency]``: non-empty lists ``gpus``, ``max_len`` (integers) and ``baseline_cp_m`` ([CP, M] pairs)."""
+    """``[consistency]``: non-empty lists ``gpus``, ``max_len`` (integers), ``baseline_cp_m`` ([CP, M] pairs) and
+    optionally ``host_speed`` (the headline's planner host speed; default: the policy option's value)."""
     if not g:
         return {}
     out: dict[str, Any] = {}
@@ -392,6 +393,10 @@ def _consistency(g: Any) -> dict[str, Any]:
     if not pairs or any(not isinstance(p, list) or len(p) != 2 for p in pairs):
         raise ConfigError("consistency.baseline_cp_m", pairs, "a non-empty list of [CP, M] pairs")
     out["baseline_cp_m"] = [(int(a), int(b)) for a, b in pairs]
+    hs = g.get("host_speed", [None])
+    if not isinstance(hs, list) or not hs or any(x is not None and (not isinstance(x, (int, float)) or x <= 0) for x in hs):
+        raise ConfigError("consistency.host_speed", hs, "a non-empty list of positive numbers (the headline's host_speed)")
+    out["host_speed"] = [None if x is None else float(x) for x in hs]
     return out
 
 

@@ -11,6 +11,7 @@ ratio of total iteration time).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -396,9 +397,11 @@ def consistency_cells(exp: BlogExperiment, *, seeds: int, iterations: int) -> li
             point = {"cluster.gpus": gpus, "workload.max_len": max_len}
             for ds in exp.datasets:
                 for s in range(seeds):
-                    cfg = exp.config(ds, exp.headline, calibrated=False, seed=s, iterations=iterations, updates=point)
-                    out.append(CellSpec(dataset=ds, policy=exp.headline, seed=s, config=cfg, axis="consistency",
-                                        value=f"{gpus}|{max_len}|-"))
+                    for hs in g["host_speed"]:
+                        upd = {**point, f"options.{exp.headline}.host_speed": hs} if hs is not None else point
+                        cfg = exp.config(ds, exp.headline, calibrated=False, seed=s, iterations=iterations, updates=upd)
+                        out.append(CellSpec(dataset=ds, policy=exp.headline, seed=s, config=cfg, axis="consistency",
+                                            value=f"{gpus}|{max_len}|-|{hs}"))
                     for cp, m in g["baseline_cp_m"]:
                         upd = {**point, "parallel.cp": cp, f"options.{exp.baseline}.bin_tokens_per_rank": m}
                         cfg = exp.config(ds, exp.baseline, calibrated=False, seed=s, iterations=iterations, updates=upd)
@@ -416,32 +419,30 @@ def consistency_table(exp: BlogExperiment, rows: list[dict[str, Any]]) -> list[d
     by = _group([r for r in rows if r["axis"] == "consistency"], "value", "dataset", "policy")
     tol_sp, tol_pk = exp.tolerances["speedup_rel_tol"], exp.tolerances["packing_rel_tol"]
     out = []
-    for gpus in g["gpus"]:
-        for max_len in g["max_len"]:
-            for cp, m in g["baseline_cp_m"]:
-                row: dict[str, Any] = {"gpus": gpus, "max_len": max_len, "baseline_cp": cp, "baseline_m": m}
-                errs, sp = [], {}
-                bad = ""
-                for ds in exp.datasets:
-                    head = by.get((f"{gpus}|{max_len}|-", ds, exp.headline), [])
-                    base = by.get((f"{gpus}|{max_len}|{cp}x{m}", ds, exp.baseline), [])
-                    failed = [r for r in head + base if r["status"] != "ok"]
-                    if failed and not bad:
-                        bad = f"{failed[0]['policy']}: {failed[0]['reason']}"
-                    b, h = pooled_tflops(base), pooled_tflops(head)
-                    pub = exp.published[ds]
-                    sp[ds] = h / b if b > 0 else float("nan")
-                    e_pk, e_sp = _rel_err(b, pub["packing"]), _rel_err(sp[ds], pub["speedup"])
-                    row.update({f"{ds}_packing": b, f"{ds}_packing_err": e_pk, f"{ds}_dynamic": h,
-                                f"{ds}_speedup": sp[ds], f"{ds}_speedup_err": e_sp})
-                    errs += [abs(e_pk) / tol_pk, abs(e_sp) / tol_sp]
-                names = list(exp.datasets)
-                pa, pb = (exp.published[d]["speedup"] for d in names)
-                row["order_ok"] = bool((sp[names[0]] - sp[names[1]]) * (pa - pb) > 0)
-                row["score"] = max(errs) if all(math.isfinite(e) for e in errs) else float("nan")
-                row["consistent"] = bool(row["order_ok"] and row["score"] <= 1.0)
-                row["status"] = "ok" if not bad else bad
-                out.append(row)
+    for gpus, max_len, hs, (cp, m) in itertools.product(g["gpus"], g["max_len"], g["host_speed"], g["baseline_cp_m"]):
+        row: dict[str, Any] = {"gpus": gpus, "max_len": max_len, "host_speed": hs, "baseline_cp": cp, "baseline_m": m}
+        errs, sp = [], {}
+        bad = ""
+        for ds in exp.datasets:
+            head = by.get((f"{gpus}|{max_len}|-|{hs}", ds, exp.headline), [])
+            base = by.get((f"{gpus}|{max_len}|{cp}x{m}", ds, exp.baseline), [])
+            failed = [r for r in head + base if r["status"] != "ok"]
+            if failed and not bad:
+                bad = f"{failed[0]['policy']}: {failed[0]['reason']}"
+            b, h = pooled_tflops(base), pooled_tflops(head)
+            pub = exp.published[ds]
+            sp[ds] = h / b if b > 0 else float("nan")
+            e_pk, e_sp = _rel_err(b, pub["packing"]), _rel_err(sp[ds], pub["speedup"])
+            row.update({f"{ds}_packing": b, f"{ds}_packing_err": e_pk, f"{ds}_dynamic": h,
+                        f"{ds}_speedup": sp[ds], f"{ds}_speedup_err": e_sp})
+            errs += [abs(e_pk) / tol_pk, abs(e_sp) / tol_sp]
+        names = list(exp.datasets)
+        pa, pb = (exp.published[d]["speedup"] for d in names)
+        row["order_ok"] = bool((sp[names[0]] - sp[names[1]]) * (pa - pb) > 0)
+        row["score"] = max(errs) if all(math.isfinite(e) for e in errs) else float("nan")
+        row["consistent"] = bool(row["order_ok"] and row["score"] <= 1.0)
+        row["status"] = "ok" if not bad else bad
+        out.append(row)
     return out
 
 
