@@ -171,3 +171,19 @@ def test_primary_cp_groups_stay_inside_a_node(exp, gpus):
     sizes = {g.size for st in plan.steps for g in st.groups}
     assert max(sizes) == 8
     assert not any(plan.layout.spans_network(g.start, g.size) for st in plan.steps for g in st.groups)
+
+
+def test_joint_grid_runs_the_headline_once_per_point_and_the_baseline_per_cp_and_m(exp):
+    from dcpsim.experiments.runner import consistency_cells
+
+    g = exp.consistency
+    assert g["gpus"] and g["max_len"] and g["baseline_cp_m"] and g["host_speed"]
+    cells = consistency_cells(exp, seeds=1, iterations=1)
+    head = [c for c in cells if c.policy == exp.headline]
+    base = [c for c in cells if c.policy == exp.baseline]
+    n = len(g["gpus"]) * len(g["max_len"]) * len(exp.datasets)
+    assert len(head) == n * len(g["host_speed"]) and len(base) == n * len(g["baseline_cp_m"])
+    for c in base:  # the baseline's own CP and bin capacity; the headline keeps the primary layout
+        cp, m = c.value.split("|")[2].split("x")
+        assert c.config.parallel.cp == int(cp) and c.config.policy.options["bin_tokens_per_rank"] == int(m)
+    assert all(c.config.parallel.cp == exp.datasets[c.dataset].parallel.cp for c in head)
