@@ -174,7 +174,7 @@ def test_primary_cp_groups_stay_inside_a_node(exp, gpus):
 
 
 def test_joint_grid_runs_the_headline_once_per_point_and_the_baseline_per_cp_and_m(exp):
-    from dcpsim.experiments.runner import consistency_cells
+    from dcpsim.reproduction.runner import consistency_cells
 
     g = exp.consistency
     assert g["gpus"] and g["max_len"] and g["baseline_cp_m"] and g["host_speed"]

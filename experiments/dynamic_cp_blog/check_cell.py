@@ -15,7 +15,7 @@ import numpy as np
 
 
 def main() -> None:
-    from dcpsim.experiments.blog import load_experiment
+    from dcpsim.reproduction.blog import load_experiment
     from dcpsim.run.single import run_simulation
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
