@@ -118,7 +118,8 @@ def llama2_default(jobs: int | None = 2) -> list[dict[str, Any]]:
     """``dcpsim plan`` as a user runs it, only the request given (model, A100-80GB, 2T tokens, 4,096 context,
     4M-token batch); everything else at the command's defaults (sizes, policies, search, failures, and the bare GPU
     name read as its calibrated profile). The plan's chosen row (its recommendation: the cheapest) and its 80%
-    band are compared to the paper's GPU-hours. Writes ``results/llama2_default.{json,md}``."""
+    band are compared to the paper's GPU-hours. Writes ``results/llama2_default.{json,md}`` and each plan's
+    one-page report (``--out``) into ``results/report-<model>/``."""
     import contextlib
     import io
 
@@ -130,18 +131,20 @@ def llama2_default(jobs: int | None = 2) -> list[dict[str, Any]]:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             rc = cli(["plan", "--model", model, "--gpus", f"{LLAMA2_GPU}:1", "--tokens", "2T", "--seq-len",
-                      str(LLAMA2_SEQ), "--gbs-tokens", "4Mi", "--json", "-j", str(jobs or 1)])
+                      str(LLAMA2_SEQ), "--gbs-tokens", "4Mi", "--json", "-j", str(jobs or 1),
+                      "--out", str(RESULTS / f"report-{model}")])
         if rc != 0:
             raise SystemExit(f"dcpsim plan failed for {model} (exit {rc})")
         plan = json.loads(buf.getvalue())
         ok = [r for r in plan["rows"] if r["status"] == "ok"]
-        pick = sorted(ok, key=lambda r: (r["cost"], r["effective_time_h"]))[0]
+        pick = sorted([r for r in ok if r.get("trainable", True)], key=lambda r: (r["cost"], r["effective_time_h"]))[0]
         lo, hi = pick.get("gpu_hours_band_lo"), pick.get("gpu_hours_band_hi")
         out.append({"model": model, "published_gpu_hours": ref, "profile": pick["gpu"],
                     "profile_label": pick.get("profile_label"), "gpus": int(pick["gpus"]), "policy": pick["policy"],
                     "layout": pick["layout"], "gpu_hours": pick["gpu_hours"], "ratio": pick["gpu_hours"] / ref,
                     "band_lo": lo, "band_hi": hi, "band_runs": pick.get("band_runs"),
                     "band_basis": pick.get("band_basis") or pick.get("band_reason"),
+                    "band_caveat": pick.get("band_caveat", ""),
                     "inside_band": lo is not None and hi is not None and lo <= ref <= hi,
                     "within_15pct": abs(pick["gpu_hours"] / ref - 1) <= 0.15,
                     "mfu": pick.get("mfu_predicted"), "best_published_mfu": pick.get("best_published_mfu"),
@@ -157,11 +160,14 @@ def llama2_default(jobs: int | None = 2) -> list[dict[str, Any]]:
              f"`{out[0]['profile']}`). The paper's GPU-hours are references, never inputs.", "",
              "| model | published GPU-h | dcpsim GPU-h | ratio | 80% band | inside | GPUs | policy | layout | MFU | "
              "goodput | band rests on |", "|---|---:|---:|---:|---|---|---:|---|---|---:|---:|---|"]
+    caveats = {r["band_caveat"] for r in out if r.get("band_caveat")}
     for r in out:
         band = f"{r['band_lo']:,.0f}-{r['band_hi']:,.0f}" if r["band_lo"] is not None else "none"
         lines.append(f"| {r['model']} | {r['published_gpu_hours']:,} | {r['gpu_hours']:,.0f} | {r['ratio']:.2f} | "
                      f"{band} | {'yes' if r['inside_band'] else '**no**'} | {r['gpus']} | {r['policy']} | "
                      f"{r['layout']} | {100 * r['mfu']:.1f}% | {100 * r['goodput']:.1f}% | {r['band_basis']} |")
+    lines += [""] + [f"Band caveat printed with the plan: {c}." for c in sorted(caveats)]
+    lines += ["", "One-page reports (`--out`): " + ", ".join(f"[{r['model']}](report-{r['model']}/plan.md)" for r in out)]
     (RESULTS / "llama2_default.md").write_text("\n".join(lines) + "\n")
     return out
 
