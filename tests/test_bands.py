@@ -105,6 +105,11 @@ def test_calibrated_default_and_datasheet_by_name():
     assert "calibrated" in profile_label("h100-sxm-calibrated") and "fit rows" in profile_label("h100-sxm-calibrated")
     assert "UNCALIBRATED" in profile_label("h200-sxm") and "upper bound" in profile_label("h200-sxm")
     assert "UNCALIBRATED" in profile_label("h100-sxm-datasheet")
+    from dcpsim.hardware import list_profiles
+
+    measured = [n for n in list_profiles() if get_profile(n).kind in ("measured", "mixed")]
+    for n in measured:
+        assert "measured kernel tables" in profile_label(n) and resolve_gpu(n) == n
 
 
 def test_annotate_bands_and_mfu_warning():

@@ -70,6 +70,9 @@ def status(name: str) -> str:
 
     if is_calibrated(name):
         return f"calibrated; the default for {name.removesuffix(CALIBRATED_SUFFIX)}"
+    kind = get_profile(name).kind
+    if kind in ("measured", "mixed"):
+        return f"measured kernel tables ({kind}); not calibrated against published runs"
     if resolve_gpu(name) != name:
         return f"datasheet: optimistic upper bound; by name {name}-datasheet"
     return "datasheet, not calibrated: optimistic upper bound (the default: nothing better)"

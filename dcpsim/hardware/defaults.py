@@ -80,6 +80,15 @@ def is_calibrated(name: str) -> bool:
     return calibration_info(name) is not None
 
 
+def _kind(name: str) -> str:
+    from dcpsim.hardware import get_profile
+
+    try:
+        return str(get_profile(name).kind)
+    except Exception:  # noqa: BLE001 - a label never fails a run
+        return ""
+
+
 def profile_label(name: str) -> str:
     """One line for the output: which profile, calibrated on what, or that it is uncalibrated (an upper bound)."""
     name = str(name)
@@ -93,6 +102,10 @@ def profile_label(name: str) -> str:
                 f"published {info.get('gpu', '')} runs (fit rows of experiments/published_throughput, dcpsim "
                 f"{commit}{held_txt}; CALIBRATION.md)")
     base = datasheet_base(name) or name
+    kind = _kind(name)
+    if kind in ("measured", "mixed"):
+        return (f"{name}: measured kernel tables ({kind}), not calibrated against published runs: no validated "
+                "error band")
     if name.endswith(DATASHEET_SUFFIX):
         return (f"{name}: UNCALIBRATED datasheet figures (profile {base}), an optimistic upper bound; the "
                 f"default for this GPU is {base}{CALIBRATED_SUFFIX}")

@@ -24,6 +24,25 @@ PARTS = {"compute_s": "compute", "cp_comm_s": "CP communication (exposed)", "bub
          "planning_stall_s": "planning stall"}
 
 
+def compute_parts(r) -> list[tuple[str, float]]:
+    """The compute time of the busiest stage by cost-model part (``part_*_s`` of the screen: GEMM, attention,
+    TP communication, elementwise, embedding and head, optimizer), seconds per iteration."""
+    out = []
+    for k, v in dict(r).items():
+        if str(k).startswith("part_") and str(k).endswith("_s") and isinstance(v, float) and math.isfinite(v) and v > 0:
+            out.append((str(k).removeprefix("part_").removesuffix("_s").replace("_", " "), v))
+    return out
+
+
+def _failure_text(f: Any) -> str:
+    if not isinstance(f, dict):
+        return str(f)
+    iv = f.get("checkpoint_interval_s")
+    return (f"GPU MTBF {_f(f.get('gpu_mtbf_h'))} h, checkpoint {_f(f.get('checkpoint_s'), '{:g}')} s, restart "
+            f"{_f(f.get('restart_s'), '{:g}')} s, checkpoints "
+            + ("at Young's interval" if iv == "young" else f"every {iv} s"))
+
+
 def chosen_row(df, deadline_days: float | None = None):
     """The recommended row (same rule as :func:`dcpsim.planning.capacity.recommend`), or None."""
     ok = df[(df["status"] == "ok") & (df["trainable"] if "trainable" in df else True)]
@@ -88,12 +107,16 @@ def markdown(plan, *, title: str, deadline_days: float | None = None, png_name: 
             if isinstance(v, float) and math.isfinite(v) and v > 0:
                 lines.append(f"| {PARTS.get(k, k)} | {v:.3f} | {100 * v / it:.1f}% |")
         lines += [f"| **iteration** | **{_f(it, '{:.3f}')}** | |", ""]
+        parts = compute_parts(r)
+        if parts:
+            lines += ["Compute and fixed costs of the busiest stage by part (cost model, seconds per iteration): "
+                      + ", ".join(f"{n} {v:.3f}" for n, v in parts) + ".", ""]
         lines += ["### Goodput under failures", "",
                   f"Simulated long runs ({int(r.get('long_run_seeds', 0) or 0)} seeds over the planned duration): "
                   f"goodput {_f(100 * r.get('goodput', math.nan), '{:.1f}')}% "
                   f"± {_f(100 * (r.get('goodput_std') or 0.0), '{:.1f}')} (Young/Daly "
                   f"{_f(100 * r.get('goodput_young_daly', math.nan), '{:.1f}')}%), expected failures "
-                  f"{_f(r.get('expected_failures'), '{:.1f}')}; failure inputs: {req.get('failures', '')}.", ""]
+                  f"{_f(r.get('expected_failures'), '{:.1f}')}; failure inputs: {_failure_text(req.get('failures', ''))}.", ""]
     lines += ["## Profiles", ""] + [f"- {lab}" for lab in dict.fromkeys(df.get("profile_label", []))] + [""]
     if plan.warnings:
         lines += ["## Warnings", ""] + [f"- {w}" for w in plan.warnings] + [""]
@@ -134,14 +157,17 @@ def figure(plan, *, title: str, deadline_days: float | None = None):
         col = PALETTE[gi % len(PALETTE)]
         x, y = s["effective_days"].to_numpy(float), s["cost"].to_numpy(float)
         has = s["band_basis"].astype(bool).to_numpy() if "band_basis" in s else [False] * len(s)
+        labels: dict[tuple[float, float], list[str]] = {}
         for i in range(len(s)):
             r = s.iloc[i]
             if has[i]:
                 ax.errorbar(x[i], y[i], xerr=[[x[i] - r["effective_days_band_lo"]], [r["effective_days_band_hi"] - x[i]]],
                             yerr=[[y[i] - r["cost_band_lo"]], [r["cost_band_hi"] - y[i]]], color=col, alpha=0.45,
                             capsize=2, linewidth=1)
-            ax.annotate(f"{int(r['gpus'])} {r['policy']}", (x[i], y[i]), fontsize=6, xytext=(3, 3),
-                        textcoords="offset points")
+            labels.setdefault((round(float(x[i]), 6), round(float(y[i]), 2)), []).append(
+                f"{int(r['gpus'])} {r['policy']}")
+        for (xi, yi), names in labels.items():  # one label per point (policies with the same figures share it)
+            ax.annotate(", ".join(dict.fromkeys(names)), (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
         from dcpsim.hardware.defaults import is_calibrated
 
         lab = g + ("" if is_calibrated(g) else " (UNCALIBRATED: optimistic)") + ("" if any(has) else ", no band")
@@ -166,8 +192,11 @@ def figure(plan, *, title: str, deadline_days: float | None = None):
     if best is not None:
         parts = [(PARTS.get(k, k), float(best.get(k, math.nan))) for k in BREAKDOWN]
         parts = [(n, v) for n, v in parts if math.isfinite(v) and v > 0]
-        ax.barh([n for n, _ in parts][::-1], [v for _, v in parts][::-1], color="#0072B2")
-        ax.set_xlabel("seconds per iteration")
+        sub = [(f"  {n} (cost model)", v) for n, v in compute_parts(best)]
+        names = [n for n, _ in parts + sub][::-1]
+        ax.barh(names, [v for _, v in parts + sub][::-1],
+                color=(["#56B4E9"] * len(sub) + ["#0072B2"] * len(parts)))
+        ax.set_xlabel("s per iteration (light: compute by part, busiest stage)")
         ax.set_title(f"chosen: {int(best['gpus'])} x {best['gpu']}\n{best.get('layout', '')}", fontsize=9)
         ax.tick_params(axis="y", labelsize=7)
     ax = axes[2]
@@ -176,7 +205,7 @@ def figure(plan, *, title: str, deadline_days: float | None = None):
     std = 100 * d["goodput_std"].fillna(0.0).to_numpy(float) if "goodput_std" in d else None
     ax.barh(labels[::-1], good[::-1], xerr=None if std is None else std[::-1], color="#009E73", alpha=0.8)
     ax.set_xlim(max(0.0, float(min(good, default=90.0)) - 5.0), 100.0)
-    ax.set_xlabel("goodput under failures, % (simulated long runs, ± std)")
+    ax.set_xlabel("goodput under failures, % (long runs ± std)")
     ax.set_title("goodput", fontsize=10)
     ax.tick_params(axis="y", labelsize=6)
     fig.suptitle(title, fontsize=11)
