@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from dcpsim.commands._common import POS_INT, add_config_flags, add_force, config_from_args, print_json
+from dcpsim.commands._common import (
+    POS_INT,
+    add_config_flags,
+    add_force,
+    config_from_args,
+    print_json,
+    profile_label,
+    with_default_profile,
+)
 
 
 def register(sub) -> None:
@@ -22,7 +30,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from dcpsim.commands._common import with_default_profile
     from dcpsim.export import export_megatron
     from dcpsim.run import load_config
 
@@ -38,6 +45,7 @@ def run(args) -> int:
     if args.json:
         print_json(info)
         return 0
+    print(f"profile {profile_label(cfg.hardware.gpu)}")
     print(f"policy {exp.policy} -> --sequence-packing-scheduler {exp.scheduler}"
           + (" (approximation)" if exp.approximate else ""))
     for path in exp.files.values():
