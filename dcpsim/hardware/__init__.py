@@ -76,6 +76,18 @@ def list_profiles() -> list[str]:
     return names
 
 
+DATASHEET_SUFFIX = "-datasheet"
+
+
+def datasheet_base(name: str) -> str | None:
+    """``h100-sxm`` for ``h100-sxm-datasheet`` (a known base profile), else None (see
+    :mod:`dcpsim.hardware.defaults`)."""
+    if not str(name).endswith(DATASHEET_SUFFIX):
+        return None
+    base = str(name).removesuffix(DATASHEET_SUFFIX)
+    return base if base in list_profiles() else None
+
+
 @lru_cache(maxsize=64)
 def _cached(path: str, mtime: float) -> HardwareProfile:
     return load_profile(path)
@@ -91,8 +103,6 @@ def get_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
         return name_or_path
     p = Path(name_or_path)
     if not (p.is_dir() or p.suffix == ".toml"):
-        from dcpsim.hardware.defaults import datasheet_base
-
         name_or_path = datasheet_base(str(name_or_path)) or name_or_path  # <gpu>-datasheet: the base profile
         for d in profile_dirs():
             if (d / str(name_or_path) / "profile.toml").is_file():

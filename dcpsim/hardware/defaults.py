@@ -20,8 +20,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dcpsim.hardware import DATASHEET_SUFFIX, datasheet_base
+
 CALIBRATED_SUFFIX = "-calibrated"
-DATASHEET_SUFFIX = "-datasheet"
+__all__ = ["CALIBRATED_SUFFIX", "DATASHEET_SUFFIX", "calibration_info", "datasheet_base", "is_calibrated",
+           "profile_label", "resolve_gpu"]
 
 
 def _is_path(name: str) -> bool:
@@ -41,16 +44,6 @@ def resolve_gpu(name: str) -> str:
     if _is_path(name) or name.endswith((CALIBRATED_SUFFIX, DATASHEET_SUFFIX)):
         return name
     return name + CALIBRATED_SUFFIX if name + CALIBRATED_SUFFIX in list_profiles() else name
-
-
-def datasheet_base(name: str) -> str | None:
-    """``h100-sxm`` for ``h100-sxm-datasheet`` (a shipped base profile), else None."""
-    from dcpsim.hardware import list_profiles
-
-    if not str(name).endswith(DATASHEET_SUFFIX):
-        return None
-    base = str(name).removesuffix(DATASHEET_SUFFIX)
-    return base if base in list_profiles() else None
 
 
 def calibration_info(name: str) -> dict | None:
