@@ -53,8 +53,9 @@ print(json.dumps({"cpu_s": cpu, "iteration_time_s": s["iteration_time_s"],
 def measure(tree: Path, gpus: int, policy: str, network: str, engine: str) -> dict:
     """One iteration in a fresh process with ``tree`` first on the path."""
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    # cwd = the tree: ``python -c`` puts the current folder first on the path, ahead of PYTHONPATH
     out = subprocess.run([sys.executable, "-c", CHILD, str(gpus), policy, network, engine], env=env, check=True,
-                         capture_output=True, text=True).stdout
+                         capture_output=True, text=True, cwd=tree).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -64,13 +65,25 @@ def stats(xs: list[float]) -> dict:
             "runs": [round(x, 3) for x in xs]}
 
 
+def _commit(tree: Path) -> str:
+    """The checkout's commit (and ``+changes`` when its work tree differs), or ``unknown``."""
+    try:
+        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return head + ("+changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def bench(tree: Path, gpus: int, policy: str, repeats: int) -> dict:
     ideal, shared = [], []
     for _ in range(repeats):
         ideal.append(measure(tree, gpus, policy, "ideal", "fast"))
         shared.append(measure(tree, gpus, policy, "shared", "events"))
     i, s = stats([r["cpu_s"] for r in ideal]), stats([r["cpu_s"] for r in shared])
-    return {"tree": str(tree), "ideal_fast": i, "shared_events": s, "ratio": round(s["median_s"] / i["median_s"], 2),
+    return {"tree": str(tree), "commit": _commit(tree), "ideal_fast": i, "shared_events": s, "ratio": round(s["median_s"] / i["median_s"], 2),
             "iteration_time_s": {"ideal": ideal[0]["iteration_time_s"], "shared": shared[0]["iteration_time_s"]},
             "peak_rss_mb": {"ideal": round(max(r["peak_rss_mb"] for r in ideal), 1),
                             "shared": round(max(r["peak_rss_mb"] for r in shared), 1)}}
