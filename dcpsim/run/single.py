@@ -27,6 +27,7 @@ neither raises :class:`~dcpsim.errors.ConfigError` naming ``policy.name``.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -544,6 +545,7 @@ def _summary(cfg: RunConfig, it, cp_hist: dict[int, int], gpus: int, peak: float
     return out
 
 
+@functools.lru_cache(maxsize=1)  # the installed version cannot change while running (5 ms a look-up)
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
