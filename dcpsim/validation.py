@@ -22,6 +22,7 @@ declaration (:func:`describe`), never in pydantic's wording.
 
 from __future__ import annotations
 
+import functools
 import math
 import tomllib
 import types
@@ -362,6 +363,16 @@ def parse_text_value(text: str, annotation: Any) -> Any:
         return text
 
 
+@functools.lru_cache(maxsize=256)
+def _type_hints(func: Any) -> dict[str, Any]:
+    """``typing.get_type_hints(func)``, once per function (a policy's options are checked for every candidate
+    layout a plan screens); empty when the hints cannot be resolved. Callers must not modify the result."""
+    try:
+        return typing.get_type_hints(func)
+    except Exception:  # noqa: BLE001  # unresolvable hints: no declared types to check against
+        return {}
+
+
 def check_options(func: Any, options: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     """Check keyword ``options`` of ``func`` against its type hints (strict, finite numbers).
 
@@ -369,10 +380,7 @@ def check_options(func: Any, options: Mapping[str, Any], prefix: str) -> dict[st
     is a :class:`ConfigError` naming ``<prefix>.<option>`` before the policy
     sees it; bounds stay with the policy's own checks.
     """
-    try:
-        hints = typing.get_type_hints(func)
-    except Exception:  # noqa: BLE001  # unresolvable hints: no declared types to check against
-        hints = {}
+    hints = _type_hints(func)
     out = {}
     for key, value in options.items():
         ann = hints.get(key)
