@@ -313,3 +313,37 @@ def test_cli_sweep_and_plot(tmp_path):
     assert (tmp_path / "p.pdf").stat().st_size > 1000
     assert main(["plot", str(out), "--x", "gpus", "--y", "no_such_column"]) == 2
     assert main(["sweep", str(spec), "--out", str(out), "--slurm-account", "a"]) == 2  # needs --slurm
+
+
+def _busy(seconds: float) -> int:
+    import time
+
+    end, n = time.process_time() + seconds, 0
+    while time.process_time() < end:
+        n += 1
+    return n
+
+
+def test_closed_local_executor_reaps_its_fork_server_and_workers():
+    """A LocalExecutor closed with nothing else open leaves no process behind: the fork server is stopped and
+    reaped by this process, so the workers' CPU time (reaped by it) counts in this process's children's time
+    (what `dcpsim plan -j 2`'s CPU figures need); a later pool starts a fresh fork server."""
+    import os
+    import resource
+    from multiprocessing import forkserver
+
+    from dcpsim.run.executors import LocalExecutor
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
+    ex = LocalExecutor(jobs=1)
+    assert ex.submit(_busy, 0.3).result() > 0
+    server = forkserver._forkserver._forkserver_pid
+    assert server
+    ex.close()
+    assert forkserver._forkserver._forkserver_pid is None
+    with pytest.raises(ChildProcessError):  # already reaped: not our child any more
+        os.waitpid(server, os.WNOHANG)
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before >= 0.25
+    again = LocalExecutor(jobs=1)
+    assert again.submit(_busy, 0.01).result() > 0
+    again.close()

@@ -42,13 +42,14 @@ from dcpsim.errors import ConfigError, DcpsimWarning
 
 T = TypeVar("T")
 
-__all__ = ["WATCH_INTERVAL_S", "WORKER_ATTEMPTS", "available_cores", "cap_jobs", "is_worker_death", "restart_broken",
-           "retry_alone", "worker_pool"]
+__all__ = ["WATCH_INTERVAL_S", "WORKER_ATTEMPTS", "available_cores", "cap_jobs", "close_pool", "is_worker_death",
+           "restart_broken", "retry_alone", "worker_pool"]
 
 WATCH_INTERVAL_S = 1.0
 WORKER_ATTEMPTS = 2
 """Times a task is tried when its worker process dies under it (the retries each task alone)."""
 _PR_SET_PDEATHSIG = 1
+_OPEN: set[int] = set()  # ids of the pools worker_pool made that close_pool has not closed
 
 
 def available_cores() -> int:
@@ -125,8 +126,26 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
     ctx = mp.get_context(method)
     if method == "forkserver" and preload:
         ctx.set_forkserver_preload(list(preload))
-    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                   initargs=(os.getpid(), initializer, initargs))
+    _OPEN.add(id(pool))
+    return pool
+
+
+def close_pool(pool: cf.ProcessPoolExecutor, *, wait: bool = True) -> None:
+    """Shut ``pool`` down (pending tasks cancelled). With ``wait``, once it was the last open pool of this
+    process, the fork server is stopped and reaped here, so no process of the pool outlives it and the
+    CPU time of its workers (reaped by the fork server) counts in this process's children's time; the
+    next pool starts a fresh fork server. Without ``wait`` (a broken pool being replaced) only the pool."""
+    pool.shutdown(wait=wait, cancel_futures=True)
+    _OPEN.discard(id(pool))
+    if wait and not _OPEN:
+        from multiprocessing import forkserver
+
+        stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)  # CPython's own shutdown of it
+        if stop is not None:
+            with contextlib.suppress(Exception):
+                stop()
 
 
 def is_worker_death(exc: BaseException) -> bool:
