@@ -195,3 +195,25 @@ def test_sweep_reads_bare_gpu_names_as_calibrated(tmp_path):
     assert spec.base.hardware.gpu == "h100-sxm-calibrated"
     assert sweep_gpus(spec) == ["h100-sxm-calibrated", "a100-sxm-80gb-calibrated", "h200-sxm", "h100-sxm-datasheet"]
     assert [r.config.hardware.gpu for r in spec.runs()] == sweep_gpus(spec)[1:]
+
+
+def test_simulate_prints_the_band_and_the_profile(tmp_path, capsys):
+    from dcpsim.cli import main
+
+    run = tmp_path / "run.toml"
+    run.write_text('[model]\nname = "llama2-7b"\n[hardware]\ngpu = "a100-sxm-80gb"\n[cluster]\ngpus = 16\n'
+                   '[parallel]\ntp = 1\npp = 1\ncp = 1\nrecompute = "full"\n'
+                   '[workload]\nname = "fixed"\nseq_len = 4096\ngbs = 16\n[sim]\niterations = 1\n')
+    assert main(["simulate", str(run), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["summary"]["gpu"].endswith("calibrated") or "a100-sxm-80gb-calibrated" in out["profile"]
+    t = out["trust"]
+    lo, hi = t["tokens_per_s_band"]
+    assert t["band_runs"] == 10 and lo < out["summary"]["tokens_per_s"] < hi * 1.2
+    assert "gated MLP" in t["band_caveat"] and "recompute" not in t["band_caveat"]  # full recompute, like SC21
+    run.write_text(run.read_text().replace('gpu = "a100-sxm-80gb"', 'gpu = "a100-sxm-80gb-datasheet"')
+                   .replace('recompute = "full"', 'recompute = "none"'))
+    assert main(["simulate", str(run)]) == 0
+    text = capsys.readouterr().out
+    assert "UNCALIBRATED" in text and "no 80% band: profile a100-sxm-80gb-datasheet is not calibrated" in text
+    assert "above the best published" in text  # the datasheet A100 runs this 7B far above 52% of peak

@@ -76,8 +76,11 @@ def run(args) -> int:
     if args.trace:
         outputs["trace"] = str(args.trace)
     label = profile_label(cfg.hardware.gpu)
+    from dcpsim.planning.trust import run_trust
+
+    trust = run_trust(cfg, res.summary)
     if args.json:
-        print_json({"profile": label, "summary": res.summary, "iterations": to_jsonable(res.iterations.to_dict(orient="records")),
+        print_json({"profile": label, "trust": trust, "summary": res.summary, "iterations": to_jsonable(res.iterations.to_dict(orient="records")),
                     "meta": res.meta, "outputs": outputs})
         return 0
     s = res.summary
@@ -98,6 +101,7 @@ def run(args) -> int:
           f"{s['tokens_per_s']:,.0f} tokens/s, MFU {100 * s['mfu']:.1f}%  |  "
           f"{s['events']:,} events in {s['sim_wall_s']:.3f} s ({(s['events_per_s'] or 0):,.0f} events/s), "
           f"planning {s['planning_wall_s']:.3f} s, total {s['wall_s']:.2f} s")
+    print("\n".join(filter(None, (trust["band_text"], trust["warning"]))))
     if "goodput_mean" in s:
         print(long_run_line(s, res.config))
     for k, v in outputs.items():

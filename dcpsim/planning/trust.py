@@ -120,3 +120,43 @@ def band_sentence(r: dict[str, Any]) -> str:
         return (f"{gh:,.0f} GPU-hours, {r['band_level']:.0%} interval {band_text(r, 'gpu_hours')}, "
                 f"from {r['band_basis']}" + (f"; {r['band_caveat']}" if r.get("band_caveat") else ""))
     return f"{gh:,.0f} GPU-hours; no {r['band_level']:.0%} band: {r.get('band_reason', '')}"
+
+
+def run_trust(cfg, summary: dict[str, Any], *, level: float | None = None) -> dict[str, Any]:
+    """The band and the published-utilization bound of one simulated run (``dcpsim simulate``): tokens/s and
+    TFLOPS/GPU intervals, what they rest on (or why there is none), and a warning above the best published run."""
+    from dcpsim.hardware import get_profile
+    from dcpsim.model import get_model
+    from dcpsim.published import bands
+
+    level = bands.LEVEL if level is None else level
+    spec = get_model(cfg.model.name)
+    try:
+        table = bands.load()
+    except Exception as exc:  # noqa: BLE001 - the run still prints, saying why it has no band
+        return {"band": None, "band_text": f"no band: no residual file ({exc})", "warning": ""}
+    p = cfg.parallel
+    b = table.band(cfg.hardware.gpu, p.precision, params=float(spec.n_params), pp=int(p.pp), cp=int(p.cp), level=level,
+                   gated_mlp=bool(spec.gated_mlp), recompute=str(p.recompute))
+    caveat = b.caveat
+    if b.ok and cfg.workload.name != "fixed":
+        caveat = "; ".join(x for x in (caveat, "the validated runs are fixed-length windows, this workload has "
+                                               "variable lengths") if x)
+    tps, tf = float(summary.get("tokens_per_s", math.nan)), float(summary.get("tflops_per_gpu", math.nan))
+    out: dict[str, Any] = {"band_level": level, "band_runs": b.n if b.ok else 0, "band_basis": b.basis,
+                           "band_reason": b.reason, "band_caveat": caveat if b.ok else "",
+                           "tokens_per_s_band": list(b.throughput(tps)), "tflops_per_gpu_band": list(b.throughput(tf))}
+    if b.ok:
+        out["band_text"] = (f"{level:.0%} band: {b.throughput(tps)[0]:,.0f}-{b.throughput(tps)[1]:,.0f} tokens/s, "
+                            f"{b.throughput(tf)[0]:.0f}-{b.throughput(tf)[1]:.0f} TFLOPS/GPU, from {b.basis}"
+                            + (f"; {caveat}" if caveat else ""))
+    else:
+        out["band_text"] = f"no {level:.0%} band: {b.reason}"
+    best = table.best_mfu(cfg.hardware.gpu, p.precision)
+    hfu = bands.hardware_utilization(tf * 1e12 / get_profile(cfg.hardware.gpu).peak_bf16_flops, p.recompute)
+    out["warning"] = ""
+    if best and math.isfinite(hfu) and hfu > best["mfu"]:
+        out["warning"] = (f"warning: {100 * hfu:.1f}% of the BF16 peak (hardware FLOPs, recompute counted) is above the "
+                          f"best published {best['gpu']} {p.precision.upper()} run: {100 * best['mfu']:.1f}% (published "
+                          f"suite row {best['row']}, {best['model']}; source: {best['source']}). Treat it as optimistic.")
+    return out
