@@ -312,3 +312,30 @@ def test_token_table_finds_the_codes_closest_bucket():
             else:
                 bl[got] += Li
                 table.move(got, bl[got] - Li, bl[got])
+
+
+def test_bulk_normal_filling_gives_the_scan_plans(monkeypatch):
+    """Phase 3 placing runs of normal samples in bulk (_Candidate._bulk_lowest_flops, then the heap loop)
+    gives the scan's plans on batches with enough buckets and samples for runs of 64 and more."""
+    rng = np.random.default_rng(5)
+    placed = []
+    real = pr._Candidate._bulk_lowest_flops
+
+    def counted(self, *a):
+        n = real(self, *a)
+        placed.append(n)
+        return n
+
+    for _ in range(3):
+        layout = Layout(dp=int(rng.choice([16, 32])), cp=8, max_tokens_per_rank=8192, pp=int(rng.choice([1, 2])))
+        lengths = np.minimum(rng.lognormal(np.log(8192 / 16), 1.0, 1500).astype(np.int64) + 1, 8192 * 64 - 128)
+        if rng.random() < 0.5:
+            lengths = rng.choice(lengths[:40], lengths.size)  # ties
+        with monkeypatch.context() as m:
+            m.setattr(pr._Candidate, "_bulk_lowest_flops", counted)
+            fast = _plans(lengths, layout, {})
+        with monkeypatch.context() as m:
+            m.setattr(pr, "_Candidate", _ScanCandidate)
+            ref = _plans(lengths, layout, {})
+        assert fast == ref
+    assert sum(placed) > 500, placed

@@ -684,13 +684,15 @@ class _Candidate:
         bf[:E], bl[:E] = bt.f[first].tolist(), bt.L[first].tolist()
         seq.extend(first.tolist())
         dest.extend(range(E))
-        active = [(bf[k], k) for k in range(E) if bl[k] <= dead] + [(0.0, k) for k in range(E, len(bf))]
+        rest, rest_lims = ids[n0 + E:], lims[n0 + E:]
+        done = self._bulk_lowest_flops(rest, rest_lims)  # in runs while provably the same, then one by one
+        rest, rest_lims = rest[done:], rest_lims[done:]
+        active = [(bf[k], k) for k in range(len(bf)) if bl[k] <= dead]
         heapq.heapify(active)
         parked: list[tuple[int, int]] = []
         pmin = never  # tokens of the emptiest parked bucket
         pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        rest = ids[n0 + E:]
-        for i, lim, Li, fi in zip(rest.tolist(), lims[n0 + E:].tolist(), bt.L[rest].tolist(), bt.f[rest].tolist(),
+        for i, lim, Li, fi in zip(rest.tolist(), rest_lims.tolist(), bt.L[rest].tolist(), bt.f[rest].tolist(),
                                   strict=True):
             while pmin <= lim:
                 k = pop(parked)[1]
@@ -717,6 +719,48 @@ class _Candidate:
             else:
                 replace(active, (v, k))
         return left
+
+    def _bulk_lowest_flops(self, ids: np.ndarray, lims: np.ndarray) -> int:
+        """:meth:`_lowest_flops_first`'s placements in runs while provably its decision; returns how many of
+        ``ids`` (their ``lims``) were placed.
+
+        The next ``k`` samples go to the ``k`` buckets of lowest (FLOPs, index) in that order when each
+        of those buckets fits its sample (tokens ``<= lim``) and every bucket given one in the run ends
+        above the next bucket's FLOPs (so that bucket is still the lowest that fits). The sums are the
+        heap loop's (one addition per sample, in order). Stops at the first run shorter than
+        ``_BULK_MIN`` (the heap loop takes over from there, from the same state).
+        """
+        bt = self.batch
+        n, nb = ids.size, len(self.bf)
+        if n == 0 or nb == 0:
+            return 0
+        bf, bl = np.asarray(self.bf, dtype=np.float64), np.asarray(self.bl, dtype=np.int64)
+        fs, Ls = bt.f[ids].astype(np.float64), bt.L[ids].astype(np.int64)
+        lims = np.asarray(lims, dtype=np.int64)
+        ks = np.arange(nb)
+        pos = 0
+        placed: list[np.ndarray] = []
+        while pos < n:
+            k = min(nb, n - pos)
+            e = np.lexsort((ks, bf))[:k]  # lowest FLOPs first, ties to the lowest bucket
+            new = bf[e] + fs[pos:pos + k]
+            good = bl[e] <= lims[pos:pos + k]
+            good[1:] &= np.minimum.accumulate(new)[:-1] > bf[e[1:]]
+            bad = np.flatnonzero(~good)
+            run = k if bad.size == 0 else int(bad[0])
+            if run:
+                e = e[:run]
+                bf[e] = new[:run]
+                bl[e] += Ls[pos:pos + run]
+                placed.append(e)
+                pos += run
+            if run < _BULK_MIN:
+                break
+        if pos:
+            self.bf[:], self.bl[:] = bf.tolist(), bl.tolist()
+            self.seq.extend(ids[:pos].tolist())
+            self.dest.extend(np.concatenate(placed).tolist())
+        return pos
 
     def _leftovers(self, left: list[int], T: float, cap: float) -> None:
         """Samples no bucket took: to the bucket whose tokens end closest to ``T`` (safe mode: an extra bucket).
@@ -906,6 +950,9 @@ class _Candidate:
                 at.setdefault(p, []).append(Group(s * u, u, members[k]))
                 p += 1
         return [Step(sorted(at[k], key=lambda gr: gr.start)) for k in sorted(at)]
+
+
+_BULK_MIN = 64  # _Candidate._bulk_lowest_flops: runs shorter than this hand over to the heap loop
 
 
 def _sq(x: float) -> float:
