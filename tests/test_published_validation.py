@@ -120,8 +120,11 @@ def test_unexpressible_rows_say_why(row):
 # The 1538da0 refit (after BF16 gradient buffers, the 1F1B all-gather launch rule and FP8 all-gather bytes) moved H100
 # GEMM scale 0.850 -> 0.856 and network efficiency 1.12 -> 1.38; the 4875fad refit (rows 1-11 and 60-71 replayed
 # with Megatron-Core r0.8's step-start all-gather launch) 0.856 -> 0.839 and 1.38 -> 1.16, row 1 +22.6% -> +22.3%.
-CALIBRATED_QUICK_MEAN_BOUND = 0.096 + 0.03
-CALIBRATED_QUICK_WORST_BOUND = 0.223 + 0.03
+# The 459a2e4 refit (issue 21: host timeline in the base profile, per_kernel_overhead_s no longer a knob; it had
+# sat at its 100 us bound, slowing the small-model rows) measures 0.109 / 0.279: row 1 (GPT-1.7B) +22.3% -> +27.9%,
+# the launch floor's slack gone and the measured host costs too small to take its place on that row.
+CALIBRATED_QUICK_MEAN_BOUND = 0.109 + 0.03
+CALIBRATED_QUICK_WORST_BOUND = 0.279 + 0.03
 
 
 def test_shipped_calibrations_name_this_data_and_their_fit_rows():
