@@ -130,7 +130,11 @@ def _cross_fit(gpu: str, calib: dict[str, Any], workdir: Path, pool=None) -> dic
 
     suite = load_suite()
     names = [n for n in calib["params"] if n in KNOBS]
-    held = {n: float(v) for n, v in calib.get("fitted", {}).items() if n not in names}
+    # a launch floor cannot be held in a profile whose [host] table prices launches (issue 21: the host timeline
+    # replaced per_kernel_overhead_s, which a profile with [host] must keep at 0)
+    hosted = get_profile(gpu).host.enabled
+    held = {n: float(v) for n, v in calib.get("fitted", {}).items()
+            if n not in names and not (hosted and n == "per_kernel_overhead_s")}
     knobs = check_knobs(gpu, names)
     fit, _, _ = _rows_for(suite, gpu)
     base = profile_folder(gpu)
