@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -49,7 +50,7 @@ WATCH_INTERVAL_S = 1.0
 WORKER_ATTEMPTS = 2
 """Times a task is tried when its worker process dies under it (the retries each task alone)."""
 _PR_SET_PDEATHSIG = 1
-_OPEN: set[int] = set()  # ids of the pools worker_pool made that close_pool has not closed
+_POOLS: weakref.WeakSet = weakref.WeakSet()  # the pools worker_pool made (shut down or not)
 
 
 def available_cores() -> int:
@@ -128,18 +129,20 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
         ctx.set_forkserver_preload(list(preload))
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                   initargs=(os.getpid(), initializer, initargs))
-    _OPEN.add(id(pool))
+    _POOLS.add(pool)
     return pool
 
 
 def close_pool(pool: cf.ProcessPoolExecutor, *, wait: bool = True) -> None:
-    """Shut ``pool`` down (pending tasks cancelled). With ``wait``, once it was the last open pool of this
-    process, the fork server is stopped and reaped here, so no process of the pool outlives it and the
-    CPU time of its workers (reaped by the fork server) counts in this process's children's time; the
-    next pool starts a fresh fork server. Without ``wait`` (a broken pool being replaced) only the pool."""
+    """Shut ``pool`` down (pending tasks cancelled).
+
+    With ``wait``, once no pool of this process is running any more (however it was shut down), the fork
+    server is stopped and reaped here: no process of the pool outlives it, and the CPU time of its
+    workers (reaped by the fork server) counts in this process's children's time; the next pool starts
+    a fresh fork server. Without ``wait`` (a broken pool being replaced) only the pool.
+    """
     pool.shutdown(wait=wait, cancel_futures=True)
-    _OPEN.discard(id(pool))
-    if wait and not _OPEN:
+    if wait and all(getattr(p, "_shutdown_thread", False) for p in list(_POOLS)):  # none of them still running
         from multiprocessing import forkserver
 
         stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)  # CPython's own shutdown of it
