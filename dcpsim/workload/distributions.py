@@ -23,12 +23,9 @@ All randomness comes from the :class:`numpy.random.Generator` passed to
 
 from __future__ import annotations
 
-import hashlib
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from numbers import Integral, Real
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -36,7 +33,23 @@ from scipy import integrate, optimize, special
 
 from dcpsim.choices import CLIP_MODES
 from dcpsim.errors import ConfigError
-from dcpsim.workload.loaders import LENGTH_CAP, read_lengths  # files are read in loaders, never here
+from dcpsim.workload.empirical import (  # noqa: F401  (re-exported: these names stay importable from here)
+    EMPIRICAL_INLINE_LIMIT,
+    Empirical,
+    _as_length_array,
+    _digest,
+)
+from dcpsim.workload.length_base import (  # noqa: F401  (re-exported: these names stay importable from here)
+    LengthDistribution,
+    _check_keys,
+    _check_n,
+    _check_rng,
+    _length,
+    _positive_real,
+    _real,
+    _to_lengths,
+)
+from dcpsim.workload.loaders import LENGTH_CAP  # files are read in loaders, never here
 
 __all__ = [
     "LENGTH_CAP",
@@ -51,131 +64,8 @@ __all__ = [
     "lognormal_pareto_from_mean",
 ]
 
-EMPIRICAL_INLINE_LIMIT: int = 4096
-"""An :class:`Empirical` loaded from a file with more lengths than this is
-serialised by reference (path + checksum) instead of inline."""
 
 ClipMode = Literal["drop", "truncate"]
-
-# --------------------------------------------------------------------------
-# validation helpers
-# --------------------------------------------------------------------------
-
-
-def _real(value: Any, name: str, where: str) -> float:
-    """``value`` as a finite float, else ConfigError."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise ConfigError(name, value, "a finite real number", where=where)
-    out = float(value)
-    if not math.isfinite(out):
-        raise ConfigError(name, value, "a finite real number", where=where)
-    return out
-
-
-def _positive_real(value: Any, name: str, where: str) -> float:
-    out = _real(value, name, where)
-    if out <= 0.0:
-        raise ConfigError(name, value, "a finite number > 0", where=where)
-    return out
-
-
-def _length(value: Any, name: str, where: str) -> int:
-    """``value`` as an int token count ``>= 1`` (integral floats accepted)."""
-    if isinstance(value, bool):
-        raise ConfigError(name, value, "an integer number of tokens >= 1", where=where)
-    if isinstance(value, Integral):
-        out = int(value)
-    elif isinstance(value, Real) and math.isfinite(float(value)) and float(value).is_integer():
-        out = int(value)
-    else:
-        raise ConfigError(name, value, "an integer number of tokens >= 1", where=where)
-    if out < 1:
-        raise ConfigError(name, value, "an integer number of tokens >= 1", where=where)
-    return out
-
-
-def _check_n(n: Any) -> int:
-    if isinstance(n, bool) or not isinstance(n, Integral) or int(n) < 0:
-        raise ConfigError("n", n, "a non-negative integer number of sequences")
-    return int(n)
-
-
-def _check_rng(rng: Any) -> np.random.Generator:
-    if not isinstance(rng, np.random.Generator):
-        raise ConfigError("rng", type(rng).__name__, "a numpy.random.Generator (np.random.default_rng(seed))")
-    return rng
-
-
-def _to_lengths(x: np.ndarray) -> np.ndarray:
-    """Continuous draws (tokens, > 0) -> int64 token counts in [1, LENGTH_CAP]."""
-    x = np.ceil(np.minimum(x, float(LENGTH_CAP)))
-    return np.maximum(x, 1.0).astype(np.int64)
-
-
-# --------------------------------------------------------------------------
-# base class
-# --------------------------------------------------------------------------
-
-
-class LengthDistribution(ABC):
-    """A distribution of sequence lengths in tokens.
-
-    Subclasses implement :meth:`_sample` (draws, possibly as floats) and
-    :meth:`to_dict`; :meth:`sample` validates the arguments and converts the
-    draws to ``int64`` token counts ``>= 1``.
-    """
-
-    type_name: ClassVar[str]
-
-    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """Draw ``n`` independent sequence lengths.
-
-        Args:
-            n: number of sequences (``>= 0``).
-            rng: the only source of randomness; the same generator state gives
-                the same draws.
-
-        Returns:
-            ``int64`` array of shape ``(n,)``, lengths in tokens, each ``>= 1``.
-        """
-        n = _check_n(n)
-        rng = _check_rng(rng)
-        if n == 0:
-            return np.zeros(0, dtype=np.int64)
-        out = self._sample(n, rng)
-        if out.dtype != np.int64:
-            out = _to_lengths(np.asarray(out, dtype=np.float64))
-        return out
-
-    @abstractmethod
-    def _sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """``n >= 1`` draws: int64 token counts, or positive floats to round up."""
-
-    def mean_estimate(self) -> float | None:
-        """Expected length in tokens, or ``None`` when not known in closed form.
-
-        For continuous laws this is the mean *before* rounding up to whole
-        tokens (and ignoring :data:`LENGTH_CAP`); integer draws average at most
-        one token more. ``math.inf`` when the mean does not exist.
-        """
-        return None
-
-    def _cdf(self, x: np.ndarray) -> np.ndarray | None:
-        """Continuous CDF ``P(X <= x)`` (x in tokens), or ``None`` if unavailable.
-
-        Used to compute the mean of a :class:`Clipped` distribution.
-        """
-        return None
-
-    @abstractmethod
-    def to_dict(self) -> dict[str, Any]:
-        """JSON/TOML-serialisable description with a ``"type"`` key."""
-
-    @classmethod
-    @abstractmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> LengthDistribution:
-        """Inverse of :meth:`to_dict` (``d["type"]`` already checked)."""
-
 
 # --------------------------------------------------------------------------
 # log-normal
@@ -613,164 +503,12 @@ class Mixture(LengthDistribution):
 
 
 # --------------------------------------------------------------------------
-# empirical
-# --------------------------------------------------------------------------
-
-
-def _as_length_array(values: Any, name: str, where: str) -> np.ndarray:
-    """Validate a 1-D array of integer token counts in ``[1, LENGTH_CAP]`` -> int64."""
-    arr = np.asarray(values)
-    if arr.ndim != 1:
-        raise ConfigError(name, f"array of shape {arr.shape}", "a 1-D array", where=where)
-    if arr.size == 0:
-        raise ConfigError(name, "an empty array", "at least one length", where=where)
-    if arr.dtype == np.bool_ or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
-        raise ConfigError(name, f"dtype {arr.dtype}", "integer token counts", where=where)
-    if np.issubdtype(arr.dtype, np.floating):
-        bad = ~np.isfinite(arr) | (arr != np.round(arr))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ConfigError(f"{name}[{i}]", arr[i].item(), "an integer token count", where=where)
-    lo_bad = arr < 1
-    if lo_bad.any():
-        i = int(np.flatnonzero(lo_bad)[0])
-        raise ConfigError(f"{name}[{i}]", arr[i].item(), "a token count >= 1", where=where)
-    hi_bad = arr > LENGTH_CAP
-    if hi_bad.any():
-        i = int(np.flatnonzero(hi_bad)[0])
-        raise ConfigError(f"{name}[{i}]", arr[i].item(), f"<= {LENGTH_CAP} tokens", where=where)
-    return arr.astype(np.int64)
-
-
-@dataclass(frozen=True, eq=False)
-class Empirical(LengthDistribution):
-    """Resamples (with replacement, uniformly) from observed lengths.
-
-    Attributes:
-        lengths: observed lengths in tokens (1-D, integers ``>= 1``); stored as
-            a read-only ``int64`` copy.
-        source: free text naming where the lengths came from.
-        path: the file they were read from, if any; lets :meth:`to_dict`
-            refer to the file instead of inlining many lengths.
-        column: the column/key read from ``path`` (``None``: the default).
-    """
-
-    lengths: np.ndarray
-    source: str
-    path: str | None = None
-    column: str | None = None
-
-    type_name: ClassVar[str] = "empirical"
-    _digest: str = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        where = "Empirical"
-        arr = _as_length_array(self.lengths, "lengths", where).copy()
-        arr.flags.writeable = False
-        object.__setattr__(self, "lengths", arr)
-        if not isinstance(self.source, str):
-            raise ConfigError("source", self.source, "a string naming the origin", where=where)
-        if self.path is not None and not isinstance(self.path, str):
-            object.__setattr__(self, "path", str(self.path))
-        if self.column is not None and not isinstance(self.column, str):
-            raise ConfigError("column", self.column, "a column name or None", where=where)
-        object.__setattr__(self, "_digest", _digest(arr))
-
-    def __repr__(self) -> str:
-        return f"Empirical(n={self.lengths.size}, mean={self.lengths.mean():.1f}, source={self.source!r})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Empirical):
-            return NotImplemented
-        return (
-            self.source == other.source
-            and self.path == other.path
-            and self.column == other.column
-            and self._digest == other._digest
-            and np.array_equal(self.lengths, other.lengths)
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.source, self.path, self.column, self._digest))
-
-    @property
-    def sha256(self) -> str:
-        """Hex SHA-256 of the lengths as little-endian int64 (identifies the data)."""
-        return self._digest
-
-    def _sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        return self.lengths[rng.integers(0, self.lengths.size, size=n)]
-
-    def mean_estimate(self) -> float:
-        return float(self.lengths.mean())
-
-    def _cdf(self, x: np.ndarray) -> np.ndarray:
-        s = np.sort(self.lengths)
-        return np.searchsorted(s, np.asarray(x, dtype=np.float64), side="right") / s.size
-
-    def to_dict(self) -> dict[str, Any]:
-        """Inline lengths when few or not from a file; else path + checksum."""
-        d: dict[str, Any] = {"type": self.type_name, "source": self.source}
-        if self.path is None or self.lengths.size <= EMPIRICAL_INLINE_LIMIT:
-            d["lengths"] = self.lengths.tolist()
-            if self.path is not None:
-                d["path"] = self.path
-        else:
-            d["path"] = self.path
-            d["count"] = int(self.lengths.size)
-            d["sha256"] = self._digest
-        if self.column is not None:
-            d["column"] = self.column
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Empirical:
-        """Rebuild from inline ``lengths``, or re-read ``path`` and check ``sha256``."""
-        where = "empirical"
-        _check_keys(
-            d,
-            required=("source",),
-            optional=("lengths", "path", "column", "count", "sha256"),
-            where=where,
-        )
-        column = d.get("column")
-        if "lengths" in d:
-            return cls(np.asarray(d["lengths"]), d["source"], path=d.get("path"), column=column)
-        if "path" not in d:
-            raise ConfigError("lengths", None, "inline 'lengths' or a 'path' to read", where=where)
-        arr = read_lengths(d["path"], column=column)
-        out = cls(arr, d["source"], path=str(d["path"]), column=column)
-        if "sha256" in d and d["sha256"] != out.sha256:
-            raise ConfigError(
-                "sha256",
-                d["sha256"],
-                f"the checksum of {d['path']} ({out.sha256}); the file changed",
-                where=where,
-            )
-        return out
-
-
-def _digest(arr: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(arr, dtype="<i8").tobytes()).hexdigest()
-
-
-# --------------------------------------------------------------------------
 # (de)serialisation
 # --------------------------------------------------------------------------
 
 _REGISTRY: dict[str, type[LengthDistribution]] = {
     cls.type_name: cls for cls in (LogNormal, LogNormalPareto, Clipped, Mixture, Empirical)
 }
-
-
-def _check_keys(d: Mapping[str, Any], required: Sequence[str], optional: Sequence[str], where: str) -> None:
-    for key in required:
-        if key not in d:
-            raise ConfigError(key, None, f"a value (required by type '{where}')", where=where)
-    allowed = {"type", *required, *optional}
-    for key in d:
-        if key not in allowed:
-            raise ConfigError(key, d[key], f"no such key; allowed: {sorted(allowed)}", where=where)
 
 
 def distribution_from_dict(d: Mapping[str, Any]) -> LengthDistribution:
