@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dcpsim.profiling.build import ProfileOptions, ProfileResult, resolve_model, run_profile, scale_model
 from dcpsim.profiling.measure import ProfilingError, Timer, Timing, detect_device, require_torch
-from dcpsim.profiling.validate import Pack, ValidationResult, default_packs, run_validation
+from dcpsim.profiling.validate import Pack, ValidationResult, ValidationSettings, default_packs, run_validation
 
 __all__ = [
     "Pack",
@@ -29,6 +29,7 @@ __all__ = [
     "Timer",
     "Timing",
     "ValidationResult",
+    "ValidationSettings",
     "default_packs",
     "detect_device",
     "require_torch",

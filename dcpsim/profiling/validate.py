@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -222,57 +223,65 @@ class ValidationResult:
                 "path": str(self.path) if self.path else None}
 
 
-def run_validation(
-    profile: HardwareProfile | str | Path,
-    model: ModelSpec,
-    *,
-    pack_tokens: list[int],
-    short: int,
-    device: str | None = None,
-    dtype: str | None = None,
-    warmup: int = 2,
-    min_repeats: int = 3,
-    max_repeats: int = 20,
-    budget_s: float = 1.0,
-    seed: int = 0,
-    command: str = "",
-    out: str | Path | None = None,
-    packs: list[Pack] | None = None,
-    threads: int | None = None,
-) -> ValidationResult:
+@dataclass(frozen=True)
+class ValidationSettings:
+    """How :func:`run_validation` measures: the packs, the device and the timer (a variant is ``dataclasses.replace``).
+
+    ``pack_tokens`` (tokens per pack) and ``short`` (tokens of a short document) size the default packs, unless
+    ``packs`` gives them; ``warmup`` untimed calls, then ``min_repeats``..``max_repeats`` timed ones within
+    ``budget_s`` seconds per case; ``dtype`` defaults to the profile's; ``out`` is the Markdown file to write (default
+    ``<profile folder>/VALIDATION.md`` for a measured or mixed profile; nothing for a public one unless ``out``);
+    ``threads`` (CPU) defaults to the intra-op thread count the profile was measured with; ``command`` is recorded.
+    """
+
+    pack_tokens: list[int]
+    short: int
+    device: str | None = None
+    dtype: str | None = None
+    warmup: int = 2
+    min_repeats: int = 3
+    max_repeats: int = 20
+    budget_s: float = 1.0
+    seed: int = 0
+    command: str = ""
+    out: str | Path | None = None
+    packs: list[Pack] | None = None
+    threads: int | None = None
+
+
+def run_validation(profile: HardwareProfile | str | Path, model: ModelSpec, settings: ValidationSettings | None = None,
+                   **options: Any) -> ValidationResult:
     """Time one layer per pack, compare with the cost model, write ``VALIDATION.md``.
 
-    ``out`` is the Markdown file to write (default ``<profile folder>/VALIDATION.md``
-    for a measured or mixed profile; nothing for a public one unless ``out``).
-    ``threads`` (CPU) defaults to the intra-op thread count the profile was
-    measured with.
+    ``settings`` says how (:class:`ValidationSettings`); keyword ``options`` are its fields, applied over ``settings``
+    (or building it when ``settings`` is None), so ``run_validation(p, m, pack_tokens=[...], short=128)`` works.
     """
     from dcpsim.outdir import check_out_file
 
+    s = ValidationSettings(**options) if settings is None else replace(settings, **options)
     prof = profile if isinstance(profile, HardwareProfile) else load_profile(profile)
-    target = validation_target(prof, out)
+    target = validation_target(prof, s.out)
     if target is not None:  # before any measurement: a bad or foreign path fails fast
         check_out_file(target, field="--out")
+    threads = s.threads
     if threads is None and prof.measured.get("device_kind") == "cpu" and str(prof.measured.get("threads", "")).isdigit():
         threads = int(prof.measured["threads"])  # time the layer as the kernels were timed
-    if threads is not None and detect_device(device).kind != "cpu":
+    if threads is not None and detect_device(s.device).kind != "cpu":
         threads = None
     with cpu_threads(threads):
-        return _run_validation(prof, model, pack_tokens=pack_tokens, short=short, device=device, dtype=dtype,
-                               warmup=warmup, min_repeats=min_repeats, max_repeats=max_repeats, budget_s=budget_s,
-                               seed=seed, command=command, out=out, packs=packs)
+        return _run_validation(prof, model, s)
 
 
-def _run_validation(prof: HardwareProfile, model: ModelSpec, *, pack_tokens, short, device, dtype, warmup, min_repeats,
-                    max_repeats, budget_s, seed, command, out, packs) -> ValidationResult:
+def _run_validation(prof: HardwareProfile, model: ModelSpec, s: ValidationSettings) -> ValidationResult:
+    device, seed, command, out = s.device, s.seed, s.command, s.out
     torch = require_torch()
-    dtype = dtype or prof.measured.get("dtype", "bf16")
+    dtype = s.dtype or prof.measured.get("dtype", "bf16")
     info = detect_device(device)
     torch.manual_seed(seed)
-    timer = Timer(info, warmup=warmup, min_repeats=min_repeats, max_repeats=max_repeats, budget_s=budget_s)
+    timer = Timer(info, warmup=s.warmup, min_repeats=s.min_repeats, max_repeats=s.max_repeats, budget_s=s.budget_s)
     ctx = MeasureContext(info, dtype_name=dtype, timer=timer, seed=seed)
     rng = np.random.default_rng(seed)
-    packs = packs or default_packs(pack_tokens, short=short, rng=rng)
+    packs = s.packs or default_packs(s.pack_tokens, short=s.short, rng=rng)
     probe = min(max(p.tokens for p in packs), 4096)
     kernels = AttentionKernels(ctx).select(
         model.n_heads, model.n_kv_heads, model.head_dim, probe, max(16, probe // 4),
