@@ -51,6 +51,7 @@ from dcpsim.model import ModelSpec, get_model
 from dcpsim.outdir import write_text
 from dcpsim.profiling.measure import (
     AttentionKernels,
+    DeviceInfo,
     MeasureContext,
     Timer,
     cpu_threads,
@@ -344,7 +345,8 @@ def _run_profile(opts: ProfileOptions, show_progress: bool | None) -> ProfileRes
             raw += [dict(kind="collective", **x) for x in coll_results]
             seconds["collectives"] = time.perf_counter() - t0
 
-    profile = _assemble(opts, info, ctx, base, gemm_rows, attn_rows, coll_meta, coll_results, hbm_bw, hbm_src, kernels, nproc)
+    profile = _assemble(opts, Measurements(info, ctx, base, gemm_rows, attn_rows, coll_meta, coll_results, hbm_bw, hbm_src,
+                                           kernels, nproc))
     if timer.cut:
         profile.measured["time_limit"] = (f"{opts.time_limit_s:g} s reached: {timer.cut} case(s) timed once "
                                           "(their p10-p90 spread is that one sample)")
@@ -467,7 +469,30 @@ def _timing_from_base(base) -> tuple[Timing, dict[str, str]]:
     return t, sources
 
 
-def _assemble(opts, info, ctx, base, gemm_rows, attn_rows, coll_meta, coll_results, hbm_bw, hbm_src, kernels, nproc) -> HardwareProfile:
+@dataclass(frozen=True)
+class Measurements:
+    """What one profiling run measured, handed whole to :func:`_assemble`: the device (``info``, ``ctx``), the base
+    profile (or None), the GEMM and attention table rows, the collectives' metadata and results (empty when not
+    measured), the copy bandwidth ``hbm_bw`` in bytes/s with its source sentence, the chosen attention kernels and
+    the collective worker count ``nproc``."""
+
+    info: DeviceInfo
+    ctx: MeasureContext
+    base: HardwareProfile | None
+    gemm_rows: list[dict]
+    attn_rows: list[dict]
+    coll_meta: dict
+    coll_results: list[dict]
+    hbm_bw: float
+    hbm_src: str
+    kernels: AttentionKernels
+    nproc: int
+
+
+def _assemble(opts, m: Measurements) -> HardwareProfile:
+    info, ctx, base, gemm_rows, attn_rows = m.info, m.ctx, m.base, m.gemm_rows, m.attn_rows
+    coll_meta, coll_results, hbm_bw, hbm_src, kernels, nproc = (m.coll_meta, m.coll_results, m.hbm_bw, m.hbm_src,
+                                                                m.kernels, m.nproc)
     name = Path(opts.out).resolve().name
     tag = f"{info.name}, {ctx.date}, torch {info.torch}"
     coll_rows, coll_src, copied_tables = _collective_rows(tag, info, base, coll_meta, coll_results, nproc)
