@@ -13,7 +13,8 @@ def register(sub) -> None:
         help="run many configurations (grid / zip / random axes) into a resumable parquet dataset",
         description="Run a sweep spec (see dcpsim/run/sweep.py or experiments/sweeps/example_sweep.toml). "
         "Finished runs are written as they finish; starting the same command again resumes. "
-        "Ctrl-C finishes the running tasks, writes them and exits with status 130.",
+        "Ctrl-C writes the tasks that finish within a second, abandons the rest (they run again on resume) and "
+        "exits with status 130.",
     )
     p.add_argument("spec", help="sweep spec TOML ([base] + [[axes]])")
     p.add_argument("--out", required=True, help="output directory (results/, figures/, spec.toml, sweep.json)")
