@@ -183,3 +183,8 @@ def test_huge_global_batch_is_refused_with_its_bound(capsys):
     _one_line_error(capsys, rc, "workload.gbs", "1000000")
     with pytest.raises(ConfigError, match="--gbs-tokens"):
         make_data_spec(workload="github", gbs_tokens=10**12)
+
+
+def test_a_batch_smaller_than_one_sequence_is_refused():
+    with pytest.raises(ConfigError, match="--gbs-tokens.*at least one sequence"):
+        make_data_spec(seq_len=4096, gbs_tokens=3)

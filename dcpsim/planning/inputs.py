@@ -218,6 +218,9 @@ def make_data_spec(*, seq_len: int | None = None, workload: str | dict | None = 
     derived = gbs is None
     if gbs is None:
         tokens = gbs_tokens if gbs_tokens is not None else 4 * 2**20
+        if tokens < mean:
+            raise ConfigError("--gbs-tokens", tokens, f"a batch of at least one sequence ({mean:,.0f} tokens on "
+                              "average here)")
         gbs = max(1, int(round(tokens / mean)))
     if not isinstance(gbs, int) or gbs < 1:
         raise ConfigError("--gbs", gbs, "a positive number of sequences")
