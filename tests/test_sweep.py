@@ -324,23 +324,24 @@ def _busy(seconds: float) -> int:
     return n
 
 
-def test_closed_local_executor_reaps_its_fork_server_and_workers():
-    """A LocalExecutor closed with nothing else open leaves no process behind: the fork server is stopped and
-    reaped by this process, so the workers' CPU time (reaped by it) counts in this process's children's time
-    (what `dcpsim plan -j 2`'s CPU figures need); a later pool starts a fresh fork server."""
+def test_fork_server_reaped_once_no_pool_runs():
+    """reap_fork_server (what `dcpsim plan` calls after its pool): refused while a pool runs; once none does,
+    the fork server is stopped and reaped by this process, so the workers' CPU time (reaped by it) counts
+    in this process's children's time; a later pool starts a fresh fork server."""
     import os
     import resource
     from multiprocessing import forkserver
 
     from dcpsim.run.executors import LocalExecutor
+    from dcpsim.run.pool import reap_fork_server
 
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
     ex = LocalExecutor(jobs=1)
     assert ex.submit(_busy, 0.3).result() > 0
     server = forkserver._forkserver._forkserver_pid
-    assert server
+    assert server and not reap_fork_server()  # the pool still runs
     ex.close()
-    assert forkserver._forkserver._forkserver_pid is None
+    assert reap_fork_server() and forkserver._forkserver._forkserver_pid is None
     with pytest.raises(ChildProcessError):  # already reaped: not our child any more
         os.waitpid(server, os.WNOHANG)
     assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - before >= 0.25

@@ -140,7 +140,7 @@ def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchS
     from dcpsim.errors import DcpsimError
     from dcpsim.progress import ProgressDisplay
     from dcpsim.run.executors import make_executor
-    from dcpsim.run.pool import is_worker_death, restart_broken, retry_alone
+    from dcpsim.run.pool import is_worker_death, reap_fork_server, restart_broken, retry_alone
 
     bar = ProgressDisplay("searching", len(tasks), None if progress else False).__enter__()
     results: dict[int, dict[str, Any]] = {}
@@ -177,6 +177,7 @@ def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchS
     finally:
         bar.__exit__(None, None, None)
         ex.close()
+        reap_fork_server()  # the workers' processes end here, their CPU time counted as this process's children's
     return [results[i] for i in range(len(tasks))]
 
 

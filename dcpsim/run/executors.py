@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dcpsim.errors import ConfigError
-from dcpsim.run.pool import available_cores, cap_jobs, close_pool, worker_pool
+from dcpsim.run.pool import available_cores, cap_jobs, worker_pool
 
 DASK_CONNECT_TIMEOUT_S = 5
 """Seconds to wait for a Dask scheduler given by ``--dask-address`` to answer before giving up."""
@@ -99,7 +99,7 @@ class LocalExecutor(SerialExecutor):
 
     def restart(self) -> None:
         """Replace a broken pool (a worker was killed) with a fresh one; ``generation`` counts up."""
-        close_pool(self._pool, wait=False)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         self._pool = worker_pool(self.n_workers, preload=_PRELOAD)
         self.generation += 1
 
@@ -118,12 +118,11 @@ class LocalExecutor(SerialExecutor):
         for proc in list((getattr(self._pool, "_processes", None) or {}).values()):
             with contextlib.suppress(Exception):
                 proc.kill()
-        close_pool(self._pool, wait=False)
+        self._pool.shutdown(wait=False, cancel_futures=True)
         self._abandoned = True
 
     def close(self) -> None:
-        """Shut the pool down; unless abandoned, its workers and the fork server are reaped (close_pool)."""
-        close_pool(self._pool, wait=not getattr(self, "_abandoned", False))
+        self._pool.shutdown(wait=not getattr(self, "_abandoned", False), cancel_futures=True)
 
 
 class DaskExecutor(SerialExecutor):

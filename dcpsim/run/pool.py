@@ -43,7 +43,7 @@ from dcpsim.errors import ConfigError, DcpsimWarning
 
 T = TypeVar("T")
 
-__all__ = ["WATCH_INTERVAL_S", "WORKER_ATTEMPTS", "available_cores", "cap_jobs", "close_pool", "is_worker_death",
+__all__ = ["WATCH_INTERVAL_S", "WORKER_ATTEMPTS", "available_cores", "cap_jobs", "is_worker_death", "reap_fork_server",
            "restart_broken", "retry_alone", "worker_pool"]
 
 WATCH_INTERVAL_S = 1.0
@@ -133,22 +133,26 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
     return pool
 
 
-def close_pool(pool: cf.ProcessPoolExecutor, *, wait: bool = True) -> None:
-    """Shut ``pool`` down (pending tasks cancelled).
+def reap_fork_server() -> bool:
+    """Stop and reap this process's fork server when no pool of :func:`worker_pool` is still running (however
+    they were shut down); True if it did.
 
-    With ``wait``, once no pool of this process is running any more (however it was shut down), the fork
-    server is stopped and reaped here: no process of the pool outlives it, and the CPU time of its
-    workers (reaped by the fork server) counts in this process's children's time; the next pool starts
-    a fresh fork server. Without ``wait`` (a broken pool being replaced) only the pool.
+    Then no worker process outlives the driver's work, and the workers' CPU time (the fork server reaps
+    them) counts in this process's children's time (``dcpsim plan -j 2`` calls it when its pool is
+    closed). The next pool starts a fresh fork server (its imports again, ~1-2 s), so a process that
+    runs many sweeps keeps it (the pools do not call this themselves).
     """
-    pool.shutdown(wait=wait, cancel_futures=True)
-    if wait and all(getattr(p, "_shutdown_thread", False) for p in list(_POOLS)):  # none of them still running
-        from multiprocessing import forkserver
+    if not all(getattr(p, "_shutdown_thread", False) for p in list(_POOLS)):  # a pool is still running
+        return False
+    from multiprocessing import forkserver
 
-        stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)  # CPython's own shutdown of it
-        if stop is not None:
-            with contextlib.suppress(Exception):
-                stop()
+    server = getattr(forkserver, "_forkserver", None)
+    stop = getattr(server, "_stop", None)  # CPython's own shutdown of it (closes its pipe, waits for it)
+    if stop is None or getattr(server, "_forkserver_pid", None) is None:
+        return False
+    with contextlib.suppress(Exception):
+        stop()
+    return True
 
 
 def is_worker_death(exc: BaseException) -> bool:
