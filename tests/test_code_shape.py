@@ -22,7 +22,7 @@ LONG_MODULES = {
 # Not yet given a settings object (issue 20): module:function.
 MANY_PARAMS = {
     "planning/capacity.py:plan_capacity",
-    "run/sweep.py:run_sweep", "profiling/collectives.py:run_collectives",
+    "run/sweep.py:run_sweep",
     "model/__init__.py:memory_per_gpu", "planning/capacity.py:run_tasks", "model/__init__.py:max_tokens_per_rank",
     "sim/engine.py:stage_end_s", "published/bands.py:band", "policies/milp.py:_step_rows",
     "planning/search.py:simulate_top", "planning/evaluate.py:evaluate_best", "reproduction/runner.py:reproduce",

@@ -35,7 +35,9 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -214,25 +216,37 @@ def _loopback_ifname() -> str | None:
     return None
 
 
-def run_collectives(
-    *,
-    nproc: int,
-    backend: str,
-    sizes: list[int],
-    ops: list[str] | None = None,
-    dtype: str = "bf16",
-    warmup: int = 3,
-    min_repeats: int = 5,
-    max_repeats: int = 30,
-    budget_s: float = 0.5,
-    progress: Callable[[int, int, str], None] | None = None,
-    timeout_s: float | None = None,
-) -> dict:
+@dataclass(frozen=True)
+class CollectiveSettings:
+    """What :func:`run_collectives` times: ``nproc`` worker processes on ``backend`` (``"nccl"`` or ``"gloo"``),
+    each op of ``ops`` (default all of :data:`COLLECTIVE_OPS`) at each message size of ``sizes`` (bytes), in
+    ``dtype``; ``warmup`` untimed calls, then ``min_repeats``..``max_repeats`` timed ones within ``budget_s``
+    seconds per case; the workers are killed after ``timeout_s`` seconds (None: no limit)."""
+
+    nproc: int
+    backend: str
+    sizes: list[int]
+    ops: list[str] | None = None
+    dtype: str = "bf16"
+    warmup: int = 3
+    min_repeats: int = 5
+    max_repeats: int = 30
+    budget_s: float = 0.5
+    timeout_s: float | None = None
+
+
+def run_collectives(settings: CollectiveSettings | None = None, *,
+                    progress: Callable[[int, int, str], None] | None = None, **options: Any) -> dict:
     """Run the worker under torchrun on this host; returns ``{"meta": ..., "results": [...]}``.
 
-    ``progress(done, total, label)`` is called as rank 0 reports. Raises
+    ``settings`` says what to time (:class:`CollectiveSettings`); keyword ``options`` are its fields, applied over
+    ``settings`` (or building it when ``settings`` is None), so ``run_collectives(nproc=2, backend="gloo",
+    sizes=[4096])`` works. ``progress(done, total, label)`` is called as rank 0 reports. Raises
     :class:`ProfilingError` with the tail of the workers' output if they fail.
     """
+    c = CollectiveSettings(**options) if settings is None else replace(settings, **options)
+    nproc, backend, sizes, ops, dtype = c.nproc, c.backend, c.sizes, c.ops, c.dtype
+    warmup, min_repeats, max_repeats, budget_s, timeout_s = c.warmup, c.min_repeats, c.max_repeats, c.budget_s, c.timeout_s
     if nproc < 2:
         raise ConfigError("--nproc", nproc, "at least 2 processes for collectives")
     if backend not in ("nccl", "gloo"):
