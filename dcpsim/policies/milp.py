@@ -39,6 +39,8 @@ Sizes are limited (``max_sequences`` 64, ``max_ranks`` 16 per stage,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy import sparse
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -193,8 +195,9 @@ class MilpPolicy(Policy):
         self._sequence_rows(rows, ix, t, feas)
         for v in range(nx):  # x <= y
             rows.add([v, nx + int(ix.xk[v])], [1.0, -1.0], -np.inf, 0.0)
+        problem = _StepProblem(blocks, sizes_b, t, tok, layout, same)
         for k in range(K):
-            self._step_rows(rows, ix, k, blocks, sizes_b, t, tok, layout, same)
+            self._step_rows(rows, ix, k, problem)
         sid, gid = nx + ny, nx + ny + K
         cobj = np.zeros(nvar)
         cobj[sid : sid + K] = 1.0
@@ -225,9 +228,9 @@ class MilpPolicy(Policy):
                 rows.add(late, [1.0] * len(late), 0.0, 0.0)
 
     @staticmethod
-    def _step_rows(rows: _Rows, ix: _DynamicIndex, k: int, blocks, sizes_b: np.ndarray, t: np.ndarray,
-                   tok: np.ndarray, layout: Layout, same: bool) -> None:
+    def _step_rows(rows: _Rows, ix: _DynamicIndex, k: int, p: _StepProblem) -> None:
         """Rows of step ``k``: rank budget, token cap and time of each group, valid cuts, makespan terms."""
+        blocks, sizes_b, t, tok, layout, same = p.blocks, p.sizes_b, p.t, p.tok, p.layout, p.same
         R, M = layout.ranks_per_stage, layout.max_tokens_per_rank
         B, K, nx, xi = len(blocks), ix.K, ix.nx, ix.xi
         sid, gid = nx + K * B, nx + K * B + K
@@ -324,6 +327,20 @@ class _Rows:
             bounds=Bounds(lb, ub),
             options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6, "disp": False},
         )
+
+
+@dataclass(frozen=True)
+class _StepProblem:
+    """What every step's rows of the dynamic formulation share: the rank blocks ``(start, size)``, their sizes, the
+    time ``t[b, i]`` (seconds) and per-rank tokens ``tok[b, i]`` of sequence ``i`` in block ``b``, the layout, and
+    whether blocks of one size cost the same (the slot formulation)."""
+
+    blocks: list[tuple[int, int]]
+    sizes_b: np.ndarray
+    t: np.ndarray
+    tok: np.ndarray
+    layout: Layout
+    same: bool
 
 
 class _DynamicIndex:
