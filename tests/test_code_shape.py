@@ -23,7 +23,7 @@ LONG_MODULES = {
 MANY_PARAMS = {
     "planning/capacity.py:plan_capacity",
     "run/sweep.py:run_sweep",
-    "model/__init__.py:memory_per_gpu", "planning/capacity.py:run_tasks", "model/__init__.py:max_tokens_per_rank",
+    "planning/capacity.py:run_tasks",
     "sim/engine.py:stage_end_s", "published/bands.py:band",
     "planning/search.py:simulate_top", "planning/evaluate.py:evaluate_best", "reproduction/runner.py:reproduce",
     "cost/host.py:issue",

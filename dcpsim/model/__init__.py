@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -284,20 +284,29 @@ def output_layer_bytes_per_token(model: ModelSpec, tp: int) -> float:
     return (model.vocab * LOGIT_PEAK_BYTES + 4.0 * model.hidden) / tp
 
 
-def memory_per_gpu(
-    model: ModelSpec,
-    *,
-    tokens_per_rank: float,
-    tp: int = 1,
-    pp: int = 1,
-    dp: int = 1,
-    cp: int = 1,
-    recompute: str = "full",
-    microbatches_in_flight: float | None = None,
-    precision: str = "bf16",
-    grad_bytes: float = 4.0,
-    score_bytes: float = 0.0,
-) -> MemoryBreakdown:
+@dataclass(frozen=True)
+class MemorySettings:
+    """The layout and options the memory model depends on (a variant is ``dataclasses.replace``): TP, PP, DP and
+    CP degrees, the recompute mode, microbatches in flight on stage 0 (None: PP, as in 1F1B), the precision and the
+    gradient buffer's bytes per parameter."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    recompute: str = "full"
+    microbatches_in_flight: float | None = None
+    precision: str = "bf16"
+    grad_bytes: float = 4.0
+
+
+def _memory_settings(settings: MemorySettings | None, options: dict) -> MemorySettings:
+    """``settings`` with keyword ``options`` (its fields) applied over it, or built from them when None."""
+    return MemorySettings(**options) if settings is None else replace(settings, **options)
+
+
+def memory_per_gpu(model: ModelSpec, settings: MemorySettings | None = None, *, tokens_per_rank: float,
+                   score_bytes: float = 0.0, **options) -> MemoryBreakdown:
     """Peak bytes on the busiest GPU (pipeline stage 0 holds ``microbatches_in_flight`` microbatches, default
     PP for 1F1B; the last stage holds one plus the loss).
 
@@ -311,7 +320,13 @@ def memory_per_gpu(
     ``score_bytes``: attention scores one layer keeps for one microbatch with unfused attention
     (:func:`attention_score_bytes`; 0 with flash attention): stored by every layer without recompute,
     rebuilt for one layer at a time with selective (core-attention) or full recompute.
+
+    The layout comes as ``settings`` (:class:`MemorySettings`) or as its fields given by keyword (applied over
+    ``settings``).
     """
+    st = _memory_settings(settings, options)
+    tp, pp, dp, cp, recompute = st.tp, st.pp, st.dp, st.cp, st.recompute
+    microbatches_in_flight, precision, grad_bytes = st.microbatches_in_flight, st.precision, st.grad_bytes
     n = params_per_gpu(model, tp, pp)
     layers = model.n_layers / pp
     per_tok = activation_bytes_per_token_layer(model, tp, recompute, precision) * layers * tokens_per_rank
@@ -340,28 +355,18 @@ def memory_per_gpu(
     )
 
 
-def max_tokens_per_rank(
-    model: ModelSpec,
-    *,
-    memory_limit_bytes: float,
-    tp: int = 1,
-    pp: int = 1,
-    dp: int = 1,
-    cp: int = 1,
-    recompute: str = "full",
-    microbatches_in_flight: float | None = None,
-    precision: str = "bf16",
-    grad_bytes: float = 4.0,
-) -> int:
+def max_tokens_per_rank(model: ModelSpec, settings: MemorySettings | None = None, *, memory_limit_bytes: float,
+                        **options) -> int:
     """Largest local token count per microbatch that fits (Megatron's ``max_seqlen_per_dp_cp_rank``).
 
     Memory is affine in tokens, so this is solved exactly. Raises
-    :class:`InfeasibleError` when the model states alone do not fit.
+    :class:`InfeasibleError` when the model states alone do not fit. The layout is given as in
+    :func:`memory_per_gpu`.
     """
-    kw = dict(tp=tp, pp=pp, dp=dp, cp=cp, recompute=recompute, microbatches_in_flight=microbatches_in_flight,
-              precision=precision, grad_bytes=grad_bytes)
-    m0 = memory_per_gpu(model, tokens_per_rank=0, **kw).total_bytes
-    m1 = memory_per_gpu(model, tokens_per_rank=1, **kw).total_bytes
+    st = _memory_settings(settings, options)
+    tp, pp, dp, cp = st.tp, st.pp, st.dp, st.cp
+    m0 = memory_per_gpu(model, st, tokens_per_rank=0).total_bytes
+    m1 = memory_per_gpu(model, st, tokens_per_rank=1).total_bytes
     if m0 >= memory_limit_bytes:
         raise InfeasibleError(
             "memory",
@@ -372,6 +377,7 @@ def max_tokens_per_rank(
 
 
 __all__ = [
+    "MemorySettings",
     "RECOMPUTE_MODES",
     "MemoryBreakdown",
     "ModelSpec",
