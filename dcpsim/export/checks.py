@@ -11,6 +11,9 @@ from typing import Any
 from dcpsim.errors import ConfigError
 from dcpsim.run.config import RunConfig
 
+SCHEDULERS = {"packing": "dp_balanced", "dynamic": "default_dynamic_cp"}
+"""Megatron-LM's sequence-packing scheduler for each exportable policy."""
+
 
 def _pow2(n: int) -> bool:
     return n >= 1 and (n & (n - 1)) == 0
@@ -39,8 +42,6 @@ def _check_policy_options(cfg: RunConfig, policy: str) -> None:
     the M×CP / M×DP×CP checks above leave no sequence too long)."""
     if cfg.policy.name != policy:  # an approximation: the options belong to the simulated policy, not Megatron's
         return
-    from dcpsim.export.megatron import SCHEDULERS
-
     fixed = MEGATRON_POLICY_OPTIONS.get(policy, {})
     for key, value in cfg.policy.options.items():
         if key in fixed and value != fixed[key]:

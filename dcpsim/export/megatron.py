@@ -46,6 +46,7 @@ import numpy as np
 from dcpsim.errors import ConfigError
 from dcpsim.export.checks import (  # noqa: F401  (re-exported: these names stay importable from here)
     MEGATRON_POLICY_OPTIONS,
+    SCHEDULERS,
     _check_a2a,
     _check_dynamic,
     _check_policy_options,
@@ -57,7 +58,6 @@ from dcpsim.export.checks import (  # noqa: F401  (re-exported: these names stay
 from dcpsim.run.config import RunConfig, load_config
 from dcpsim.serialize import to_jsonable as _plain
 
-SCHEDULERS = {"packing": "dp_balanced", "dynamic": "default_dynamic_cp"}
 CLOSEST = {"packing-balanced": "packing", "dynamic-solver": "dynamic", "milp": "dynamic"}
 DYNAMIC_SCHEDULERS = ("default_dynamic_cp",)
 DEFAULT_TRAIN_ITERS = 30

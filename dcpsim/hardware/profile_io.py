@@ -14,7 +14,7 @@ from pydantic import Field
 
 from dcpsim.errors import ConfigError, ProfileError
 from dcpsim.hardware.host import host_from_table
-from dcpsim.hardware.profile import (
+from dcpsim.hardware.spec import (
     ATTN_LAYOUTS,
     COLLECTIVE_OPS,
     DEVICE_FIELDS,
