@@ -22,8 +22,9 @@ $(STAMP): pyproject.toml setup.py | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/dcpsim demo
 
+# the default suite runs on every core (pytest-xdist, -n auto); a plain `pytest -q` runs the same tests serially
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto
 
 # the heavy checks (marker `slow`: wheel install, full reproductions); exit 5 = none collected, not a failure
 test-slow: $(STAMP)
