@@ -4,60 +4,8 @@ By concern: the spec and its runs (:mod:`dcpsim.run.sweep_spec`), the results da
 lock (:mod:`dcpsim.run.sweep_store`), stop signals (:mod:`dcpsim.run.sweep_signals`), the worker-death
 policy (:mod:`dcpsim.run.pool`); this module drives the runs (and re-exports the public names).
 
-A sweep spec is a TOML file::
-
-    # the base run: a RunConfig table (see dcpsim/run/config.py) ...
-    [base]
-    cluster.gpus = 64
-    workload.gbs = 256
-    # ... or a path to a run file, relative to the spec:  base = "run.toml"
-
-    [sweep]                     # optional
-    name = "example"
-    seed = 0                    # default seed of random axis groups
-
-    # One axis group (a table), or several ([[axes]], an array of tables).
-    # Groups combine as a Cartesian product; a field may appear in one group only.
-    [[axes]]                    # grid (default): every combination of the lists
-    policy.name = ["packing", "dynamic"]
-    cluster.gpus = [64, 128]
-
-    [[axes]]
-    mode = "zip"                # lists of equal length move together
-    workload.name = ["github", "commoncrawl"]
-    workload.max_len = [131072, 65536]
-
-    [[axes]]
-    mode = "random"             # `samples` seeded draws
-    samples = 8
-    seed = 1
-    hardware.network_scale = {dist = "loguniform", low = 0.25, high = 4.0}
-    sim.seed = {dist = "randint", low = 0, high = 999}      # both ends included
-    parallel.min_cp = {choices = [1, 2], weights = [3, 1]}  # or a plain list
-
-Axis fields are dotted paths into the run configuration (TOML turns an
-unquoted ``policy.name`` into a nested table; both spellings are accepted).
-Random distributions: ``uniform`` and ``loguniform`` (floats in [low, high)),
-``randint`` (integers in [low, high]) and ``choices`` (optional ``weights``).
-
-Each run is identified by ``RunConfig.config_hash()`` of its resolved
-configuration; a combination that fails validation gets the id
-``invalid-<hash of base + updates>`` and becomes a row with ``status="error"``.
-
-Output directory::
-
-    DIR/spec.toml          copy of the spec file (when the spec came from a file)
-    DIR/sweep.json         resolved spec: base configuration, axes, every run's id and updates
-    DIR/results/part-*.parquet   one part per finished batch (written to a temporary
-                                 file and renamed, so a killed sweep loses nothing finished)
-    DIR/figures/           standard figures (see dcpsim.report.plots.standard_figures)
-    DIR/**/.dcpsim-manifest.json  the files dcpsim wrote in each folder (see dcpsim.outdir)
-    DIR/.dcpsim-lock       held while a sweep runs (one sweep per folder)
-
-DIR may not hold files dcpsim did not write (refused before any work unless
-``force``); part files in ``results/`` that this sweep did not write are
-ignored and named in a warning, never read, merged or deleted. An unreadable
-part of its own (a truncated disk write) is reported and its runs run again.
+The spec format (grid, zip and random axis groups; run ids from ``RunConfig.config_hash()``) is documented
+in :mod:`dcpsim.run.sweep_spec`, the output directory and its file rules in :mod:`dcpsim.run.sweep_store`.
 
 One row per run: the simulator's ``summary`` (flat; dict and list values as
 JSON strings), the swept values (columns named by dotted path), and
