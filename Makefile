@@ -22,9 +22,10 @@ $(STAMP): pyproject.toml setup.py | $(BIN)/python
 run: $(STAMP)
 	$(BIN)/dcpsim demo
 
-# the default suite runs on every core (pytest-xdist, -n auto); a plain `pytest -q` runs the same tests serially
+# the default suite runs on every core (pytest-xdist, -n auto; --dist loadscope keeps a module's fixtures on one
+# worker, computed once); a plain `pytest -q` runs the same tests serially
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto
+	$(BIN)/python -m pytest -q -n auto --dist loadscope
 
 # the heavy checks (marker `slow`: wheel install, full reproductions); exit 5 = none collected, not a failure
 test-slow: $(STAMP)
