@@ -293,6 +293,7 @@ def _killer(marker: str | None, cfg):
     return {"tflops_per_gpu": float(cfg.sim.seed), "iteration_time_s": 1.0}
 
 
+@pytest.mark.slow  # kills a pool worker and waits for the retry (~7 s): in make test-slow, which CI runs
 def test_killed_worker_is_retried_then_recorded(tmp_path):
     from dcpsim.run.sweep import load_results, run_sweep
 

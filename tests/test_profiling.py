@@ -170,6 +170,7 @@ def cpu_profile(tmp_path_factory):
     return out, time.perf_counter() - t0
 
 
+@pytest.mark.slow  # the quick CPU profile (torchrun collectives) costs ~15 s CPU: in make test-slow, which CI runs
 def test_profile_quick_writes_a_loadable_measured_profile(cpu_profile):
     # no wall-clock assertion here: speed targets live in benchmarks, not unit tests (a loaded CI box is slow)
     out, _seconds = cpu_profile
@@ -201,6 +202,7 @@ def test_profile_quick_writes_a_loadable_measured_profile(cpu_profile):
     assert prof.peak_bf16_flops >= best
 
 
+@pytest.mark.slow  # the quick CPU profile (torchrun collectives) costs ~15 s CPU: in make test-slow, which CI runs
 def test_profile_round_trips_measured_times_through_the_cost_model(cpu_profile):
     """At a measured size, the cost model's attention and GEMM times equal the measured medians."""
     out, _ = cpu_profile
@@ -220,6 +222,7 @@ def test_profile_round_trips_measured_times_through_the_cost_model(cpu_profile):
     assert pc.gemm_fwd_s == pytest.approx(want, rel=1e-4)
 
 
+@pytest.mark.slow  # the quick CPU profile (torchrun collectives) costs ~15 s CPU: in make test-slow, which CI runs
 def test_validate_cli_writes_error_table(cpu_profile, capsys):
     out, _ = cpu_profile
     capsys.readouterr()
@@ -236,6 +239,7 @@ def test_validate_cli_writes_error_table(cpu_profile, capsys):
     assert md.count("\n| ") == 1 + 6  # header + one row per pack
 
 
+@pytest.mark.slow  # the quick CPU profile (torchrun collectives) costs ~15 s CPU: in make test-slow, which CI runs
 def test_validation_predictions_are_the_cost_model(cpu_profile, tmp_path):
     out, _ = cpu_profile
     m = scale_model(get_model("llama-13b"), 10)
