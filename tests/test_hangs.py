@@ -23,17 +23,9 @@ from test_sweep import SMALL_BASE
 from dcpsim.cli import main
 from dcpsim.errors import ConfigError
 from dcpsim.planning.inputs import make_data_spec
+from tests.test_files import _one_line_error  # one definition of the one-line error check
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _one_line_error(capsys, rc: int, *words: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert rc == 2, err
-    assert err.startswith("dcpsim: error:") and "\n" not in err and "Traceback" not in err, err
-    for w in words:
-        assert w in err, (w, err)
-    return err
 
 
 def _spec(tmp_path: Path, axes: str) -> Path:

@@ -9,17 +9,9 @@ import pytest
 
 from dcpsim.cli import main
 from dcpsim.errors import ConfigError
+from tests.test_files import _one_line_error  # one definition of the one-line error check
 
 BOM = b"\xef\xbb\xbf"
-
-
-def _one_line_error(capsys, rc: int, *words: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert rc == 2, err
-    assert err.startswith("dcpsim: error:") and "\n" not in err and "Traceback" not in err, err
-    for w in words:
-        assert w in err, (w, err)
-    return err
 
 
 @pytest.mark.parametrize("name,text", [

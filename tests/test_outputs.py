@@ -11,18 +11,10 @@ from test_sweep import SMALL_BASE
 from dcpsim.cli import main
 from dcpsim.errors import ConfigError
 from dcpsim.outdir import MANIFEST, check_out_dir, check_out_file, is_owned, write_text
+from tests.test_files import _one_line_error  # one definition of the one-line error check
 
 REPO = Path(__file__).resolve().parents[1]
 RUN_TOML = REPO / "examples" / "simulate_default.toml"
-
-
-def _one_line_error(capsys, rc: int, *words: str) -> str:
-    err = capsys.readouterr().err.strip()
-    assert rc == 2, err
-    assert err.startswith("dcpsim: error:") and "\n" not in err and "Traceback" not in err, err
-    for w in words:
-        assert w in err, (w, err)
-    return err
 
 
 def _stub(cfg) -> dict:
