@@ -234,6 +234,8 @@ def host_values() -> tuple[dict[str, float], dict[str, str]]:
     tensors = 12 * layers + 4  # plain GPT: per block 2 LayerNorms and 4 Linears with biases (12); emb, pos, ln_f (2), head
     graph = t["graph_launch_host_s"]["median_s"]
     vals = {
+        "layer_fwd_s": fwd,
+        "layer_bwd_s": fb - fwd,
         "kernel_fwd_s": fwd / fwd_k,
         "kernel_bwd_s": (fb - fwd) / (fb_k - fwd_k),
         "kernel_launch_s": launch,
@@ -247,8 +249,13 @@ def host_values() -> tuple[dict[str, float], dict[str, str]]:
         "graph_kernel_s": (graph - launch) / per_micro,
     }
     src = {
+        "layer_fwd_s": f"one GPT block's forward issue on the host ({fwd * 1e6:.0f} us, {fwd_k} kernels: LayerNorm, "
+                       "QKV, SDPA, projection, residual, LayerNorm, two MLP Linears, GELU, residual), module Python "
+                       "included; the base layer's forward whatever kernels a framework fuses it into; " + HOST_MEASURED,
+        "layer_bwd_s": f"one GPT block's forward+backward issue less its forward ({fb * 1e6:.0f} - {fwd * 1e6:.0f} us, "
+                       f"{fb_k - fwd_k} backward kernels), autograd engine included; " + HOST_MEASURED,
         "kernel_fwd_s": f"one GPT block's forward issue on the host over its kernels ({fwd * 1e6:.0f} us / {fwd_k}), "
-                        "module Python included; " + HOST_MEASURED,
+                        "module Python included: the price of each kernel beyond the base layer's; " + HOST_MEASURED,
         "kernel_bwd_s": f"(block forward+backward issue - forward issue) / backward kernels (({fb * 1e6:.0f} - "
                         f"{fwd * 1e6:.0f}) us / {fb_k - fwd_k}), autograd engine included; " + HOST_MEASURED,
         "kernel_launch_s": "enqueue of one tiny kernel (in-place add) in a loop; " + HOST_MEASURED,

@@ -123,6 +123,24 @@ def test_layer_pass_prices_kernels_calls_and_graphs():
         layer_pass_host(_shape(), X86, StepFlags(cuda_graphs="full"))
 
 
+def test_layer_pass_prices_the_measured_layer_whole_and_extra_kernels_one_by_one():
+    """With layer_*_s the base layer's pass costs the measured block's pass whatever its kernel count; the
+    TP collectives cost a call each and kernels beyond the base layer's (here 20 - 4 - 12 = 4 forward,
+    30 - 4 - 20 = 6 backward) the per-kernel price."""
+    from dataclasses import replace
+
+    host = replace(X86, layer_fwd_s=267e-6, layer_bwd_s=1473e-6)
+    f, b, _, _ = layer_pass_host(_shape(), host, StepFlags())
+    assert f[0] == pytest.approx(267e-6 + 4 * 24e-6 + 4 * 44e-6)
+    assert b[0] == pytest.approx(1473e-6 + 6 * 35e-6 + 4 * 44e-6)
+    base = PassShape(stage_layers=np.array([1.0]), vp=1, tp=1, kernels_fwd=np.array([12.0]),
+                     kernels_bwd=np.array([20.0]), collectives_fwd=np.zeros(1), collectives_bwd=np.zeros(1))
+    fewer = replace(base, kernels_fwd=np.array([8.0]), kernels_bwd=np.array([14.0]))
+    for sh in (base, fewer):  # fusing the layer into fewer kernels does not make its pass cheaper to issue
+        bf, bb, _, _ = layer_pass_host(sh, host, StepFlags())
+        assert bf[0] == pytest.approx(267e-6) and bb[0] == pytest.approx(1473e-6)
+
+
 def test_step_end_flags_add_syncs_and_work():
     work = StepEndWork(optimizer_device_s=2e-3, param_tensors=50, buckets=2)
     base = step_end_ops(work, StepFlags(log_params_norm=False, log_num_zeros=False, log_interval=1), X86)

@@ -31,7 +31,11 @@ pure functions saying what the host issues and what it costs; the evaluators
 above run it. A layer pass costs its kernels times the host's per-kernel cost
 of that direction (``kernel_fwd_s``, ``kernel_bwd_s``: measured per kernel of
 a whole transformer block, module Python and the autograd engine included)
-and its NCCL calls times ``collective_call_s``.
+and its NCCL calls times ``collective_call_s``; with ``layer_fwd_s``/``layer_bwd_s``
+in the table, the base layer's pass (its ``kernels_base`` kernels) costs the measured
+block's pass as a whole instead, and only the kernels beyond it are priced one by one
+(a framework that fuses the same layer into fewer kernels does not issue it faster: the
+module Python per pass stays).
 
 Syncs in a Megatron-LM training step (read in ``NVIDIA/Megatron-LM`` at
 d98e8a64, 2026-08-22; flags are Megatron's):
@@ -321,6 +325,7 @@ class PassShape:
     recompute: str = "none"
     n_seqs: np.ndarray | None = None  # documents per group's microbatch (THD when > 1)
     first_step: np.ndarray | None = None  # groups of the plan's first step (Dynamic-CP exchange)
+    kernels_base: tuple[float, float] = (12.0, 20.0)  # a base layer's kernels (no TP, CP, FP8): priced by layer_*_s
     kernels_head: tuple[float, float] = (9.0, 8.0)
     kernels_embed: tuple[float, float] = (1.0, 2.0)
 
@@ -340,7 +345,14 @@ def layer_pass_host(shape: PassShape, host: HostCosts, flags: StepFlags):
     if graphs:  # one call and one replay per captured layer pass; its kernels (collectives too) cost the replay
         f_host = host.module_call_s + host.graph_replay_s + kf * host.graph_kernel_s
         b_host = host.module_call_s + host.graph_replay_s + kb * host.graph_kernel_s
-    else:
+    elif host.layer_fwd_s > 0 or host.layer_bwd_s > 0:
+        # the base layer's pass as measured (a whole block's host time), the kernels beyond it one by one
+        base_f, base_b = shape.kernels_base
+        f_host = (host.layer_fwd_s + np.maximum(kf - cf - base_f, 0.0) * host.kernel_fwd_s
+                  + cf * host.collective_call_s)
+        b_host = (host.layer_bwd_s + np.maximum(kb - cb - base_b, 0.0) * host.kernel_bwd_s
+                  + cb * host.collective_call_s)
+    else:  # a [host] table without layer costs: every kernel at the per-kernel cost
         f_host = (kf - cf) * host.kernel_fwd_s + cf * host.collective_call_s
         b_host = (kb - cb) * host.kernel_bwd_s + cb * host.collective_call_s
     f_k, b_k = kf, kb

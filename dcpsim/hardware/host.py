@@ -9,8 +9,10 @@ carries one value per mechanism, each with a source in ``[sources]`` under
 
     [host]
     cpu = "x86"                      # CPU type: "x86" or "grace"
-    kernel_fwd_s = 24e-6             # forward: host time per kernel issued, module Python included
-    kernel_bwd_s = 35e-6             # backward: host time per kernel issued, autograd engine included
+    layer_fwd_s = 267e-6             # one transformer layer's forward pass on the host (measured block)
+    layer_bwd_s = 1473e-6            # one transformer layer's backward pass on the host, autograd engine included
+    kernel_fwd_s = 24e-6             # forward: host time per kernel issued beyond the layer's base kernels
+    kernel_bwd_s = 35e-6             # backward: the same, autograd engine included
     kernel_launch_s = 6.5e-6         # one bare op enqueue (outside modules: the step end's launches)
     module_call_s = 10e-6            # one Python-level module / op call outside the layers
     collective_call_s = 44e-6        # one NCCL collective or p2p call (torch.distributed + enqueue)
@@ -21,7 +23,12 @@ carries one value per mechanism, each with a source in ``[sources]`` under
     graph_replay_s = 6.5e-6          # host time to launch one captured CUDA graph ...
     graph_kernel_s = 0.9e-6          # ... plus this per kernel it holds
 
-Every field is in seconds except ``cpu``. A profile without ``[host]`` has no
+Every field is in seconds except ``cpu``. ``layer_fwd_s``/``layer_bwd_s`` price a transformer layer's pass as
+a whole (the host time of the measured block's pass: its module Python, dispatcher and launches), so that
+the price does not depend on how many kernels a framework fuses the same work into; kernels a layer launches
+beyond the base layer's (tensor-parallel collectives, ring steps, FP8 casts, unfused attention) cost
+``kernel_*_s`` or ``collective_call_s`` each. A table without ``layer_*_s`` (profiles written before them)
+prices the base layer at its kernel count times ``kernel_*_s`` instead. A profile without ``[host]`` has no
 host model: every host cost is zero and a step's time is its device time (the
 behaviour of profiles written before the host model). How the costs are used
 is :mod:`dcpsim.cost.host`.
@@ -43,6 +50,8 @@ class HostCosts:
     """Host dispatch costs of one CPU type (seconds; see the module docstring)."""
 
     cpu: str = "none"
+    layer_fwd_s: float = 0.0
+    layer_bwd_s: float = 0.0
     kernel_fwd_s: float = 0.0
     kernel_bwd_s: float = 0.0
     kernel_launch_s: float = 0.0

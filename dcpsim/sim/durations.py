@@ -298,7 +298,7 @@ class DurationModel:
         host = cost.profile.host
         if not host.enabled or self.host_flags is None:
             return None
-        from dcpsim.cost.fixed import KERNELS_CROSS_ENTROPY_UNFUSED, KERNELS_EMBED, KERNELS_HEAD
+        from dcpsim.cost.fixed import KERNELS_BWD, KERNELS_CROSS_ENTROPY_UNFUSED, KERNELS_EMBED, KERNELS_FWD, KERNELS_HEAD
 
         kf, kb = cost.kernels_per_layer(cps)
         cf, cb = layer_collectives(cost.tp, cps, cost.cp_comm)
@@ -309,6 +309,7 @@ class DurationModel:
         shape = PassShape(stage_layers=cost.stage_layers, vp=self.topo.vp, tp=cost.tp, kernels_fwd=kf, kernels_bwd=kb,
                           collectives_fwd=cf, collectives_bwd=cb, recompute=cost.recompute, n_seqs=table.n_seqs,
                           first_step=first, kernels_head=(float(head[0]), float(head[1])),
+                          kernels_base=(float(KERNELS_FWD), float(KERNELS_BWD)),
                           kernels_embed=(float(KERNELS_EMBED[0]), float(KERNELS_EMBED[1])))
         flags = replace(self.host_flags, thd=bool(plan.dynamic), dynamic_cp=bool(plan.dynamic))
         return host_ops(shape, host, flags)
