@@ -298,7 +298,13 @@ class DurationModel:
         host = cost.profile.host
         if not host.enabled or self.host_flags is None:
             return None
-        from dcpsim.cost.fixed import KERNELS_BWD, KERNELS_CROSS_ENTROPY_UNFUSED, KERNELS_EMBED, KERNELS_FWD, KERNELS_HEAD
+        from dcpsim.cost.fixed import (
+            KERNELS_BWD,
+            KERNELS_CROSS_ENTROPY_UNFUSED,
+            KERNELS_EMBED,
+            KERNELS_FWD,
+            KERNELS_HEAD,
+        )
 
         kf, kb = cost.kernels_per_layer(cps)
         cf, cb = layer_collectives(cost.tp, cps, cost.cp_comm)
