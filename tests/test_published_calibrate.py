@@ -137,3 +137,48 @@ def test_shipped_calibrated_profiles_are_listed_as_calibrated():
     assert get_profile("h100-sxm-calibrated").kind == "calibrated"
     assert get_profile("a100-sxm-80gb-calibrated").kind == "calibrated"
     assert get_profile("h100-sxm").kind == "public"
+
+
+# ------------------------------------------------------------------ issue 21: host knobs on the Megatron-LM CI suite
+def test_host_knobs_scale_the_framework_python_costs_of_the_base_profile():
+    """host_module_scale multiplies the [host] costs that are framework Python and nothing else;
+    host_step_s sets [host].step_s; each names its source; timing knobs stay in [timing]."""
+    import tomllib
+
+    from dcpsim.published.calibrate import HOST_SCALED, calibrated_profile_text, profile_folder
+
+    base = profile_folder("h100-sxm")
+    b = tomllib.loads((base / "profile.toml").read_text())
+    t = tomllib.loads(calibrated_profile_text(base, {"host_module_scale": 2.0, "host_step_s": 0.004,
+                                                     "gemm_efficiency_scale": 0.9}, {"host_step_s": "fit X"}))
+    for k, v in b["host"].items():
+        if k == "cpu":
+            continue
+        want = 0.004 if k == "step_s" else (2.0 * v if k in HOST_SCALED else v)
+        assert t["host"][k] == pytest.approx(want), k
+    assert t["sources"]["host.step_s"] == "fit X" and "host_module_scale 2" in t["sources"]["host.layer_fwd_s"]
+    assert t["timing"]["gemm_efficiency_scale"] == 0.9 and "host_module_scale" not in t["timing"]
+
+
+def test_host_knobs_are_declared_and_bounded():
+    import numpy as np
+
+    from dcpsim.errors import ConfigError
+    from dcpsim.published.calibrate import DEFAULT_HOST_PARAMS, HOST_KNOBS, check_host_knobs, knobs_at_bound
+
+    assert all(len(v) <= 2 and set(v) <= set(HOST_KNOBS) for v in DEFAULT_HOST_PARAMS.values())
+    ps = check_host_knobs(["host_module_scale", "host_step_s"])
+    assert [n for n, _, _ in knobs_at_bound(ps, np.array([ps[0].to_x(4.0), 0.01]))] == ["host_module_scale"]
+    with pytest.raises(ConfigError, match="host-params"):
+        check_host_knobs(["kernel_launch_s"])
+
+
+@needs_timing
+@pytest.mark.slow
+def test_host_fit_on_ci_fit_rows_lowers_their_error():
+    """The H100 host fit (about 15 s): only fit rows enter, and the fit lowers their error."""
+    from dcpsim.published.calibrate import calibrate_host
+
+    r = calibrate_host("h100-sxm", {}, iterations=1)
+    assert r is not None and set(r["fit_rows"]).isdisjoint(r["held_out_rows"])
+    assert r["fit_error"]["mean_abs_error"] < r["fit_error_before"]["mean_abs_error"]

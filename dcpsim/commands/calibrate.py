@@ -22,6 +22,8 @@ def register(sub) -> None:
     p.add_argument("--iterations", type=POS_INT, default=2, help="Gauss-Newton steps (default 2)")
     p.add_argument("--no-folds", action="store_true", help="skip the leave-one-family-out cross-validation")
     p.add_argument("--fold-iterations", type=NONNEG_INT, default=1, help="Gauss-Newton steps per fold (default 1)")
+    p.add_argument("--no-host", action="store_true", help="skip the host knobs' fit on the Megatron-LM CI suite's fit "
+                   "rows (declared for h100-sxm: host_module_scale, host_step_s)")
     p.add_argument("--suite", default=None, help="suite folder (default experiments/published_throughput)")
     p.add_argument("--out", default=None, help="folder for the calibrated profile copy and the report")
     p.add_argument("--name", default=None, help="name of the calibrated profile (default <gpu>-calibrated-local; "
@@ -58,7 +60,8 @@ def run(args) -> int:
         raise ConfigError("--name", args.name, "--out DIR too (the calibrated profile is written there)")
     params = [s.strip() for s in args.params.split(",") if s.strip()] if args.params else None
     res = calibrate(args.gpu, params=params, iterations=args.iterations, suite_dir=args.suite, folds=not args.no_folds,
-                    fold_iterations=args.fold_iterations, progress=False if args.json else None)
+                    fold_iterations=args.fold_iterations, progress=False if args.json else None,
+                    host=not args.no_host)
     written = write_calibration(res, args.out, apply=args.apply, name=args.name, force=args.force) if args.out else []
     if args.json:
         print_json(res.to_json() | {"written": [str(p) for p in written]})
@@ -73,6 +76,16 @@ def run(args) -> int:
               "mean_abs_error_%": f["error"]["mean_abs_error"] * 100,
               "worst_abs_error_%": f["error"]["worst_abs_error"] * 100} for f in res.folds]
     print_table(rows, title="|error| of tokens/s per GPU (re-simulated at the fitted values)")
+    if res.host:
+        h = res.host
+        print_table([{"knob": k, "uncalibrated": h["uncalibrated"][k], "fitted": h["fitted"][k]} for k in h["params"]],
+                    title="host knobs, fitted on the Megatron-LM CI suite's fit rows")
+        print_table([{"CI rows": name, "n": e["compared"], "mean_abs_error_%": e["mean_abs_error"] * 100,
+                      "worst_abs_error_%": e["worst_abs_error"] * 100}
+                     for name, e in (("fit (before)", h["fit_error_before"]), ("fit (after)", h["fit_error"]),
+                                     ("held-out (before)", h["held_out_error_before"]),
+                                     ("held-out (after)", h["held_out_error"]))],
+                    title="|error| of the CI step time (re-simulated at the fitted values)")
     print(f"{res.n_profile_candidates} candidate profiles, {res.wall_s:.0f} s")
     for p in written:
         print(f"wrote {p}")

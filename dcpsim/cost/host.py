@@ -258,8 +258,10 @@ def step_end_ops(work: StepEndWork, flags: StepFlags, host: HostCosts) -> list[O
     # writes the logs: every log_interval steps, so its host time is spread over them (one sync each, when
     # every step is logged)
     every = flags.log_interval <= 1
-    logging = 2 * mc + 2 * cc + host.step_s + flags.logged_scalars * mc
+    logging = 2 * mc + 2 * cc + flags.logged_scalars * mc
     ops.append(Op("loss report and logging", logging / max(flags.log_interval, 1), 0.0, sync_after=every))
+    if host.step_s > 0:  # per-step host work outside the mechanisms above (training loop Python, every step)
+        ops.append(Op("training loop", host.step_s, 0.0))
     if flags.timing_log_level >= 1:  # the level-1 timers (forward-backward, optimizer, ...) sync at start and stop
         ops = [replace(o, sync_before=True) if o.name == "optimizer" else o for o in ops]
     return ops

@@ -4,9 +4,14 @@
 
 What is fitted. At most five named ``[timing]`` knobs of the hardware profile
 (:data:`DEFAULT_PARAMS`; the cost model defines what they do), one set per
-GPU type, chosen before any fitting. Nothing else moves: the host's dispatch
-costs (``[host]``, :mod:`dcpsim.cost.host`) are mechanism parameters with
-sources, never fitted here.
+GPU type, chosen before any fitting. The host's dispatch costs (``[host]``,
+:mod:`dcpsim.cost.host`) are mechanism parameters with sources; two declared
+host knobs (:data:`DEFAULT_HOST_PARAMS`: a scale on the framework-Python
+costs and a per-step host time) are then fitted, the timing knobs held, on
+the fit rows of the Megatron-LM CI suite (``experiments/megatron_ci``, split
+by layout family in its ``suite.toml``), whose short steps are the only rows
+that see the host; ``host=False`` (``--no-host``) skips that stage. A host
+knob at its bound fails the calibration like a timing knob.
 
 On what. Only rows of the suite whose split is ``fit`` (``suite.toml``,
 declared before any fit) and whose GPU is the profile's; the objective is the
@@ -85,6 +90,20 @@ class Param:
     def x_bounds(self) -> tuple[float, float]:
         return self.to_x(self.lo), self.to_x(self.hi)
 
+
+# Host knobs, fitted on the Megatron-LM CI suite's fit rows (experiments/megatron_ci), not the published runs:
+# host_module_scale multiplies the [host] costs that are framework Python (HOST_SCALED: a layer pass, each
+# kernel and module call, the per-microbatch and per-parameter-tensor loops; the driver's launch, NCCL's call
+# path and the sync wake-up stay as measured); host_step_s is [host].step_s, the per-step host work outside
+# every priced mechanism (training-loop Python, logging writes, garbage collection).
+HOST_SCALED = ("layer_fwd_s", "layer_bwd_s", "kernel_fwd_s", "kernel_bwd_s", "module_call_s", "microbatch_s",
+               "param_tensor_s")
+HOST_KNOBS = {
+    "host_module_scale": Param("host_module_scale", "log", 0.25, 4.0, 0.05),
+    "host_step_s": Param("host_step_s", "lin", 0.0, 0.25, 0.002),
+}
+DEFAULT_HOST_PARAMS = {"h100-sxm": ["host_module_scale", "host_step_s"]}
+CI_GPU = {"h100-sxm": "H100", "a100-sxm-80gb": "A100", "gb200": "GB200"}
 
 KNOBS = {
     "gemm_efficiency_scale": Param("gemm_efficiency_scale", "log", 0.4, 1.6, 0.05),
@@ -178,12 +197,25 @@ def calibrated_profile_text(base: Path, values: dict[str, float], sources: dict[
     """``base``'s profile.toml with ``[timing]`` values (and their sources) replaced."""
     data = tomllib.loads((base / "profile.toml").read_text())
     timing = dict(data.get("timing", {}))
+    host = dict(data.get("host", {}))
     srcs = dict(data.get("sources", {}))
     for k, v in values.items():
-        timing[k] = float(v)
-        srcs[f"timing.{k}"] = sources.get(k, "calibration candidate")
+        if k == "host_module_scale":  # the base's framework-Python host costs, scaled
+            for h in HOST_SCALED:
+                if h in host:
+                    host[h] = float(host[h]) * float(v)
+                    srcs[f"host.{h}"] = (f"{srcs.get(f'host.{h}', '')} x host_module_scale {float(v):.4g} ("
+                                         f"{sources.get(k, 'calibration candidate')})")
+        elif k == "host_step_s":
+            host["step_s"] = float(v)
+            srcs["host.step_s"] = sources.get(k, "calibration candidate")
+        else:
+            timing[k] = float(v)
+            srcs[f"timing.{k}"] = sources.get(k, "calibration candidate")
     data.update(meta or {})
     data["timing"] = timing
+    if host:
+        data["host"] = host
     data["sources"] = srcs
     return dump_profile_toml(data)
 
@@ -242,6 +274,100 @@ class Evaluator:
         return np.array(out)
 
 
+@dataclass
+class CiEvaluator:
+    """Simulates Megatron-LM CI rows (:mod:`dcpsim.published.megatron_ci`) at host-knob values, the timing
+    knobs ``fixed`` at their fitted values, through candidate profile folders (counts simulations)."""
+
+    base: Path
+    params: list[Param]
+    workdir: Path
+    gpu: str
+    fixed: dict[str, float] = field(default_factory=dict)
+    n_evals: int = 0
+    cache: dict[tuple, Any] = field(default_factory=dict)
+    on_row: Callable[[str], None] | None = None
+
+    def values(self, x: np.ndarray) -> dict[str, float]:
+        return {p.name: p.from_x(float(v)) for p, v in zip(self.params, x, strict=True)}
+
+    def run(self, x: np.ndarray, rows: list) -> list:
+        from dcpsim.published.megatron_ci import _run_row as _run_ci_row
+
+        key_x = tuple(np.round(np.asarray(x, dtype=float), 12))
+        todo = [r for r in rows if (key_x, r.id) not in self.cache]
+        if todo:
+            folder = write_profile(self.base, self.workdir / f"host{self.n_evals:04d}",
+                                   {**self.fixed, **self.values(x)}, {})
+            self.n_evals += 1
+            for r in todo:
+                self.cache[(key_x, r.id)] = _run_ci_row(r, {self.gpu: str(folder)})
+                if self.on_row is not None:
+                    self.on_row(f"host candidate {self.n_evals}, CI row {r.id}")
+        return [self.cache[(key_x, r.id)] for r in rows]
+
+    def log_ratio(self, x: np.ndarray, rows: list) -> np.ndarray:
+        """log(simulated / measured step time) per CI row (NaN for rows not compared)."""
+        from dcpsim.published.megatron_ci import STATUS_OK
+
+        return np.array([math.log(r.simulated / r.row.measured) if r.status == STATUS_OK else math.nan
+                         for r in self.run(x, rows)])
+
+
+def _ci_errors(results: list) -> dict[str, Any]:
+    from dcpsim.published.megatron_ci import STATUS_OK
+
+    errs = [abs(r.error) for r in results if r.status == STATUS_OK]
+    return {"rows": [r.row.id for r in results], "compared": len(errs),
+            "mean_abs_error": float(np.mean(errs)) if errs else math.nan,
+            "worst_abs_error": float(np.max(errs)) if errs else math.nan}
+
+
+def check_host_knobs(names: list[str]) -> list[Param]:
+    """Host knobs by name (:data:`HOST_KNOBS`); ConfigError naming an unknown one."""
+    out = []
+    for n in names:
+        if n not in HOST_KNOBS:
+            raise ConfigError("--host-params", n, f"host knobs among {sorted(HOST_KNOBS)}")
+        out.append(HOST_KNOBS[n])
+    return out
+
+
+def calibrate_host(gpu: str, fixed: dict[str, float], *, params: list[str] | None = None, iterations: int = 2,
+                   ci_suite_dir: str | Path | None = None, workdir: Path | None = None,
+                   on_row: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """Fit the host knobs of ``gpu`` (:data:`DEFAULT_HOST_PARAMS`) on the Megatron-LM CI suite's fit rows of
+    that GPU (suite.toml's split, by layout family), with the timing knobs held at ``fixed``; the held-out
+    rows are only simulated. None when the GPU has no declared host knobs or no CI rows. The result's
+    ``at_bound`` lists knobs on a bound (the caller fails the calibration)."""
+    from dcpsim.published.megatron_ci import load_ci_suite, row_run
+
+    names = params if params is not None else DEFAULT_HOST_PARAMS.get(gpu, [])
+    if not names or gpu not in CI_GPU:
+        return None
+    knobs = check_host_knobs(names)
+    suite = load_ci_suite(ci_suite_dir)
+    rows = [r for r in suite.rows if r.raw["gpu"] == CI_GPU[gpu] and row_run(r)[0] is not None]
+    fit = [r for r in rows if r.split == "fit"]
+    held = [r for r in rows if r.split == "held-out"]
+    if not fit:
+        return None
+    base = profile_folder(gpu)
+    x0 = np.array([p.to_x(1.0 if p.name == "host_module_scale" else 0.0) for p in knobs])
+    ev = CiEvaluator(base, knobs, Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dcpsim-host-")),
+                     gpu, dict(fixed), on_row=on_row)
+    x, steps = gauss_newton(ev, fit, x0, iterations)  # type: ignore[arg-type]
+    before_fit, after_fit = ev.run(x0, fit), ev.run(x, fit)
+    before_held, after_held = ev.run(x0, held), ev.run(x, held)
+    return {"params": [p.name for p in knobs], "uncalibrated": ev.values(x0), "fitted": ev.values(x),
+            "fit_rows": [r.id for r in fit], "held_out_rows": [r.id for r in held],
+            "fit_error_before": _ci_errors(before_fit), "fit_error": _ci_errors(after_fit),
+            "held_out_error_before": _ci_errors(before_held), "held_out_error": _ci_errors(after_held),
+            "steps": steps, "data_sha256": suite.data_sha256, "n_profile_candidates": ev.n_evals,
+            "at_bound": knobs_at_bound(knobs, x),
+            "rows": [r.as_dict() for r in after_fit + after_held]}
+
+
 def _jacobian(ev: Evaluator, x: np.ndarray, rcs: list[RowConfig], r0: np.ndarray) -> np.ndarray:
     J = np.zeros((len(rcs), len(x)))
     for j, p in enumerate(ev.params):
@@ -254,13 +380,14 @@ def _jacobian(ev: Evaluator, x: np.ndarray, rcs: list[RowConfig], r0: np.ndarray
 
 
 def _solve_linear(r0: np.ndarray, J: np.ndarray, x: np.ndarray, params: list[Param]) -> np.ndarray:
-    from scipy.optimize import least_squares
+    from scipy.optimize import lsq_linear
 
+    # the linearised problem min |r0 + J (z - x)|^2 over the box, solved exactly (a general least-squares
+    # solver started at z = 0 stopped at once on its relative step tolerance: an additive knob at 0 never moved)
     lo = np.array([p.x_bounds[0] for p in params])
     hi = np.array([p.x_bounds[1] for p in params])
-    x0 = np.clip(x, lo, hi)
-    sol = least_squares(lambda z: r0 + J @ (z - x), x0, bounds=(lo, hi), method="trf")
-    return sol.x
+    sol = lsq_linear(J, J @ x - r0, bounds=(lo, hi), method="bvls")
+    return np.clip(sol.x, lo, hi)
 
 
 def gauss_newton(ev: Evaluator, rcs: list[RowConfig], x0: np.ndarray, iterations: int,
@@ -312,6 +439,7 @@ class CalibrationResult:
     n_profile_candidates: int
     wall_s: float
     rows: list[dict[str, Any]] = field(default_factory=list)
+    host: dict[str, Any] | None = None  # the host knobs' fit on the Megatron-LM CI suite (calibrate_host)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -335,6 +463,21 @@ class CalibrationResult:
                   f"| held-out | {self.held_out_error['compared']} | {pct(self.held_out_error_before['mean_abs_error'])} | "
                   f"{pct(self.held_out_error['mean_abs_error'])} | {pct(self.held_out_error_before['worst_abs_error'])} | "
                   f"{pct(self.held_out_error['worst_abs_error'])} |"]
+        if self.host:
+            h = self.host
+            lines += ["", "## Host knobs on the Megatron-LM CI suite", "",
+                      f"Fitted after the timing knobs (held at their fitted values) on the CI suite's fit rows of this "
+                      f"GPU (experiments/megatron_ci/suite.toml, split by layout family; data sha256 "
+                      f"`{h['data_sha256'][:16]}`); objective: squared log error of the step time; "
+                      f"{h['n_profile_candidates']} candidate profiles.", "",
+                      "| knob | uncalibrated | fitted |", "|---|---:|---:|"]
+            lines += [f"| {k} | {h['uncalibrated'][k]:.6g} | {h['fitted'][k]:.6g} |" for k in h["params"]]
+            lines += ["", "| CI rows | n | mean abs error before | after | worst before | after |",
+                      "|---|---:|---:|---:|---:|---:|"]
+            for name, a, b in (("fit", h["fit_error_before"], h["fit_error"]),
+                               ("held-out", h["held_out_error_before"], h["held_out_error"])):
+                lines.append(f"| {name} | {b['compared']} | {pct(a['mean_abs_error'])} | {pct(b['mean_abs_error'])} | "
+                             f"{pct(a['worst_abs_error'])} | {pct(b['worst_abs_error'])} |")
         lines += ["", "## Leave one family out", "",
                   f"Each fold is fitted without the family ({self.fold_iterations} Gauss-Newton step(s) from the "
                   "uncalibrated point), then the family's fit rows are simulated at the fold's values.", "",
@@ -374,7 +517,8 @@ def _rows_for(suite: Suite, gpu: str) -> tuple[list[RowConfig], list[RowConfig],
 
 def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2, suite_dir: str | Path | None = None,
               folds: bool = True, fold_iterations: int = 1, workdir: str | Path | None = None,
-              progress: bool | None = False) -> CalibrationResult:
+              progress: bool | None = False, host: bool = True, host_params: list[str] | None = None,
+              ci_suite_dir: str | Path | None = None) -> CalibrationResult:
     """Fit the knobs of profile ``gpu`` on its fit rows; cross-validate by family; evaluate held-out rows.
 
     ``progress``: count the simulations on a bar (None: only on a terminal, see :mod:`dcpsim.progress`).
@@ -408,6 +552,9 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         before_fit, after_fit = ev.run(x0, fit), ev.run(x, fit)
         before_held, after_held = ev.run(x0, held), ev.run(x, held)
         fold_out = _folds(ev, fit, x0, r0, J0, min(iterations, fold_iterations)) if folds else []
+        host_res = (calibrate_host(gpu, ev.values(x), params=host_params, iterations=iterations,
+                                   ci_suite_dir=ci_suite_dir, workdir=wd,
+                                   on_row=lambda note: bar.advance(note=note)) if host else None)
     finally:
         bar.__exit__(None, None, None)
         if tmp is not None:
@@ -420,8 +567,8 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         held_out_error=_errors(after_held), held_out_error_before=_errors(before_held),
         folds=fold_out, fold_iterations=min(iterations, fold_iterations), steps=steps, data_sha256=suite.data_sha256, revision=_revision(),
         n_profile_candidates=ev.n_evals, wall_s=time.perf_counter() - t0,
-        rows=[r.as_dict() for r in after_fit + after_held])
-    bad = knobs_at_bound(knobs, x)
+        rows=[r.as_dict() for r in after_fit + after_held], host=host_res)
+    bad = knobs_at_bound(knobs, x) + (list(host_res["at_bound"]) if host_res else [])
     if bad:
         raise KnobAtBoundError(bad, result)
     return result
@@ -502,11 +649,21 @@ def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = 
            f"{res.fit_error['mean_abs_error']:.3f}, held-out {res.held_out_error['mean_abs_error']:.3f}")
     base = profile_folder(res.gpu)
     srcs = {k: src for k in res.fitted}
+    values = dict(res.fitted)
+    if res.host:
+        h = res.host
+        hsrc = (f"fitted by dcpsim calibrate on the Megatron-LM CI suite (experiments/megatron_ci, sha256 "
+                f"{h['data_sha256'][:16]}) fit rows {_ranges(h['fit_rows'])} (step time); dcpsim "
+                f"{res.revision.get('git_commit', 'unknown')[:12]}; CI fit mean |error| "
+                f"{h['fit_error']['mean_abs_error']:.3f}, held-out {h['held_out_error']['mean_abs_error']:.3f}")
+        values.update(h["fitted"])
+        srcs.update({k: hsrc for k in h["fitted"]})
     data = tomllib.loads((base / "profile.toml").read_text())
     meta = {"name": name, "kind": "calibrated",
             "description": f"{data.get('description', res.gpu)} Timing knobs {', '.join(res.params)} calibrated on "
-                           f"published runs (CALIBRATION.md); a copy of {res.gpu}."}
-    prof_dir = write_profile(base, out / name, res.fitted, srcs, meta)
+                           f"published runs" + (f", host knobs {', '.join(res.host['params'])} on Megatron-LM CI "
+                                                "rows" if res.host else "") + f" (CALIBRATION.md); a copy of {res.gpu}."}
+    prof_dir = write_profile(base, out / name, values, srcs, meta)
     paths = [prof_dir / "profile.toml", prof_dir / "calibration.json", prof_dir / "CALIBRATION.md"]
     write_text(paths[1], json.dumps(to_jsonable(res.to_json()), indent=1))
     write_text(paths[2], res.markdown())
