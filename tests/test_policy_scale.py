@@ -297,7 +297,7 @@ def test_solver_placement_gives_the_scan_plans(monkeypatch):
 
 
 def test_solver_parked_groups_come_back_once_with_their_current_key():
-    from dcpsim.policies.solver import _Buckets
+    from dcpsim.policies.solver_placer import _Buckets
 
     b = _Buckets([1])
     g_time, g_room = [1.0, 2.0], [50, 80]

@@ -57,14 +57,14 @@ def _sync_cost(cfg: RunConfig, cost):
 
 def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) -> float:
     """Time after the pipeline's last backward until every stage is done (seconds), with the simulator's rules
-    (:func:`dcpsim.sim.engine.grad_sync_end_s`, :func:`~dcpsim.sim.engine.param_gather_stall_s`).
+    (:func:`dcpsim.sim.stage_sync.grad_sync_end_s`, :func:`~dcpsim.sim.stage_sync.param_gather_stall_s`).
 
     Stage ``p`` ends its last backward ``p·(b_chunk + x)`` before stage 0 and starts its first forward
     ``p·(f_chunk + x)`` after it (equal microbatches). With ``vp = 1`` and ``overlap_param_gather`` the
     all-gather waits at each stage's first forward instead (Megatron's rule, ``sim.param_gather_launch``):
     the delay it adds along the pipeline fill (:func:`fill_gather_delay_s`) adds to the tail.
     """
-    from dcpsim.sim.engine import gathers_at_first_forward, grad_sync_end_s, param_gather_stall_s
+    from dcpsim.sim.stage_sync import gathers_at_first_forward, grad_sync_end_s, param_gather_stall_s
 
     sync = _sync_cost(cfg, cost)
     pp = cfg.parallel.pp
@@ -89,9 +89,9 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
 
 def fill_gather_delay_s(bucket_s: np.ndarray, buckets: np.ndarray, f_chunk: float, x: float, launch: str) -> float:
     """Delay the parameter all-gather adds to the pipeline fill (seconds; vp = 1, overlap): each stage's first
-    forward ends where :func:`dcpsim.sim.engine.param_gather_ends` (the simulator's rule) puts it, its input
+    forward ends where :func:`dcpsim.sim.stage_sync.param_gather_ends` (the simulator's rule) puts it, its input
     ready at stage ``p − 1``'s end plus ``x``; minus the fill without it, ``(pp − 1)·(f_chunk + x) + f_chunk``."""
-    from dcpsim.sim.engine import param_gather_ends, param_gather_launch_s
+    from dcpsim.sim.stage_sync import param_gather_ends, param_gather_launch_s
 
     launch_s = param_gather_launch_s(launch)
     pp = len(bucket_s)

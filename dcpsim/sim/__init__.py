@@ -10,11 +10,12 @@ Layers (each documented in its module):
 * :mod:`~dcpsim.sim.durations` — every op's duration with numpy from the cost
   model (one vectorised ``batch_cost`` per link class), transfers, gradient sync.
 * :mod:`~dcpsim.sim.variability` — seeded kernel noise, stragglers, a degraded link.
-* :mod:`~dcpsim.sim.engine` — SimPy orders the ops (events at decision points only);
+* :mod:`~dcpsim.sim.engine` — SimPy orders the ops (events at decision points only; the parameter
+  all-gather's gate in :mod:`~dcpsim.sim.gate`, the stages' sync formulas in :mod:`~dcpsim.sim.stage_sync`);
   :mod:`~dcpsim.sim.fastpath` — the same schedule evaluated exactly with numpy. Both are engines chosen
   by name (``sim.engine``; :mod:`dcpsim.sim.engines`).
 * :mod:`dcpsim.sim.networks` — network models chosen by name (``sim.network``: ``ideal``, ``shared``;
-  the shared network's flows in :mod:`~dcpsim.sim.network`).
+  the shared network's transfers in :mod:`~dcpsim.sim.network`, its max-min flows in :mod:`~dcpsim.sim.flownet`).
 * :mod:`~dcpsim.sim.metrics` — per-iteration and per-rank accounting, :class:`SimResult`.
 
 Example (a hand-built plan; :func:`dcpsim.run.single.run_simulation` does

@@ -77,10 +77,28 @@ from functools import partial
 import numpy as np
 import simpy
 
-from dcpsim.choices import PARAM_GATHER_LAUNCHES
-from dcpsim.errors import ConfigError, DcpsimError
+from dcpsim.errors import DcpsimError
 from dcpsim.sim.durations import IterationWork, SyncCost
+from dcpsim.sim.gate import _Arrival, _gates, _zero_delay_into
 from dcpsim.sim.schedule import BWD, FWD, Graph
+from dcpsim.sim.stage_sync import (
+    after_reduce_scatter_s,
+    gathers_at_first_forward,
+    grad_sync_end_s,
+    param_gather_ends,
+    param_gather_launch_s,
+    param_gather_stall_s,
+    stage_end_s,
+    sync_buckets,
+    sync_ends,
+)
+
+# the stage-sync formulas (dcpsim.sim.stage_sync) stay importable from here
+__all__ = [
+    "IterationTimeline", "SimulationError", "after_reduce_scatter_s", "gathers_at_first_forward", "grad_sync_end_s",
+    "param_gather_ends", "param_gather_launch_s", "param_gather_stall_s", "run_iteration", "stage_end_s",
+    "sync_buckets", "sync_ends",
+]
 
 
 class SimulationError(DcpsimError):
@@ -120,250 +138,6 @@ def _per_node(fwd: np.ndarray, bwd: np.ndarray, vp: int, shape: tuple[int, int, 
     out[:, FWD, :] = np.tile(fwd / vp, (vp, 1))
     out[:, BWD, :] = np.tile(bwd / vp, (vp, 1))
     return out.reshape(-1).tolist()
-
-
-def grad_sync_end_s(b0: float, b1: float, total_s: float, bucket_s: float, buckets: int, overlap: bool) -> float:
-    """End of the bucketed gradient reduce-scatter of a stage whose last backward runs over ``[b0, b1]``."""
-    if not overlap:
-        return b1 + total_s
-    return max(b1 + bucket_s, b0 + (b1 - b0) / buckets + buckets * bucket_s)
-
-
-def param_gather_stall_s(total_s: float, bucket_s: float, buckets: int, first_fwd_s: float, overlap: bool) -> float:
-    """Time the next iteration's first forward waits for the bucketed parameter all-gather (before pipeline fill)."""
-    if not overlap:
-        return total_s
-    return max(bucket_s, buckets * bucket_s - first_fwd_s * (buckets - 1) / buckets)
-
-
-def gathers_at_first_forward(overlap_param_gather: bool, vp: int) -> bool:
-    """Whether the parameter all-gather runs at the stages' first forwards (Megatron's rule for ``vp = 1``
-    with --overlap-param-gather, see the module docstring) rather than in the stage's tail."""
-    return bool(overlap_param_gather) and vp == 1
-
-
-def param_gather_launch_s(rule: str) -> float | None:
-    """When a stage's first all-gather bucket is dispatched under ``sim.param_gather_launch`` (vp = 1,
-    overlap): ``None`` for ``"first_forward"`` (by the stage's first forward pre-hook, Megatron-Core
-    r0.9.0 on), ``0.0`` (the iteration's start) for ``"step_start"`` (Megatron-Core v0.6.0 .. r0.8.0's
-    ``DistributedOptimizer.zero_grad``)."""
-    if rule == "first_forward":
-        return None
-    if rule == "step_start":
-        return 0.0
-    raise ConfigError("sim.param_gather_launch", rule, f"one of {PARAM_GATHER_LAUNCHES}")
-
-
-def param_gather_ends(ready: np.ndarray, fwd: np.ndarray, bucket_s: float, buckets: int,
-                      launch_s: float | None = None) -> np.ndarray:
-    """Ends of a stage's first forward ops under the bucketed parameter all-gather (Megatron, ``vp = 1``).
-
-    ``ready``: when each op's inputs are there (its ranks free, its pipeline input arrived); ``fwd``: its
-    duration; ``bucket_s``: one bucket's all-gather. Bucket 0 starts at ``launch_s`` (``step_start``: the
-    iteration's start, :func:`param_gather_launch_s`) or, when ``None``, at ``J = max(ready)`` (each rank
-    dispatches it from its first forward's pre-hook; the collective runs when the last has). Op ``i``'s
-    segment 0 starts at ``max(ready_i, bucket 0's end)``; segment ``k`` (``fwd/B`` of the op) starts when
-    bucket ``k`` has arrived and segment ``k − 1`` is done; bucket ``k + 1`` starts when the last rank
-    starts segment ``k``. For equal ops at the first forward: ``J + t + (B − 1)·max(t, F/B) + F/B``; at
-    the step's start with one bucket: ``max(ready, launch + t) + F``.
-    """
-    seg = fwd / buckets
-    t0 = float(ready.max()) if launch_s is None else float(launch_s)
-    f = np.maximum(ready, t0 + bucket_s)
-    for _ in range(1, buckets):
-        f = np.maximum(f.max() + bucket_s, f + seg)
-    return f + seg
-
-
-def sync_buckets(sync: SyncCost) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(buckets, reduce-scatter per bucket, all-gather per bucket) per stage; one bucket when not given."""
-    pp = sync.reduce_scatter_s.size
-    nb = sync.buckets if sync.buckets is not None else np.ones(pp)
-    rs_b = sync.reduce_scatter_bucket_s if sync.reduce_scatter_bucket_s is not None else sync.reduce_scatter_s
-    ag_b = sync.all_gather_bucket_s if sync.all_gather_bucket_s is not None else sync.all_gather_s
-    return nb.astype(int), rs_b, ag_b
-
-
-def sync_ends(bwd_end: np.ndarray, last_bstart: np.ndarray, sync: SyncCost,
-              overlap_grad_sync: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(reduce-scatter end, optimizer end) per stage from its backward end and last backward start."""
-    nb, rs_b, _ = sync_buckets(sync)
-    rs_end = np.array([grad_sync_end_s(float(last_bstart[p]), float(bwd_end[p]), float(sync.reduce_scatter_s[p]),
-                                       float(rs_b[p]), int(nb[p]), overlap_grad_sync) for p in range(nb.size)])
-    return rs_end, rs_end + sync.optimizer_s
-
-
-class _Arrival:
-    """The value of a shared-network arrival, shaped like the SimPy event :meth:`_Run.on_arrive` takes."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: int) -> None:
-        self.value = value
-
-
-class _Gate:
-    """The first forward ops of pipeline stage ``p`` waiting for its parameter all-gather (vp = 1, overlap).
-
-    The ops arrive as their inputs do. At the first forward (``launch_s`` ``None``): when the last has
-    (``J``), bucket 0 starts. At the step's start (``launch_s`` a time, ``step_start``): bucket 0 starts
-    then, and op ``i``'s segment 0 starts at ``max(ready_i, bucket 0's end)`` as soon as both are known
-    (with one bucket the op's end is known then too). Then the chain of :func:`param_gather_ends`, its
-    bucket times either the ideal ``bucket_s`` (closed form at once) or flows on the shared network
-    (``flows``: a :class:`~dcpsim.sim.network.DpRingBucket`), bucket ``k + 1`` starting when the last op
-    starts its segment ``k``. Each op ends where the chain puts it. An op with a CP ring on the network
-    starts its ring flows with its compute (its segment 0, so they share the NICs with the later buckets)
-    and ends no earlier than ``t_f + D − R`` (as any op with a ring, :meth:`_Run.begin`).
-    """
-
-    def __init__(self, run: _Run, p: int, nodes: list[int], bucket_s: float, buckets: int, flows,
-                 launch_s: float | None = None) -> None:
-        self.run, self.p, self.nodes = run, p, nodes
-        self.bucket_s, self.B, self.flows, self.launch_s = bucket_s, buckets, flows, launch_s
-        self.left = len(nodes)
-        self.k = 0
-        self.f = np.zeros(0)
-        self.ends: dict[int, float] = {}
-        self.by_ring: dict[int, float] = {n: 0.0 for n in nodes if run.cp_work[n] <= 0.0}
-        self.e0: float | None = None  # bucket 0's end once known (step_start)
-        self.arrived: list[int] = []
-        if launch_s is not None:
-            if flows is not None:
-                flows.start_at(launch_s, self.first_bucket_done)
-            else:
-                self.e0 = launch_s + bucket_s
-
-    def arrive(self, n: int) -> None:
-        self.left -= 1
-        if self.launch_s is not None:
-            self.arrived.append(n)
-            if self.e0 is not None:
-                self.segment0(n)
-                if self.left == 0:
-                    self.chain()
-        elif self.left == 0:
-            self.open()
-
-    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        run = self.run
-        return (np.array([run.start[n] for n in self.nodes]), np.array([run.dur[n] for n in self.nodes]))
-
-    def open(self) -> None:
-        """All ops are there (first-forward launch): bucket 0 starts now."""
-        ready, dur = self._arrays()
-        if self.flows is not None:
-            self.flows.start_at(float(ready.max()), self.bucket_done)
-            return
-        e0 = float(ready.max()) + self.bucket_s
-        if len(self.by_ring) < len(self.nodes):
-            self.run.timeout(e0 - self.run.env.now).callbacks.append(lambda _ev: self.rings(e0))
-        self.finish(param_gather_ends(ready, dur, self.bucket_s, self.B))
-
-    def first_bucket_done(self, e: float) -> None:
-        """Bucket 0 launched at the step's start has ended at ``e`` (shared network)."""
-        self.e0 = e
-        for n in self.arrived:
-            self.segment0(n)
-        if self.left == 0:
-            self.chain()
-
-    def segment0(self, n: int) -> None:
-        """Op ``n`` (arrived; bucket 0's end known, step_start) starts computing at ``max(ready, e0)``; with
-        one bucket that also gives its end."""
-        run = self.run
-        t = max(run.start[n], self.e0)
-        if n not in self.by_ring:
-            run.timeout(t - run.env.now).callbacks.append(lambda _ev, n=n: self.ring(n))
-        if self.B == 1:
-            end = t + run.dur[n]
-            stall = end - run.start[n] - run.dur[n]
-            run.gather_stall[self.p] = max(run.gather_stall[self.p], stall) if len(self.ends) else stall
-            self.ends[n] = end
-            self.done(n)
-
-    def chain(self) -> None:
-        """Step_start, every op there and bucket 0 ended: buckets 1 .. B − 1 follow (several buckets)."""
-        if self.B == 1:
-            return
-        ready, dur = self._arrays()
-        if self.flows is None:
-            self.finish(param_gather_ends(ready, dur, self.bucket_s, self.B, self.launch_s))
-            return
-        self.f = np.maximum(ready, self.e0)
-        self.k = 1
-        self.flows.start_at(float(self.f.max()), self.bucket_done)
-
-    def bucket_done(self, e: float) -> None:
-        """Bucket ``k``'s flows have all ended at ``e`` (shared network)."""
-        seg = self._arrays()[1] / self.B
-        if self.k == 0:
-            self.f = np.full(seg.shape, e)
-            self.rings(e)
-        else:
-            self.f = np.maximum(e, self.f + seg)
-        self.k += 1
-        if self.k < self.B:
-            self.flows.start_at(float(self.f.max()), self.bucket_done)
-        else:
-            self.finish(self.f + seg)
-
-    def rings(self, e0: float) -> None:
-        """The ops' compute starts (bucket 0 is there): their CP rings on the network start."""
-        for n in self.nodes:
-            if n not in self.by_ring:
-                self.ring(n)
-
-    def ring(self, n: int) -> None:
-        """Op ``n``'s compute starts now: its CP ring on the network starts."""
-        run = self.run
-        w, r = run.cp_work[n], run.cp_window[n]
-
-        def ring_done(t_f: float) -> None:
-            self.by_ring[n] = t_f + run.dur[n] - r  # the op's end by its ring (started with its compute)
-            self.done(n)
-
-        run.transfers.ring(n, w, min(1.0, w / r), ring_done)
-
-    def finish(self, ends: np.ndarray) -> None:
-        ready, dur = self._arrays()
-        self.run.gather_stall[self.p] = float((ends - ready - dur).max())
-        self.ends = dict(zip(self.nodes, ends.tolist(), strict=True))
-        for n in self.nodes:
-            self.done(n)
-
-    def done(self, n: int) -> None:
-        """Op ``n`` ends once both its place in the chain and its ring's end are known: at the later of the
-        two (the ring's and the gather's waits overlap in time; alone the ring ends within the op)."""
-        if n in self.ends and n in self.by_ring:
-            run = self.run
-            run.timeout(max(self.ends[n], self.by_ring[n]) - run.env.now, n).callbacks.append(run.cb_done)
-
-
-def _zero_delay_into(graph: Graph, gates: list[_Gate]) -> bool:
-    """Whether an edge without transfer delay ends at a gated node (it would bypass :meth:`_Run.on_arrive`)."""
-    gated = np.zeros(graph.n_nodes, dtype=bool)
-    for g in gates:
-        gated[g.nodes] = True
-    return bool((gated[graph.dst] & (graph.delay_s <= 0.0)).any())
-
-
-def _gates(run: _Run, work: IterationWork, sync: SyncCost, launch_s: float | None) -> list[_Gate]:
-    """One :class:`_Gate` per pipeline stage over the groups of the plan's first step (vp = 1); ``launch_s``:
-    :func:`param_gather_launch_s`."""
-    table, G, pp = work.table, run.G, run.pp
-    if G == 0:
-        return []
-    first = np.nonzero(table.step == table.step.min())[0].tolist()
-    nb, _, ag_b = sync_buckets(sync)
-    alone = sync.all_gather_bucket_alone_s
-    gates = []
-    for p in range(pp):
-        flows = None
-        if run.transfers is not None and alone is not None:
-            flows = run.transfers.all_gather(p, float(alone[p]))
-        gates.append(_Gate(run, p, [(2 * p + FWD) * G + g for g in first], float(ag_b[p]), int(nb[p]), flows,
-                           launch_s))
-    return gates
 
 
 class _Run:
@@ -684,33 +458,6 @@ class _Run:
         return stage_end_s(p, self.last_bstart[p], now, fill, self.first_fwd[p], self.sync, self.overlap,
                            self.overlap_pg, bool(self.gates)) - now
 
-
-def stage_end_s(p: int, last_bstart: float, bwd_end: float, first_fwd_start: float, first_fwd_s: float,
-                sync: SyncCost, overlap_grad_sync: bool, overlap_param_gather: bool,
-                at_first_forward: bool = False) -> float:
-    """End of stage ``p`` (seconds): its bucketed reduce-scatter after the last backward (which started at
-    ``last_bstart`` and ended at ``bwd_end``), the optimizer step, and the parameter all-gather stall (less
-    the time the stage's first forward of this iteration, starting at ``first_fwd_start``, waited for its
-    pipeline input anyway). The one formula of the event simulation and the fast path. ``at_first_forward``:
-    the all-gather runs at the stage's first forwards instead (:func:`gathers_at_first_forward`)."""
-    nb, rs_b, _ = sync_buckets(sync)
-    r_end = grad_sync_end_s(last_bstart, bwd_end, float(sync.reduce_scatter_s[p]), float(rs_b[p]), int(nb[p]),
-                            overlap_grad_sync)
-    return after_reduce_scatter_s(p, r_end, first_fwd_start, first_fwd_s, sync, overlap_param_gather, at_first_forward)
-
-
-def after_reduce_scatter_s(p: int, r_end: float, first_fwd_start: float, first_fwd_s: float, sync: SyncCost,
-                           overlap_param_gather: bool, at_first_forward: bool = False) -> float:
-    """End of stage ``p`` given its reduce-scatter end ``r_end``: optimizer step, then the parameter
-    all-gather stall (see :func:`stage_end_s`; none when it runs at the first forwards)."""
-    if at_first_forward:
-        return r_end + float(sync.optimizer_s[p])
-    nb, _, ag_b = sync_buckets(sync)
-    stall = param_gather_stall_s(float(sync.all_gather_s[p]), float(ag_b[p]), int(nb[p]), first_fwd_s,
-                                 overlap_param_gather)
-    if overlap_param_gather:  # the stage waits for its first pipeline input anyway
-        stall = max(0.0, stall - first_fwd_start)
-    return r_end + float(sync.optimizer_s[p]) + stall
 
 
 def run_iteration(work: IterationWork, graph: Graph, sync: SyncCost, *, overlap_grad_sync: bool = True,

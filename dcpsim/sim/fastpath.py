@@ -9,9 +9,9 @@ a topological order, each op vectorised over the groups of its microbatch
 (a group starts when all its ranks are free, a ``reduceat`` over the stage's
 per-rank free times, and when its pipeline input has arrived; a stage's first
 forwards wait for its parameter all-gather with the engine's own
-:func:`~dcpsim.sim.engine.param_gather_ends`), then the
+:func:`~dcpsim.sim.stage_sync.param_gather_ends`), then the
 gradient synchronisation with the engine's own formula
-(:func:`~dcpsim.sim.engine.stage_end_s`). The op order comes from the one
+(:func:`~dcpsim.sim.stage_sync.stage_end_s`). The op order comes from the one
 schedule definition (:mod:`dcpsim.pipeline`), as the event simulation's
 does; the two give the same finish times (tested to 1e-9 relative; the
 floating-point operations are the same, so they agree to the last bit but for
@@ -28,8 +28,8 @@ import numpy as np
 
 from dcpsim.pipeline import PipelineSchedule, StepGroups, group_times
 from dcpsim.sim.durations import IterationWork, SyncCost
-from dcpsim.sim.engine import (
-    IterationTimeline,
+from dcpsim.sim.engine import IterationTimeline
+from dcpsim.sim.stage_sync import (
     gathers_at_first_forward,
     param_gather_ends,
     param_gather_launch_s,

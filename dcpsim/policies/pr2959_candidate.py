@@ -1,0 +1,509 @@
+"""``dynamic-pr2959``'s candidate: one microbatch count ``m`` of the search, built phase by phase.
+
+The phases (long sizes, long placement, normal filling, slot assignment, scoring, steps) are described
+in :mod:`dcpsim.policies.pr2959`'s docstring; FLOPs are forward FLOPs of one pipeline stage.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dcpsim.cost.padding import per_rank_tokens, per_rank_tokens_int
+from dcpsim.policies.plan import Group, Layout, Step
+from dcpsim.policies.pr2959_model import (
+    LONG_BWD_FACTOR,
+    NORMAL_BWD_FACTOR,
+    nearest_pow2,
+    pipeline_ratio,
+    pr_pipeline_makespan,
+)
+from dcpsim.policies.pr2959_tables import _BULK_MIN, _long_blocks, _NormalPool, _np_sum, _TokenTable
+
+
+class _Batch:
+    """Per-batch tables shared by the candidates: lengths, FLOPs and the code's sample order."""
+
+    def __init__(self, lengths: np.ndarray, layout: Layout, fwd: np.ndarray, bwd: np.ndarray,
+                 max_cp: int | None = None) -> None:
+        self.L = np.asarray(lengths, dtype=np.int64)
+        self.layout = layout
+        self.f, self.b = fwd, bwd
+        self.n = int(self.L.size)
+        self.M = layout.max_tokens_per_rank
+        self.u = layout.min_cp
+        self.K = layout.ranks_per_stage // self.u
+        top = layout.max_dynamic_cp if max_cp is None else max(min(max_cp, layout.max_dynamic_cp), self.u)
+        self.cmax_slots = max(1, top // self.u)
+        # the code sorts the batch longest first (stable); every later order is a stable sort of this one
+        self.order = np.argsort(-self.L, kind="stable")
+        self.tok1 = per_rank_tokens(self.L, self.u)  # tokens per rank of each sample on one slot
+        self.L_list, self.f_list, self.b_list = self.L.tolist(), fwd.tolist(), bwd.tolist()  # for per-sample loops
+
+    def f_sum(self, idx: list[int]) -> float:
+        """``float(f[idx].sum())``, bit for bit (see :func:`_np_sum`)."""
+        return _np_sum(self.f, self.f_list, idx)
+
+    def b_sum(self, idx: list[int]) -> float:
+        """``float(b[idx].sum())``, bit for bit."""
+        return _np_sum(self.b, self.b_list, idx)
+
+    def tokens(self, i: int, slots: int) -> int:
+        """Tokens per rank of sample ``i`` on a group of ``slots`` slots (padding counted)."""
+        return per_rank_tokens_int(int(self.L[i]), slots * self.u)
+
+    def need_slots(self, i: int) -> int:
+        """Smallest power-of-two slot count that holds sample ``i`` within ``M`` tokens per rank."""
+        cs = 1
+        while cs < self.cmax_slots and self.tokens(i, cs) > self.M:
+            cs *= 2
+        return cs
+
+
+@dataclass
+class _LongGroup:
+    start: int  # first slot
+    slots: int
+    members: list[int]
+    fwd: float  # the solver's forward FLOPs of the whole group
+    bwd: float  # the solver's backward estimate of the whole group
+    tokens: int  # per rank
+
+
+@dataclass
+class _Candidate:
+    """One ``m`` of the search, built phase by phase (see the module docstring)."""
+
+    batch: _Batch
+    m: int
+    long_factor: float
+    fill_slack: float
+    bucket_target: str
+    safe: bool
+    valid: bool = True
+    reason: str = ""
+    makespan: float = math.inf
+    peak_bytes: float = 0.0
+    memory_ok: bool = True
+    max_tokens: int = 0
+    misaligned: int = 0
+    overflow_blocks: int = 0
+    clamped: int = 0
+    n_leftovers: int = 0
+    long_ids: list[int] = field(default_factory=list)
+    groups: list[_LongGroup] = field(default_factory=list)
+    slot_lists: list[list[int]] = field(default_factory=list)
+
+    # ------------------------------------------------------------ phases
+    def build(self) -> None:
+        bt, lay = self.batch, self.batch.layout
+        self.n_b = lay.pp * self.m * bt.K
+        self.mu = float(bt.f.sum()) / self.n_b
+        bubble = (lay.pp * self.m + lay.pp - 1) / (lay.pp * self.m)
+        self.tau = self.mu * {"mean": 1.0, "iteration": bubble, "timeline": 1.0 / bubble}[self.bucket_target]
+        is_long = bt.f[bt.order] > self.long_factor * self.mu
+        if self.safe:  # safe mode: a sample one slot cannot hold is long
+            is_long |= bt.tok1[bt.order] > bt.M
+        self.long_ids = bt.order[is_long].tolist()
+        self.normal = bt.order[~is_long]  # ids, largest first (an int64 array)
+        sizes = self.long_sizes()
+        self.place_long(sizes)
+        self.fill_normal(self.n_b - sum(sizes))
+        if self.valid:
+            self.assign_slots()
+        if self.valid:
+            self.score()
+
+    def _reject(self, reason: str) -> None:
+        if self.valid:
+            self.valid, self.reason = False, reason
+
+    def long_sizes(self) -> list[int]:
+        """Phase 1: slots per long sample (``nearest_pow2(ceil(f/τ))``, capped as the code caps it)."""
+        bt = self.batch
+        left = self.n_b
+        out = []
+        n_long = len(self.long_ids)
+        for idx, i in enumerate(self.long_ids):
+            want = nearest_pow2(math.ceil(float(bt.f[i]) / self.tau))
+            c = min(want, bt.cmax_slots, bt.K, left - (n_long - 1 - idx))
+            c2 = 1 << (max(c, 1).bit_length() - 1)  # dcpsim's groups are powers of two, at least one slot
+            if self.safe:
+                c2 = max(c2, bt.need_slots(i))
+            self.clamped += c2 != c
+            left -= c2
+            out.append(c2)
+        return out
+
+    def place_long(self, sizes: list[int]) -> None:
+        """Phase 2: an aligned block per long sample (most buckets left), filled with normal samples."""
+        bt = self.batch
+        blocks, self.overflow_blocks = _long_blocks(sizes, bt.K, bt.layout.pp * self.m)
+        self._flag_all = self.n_b - sum(sizes) <= 0
+        self._total_num = bt.K * pipeline_ratio(self.m, bt.layout.pp)
+        self._pool = pool = _NormalPool(self.normal, bt.f, bt.L)
+        self.groups = [self._long_group(i, cs, blk) for i, cs, blk in zip(self.long_ids, sizes, blocks, strict=True)]
+        self.normal = pool.alive()
+        self._pool = None
+
+    def _long_group(self, i: int, cs: int, blk: int) -> _LongGroup:
+        """Long sample ``i``'s group on block ``blk`` of ``cs`` slots: the normal samples it takes (largest
+        first, under the code's three limits), its tokens per rank and the solver's FLOPs of the group."""
+        bt, pool = self.batch, self._pool
+        negf, nxt, size = pool.negf, pool.nxt, pool.size
+        fi = bt.f_list[i]
+        room = cs * self.tau - fi
+        length_sum = bt.L_list[i]
+        ranks = cs * bt.u
+        pad = 2 * ranks if ranks > 1 else 1  # the padding rule (dcpsim.cost.padding), inlined
+        tok = -(-length_sum // pad) * pad // ranks
+        cap = bt.M * cs
+        members, fsum, bsum = [i], 0.0 + fi, 0.0  # numpy sums fewer than 8 numbers left to right from 0.0
+        p = 0  # position in the pool's fixed order (the code's index into its shrinking list)
+        while self._flag_all or (pool.n_alive > self._total_num and length_sum < cap):
+            x = room * self.fill_slack
+            if x <= 0:
+                break
+            # first remaining normal sample (from p) with forward FLOPs < x: pool.first_below, inlined
+            p = max(p, bisect_right(negf, -x))
+            while nxt[p] != p:
+                nxt[p] = p = nxt[nxt[p]]  # path halving
+            if p >= size:
+                break
+            Lk = pool.lengths[p]
+            t = -(-Lk // pad) * pad // ranks
+            if self.safe and tok + t > bt.M:
+                p += 1
+                continue
+            pool.remove(p)
+            k, fk = pool.ids[p], -negf[p]
+            room -= fk
+            length_sum += Lk
+            tok += t
+            members.append(k)
+            fsum += fk
+            bsum += bt.b_list[k]
+        if len(members) >= 8:  # numpy's pairwise summation
+            fsum, bsum = bt.f_sum(members), bt.b_sum(members[1:])
+        return _LongGroup(blk * cs, cs, members, fsum, LONG_BWD_FACTOR * fi + bsum, tok)
+
+    def fill_normal(self, n_nb: int) -> None:
+        """Phase 3: normal buckets, FLOPs-first under the mean-token target, then leftovers by tokens."""
+        bt = self.batch
+        if n_nb <= 0:
+            if self.normal.size and not self.safe:
+                self._reject("no normal bucket left for the normal samples")
+            n_nb = 1 if self.normal.size else 0
+        self.bf, self.bl = [0.0] * n_nb, [0] * n_nb
+        self.seq: list[int] = []  # normal samples in the order they joined a bucket (an array once filled)
+        self.dest: list[int] = []  # the bucket each joined
+        if self.normal.size:
+            ids = self.normal
+            T = float(bt.L[ids].sum()) / n_nb
+            cap = bt.M if self.safe else math.inf
+            left = self._lowest_flops_first(ids, T, cap)
+            self.n_leftovers = len(left)
+            self._leftovers(sorted(left, key=bt.L_list.__getitem__, reverse=True), T, cap)
+        self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
+        self.seq, self.dest = np.array(self.seq, dtype=np.int64), np.array(self.dest, dtype=np.int64)
+        # the code adds 2·f to a bucket's backward estimate with every f it adds to its forward; doubling
+        # is exact in binary floating point, so those sums are exactly twice the forward sums
+        self.bb = NORMAL_BWD_FACTOR * self.bf
+
+    def _lowest_flops_first(self, ids: np.ndarray, T: float, cap: float) -> list[int]:
+        """Each normal sample (largest first) to the bucket with the lowest forward FLOPs among those it
+        keeps within ``T`` tokens (and ``cap`` tokens per rank), ties to the lowest bucket; returns the
+        samples none takes.
+
+        A bucket fits sample ``i`` when its tokens are at most ``lim_i = min(floor(T) − L_i, cap − t_i)``
+        (integers), which only grows as the samples shrink. The buckets that may fit sit in a heap by
+        (FLOPs, index); one found too full is parked in a heap by tokens until ``lim`` reaches it, and
+        one above the last sample's ``lim`` is dropped for good.
+        """
+        bt, bf, bl, seq, dest = self.batch, self.bf, self.bl, self.seq, self.dest
+        lims = math.floor(T) - bt.L[ids]
+        if cap != math.inf:
+            lims = np.minimum(lims, int(cap) - bt.tok1[ids])
+        dead = int(lims[-1])
+        never = dead + 1
+        # samples no bucket can hold (lim < 0) come first: leftovers; then each of the next samples opens
+        # the lowest empty bucket (FLOPs 0, below any other) while one is left
+        n0 = int(np.searchsorted(lims, 0))
+        left = ids[:n0].tolist()
+        E = min(len(bf), ids.size - n0)
+        first = ids[n0:n0 + E]
+        bf[:E], bl[:E] = bt.f[first].tolist(), bt.L[first].tolist()
+        seq.extend(first.tolist())
+        dest.extend(range(E))
+        rest, rest_lims = ids[n0 + E:], lims[n0 + E:]
+        done = self._bulk_lowest_flops(rest, rest_lims)  # in runs while provably the same, then one by one
+        rest, rest_lims = rest[done:], rest_lims[done:]
+        active = [(bf[k], k) for k in range(len(bf)) if bl[k] <= dead]
+        heapq.heapify(active)
+        parked: list[tuple[int, int]] = []
+        pmin = never  # tokens of the emptiest parked bucket
+        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
+        for i, lim, Li, fi in zip(rest.tolist(), rest_lims.tolist(), bt.L[rest].tolist(), bt.f[rest].tolist(),
+                                  strict=True):
+            while pmin <= lim:
+                k = pop(parked)[1]
+                push(active, (bf[k], k))
+                pmin = parked[0][0] if parked else never
+            while active:
+                v, k = active[0]
+                b = bl[k]
+                if b <= lim:
+                    break
+                pop(active)
+                push(parked, (b, k))
+                if b < pmin:
+                    pmin = b
+            else:
+                left.append(i)
+                continue
+            bf[k] = v = v + fi  # the heap key is the bucket's FLOPs
+            bl[k] = b = b + Li
+            seq.append(i)
+            dest.append(k)
+            if b > dead:
+                pop(active)
+            else:
+                replace(active, (v, k))
+        return left
+
+    def _bulk_lowest_flops(self, ids: np.ndarray, lims: np.ndarray) -> int:
+        """:meth:`_lowest_flops_first`'s placements in runs while provably its decision; returns how many of
+        ``ids`` (their ``lims``) were placed.
+
+        The next ``k`` samples go to the ``k`` buckets of lowest (FLOPs, index) in that order when each
+        of those buckets fits its sample (tokens ``<= lim``) and every bucket given one in the run ends
+        above the next bucket's FLOPs (so that bucket is still the lowest that fits). The sums are the
+        heap loop's (one addition per sample, in order). Stops at the first run shorter than
+        ``_BULK_MIN`` (the heap loop takes over from there, from the same state).
+        """
+        bt = self.batch
+        n, nb = ids.size, len(self.bf)
+        if n == 0 or nb == 0:
+            return 0
+        bf, bl = np.asarray(self.bf, dtype=np.float64), np.asarray(self.bl, dtype=np.int64)
+        fs, Ls = bt.f[ids].astype(np.float64), bt.L[ids].astype(np.int64)
+        lims = np.asarray(lims, dtype=np.int64)
+        ks = np.arange(nb)
+        pos = 0
+        placed: list[np.ndarray] = []
+        while pos < n:
+            k = min(nb, n - pos)
+            e = np.lexsort((ks, bf))[:k]  # lowest FLOPs first, ties to the lowest bucket
+            new = bf[e] + fs[pos:pos + k]
+            good = bl[e] <= lims[pos:pos + k]
+            good[1:] &= np.minimum.accumulate(new)[:-1] > bf[e[1:]]
+            bad = np.flatnonzero(~good)
+            run = k if bad.size == 0 else int(bad[0])
+            if run:
+                e = e[:run]
+                bf[e] = new[:run]
+                bl[e] += Ls[pos:pos + run]
+                placed.append(e)
+                pos += run
+            if run < _BULK_MIN:
+                break
+        if pos:
+            self.bf[:], self.bl[:] = bf.tolist(), bl.tolist()
+            self.seq.extend(ids[:pos].tolist())
+            self.dest.extend(np.concatenate(placed).tolist())
+        return pos
+
+    def _leftovers(self, left: list[int], T: float, cap: float) -> None:
+        """Samples no bucket took: to the bucket whose tokens end closest to ``T`` (safe mode: an extra bucket).
+
+        The code ranks the buckets by tokens once and takes the first of that ranking with the
+        smallest ``(tokens + L − T)²``; here the buckets sit in a table sorted by token count.
+        """
+        if not left:
+            return
+        table = _TokenTable(self.bl)
+        Ls, fs = self.batch.L_list, self.batch.f_list
+        limits = [None] * len(left) if cap == math.inf else (int(cap) - self.batch.tok1[left]).tolist()
+        bf, bl, seq, dest = self.bf, self.bl, self.seq, self.dest
+        for i, limit in zip(left, limits, strict=True):
+            Li = Ls[i]
+            k = table.closest(Li, T, limit)
+            if k < 0:  # safe mode: an extra bucket, ranked last
+                k = len(bl)
+                bf.append(0.0 + fs[i])
+                bl.append(Li)
+                table.add(k, Li)
+            else:
+                bf[k] += fs[i]
+                bl[k] = b = bl[k] + Li
+                table.move(k, b - Li, b)
+            seq.append(i)
+            dest.append(k)
+
+    def assign_slots(self) -> None:
+        """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot."""
+        bt = self.batch
+        lists, fsum = self._long_lists()
+        if not self._deal_buckets(lists, fsum, bt.layout.pp * self.m):
+            return
+        self.slot_lists = lists
+        toks = [g.tokens for g in self.groups] + self._normal_tokens().tolist()
+        self.max_tokens = int(max(toks, default=0))
+        if self.max_tokens > bt.M:
+            self._reject(f"a group holds {self.max_tokens} tokens per rank > max_tokens_per_rank {bt.M}")
+
+    def _long_lists(self) -> tuple[list[list[int]], list[float]]:
+        """Each slot's list of long groups (``~g``, in placement order) and its forward FLOPs from them
+        (each group's share added slot by slot in placement order, as the code adds them)."""
+        K, ng = self.batch.K, len(self.groups)
+        if not ng:
+            return [[] for _ in range(K)], [0.0] * K
+        starts = np.fromiter((g.start for g in self.groups), dtype=np.int64, count=ng)
+        width = np.fromiter((g.slots for g in self.groups), dtype=np.int64, count=ng)
+        share = np.fromiter((g.fwd for g in self.groups), dtype=np.float64, count=ng) / width
+        gid = np.repeat(np.arange(ng), width)
+        slot = np.repeat(starts, width) + (np.arange(gid.size) - np.repeat(np.cumsum(width) - width, width))
+        fsum = np.zeros(K)
+        np.add.at(fsum, slot, share[gid])  # in order: each slot's adds as the code makes them
+        order = np.argsort(slot, kind="stable")
+        codes = (~gid[order]).tolist()
+        ends = np.cumsum(np.bincount(slot, minlength=K)).tolist()
+        return [codes[a:b] for a, b in zip([0, *ends][:K], ends, strict=True)], fsum.tolist()
+
+    def _deal_buckets(self, lists: list[list[int]], fsum: list[float], per_slot: int) -> bool:
+        """Normal buckets, ascending forward FLOPs, each to the slot with the least FLOPs among those with
+        fewer than ``per_slot`` buckets (ties: lowest slot); False when the candidate is rejected.
+
+        Empty buckets (FLOPs 0) come first in that order: outside safe mode the code rejects the
+        candidate at the first one, in safe mode they are skipped.
+        """
+        count = [len(x) for x in lists]
+        heap = [(f, s) for s, f in enumerate(fsum) if count[s] < per_slot]
+        heapq.heapify(heap)
+        overfull = False  # safe mode, every slot full: the lightest slot of all (the code's fallback)
+        pop, replace = heapq.heappop, heapq.heapreplace
+        order = np.argsort(self.bf, kind="stable")
+        filled = np.bincount(self.dest, minlength=len(self.bf))[order] > 0
+        if not filled.all() and not self.safe:
+            self._reject("an empty normal bucket")
+            return False
+        for k, fk in zip(order[filled].tolist(), self.bf[order[filled]].tolist(), strict=True):
+            if not heap:
+                if not self.safe:
+                    self._reject("more buckets than slots can take")
+                    return False
+                overfull = True
+                heap = [(f, s) for s, f in enumerate(fsum)]
+                heapq.heapify(heap)
+            f, s = heap[0]
+            lists[s].append(k)
+            fsum[s] = f = f + fk
+            count[s] += 1
+            if overfull or count[s] < per_slot:
+                replace(heap, (f, s))
+            else:
+                pop(heap)
+        return True
+
+    def _normal_tokens(self) -> np.ndarray:
+        """Tokens per rank of every normal bucket (``min_cp`` ranks, each sample padded on its own)."""
+        return np.bincount(self.dest, weights=self.batch.tok1[self.seq], minlength=len(self.bf)).astype(np.int64)
+
+    def members(self) -> list[list[int]]:
+        """The samples of every normal bucket, in the order they joined it."""
+        dest = np.asarray(self.dest, dtype=np.int64)
+        by = np.asarray(self.seq, dtype=np.int64)[np.argsort(dest, kind="stable")]
+        ends = np.cumsum(np.bincount(dest, minlength=len(self.bf))).tolist()
+        flat = by.tolist()
+        return [flat[a:b] for a, b in zip([0, *ends][: len(ends)], ends, strict=True)]
+
+    def _slot_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(slot, position, code) of every entry of the slots' lists (code: bucket ``k``, or ``~g`` for long group ``g``)."""
+        lens = [len(x) for x in self.slot_lists]
+        code = np.fromiter(itertools.chain.from_iterable(self.slot_lists), dtype=np.int64, count=sum(lens))
+        slot = np.repeat(np.arange(len(lens)), lens)
+        pos = np.arange(code.size) - np.repeat(np.cumsum(lens) - lens, lens)
+        return slot, pos, code
+
+    def score(self) -> None:
+        """Phase 5: the makespan of each slot's list in the PR's pipeline simulation (solver FLOPs), largest over slots."""
+        slot, pos, code = self._slot_table()
+        n = max((len(x) for x in self.slot_lists), default=0)
+        fw = np.zeros((n, self.batch.K))
+        bw = np.zeros((n, self.batch.K))
+        g = code < 0
+        if g.any():
+            per = np.array([x.slots for x in self.groups], dtype=np.float64)
+            gid = ~code[g]
+            fw[pos[g], slot[g]] = (np.array([x.fwd for x in self.groups]) / per)[gid]
+            bw[pos[g], slot[g]] = (np.array([x.bwd for x in self.groups]) / per)[gid]
+        b = ~g
+        fw[pos[b], slot[b]] = self.bf[code[b]]
+        bw[pos[b], slot[b]] = self.bb[code[b]]
+        self.makespan = float(pr_pipeline_makespan(fw, bw, self.batch.layout.pp).max())
+
+    def steps(self) -> list[Step]:
+        """Phase 6: microbatch ``k`` of a slot is its ``k``-th bucket; a long group runs where all its slots reach it."""
+        slot, pos, code = self._slot_table()
+        g = code < 0
+        if g.any():  # a long group the code has at different list positions on its slots
+            lo = np.full(len(self.groups), np.iinfo(np.int64).max)
+            hi = np.full(len(self.groups), -1)
+            np.minimum.at(lo, ~code[g], pos[g])
+            np.maximum.at(hi, ~code[g], pos[g])
+            self.misaligned += int(np.count_nonzero(lo != hi))
+        if self.misaligned:
+            return self._realigned_steps()
+        # every long group sits at one list index on all its slots, so each entry runs at its index
+        first = np.array([gr.start for gr in self.groups], dtype=np.int64)[~code[g]] == slot[g]
+        keep = np.flatnonzero(~g)
+        keep = np.sort(np.concatenate([keep, np.flatnonzero(g)[first]]))
+        order = keep[np.lexsort((slot[keep], pos[keep]))]
+        u, groups, members = self.batch.u, self.groups, self.members()
+        out: list[Step] = []
+        cur, last = [], 0
+        for c, s, p in zip(code[order].tolist(), slot[order].tolist(), pos[order].tolist(), strict=True):
+            if p != last:
+                out.append(Step(cur))
+                cur, last = [], p
+            if c < 0:
+                gr = groups[~c]
+                cur.append(Group(gr.start * u, gr.slots * u, list(gr.members)))
+            else:
+                cur.append(Group(s * u, u, members[c]))
+        if cur:
+            out.append(Step(cur))
+        return out
+
+    def _realigned_steps(self) -> list[Step]:
+        """:meth:`steps` when a long group is misaligned: it runs at the latest of its slots' next
+        positions, and the other slots' next buckets move into the gap."""
+        bt = self.batch
+        u = bt.u
+        nxt = np.zeros(bt.K, dtype=np.int64)
+        taken: list[set[int]] = [set() for _ in range(bt.K)]
+        at: dict[int, list[Group]] = {}
+        for gr in self.groups:
+            sl = slice(gr.start, gr.start + gr.slots)
+            p = int(nxt[sl].max())
+            nxt[sl] = p + 1
+            for s in range(gr.start, gr.start + gr.slots):
+                taken[s].add(p)
+            at.setdefault(p, []).append(Group(gr.start * u, gr.slots * u, list(gr.members)))
+        members = self.members()
+        for s, lst in enumerate(self.slot_lists):
+            p, tk = 0, taken[s]
+            for k in lst:
+                if k < 0:
+                    continue
+                while p in tk:
+                    p += 1
+                at.setdefault(p, []).append(Group(s * u, u, members[k]))
+                p += 1
+        return [Step(sorted(at[k], key=lambda gr: gr.start)) for k in sorted(at)]
+

@@ -1,0 +1,171 @@
+"""``dynamic-pr2959``'s fast structures: they make the code's decisions without its scans.
+
+:func:`_long_blocks` takes the blocks of a run of long samples of one size at once, :class:`_NormalPool`
+removes fillers in O(α), :class:`_TokenTable` finds the leftover bucket whose tokens end closest to the
+target. ``tests/test_pr2959_scale.py`` checks each against the plain scan of :mod:`dcpsim.policies.pr2959`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from bisect import bisect_left, bisect_right, insort
+
+import numpy as np
+
+_BULK_MIN = 64  # _Candidate._bulk_lowest_flops: runs shorter than this hand over to the heap loop
+
+
+def _sq(x: float) -> float:
+    """``x²`` as numpy's ``x ** 2`` computes it (one rounded product)."""
+    return x * x
+
+
+def _np_sum(values: np.ndarray, listed: list[float], idx: list[int]) -> float:
+    """``float(values[idx].sum())`` bit for bit (``listed`` = ``values.tolist()``): numpy adds fewer than
+    8 numbers left to right from 0.0 (its pairwise summation starts at 8), so a plain loop gives the
+    same float without numpy's call cost."""
+    if len(idx) >= 8:
+        return float(values[idx].sum())
+    s = 0.0
+    for i in idx:
+        s += listed[i]
+    return s
+
+
+def _long_blocks(sizes: list[int], slots: int, per_slot: int) -> tuple[list[int], int]:
+    """Aligned block (index among the blocks of its size) of every long sample, and how many found none free.
+
+    The code gives each long sample, in order, the first aligned block of ``c`` slots whose fullest
+    slot has the most buckets left (``per_slot`` at the start), or the last block when none has one
+    left. Over a run of samples of one size that rule visits, for ``v`` from the largest block minimum
+    down to 0, every block whose minimum is at least ``v``, in index order (a block taken at level
+    ``v`` drops to ``v − 1``, below the blocks still at ``v``), so a run is computed at once.
+    """
+    remain = np.full(slots, per_slot, dtype=np.int64)
+    out: list[int] = []
+    overflow = 0
+    for cs, run in itertools.groupby(sizes):
+        r = len(list(run))
+        nb = slots // cs
+        view = remain[: nb * cs].reshape(nb, cs)
+        mins = view.min(axis=1)
+        picks: list[np.ndarray] = []
+        got, v = 0, int(mins.max())
+        while v >= 0 and got < r:
+            level = np.flatnonzero(mins >= v)[: r - got]
+            picks.append(level)
+            got += level.size
+            v -= 1
+        extra = r - got  # the code indexes the last block
+        chosen = np.concatenate([*picks, np.full(extra, nb - 1, dtype=np.int64)])
+        view -= np.bincount(chosen, minlength=nb)[:, None]
+        out.extend(chosen.tolist())
+        overflow += extra
+    return out, overflow
+
+
+class _NormalPool:
+    """The normal samples (largest first) long groups take fillers from: the code's list with ``pop(j)``,
+    as a fixed order with a next-remaining pointer per position (union-find), so a removal costs O(α)."""
+
+    def __init__(self, ids: np.ndarray, f: np.ndarray, lengths: np.ndarray) -> None:
+        self.arr = ids
+        self.ids = ids.tolist()
+        self.lengths = lengths[ids].tolist()
+        self.negf = (-f[ids]).tolist()  # ascending: the samples are longest first
+        self.nxt = list(range(len(ids) + 1))
+        self.n_alive = self.size = len(ids)
+        self.removed: list[int] = []
+
+    def _find(self, p: int) -> int:
+        nxt, r = self.nxt, p
+        while nxt[r] != r:
+            r = nxt[r]
+        while p != r:
+            nxt[p], p = r, nxt[p]
+        return r
+
+    def first_below(self, x: float, p: int) -> int:
+        """First remaining position ``>= p`` whose forward FLOPs are below ``x``; −1 when none."""
+        q = bisect_right(self.negf, -x)
+        q = self._find(q if q > p else p)
+        return q if q < self.size else -1
+
+    def remove(self, p: int) -> None:
+        self.nxt[p] = p + 1
+        self.n_alive -= 1
+        self.removed.append(p)
+
+    def alive(self) -> np.ndarray:
+        """The remaining samples, in order."""
+        return np.delete(self.arr, self.removed) if self.removed else self.arr
+
+
+class _TokenTable:
+    """Normal buckets by token count, for the code's leftover rule: the bucket with the smallest
+    ``(tokens + L − T)²``, ties to the first in the code's one ranking by tokens (stable, made once).
+
+    Distinct token counts sit in a sorted list; each keeps a heap of its buckets' ranks.
+    """
+
+    def __init__(self, tokens: list[int]) -> None:
+        arr = np.asarray(tokens, dtype=np.int64)
+        rank = np.argsort(arr, kind="stable")
+        inverse = np.empty_like(rank)
+        inverse[rank] = np.arange(rank.size)
+        self.bucket = rank.tolist()  # rank -> bucket
+        self.rank = inverse.tolist()  # bucket -> rank
+        vals, first, count = np.unique(arr[rank], return_index=True, return_counts=True)
+        self.vals = vals.tolist()
+        self.at: dict[int, list[int]] = {  # the ranks of each token count (consecutive: already heaps)
+            v: list(range(a, a + c)) for v, a, c in zip(self.vals, first.tolist(), count.tolist(), strict=True)}
+
+    def closest(self, Li: int, T: float, limit: int | None) -> int:
+        """Bucket (among those with tokens ``<= limit``) whose tokens + ``Li`` end closest to ``T``; −1 if none.
+
+        The score ``((tokens + Li) − T)²`` (the code's floats) falls up to the first token count ``j`` with
+        ``tokens + Li >= T`` and rises from it, so its minimum is at ``j − 1`` or ``j``, or on a run of
+        equal scores around them; the first-ranked bucket of those token counts wins.
+        """
+        vals = self.vals
+        nf = len(vals) if limit is None else bisect_right(vals, limit)
+        if nf == 0:
+            return -1
+        j = bisect_left(vals, math.ceil(T) - Li, 0, nf)
+        lo, hi = max(j - 1, 0), min(j, nf - 1)
+        d_lo, d_hi = (vals[lo] + Li) - T, (vals[hi] + Li) - T
+        best = min(d_lo * d_lo, d_hi * d_hi)
+        if d_lo * d_lo != best:
+            lo = hi
+        elif d_hi * d_hi != best:
+            hi = lo
+        while lo > 0 and _sq((vals[lo - 1] + Li) - T) == best:
+            lo -= 1
+        while hi + 1 < nf and _sq((vals[hi + 1] + Li) - T) == best:
+            hi += 1
+        if lo == hi:
+            return self.bucket[self.at[vals[lo]][0]]
+        return self.bucket[min(self.at[vals[x]][0] for x in range(lo, hi + 1))]
+
+    def add(self, k: int, tokens: int) -> None:
+        """A new bucket, ranked last."""
+        self.rank.append(len(self.bucket))
+        self.bucket.append(k)
+        self._push(self.rank[k], tokens)
+
+    def move(self, k: int, old: int, new: int) -> None:
+        """Bucket ``k`` (the first-ranked of its token count ``old``) now holds ``new`` tokens."""
+        heap = self.at[old]
+        heapq.heappop(heap)
+        if not heap:
+            del self.at[old]
+            del self.vals[bisect_left(self.vals, old)]
+        self._push(self.rank[k], new)
+
+    def _push(self, r: int, tokens: int) -> None:
+        if tokens not in self.at:
+            self.at[tokens] = []
+            insort(self.vals, tokens)
+        heapq.heappush(self.at[tokens], r)

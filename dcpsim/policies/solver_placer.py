@@ -1,0 +1,438 @@
+"""``dynamic-solver``'s placement: the greedy that puts each sequence where it raises the modelled time least.
+
+:class:`_Placer` runs step 3 of :mod:`dcpsim.policies.solver` (longest first: join a group, open an aligned
+group on free ranks, or open a step), with :class:`_Buckets` (groups indexed by free tokens, for the
+least-increase search) and :class:`_Table` (per-sequence costs as Python lists). Times in seconds.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from heapq import heappop, heappush
+
+import numpy as np
+
+from dcpsim.policies.costs import SeqCosts
+from dcpsim.policies.dynamic import align_masks_for, lowest_free_slice
+from dcpsim.policies.plan import Group, Layout, Plan, Step
+
+
+class _Buckets:
+    """Open groups by code and step: the join candidates.
+
+    ``code`` = size index·2 + leaves-the-domain, so every group of a
+    (code, step) *cell* adds the same time for a given sequence and shares
+    its step's height. A cell is ``[groups, parked, count]``: ``groups``
+    sorted by (time, -group id), so the fullest group below a height limit
+    is found by a binary search; a group a query passes without token room
+    for its sequence is *parked* out of that list into a heap by room
+    (``parked``) until a query's tokens fit it again (sequences come longest
+    first, so mostly it stays parked), and every query first brings back the
+    parked groups with room for it: the list always holds every group with
+    room for the current sequence, and few without. A group is dropped
+    (closed) once its token room is below the smallest share any sequence has
+    at its size.
+    """
+
+    def __init__(self, min_tok: list[int]) -> None:
+        self.by_code: dict[int, dict[int, list]] = {}
+        self.min_tok = min_tok
+        self.parked: set[int] = set()
+
+    def add(self, code: int, step: int, time: float, g: int, room: int) -> None:
+        if room >= self.min_tok[code >> 1]:
+            cells = self.by_code.setdefault(code, {})
+            cell = cells.get(step)
+            if cell is None:
+                cell = cells[step] = [[], [], 0]
+            insort(cell[0], (time, -g))
+            cell[2] += 1
+
+    def move(self, code: int, step: int, old: float, new: float, g: int, room: int) -> None:
+        cells = self.by_code[code]
+        cell = cells[step]
+        if g in self.parked:
+            self.parked.discard(g)  # its heap entry goes stale
+        else:
+            groups = cell[0]
+            del groups[bisect_left(groups, (old, -g))]
+        cell[2] -= 1
+        if not cell[2]:
+            del cells[step]
+            if not cells:
+                del self.by_code[code]
+        self.add(code, step, new, g, room)
+
+    def park(self, cell: list, positions, g_room: list[int]) -> None:
+        """Move the groups at ``positions`` (descending) of the cell's list to its heap by room."""
+        groups, heap = cell[0], cell[1]
+        for pos in positions:
+            t, neg_g = groups[pos]
+            del groups[pos]
+            heappush(heap, (-g_room[-neg_g], t, neg_g))
+            self.parked.add(-neg_g)
+
+    def unpark(self, cell: list, tok: int, g_time: list[float], g_room: list[int]) -> None:
+        """Bring back every parked group with room for ``tok`` tokens (skipping stale heap entries)."""
+        heap = cell[1]
+        while heap and -heap[0][0] >= tok:
+            neg_room, t, neg_g = heappop(heap)
+            g = -neg_g
+            if g in self.parked and g_time[g] == t and g_room[g] == -neg_room:
+                self.parked.discard(g)
+                insort(cell[0], (t, neg_g))
+
+
+class _Table:
+    """Per distinct length, shared by every candidate: time row (column = size index·2 + span), token row,
+    and the codes a sequence may join (size index at least its need) by increasing GPU-seconds."""
+
+    def __init__(self, lengths: np.ndarray, sc: SeqCosts, need: np.ndarray) -> None:
+        _, first, inv = np.unique(lengths, return_index=True, return_inverse=True)
+        self.uid: list[int] = inv.tolist()
+        t = sc.time_s.reshape(-1, lengths.size)[:, first].T  # (distinct, ns*2)
+        self.time_rows: list[list[float]] = t.tolist()
+        self.tok_rows: list[list[int]] = sc.tokens[:, first].T.tolist()
+        code_size = np.repeat(sc.sizes, 2)
+        gpu = np.where(np.arange(t.shape[1])[None, :] // 2 >= need[first][:, None], code_size[None, :] * t, np.inf)
+        by_gpu = np.argsort(gpu, axis=1, kind="stable")
+        n_fin = np.isfinite(gpu).sum(axis=1).tolist()  # the infinite (excluded) codes sort last
+        self.fam: list[list[int]] = [row[:c] for row, c in zip(by_gpu.tolist(), n_fin, strict=True)]
+
+
+class _Placer:
+    """Greedy placement of one candidate (fixed CP size per sequence); see step 3 of the module docstring.
+
+    Per sequence (larger CP sizes first, then longest first) it compares three
+    kinds of option: joining an open group (:meth:`_join_option`), a new
+    group on free ranks of an open step (:meth:`_new_group_option`) and a new
+    step (:meth:`_new_step_option`), then applies the best (:meth:`_apply`).
+    """
+
+
+    def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, choice: np.ndarray, height: float,
+                 table: _Table | None = None) -> None:
+        self.height = height
+        self.sc = sc
+        self.layout = layout
+        self.cap = cap
+        self.need = need
+        self.choice = choice
+        self.R = layout.ranks_per_stage
+        self.sizes = [int(c) for c in sc.sizes]
+        self.align = align_masks_for(sc.sizes, self.R)
+        self.pp = layout.pp
+        self.span0 = [int(x) for x in layout.spans_network(np.zeros(len(self.sizes), dtype=np.int64), sc.sizes)]
+        self.table = table
+
+    def run(self, name: str, lengths: np.ndarray) -> Plan:
+        sc, n = self.sc, lengths.size
+        tab = self.table if self.table is not None else _Table(lengths, sc, self.need)
+        ar = np.arange(n)
+        span0 = np.asarray(self.span0, dtype=np.int64)
+        t_choice = sc.time_s[self.choice, span0[self.choice], ar]
+        # larger CP groups first (aligned blocks before the ranks fragment), then longest first
+        order = np.lexsort((ar, -t_choice, -self.choice))
+        self._start()
+        uid, time_rows, tok_rows, fam = tab.uid, tab.time_rows, tab.tok_rows, tab.fam
+        choice = self.choice.tolist()
+        for i in order.tolist():
+            u, k = uid[i], choice[i]
+            trow, tokrow = time_rows[u], tok_rows[u]
+            best = self._join_option(trow, tokrow, fam[u])
+            best = self._new_group_option(trow, k, best)
+            best = self._new_step_option(trow, k, best)
+            self._apply(best[4], i, k, trow, tokrow)
+        return self._plan(name, lengths)
+
+    # ------------------------------------------------------------ state
+    def _start(self) -> None:
+        H = self.height
+        self.g_step: list[int] = []
+        self.g_sidx: list[int] = []
+        self.g_code: list[int] = []  # size index * 2 + leaves-the-domain
+        self.g_time: list[float] = []
+        self.g_room: list[int] = []  # tokens per rank still free under the cap
+        self.g_start: list[int] = []
+        self.members: list[list[int]] = []
+        self.S: list[float] = []  # step times
+        self.free: list[int] = []  # per step: bit r set = rank r free
+        self.cache: list[dict[int, int]] = []  # per step: size -> lowest free aligned start
+        self.open_steps: list[int] = []  # steps with free ranks
+        self.span_cache: dict[tuple[int, int], int] = {}
+        # no step grows past the target height H (unless a sequence alone is taller); steps may grow
+        # to H before the (pp-1)·max term counts
+        self.gmax = H if (self.pp > 1 and np.isfinite(H)) else 0.0
+        self.buckets = _Buckets([int(x) for x in self.sc.tokens.min(axis=1)])
+
+    def _spans(self, start: int, c: int) -> int:
+        key = (start, c)
+        v = self.span_cache.get(key)
+        if v is None:
+            v = int(bool(self.layout.spans_network(start, c)))
+            self.span_cache[key] = v
+        return v
+
+    def _delta(self, s_k: float, newt: float) -> float:
+        """Increase of the modelled makespan when a step of height ``s_k`` gets a group of time ``newt``."""
+        sn = newt if newt > s_k else s_k  # max(s_k, newt) without the call
+        d = sn - s_k
+        if self.pp > 1:
+            over = sn - self.gmax
+            d += (self.pp - 1) * (over if over > 0.0 else 0.0)
+        return d
+
+    # ---------------------------------------------------------- options
+    def _join_option(self, trow: list[float], tokrow: list[int], fam: list[int]):
+        """The best open group to join: least makespan increase, then fewest GPU-seconds, then fullest
+        (lowest id on ties).
+
+        Most sequences fit somewhere without raising a step: the search first assumes the least
+        increase is 0 and keeps its answer if it found a group that adds exactly nothing; otherwise it
+        computes the least increase over every open group and searches with that threshold.
+        """
+        thr0 = 1e-9 * (self.gmax + 0.0)
+        found = self._search(trow, tokrow, fam, thr0)
+        if found is not None and found[3]:
+            return (0.0, found[0], -found[1], 0, ("join", -found[2]))
+        d0 = self._least_increase_all(trow, tokrow, fam)
+        if not d0 < np.inf:
+            return None
+        if d0 != 0.0 or found is None:
+            found = self._search(trow, tokrow, fam, d0 + 1e-9 * (self.gmax + d0))
+        return (float(d0), found[0], -found[1], 0, ("join", -found[2]))
+
+    def _least_increase_all(self, trow: list[float], tokrow: list[int], fam: list[int]) -> float:
+        """Least makespan increase of joining any open group that can take the sequence (``inf`` if none)."""
+        d0 = np.inf
+        by_code = self.buckets.by_code
+        for code in fam:
+            cells = by_code.get(code)
+            if cells is None:
+                continue
+            tok, add = tokrow[code >> 1], trow[code]
+            for st, cell in cells.items():
+                s_k = self.S[st]
+                d0 = min(d0, self._least_increase(cell, s_k, add, max(s_k, self.height) * (1 + 1e-12), tok))
+                if d0 == 0.0:
+                    return d0
+        return d0
+
+    def _least_increase(self, cell: list, s_k: float, add: float, lim: float, tok: int) -> float:
+        """Least makespan increase of joining a group of one cell (``inf`` if none can take the sequence).
+
+        The increase grows with the group's time, so it is that of the lowest group with token room
+        (the groups passed on the way are parked).
+        """
+        room = self.g_room
+        if cell[1] and -cell[1][0][0] >= tok:
+            self.buckets.unpark(cell, tok, self.g_time, room)
+        groups = cell[0]
+        n = len(groups)
+        pos = 0
+        while pos < n and room[-groups[pos][1]] < tok:
+            pos += 1
+        out = np.inf
+        if pos < n:
+            t = groups[pos][0]
+            out = self._delta(s_k, t + add) if t + add <= lim else np.inf
+        if pos:
+            self.buckets.park(cell, range(pos - 1, -1, -1), room)
+        return out
+
+    def _search(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float):
+        """Among groups whose increase is within ``thr``: the fewest GPU-seconds, then the fullest.
+
+        Codes go by increasing GPU-seconds; the first with such a group sets the least, and only codes
+        within the tolerance of it can hold the pick. Returns (GPU-seconds, new time, -group, whether a
+        group found adds exactly nothing) or None.
+        """
+        best = (-np.inf, 0)  # (new time, -group)
+        gmin = np.inf
+        zero = False
+        by_code = self.buckets.by_code
+        for code in fam:
+            cells = by_code.get(code)
+            if cells is None:
+                continue
+            add = trow[code]
+            gpu = self.sizes[code >> 1] * add
+            if gpu > gmin * (1 + 1e-9):
+                break
+            tok = tokrow[code >> 1]
+            for st, cell in cells.items():
+                s_k = self.S[st]
+                lim = max(s_k, self.height) * (1 + 1e-12)
+                hit = self._fullest_in_cell(cell, s_k, add, lim, tok, thr, best)
+                if hit is None:
+                    continue
+                gmin = min(gmin, gpu)
+                if hit[1]:
+                    best = hit[1]
+                zero = zero or hit[0]
+        if gmin == np.inf:
+            return None
+        return (float(gmin), float(best[0]), best[1], zero)
+
+    def _within(self, t: float, s_k: float, add: float, lim: float, thr: float) -> bool:
+        newt = t + add
+        if newt > lim:
+            return False
+        sn = newt if newt > s_k else s_k
+        over = sn - self.gmax
+        return (sn - s_k) + ((self.pp - 1) * (over if over > 0.0 else 0.0) if self.pp > 1 else 0.0) <= thr
+
+    def _limit(self, keys: list, s_k: float, add: float, lim: float, thr: float) -> int:
+        """Number of groups of a sorted list whose increase is within ``thr`` (it grows with the time)."""
+        x = (lim if lim < s_k + thr else s_k + thr) - add
+        p = bisect_right(keys, (x, np.inf))
+        n = len(keys)
+        # past the height limit is never within; at most the step's height adds nothing (the usual answers,
+        # decided without the full test)
+        while p < n and keys[p][0] + add <= lim and self._within(keys[p][0], s_k, add, lim, thr):
+            p += 1
+        while p > 0:
+            newt = keys[p - 1][0] + add
+            if (newt <= s_k and newt <= lim) or self._within(keys[p - 1][0], s_k, add, lim, thr):
+                break
+            p -= 1
+        return p
+
+    def _fullest_in_cell(self, cell, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
+        """A cell's groups with token room within ``thr``: (whether one adds nothing, the pick if it beats
+        ``best`` by (new time, -group), else None); None if the cell has no such group. The groups passed
+        without room are parked."""
+        room = self.g_room
+        if cell[1] and -cell[1][0][0] >= tok:
+            self.buckets.unpark(cell, tok, self.g_time, room)
+        groups = cell[0]
+        p = self._limit(groups, s_k, add, lim, thr)
+        pos = p - 1
+        while pos >= 0 and room[-groups[pos][1]] < tok:
+            pos -= 1
+        hit = self._tied_pick(groups, pos, s_k, add, tok, best) if pos >= 0 else None
+        if pos < p - 1:
+            self.buckets.park(cell, range(p - 1, pos, -1), room)
+        return hit
+
+    def _tied_pick(self, keys: list, pos: int, s_k: float, add: float, tok: int, best: tuple):
+        """From the highest group with room at ``pos``: the lowest id among the groups with room and the same
+        new time (the list is sorted by time, and a new time can round equal for different times)."""
+        newt = keys[pos][0] + add
+        zero = newt <= s_k
+        if newt < best[0]:
+            return (zero, None)
+        pick = (newt, keys[pos][1])
+        room = self.g_room
+        pos -= 1
+        while pos >= 0 and keys[pos][0] + add == newt:
+            if keys[pos][1] > pick[1] and room[-keys[pos][1]] >= tok:
+                pick = (newt, keys[pos][1])
+            pos -= 1
+        return (zero, pick if pick > best else None)
+
+    def _new_group_option(self, trow: list[float], k: int, best):
+        """A new group of the sequence's size on free ranks of an open step, if one beats ``best``."""
+        c, H, pp1 = self.sizes[k], self.height, self.pp - 1
+        for kk in self.open_steps:
+            fc = self.cache[kk]
+            start = fc.get(c)
+            if start is None:
+                start = lowest_free_slice(self.free[kk], c, self.R, self.align)
+                fc[c] = start
+            if start < 0:
+                continue
+            b = self._spans(start, c)
+            a1 = float(trow[2 * k + b])
+            s_k = float(self.S[kk])
+            if a1 > max(s_k, H):
+                continue
+            Sn = max(s_k, a1)
+            delta = (Sn - s_k) + pp1 * max(0.0, Sn - self.gmax)
+            opt = (delta, c * a1, -a1, 1, ("new", kk, start, b))
+            if best is None or _better(opt, best, self.gmax):
+                best = opt
+        return best
+
+    def _new_step_option(self, trow: list[float], k: int, best):
+        """A new step holding only this sequence's group, if it beats ``best``."""
+        c, pp1 = self.sizes[k], self.pp - 1
+        a1 = float(trow[2 * k + self.span0[k]])
+        d = a1 + pp1 * max(0.0, a1 - self.gmax)
+        if best is not None and d > best[0] + 1e-9 * (self.gmax + a1 + abs(best[2])):
+            return best  # :func:`_better`'s larger-increase test, without building the option
+        opt = (d, c * a1, -a1, 2, ("step",))
+        if best is None or _better(opt, best, self.gmax):
+            best = opt
+        return best
+
+    # ------------------------------------------------------------ apply
+    def _apply(self, act: tuple, i: int, k: int, trow: list[float], tokrow: list[int]) -> None:
+        if act[0] == "join":
+            g = act[1]
+            old = self.g_time[g]
+            self.g_time[g] = old + trow[self.g_code[g]]
+            self.g_room[g] -= tokrow[self.g_sidx[g]]
+            self.members[g].append(i)
+            st = self.g_step[g]
+            self.buckets.move(self.g_code[g], st, old, self.g_time[g], g, self.g_room[g])
+            t_new = self.g_time[g]
+        else:
+            st, t_new = self._open_group(act, i, k, trow, tokrow)
+        if t_new > self.S[st]:
+            self.S[st] = t_new
+            if t_new > self.gmax:
+                self.gmax = t_new
+
+    def _open_group(self, act: tuple, i: int, k: int, trow: list[float], tokrow: list[int]) -> tuple[int, float]:
+        """Open the group of ``act`` (on a new step for ``("step",)``); return its step and time."""
+        c = self.sizes[k]
+        if act[0] == "step":
+            st = len(self.S)
+            self.S.append(0.0)
+            self.free.append((1 << self.R) - 1)
+            self.cache.append({})
+            self.open_steps.append(st)
+            start = lowest_free_slice(self.free[st], c, self.R, self.align)
+            b = self._spans(start, c)
+        else:
+            _, st, start, b = act
+        t_new = float(trow[2 * k + b])
+        g = len(self.g_step)
+        self.g_step.append(st)
+        self.g_sidx.append(k)
+        self.g_code.append(2 * k + b)
+        self.g_time.append(t_new)
+        self.g_room.append(self.cap - tokrow[k])
+        self.g_start.append(start)
+        self.members.append([i])
+        self.buckets.add(2 * k + b, st, t_new, g, self.g_room[g])
+        self.free[st] &= ~(((1 << c) - 1) << start)
+        self.cache[st] = {}
+        if not self.free[st]:
+            self.open_steps.remove(st)
+        return st, t_new
+
+    def _plan(self, name: str, lengths: np.ndarray) -> Plan:
+        n_steps = len(self.S)
+        steps: list[list[Group]] = [[] for _ in range(n_steps)]
+        for g in range(len(self.g_step)):
+            steps[self.g_step[g]].append(Group(int(self.g_start[g]), self.sizes[self.g_sidx[g]], self.members[g]))
+        # longest steps first (any order has the same modelled makespan)
+        order_steps = sorted(range(n_steps), key=lambda s: (-self.S[s], s))
+        out = [Step(sorted(steps[s], key=lambda gr: gr.start)) for s in order_steps]
+        return Plan(name, self.layout, lengths, out, True)
+
+
+def _better(a: tuple, b: tuple, scale: float) -> bool:
+    """Option ``a`` beats ``b``: smaller makespan increase, then fewer GPU-seconds, then fuller group, then kind."""
+    tol = 1e-9 * (scale + abs(a[2]) + abs(b[2]))
+    if a[0] < b[0] - tol:
+        return True
+    if a[0] > b[0] + tol:
+        return False
+    if a[1] < b[1] * (1 - 1e-9):
+        return True
+    if a[1] > b[1] * (1 + 1e-9):
+        return False
+    return (a[2], a[3]) < (b[2], b[3])
