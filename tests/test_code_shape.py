@@ -21,7 +21,7 @@ MANY_PARAMS = {
     "planning/capacity.py:plan_capacity",
     "run/sweep.py:run_sweep",
     "planning/capacity.py:run_tasks",
-    "sim/engine.py:stage_end_s", "published/bands.py:band",
+    "sim/stage_sync.py:stage_end_s", "published/bands.py:band",
     "planning/search.py:simulate_top", "planning/evaluate.py:evaluate_best", "reproduction/runner.py:reproduce",
     "cost/host.py:issue",
 }

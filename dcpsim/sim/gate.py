@@ -3,21 +3,19 @@
 Megatron's rule for ``vp = 1`` with --overlap-param-gather (see :mod:`dcpsim.sim.engine`'s docstring):
 :class:`_Gate` holds the first forward ops of the plan's first step on one pipeline stage and ends each
 where the bucket chain puts it (ideal bucket times in closed form, or flows on the shared network).
-Times in seconds of the simulated clock.
+Times in seconds of the simulated clock. ``run`` is the engine's iteration state (:class:`dcpsim.sim.engine._Run`;
+typed ``Any`` here so that this module does not import the engine back).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from dcpsim.sim.durations import IterationWork, SyncCost
 from dcpsim.sim.schedule import FWD, Graph
 from dcpsim.sim.stage_sync import param_gather_ends, sync_buckets
-
-if TYPE_CHECKING:
-    from dcpsim.sim.engine import _Run
 
 
 class _Arrival:
@@ -43,7 +41,7 @@ class _Gate:
     and ends no earlier than ``t_f + D − R`` (as any op with a ring, :meth:`_Run.begin`).
     """
 
-    def __init__(self, run: _Run, p: int, nodes: list[int], bucket_s: float, buckets: int, flows,
+    def __init__(self, run: Any, p: int, nodes: list[int], bucket_s: float, buckets: int, flows,
                  launch_s: float | None = None) -> None:
         self.run, self.p, self.nodes = run, p, nodes
         self.bucket_s, self.B, self.flows, self.launch_s = bucket_s, buckets, flows, launch_s
@@ -174,7 +172,7 @@ def _zero_delay_into(graph: Graph, gates: list[_Gate]) -> bool:
     return bool((gated[graph.dst] & (graph.delay_s <= 0.0)).any())
 
 
-def _gates(run: _Run, work: IterationWork, sync: SyncCost, launch_s: float | None) -> list[_Gate]:
+def _gates(run: Any, work: IterationWork, sync: SyncCost, launch_s: float | None) -> list[_Gate]:
     """One :class:`_Gate` per pipeline stage over the groups of the plan's first step (vp = 1); ``launch_s``:
     :func:`param_gather_launch_s`."""
     table, G, pp = work.table, run.G, run.pp
