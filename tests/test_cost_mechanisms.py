@@ -57,10 +57,14 @@ def test_fp8_gemm_time_is_bf16_time_times_ratio_at_large_shapes():
     bf = CostModel.build("h100-sxm", "llama-13b", **kw).pack_cost([16384], 1, check_memory=False)
     f8 = CostModel.build("h100-sxm", "llama-13b", precision="fp8", **kw).pack_cost([16384], 1, check_memory=False)
     prof = get_profile("h100-sxm")
-    ratio = 795.0 / prof.timing.fp8_gemm_best_tflops
-    # the 8192^3 figures exactly; Llama-13B's shapes (K >= 5120) within the FP8 epilogue effect (below)
-    assert float(prof.gemm_flops_per_s(8192, 8192, 8192, precision="fp8")) == pytest.approx(1590e12, rel=1e-12)
-    assert f8.gemm_fwd_s == pytest.approx(bf.gemm_fwd_s * ratio, rel=0.015)
+    bf16_8192 = float(prof.gemm_flops_per_s(8192, 8192, 8192))
+    ratio = bf16_8192 / 1e12 / prof.timing.fp8_gemm_best_tflops
+    # the 8192^3 figures exactly (the FP8 anchor is twice the sustained BF16 one); Llama-13B's shapes (K >= 5120)
+    # within the FP8 epilogue effect (below)
+    assert float(prof.gemm_flops_per_s(8192, 8192, 8192, precision="fp8")) == pytest.approx(
+        prof.timing.fp8_gemm_best_tflops * 1e12, rel=1e-12)
+    assert prof.timing.fp8_gemm_best_tflops * 1e12 == pytest.approx(2 * bf16_8192, rel=1e-5)
+    assert f8.gemm_fwd_s == pytest.approx(bf.gemm_fwd_s * ratio, rel=0.03)  # FP8 epilogue at K 5120 vs 8192: <= 4%
     assert f8.gemm_fwd_s >= bf.gemm_fwd_s * ratio
     assert f8.attn_fwd_s == bf.attn_fwd_s and f8.head_fwd_s == bf.head_fwd_s  # attention and output layer stay BF16
     # casts: 4 B per GEMM input element forward, per output-gradient element backward, at HBM bandwidth
@@ -116,7 +120,9 @@ def test_gemm_rate_depends_on_m_n_and_k():
     assert float(p.gemm_flops_per_s(4096, 8192, 512)) < base  # small K
     assert float(p.gemm_flops_per_s(4096, 256, 8192)) < base  # small N
     assert float(p.gemm_flops_per_s(64, 8192, 8192)) < base  # small M (memory roofline)
-    assert float(p.gemm_flops_per_s(8192, 8192, 8192)) == pytest.approx(795e12)  # the published figure
+    # the sustained rate the real H100's table gives an 8192^3 product (profiles/build_public_profiles.py)
+    assert float(p.gemm_flops_per_s(8192, 8192, 8192)) == pytest.approx(p.timing.fp8_gemm_best_tflops / 2 * 1e12,
+                                                                         rel=1e-5)
     grid = np.logspace(0, 6, 200)
     assert np.all(p.gemm_flops_per_s(grid, 5120, 5120) <= p.gemm_max_flops_per_s(5120, 5120) * (1 + 1e-12))
 

@@ -182,9 +182,9 @@ def _with(tmp_path, old: str, new: str):
 
 @pytest.mark.parametrize("old,new,field", [
     ("gemm_efficiency_scale = 1.0", "gemm_efficiency_scale = 1000.0", "timing.gemm_efficiency_scale"),
-    ("gemm_efficiency_scale = 1.0", "gemm_efficiency_scale = 1.3", "timing.gemm_efficiency_scale"),  # 795*1.3 > 989
+    ("gemm_efficiency_scale = 1.0", "gemm_efficiency_scale = 1.5", "timing.gemm_efficiency_scale"),  # 691.6*1.5 > 989
     ("attention_efficiency_scale = 1.0", "attention_efficiency_scale = 1.6", "timing.attention_efficiency_scale"),
-    ("fp8_gemm_efficiency_scale = 1.0", "fp8_gemm_efficiency_scale = 1.3", "timing.fp8_gemm_efficiency_scale"),
+    ("fp8_gemm_efficiency_scale = 1.0", "fp8_gemm_efficiency_scale = 1.6", "timing.fp8_gemm_efficiency_scale"),  # 1326*1.6 > 1979
     ("sms = 132", "sms = 0", "timing.sms"),
     ("nvlink_efficiency = 1.0", "nvlink_efficiency = 1e300", "timing.nvlink_efficiency"),
 ])
