@@ -147,6 +147,16 @@ def gemm_table(name: str, g: dict, timing: Timing) -> tuple[list[dict], str, Tim
             timing, "")
 
 
+# Transformer Engine runs the backward FP8 GEMMs (dgrad, wgrad) with split accumulation (_2X_ACC_DGRAD/_WGRAD = True,
+# _2X_ACC_FPROP = False in transformer_engine/pytorch/module/base.py); enabling fast accumulation "can lead to a 1.1x
+# to 1.2x speedup" (pytorch/ao issue #2377, 2025-06, H100 FP8 training GEMMs): the range's midpoint, 1.15. Hopper
+# only: on sm100 (Blackwell) there is no fast-accumulation mode (TransformerEngine PR #2748 review, 2026-03)
+FP8_SPLIT_ACC = 1.15
+FP8_SPLIT_ACC_SRC = ("Transformer Engine runs dgrad and wgrad FP8 GEMMs with split accumulation (_2X_ACC_DGRAD = "
+                     "_2X_ACC_WGRAD = True, _2X_ACC_FPROP = False, transformer_engine/pytorch/module/base.py); fast "
+                     "accumulation 'can lead to a 1.1x to 1.2x speedup' (pytorch/ao issue #2377, 2025-06): midpoint 1.15")
+
+
 # Timing values shared by every public profile (each stated as a source below).
 TIMING_SOURCES = {
     "timing.gemm_tile_m": "CUTLASS/cuBLAS large-tile GEMM kernels (128x256, 256x128; 128x128 and 64x128 as "
@@ -218,7 +228,7 @@ GPUS = {
         sms=132, sms_src="H100 SXM5: 132 SMs (NVIDIA H100 datasheet / Hopper whitepaper)",
         fp8=1979e12, fp8_src="H100 SXM dense FP8 peak 1,979 TFLOPS (NVIDIA H100 datasheet; 3,958 with sparsity)",
         peak=989e12, hbm=81559 * 2**20, hbm_mib=81559, hbmbw=3.35e12, nvl=450e9, nic=50e9, gemm=795, attn_scale=1.0, attn_note="",
-        nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
+        nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True, fp8_split_acc=FP8_SPLIT_ACC,
         desc="NVIDIA H100 SXM 80GB, 8 per node (DGX/HGX H100), 400 Gb/s NDR per GPU. Public figures.",
         host_cpu="x86", host_src="x86: DGX H100 hosts are 2x Intel Xeon Platinum 8480C (NVIDIA DGX H100 user guide; "
                                  "REFERENCE §10 quotes host costs measured on that Xeon)",
@@ -229,7 +239,7 @@ GPUS = {
         fp8=1979e12, fp8_src="H200 SXM dense FP8 peak 1,979 TFLOPS (NVIDIA H200 datasheet; 3,958 with sparsity)",
         peak=989e12, hbm=143771 * 2**20, hbm_mib=143771, hbmbw=4.8e12, nvl=450e9, nic=50e9, gemm=790, attn_scale=1.0,
         attn_note="; H200 has the H100's compute (same 989 TFLOPS peak), attention assumed equal",
-        nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True,
+        nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True, fp8_split_acc=FP8_SPLIT_ACC,
         desc="NVIDIA H200 SXM 141GB, 8 per node (HGX H200), 400 Gb/s per GPU. Public figures.", ar_note="",
         host_cpu="x86", host_src="x86: HGX H200 baseboards are driven by x86 hosts (DGX H200: 2x Intel Xeon Platinum "
                                  "8480C, NVIDIA DGX H200 datasheet)",
@@ -237,6 +247,7 @@ GPUS = {
     "a100-sxm-80gb": dict(
         sms=108, sms_src="A100 SXM: 108 SMs (NVIDIA A100 datasheet / Ampere whitepaper)",
         fp8=0.0, fp8_src="A100 has no FP8 tensor cores (Ampere): no FP8 figures",
+        fp8_split_acc_src="1.0: the A100 has no FP8 tensor cores",
         peak=312e12, hbm=81920 * 2**20, hbm_mib=81920, hbmbw=2.0e12, nvl=300e9, nic=25e9, gemm=271, attn_scale=0.73 * 312 / 648 * A100_SUSTAINED_CLOCK,
         attn_note="; scaled to A100 by FlashAttention-2's reported 73% of peak (Dao 2023) over FA3's 648 TFLOPS: assumed; "
                   + A100_CLOCK_SRC,
@@ -246,6 +257,8 @@ GPUS = {
     ),
     "b200": dict(
         sms=148, sms_src="B200: 148 SMs (NVIDIA Blackwell architecture technical brief)",
+        fp8_split_acc_src="1.0: Blackwell (sm100) FP8 GEMMs have no fast-accumulation mode to lose (TransformerEngine "
+                          "PR #2748 review, 2026-03)",
         fp8=4500e12, fp8_src="B200 dense FP8 peak 4,500 TFLOPS (NVIDIA HGX B200 datasheet; 9,000 with sparsity)",
         peak=2250e12, hbm=183359 * 2**20, hbm_mib=183359, hbmbw=8e12, nvl=900e9, nic=50e9, gemm=1745, attn_scale=1745 / 795,
         attn_note="; scaled by B200/H100 best GEMM (1745/795): assumed, Blackwell attention kernels not in REFERENCE",
@@ -255,6 +268,8 @@ GPUS = {
                                  "8570, NVIDIA DGX B200 datasheet)",
     ),
     "gb200": dict(
+        fp8_split_acc_src="1.0: Blackwell (sm100) FP8 GEMMs have no fast-accumulation mode to lose (TransformerEngine "
+                          "PR #2748 review, 2026-03)",
         sms=148, sms_src="assumed: the B200's 148 SMs (NVIDIA Blackwell architecture technical brief); GB200 pairs the "
                          "same Blackwell GPU with a Grace CPU (its higher peak, 2,500 vs 2,250 TFLOPS, is clock and power)",
         fp8=5000e12, fp8_src="GB200 dense FP8 peak 5,000 TFLOPS per GPU (NVIDIA GB200 NVL72 datasheet: 720 PFLOPS FP8 "
@@ -285,6 +300,7 @@ def gemm_k_half(g: dict) -> float:
 
 def timing_for(g: dict) -> Timing:
     return Timing(
+        fp8_split_accumulation_factor=g.get("fp8_split_acc", 1.0),
         peak_fp8_flops=g["fp8"], fp8_gemm_best_tflops=2.0 * g["gemm"] if g["fp8"] else 0.0,
         sms=g["sms"], gemm_tile_m=128, gemm_tile_n=256, gemm_k_half=gemm_k_half(g),
         per_kernel_overhead_s=0.0, iteration_overhead_s=0.0,  # launches: the [host] table's host timeline
@@ -390,7 +406,9 @@ def build(name: str) -> HardwareProfile:
                                                  f"derived: tile epilogue (BF16 result written at the SM's share of "
                                                  f"HBM bandwidth) in K of the main loop = peak / HBM bandwidth = "
                                                  f"{g['peak'] / 1e12:g} TFLOPS / {g['hbmbw'] / 1e12:g} TB/s; "
-                                                 "prologue assumed overlapped with the previous tile")})
+                                                 "prologue assumed overlapped with the previous tile"),
+                                             "timing.fp8_split_accumulation_factor": g.get(
+                                                 "fp8_split_acc_src", FP8_SPLIT_ACC_SRC)})
     host, host_src = host_for(g["host_cpu"])
     g_rows, g_src, timing, fp8_src = gemm_table(name, g, timing)
     if fp8_src:

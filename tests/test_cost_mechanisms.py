@@ -291,3 +291,15 @@ def test_gemm_k_half_is_the_machine_balance():
     for name in ("h100-sxm", "a100-sxm-80gb", "b200", "h200-sxm"):
         p = get_profile(name)
         assert p.timing.gemm_k_half == pytest.approx(p.peak_bf16_flops / p.hbm_bw_bytes_per_s)
+
+
+def test_fp8_backward_gemms_pay_split_accumulation():
+    """TE runs dgrad/wgrad FP8 GEMMs with split accumulation: backward = 2 x forward x the profile's factor."""
+    kw = dict(pp=40, recompute="none")
+    prof = get_profile("h100-sxm")
+    assert prof.timing.fp8_split_accumulation_factor > 1.0
+    f8 = CostModel.build(prof, "llama-13b", precision="fp8", **kw).pack_cost([8192], 1, check_memory=False)
+    bf = CostModel.build(prof, "llama-13b", **kw).pack_cost([8192], 1, check_memory=False)
+    assert f8.gemm_bwd_s == pytest.approx(2.0 * prof.timing.fp8_split_accumulation_factor * f8.gemm_fwd_s, rel=1e-12)
+    assert bf.gemm_bwd_s == pytest.approx(2.0 * bf.gemm_fwd_s, rel=1e-12)
+    assert get_profile("b200").timing.fp8_split_accumulation_factor == 1.0

@@ -18,6 +18,12 @@ document, and return seconds for ONE layer on one rank unless said otherwise.
   memory-bound: forward, each GEMM input is read in BF16 and written in FP8
   plus its FP8 transpose (4 B per element of the M×K input); backward, each
   output gradient likewise (4 B per element of M×N). Assumed unfused.
+  The backward GEMMs (dgrad, wgrad) run with split accumulation: Transformer
+  Engine sets ``_2X_ACC_FPROP = False``, ``_2X_ACC_DGRAD = True``,
+  ``_2X_ACC_WGRAD = True`` (``transformer_engine/pytorch/module/base.py``), so
+  cuBLASLt's fast FP8 accumulation serves the forward GEMM only; the backward
+  ones take ``timing.fp8_split_accumulation_factor`` times as long (the
+  profile names the figure's source).
 """
 
 from __future__ import annotations
@@ -42,6 +48,14 @@ CROSS_ENTROPY_BYTES = {"fused": (4.0, 4.0), "unfused": (38.0, 14.0)}
 def fp8_weight_cast_bytes(model: ModelSpec, tp: int) -> float:
     """HBM bytes per layer to cast the block weights to FP8 once per iteration (read BF16, write FP8 + transpose)."""
     return 4.0 * model.linear_params_per_layer() / tp
+
+
+def gemm_bwd_factor(st: CostSettings) -> float:
+    """Backward over forward time of the block GEMMs: twice the FLOPs (dgrad + wgrad), and in FP8 the split
+    accumulation's factor (``timing.fp8_split_accumulation_factor``)."""
+    if st.precision == "fp8":
+        return GEMM_BWD_FLOPS_FACTOR * st.profile.timing.fp8_split_accumulation_factor
+    return GEMM_BWD_FLOPS_FACTOR
 
 
 def gemm_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -178,7 +178,7 @@ class CostModel:
         s = np.bincount(pack_ids, weights=padded, minlength=npk) / np.maximum(cp, 1)  # local tokens per rank
 
         gemm_fwd, cast_fwd, cast_bwd = compute.gemm_terms(st, s)
-        gemm_bwd = compute.GEMM_BWD_FLOPS_FACTOR * gemm_fwd
+        gemm_bwd = compute.gemm_bwd_factor(st) * gemm_fwd
         attn_fwd, attn_bwd = compute.attention_terms(st, padded, cp, pack_ids)
         cp_fwd, cp_bwd, cp_total, cp_fwd_comm = communication.cp_terms(st, s, cp, spans, attn_fwd, attn_bwd)
         tp_fwd, tp_bwd = communication.tp_terms(st, s, gemm_fwd, gemm_bwd)

@@ -50,6 +50,9 @@ class Timing:
     attention_efficiency_scale: float = 1.0
     nvlink_efficiency: float = 1.0
     network_efficiency: float = 1.0
+    # time factor (>= 1) of the backward FP8 GEMMs (dgrad, wgrad), which Transformer Engine runs with split
+    # (promoted) accumulation instead of the fast accumulation of the forward GEMM (dcpsim.cost.compute)
+    fp8_split_accumulation_factor: float = 1.0
 
     @property
     def has_fp8(self) -> bool:
@@ -72,7 +75,8 @@ TIMING_ZERO_OK = ("peak_fp8_flops", "fp8_gemm_best_tflops", "gemm_k_half", "per_
 TIMING_MAX = {"peak_fp8_flops": 1e17, "fp8_gemm_best_tflops": 1e5, "sms": 100_000, "gemm_tile_m": 4096,
               "gemm_tile_n": 4096, "gemm_k_half": 1e6, "per_kernel_overhead_s": 1.0, "iteration_overhead_s": 3600.0,
               "gemm_efficiency_scale": 100.0, "fp8_gemm_efficiency_scale": 100.0,
-              "attention_efficiency_scale": 100.0, "nvlink_efficiency": 10.0, "network_efficiency": 10.0}
+              "attention_efficiency_scale": 100.0, "nvlink_efficiency": 10.0, "network_efficiency": 10.0,
+              "fp8_split_accumulation_factor": 10.0}
 
 
 def bus_factor(op: str, n: int) -> float:
