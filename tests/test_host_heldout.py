@@ -16,9 +16,15 @@ SCRIPT = ROOT / "experiments" / "host" / "heldout_check.py"
 
 # Regression guards, NOT targets: the held-out mean |error| per column with the shipped h100-sxm profile was
 # 18% (eager step), 16% (graphed step), 26% (microbatch host issue), 24% (microbatch device) when this test was
-# written (experiments/host/README.md). A change to the time model that pushes a column past its guard must
-# say why (and move the guard with the new table), not slip through.
+# written, and 20% / 16% / 27% / 24% (signed +14% / -12% / +27% / -24%) once a layer pass was priced as the
+# measured block's pass (experiments/host/README.md; the held-out machine's host was faster than the one the
+# [host] table was measured on). A change to the time model that pushes a column past its guard must say why
+# (and move the guard with the new table), not slip through.
 GUARD_MEAN_ABS = {"eager_step_s": 0.25, "graphed_step_s": 0.25, "micro_host_s": 0.35, "micro_device_s": 0.35}
+# The in-sample microbatch host issue (the tiny GPT the [host] table was measured on) is -3% since a layer pass
+# costs the measured block's pass (it was -38% when the pass was priced at Megatron-Core's kernel count): the
+# guard keeps the layer pass priced from what was measured.
+GUARD_IN_SAMPLE_MICRO_HOST = 0.10
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +93,8 @@ def test_held_out_errors_stay_under_the_regression_guard(hc, compared):
     for key, guard in GUARD_MEAN_ABS.items():
         assert st[key]["n"] == 8
         assert st[key]["mean_abs"] < guard, f"{key}: held-out mean |error| {st[key]['mean_abs']:.1%} >= {guard:.0%}"
+    ins = [r for r in compared if r["split"] == "in-sample"]
+    assert len(ins) == 1 and abs(ins[0]["error_micro_host_s"]) < GUARD_IN_SAMPLE_MICRO_HOST
     # CUDA graphs must make the simulated step no slower, and faster where the eager step is host-bound
     for r in compared:
         assert r["simulated_graphed_step_s"] <= r["simulated_eager_step_s"] * (1 + 1e-9)

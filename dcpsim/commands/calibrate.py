@@ -23,7 +23,7 @@ def register(sub) -> None:
     p.add_argument("--no-folds", action="store_true", help="skip the leave-one-family-out cross-validation")
     p.add_argument("--fold-iterations", type=NONNEG_INT, default=1, help="Gauss-Newton steps per fold (default 1)")
     p.add_argument("--no-host", action="store_true", help="skip the host knobs' fit on the Megatron-LM CI suite's fit "
-                   "rows (declared for h100-sxm: host_module_scale, host_step_s)")
+                   "rows (declared for h100-sxm and a100-sxm-80gb: host_module_scale, host_step_s)")
     p.add_argument("--suite", default=None, help="suite folder (default experiments/published_throughput)")
     p.add_argument("--out", default=None, help="folder for the calibrated profile copy and the report")
     p.add_argument("--name", default=None, help="name of the calibrated profile (default <gpu>-calibrated-local; "

@@ -102,7 +102,8 @@ HOST_KNOBS = {
     "host_module_scale": Param("host_module_scale", "log", 0.25, 4.0, 0.05),
     "host_step_s": Param("host_step_s", "lin", 0.0, 0.25, 0.002),
 }
-DEFAULT_HOST_PARAMS = {"h100-sxm": ["host_module_scale", "host_step_s"]}
+DEFAULT_HOST_PARAMS = {"h100-sxm": ["host_module_scale", "host_step_s"],
+                       "a100-sxm-80gb": ["host_module_scale", "host_step_s"]}
 CI_GPU = {"h100-sxm": "H100", "a100-sxm-80gb": "A100", "gb200": "GB200"}
 
 KNOBS = {
