@@ -186,8 +186,14 @@ def measured_device_profile(folder: Path, host_from: str = DEFAULT_PROFILE) -> P
     sources = {k: v for k, v in dev.sources.items() if not k.startswith("host.")}
     sources.update({k: v for k, v in base.sources.items() if k.startswith("host.") or k == "host_cpu"})
     sources["timing.per_kernel_overhead_s"] = "0: kernel launches are priced by the [host] table"
+    # timing fields the measured profile predates (no source there): the base profile's value and source
+    from dataclasses import fields
+
+    missing = {f.name: getattr(base.timing, f.name) for f in fields(dev.timing)
+               if f"timing.{f.name}" not in sources and f"timing.{f.name}" in base.sources}
+    sources.update({f"timing.{k}": base.sources[f"timing.{k}"] for k in missing})
     prof = replace(dev, name="h100-sxm-measured-with-host", host=base.host, host_cpu=base.host_cpu,
-                   timing=replace(dev.timing, per_kernel_overhead_s=0.0), sources=sources,
+                   timing=replace(dev.timing, per_kernel_overhead_s=0.0, **missing), sources=sources,
                    description=f"h100-sxm-measured kernel tables with the [host] table of {host_from}")
     return write_profile(prof, folder / "h100-sxm-measured-with-host")
 
