@@ -275,6 +275,8 @@ def _parallel(row: Row, notes: list[str]) -> tuple[dict[str, Any], str | None]:
             missing = missing or "needs FP8 GEMMs (no parallel.precision in this build)"
     elif row.precision == "fp16":
         notes.append("FP16 mixed precision at the BF16 rate (same tensor-core peak)")
+    for st in row.settings:  # per-release kernel choices with their source (suite.toml [[settings]] parallel = {...})
+        parallel.update({k: v for k, v in st.get("parallel", {}).items() if k in par})
     return parallel, missing
 
 
