@@ -416,3 +416,52 @@ def test_dynamic_runs_of_equal_lengths_give_the_scan_plans(monkeypatch, delta):
             ref = get_policy("dynamic", cap_delta=delta).plan(lengths, layout, cost)
         assert comparable(fast) == comparable(ref)
     assert sum(joined) > 100  # sequences were joined in bulk
+
+
+def _solver_run_cases():
+    """Batches of few distinct lengths (long runs of equal sequences), many of them short beside a few long
+    ones repeated (groups opened alike: twins), on layouts with and without PP and the network."""
+    rng = np.random.default_rng(24)
+    for j in range(8):
+        dp, cp = int(rng.choice([2, 4, 8, 16])), int(rng.choice([2, 4, 8]))
+        pp = int(rng.choice([1, 2, 4]))
+        M = int(rng.choice([2048, 8192]))
+        layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=M, pp=pp, gpus_per_domain=int(rng.choice([4, 8])))
+        cap = M * layout.max_dynamic_cp - 2 * layout.max_dynamic_cp
+        n = int(rng.integers(300, 1500))
+        long_ = np.minimum(rng.integers(M, 4 * M, 3), cap)
+        short = rng.integers(16, M // 2, int(rng.integers(2, 12)))
+        lengths = np.concatenate([rng.choice(long_, n // 10), rng.choice(short, n - n // 10)])
+        if j % 2:
+            lengths = np.minimum(lengths + rng.integers(0, 3, n), cap)  # near-equal lengths: shorter runs
+        yield layout, rng.permutation(lengths)
+
+
+def test_solver_bulk_runs_give_the_per_sequence_plans(monkeypatch):
+    """Runs of equal sequences placed in bulk (solver_follow) give the plans of one full decision per
+    sequence, meta included, and of the scan of every group; the bulk path does place most sequences."""
+    from dcpsim.policies import solver, solver_follow, solver_placer
+
+    placed = []
+    follow = solver_follow._Follow._follow
+
+    def counted(self, g, gmin, ids, pos, *a):
+        end = follow(self, g, gmin, ids, pos, *a)
+        placed.append(end - pos)
+        return end
+
+    monkeypatch.setattr(solver_follow._Follow, "_follow", counted)
+    total = 0
+    for j, (layout, lengths) in enumerate(_solver_run_cases()):
+        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+        with monkeypatch.context() as m:
+            m.setattr(solver_placer._Placer, "bulk", False)
+            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
+        if j < 3:
+            with monkeypatch.context() as m:
+                m.setattr(solver, "_Placer", _ScanPlacer)
+                assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+        placed.clear()
+        assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+        total += lengths.size
+        assert sum(placed) > 0

@@ -15,6 +15,7 @@ import numpy as np
 from dcpsim.policies.costs import SeqCosts
 from dcpsim.policies.dynamic import align_masks_for, lowest_free_slice
 from dcpsim.policies.plan import Group, Layout, Plan, Step
+from dcpsim.policies.solver_follow import _Follow
 
 
 class _Buckets:
@@ -100,15 +101,17 @@ class _Table:
         self.fam: list[list[int]] = [row[:c] for row, c in zip(by_gpu.tolist(), n_fin, strict=True)]
 
 
-class _Placer:
+class _Placer(_Follow):
     """Greedy placement of one candidate (fixed CP size per sequence); see step 3 of the module docstring.
 
     Per sequence (larger CP sizes first, then longest first) it compares three
     kinds of option: joining an open group (:meth:`_join_option`), a new
     group on free ranks of an open step (:meth:`_new_group_option`) and a new
-    step (:meth:`_new_step_option`), then applies the best (:meth:`_apply`).
+    step (:meth:`_new_step_option`), then applies the best (:meth:`_apply`). After a join that adds
+    nothing, the next sequences of the same length go through :meth:`_follow` (the same decisions, in bulk).
     """
 
+    bulk = True  # place runs of equal sequences by :meth:`_follow` (False: one full decision each, the reference)
 
     def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, choice: np.ndarray, height: float,
                  table: _Table | None = None) -> None:
@@ -136,13 +139,26 @@ class _Placer:
         self._start()
         uid, time_rows, tok_rows, fam = tab.uid, tab.time_rows, tab.tok_rows, tab.fam
         choice = self.choice.tolist()
-        for i in order.tolist():
+        self._uid, self._choice, self._rows = uid, choice, (time_rows, tok_rows, fam)
+        ids = order.tolist()
+        pos = 0
+        while pos < n:
+            i = ids[pos]
             u, k = uid[i], choice[i]
             trow, tokrow = time_rows[u], tok_rows[u]
+            self.zero_join = False
             best = self._join_option(trow, tokrow, fam[u])
             best = self._new_group_option(trow, k, best)
             best = self._new_step_option(trow, k, best)
-            self._apply(best[4], i, k, trow, tokrow)
+            act = best[4]
+            pos += 1
+            # a join that adds nothing (the step keeps its height), and the next sequence has this length
+            follow = (self.bulk and self.zero_join and act[0] == "join" and pos < n and uid[ids[pos]] == u
+                      and choice[ids[pos]] == k
+                      and self.g_time[act[1]] + trow[self.g_code[act[1]]] <= self.S[self.g_step[act[1]]])
+            self._apply(act, i, k, trow, tokrow)
+            if follow:
+                pos = self._follow(act[1], best[1], ids, pos, u, k)
         return self._plan(name, lengths)
 
     # ------------------------------------------------------------ state
@@ -194,6 +210,7 @@ class _Placer:
         thr0 = 1e-9 * (self.gmax + 0.0)
         found = self._search(trow, tokrow, fam, thr0)
         if found is not None and found[3]:
+            self.zero_join = True
             return (0.0, found[0], -found[1], 0, ("join", -found[2]))
         d0 = self._least_increase_all(trow, tokrow, fam)
         if not d0 < np.inf:
@@ -324,7 +341,8 @@ class _Placer:
             return (zero, None)
         pick = (newt, keys[pos][1])
         room = self.g_room
-        pos -= 1
+        # the groups below of the same time have higher ids (keys sort by (time, -id)): skip them at once
+        pos = bisect_left(keys, (keys[pos][0], -np.inf), 0, pos) - 1
         while pos >= 0 and keys[pos][0] + add == newt:
             if keys[pos][1] > pick[1] and room[-keys[pos][1]] >= tok:
                 pick = (newt, keys[pos][1])

@@ -1,0 +1,179 @@
+"""``dynamic-solver``'s placement of runs of equal sequences: the bulk path of :class:`~dcpsim.policies.solver_placer._Placer`.
+
+The placer sorts sequences larger CP size first, then longest first, so sequences of one length come one
+after another. After one of them joins a group without raising its step (the usual case), the next ones
+of that length are placed here, provably as the per-sequence decision would place them
+(:meth:`_Follow._follow` says why), at a few list operations each instead of a full search: the group
+keeps taking them while it can, then its *twins* (groups of the same time and room) take them in order.
+``tests/test_policy_scale.py`` checks the plans equal those of one full decision per sequence and those
+of a scan of every group. Times in seconds.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+import numpy as np
+
+from dcpsim.policies.dynamic import lowest_free_slice
+
+
+class _Follow:
+    """The bulk path of :class:`~dcpsim.policies.solver_placer._Placer` (a mixin: it uses the placer's state)."""
+
+    def _follow(self, g: int, gmin: float, ids: list[int], pos: int, u: int, k: int) -> int:
+        """Sequence ``ids[pos - 1]`` has just joined group ``g`` adding nothing to its step (the zero-increase
+        join search's pick): place the next sequences of the same length while each one's pick is provably
+        a group of ``g``'s cell that adds nothing; return the position of the first one left to the full
+        decision.
+
+        Why it is the full decision: joins that add nothing change no step time, free rank or other cell,
+        so the new-group and new-step options are those the first sequence had, and they lose to any such
+        join by more than :func:`_better`'s tolerance (checked once, for every join time up to the step's
+        height); the join search's codes, and its fewest GPU-seconds ``gmin``, stay those of the first
+        sequence while ``g``'s cell holds a hit; so the pick is the larger (new time, -group) of ``g``'s
+        cell's pick (:meth:`_fullest_in_cell`, exact) and the best of every other cell searched, which
+        nothing here changes (computed once). A pick that raises its step, or lies outside ``g``'s cell,
+        ends the run.
+        """
+        trow, tokrow, fam = self._rows[0][u], self._rows[1][u], self._rows[2][u]
+        code, st = self.g_code[g], self.g_step[g]
+        s_k = self.S[st]
+        floor = self._others_lose(k, trow, s_k, gmin)
+        if floor is None:
+            return pos
+        if st not in self.buckets.by_code.get(code, {}):
+            return pos  # g's cell closed (no room left for any sequence at its size)
+        add, tok = trow[code], tokrow[code >> 1]
+        thr = 1e-9 * (self.gmax + 0.0)
+        lim = max(s_k, self.height) * (1 + 1e-12)
+        outside = self._best_outside(trow, tokrow, fam, thr, gmin, code, st)
+        uid, choice, g_time, g_room, members = self._uid, self._choice, self.g_time, self.g_room, self.members
+        listed = g_time[g]  # g's time in its cell's sorted list (moves are deferred while g keeps the picks)
+        twins: list[int] = []  # the next picks, in order (see :meth:`_twins`)
+        n = len(ids)
+        while pos < n:
+            i = ids[pos]
+            if uid[i] != u or choice[i] != k:
+                break
+            newt = g_time[g] + add
+            if not (g_room[g] >= tok and floor <= newt <= s_k):
+                # g no longer takes it (had it any room within the tolerance, it would stay the pick: its
+                # (new time, -id) only grew): its next twin, else the cell's pick as the join search finds it
+                self._move(g, code, st, listed)
+                if twins:
+                    g = twins.pop()
+                    listed = g_time[g]
+                    newt = listed + add
+                else:
+                    cell = self.buckets.by_code.get(code, {}).get(st)  # emptied and refilled: a new list
+                    if cell is None:
+                        return pos
+                    hit = self._fullest_in_cell(cell, s_k, add, lim, tok, thr, (-np.inf, 0))
+                    if hit is None or hit[1] is None or hit[1] <= outside:
+                        return pos
+                    newt, neg_g = hit[1]
+                    if newt > s_k or newt < floor:
+                        return pos
+                    g = -neg_g
+                    listed = g_time[g]
+                    twins = self._twins(cell[0], g, add, newt, outside)
+            g_time[g] = newt  # :meth:`_apply`'s join, the step's height unchanged
+            g_room[g] -= tok
+            members[g].append(i)
+            pos += 1
+        self._move(g, code, st, listed)
+        return pos
+
+    def _twins(self, groups: list, g: int, add: float, newt: float, outside: tuple) -> list[int]:
+        """Groups that follow pick ``g`` (new time ``newt``) in the join order, last first.
+
+        ``g``'s twins sit right below it in its cell's list (same time and room, higher ids): each is as
+        eligible as ``g`` was, and once ``g`` has taken what it can, the next pick is the first twin (and
+        so on), unless another group reaches the same new time with a lower id: a group of another cell
+        (``outside``), or of this cell at a different time whose new time rounds equal (ruled out when the
+        nearest different times around the run give different new times). Groups of ``g``'s time above it
+        have lower ids: they were not picked, so they lack room, and still do."""
+        pos = bisect_left(groups, (g_t := self.g_time[g], -g))
+        room = self.g_room
+        r = room[g]
+        up = pos + 1
+        while up < len(groups) and groups[up][0] == g_t:
+            up += 1
+        if up < len(groups) and not groups[up][0] + add > newt:
+            return []
+        out = []
+        lo = pos - 1
+        while lo >= 0 and groups[lo][0] == g_t and room[-groups[lo][1]] == r and (newt, groups[lo][1]) > outside:
+            out.append(-groups[lo][1])
+            lo -= 1
+        while lo >= 0 and groups[lo][0] == g_t:
+            lo -= 1
+        if lo >= 0 and not groups[lo][0] + add < newt:
+            return []
+        out.reverse()
+        return out
+
+    def _move(self, g: int, code: int, st: int, listed: float) -> None:
+        """Bring group ``g``'s entry in its cell (time ``listed``) up to date after deferred joins."""
+        if self.g_time[g] != listed:
+            self.buckets.move(code, st, listed, self.g_time[g], g, self.g_room[g])
+
+    def _others_lose(self, k: int, trow: list[float], s_k: float, gmin: float) -> float | None:
+        """The least join time ``floor`` such that every new-group and the new-step option loses to any join
+        that adds nothing to a step of height at most ``s_k``, takes ``gmin`` GPU-seconds and reaches at
+        least ``floor`` (-inf: any); None if no such bound holds.
+
+        An option loses (:func:`_better`) when its increase is above the tolerance for the largest such
+        join time (the tolerance grows with it), or when it adds exactly nothing too and takes more
+        GPU-seconds beyond the tolerance, or the same GPU-seconds and a time not above the join's (the
+        fuller group wins, the join on a tie); so neither :meth:`_new_group_option` nor
+        :meth:`_new_step_option` replaces the join."""
+        c, H, pp1, gmax = self.sizes[k], self.height, self.pp - 1, self.gmax
+        floor = -np.inf
+        for kk in self.open_steps:
+            fc = self.cache[kk]
+            start = fc.get(c)
+            if start is None:
+                start = lowest_free_slice(self.free[kk], c, self.R, self.align)
+                fc[c] = start
+            if start < 0:
+                continue
+            a1 = float(trow[2 * k + self._spans(start, c)])
+            s = float(self.S[kk])
+            if a1 > max(s, H):
+                continue
+            Sn = max(s, a1)
+            delta = (Sn - s) + pp1 * max(0.0, Sn - gmax)
+            if delta > 1e-9 * (gmax + a1 + s_k):
+                continue  # a larger increase, whatever the join's time
+            if delta != 0.0 or c * a1 < gmin * (1 - 1e-9):
+                return None  # an increase within the tolerance of none, or fewer GPU-seconds
+            if c * a1 <= gmin * (1 + 1e-9):
+                floor = max(floor, a1)  # equal on both: the fuller (larger time) wins, the join on a tie
+        a1 = float(trow[2 * k + self.span0[k]])
+        return floor if a1 + pp1 * max(0.0, a1 - gmax) > 1e-9 * (gmax + a1 + s_k) else None
+
+    def _best_outside(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float, gmin: float,
+                      skip_code: int, skip_step: int) -> tuple:
+        """The best (new time, -group) that :meth:`_search` with ``thr`` finds outside one cell, over the
+        codes it searches when its fewest GPU-seconds is ``gmin``; (-inf, 0) if none."""
+        best = (-np.inf, 0)
+        top = gmin * (1 + 1e-9)
+        by_code = self.buckets.by_code
+        for code in fam:
+            cells = by_code.get(code)
+            if cells is None:
+                continue
+            add = trow[code]
+            if self.sizes[code >> 1] * add > top:
+                break
+            tok = tokrow[code >> 1]
+            for st, cell in cells.items():
+                if code == skip_code and st == skip_step:
+                    continue
+                s_k = self.S[st]
+                hit = self._fullest_in_cell(cell, s_k, add, max(s_k, self.height) * (1 + 1e-12), tok, thr, best)
+                if hit is not None and hit[1]:
+                    best = hit[1]
+        return best
