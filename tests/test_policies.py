@@ -346,3 +346,23 @@ def test_check_fits_counts_padding():
     check_fits(np.array([4000, 10]), lay)  # pads to 4000: 1000 tokens per rank
     with pytest.raises(InfeasibleError, match="sequence 0"):
         check_fits(np.array([4001, 10]), lay)  # under 4004 unpadded, but pads to 4008: 1002 per rank
+
+
+def test_plan_packs_are_the_groups_in_order():
+    """Plan.packs (flat, one pack per (step, group)) equals the per-group definition, empty groups included."""
+    from dcpsim.policies import Group, Layout, Plan, Step
+
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 5000, 40)
+    layout = Layout(dp=4, cp=2, max_tokens_per_rank=1 << 20)
+    ids = rng.permutation(40).tolist()
+    steps = [Step([Group(0, 2, ids[:5]), Group(2, 2, []), Group(4, 4, ids[5:17])]),
+             Step([Group(0, 8, ids[17:18])]), Step([Group(0, 4, ids[18:30]), Group(4, 4, ids[30:])])]
+    lens, pids, cps, starts = Plan("x", layout, lengths, steps, True).packs()
+    groups = [g for st in steps for g in st.groups]
+    assert lens.tolist() == [int(lengths[i]) for g in groups for i in g.seq_ids]
+    assert pids.tolist() == [p for p, g in enumerate(groups) for _ in g.seq_ids]
+    assert cps.tolist() == [g.size for g in groups] and starts.tolist() == [g.start for g in groups]
+    assert all(a.dtype == np.int64 for a in (lens, pids, cps, starts))
+    empty = Plan("x", layout, lengths[:0], [], True).packs()
+    assert all(a.size == 0 and a.dtype == np.int64 for a in empty)

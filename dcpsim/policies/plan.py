@@ -165,19 +165,15 @@ class Plan:
 
     def packs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(lengths, pack_ids, cp, start) for :meth:`CostModel.batch_cost`, one pack per (step, group)."""
-        lens, pids, cps, starts = [], [], [], []
-        for st in self.steps:
-            for g in st.groups:
-                pid = len(cps)
-                cps.append(g.size)
-                starts.append(g.start)
-                lens.append(self.lengths[g.seq_ids])
-                pids.append(np.full(len(g.seq_ids), pid, dtype=np.int64))
-        if not cps:
+        groups = [g for st in self.steps for g in st.groups]
+        if not groups:
             e = np.zeros(0, dtype=np.int64)
             return e, e, e, e
-        return (np.concatenate(lens).astype(np.int64), np.concatenate(pids),
-                np.asarray(cps, dtype=np.int64), np.asarray(starts, dtype=np.int64))
+        ids = np.fromiter((i for g in groups for i in g.seq_ids), dtype=np.int64)
+        counts = np.fromiter((len(g.seq_ids) for g in groups), dtype=np.int64, count=len(groups))
+        return (np.asarray(self.lengths)[ids].astype(np.int64), np.repeat(np.arange(len(groups), dtype=np.int64), counts),
+                np.fromiter((g.size for g in groups), dtype=np.int64, count=len(groups)),
+                np.fromiter((g.start for g in groups), dtype=np.int64, count=len(groups)))
 
     def cp_histogram(self) -> dict[int, int]:
         """Sequences per CP size."""
