@@ -116,11 +116,14 @@ def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
     key = (_cost_key(cfg, drop=MB_INDEPENDENT), L)
     table = _MB_CACHE.get(key) or _MB_CACHE.setdefault(key, _microbatch_table(cfg, cost, L))
     mb = table.get((p.cp, mbs)) or _microbatch_table(cfg, cost, L, [(p.cp, mbs)])[(p.cp, mbs)]
-    stage = stage_times_s(cost, mb)
+    device = stage_times_s(cost, mb)
+    stage, host_ahead = with_host_s(cfg, cost, device, mb, mbs)
     m = max(1, data.gbs // (cfg.dp * mbs))
     x = pipeline_transfer_s(cfg, cost, mbs * L / p.cp)
     compute = m * float(stage.max())
-    bubble = (p.pp - 1) / vp * float(stage.mean()) + 2.0 * (p.pp * vp - 1) * x
+    # the fill and drain: a host that never waits (no per-op sync) issues them while the device idles
+    fill = device if host_ahead else stage
+    bubble = (p.pp - 1) / vp * float(fill.mean()) + 2.0 * (p.pp * vp - 1) * x
     sync = sync_tail_s(cfg, cost, mb["fwd"] / vp, mb["bwd"] / vp, x)
     return {"time_s": compute + bubble + sync, "compute_s": compute, "bubble_s": bubble, "sync_s": sync,
             "microbatches": float(m)}
@@ -134,6 +137,46 @@ def stage_times_s(cost, mb: dict[str, float]) -> np.ndarray:
     t[0] += mb["embed"]
     t[-1] += mb["head"]
     return t
+
+
+def with_host_s(cfg: RunConfig, cost, device: np.ndarray, mb: dict[str, float],
+                mbs: int) -> tuple[np.ndarray, bool]:
+    """Stage times of one microbatch with the host timeline (:mod:`dcpsim.cost.host`), seconds per rank, and
+    whether the host runs ahead (no op waits for a drained device before it is issued).
+
+    The host's cost of each op is the simulator's (:func:`dcpsim.sim.durations.pass_shape` and
+    :func:`dcpsim.cost.host.host_ops`, one group of ``mbs`` windows). Ops without a sync overlap host and
+    device (the host runs ahead: ``max(Σh, Σd)``); a synced op drains the queue, costing the wake-up plus
+    the two-machine flow shop of its ``k`` kernels, ``max(h/k + d, h + d/k)``. The device time ``device``
+    (per rank, forward + backward) is split between forward and backward as the largest stage's is.
+    """
+    host = cost.profile.host
+    if not getattr(cfg.sim, "host_timeline", True) or not host.enabled:
+        return device, False
+    from dcpsim.cost.host import StepFlags, host_ops
+    from dcpsim.sim.durations import pass_shape
+
+    p = cfg.parallel
+    vp = int(getattr(p, "vp", 1) or 1)
+    ops = host_ops(pass_shape(cost, vp, np.array([p.cp]), n_seqs=np.array([mbs])), host,
+                   StepFlags.from_settings(cfg.step))
+    fb = mb["fwd"] + mb["bwd"]
+    share = np.array([mb["fwd"] / fb, mb["bwd"] / fb]) if fb > 0 else np.array([0.5, 0.5])
+    out = np.empty_like(device)
+    for rank in range(p.pp):
+        synced, free_h, free_d = 0.0, 0.0, 0.0
+        for c in range(vp):
+            s = c * p.pp + rank
+            for way in (0, 1):
+                h, k = float(ops.host_s[s, way, 0]), max(float(ops.kernels[s, way, 0]), 1.0)
+                d = float(device[rank]) * share[way] / vp
+                n_sync = int(ops.sync_before[s, way, 0]) + int(ops.sync_after[s, way, 0])
+                if n_sync:
+                    synced += n_sync * ops.sync_s + max(h / k + d, h + d / k)
+                else:
+                    free_h, free_d = free_h + h, free_d + d
+        out[rank] = synced + max(free_h, free_d)
+    return out, not ops.sync_before.any()
 
 
 def pipeline_transfer_s(cfg: RunConfig, cost, local_tokens: float) -> float:

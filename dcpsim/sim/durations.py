@@ -294,29 +294,11 @@ class DurationModel:
 
     def host_ops(self, plan: Plan, table: GroupTable, cps: np.ndarray) -> HostOps | None:
         """The host side of every group op of ``plan`` (None without a host model in the profile)."""
-        cost = self.cost
-        host = cost.profile.host
+        host = self.cost.profile.host
         if not host.enabled or self.host_flags is None:
             return None
-        from dcpsim.cost.fixed import (
-            KERNELS_BWD,
-            KERNELS_CROSS_ENTROPY_UNFUSED,
-            KERNELS_EMBED,
-            KERNELS_FWD,
-            KERNELS_HEAD,
-        )
-
-        kf, kb = cost.kernels_per_layer(cps)
-        cf, cb = layer_collectives(cost.tp, cps, cost.cp_comm)
-        head = np.asarray(KERNELS_HEAD, dtype=float)
-        if cost.cross_entropy == "unfused":
-            head = head + np.asarray(KERNELS_CROSS_ENTROPY_UNFUSED, dtype=float)
         first = (table.step == table.step.min()) if table.n_groups else np.zeros(0, dtype=bool)
-        shape = PassShape(stage_layers=cost.stage_layers, vp=self.topo.vp, tp=cost.tp, kernels_fwd=kf, kernels_bwd=kb,
-                          collectives_fwd=cf, collectives_bwd=cb, recompute=cost.recompute, n_seqs=table.n_seqs,
-                          first_step=first, kernels_head=(float(head[0]), float(head[1])),
-                          kernels_base=(float(KERNELS_FWD), float(KERNELS_BWD)),
-                          kernels_embed=(float(KERNELS_EMBED[0]), float(KERNELS_EMBED[1])))
+        shape = pass_shape(self.cost, self.topo.vp, cps, n_seqs=table.n_seqs, first_step=first)
         flags = replace(self.host_flags, thd=bool(plan.dynamic), dynamic_cp=bool(plan.dynamic))
         return host_ops(shape, host, flags)
 
@@ -524,3 +506,28 @@ class DurationModel:
         self._p2p_alone = (np.asarray(t_net, dtype=float) / topo.network_scale + np.zeros(G),
                            np.asarray(t_nvl, dtype=float) + np.zeros(G))
         return xfer
+
+
+def pass_shape(cost, vp: int, cps, n_seqs=None, first_step=None) -> PassShape:
+    """What the host issues per group op of packs of CP sizes ``cps`` under ``cost`` (one cost model's kernel
+    and NCCL-call counts; :class:`dcpsim.cost.host.PassShape`): the one place the simulator and the planning
+    screen build it."""
+    from dcpsim.cost.fixed import (
+        KERNELS_BWD,
+        KERNELS_CROSS_ENTROPY_UNFUSED,
+        KERNELS_EMBED,
+        KERNELS_FWD,
+        KERNELS_HEAD,
+    )
+
+    cps = np.asarray(cps)
+    kf, kb = cost.kernels_per_layer(cps)
+    cf, cb = layer_collectives(cost.tp, cps, cost.cp_comm)
+    head = np.asarray(KERNELS_HEAD, dtype=float)
+    if cost.cross_entropy == "unfused":
+        head = head + np.asarray(KERNELS_CROSS_ENTROPY_UNFUSED, dtype=float)
+    return PassShape(stage_layers=cost.stage_layers, vp=int(vp), tp=cost.tp, kernels_fwd=kf, kernels_bwd=kb,
+                     collectives_fwd=cf, collectives_bwd=cb, recompute=cost.recompute, n_seqs=n_seqs,
+                     first_step=first_step, kernels_head=(float(head[0]), float(head[1])),
+                     kernels_base=(float(KERNELS_FWD), float(KERNELS_BWD)),
+                     kernels_embed=(float(KERNELS_EMBED[0]), float(KERNELS_EMBED[1])))
