@@ -48,42 +48,61 @@ class _Follow:
         thr = 1e-9 * (self.gmax + 0.0)
         lim = max(s_k, self.height) * (1 + 1e-12)
         outside = self._best_outside(trow, tokrow, fam, thr, gmin, code, st)
-        uid, choice, g_time, g_room, members = self._uid, self._choice, self.g_time, self.g_room, self.members
+        g_time, g_room, members = self.g_time, self.g_room, self.members
         listed = g_time[g]  # g's time in its cell's sorted list (moves are deferred while g keeps the picks)
         twins: list[int] = []  # the next picks, in order (see :meth:`_twins`)
-        n = len(ids)
-        while pos < n:
-            i = ids[pos]
-            if uid[i] != u or choice[i] != k:
-                break
-            newt = g_time[g] + add
-            if not (g_room[g] >= tok and floor <= newt <= s_k):
-                # g no longer takes it (had it any room within the tolerance, it would stay the pick: its
-                # (new time, -id) only grew): its next twin, else the cell's pick as the join search finds it
+        end = self._run_end[pos]  # the run of this length (and CP size) ends there
+        block: list[int] = []  # exhausted groups of a twin run, their moves deferred (:meth:`_move_block`)
+        in_block, t0 = False, 0.0  # t0: the time the twin run's groups had (and still have in the list)
+        while True:
+            # g takes the next ones while it has room and adds nothing (it stays the pick: its (new time, -id)
+            # only grows); the same additions as one :meth:`_apply` after another, the step's height unchanged
+            t, r, c, most = g_time[g], g_room[g], 0, end - pos
+            while c < most:
+                nt = t + add
+                if not (r >= tok and floor <= nt <= s_k):
+                    break
+                t, r, c = nt, r - tok, c + 1
+            if c:
+                members[g].extend(ids[pos:pos + c])
+                g_time[g], g_room[g] = t, r
+                pos += c
+            if pos >= end:
+                self._move_block(block, code, st, t0)
                 self._move(g, code, st, listed)
-                if twins:
-                    g = twins.pop()
-                    listed = g_time[g]
-                    newt = listed + add
-                else:
-                    cell = self.buckets.by_code.get(code, {}).get(st)  # emptied and refilled: a new list
-                    if cell is None:
-                        return pos
-                    hit = self._fullest_in_cell(cell, s_k, add, lim, tok, thr, (-np.inf, 0))
-                    if hit is None or hit[1] is None or hit[1] <= outside:
-                        return pos
-                    newt, neg_g = hit[1]
-                    if newt > s_k or newt < floor:
-                        return pos
-                    g = -neg_g
-                    listed = g_time[g]
-                    twins = self._twins(cell[0], g, add, newt, outside)
-            g_time[g] = newt  # :meth:`_apply`'s join, the step's height unchanged
-            g_room[g] -= tok
-            members[g].append(i)
-            pos += 1
-        self._move(g, code, st, listed)
-        return pos
+                return pos
+            # g can take no more: its next twin, else the cell's pick as the join search finds it
+            if in_block:  # a pick with twins, or a twin: it ends as they all do (moved together)
+                block.append(g)
+            else:
+                self._move(g, code, st, listed)
+            if twins:
+                g = twins.pop()
+                listed = g_time[g]
+                continue
+            self._move_block(block, code, st, t0)
+            block = []
+            pick = self._cell_pick(code, st, (s_k, add, lim, tok, thr), outside, floor)
+            if pick is None:
+                return pos
+            g, twins = pick
+            listed = g_time[g]
+            in_block, t0 = bool(twins), listed
+
+    def _cell_pick(self, code: int, st: int, q: tuple, outside: tuple, floor: float) -> tuple[int, list[int]] | None:
+        """The join search's pick in cell (code, step) (``q``: step height, added time, height limit, tokens,
+        tolerance) and its twins; None unless it beats ``outside``, adds nothing and reaches ``floor``."""
+        s_k, add, lim, tok, thr = q
+        cell = self.buckets.by_code.get(code, {}).get(st)  # emptied and refilled: a new list
+        if cell is None:
+            return None
+        hit = self._fullest_in_cell(cell, s_k, add, lim, tok, thr, (-np.inf, 0))
+        if hit is None or hit[1] is None or hit[1] <= outside:
+            return None
+        newt, neg_g = hit[1]
+        if newt > s_k or newt < floor:
+            return None
+        return -neg_g, self._twins(cell[0], -neg_g, add, newt, outside)
 
     def _twins(self, groups: list, g: int, add: float, newt: float, outside: tuple) -> list[int]:
         """Groups that follow pick ``g`` (new time ``newt``) in the join order, last first.
@@ -113,6 +132,14 @@ class _Follow:
             return []
         out.reverse()
         return out
+
+    def _move_block(self, block: list[int], code: int, st: int, t0: float) -> None:
+        """Move the exhausted groups of one twin run (ids ascending; listed at time ``t0``, contiguous; now
+        all at one time and room) as one :meth:`_Buckets.move` each would."""
+        if len(block) == 1:
+            self._move(block[0], code, st, t0)
+        elif block:
+            self.buckets.move_block(code, st, t0, self.g_time[block[0]], block, self.g_room[block[0]])
 
     def _move(self, g: int, code: int, st: int, listed: float) -> None:
         """Bring group ``g``'s entry in its cell (time ``listed``) up to date after deferred joins."""

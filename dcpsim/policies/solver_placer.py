@@ -64,6 +64,35 @@ class _Buckets:
                 del self.by_code[code]
         self.add(code, step, new, g, room)
 
+    def move_block(self, code: int, step: int, old: float, new: float, gs: list[int], room: int) -> None:
+        """:meth:`move` of every group of ``gs`` (ids ascending, listed at ``old`` next to each other, none
+        parked) to time ``new`` and ``room``, in one slice; the same lists, counts and cells as one move
+        after another (the cell is not emptied between them unless they leave it for good)."""
+        cells = self.by_code[code]
+        cell = cells[step]
+        groups = cell[0]
+        hi = bisect_right(groups, (old, -gs[0]))
+        lo = hi - len(gs)
+        if lo < 0 or groups[lo:hi] != [(old, -g) for g in reversed(gs)]:
+            for g in gs:  # not one slice (never expected): one move each
+                self.move(code, step, old, new, g, room)
+            return
+        del groups[lo:hi]
+        if room >= self.min_tok[code >> 1]:
+            keys = [(new, -g) for g in reversed(gs)]
+            p = bisect_left(groups, keys[0])
+            if p == len(groups) or groups[p] > keys[-1]:
+                groups[p:p] = keys
+            else:
+                for key in keys:
+                    insort(groups, key)
+        else:
+            cell[2] -= len(gs)
+            if not cell[2]:
+                del cells[step]
+                if not cells:
+                    del self.by_code[code]
+
     def park(self, cell: list, positions, g_room: list[int]) -> None:
         """Move the groups at ``positions`` (descending) of the cell's list to its heap by room."""
         groups, heap = cell[0], cell[1]
@@ -139,8 +168,13 @@ class _Placer(_Follow):
         self._start()
         uid, time_rows, tok_rows, fam = tab.uid, tab.time_rows, tab.tok_rows, tab.fam
         choice = self.choice.tolist()
-        self._uid, self._choice, self._rows = uid, choice, (time_rows, tok_rows, fam)
+        self._rows = (time_rows, tok_rows, fam)
         ids = order.tolist()
+        if self.bulk and n:  # per position, the end of its run of equal length and CP size
+            key_u, key_k = np.asarray(uid, dtype=np.int64)[order], self.choice[order]
+            cut = np.flatnonzero((key_u[1:] != key_u[:-1]) | (key_k[1:] != key_k[:-1])) + 1
+            ends = np.append(cut, n)
+            self._run_end = np.repeat(ends, np.diff(np.concatenate(([0], ends)))).tolist()
         pos = 0
         while pos < n:
             i = ids[pos]
@@ -153,8 +187,7 @@ class _Placer(_Follow):
             act = best[4]
             pos += 1
             # a join that adds nothing (the step keeps its height), and the next sequence has this length
-            follow = (self.bulk and self.zero_join and act[0] == "join" and pos < n and uid[ids[pos]] == u
-                      and choice[ids[pos]] == k
+            follow = (self.bulk and self.zero_join and act[0] == "join" and pos < n and self._run_end[pos - 1] > pos
                       and self.g_time[act[1]] + trow[self.g_code[act[1]]] <= self.S[self.g_step[act[1]]])
             self._apply(act, i, k, trow, tokrow)
             if follow:
