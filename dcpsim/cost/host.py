@@ -35,7 +35,12 @@ and its NCCL calls times ``collective_call_s``; with ``layer_fwd_s``/``layer_bwd
 in the table, the base layer's pass (its ``kernels_base`` kernels) costs the measured
 block's pass as a whole instead, and only the kernels beyond it are priced one by one
 (a framework that fuses the same layer into fewer kernels does not issue it faster: the
-module Python per pass stays).
+module Python per pass stays). ``step.transformer_impl`` (``local`` or
+``transformer_engine`` modules) prices the same: a BF16 ``te.Linear`` costs about
+a torch Linear on the host since TE's 2025-26 releases (TransformerEngine issue
+#2126, 2026-01; #2053's 2.7x on Grace was measured before them), and Megatron-LM's
+CI rows of one layout with either implementation measure alike (TP1 PP1 DP8:
+0.0530 s local, 0.0529 s TE; experiments/megatron_ci).
 
 Syncs in a Megatron-LM training step (read in ``NVIDIA/Megatron-LM`` at
 d98e8a64, 2026-08-22; flags are Megatron's):
