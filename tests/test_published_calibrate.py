@@ -164,7 +164,8 @@ def test_host_knobs_are_declared_and_bounded():
     import numpy as np
 
     from dcpsim.errors import ConfigError
-    from dcpsim.published.calibrate import DEFAULT_HOST_PARAMS, HOST_KNOBS, check_host_knobs, knobs_at_bound
+    from dcpsim.published.calibrate_host import check_host_knobs
+    from dcpsim.published.fitting import DEFAULT_HOST_PARAMS, HOST_KNOBS, knobs_at_bound
 
     assert all(len(v) <= 2 and set(v) <= set(HOST_KNOBS) for v in DEFAULT_HOST_PARAMS.values())
     ps = check_host_knobs(["host_module_scale", "host_step_s"])
@@ -177,7 +178,7 @@ def test_host_knobs_are_declared_and_bounded():
 @pytest.mark.slow
 def test_host_fit_on_ci_fit_rows_lowers_their_error():
     """The H100 host fit (about 15 s): only fit rows enter, and the fit lowers their error."""
-    from dcpsim.published.calibrate import calibrate_host
+    from dcpsim.published.calibrate_host import calibrate_host
 
     r = calibrate_host("h100-sxm", {}, iterations=1)
     assert r is not None and set(r["fit_rows"]).isdisjoint(r["held_out_rows"])

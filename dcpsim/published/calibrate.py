@@ -64,47 +64,25 @@ from typing import Any
 
 import numpy as np
 
-from dcpsim.errors import ConfigError, DcpsimError
+from dcpsim.errors import ConfigError
+from dcpsim.published.fitting import (  # noqa: F401  (re-exported: the calibration's public names)
+    BOUND_TOLERANCE,
+    CI_GPU,
+    DEFAULT_HOST_PARAMS,
+    HOST_KNOBS,
+    HOST_SCALED,
+    KnobAtBoundError,
+    Param,
+    _jacobian,
+    calibrated_profile_text,
+    dump_profile_toml,
+    gauss_newton,
+    knobs_at_bound,
+    profile_folder,
+    write_profile,
+)
 from dcpsim.published.replay import COMPARED, RowResult, _run_row
 from dcpsim.published.suite import GPU_PROFILES, Row, RowConfig, Suite, load_suite, row_config
-from dcpsim.serialize import toml_value as _toml_value
-
-
-@dataclass(frozen=True)
-class Param:
-    """One knob: ``log`` knobs are multiplicative scales fitted in log space; ``lin`` ones additive (seconds)."""
-
-    name: str
-    kind: str  # "log" | "lin"
-    lo: float
-    hi: float
-    step: float  # finite-difference step in the fitted coordinate
-
-    def to_x(self, v: float) -> float:
-        return math.log(v) if self.kind == "log" else v
-
-    def from_x(self, x: float) -> float:
-        return math.exp(x) if self.kind == "log" else x
-
-    @property
-    def x_bounds(self) -> tuple[float, float]:
-        return self.to_x(self.lo), self.to_x(self.hi)
-
-
-# Host knobs, fitted on the Megatron-LM CI suite's fit rows (experiments/megatron_ci), not the published runs:
-# host_module_scale multiplies the [host] costs that are framework Python (HOST_SCALED: a layer pass, each
-# kernel and module call, the per-microbatch and per-parameter-tensor loops; the driver's launch, NCCL's call
-# path and the sync wake-up stay as measured); host_step_s is [host].step_s, the per-step host work outside
-# every priced mechanism (training-loop Python, logging writes, garbage collection).
-HOST_SCALED = ("layer_fwd_s", "layer_bwd_s", "kernel_fwd_s", "kernel_bwd_s", "module_call_s", "microbatch_s",
-               "param_tensor_s")
-HOST_KNOBS = {
-    "host_module_scale": Param("host_module_scale", "log", 0.25, 4.0, 0.05),
-    "host_step_s": Param("host_step_s", "lin", 0.0, 0.25, 0.002),
-}
-DEFAULT_HOST_PARAMS = {"h100-sxm": ["host_module_scale", "host_step_s"],
-                       "a100-sxm-80gb": ["host_module_scale", "host_step_s"]}
-CI_GPU = {"h100-sxm": "H100", "a100-sxm-80gb": "A100", "gb200": "GB200"}
 
 KNOBS = {
     "gemm_efficiency_scale": Param("gemm_efficiency_scale", "log", 0.4, 1.6, 0.05),
@@ -127,104 +105,6 @@ DEFAULT_PARAMS = {
     "a100-sxm-80gb": ["gemm_efficiency_scale"],
 }
 MAX_PARAMS = 5
-BOUND_TOLERANCE = 1e-3  # share of a knob's range (in its fitted coordinate) that counts as "on the bound"
-
-
-class KnobAtBoundError(DcpsimError):
-    """A fitted knob landed on a bound of its range: a missing mechanism, not a fit (the calibration fails)."""
-
-    def __init__(self, at_bound: list[tuple[str, str, float]], result: CalibrationResult | None = None) -> None:
-        self.at_bound, self.result = at_bound, result
-        names = "; ".join(f"{n} = {v:.6g} at its {side} bound" for n, side, v in at_bound)
-        super().__init__(f"calibration failed: {names} (a knob at its bound stands for a mechanism the time "
-                         "model lacks; fix the model or declare other knobs, do not widen the range)")
-
-
-def knobs_at_bound(params: list[Param], x: np.ndarray) -> list[tuple[str, str, float]]:
-    """(name, "lower"/"upper", value) of every knob whose fitted coordinate lies within
-    :data:`BOUND_TOLERANCE` of its range's ends."""
-    out = []
-    for p, v in zip(params, np.asarray(x, dtype=float), strict=True):
-        lo, hi = p.x_bounds
-        tol = BOUND_TOLERANCE * (hi - lo)
-        if v <= lo + tol:
-            out.append((p.name, "lower", p.from_x(float(v))))
-        elif v >= hi - tol:
-            out.append((p.name, "upper", p.from_x(float(v))))
-    return out
-
-
-# ---------------------------------------------------------------- candidate profiles
-
-
-def _key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
-
-
-def dump_profile_toml(data: dict[str, Any]) -> str:
-    """Write a profile.toml dict (scalars at the top, then one level of tables)."""
-    lines = [f"{_key(k)} = {_toml_value(v)}" for k, v in data.items() if not isinstance(v, dict)]
-    for k, v in data.items():
-        if isinstance(v, dict):
-            lines += ["", f"[{_key(k)}]"] + [f"{_key(a)} = {_toml_value(b)}" for a, b in v.items()]
-    return "\n".join(lines) + "\n"
-
-
-def profile_folder(gpu: str) -> Path:
-    from dcpsim.hardware import get_profile
-
-    prof = get_profile(gpu)
-    path = getattr(prof, "path", None)
-    if path is None:
-        raise ConfigError("--gpu", gpu, "a profile loaded from a folder")
-    p = Path(path)
-    return p.parent if p.suffix == ".toml" else p
-
-
-def write_profile(base: Path, out: Path, values: dict[str, float], sources: dict[str, str],
-                  meta: dict[str, str] | None = None) -> Path:
-    """A copy of profile folder ``base`` in ``out`` with ``[timing]`` values (and their sources) replaced.
-
-    ``meta`` replaces top-level fields (``name``, ``description``). Written atomically, only over files
-    dcpsim wrote (:mod:`dcpsim.outdir`).
-    """
-    from dcpsim.outdir import write_bytes, write_text
-
-    for f in base.iterdir():
-        if f.is_file() and f.name != "profile.toml" and f.suffix in (".csv", ".toml", ".md"):
-            write_bytes(out / f.name, f.read_bytes())
-    write_text(out / "profile.toml", calibrated_profile_text(base, values, sources, meta))
-    return out
-
-
-def calibrated_profile_text(base: Path, values: dict[str, float], sources: dict[str, str],
-                            meta: dict[str, str] | None = None) -> str:
-    """``base``'s profile.toml with ``[timing]`` values (and their sources) replaced."""
-    data = tomllib.loads((base / "profile.toml").read_text())
-    timing = dict(data.get("timing", {}))
-    host = dict(data.get("host", {}))
-    srcs = dict(data.get("sources", {}))
-    for k, v in values.items():
-        if k == "host_module_scale":  # the base's framework-Python host costs, scaled
-            for h in HOST_SCALED:
-                if h in host:
-                    host[h] = float(host[h]) * float(v)
-                    srcs[f"host.{h}"] = (f"{srcs.get(f'host.{h}', '')} x host_module_scale {float(v):.4g} ("
-                                         f"{sources.get(k, 'calibration candidate')})")
-        elif k == "host_step_s":
-            host["step_s"] = float(v)
-            srcs["host.step_s"] = sources.get(k, "calibration candidate")
-        else:
-            timing[k] = float(v)
-            srcs[f"timing.{k}"] = sources.get(k, "calibration candidate")
-    data.update(meta or {})
-    data["timing"] = timing
-    if host:
-        data["host"] = host
-    data["sources"] = srcs
-    return dump_profile_toml(data)
-
-
 def check_knobs(gpu: str, names: list[str]) -> list[Param]:
     """The knobs to fit: known, at most five, and present in the profile format (the cost model's Timing)."""
     if not names:
@@ -277,143 +157,6 @@ class Evaluator:
         for r in self.run(x, rcs):
             out.append(math.log(r.simulated / r.row.measured) if r.status in COMPARED else math.nan)
         return np.array(out)
-
-
-@dataclass
-class CiEvaluator:
-    """Simulates Megatron-LM CI rows (:mod:`dcpsim.published.megatron_ci`) at host-knob values, the timing
-    knobs ``fixed`` at their fitted values, through candidate profile folders (counts simulations)."""
-
-    base: Path
-    params: list[Param]
-    workdir: Path
-    gpu: str
-    fixed: dict[str, float] = field(default_factory=dict)
-    n_evals: int = 0
-    cache: dict[tuple, Any] = field(default_factory=dict)
-    on_row: Callable[[str], None] | None = None
-
-    def values(self, x: np.ndarray) -> dict[str, float]:
-        return {p.name: p.from_x(float(v)) for p, v in zip(self.params, x, strict=True)}
-
-    def run(self, x: np.ndarray, rows: list) -> list:
-        from dcpsim.published.megatron_ci import _run_row as _run_ci_row
-
-        key_x = tuple(np.round(np.asarray(x, dtype=float), 12))
-        todo = [r for r in rows if (key_x, r.id) not in self.cache]
-        if todo:
-            folder = write_profile(self.base, self.workdir / f"host{self.n_evals:04d}",
-                                   {**self.fixed, **self.values(x)}, {})
-            self.n_evals += 1
-            for r in todo:
-                self.cache[(key_x, r.id)] = _run_ci_row(r, {self.gpu: str(folder)})
-                if self.on_row is not None:
-                    self.on_row(f"host candidate {self.n_evals}, CI row {r.id}")
-        return [self.cache[(key_x, r.id)] for r in rows]
-
-    def log_ratio(self, x: np.ndarray, rows: list) -> np.ndarray:
-        """log(simulated / measured step time) per CI row (NaN for rows not compared)."""
-        from dcpsim.published.megatron_ci import STATUS_OK
-
-        return np.array([math.log(r.simulated / r.row.measured) if r.status == STATUS_OK else math.nan
-                         for r in self.run(x, rows)])
-
-
-def _ci_errors(results: list) -> dict[str, Any]:
-    from dcpsim.published.megatron_ci import STATUS_OK
-
-    errs = [abs(r.error) for r in results if r.status == STATUS_OK]
-    return {"rows": [r.row.id for r in results], "compared": len(errs),
-            "mean_abs_error": float(np.mean(errs)) if errs else math.nan,
-            "worst_abs_error": float(np.max(errs)) if errs else math.nan}
-
-
-def check_host_knobs(names: list[str]) -> list[Param]:
-    """Host knobs by name (:data:`HOST_KNOBS`); ConfigError naming an unknown one."""
-    out = []
-    for n in names:
-        if n not in HOST_KNOBS:
-            raise ConfigError("--host-params", n, f"host knobs among {sorted(HOST_KNOBS)}")
-        out.append(HOST_KNOBS[n])
-    return out
-
-
-def calibrate_host(gpu: str, fixed: dict[str, float], *, params: list[str] | None = None, iterations: int = 2,
-                   ci_suite_dir: str | Path | None = None, workdir: Path | None = None,
-                   on_row: Callable[[str], None] | None = None) -> dict[str, Any] | None:
-    """Fit the host knobs of ``gpu`` (:data:`DEFAULT_HOST_PARAMS`) on the Megatron-LM CI suite's fit rows of
-    that GPU (suite.toml's split, by layout family), with the timing knobs held at ``fixed``; the held-out
-    rows are only simulated. None when the GPU has no declared host knobs or no CI rows. The result's
-    ``at_bound`` lists knobs on a bound (the caller fails the calibration)."""
-    from dcpsim.published.megatron_ci import load_ci_suite, row_run
-
-    names = params if params is not None else DEFAULT_HOST_PARAMS.get(gpu, [])
-    if not names or gpu not in CI_GPU:
-        return None
-    knobs = check_host_knobs(names)
-    suite = load_ci_suite(ci_suite_dir)
-    rows = [r for r in suite.rows if r.raw["gpu"] == CI_GPU[gpu] and row_run(r)[0] is not None]
-    fit = [r for r in rows if r.split == "fit"]
-    held = [r for r in rows if r.split == "held-out"]
-    if not fit:
-        return None
-    base = profile_folder(gpu)
-    x0 = np.array([p.to_x(1.0 if p.name == "host_module_scale" else 0.0) for p in knobs])
-    ev = CiEvaluator(base, knobs, Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dcpsim-host-")),
-                     gpu, dict(fixed), on_row=on_row)
-    x, steps = gauss_newton(ev, fit, x0, iterations)  # type: ignore[arg-type]
-    before_fit, after_fit = ev.run(x0, fit), ev.run(x, fit)
-    before_held, after_held = ev.run(x0, held), ev.run(x, held)
-    return {"params": [p.name for p in knobs], "uncalibrated": ev.values(x0), "fitted": ev.values(x),
-            "fit_rows": [r.id for r in fit], "held_out_rows": [r.id for r in held],
-            "fit_error_before": _ci_errors(before_fit), "fit_error": _ci_errors(after_fit),
-            "held_out_error_before": _ci_errors(before_held), "held_out_error": _ci_errors(after_held),
-            "steps": steps, "data_sha256": suite.data_sha256, "n_profile_candidates": ev.n_evals,
-            "at_bound": knobs_at_bound(knobs, x),
-            "rows": [r.as_dict() for r in after_fit + after_held]}
-
-
-def _jacobian(ev: Evaluator, x: np.ndarray, rcs: list[RowConfig], r0: np.ndarray) -> np.ndarray:
-    J = np.zeros((len(rcs), len(x)))
-    for j, p in enumerate(ev.params):
-        lo, hi = p.x_bounds
-        h = p.step if x[j] + p.step <= hi else -p.step
-        xj = x.copy()
-        xj[j] = min(max(x[j] + h, lo), hi)
-        J[:, j] = (ev.log_ratio(xj, rcs) - r0) / (xj[j] - x[j])
-    return J
-
-
-def _solve_linear(r0: np.ndarray, J: np.ndarray, x: np.ndarray, params: list[Param]) -> np.ndarray:
-    from scipy.optimize import lsq_linear
-
-    # the linearised problem min |r0 + J (z - x)|^2 over the box, solved exactly (a general least-squares
-    # solver started at z = 0 stopped at once on its relative step tolerance: an additive knob at 0 never moved)
-    lo = np.array([p.x_bounds[0] for p in params])
-    hi = np.array([p.x_bounds[1] for p in params])
-    sol = lsq_linear(J, J @ x - r0, bounds=(lo, hi), method="bvls")
-    return np.clip(sol.x, lo, hi)
-
-
-def gauss_newton(ev: Evaluator, rcs: list[RowConfig], x0: np.ndarray, iterations: int,
-                 first: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, list[dict]]:
-    """``iterations`` Gauss-Newton steps on the rows ``rcs`` from ``x0``; returns x and a log of the steps."""
-    x = x0.copy()
-    log = []
-    for it in range(iterations):
-        if it == 0 and first is not None:
-            r0, J = first
-        else:
-            r0 = ev.log_ratio(x, rcs)
-            J = _jacobian(ev, x, rcs, r0)
-        ok = np.isfinite(r0) & np.isfinite(J).all(axis=1)
-        if not ok.any():
-            raise ConfigError("calibration rows", [rc.row.id for rc in rcs], "rows the simulator can run")
-        x_new = _solve_linear(r0[ok], J[ok], x, ev.params)
-        log.append({"iteration": it, "rms_log_error_before": float(np.sqrt(np.mean(r0[ok] ** 2))),
-                    "values": ev.values(x_new)})
-        x = x_new
-    return x, log
 
 
 # ---------------------------------------------------------------- report
@@ -469,20 +212,9 @@ class CalibrationResult:
                   f"{pct(self.held_out_error['mean_abs_error'])} | {pct(self.held_out_error_before['worst_abs_error'])} | "
                   f"{pct(self.held_out_error['worst_abs_error'])} |"]
         if self.host:
-            h = self.host
-            lines += ["", "## Host knobs on the Megatron-LM CI suite", "",
-                      f"Fitted after the timing knobs (held at their fitted values) on the CI suite's fit rows of this "
-                      f"GPU (experiments/megatron_ci/suite.toml, split by layout family; data sha256 "
-                      f"`{h['data_sha256'][:16]}`); objective: squared log error of the step time; "
-                      f"{h['n_profile_candidates']} candidate profiles.", "",
-                      "| knob | uncalibrated | fitted |", "|---|---:|---:|"]
-            lines += [f"| {k} | {h['uncalibrated'][k]:.6g} | {h['fitted'][k]:.6g} |" for k in h["params"]]
-            lines += ["", "| CI rows | n | mean abs error before | after | worst before | after |",
-                      "|---|---:|---:|---:|---:|---:|"]
-            for name, a, b in (("fit", h["fit_error_before"], h["fit_error"]),
-                               ("held-out", h["held_out_error_before"], h["held_out_error"])):
-                lines.append(f"| {name} | {b['compared']} | {pct(a['mean_abs_error'])} | {pct(b['mean_abs_error'])} | "
-                             f"{pct(a['worst_abs_error'])} | {pct(b['worst_abs_error'])} |")
+            from dcpsim.published.calibrate_host import host_markdown
+
+            lines += host_markdown(self.host)
         lines += ["", "## Leave one family out", "",
                   f"Each fold is fitted without the family ({self.fold_iterations} Gauss-Newton step(s) from the "
                   "uncalibrated point), then the family's fit rows are simulated at the fold's values.", "",
@@ -521,9 +253,8 @@ def _rows_for(suite: Suite, gpu: str) -> tuple[list[RowConfig], list[RowConfig],
 
 
 def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2, suite_dir: str | Path | None = None,
-              folds: bool = True, fold_iterations: int = 1, workdir: str | Path | None = None,
-              progress: bool | None = False, host: bool = True, host_params: list[str] | None = None,
-              ci_suite_dir: str | Path | None = None) -> CalibrationResult:
+              folds: bool = True, fold_iterations: int = 1, progress: bool | None = False,
+              host: bool | list[str] = True) -> CalibrationResult:
     """Fit the knobs of profile ``gpu`` on its fit rows; cross-validate by family; evaluate held-out rows.
 
     ``progress``: count the simulations on a bar (None: only on a terminal, see :mod:`dcpsim.progress`).
@@ -546,8 +277,8 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
     base = profile_folder(gpu)
     timing = get_profile(gpu).timing
     x0 = np.array([p.to_x(max(float(getattr(timing, p.name)), 0.0)) for p in knobs])
-    tmp = tempfile.TemporaryDirectory(prefix="dcpsim-calib-") if workdir is None else None
-    wd = Path(workdir) if workdir is not None else Path(tmp.name)
+    tmp = tempfile.TemporaryDirectory(prefix="dcpsim-calib-")
+    wd = Path(tmp.name)
     bar = ProgressDisplay("simulations", None, progress).__enter__()
     try:
         ev = Evaluator(base, knobs, wd, on_row=lambda note: bar.advance(note=note))
@@ -557,9 +288,12 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         before_fit, after_fit = ev.run(x0, fit), ev.run(x, fit)
         before_held, after_held = ev.run(x0, held), ev.run(x, held)
         fold_out = _folds(ev, fit, x0, r0, J0, min(iterations, fold_iterations)) if folds else []
-        host_res = (calibrate_host(gpu, ev.values(x), params=host_params, iterations=iterations,
-                                   ci_suite_dir=ci_suite_dir, workdir=wd,
-                                   on_row=lambda note: bar.advance(note=note)) if host else None)
+        host_res = None
+        if host:  # the declared host knobs (or those named) on the Megatron-LM CI suite's fit rows
+            from dcpsim.published.calibrate_host import calibrate_host
+
+            host_res = calibrate_host(gpu, ev.values(x), params=None if host is True else list(host),
+                                      iterations=iterations, workdir=wd, on_row=lambda note: bar.advance(note=note))
     finally:
         bar.__exit__(None, None, None)
         if tmp is not None:
