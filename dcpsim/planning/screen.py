@@ -31,10 +31,12 @@ import numpy as np
 
 from dcpsim.cost.padding import pad_multiple
 from dcpsim.planning.inputs import DataSpec
-from dcpsim.planning.space import _cached_cost, _cost_key
+from dcpsim.planning.space import _cached_cost, cost_key, section_key
 from dcpsim.run.config import RunConfig
 
-_SYNC_CACHE: dict[str, Any] = {}
+_SYNC_CACHE: dict[tuple, Any] = {}
+# the gradient sync does not depend on these parallel fields
+SYNC_INDEPENDENT = ("recompute", "max_tokens_per_rank", "cp_comm", "min_cp", "mbs", "vp")
 _BATCH_CACHE: dict[tuple, np.ndarray] = {}
 _MB_CACHE: dict[tuple, dict[str, float]] = {}
 
@@ -43,10 +45,8 @@ def _sync_cost(cfg: RunConfig, cost):
     """The simulator's gradient-sync cost of ``cfg`` (cached: it ignores recompute, tokens, mbs and vp)."""
     from dcpsim.run.single import build_simulator
 
-    p = cfg.parallel.model_dump(mode="json")
-    for k in ("recompute", "max_tokens_per_rank", "cp_comm", "min_cp", "mbs", "vp"):
-        p.pop(k, None)
-    key = repr((cfg.model.name, cfg.hardware.model_dump(mode="json"), p, cfg.dp, cfg.sim.model_dump(mode="json")))
+    key = (section_key(cfg.model), section_key(cfg.hardware), section_key(cfg.parallel, SYNC_INDEPENDENT), cfg.dp,
+           section_key(cfg.sim), section_key(cfg.step))
     sync = _SYNC_CACHE.get(key)
     if sync is None:
         if len(_SYNC_CACHE) > 4096:
@@ -64,7 +64,7 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
     all-gather waits at each stage's first forward instead (Megatron's rule, ``sim.param_gather_launch``):
     the delay it adds along the pipeline fill (:func:`fill_gather_delay_s`) adds to the tail.
     """
-    from dcpsim.sim.stage_sync import gathers_at_first_forward, grad_sync_end_s, param_gather_stall_s
+    from dcpsim.sim.stage_sync import gathers_at_first_forward
 
     sync = _sync_cost(cfg, cost)
     pp = cfg.parallel.pp
@@ -74,6 +74,37 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
     ov_g = bool(getattr(cfg.sim, "overlap_grad_sync", True))
     ov_p = bool(getattr(cfg.sim, "overlap_param_gather", False))
     gated = gathers_at_first_forward(ov_p, int(getattr(cfg.parallel, "vp", 1) or 1))
+    # every stage at once: the same float operations as grad_sync_end_s / param_gather_stall_s per stage
+    stages = np.arange(pp)
+    b1 = -stages * (b_chunk + x)
+    b0 = b1 - b_chunk
+    nbi = nb.astype(np.int64)
+    rs = np.asarray(sync.reduce_scatter_s, dtype=float)
+    rsb, agb = np.asarray(rs_b, dtype=float), np.asarray(ag_b, dtype=float)
+    end = np.maximum(b1 + rsb, b0 + (b1 - b0) / nbi + nbi * rsb) if ov_g else b1 + rs
+    if gated:
+        stall = 0.0
+    elif ov_p:
+        stall = np.maximum(agb, nbi * agb - f_chunk * (nbi - 1) / nbi)
+        stall = np.maximum(0.0, stall - stages * (f_chunk + x))
+    else:
+        stall = np.asarray(sync.all_gather_s, dtype=float)
+    tail = max(0.0, float(np.max(end + np.asarray(sync.optimizer_s, dtype=float) + stall)))
+    if _CHECK_SCALAR:
+        assert tail == _sync_tail_loop(sync, nb, rs_b, ag_b, pp, f_chunk, b_chunk, x, ov_g, ov_p, gated)
+    if gated:
+        tail += fill_gather_delay_s(ag_b, nb, f_chunk, x, getattr(cfg.sim, "param_gather_launch", "first_forward"))
+    return tail
+
+
+_CHECK_SCALAR = False  # tests: compare the vectorised tail with the per-stage rules of the simulator
+
+
+def _sync_tail_loop(sync, nb, rs_b, ag_b, pp: int, f_chunk: float, b_chunk: float, x: float, ov_g: bool, ov_p: bool,
+                    gated: bool) -> float:
+    """The tail before the fill delay, stage by stage with the simulator's functions (the reference)."""
+    from dcpsim.sim.stage_sync import grad_sync_end_s, param_gather_stall_s
+
     tail = 0.0
     for p in range(pp):
         b1 = -p * (b_chunk + x)
@@ -82,8 +113,6 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
         if ov_p:
             stall = max(0.0, stall - p * (f_chunk + x))
         tail = max(tail, end + float(sync.optimizer_s[p]) + (0.0 if gated else stall))
-    if gated:
-        tail += fill_gather_delay_s(ag_b, nb, f_chunk, x, getattr(cfg.sim, "param_gather_launch", "first_forward"))
     return tail
 
 
@@ -113,7 +142,7 @@ def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
     p = cfg.parallel
     vp = int(getattr(p, "vp", 1) or 1)
     L = int(data.seq_len)
-    key = (_cost_key(cfg, drop=MB_INDEPENDENT), L)
+    key = (cost_key(cfg, drop=MB_INDEPENDENT), L)
     table = _MB_CACHE.get(key) or _MB_CACHE.setdefault(key, _microbatch_table(cfg, cost, L))
     mb = table.get((p.cp, mbs)) or _microbatch_table(cfg, cost, L, [(p.cp, mbs)])[(p.cp, mbs)]
     device = stage_times_s(cost, mb)

@@ -23,7 +23,15 @@ from typing import Any
 from dcpsim.errors import ConfigError, DcpsimError
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.planning.screen import screen
-from dcpsim.planning.space import RECOMPUTE, Candidate, Checked, SearchSpace, check_candidate, enumerate_candidates
+from dcpsim.planning.space import (
+    RECOMPUTE,
+    Candidate,
+    Checked,
+    SearchSpace,
+    check_candidate,
+    enumerate_candidates,
+    validated,
+)
 from dcpsim.run.config import RunConfig
 
 DEFAULT_SIMULATE = 6  # layouts simulated per (GPU type, size, policy): the screen is close, the simulator decides
@@ -139,7 +147,7 @@ def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, 
                            "memory_gib": ch.memory_bytes / 2**30, "memory_limit_gib": ch.limit_bytes / 2**30,
                            "screen_time_s": screen_t, "config_hash": ch.cfg.config_hash()}
     try:
-        res = runner(ch.cfg)
+        res = runner(validated(ch.cfg))  # checked as a light copy (light_config): validated in full once, here
     except (DcpsimError, ValueError) as exc:
         return row | {"status": "error", "reason": str(exc)}
     s = res.summary if hasattr(res, "summary") else res

@@ -304,7 +304,7 @@ def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec,
     if why:
         return Checked(cand, reason=why, kind="batch")
     try:
-        cfg = base.with_updates({**(common or {}), **cand.updates(gpus)})
+        cfg = light_config(base, {**(common or {}), **cand.updates(gpus)})
         cost = _cached_cost(cfg, key=(_base_token(base), cand.tp, cand.pp, cand.vp, cand.first_stage_layers,
                                       cand.last_stage_layers, cand.recompute, cand.precision, cand.flags),
                             dp_cp=cfg.dp * cand.cp)
@@ -317,6 +317,56 @@ def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec,
         return Checked(cand, reason=f"memory: needs {mem / 2**30:.1f} GiB per GPU > limit {limit / 2**30:.1f} GiB "
                                     f"({cand.label()})", kind="memory", memory_bytes=mem, limit_bytes=limit)
     return Checked(cand, cfg=cfg, memory_bytes=mem, limit_bytes=limit)
+
+
+_SECTIONS: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _section(base_section: Any, changes: dict[str, Any]) -> Any:
+    """``base_section`` with ``changes``, validated as its section class validates it (cached by the values)."""
+    from dcpsim.validation import validate_model
+
+    key = (id(base_section), repr(sorted(changes.items())))
+    hit = _SECTIONS.get(key)
+    if hit is not None and hit[0] is base_section:
+        return hit[1]
+    if len(_SECTIONS) > 65536:
+        _SECTIONS.clear()
+    new = validate_model(type(base_section), {**base_section.model_dump(mode="python"), **changes})
+    _SECTIONS[key] = (base_section, new)
+    return new
+
+
+def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
+    """``base.with_updates(updates)`` at a fraction of its cost: only the sections ``updates`` changes are
+    validated (each by its own class, cached by its values: the same field checks), and the whole run's
+    checks (:meth:`RunConfig._check_layout`: divisibility, the batch, the policy's options) run on the
+    result. The same configuration (equal, the same hash) and the same accepted layouts as ``with_updates``
+    (tested); where anything is refused, ``with_updates`` itself is run, so the error is its own.
+
+    The planner checks ~30,000 candidate layouts per search this way; each simulated one is validated
+    once more in full (:func:`validated`) before it runs.
+    """
+    by_sec: dict[str, dict[str, Any]] = {}
+    for path, value in updates.items():
+        sec, _, leaf = path.partition(".")
+        if not leaf or "." in leaf or sec not in RunConfig.model_fields:
+            return base.with_updates(updates)  # policy options and anything unusual: the full path
+        by_sec.setdefault(sec, {})[leaf] = value
+    try:
+        new = {sec: _section(getattr(base, sec), ch) for sec, ch in by_sec.items()}
+        cfg = base.model_copy(update=new)
+        cfg._check_layout()
+    except (ConfigError, ValueError, TypeError):
+        return base.with_updates(updates)  # refused: with_updates raises its own one-line error
+    return cfg
+
+
+def validated(cfg: RunConfig) -> RunConfig:
+    """``cfg`` validated in full, as a configuration read from a file is (an equal configuration)."""
+    from dcpsim.run.config import config_from_dict
+
+    return config_from_dict(cfg.model_dump(mode="python"))
 
 
 def memory_of(cost, cfg: RunConfig) -> tuple[float, float]:
@@ -340,6 +390,38 @@ def _cost_key(cfg: RunConfig, drop: tuple[str, ...] = ()) -> str:
     if "dp" not in drop:
         keep["dp"] = cfg.dp
     return repr(keep)
+
+
+_SECTION_REPRS: dict[tuple, tuple[Any, str]] = {}
+
+
+def section_key(section: Any, drop: tuple[str, ...] = ()) -> Any:
+    """A hashable key of a config section's values less the fields ``drop`` (equal values, equal keys).
+
+    The parallel section (a new one per candidate) as a tuple of its values; the others (shared by the
+    candidates of a search: the base's, or :func:`light_config`'s cached ones) as their JSON form,
+    computed once per section object (held, so its id is not reused)."""
+    from dcpsim.run.config import ParallelSection
+
+    if isinstance(section, ParallelSection):
+        return tuple((k, getattr(section, k)) for k in ParallelSection.model_fields if k not in drop)
+    k = (id(section), drop)
+    hit = _SECTION_REPRS.get(k)
+    if hit is None or hit[0] is not section:
+        if len(_SECTION_REPRS) > 16384:
+            _SECTION_REPRS.clear()
+        d = section.model_dump(mode="json")
+        for name in drop:
+            d.pop(name, None)
+        hit = _SECTION_REPRS[k] = (section, repr(d))
+    return hit[1]
+
+
+def cost_key(cfg: RunConfig, drop: tuple[str, ...] = ()) -> tuple:
+    """What :func:`_cost_key` says (model, hardware, parallel and sim less ``drop``; DP unless dropped) as a
+    tuple of :func:`section_key` parts: the same equal-or-not verdict at a fraction of the cost."""
+    parts = tuple(section_key(getattr(cfg, s), drop) for s in ("model", "hardware", "parallel", "sim"))
+    return parts if "dp" in drop else parts + (cfg.dp,)
 
 
 _BASE_TOKENS: dict[int, tuple[RunConfig, str]] = {}

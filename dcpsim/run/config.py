@@ -77,6 +77,7 @@ command's ``add_config_flags`` list (dcpsim/commands/_common.py).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -334,13 +335,11 @@ class RunConfig(_Section):
 
     def _check_policy_options(self) -> None:
         """policy.name is registered and policy.options are its options, of the declared types (nan refused)."""
-        import inspect
-
         from dcpsim.policies.base import policy_class
         from dcpsim.validation import check_options
 
         cls = policy_class(self.policy.name)
-        params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+        params = list(_option_names(cls))
         for key, value in self.policy.options.items():
             if key not in params:
                 raise ConfigError(f"policy.options.{key}", value, f"an option of policy {self.policy.name!r} (one of {params})")
@@ -420,6 +419,14 @@ class RunConfig(_Section):
             except ConfigError as exc:
                 raise ConfigError((names or {}).get(path, exc.field), exc.value, exc.expected, where=where) from None
         return config_from_dict(d, where=where, names=names)
+
+
+@functools.lru_cache(maxsize=256)
+def _option_names(cls: type) -> tuple[str, ...]:
+    """The keyword options of a policy class (its ``__init__`` parameters but ``self``), read once per class."""
+    import inspect
+
+    return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
 
 
 def field_info(path: str):

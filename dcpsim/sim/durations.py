@@ -243,28 +243,41 @@ class DurationModel:
         rs, ag, opt, doms, rs_b, ag_b, nb, rs_alone, ag_alone = (np.zeros(topo.pp) for _ in range(9))
         bw = prof.hbm_bw_bytes_per_s
         fixed = KERNELS_ITERATION * prof.timing.per_kernel_overhead_s + prof.timing.iteration_overhead_s
+        done: dict[tuple, tuple] = {}  # stages with the same inputs (the middle ones) computed once
         for p in range(topo.pp):
             n, domains, factor = topo.stage_dp_group(p)
             doms[p] = domains
             bucket = self.settings.grad_bucket_params or max(DEFAULT_BUCKET_PARAMS, 1_000_000 * n)
             nb[p] = max(1, math.ceil(params[p] / bucket)) if p == 0 else 1
-
-            def t(op: str, nbytes: float, n=n, domains=domains, factor=factor) -> float:
-                return float(group_collective_time_s(prof, op, nbytes, n, domains=domains, network_scale=factor))
-
             g, w = params[p] * self.settings.grad_reduce_bytes_per_param, param_gather_bytes(cost, p, params[p], self.settings.fp8_param_gather)
-            rs_b[p], ag_b[p] = t("reduce_scatter", g / nb[p]), t("all_gather", w / nb[p])
-            rs[p], ag[p] = nb[p] * rs_b[p], nb[p] * ag_b[p]
-            if domains > 1:
-                rs_alone[p] = t("reduce_scatter", g / nb[p], factor=float(topo.network_scale))
-                ag_alone[p] = t("all_gather", w / nb[p], factor=float(topo.network_scale))
-            opt[p] = (params[p] / n * (OPTIMIZER_BYTES_PER_PARAM + GRAD_NORM_BYTES_PER_PARAM)
-                      + params[p] * ZERO_GRAD_BYTES_PER_PARAM) / bw + fixed
-            if cost.precision == "fp8":
-                opt[p] += cost.stage_layers[p] * fp8_weight_cast_bytes(cost.model, cost.tp) / bw
-            self.step_end_inputs[p] = (float(opt[p]), float(params[p]), int(nb[p]))
-            opt[p] = self.step_end_s(p, *self.step_end_inputs[p])
+            key = (n, domains, factor, float(g), float(w), float(params[p]), float(nb[p]),
+                   float(cost.stage_layers[p]), self.param_tensors(p))
+            if key not in done:
+                done[key] = self._stage_sync(p, n, domains, factor, g, w, float(params[p]), float(nb[p]), bw, fixed)
+            rs_b[p], ag_b[p], rs[p], ag[p], rs_alone[p], ag_alone[p], opt_dev, opt[p] = done[key]
+            self.step_end_inputs[p] = (opt_dev, float(params[p]), int(nb[p]))
         return SyncCost(rs, ag, opt, params, doms, rs_b, ag_b, nb, rs_alone, ag_alone)
+
+    def _stage_sync(self, p: int, n: int, domains: int, factor: float, g: float, w: float, params: float, nb: float,
+                    bw: float, fixed: float) -> tuple[float, ...]:
+        """One stage's sync: (reduce-scatter per bucket, all-gather per bucket, their totals, both alone on the
+        network, the optimizer's device time, the step end) in seconds; ``g``/``w``: gradient / gathered bytes."""
+        cost, topo, prof = self.cost, self.topo, self.cost.profile
+
+        def t(op: str, nbytes: float, factor: float = factor) -> float:
+            return float(group_collective_time_s(prof, op, nbytes, n, domains=domains, network_scale=factor))
+
+        rs_b, ag_b = t("reduce_scatter", g / nb), t("all_gather", w / nb)
+        rs_alone = ag_alone = 0.0
+        if domains > 1:
+            rs_alone = t("reduce_scatter", g / nb, factor=float(topo.network_scale))
+            ag_alone = t("all_gather", w / nb, factor=float(topo.network_scale))
+        opt = (params / n * (OPTIMIZER_BYTES_PER_PARAM + GRAD_NORM_BYTES_PER_PARAM)
+               + params * ZERO_GRAD_BYTES_PER_PARAM) / bw + fixed
+        if cost.precision == "fp8":
+            opt += cost.stage_layers[p] * fp8_weight_cast_bytes(cost.model, cost.tp) / bw
+        opt = float(opt)
+        return rs_b, ag_b, nb * rs_b, nb * ag_b, rs_alone, ag_alone, opt, self.step_end_s(p, opt, params, int(nb))
 
     # ---------------------------------------------------------- the host (dcpsim.cost.host)
     def step_end_s(self, p: int, optimizer_device_s: float, params: float, buckets: int) -> float:
