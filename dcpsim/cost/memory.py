@@ -8,6 +8,8 @@ for the cost model's settings; the limit is
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from dcpsim.cost.settings import CostSettings
@@ -30,9 +32,16 @@ def peak_memory_bytes(st: CostSettings, local_tokens, sum_sq_lengths=None) -> np
     kw = memory_kwargs(st)
     if st.attention == "unfused" and sum_sq_lengths is not None:
         return _peak_with_scores(st, s, np.asarray(sum_sq_lengths, dtype=np.float64), kw)
-    m0 = memory_per_gpu(st.model, tokens_per_rank=0, **kw).total_bytes
-    m1 = memory_per_gpu(st.model, tokens_per_rank=1, **kw).total_bytes
+    m0, m1 = _linear_terms(st.model, tuple(kw.items()))
     return m0 + (m1 - m0) * s
+
+
+@functools.lru_cache(maxsize=4096)
+def _linear_terms(model, kw: tuple) -> tuple[float, float]:
+    """Bytes per GPU at 0 and 1 local tokens (the peak is linear in between without score matrices); cached:
+    the planner asks for the same layout at many micro-batch sizes."""
+    return (memory_per_gpu(model, tokens_per_rank=0, **dict(kw)).total_bytes,
+            memory_per_gpu(model, tokens_per_rank=1, **dict(kw)).total_bytes)
 
 
 def _peak_with_scores(st: CostSettings, s: np.ndarray, sq: np.ndarray, kw: dict) -> np.ndarray:

@@ -136,11 +136,11 @@ def _spans(cfg: RunConfig, cost, cp) -> np.ndarray:
     return np.asarray(cp) * cfg.parallel.tp > dom
 
 
-def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
-    """Closed-form iteration time of fixed windows (see the module docstring); seconds."""
+def _fixed_compute(cfg: RunConfig, data: DataSpec, mbs: int):
+    """(cost model, microbatch parts, (device stage times, with the host, whether the host runs ahead),
+    microbatches, compute term) of :func:`screen_fixed`."""
     cost = _cached_cost(cfg)
     p = cfg.parallel
-    vp = int(getattr(p, "vp", 1) or 1)
     L = int(data.seq_len)
     key = (cost_key(cfg, drop=MB_INDEPENDENT), L)
     table = _MB_CACHE.get(key) or _MB_CACHE.setdefault(key, _microbatch_table(cfg, cost, L))
@@ -148,8 +148,22 @@ def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
     device = stage_times_s(cost, mb)
     stage, host_ahead = with_host_s(cfg, cost, device, mb, mbs)
     m = max(1, data.gbs // (cfg.dp * mbs))
+    return cost, mb, (device, stage, host_ahead), m, m * float(stage.max())
+
+
+def fixed_lower_bound_s(cfg: RunConfig, data: DataSpec, mbs: int) -> float:
+    """A lower bound of :func:`screen_fixed`'s time (seconds): its compute term alone (the bubble and the
+    sync tail are never negative), without the sync model -- the search's cheap first pass."""
+    return _fixed_compute(cfg, data, mbs)[4]
+
+
+def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
+    """Closed-form iteration time of fixed windows (see the module docstring); seconds."""
+    cost, mb, (device, stage, host_ahead), m, compute = _fixed_compute(cfg, data, mbs)
+    p = cfg.parallel
+    vp = int(getattr(p, "vp", 1) or 1)
+    L = int(data.seq_len)
     x = pipeline_transfer_s(cfg, cost, mbs * L / p.cp)
-    compute = m * float(stage.max())
     # the fill and drain: a host that never waits (no per-op sync) issues them while the device idles
     fill = device if host_ahead else stage
     bubble = (p.pp - 1) / vp * float(fill.mean()) + 2.0 * (p.pp * vp - 1) * x

@@ -16,6 +16,7 @@ Only simulated numbers are reported; the screen's estimate is kept beside them (
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,8 +85,49 @@ def prune(base: RunConfig, cands, gpus: int, data: DataSpec, gbs: int,
     return ok, counts
 
 
-def screen_all(checked: list[Checked], data: DataSpec, dynamic: bool) -> list[tuple[float, Checked, dict]]:
-    """(closed-form time, candidate, parts), fastest first; candidates the screen cannot cost are dropped."""
+BOUND_SLACK = 1e-9  # relative: the lower bound is compared with this margin (float rounding of the sums)
+
+
+def screen_all(checked: list[Checked], data: DataSpec, dynamic: bool,
+               keep: int | None = None) -> list[tuple[float, Checked, dict]]:
+    """(closed-form time, candidate, parts), fastest first; candidates the screen cannot cost are dropped.
+
+    ``keep`` (fixed windows): only the head of that list that the search uses is built -- every candidate
+    within ``SIM_MARGIN`` of the best and at least the ``keep`` fastest (what :func:`add_flag_variants` and
+    :func:`simulate_top` read). Candidates are screened in order of a lower bound of their time (the
+    compute term, :func:`~dcpsim.planning.screen.fixed_lower_bound_s`) until the next bound exceeds both
+    ``SIM_MARGIN`` x the best time and the ``keep``-th time: none after it could enter that head. The
+    head is the same as that of the full list (tested, :data:`FULL_SCREEN` runs the full list).
+    """
+    if keep is None or FULL_SCREEN or not data.fixed:
+        return _screen_each(checked, data, dynamic)
+    from dcpsim.planning.screen import fixed_lower_bound_s
+
+    bounds: list[tuple[float, int]] = []
+    for i, ch in enumerate(checked):
+        try:
+            lb = fixed_lower_bound_s(ch.cfg, data, int(ch.cand.mbs or 1))
+        except (DcpsimError, ValueError):
+            continue  # the full screen raises on the same step: dropped either way
+        bounds.append((lb if math.isfinite(lb) else -math.inf, i))
+    bounds.sort()
+    out: list[tuple[float, Checked, dict]] = []
+    times: list[float] = []  # sorted screened times
+    for lb, i in bounds:
+        if times and lb * (1.0 - BOUND_SLACK) > SIM_MARGIN * times[0] and len(times) >= keep and \
+                lb * (1.0 - BOUND_SLACK) > times[keep - 1]:
+            break
+        out += _screen_each([checked[i]], data, dynamic)
+        if len(out) > len(times):
+            bisect.insort(times, out[-1][0])
+    out.sort(key=lambda x: (x[0], x[1].cand.label()))
+    return out
+
+
+FULL_SCREEN = False  # tests: screen every candidate (the reference the bounded screen is compared with)
+
+
+def _screen_each(checked: list[Checked], data: DataSpec, dynamic: bool) -> list[tuple[float, Checked, dict]]:
     out = []
     for ch in checked:
         try:
@@ -260,7 +302,7 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
         return out
     cands = enumerate_candidates(base, gpus, data, space, dynamic)
     checked, counts = prune(base, cands, gpus, data, gbs, common)
-    screened = screen_all(checked, data, dynamic)
+    screened = screen_all(checked, data, dynamic, keep=simulate)
     screened = add_flag_variants(screened, data, dynamic, simulate, lambda ch: _flag_variants(
         ch, space, base, gpus, data, gbs, common, screened=True))
     out.counts = {k: v for k, v in counts.items() if k != "examples"} | {"fit": len(checked),

@@ -320,41 +320,66 @@ def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec,
 
 
 _SECTIONS: dict[tuple, tuple[Any, Any]] = {}
+_DUMPS: dict[int, tuple[Any, dict[str, Any]]] = {}
 
 
-def _section(base_section: Any, changes: dict[str, Any]) -> Any:
-    """``base_section`` with ``changes``, validated as its section class validates it (cached by the values)."""
+def _dump(section: Any) -> dict[str, Any]:
+    """``section.model_dump()``, once per section object (held, so its id is not reused); a copy."""
+    hit = _DUMPS.get(id(section))
+    if hit is None or hit[0] is not section:
+        if len(_DUMPS) > 4096:
+            _DUMPS.clear()
+        hit = _DUMPS[id(section)] = (section, section.model_dump(mode="python"))
+    return dict(hit[1])
+
+
+def _sections(base: RunConfig, updates: tuple[tuple[str, str, Any], ...]) -> dict[str, Any]:
+    """The sections ``updates`` ((section, field, value), ...) change, each validated by its own class; cached
+    by the values (the updates every candidate of a search shares: the data, the policy, the GPU count)."""
     from dcpsim.validation import validate_model
 
-    key = (id(base_section), repr(sorted(changes.items())))
+    key = (id(base), repr(updates))
     hit = _SECTIONS.get(key)
-    if hit is not None and hit[0] is base_section:
-        return hit[1]
-    if len(_SECTIONS) > 65536:
-        _SECTIONS.clear()
-    new = validate_model(type(base_section), {**base_section.model_dump(mode="python"), **changes})
-    _SECTIONS[key] = (base_section, new)
-    return new
+    if hit is None or hit[0] is not base:
+        if len(_SECTIONS) > 16384:
+            _SECTIONS.clear()
+        by_sec: dict[str, dict[str, Any]] = {}
+        for sec, leaf, value in updates:
+            by_sec.setdefault(sec, {})[leaf] = value
+        new = {sec: validate_model(type(getattr(base, sec)), {**_dump(getattr(base, sec)), **ch})
+               for sec, ch in by_sec.items()}
+        hit = _SECTIONS[key] = (base, new)
+    return hit[1]
 
 
 def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
     """``base.with_updates(updates)`` at a fraction of its cost: only the sections ``updates`` changes are
-    validated (each by its own class, cached by its values: the same field checks), and the whole run's
-    checks (:meth:`RunConfig._check_layout`: divisibility, the batch, the policy's options) run on the
-    result. The same configuration (equal, the same hash) and the same accepted layouts as ``with_updates``
-    (tested); where anything is refused, ``with_updates`` itself is run, so the error is its own.
+    validated (each by its own class: the same field checks; all but the layout's cached by their values),
+    and the whole run's checks (:meth:`RunConfig._check_layout`: divisibility, the batch, the policy's
+    options) run on the result. The same configuration (equal, the same hash) and the same accepted layouts
+    as ``with_updates`` (tested); where anything is refused, ``with_updates`` itself is run, so the error
+    is its own.
 
-    The planner checks ~30,000 candidate layouts per search this way; each simulated one is validated
+    The planner checks ~10,000 candidate layouts per search this way; each simulated one is validated
     once more in full (:func:`validated`) before it runs.
     """
-    by_sec: dict[str, dict[str, Any]] = {}
+    from dcpsim.run.config import ParallelSection
+    from dcpsim.validation import validate_model
+
+    par: dict[str, Any] = {}
+    rest: list[tuple[str, str, Any]] = []
     for path, value in updates.items():
         sec, _, leaf = path.partition(".")
         if not leaf or "." in leaf or sec not in RunConfig.model_fields:
             return base.with_updates(updates)  # policy options and anything unusual: the full path
-        by_sec.setdefault(sec, {})[leaf] = value
+        if sec == "parallel":
+            par[leaf] = value
+        else:
+            rest.append((sec, leaf, value))
     try:
-        new = {sec: _section(getattr(base, sec), ch) for sec, ch in by_sec.items()}
+        new = dict(_sections(base, tuple(rest)))
+        if par:
+            new["parallel"] = validate_model(ParallelSection, {**_dump(base.parallel), **par})
         cfg = base.model_copy(update=new)
         cfg._check_layout()
     except (ConfigError, ValueError, TypeError):

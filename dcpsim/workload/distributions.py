@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from scipy import integrate, optimize, special
 
 from dcpsim.choices import CLIP_MODES
 from dcpsim.errors import ConfigError
@@ -50,6 +49,27 @@ from dcpsim.workload.length_base import (  # noqa: F401  (re-exported: these nam
     _to_lengths,
 )
 from dcpsim.workload.loaders import LENGTH_CAP  # files are read in loaders, never here
+
+
+# scipy (~1 s to import) only where a distribution needs it: fixed windows, empirical tables and uniform
+# draws never do, so `dcpsim plan`'s workers and the CLI do not pay for it
+def _ndtr(x):
+    from scipy.special import ndtr
+
+    return ndtr(x)
+
+
+def _brentq(*args, **kwargs):
+    from scipy.optimize import brentq
+
+    return brentq(*args, **kwargs)
+
+
+def _quad(*args, **kwargs):
+    from scipy.integrate import quad
+
+    return quad(*args, **kwargs)
+
 
 __all__ = [
     "LENGTH_CAP",
@@ -104,7 +124,7 @@ class LogNormal(LengthDistribution):
         x = np.asarray(x, dtype=np.float64)
         with np.errstate(divide="ignore"):
             z = (np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma
-        return special.ndtr(z)
+        return _ndtr(z)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type_name, "mu": self.mu, "sigma": self.sigma}
@@ -174,7 +194,7 @@ class LogNormalPareto(LengthDistribution):
     @property
     def tail_probability(self) -> float:
         """Share of sequences drawn from the Pareto tail (``X > tail_start``)."""
-        return float(special.ndtr((self.mu - math.log(self.tail_start)) / self.sigma))
+        return float(_ndtr((self.mu - math.log(self.tail_start)) / self.sigma))
 
     def _sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
         # Draw the log-normal; every draw that lands above tail_start is
@@ -192,14 +212,14 @@ class LogNormalPareto(LengthDistribution):
             return math.inf
         body_mean = math.exp(self.mu + 0.5 * self.sigma**2)
         # E[X; X <= t] for the log-normal: E[X] * Phi((ln t - mu - sigma^2) / sigma)
-        body_part = body_mean * float(special.ndtr((math.log(self.tail_start) - self.mu - self.sigma**2) / self.sigma))
+        body_part = body_mean * float(_ndtr((math.log(self.tail_start) - self.mu - self.sigma**2) / self.sigma))
         tail_mean = self.alpha * self.tail_start / (self.alpha - 1.0)
         return body_part + self.tail_probability * tail_mean
 
     def _cdf(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x, dtype=np.float64)
         with np.errstate(divide="ignore"):
-            body = special.ndtr((np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma)
+            body = _ndtr((np.log(np.maximum(x, 0.0)) - self.mu) / self.sigma)
         ratio = self.tail_start / np.maximum(x, self.tail_start)
         tail = 1.0 - self.tail_probability * ratio**self.alpha
         return np.where(x <= self.tail_start, body, tail)
@@ -250,7 +270,7 @@ def lognormal_pareto_from_mean(mean: float, sigma: float, tail_start: float, alp
     lo, hi = math.log(mean) - 50.0, math.log(mean) + 10.0
     if not (gap(lo) < 0.0 < gap(hi)):
         raise ConfigError("mean", mean, f"a mean reachable with sigma={sigma}, tail_start={tail_start}", where=where)
-    mu = optimize.brentq(gap, lo, hi, xtol=1e-12)
+    mu = _brentq(gap, lo, hi, xtol=1e-12)
     return LogNormalPareto(mu=mu, sigma=probe.sigma, tail_start=probe.tail_start, alpha=alpha_f)
 
 
@@ -415,10 +435,10 @@ def _integrate_positive(g: Callable[[np.ndarray], np.ndarray], lo: float, hi: fl
 
     total = 0.0
     if lo < 1.0:
-        total += integrate.quad(scalar, lo, min(1.0, hi), limit=200)[0]
+        total += _quad(scalar, lo, min(1.0, hi), limit=200)[0]
         lo = 1.0
     if hi > lo:
-        total += integrate.quad(lambda u: scalar(math.exp(u)) * math.exp(u), math.log(lo), math.log(hi), limit=400)[0]
+        total += _quad(lambda u: scalar(math.exp(u)) * math.exp(u), math.log(lo), math.log(hi), limit=400)[0]
     return total
 
 

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from scipy import optimize, special
 
 from dcpsim.errors import ConfigError
 from dcpsim.workload.distributions import (
@@ -186,6 +185,8 @@ def _censored_lognormal_mle(logs: np.ndarray, log_t: float) -> tuple[float, floa
             "at least 2 lengths in the log-normal body",
             where="fit_lognormal_pareto",
         )
+
+    from scipy import optimize, special  # here, not at import: ~1 s that most commands never need
 
     def nll(theta: np.ndarray) -> float:
         mu, log_sigma = float(theta[0]), float(theta[1])

@@ -1,0 +1,107 @@
+"""The planner's fast paths give what the slow ones give (issue 24): light candidate configurations, the
+bounded screen, the vectorised sync tail, the per-stage sync memo and the cached memory terms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dcpsim.errors import ConfigError
+from dcpsim.planning import SearchSpace, make_data_spec, search_layouts
+from dcpsim.run.config import RunConfig
+
+
+def _base() -> RunConfig:
+    return RunConfig().with_updates({"model.name": "llama2-7b", "hardware.gpu": "a100-sxm-80gb"})
+
+
+def _outcome(fn):
+    try:
+        cfg = fn()
+    except ConfigError as exc:
+        return "error", str(exc)
+    return "ok", cfg
+
+
+@pytest.mark.parametrize("policy", ["packing", "dynamic"])
+def test_light_config_is_with_updates(policy):
+    """Every candidate of a search: light_config gives an equal configuration (same hash) where with_updates
+    does, and the same one-line error where it refuses."""
+    from dcpsim.planning.search import search_updates
+    from dcpsim.planning.space import batch_check, enumerate_candidates, light_config
+
+    data = make_data_spec(seq_len=4096, gbs=64)
+    base = _base()
+    common = search_updates(data, policy, 64)
+    space = SearchSpace(tp=[1, 2, 2048], pp=[1, 2, 4], mbs=[1, 2, 8192], precision=["bf16", "fp8", "fp4"])
+    n = {"ok": 0, "error": 0}
+    for cand in enumerate_candidates(base, 64, data, space, policy == "dynamic"):
+        if batch_check(cand, 64, data, 64):
+            continue
+        upd = {**common, **cand.updates(64)}
+        slow = _outcome(lambda upd=upd: base.with_updates(upd))
+        fast = _outcome(lambda upd=upd: light_config(base, upd))
+        assert fast[0] == slow[0] and (fast[1] == slow[1] if slow[0] == "error" else True), cand
+        if slow[0] == "ok":
+            assert fast[1] == slow[1] and fast[1].config_hash() == slow[1].config_hash()
+        n[slow[0]] += 1
+    assert n["ok"] > 10 and n["error"] > 10  # both paths exercised (tp 2048, mbs 8192, fp4 are refused)
+    # refused by the run's own checks (not a field's range): a virtual pipeline without pipeline stages
+    bad = {**common, "cluster.gpus": 64, "parallel.pp": 1, "parallel.vp": 2}
+    assert _outcome(lambda: light_config(base, bad)) == _outcome(lambda: base.with_updates(bad))
+
+
+@pytest.mark.parametrize("gpus,policy", [(64, "packing"), (256, "dynamic")])
+def test_bounded_screen_finds_what_the_full_screen_finds(monkeypatch, gpus, policy):
+    """The screen cut by its lower bound simulates the same layouts as screening every candidate (the same
+    rows); the vectorised sync tail equals the per-stage rules on every screened candidate."""
+    import dcpsim.planning.screen as screen_mod
+    import dcpsim.planning.search as search_mod
+
+    monkeypatch.setattr(screen_mod, "_CHECK_SCALAR", True)
+    data = make_data_spec(seq_len=4096, gbs=256)
+    space = SearchSpace(tp=[1, 2], pp=[1, 2, 4, 8], mbs=[1, 2, 4])
+    fast = search_layouts(_base(), gpus, data, policy=policy, space=space, simulate=3)
+    monkeypatch.setattr(search_mod, "FULL_SCREEN", True)
+    full = search_layouts(_base(), gpus, data, policy=policy, space=space, simulate=3)
+    assert fast.rows == full.rows and fast.rows
+    assert fast.counts["fit"] == full.counts["fit"] and fast.counts["screened"] < full.counts["screened"]
+
+
+@pytest.mark.parametrize("updates", [
+    {"parallel.tp": 1, "parallel.pp": 8, "parallel.cp": 2},
+    {"parallel.tp": 2, "parallel.pp": 8, "parallel.cp": 1, "parallel.precision": "fp8"},
+    {"parallel.tp": 1, "parallel.pp": 4, "parallel.cp": 1, "parallel.first_stage_layers": 7,
+     "parallel.last_stage_layers": 7, "cluster.gpus": 96, "hardware.nvlink_domain_gpus": 12},
+])
+def test_sync_cost_stage_memo_is_exact(monkeypatch, updates):
+    """sync_cost computes stages with equal inputs once: the same arrays as computing every stage."""
+    import dcpsim.sim.durations as durations
+    from dcpsim.run.single import build_simulator
+
+    cfg = RunConfig().with_updates({"model.name": "llama2-7b", "hardware.gpu": "h100-sxm", "cluster.gpus": 64,
+                                    "workload.gbs": 256, **updates})
+    memo = build_simulator(cfg)
+    monkeypatch.setattr(durations, "STAGE_MEMO", False)
+    every = build_simulator(cfg)
+    for name, a in vars(memo.sync).items():
+        b = getattr(every.sync, name)
+        assert (a is None and b is None) or np.array_equal(np.asarray(a), np.asarray(b)), name
+    assert memo.durations.step_end_inputs == every.durations.step_end_inputs
+
+
+def test_cached_memory_terms_match_the_model():
+    """The peak memory's cached linear terms give what memory_per_gpu gives at any token count."""
+    from dcpsim.cost.memory import memory_kwargs
+    from dcpsim.model import memory_per_gpu
+    from dcpsim.run.single import build_cost_model
+
+    cost = build_cost_model(RunConfig().with_updates({"model.name": "llama2-7b", "parallel.recompute": "none"}))
+    tokens = np.array([0, 1, 4096, 65536])
+    got = cost.peak_memory_bytes(tokens)
+    kw = memory_kwargs(cost.settings)
+    want = [memory_per_gpu(cost.model, tokens_per_rank=0, **kw).total_bytes
+            + (memory_per_gpu(cost.model, tokens_per_rank=1, **kw).total_bytes
+               - memory_per_gpu(cost.model, tokens_per_rank=0, **kw).total_bytes) * float(t) for t in tokens]
+    assert got.tolist() == want
+    assert got[3] == pytest.approx(memory_per_gpu(cost.model, tokens_per_rank=65536, **kw).total_bytes, rel=1e-9)
