@@ -91,7 +91,7 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
         stall = np.asarray(sync.all_gather_s, dtype=float)
     tail = max(0.0, float(np.max(end + np.asarray(sync.optimizer_s, dtype=float) + stall)))
     if _CHECK_SCALAR:
-        assert tail == _sync_tail_loop(sync, nb, rs_b, ag_b, pp, f_chunk, b_chunk, x, ov_g, ov_p, gated)
+        assert tail == _sync_tail_loop(sync, (f_chunk, b_chunk, x), (ov_g, ov_p, gated))
     if gated:
         tail += fill_gather_delay_s(ag_b, nb, f_chunk, x, getattr(cfg.sim, "param_gather_launch", "first_forward"))
     return tail
@@ -100,11 +100,18 @@ def sync_tail_s(cfg: RunConfig, cost, f_chunk: float, b_chunk: float, x: float) 
 _CHECK_SCALAR = False  # tests: compare the vectorised tail with the per-stage rules of the simulator
 
 
-def _sync_tail_loop(sync, nb, rs_b, ag_b, pp: int, f_chunk: float, b_chunk: float, x: float, ov_g: bool, ov_p: bool,
-                    gated: bool) -> float:
-    """The tail before the fill delay, stage by stage with the simulator's functions (the reference)."""
+def _sync_tail_loop(sync, chunks: tuple[float, float, float], flags: tuple[bool, bool, bool]) -> float:
+    """The tail before the fill delay, stage by stage with the simulator's functions (the reference);
+    ``chunks``: (forward, backward, transfer) seconds, ``flags``: (overlap grad sync, overlap param gather,
+    gathered at the first forward)."""
     from dcpsim.sim.stage_sync import grad_sync_end_s, param_gather_stall_s
 
+    f_chunk, b_chunk, x = chunks
+    ov_g, ov_p, gated = flags
+    pp = sync.reduce_scatter_s.size
+    nb = sync.buckets if sync.buckets is not None else np.ones(pp)
+    rs_b = sync.reduce_scatter_bucket_s if sync.reduce_scatter_bucket_s is not None else sync.reduce_scatter_s
+    ag_b = sync.all_gather_bucket_s if sync.all_gather_bucket_s is not None else sync.all_gather_s
     tail = 0.0
     for p in range(pp):
         b1 = -p * (b_chunk + x)

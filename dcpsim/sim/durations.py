@@ -241,11 +241,8 @@ class DurationModel:
     def sync_cost(self) -> SyncCost:
         """Gradient reduce-scatter, parameter all-gather and optimizer step per stage."""
         cost, topo = self.cost, self.topo
-        prof = cost.profile
         params = stage_params(cost)
         rs, ag, opt, doms, rs_b, ag_b, nb, rs_alone, ag_alone = (np.zeros(topo.pp) for _ in range(9))
-        bw = prof.hbm_bw_bytes_per_s
-        fixed = KERNELS_ITERATION * prof.timing.per_kernel_overhead_s + prof.timing.iteration_overhead_s
         done: dict[tuple, tuple] = {}  # stages with the same inputs (the middle ones) computed once
         for p in range(topo.pp):
             n, domains, factor = topo.stage_dp_group(p)
@@ -256,16 +253,20 @@ class DurationModel:
             key = (n, domains, factor, float(g), float(w), float(params[p]), float(nb[p]),
                    float(cost.stage_layers[p]), self.param_tensors(p))
             if key not in done or not STAGE_MEMO:
-                done[key] = self._stage_sync(p, n, domains, factor, g, w, float(params[p]), float(nb[p]), bw, fixed)
+                done[key] = self._stage_sync(p, (n, domains, factor), g, w, float(params[p]), float(nb[p]))
             rs_b[p], ag_b[p], rs[p], ag[p], rs_alone[p], ag_alone[p], opt_dev, opt[p] = done[key]
             self.step_end_inputs[p] = (opt_dev, float(params[p]), int(nb[p]))
         return SyncCost(rs, ag, opt, params, doms, rs_b, ag_b, nb, rs_alone, ag_alone)
 
-    def _stage_sync(self, p: int, n: int, domains: int, factor: float, g: float, w: float, params: float, nb: float,
-                    bw: float, fixed: float) -> tuple[float, ...]:
+    def _stage_sync(self, p: int, group: tuple[int, int, float], g: float, w: float, params: float,
+                    nb: float) -> tuple[float, ...]:
         """One stage's sync: (reduce-scatter per bucket, all-gather per bucket, their totals, both alone on the
-        network, the optimizer's device time, the step end) in seconds; ``g``/``w``: gradient / gathered bytes."""
+        network, the optimizer's device time, the step end) in seconds; ``group``: its DP group (ranks,
+        domains, network factor), ``g``/``w``: gradient / gathered bytes, ``nb`` buckets."""
         cost, topo, prof = self.cost, self.topo, self.cost.profile
+        n, domains, factor = group
+        bw = prof.hbm_bw_bytes_per_s
+        fixed = KERNELS_ITERATION * prof.timing.per_kernel_overhead_s + prof.timing.iteration_overhead_s
 
         def t(op: str, nbytes: float, factor: float = factor) -> float:
             return float(group_collective_time_s(prof, op, nbytes, n, domains=domains, network_scale=factor))
