@@ -51,19 +51,30 @@ def test_light_config_is_with_updates(policy):
     assert _outcome(lambda: light_config(base, bad)) == _outcome(lambda: base.with_updates(bad))
 
 
-@pytest.mark.parametrize("gpus,policy", [(64, "packing"), (256, "dynamic")])
-def test_bounded_screen_finds_what_the_full_screen_finds(monkeypatch, gpus, policy):
+@pytest.mark.parametrize("gpus,policy,gpu", [(64, "packing", "a100-sxm-80gb"), (256, "dynamic", "h100-sxm"),
+                                              (128, "packing", "h100-sxm")])
+def test_bounded_screen_finds_what_the_full_screen_finds(monkeypatch, gpus, policy, gpu):
     """The screen cut by its lower bound simulates the same layouts as screening every candidate (the same
-    rows); the vectorised sync tail equals the per-stage rules on every screened candidate."""
+    rows); the vectorised sync tail equals the per-stage rules on every screened candidate; the host
+    timeline never makes a stage faster than its device time (what the bound assumes)."""
     import dcpsim.planning.screen as screen_mod
     import dcpsim.planning.search as search_mod
 
+    host_s = screen_mod.with_host_s
+
+    def checked_host_s(cfg, cost, device, mb, mbs):
+        stage, ahead = host_s(cfg, cost, device, mb, mbs)
+        assert (stage >= device * (1 - 1e-12)).all()
+        return stage, ahead
+
     monkeypatch.setattr(screen_mod, "_CHECK_SCALAR", True)
+    monkeypatch.setattr(screen_mod, "with_host_s", checked_host_s)
     data = make_data_spec(seq_len=4096, gbs=256)
     space = SearchSpace(tp=[1, 2], pp=[1, 2, 4, 8], mbs=[1, 2, 4])
-    fast = search_layouts(_base(), gpus, data, policy=policy, space=space, simulate=3)
+    base = _base().with_updates({"hardware.gpu": gpu})
+    fast = search_layouts(base, gpus, data, policy=policy, space=space, simulate=3)
     monkeypatch.setattr(search_mod, "FULL_SCREEN", True)
-    full = search_layouts(_base(), gpus, data, policy=policy, space=space, simulate=3)
+    full = search_layouts(base, gpus, data, policy=policy, space=space, simulate=3)
     assert fast.rows == full.rows and fast.rows
     assert fast.counts["fit"] == full.counts["fit"] and fast.counts["screened"] < full.counts["screened"]
 

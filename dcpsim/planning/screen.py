@@ -143,30 +143,31 @@ def _spans(cfg: RunConfig, cost, cp) -> np.ndarray:
     return np.asarray(cp) * cfg.parallel.tp > dom
 
 
-def _fixed_compute(cfg: RunConfig, data: DataSpec, mbs: int):
-    """(cost model, microbatch parts, (device stage times, with the host, whether the host runs ahead),
-    microbatches, compute term) of :func:`screen_fixed`."""
+def _device_stages(cfg: RunConfig, data: DataSpec, mbs: int):
+    """(cost model, microbatch parts, device stage times, microbatches) of :func:`screen_fixed`."""
     cost = _cached_cost(cfg)
     p = cfg.parallel
     L = int(data.seq_len)
     key = (cost_key(cfg, drop=MB_INDEPENDENT), L)
     table = _MB_CACHE.get(key) or _MB_CACHE.setdefault(key, _microbatch_table(cfg, cost, L))
     mb = table.get((p.cp, mbs)) or _microbatch_table(cfg, cost, L, [(p.cp, mbs)])[(p.cp, mbs)]
-    device = stage_times_s(cost, mb)
-    stage, host_ahead = with_host_s(cfg, cost, device, mb, mbs)
-    m = max(1, data.gbs // (cfg.dp * mbs))
-    return cost, mb, (device, stage, host_ahead), m, m * float(stage.max())
+    return cost, mb, stage_times_s(cost, mb), max(1, data.gbs // (cfg.dp * mbs))
 
 
 def fixed_lower_bound_s(cfg: RunConfig, data: DataSpec, mbs: int) -> float:
-    """A lower bound of :func:`screen_fixed`'s time (seconds): its compute term alone (the bubble and the
-    sync tail are never negative), without the sync model -- the search's cheap first pass."""
-    return _fixed_compute(cfg, data, mbs)[4]
+    """A lower bound of :func:`screen_fixed`'s time (seconds): the device's compute term, ``m`` x the largest
+    device stage time -- the host timeline only adds to a stage (:func:`with_host_s`: every op costs at least
+    its device time), and the bubble and the sync tail are never negative. Neither the host nor the sync
+    model is evaluated: the search's cheap first pass."""
+    _, _, device, m = _device_stages(cfg, data, mbs)
+    return m * float(device.max())
 
 
 def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
     """Closed-form iteration time of fixed windows (see the module docstring); seconds."""
-    cost, mb, (device, stage, host_ahead), m, compute = _fixed_compute(cfg, data, mbs)
+    cost, mb, device, m = _device_stages(cfg, data, mbs)
+    stage, host_ahead = with_host_s(cfg, cost, device, mb, mbs)
+    compute = m * float(stage.max())
     p = cfg.parallel
     vp = int(getattr(p, "vp", 1) or 1)
     L = int(data.seq_len)
