@@ -147,6 +147,12 @@ def gemm_table(name: str, g: dict, timing: Timing) -> tuple[list[dict], str, Tim
             timing, "")
 
 
+# HBM bandwidth memory-bound kernels sustain on the real H100 (profiles/h100-sxm-measured/profile.toml): a 1 GiB
+# device copy, read + write bytes / time, 2,996-3,005 GB/s (p10-p90), against the datasheet's 3.35 TB/s
+H100_HBM_MEASURED = 3.0e12
+H100_HBM_SRC = ("measured sustained HBM bandwidth on a real H100 80GB HBM3: 1 GiB device copy, read + write bytes / "
+                "time, median 3.00 TB/s (p10-p90 2,996-3,005 GB/s), 2026-11-27, torch 2.11.0+cu130 "
+                "(profiles/h100-sxm-measured, MEASURED.md); the datasheet's 3.35 TB/s (REFERENCE §5) is not reached")
 # Transformer Engine runs the backward FP8 GEMMs (dgrad, wgrad) with split accumulation (_2X_ACC_DGRAD/_WGRAD = True,
 # _2X_ACC_FPROP = False in transformer_engine/pytorch/module/base.py); enabling fast accumulation "can lead to a 1.1x
 # to 1.2x speedup" (pytorch/ao issue #2377, 2025-06, H100 FP8 training GEMMs): the range's midpoint, 1.15. Hopper
@@ -227,7 +233,7 @@ GPUS = {
     "h100-sxm": dict(
         sms=132, sms_src="H100 SXM5: 132 SMs (NVIDIA H100 datasheet / Hopper whitepaper)",
         fp8=1979e12, fp8_src="H100 SXM dense FP8 peak 1,979 TFLOPS (NVIDIA H100 datasheet; 3,958 with sparsity)",
-        peak=989e12, hbm=81559 * 2**20, hbm_mib=81559, hbmbw=3.35e12, nvl=450e9, nic=50e9, gemm=795, attn_scale=1.0, attn_note="",
+        peak=989e12, hbm=81559 * 2**20, hbm_mib=81559, hbmbw=H100_HBM_MEASURED, hbmbw_src=H100_HBM_SRC, nvl=450e9, nic=50e9, gemm=795, attn_scale=1.0, attn_note="",
         nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True, fp8_split_acc=FP8_SPLIT_ACC,
         desc="NVIDIA H100 SXM 80GB, 8 per node (DGX/HGX H100), 400 Gb/s NDR per GPU. Public figures.",
         host_cpu="x86", host_src="x86: DGX H100 hosts are 2x Intel Xeon Platinum 8480C (NVIDIA DGX H100 user guide; "
@@ -435,7 +441,7 @@ def build(name: str) -> HardwareProfile:
         sources={
             "peak_bf16_flops": f"dense BF16 peak, {ref5}",
             "hbm_bytes": g.get("hbm_src") or f"HBM capacity as NVML reports it (nvidia-smi total, {g['hbm_mib']:,} MiB; {HBM_SRC})",
-            "hbm_bw_bytes_per_s": f"HBM bandwidth, {ref5}",
+            "hbm_bw_bytes_per_s": g.get("hbmbw_src", f"HBM bandwidth, {ref5}"),
             "nvlink_bw_bytes_per_s": f"NVLink per GPU per direction, {ref5}",
             "nic_bw_bytes_per_s": f"scale-out NIC line rate per GPU, {ref5}",
             "gpus_per_node": g.get("gpn_src", "8-GPU HGX/DGX baseboard, REFERENCE §5 (8-GPU NVLink figures)"),
