@@ -219,3 +219,16 @@ def test_simulated_throughput_never_passes_the_peak():
                                     "workload.max_len": 16384, "parallel.max_tokens_per_rank": 16384})
     s = run_simulation(cfg).summary
     assert 0 < s["tflops_per_gpu"] * 1e12 <= get_profile("h100-sxm").peak_bf16_flops and s["mfu"] <= 1
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_gemm_shape_factor_on_many_repeated_token_counts_equals_it_per_value(precision):
+    """Large arrays are computed once per distinct token count: the same floats as each value alone."""
+    p = get_profile("h100-sxm")
+    rng = np.random.default_rng(3)
+    m = rng.choice(np.arange(0, 40000, 7), (3, 6000)).astype(float)  # many repeats, 2-D, zeros
+    got = p.gemm_shape_factor(m, 5120, 13824, precision=precision)
+    flat = m.ravel()  # chunks below the size where distinct values are taken: the plain elementwise path
+    ref = np.concatenate([p.gemm_shape_factor(flat[i:i + 1000], 5120, 13824, precision=precision)
+                          for i in range(0, flat.size, 1000)]).reshape(m.shape)
+    assert got.shape == m.shape and np.array_equal(got, ref)
