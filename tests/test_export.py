@@ -260,6 +260,7 @@ NON_DEFAULT = {
     "step.log_timers": True, "step.timing_log_level": 1, "step.deterministic": True, "step.cuda_graphs": "local",
     "step.clip_grad": 0.0, "step.transformer_impl": "local", "step.grad_accumulation_fusion": False,
     "step.manual_gc": True, "step.check_for_nan_in_loss_and_grad": False, "step.overlap_p2p_comm": False,
+    "step.test_mode_qk_checks": True,
 }
 # fields that only matter together with others
 WITH = {"parallel.precision": {"model.name": "llama3-8b"}, "sim.fp8_param_gather": {"model.name": "llama3-8b",

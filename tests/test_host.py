@@ -141,6 +141,16 @@ def test_layer_pass_prices_the_measured_layer_whole_and_extra_kernels_one_by_one
         assert bf[0] == pytest.approx(267e-6) and bb[0] == pytest.approx(1473e-6)
 
 
+def test_test_mode_qk_checks_add_the_realtime_comparisons_per_attention_forward():
+    """--test-mode with --qk-layernorm (Megatron's run_realtime_tests): per layer forward one stack, two all-gathers
+    (DP, TP) and, per rank of each group, 4 comparisons (2 kernels and a sync each); nothing in the backward."""
+    sh = _shape(dp_cp=4, cps=np.array([2.0]))  # tp 2, DP group 4 / 2 = 2: 4 ranks compared
+    f, b, kf, kb = layer_pass_host(sh, X86, StepFlags())
+    tf, tb, tkf, tkb = layer_pass_host(sh, X86, StepFlags(test_mode_qk_checks=True))
+    assert tf[0] - f[0] == pytest.approx(6.5e-6 + 2 * 44e-6 + 4 * 4 * (2 * 6.5e-6 + 5e-6))
+    assert tkf[0] - kf[0] == 1 + 8 * 4 and tb[0] == b[0] and tkb[0] == kb[0]
+
+
 def test_step_end_flags_add_syncs_and_work():
     work = StepEndWork(optimizer_device_s=2e-3, param_tensors=50, buckets=2)
     base = step_end_ops(work, StepFlags(log_params_norm=False, log_num_zeros=False, log_interval=1), X86)

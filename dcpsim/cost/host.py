@@ -186,6 +186,7 @@ class StepFlags:
     log_interval: int = 100  # --log-interval (default 100): a logged step syncs and runs the logging Python
     cuda_graphs: str = "none"  # --cuda-graph-impl
     overlap_p2p_comm: bool = True  # interleaved schedules only; vp = 1 always syncs after batched p2p
+    test_mode_qk_checks: bool = False  # --test-mode with --qk-layernorm: per attention forward, q/k norms compared
     log_memory: bool = False  # --log-memory-to-tensorboard: allocator statistics written each logged step
     log_timers: bool = False  # --log-timers-to-tensorboard: timer values written each logged step
     timing_log_level: int = 0  # --timing-log-level: 1 adds synced timers around the step's phases, 2 per op
@@ -208,7 +209,8 @@ class StepFlags:
                     log_memory=bool(getattr(s, "log_memory", d.log_memory)),
                     log_timers=bool(getattr(s, "log_timers", d.log_timers)),
                     timing_log_level=int(getattr(s, "timing_log_level", d.timing_log_level)),
-                    grad_accumulation_fusion=bool(getattr(s, "grad_accumulation_fusion", d.grad_accumulation_fusion)))
+                    grad_accumulation_fusion=bool(getattr(s, "grad_accumulation_fusion", d.grad_accumulation_fusion)),
+                    test_mode_qk_checks=bool(getattr(s, "test_mode_qk_checks", d.test_mode_qk_checks)))
         vals.update(kw)
         return cls(**vals)
 
@@ -333,6 +335,8 @@ class PassShape:
     n_seqs: np.ndarray | None = None  # documents per group's microbatch (THD when > 1)
     first_step: np.ndarray | None = None  # groups of the plan's first step (Dynamic-CP exchange)
     kernels_base: tuple[float, float] = (12.0, 20.0)  # a base layer's kernels (no TP, CP, FP8): priced by layer_*_s
+    dp_cp: int = 1  # data-parallel x context-parallel ranks (a group's DP group is dp_cp / its CP size)
+    cps: np.ndarray | None = None  # CP size per group (None: 1)
     kernels_head: tuple[float, float] = (9.0, 8.0)
     kernels_embed: tuple[float, float] = (1.0, 2.0)
 
@@ -363,6 +367,16 @@ def layer_pass_host(shape: PassShape, host: HostCosts, flags: StepFlags):
         f_host = (kf - cf) * host.kernel_fwd_s + cf * host.collective_call_s
         b_host = (kb - cb) * host.kernel_bwd_s + cb * host.collective_call_s
     f_k, b_k = kf, kb
+    if flags.test_mode_qk_checks and not graphs:
+        # run_realtime_tests (megatron/core/transformer/attention.py at d98e8a64), every attention forward: the q/k
+        # norm parameters stacked, all-gathered over the DP group and over the TP group, and each rank's copy
+        # compared on the host (eq + all kernels, then bool(): a sync) for its 4 tensors. Priced: the calls, the
+        # launches and one sync wake-up per comparison (the collectives' own latency and waits for peers are not).
+        cps = np.ones(kf.shape) if shape.cps is None else np.asarray(shape.cps, dtype=np.float64)
+        ranks = np.maximum(float(shape.dp_cp) / cps, 1.0) + float(shape.tp)
+        f_host = (f_host + host.kernel_launch_s + 2 * host.collective_call_s
+                  + 4 * ranks * (2 * host.kernel_launch_s + host.sync_s))
+        f_k = f_k + 1 + 8 * ranks
     if shape.recompute == "full":
         b_host, b_k = b_host + f_host, b_k + f_k
     elif shape.recompute == "selective" and not graphs:

@@ -33,6 +33,7 @@ MODELLED = {
     "--min-dynamic-context-parallel-size", "--use-varlen-dataset", "--varlen-mock-dataset-config-json",
     "--mock-data", "--data-path", "--train-iters", "--eval-interval",
     "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--no-overlap-p2p-communication",
+    "--test-mode",
 }
 """Flags mapped to a RunConfig field."""
 
@@ -71,7 +72,6 @@ APPROXIMATED = {
     "--use-tp-pp-dp-mapping": "rank order is not modelled (groups are placed as NVLink allows)",
     "--te-rng-tracker": "the RNG tracker is not priced",
     "--check-weight-hash-across-dp-replicas-interval": "the weight-hash check every N steps is not priced",
-    "--test-mode": "a test-only switch (no time)",
     "--cuda-graph-warmup-steps": "CUDA-graph warm-up falls before the measured steps",
     "--cuda-graph-scope": "CUDA graphs are recorded as on/off (the host model reads step.cuda_graphs)",
     "--cuda-graph-modules": "CUDA graphs are recorded as on/off (the host model reads step.cuda_graphs)",

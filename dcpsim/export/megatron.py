@@ -236,7 +236,7 @@ EXPORT_FIELDS: dict[str, str] = {
     **{f"step.{f}": "flag" for f in ("log_interval", "log_params_norm", "log_num_zeros_in_grad", "log_memory",
                                      "log_timers", "timing_log_level", "deterministic", "cuda_graphs", "clip_grad",
                                      "transformer_impl", "grad_accumulation_fusion", "manual_gc",
-                                     "check_for_nan_in_loss_and_grad", "overlap_p2p_comm")},
+                                     "check_for_nan_in_loss_and_grad", "overlap_p2p_comm", "test_mode_qk_checks")},
 }
 
 
@@ -277,7 +277,8 @@ def step_flags(cfg: RunConfig) -> list[str]:
                                                                      "--no-gradient-accumulation-fusion"),
                      (st.manual_gc, "--manual-gc"),
                      (not st.check_for_nan_in_loss_and_grad, "--no-check-for-nan-in-loss-and-grad"),
-                     (not st.overlap_p2p_comm, "--no-overlap-p2p-communication")):
+                     (not st.overlap_p2p_comm, "--no-overlap-p2p-communication"),
+                     (st.test_mode_qk_checks, "--test-mode"), (st.test_mode_qk_checks, "--qk-layernorm")):
         if on:
             a.append(name)
     if st.timing_log_level:

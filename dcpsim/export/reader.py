@@ -215,6 +215,8 @@ def _step(flags: dict) -> dict[str, Any]:
         "manual_gc": _bool(flags, "--manual-gc"),
         "check_for_nan_in_loss_and_grad": not _bool(flags, "--no-check-for-nan-in-loss-and-grad"),
         "overlap_p2p_comm": not _bool(flags, "--no-overlap-p2p-communication"),
+        # run_realtime_tests (megatron/core/transformer/attention.py at d98e8a64) returns at once without q/k norms
+        "test_mode_qk_checks": _bool(flags, "--test-mode") and _bool(flags, "--qk-layernorm"),
     }
 
 

@@ -282,6 +282,9 @@ class StepSection(_Section):
                                                  "--no-check-for-nan-in-loss-and-grad): the loss of every microbatch "
                                                  "(last stage) and each gradient bucket are read on the host, a "
                                                  "device sync each")
+    test_mode_qk_checks: bool = Field(False, description="Megatron --test-mode with --qk-layernorm: every "
+                                      "self-attention forward all-gathers the q/k norm parameters over the DP and TP "
+                                      "groups and compares them on the host (4 syncs per rank of each group)")
     overlap_p2p_comm: bool = Field(True, description="Megatron's overlap of pipeline p2p with compute (default on, "
                                    "interleaved schedules only; --no-overlap-p2p-communication): off, and always with "
                                    "vp = 1, pipeline sends/receives are batched and followed by a device sync "

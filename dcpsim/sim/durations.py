@@ -547,4 +547,5 @@ def pass_shape(cost, vp: int, cps, n_seqs=None, first_step=None) -> PassShape:
                      collectives_fwd=cf, collectives_bwd=cb, recompute=cost.recompute, n_seqs=n_seqs,
                      first_step=first_step, kernels_head=(float(head[0]), float(head[1])),
                      kernels_base=(float(KERNELS_FWD), float(KERNELS_BWD)),
+                     dp_cp=int(getattr(cost, "dp_cp", 1)), cps=cps,
                      kernels_embed=(float(KERNELS_EMBED[0]), float(KERNELS_EMBED[1])))
