@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -169,8 +170,8 @@ class Plan:
         if not groups:
             e = np.zeros(0, dtype=np.int64)
             return e, e, e, e
-        ids = np.fromiter((i for g in groups for i in g.seq_ids), dtype=np.int64)
         counts = np.fromiter((len(g.seq_ids) for g in groups), dtype=np.int64, count=len(groups))
+        ids = np.fromiter(chain.from_iterable(g.seq_ids for g in groups), dtype=np.int64, count=int(counts.sum()))
         return (np.asarray(self.lengths)[ids].astype(np.int64), np.repeat(np.arange(len(groups), dtype=np.int64), counts),
                 np.fromiter((g.size for g in groups), dtype=np.int64, count=len(groups)),
                 np.fromiter((g.start for g in groups), dtype=np.int64, count=len(groups)))
@@ -220,11 +221,15 @@ class Plan:
 
     def _validation_table(self) -> dict[str, np.ndarray]:
         """Flat arrays for :meth:`validate`: per group step/start/size, per member its group and sequence id."""
-        groups = [(k, g.start, g.size, len(g.seq_ids)) for k, st in enumerate(self.steps) for g in st.groups]
-        arr = np.array(groups, dtype=np.int64).reshape(-1, 4)
-        ids = [i for st in self.steps for g in st.groups for i in g.seq_ids]
-        return {"step": arr[:, 0], "start": arr[:, 1], "size": arr[:, 2],
-                "member_group": np.repeat(np.arange(arr.shape[0]), arr[:, 3]), "ids": np.asarray(ids, dtype=np.int64)}
+        gs = [g for st in self.steps for g in st.groups]
+        ng = len(gs)
+        per_step = np.fromiter((len(st.groups) for st in self.steps), dtype=np.int64, count=len(self.steps))
+        counts = np.fromiter((len(g.seq_ids) for g in gs), dtype=np.int64, count=ng)
+        return {"step": np.repeat(np.arange(len(self.steps), dtype=np.int64), per_step),
+                "start": np.array([g.start for g in gs], dtype=np.int64),
+                "size": np.array([g.size for g in gs], dtype=np.int64),
+                "member_group": np.repeat(np.arange(ng), counts),
+                "ids": np.fromiter(chain.from_iterable(g.seq_ids for g in gs), dtype=np.int64, count=int(counts.sum()))}
 
     # ---------------------------------------------------------------- JSON
     def to_dict(self) -> dict:
