@@ -39,13 +39,13 @@ def cpu_seconds() -> float:
 
 def run_case(case: str, jobs: int = 2, progress: bool = True) -> tuple[float, object]:
     """(wall seconds, plan) of one benchmark case."""
-    from dcpsim.planning import plan_capacity
+    from dcpsim.planning import CapacityRequest, plan_capacity
 
     gpus = GPUS if case == "full" else {"h100-sxm": 2.5}
     sizes = SIZES if case == "full" else (1024,)
     t0 = time.perf_counter()
-    plan = plan_capacity("llama-13b", None, 1e12, gpus, sizes, seq_len=4096, gbs_tokens=4 * 2**20,
-                         policies=("packing", "dynamic"), jobs=jobs, progress=progress)
+    plan = plan_capacity(CapacityRequest("llama-13b", None, 1e12, gpus, sizes, seq_len=4096, gbs_tokens=4 * 2**20,
+                                         policies=("packing", "dynamic")), jobs=jobs, progress=progress)
     return time.perf_counter() - t0, plan
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from _results import check_result_path, save_result  # noqa: E402  (benchmarks/_results.py)
 
-from dcpsim.run.sweep import load_results, run_sweep, sweep_spec_from_dict
+from dcpsim.run.sweep import SweepOptions, load_results, run_sweep, sweep_spec_from_dict
 
 BASE = {
     "model": {"name": "llama-13b"},
@@ -53,7 +53,7 @@ def bench(runs: int, jobs: int, seed0: int) -> dict:
     spec = spec_for(runs, seed0)
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
-        res = run_sweep(spec, Path(d) / "out", jobs=jobs, progress=False, figures=False, compact=False)
+        res = run_sweep(spec, Path(d) / "out", SweepOptions(jobs=jobs, progress=False, figures=False, compact=False))
         wall = time.perf_counter() - t0
         df = load_results(Path(d) / "out")
     per_run = df["wall_s"].to_numpy(float)

@@ -18,11 +18,8 @@ MAX_PARAMS = 8
 LONG_MODULES: set[str] = set()
 # Not yet given a settings object (issue 20): module:function.
 MANY_PARAMS = {
-    "planning/capacity.py:plan_capacity",
-    "run/sweep.py:run_sweep",
-    "planning/capacity.py:run_tasks",
     "sim/stage_sync.py:stage_end_s", "published/bands.py:band",
-    "planning/search.py:simulate_top", "planning/evaluate.py:evaluate_best", "reproduction/runner.py:reproduce",
+    "reproduction/runner.py:reproduce",
     "cost/host.py:issue",
 }
 

@@ -295,14 +295,14 @@ def _killer(marker: str | None, cfg):
 
 @pytest.mark.slow  # kills a pool worker and waits for the retry (~7 s): in make test-slow, which CI runs
 def test_killed_worker_is_retried_then_recorded(tmp_path):
-    from dcpsim.run.sweep import load_results, run_sweep
+    from dcpsim.run.sweep import SweepOptions, load_results, run_sweep
 
     spec = _spec(tmp_path, "[axes]\nsim.seed = [0, 1, 2, 3]\n")
     once = functools.partial(_killer, str(tmp_path / "marker"))
-    res = run_sweep(spec, tmp_path / "once", jobs=2, progress=False, figures=False, runner=once)
+    res = run_sweep(spec, tmp_path / "once", SweepOptions(jobs=2, progress=False, figures=False, runner=once))
     assert res.counts == {"ok": 4}  # the run that lost its worker was run again
     always = functools.partial(_killer, None)
-    res = run_sweep(spec, tmp_path / "always", jobs=2, progress=False, figures=False, runner=always)
+    res = run_sweep(spec, tmp_path / "always", SweepOptions(jobs=2, progress=False, figures=False, runner=always))
     df = load_results(tmp_path / "always").set_index("sim.seed")
     assert res.counts.get("failed") == 1 and df.loc[1, "status"] == "failed"
     assert "worker process died" in df.loc[1, "reason"]

@@ -112,7 +112,7 @@ _DRIVER = textwrap.dedent('''
     import sys, time
     from pathlib import Path
 
-    from dcpsim.run.sweep import SweepInterrupted, run_sweep
+    from dcpsim.run.sweep import SweepInterrupted, SweepOptions, run_sweep
 
     MARK = Path(sys.argv[3])
 
@@ -125,8 +125,8 @@ _DRIVER = textwrap.dedent('''
 
     if __name__ == "__main__":
         try:
-            run_sweep(sys.argv[1], sys.argv[2], jobs=int(sys.argv[4]), batch_size=1, progress=False, figures=False,
-                      runner="slowrunner:runner")
+            run_sweep(sys.argv[1], sys.argv[2], SweepOptions(jobs=int(sys.argv[4]), batch_size=1, progress=False, figures=False,
+                      runner="slowrunner:runner"))
         except SweepInterrupted as exc:
             print(exc, file=sys.stderr)
             sys.exit(130)

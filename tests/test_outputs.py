@@ -30,11 +30,11 @@ def _spec(tmp_path: Path, axes: str, name: str) -> Path:
 
 # ---------------------------------------------------------------- one sweep per folder
 def test_another_sweep_into_the_same_folder_is_refused_unless_it_extends_or_force(tmp_path, capsys):
-    from dcpsim.run.sweep import load_results, load_sweep_spec, run_sweep
+    from dcpsim.run.sweep import SweepOptions, load_results, load_sweep_spec, run_sweep
 
     out = tmp_path / "o"
     a = load_sweep_spec(_spec(tmp_path, "[axes]\nsim.seed = [0, 1]\n", "a.toml"))
-    run_sweep(a, out, jobs=1, progress=False, figures=False, runner=_stub)
+    run_sweep(a, out, SweepOptions(jobs=1, progress=False, figures=False, runner=_stub))
     spec_before = (out / "spec.toml").read_text()
     other = _spec(tmp_path, "[axes]\nsim.seed = [7, 8]\n", "b.toml")
     rc = main(["sweep", str(other), "--out", str(out), "-j", "1", "--no-progress", "--no-figures"])
@@ -42,13 +42,13 @@ def test_another_sweep_into_the_same_folder_is_refused_unless_it_extends_or_forc
     assert (out / "spec.toml").read_text() == spec_before and len(load_results(out)) == 2  # nothing changed
     # the same runs under another file name and comments: the same sweep
     same = _spec(tmp_path, "# renamed\n[axes]\nsim.seed = [0, 1]\n", "c.toml")
-    assert run_sweep(load_sweep_spec(same), out, jobs=1, progress=False, figures=False, runner=_stub).n_skipped == 2
+    assert run_sweep(load_sweep_spec(same), out, SweepOptions(jobs=1, progress=False, figures=False, runner=_stub)).n_skipped == 2
     # a grown axis extends the sweep: only the new run runs
     grown = load_sweep_spec(_spec(tmp_path, "[axes]\nsim.seed = [0, 1, 2]\n", "d.toml"))
-    res = run_sweep(grown, out, jobs=1, progress=False, figures=False, runner=_stub)
+    res = run_sweep(grown, out, SweepOptions(jobs=1, progress=False, figures=False, runner=_stub))
     assert res.n_skipped == 2 and res.n_done == 1
     # --force: the other spec's rows go beside the old ones
-    res = run_sweep(load_sweep_spec(other), out, jobs=1, progress=False, figures=False, runner=_stub, force=True)
+    res = run_sweep(load_sweep_spec(other), out, SweepOptions(jobs=1, progress=False, figures=False, runner=_stub, force=True))
     assert res.n_done == 2 and res.n_other == 3
 
 
@@ -105,11 +105,11 @@ def test_plan_plot_and_csv_on_one_file_are_refused(tmp_path, capsys):
 # ---------------------------------------------------------------- single files
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory) -> Path:
-    from dcpsim.run.sweep import load_sweep_spec, run_sweep
+    from dcpsim.run.sweep import SweepOptions, load_sweep_spec, run_sweep
 
     tmp = tmp_path_factory.mktemp("plotsweep")
     spec = load_sweep_spec(_spec(tmp, "[axes]\nsim.seed = [0, 1, 2]\n", "p.toml"))
-    run_sweep(spec, tmp / "sw", jobs=1, progress=False, figures=False, runner=_stub)
+    run_sweep(spec, tmp / "sw", SweepOptions(jobs=1, progress=False, figures=False, runner=_stub))
     return tmp / "sw"
 
 

@@ -8,15 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dcpsim.planning import FailureModel, SearchSpace, plan_capacity
+from dcpsim.planning import CapacityRequest, FailureModel, SearchSpace, plan_capacity
 from dcpsim.run.config import RunConfig
 
 FORCED = SearchSpace(tp=[1], pp=[2], cp=[1], mbs=[1], recompute=["none"], precision=["bf16"])
-SMALL = dict(seq_len=4096, gbs=64, policies=["packing"], space=FORCED, jobs=1)
+SMALL = dict(seq_len=4096, gbs=64, policies=["packing"], space=FORCED)
 
 
-def _plan(tokens: float = 1e12, base: RunConfig | None = None, **kw):
-    return plan_capacity("llama2-7b", None, tokens, {"h100-sxm": 2.5}, [32], base=base, **SMALL, **kw)
+def _plan(tokens: float = 1e12, base: RunConfig | None = None, runner=None, **kw):
+    return plan_capacity(CapacityRequest("llama2-7b", None, tokens, {"h100-sxm": 2.5}, [32], base=base, **SMALL, **kw),
+                         jobs=1, runner=runner)
 
 
 @pytest.mark.slow  # a long-run plan with several seeds; CI runs it (make test-slow)
@@ -129,7 +130,7 @@ def test_simulate_cli_shared_network_with_faults(tmp_path, capsys):
 
 
 def test_sweep_over_network_and_mtbf_has_the_goodput_columns(tmp_path):
-    from dcpsim.run.sweep import load_results, run_sweep, sweep_spec_from_dict
+    from dcpsim.run.sweep import SweepOptions, load_results, run_sweep, sweep_spec_from_dict
 
     spec = sweep_spec_from_dict({
         "base": {"model": {"name": "llama-13b"}, "cluster": {"gpus": 32},
@@ -139,7 +140,7 @@ def test_sweep_over_network_and_mtbf_has_the_goodput_columns(tmp_path):
         "sweep": {"name": "net-faults"},
         "axes": [{"sim.network": ["ideal", "shared"], "sim.gpu_mtbf_h": [200.0, 2000.0]}],
     })
-    run_sweep(spec, tmp_path / "a", progress=False)
+    run_sweep(spec, tmp_path / "a", SweepOptions(progress=False))
     df = load_results(tmp_path / "a")
     assert len(df) == 4 and (df["status"] == "ok").all(), df[["status", "reason"]]
     for c in ("goodput_mean", "goodput_std", "goodput_min", "goodput_max", "young_daly_goodput", "failures_mean"):
@@ -147,7 +148,7 @@ def test_sweep_over_network_and_mtbf_has_the_goodput_columns(tmp_path):
     assert set(df["network"]) == {"ideal", "shared"}
     by = df.groupby("sim.gpu_mtbf_h")["young_daly_goodput"].mean()
     assert by[200.0] < by[2000.0]  # more failures, less goodput
-    run_sweep(spec, tmp_path / "b", progress=False)  # one seed, one result
+    run_sweep(spec, tmp_path / "b", SweepOptions(progress=False))  # one seed, one result
     cols = ["sim.network", "sim.gpu_mtbf_h", "goodput_mean", "goodput_std", "tokens_per_s"]
     a = df[cols].sort_values(cols[:2]).reset_index(drop=True)
     b = load_results(tmp_path / "b")[cols].sort_values(cols[:2]).reset_index(drop=True)
@@ -160,9 +161,10 @@ def test_variable_length_plan_on_the_shared_network_with_faults_and_episodes():
     base = RunConfig().with_updates({"sim.network": "shared", "sim.gpu_mtbf_h": 2000.0, "sim.long_run_seeds": 6,
                                      "sim.slow_gpu_per_day": 4.0, "sim.degraded_link_per_day": 4.0,
                                      "sim.degraded_link_episode_scale": 0.1})
-    plan = plan_capacity("llama-13b", "github", 2e10, {"h100-sxm": 2.5}, [64, 128],
-                         gbs=128, base=base.with_updates({"workload.max_len": 32768}), policies=["packing", "dynamic"],
-                         space=SearchSpace(tp=[1], pp=[2, 4]), seeds=2, jobs=1)
+    plan = plan_capacity(CapacityRequest("llama-13b", "github", 2e10, {"h100-sxm": 2.5}, [64, 128],
+                                         gbs=128, base=base.with_updates({"workload.max_len": 32768}),
+                                         policies=["packing", "dynamic"], space=SearchSpace(tp=[1], pp=[2, 4]),
+                                         seeds=2), jobs=1)
     ok = plan.rows[plan.rows["status"] == "ok"]
     assert len(ok) == 4, plan.rows[["status", "reason"]]
     assert (ok["network"] == "shared").all() and (ok["long_run_sample_iterations"] == 2 * 2).all()

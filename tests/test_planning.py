@@ -12,6 +12,7 @@ from scipy import optimize
 
 from dcpsim.errors import ConfigError
 from dcpsim.planning import (
+    CapacityRequest,
     FailureModel,
     SearchSpace,
     llama3_gpu_mtbf_hours,
@@ -180,9 +181,9 @@ def test_pareto_and_recommendation():
 
 def test_small_real_plan():
     space = SearchSpace(tp=[1, 2], pp=[1, 2], mbs=[1])
-    plan = plan_capacity("llama2-7b", None, 1e11, {"a100-sxm-80gb": 1.5, "h100-sxm": 2.5}, [32, 64],
-                         seq_len=4096, gbs=64, policies=["packing"], space=space, deadline_days=1e6, jobs=1,
-                         max_gbs_tokens=2**17)
+    plan = plan_capacity(CapacityRequest("llama2-7b", None, 1e11, {"a100-sxm-80gb": 1.5, "h100-sxm": 2.5}, [32, 64],
+                                         seq_len=4096, gbs=64, policies=["packing"], space=space, deadline_days=1e6,
+                                         max_gbs_tokens=2**17), jobs=1)
     df = plan.rows
     assert len(df) == 2 * 2 and (df["status"] == "ok").all(), df[["status", "reason"]]
     assert (df["gbs"] == 64).all()  # the batch is the same at every size (fixed)
@@ -202,8 +203,8 @@ def test_small_real_plan():
     d = json.loads(json.dumps(plan.to_dict()))
     assert len(d["rows"]) == 4 and d["request"]["failures"]["gpu_mtbf_h"] == pytest.approx(llama3_gpu_mtbf_hours())
     # without a deadline nothing claims to meet one
-    plan2 = plan_capacity("llama2-7b", None, 1e11, {"a100-sxm-80gb": 1.5}, [32], seq_len=4096, gbs=64,
-                          policies=["packing"], space=space, jobs=1)
+    plan2 = plan_capacity(CapacityRequest("llama2-7b", None, 1e11, {"a100-sxm-80gb": 1.5}, [32], seq_len=4096, gbs=64,
+                                          policies=["packing"], space=space), jobs=1)
     assert plan2.rows["meets_deadline"].isna().all()
 
 
@@ -316,8 +317,8 @@ def test_bound_is_a_reference_never_the_pick():
     from dcpsim.planning.capacity import check_policies
 
     space = SearchSpace(tp=[1], pp=[2], cp=[1], mbs=[1], recompute=["none"], precision=["bf16"])
-    plan = plan_capacity("llama2-7b", None, 1e11, {"h100-sxm": 2.5}, [32], seq_len=4096, gbs=64,
-                         policies=["packing", "bound"], space=space, jobs=1)
+    plan = plan_capacity(CapacityRequest("llama2-7b", None, 1e11, {"h100-sxm": 2.5}, [32], seq_len=4096, gbs=64,
+                                         policies=["packing", "bound"], space=space), jobs=1)
     df = plan.rows.set_index("policy")
     assert df.loc["bound", "status"] == "ok" and not df.loc["bound", "trainable"] and df.loc["packing", "trainable"]
     assert df.loc["bound", "cost"] <= df.loc["packing", "cost"]  # the bound is cheaper: it used to be the pick

@@ -17,6 +17,7 @@ from dcpsim.report.plots import standard_figures
 from dcpsim.run.executors import SlurmOptions, make_executor, slurm_job_script
 from dcpsim.run.sweep import (
     BatchSizer,
+    SweepOptions,
     load_results,
     load_sweep_spec,
     run_sweep,
@@ -120,7 +121,7 @@ def test_sweep_rows_resume_and_figures(tmp_path):
     axes = '[axes]\npolicy.name = ["packing", "dynamic"]\ncluster.gpus = [32, 64, 36]\n'
     spec = load_sweep_spec(_spec_file(tmp_path, axes))
     out = tmp_path / "out"
-    res = run_sweep(spec, out, jobs=1, progress=False, figures=standard_figures)
+    res = run_sweep(spec, out, SweepOptions(jobs=1, progress=False, figures=standard_figures))
     assert res.n_runs == 6 and res.n_done == 6 and res.counts == {"ok": 4, "error": 2}
     df = load_results(out)
     assert len(df) == 6 and df["config_hash"].is_unique
@@ -137,17 +138,17 @@ def test_sweep_rows_resume_and_figures(tmp_path):
     assert isinstance(res.figures["speedup_vs_gpus"], list) and Path(res.figures["speedup_vs_gpus"][0]).is_file()
     assert isinstance(res.figures["time_breakdown"], list) and isinstance(res.figures["cp_mix"], list)
     # the same sweep again: nothing to do
-    again = run_sweep(spec, out, jobs=1, progress=False, figures=False)
+    again = run_sweep(spec, out, SweepOptions(jobs=1, progress=False, figures=False))
     assert again.n_skipped == 6 and again.n_done == 0
     # extend an axis: only the new runs run
     spec2 = load_sweep_spec(_spec_file(tmp_path, axes.replace("36]", "36, 128]"), "s2.toml"))
-    more = run_sweep(spec2, out, jobs=1, progress=False, figures=False)
+    more = run_sweep(spec2, out, SweepOptions(jobs=1, progress=False, figures=False))
     assert more.n_skipped == 6 and more.n_done == 2 and more.n_other == 0
     # a spec that drops runs is another sweep: refused without force
     with pytest.raises(ConfigError, match="--force"):
-        run_sweep(spec2.__class__(spec2.base, spec2.groups[:0]), out, jobs=1, progress=False, figures=False)
-    fewer = run_sweep(spec2.__class__(spec2.base, spec2.groups[:0]), out, jobs=1, progress=False, figures=False,
-                      force=True)
+        run_sweep(spec2.__class__(spec2.base, spec2.groups[:0]), out, SweepOptions(jobs=1, progress=False, figures=False))
+    fewer = run_sweep(spec2.__class__(spec2.base, spec2.groups[:0]), out, SweepOptions(jobs=1, progress=False, figures=False,
+                      force=True))
     assert fewer.n_runs == 1 and fewer.n_other == 7  # the base run alone; the rest are kept, and counted
     assert len(load_results(out)) == 8
 
@@ -166,7 +167,7 @@ def _flaky(cfg):
 def test_infeasible_error_and_failed_rows(tmp_path, monkeypatch):
     spec = load_sweep_spec(_spec_file(tmp_path, "[axes]\nsim.seed = [0, 1, 2, 3]\n"))
     out = tmp_path / "o"
-    res = run_sweep(spec, out, jobs=1, progress=False, figures=False, runner=_flaky)
+    res = run_sweep(spec, out, SweepOptions(jobs=1, progress=False, figures=False, runner=_flaky))
     assert res.counts == {"ok": 1, "infeasible": 1, "error": 1, "failed": 1}
     df = load_results(out).set_index("sim.seed")
     assert df.loc[1, "status"] == "infeasible" and df.loc[1, "reason"] == "memory: pack needs 90 GiB"
@@ -174,7 +175,7 @@ def test_infeasible_error_and_failed_rows(tmp_path, monkeypatch):
     assert df.loc[3, "status"] == "failed" and df.loc[3, "reason"].startswith("RuntimeError: boom")
     # failed runs (bugs) are retried on resume; the others are not
     monkeypatch.setenv("DCPSIM_TEST_FIXED", "1")
-    res2 = run_sweep(spec, out, jobs=1, progress=False, figures=False, runner=_flaky)
+    res2 = run_sweep(spec, out, SweepOptions(jobs=1, progress=False, figures=False, runner=_flaky))
     assert res2.n_skipped == 3 and res2.counts == {"ok": 1}
     df2 = load_results(out)
     assert len(df2) == 4 and df2.set_index("sim.seed").loc[3, "tflops_per_gpu"] == 103.0
@@ -257,12 +258,12 @@ def test_dask_local_cluster_sweep(tmp_path):
         assert ex.n_workers == 2
         addr = ex.client.scheduler.address
         assert addr.startswith("tcp://127.0.0.1:")
-        res = run_sweep(spec, tmp_path / "dask", executor=ex, progress=False, figures=False)
+        res = run_sweep(spec, tmp_path / "dask", SweepOptions(executor=ex, progress=False, figures=False))
     finally:
         ex.close()
     assert res.counts == {"ok": 4} and res.workers == 2
     df = load_results(tmp_path / "dask")
-    serial = run_sweep(spec, tmp_path / "serial", jobs=1, progress=False, figures=False)
+    serial = run_sweep(spec, tmp_path / "serial", SweepOptions(jobs=1, progress=False, figures=False))
     assert serial.counts == {"ok": 4}
     ref = load_results(tmp_path / "serial").set_index("config_hash")["tflops_per_gpu"]
     # same runs, same results, wherever they ran
@@ -271,8 +272,8 @@ def test_dask_local_cluster_sweep(tmp_path):
 
 def test_local_process_pool_matches_serial(tmp_path):
     spec = load_sweep_spec(_spec_file(tmp_path, '[axes]\npolicy.name = ["packing", "dynamic"]\nsim.seed = [5, 6]\n'))
-    a = run_sweep(spec, tmp_path / "a", jobs=2, progress=False, figures=False)
-    b = run_sweep(spec, tmp_path / "b", jobs=1, progress=False, figures=False)
+    a = run_sweep(spec, tmp_path / "a", SweepOptions(jobs=2, progress=False, figures=False))
+    b = run_sweep(spec, tmp_path / "b", SweepOptions(jobs=1, progress=False, figures=False))
     assert a.workers == 2 and a.counts == b.counts == {"ok": 4}
     ta = load_results(tmp_path / "a").set_index("config_hash")["iteration_time_s"].sort_index()
     tb = load_results(tmp_path / "b").set_index("config_hash")["iteration_time_s"].sort_index()

@@ -334,7 +334,7 @@ def _iterations(args) -> int | None:
 
 def run(args) -> int:
     from dcpsim.errors import InfeasibleError
-    from dcpsim.planning import parse_duration_days, parse_token_count, plan_capacity
+    from dcpsim.planning import CapacityRequest, parse_duration_days, parse_token_count, plan_capacity
     from dcpsim.planning.capacity import space_description
     from dcpsim.run.config import load_config
 
@@ -361,13 +361,13 @@ def run(args) -> int:
     max_gbs = parse_token_count(args.max_gbs_tokens, "--max-gbs-tokens") if args.max_gbs_tokens else None
     if not args.json:
         print("\n".join(header(args, data, space_description(space), base, tokens)))
-    plan = plan_capacity(
+    request = CapacityRequest(
         model, None, tokens, default_profiles(_get(args, "gpus")[0]), parse_int_list(_get(args, "sizes")[0], "--sizes"), data=data,
         policies=[x.strip() for x in _get(args, "policies")[0].split(",") if x.strip()], deadline_days=deadline,
         space=space, base=base, batch_scaling=_get(args, "batch_scaling")[0], iterations=_iterations(args),
-        seeds=_get(args, "seeds")[0], simulate=_get(args, "simulate")[0],
-        max_gbs_tokens=max_gbs, jobs=args.jobs, progress=not args.no_progress and not args.json,
+        seeds=_get(args, "seeds")[0], simulate=_get(args, "simulate")[0], max_gbs_tokens=max_gbs,
     )
+    plan = plan_capacity(request, jobs=args.jobs, progress=not args.no_progress and not args.json)
     df = plan.rows
     if not ((df["status"] == "ok") & df["trainable"]).any():
         reasons = [r for r in df["reason"] if r]

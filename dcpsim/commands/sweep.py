@@ -70,6 +70,7 @@ def run(args) -> int:
     from dcpsim.run.executors import make_executor
     from dcpsim.run.sweep import (
         SweepInterrupted,
+        SweepOptions,
         check_sweep_out,
         check_sweep_size,
         describe_counts,
@@ -87,9 +88,9 @@ def run(args) -> int:
     ex = make_executor(jobs=args.jobs, dask_address=args.dask_address, dask_local=args.dask_local,
                        slurm=slurm, dask_wait_s=args.dask_wait)
     try:
-        res = run_sweep(spec, args.out, executor=ex, batch_size=args.batch_size, progress=args.progress,
+        res = run_sweep(spec, args.out, SweepOptions(executor=ex, batch_size=args.batch_size, progress=args.progress,
                         figures=None if args.no_figures else standard_figures, force=args.force,
-                        confirm_large=args.yes)
+                        confirm_large=args.yes))
     except SweepInterrupted as exc:
         print(f"dcpsim: {exc}", file=sys.stderr)
         return 130

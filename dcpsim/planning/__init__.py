@@ -14,6 +14,7 @@
 from dcpsim.planning.capacity import (
     DEFAULT_POLICIES,
     CapacityPlan,
+    CapacityRequest,
     pareto_front,
     plan_capacity,
     recommend,
@@ -36,6 +37,7 @@ __all__ = [
     "DEFAULT_POLICIES",
     "Candidate",
     "CapacityPlan",
+    "CapacityRequest",
     "DataSpec",
     "FailureModel",
     "LayoutSearch",

@@ -46,6 +46,7 @@ from dcpsim.planning.failures import FailureModel
 from dcpsim.planning.inputs import DataSpec, make_data_spec, parse_gpu_prices
 from dcpsim.planning.search import DEFAULT_SIMULATE, search_layouts
 from dcpsim.planning.space import SearchSpace
+from dcpsim.planning.tasks import Task, TaskSettings
 from dcpsim.run.config import RunConfig
 
 DEFAULT_POLICIES = ("packing", "dynamic")
@@ -70,17 +71,6 @@ class CapacityPlan:
         if self.layouts is not None:
             out["layouts"] = json.loads(self.layouts.to_json(orient="records"))
         return out
-
-
-@dataclass(frozen=True)
-class Task:
-    """One search: GPU type, price, size, policy, global batch (sequences)."""
-
-    gpu: str
-    price: float
-    gpus: int
-    policy: str
-    gbs: int
 
 
 def trainable(policy: str) -> bool:
@@ -116,8 +106,7 @@ def plan_tasks(prices: Mapping[str, float], sizes: Sequence[int], policies: Sequ
     return out
 
 
-def run_task(task: Task, base: RunConfig, data: DataSpec, space: SearchSpace, simulate: int, seeds: int,
-             runner=None, tokens: float = 1e12) -> dict[str, Any]:
+def run_task(task: Task, settings: TaskSettings) -> dict[str, Any]:
     """Search one task on the ideal network, then evaluate its best layout under the configured network with
     seeds and the long run (:func:`~dcpsim.planning.evaluate.evaluate_best`; a worker's unit of work)."""
     import time
@@ -125,17 +114,15 @@ def run_task(task: Task, base: RunConfig, data: DataSpec, space: SearchSpace, si
     from dcpsim.planning.evaluate import SEARCH_UPDATES, evaluate_best
 
     cpu0 = time.process_time()
-    cfg = base.with_updates({"hardware.gpu": task.gpu})
-    res = search_layouts(cfg.with_updates(SEARCH_UPDATES), task.gpus, data, policy=task.policy, space=space,
-                         gbs=task.gbs, simulate=simulate, runner=runner)
-    final = evaluate_best(res, cfg, data, gpus=task.gpus, gbs=task.gbs, policy=task.policy, seeds=seeds,
-                          tokens=tokens, runner=runner)
+    cfg = settings.base.with_updates({"hardware.gpu": task.gpu})
+    res = search_layouts(cfg.with_updates(SEARCH_UPDATES), task.gpus, settings.data, policy=task.policy,
+                         space=settings.space, gbs=task.gbs, simulate=settings.simulate, runner=settings.runner)
+    final = evaluate_best(res, cfg, task, settings)
     return {"task": task, "rows": res.rows, "counts": res.counts, "reason": res.reason, "final": final,
             "cpu_s": time.process_time() - cpu0}
 
 
-def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchSpace, *, simulate: int, seeds: int,
-              jobs: int | None, progress: bool, runner=None, tokens: float = 1e12) -> list[dict[str, Any]]:
+def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, progress: bool) -> list[dict[str, Any]]:
     """Every task, in worker processes (``jobs``; 1 = in this process), results in task order."""
     from dcpsim.errors import DcpsimError
     from dcpsim.progress import ProgressDisplay
@@ -150,7 +137,7 @@ def run_tasks(tasks: list[Task], base: RunConfig, data: DataSpec, space: SearchS
     futs: dict[Any, tuple[int, int, int]] = {}  # future -> (task, attempt, pool generation)
 
     def submit(i: int, attempt: int = 1) -> None:
-        f = ex.submit(run_task, tasks[i], base, data, space, simulate, seeds, runner, tokens)
+        f = ex.submit(run_task, tasks[i], settings)
         futs[f] = (i, attempt, getattr(ex, "generation", 0))
 
     def give_up(lost, exc) -> None:
@@ -319,48 +306,61 @@ def cost_table(rows: list[dict[str, Any]], *, tokens: float, data: DataSpec, fai
     return df
 
 
-def plan_capacity(
-    model: str = "llama-13b",
-    workload: str | dict | None = None,
-    tokens: float = 1e12,
-    gpu_prices: Mapping[str, float] | str = "h100-sxm:2.5",
-    sizes: Sequence[int] = (512, 1024, 2048, 4096),
-    *,
-    data: DataSpec | None = None,
-    seq_len: int | None = None,
-    gbs: int | None = None,
-    gbs_tokens: int | None = None,
-    max_gbs_tokens: int | None = None,
-    policies: Sequence[str] = DEFAULT_POLICIES,
-    deadline_days: float | None = None,
-    space: SearchSpace | None = None,
-    base: RunConfig | None = None,
-    batch_scaling: str = "fixed",
-    iterations: int | None = None,
-    seed: int | None = None,
-    seeds: int = 3,
-    failures: FailureModel | None = None,
-    long_run_seeds: int | None = None,
-    simulate: int = DEFAULT_SIMULATE,
-    jobs: int | None = 1,
-    progress: bool = False,
-    runner=None,
-) -> CapacityPlan:
-    """Search, simulate and cost every (GPU type, size, policy); see the module docstring.
+@dataclass(frozen=True)
+class CapacityRequest:
+    """What to plan (see :func:`plan_capacity`); derive a variant with ``dataclasses.replace``.
 
     The data: ``data`` or (``seq_len`` for fixed windows | ``workload`` for variable lengths, default
     fixed 4,096-token windows) with the batch as ``gbs`` sequences or ``gbs_tokens`` (default 4M tokens,
-    the same at every size; ``batch_scaling="proportional"`` grows it with the GPU count). ``space``:
-    the layout search space (forced values narrow it). ``iterations``: simulated iterations per layout
-    (default 1 for fixed windows, 2 otherwise). ``seeds``: seeds for the best layout's throughput spread.
-    ``max_gbs_tokens``: the batch the user knows still converges; larger batches give a warning.
+    the same at every size; ``batch_scaling="proportional"`` grows it with the GPU count). ``tokens``: tokens
+    to train on. ``gpu_prices``: GPU type -> price per GPU-hour (or ``"h100-sxm:2.5,..."``). ``sizes``: GPU
+    counts. ``space``: the layout search space (forced values narrow it). ``iterations``: simulated
+    iterations per layout (default 1 for fixed windows, 2 otherwise). ``seeds``: seeds for the best layout's
+    throughput spread. ``max_gbs_tokens``: the batch the user knows still converges; larger batches give a
+    warning. ``simulate``: screened layouts simulated per search. ``deadline_days``: days to train in.
 
     Failures and the network are the base configuration's ``sim.*`` fields (``failures`` and
     ``long_run_seeds``, when given, set ``sim.gpu_mtbf_h``/``checkpoint_s``/``restart_s``/
-    ``checkpoint_interval_s`` and ``sim.long_run_seeds``): layouts are searched on the ideal network, the
-    best per (GPU type, size, policy) evaluated under ``sim.network`` with the long-run fault simulation
-    (:mod:`dcpsim.planning.evaluate`).
+    ``checkpoint_interval_s`` and ``sim.long_run_seeds``).
     """
+
+    model: str = "llama-13b"
+    workload: str | dict | None = None
+    tokens: float = 1e12
+    gpu_prices: Mapping[str, float] | str = "h100-sxm:2.5"
+    sizes: Sequence[int] = (512, 1024, 2048, 4096)
+    data: DataSpec | None = None
+    seq_len: int | None = None
+    gbs: int | None = None
+    gbs_tokens: int | None = None
+    max_gbs_tokens: int | None = None
+    policies: Sequence[str] = DEFAULT_POLICIES
+    deadline_days: float | None = None
+    space: SearchSpace | None = None
+    base: RunConfig | None = None
+    batch_scaling: str = "fixed"
+    iterations: int | None = None
+    seed: int | None = None
+    seeds: int = 3
+    failures: FailureModel | None = None
+    long_run_seeds: int | None = None
+    simulate: int = DEFAULT_SIMULATE
+
+
+def plan_capacity(request: CapacityRequest, *, jobs: int | None = 1, progress: bool = False,
+                  runner=None) -> CapacityPlan:
+    """Search, simulate and cost every (GPU type, size, policy) of ``request``; see the module docstring.
+
+    ``jobs``: worker processes (1 = in this process); ``runner``: the simulation function (default
+    ``run_simulation``). Layouts are searched on the ideal network, the best per (GPU type, size, policy)
+    evaluated under ``sim.network`` with the long-run fault simulation (:mod:`dcpsim.planning.evaluate`).
+    """
+    r = request
+    model, workload, tokens, gpu_prices, sizes = r.model, r.workload, r.tokens, r.gpu_prices, r.sizes
+    data, seq_len, gbs, gbs_tokens, max_gbs_tokens = r.data, r.seq_len, r.gbs, r.gbs_tokens, r.max_gbs_tokens
+    policies, deadline_days, space, base, batch_scaling = r.policies, r.deadline_days, r.space, r.base, r.batch_scaling
+    iterations, seed, seeds, failures, long_run_seeds = r.iterations, r.seed, r.seeds, r.failures, r.long_run_seeds
+    simulate = r.simulate
     prices = parse_gpu_prices(gpu_prices) if isinstance(gpu_prices, str) else dict(gpu_prices)
     if not prices:
         raise ConfigError("--gpus", gpu_prices, "at least one GPU type with a price")
@@ -394,8 +394,8 @@ def plan_capacity(
     fm = FailureModel.from_settings(base.sim)
 
     tasks = plan_tasks(prices, sizes, policies, data, batch_scaling)
-    results = run_tasks(tasks, base, data, space, simulate=simulate, seeds=seeds, jobs=jobs, progress=progress,
-                        runner=runner, tokens=tokens)
+    settings = TaskSettings(base, data, space, simulate=simulate, seeds=seeds, tokens=tokens, runner=runner)
+    results = run_tasks(tasks, settings, jobs=jobs, progress=progress)
     df = cost_table([_best_row(r) for r in results], tokens=tokens, data=data, failures=fm,
                     deadline_days=deadline_days)
     import pandas as pd

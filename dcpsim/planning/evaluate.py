@@ -31,6 +31,7 @@ import numpy as np
 
 from dcpsim.errors import DcpsimError
 from dcpsim.planning.inputs import DataSpec
+from dcpsim.planning.tasks import Task, TaskSettings
 from dcpsim.run.config import RunConfig
 
 MAX_SEGMENTS = 20_000  # checkpoint segments per long run at most (a longer plan: a representative horizon)
@@ -111,13 +112,15 @@ def long_run_stats(iter_s: np.ndarray, gpus: int, lr, seeds: int, seed: int) -> 
     return out
 
 
-def evaluate_best(res, cfg: RunConfig, data: DataSpec, *, gpus: int, gbs: int, policy: str, seeds: int,
-                  tokens: float, runner=None) -> dict[str, Any]:
-    """The best row of ``res`` (a :class:`~dcpsim.planning.search.LayoutSearch`) under ``cfg``'s network,
-    seeds and long run (see the module docstring); ``{}`` when the search found nothing, ``{"final_error":
-    why}`` when the layout cannot run under the configured network."""
+def evaluate_best(res, cfg: RunConfig, task: Task, settings: TaskSettings) -> dict[str, Any]:
+    """The best row of ``res`` (a :class:`~dcpsim.planning.search.LayoutSearch` of ``task``) under ``cfg``'s
+    network, ``settings.seeds`` seeds and long run over ``settings.tokens`` (see the module docstring); ``{}``
+    when the search found nothing, ``{"final_error": why}`` when the layout cannot run under the configured
+    network."""
     from dcpsim.run.single import run_simulation
 
+    data, gpus, seeds, tokens, runner = settings.data, task.gpus, settings.seeds, settings.tokens, settings.runner
+    gbs, policy = task.gbs, task.policy
     best = res.best
     if best is None or best["status"] != "ok":
         return {}

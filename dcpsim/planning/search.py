@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,22 @@ SIM_MARGIN = 1.25  # layouts whose screened time exceeds the best screened time 
 # summary entries ending in _s that are not parts of the iteration time
 NOT_BREAKDOWN = frozenset({"wall_s", "sim_wall_s", "planning_wall_s", "events_per_s", "planning_time_s",
                            "iteration_time_s", "sim_time_s", "tokens_per_s"})
+
+
+@dataclass(frozen=True)
+class SearchContext:
+    """What every phase of one search shares: the base configuration, GPUs, the data, the search space,
+    sequences per global batch, the config updates every candidate shares (:func:`search_updates`), layouts
+    to simulate and the simulation function."""
+
+    base: RunConfig
+    gpus: int
+    data: DataSpec
+    space: SearchSpace
+    gbs: int
+    common: dict[str, Any]
+    simulate: int
+    runner: Callable[..., Any]
 
 
 @dataclass
@@ -208,8 +225,7 @@ def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, 
     return row
 
 
-def _flag_variants(ch: Checked, space: SearchSpace, base: RunConfig, gpus: int, data: DataSpec,
-                   gbs: int, common: dict[str, Any], screened: bool) -> list[Checked]:
+def _flag_variants(ch: Checked, ctx: SearchContext, screened: bool) -> list[Checked]:
     """The other settings of one candidate's overlap flags that the screen models (``screened``) or
     does not, each checked like any candidate."""
     import itertools
@@ -223,18 +239,18 @@ def _flag_variants(ch: Checked, space: SearchSpace, base: RunConfig, gpus: int, 
     for combo in itertools.product((True, False), repeat=len(names)):
         new = dict(zip(names, combo, strict=True))
         fl = tuple((n, new.get(n, v)) for n, v in ch.cand.flags)
-        if fl == ch.cand.flags or any(v not in space.flags.get(n, (True, False)) for n, v in new.items()):
+        if fl == ch.cand.flags or any(v not in ctx.space.flags.get(n, (True, False)) for n, v in new.items()):
             continue
         cand = Candidate(**{**ch.cand.__dict__, "flags": fl})
-        v = check_candidate(base, cand, gpus, data, gbs, common)
+        v = check_candidate(ctx.base, cand, ctx.gpus, ctx.data, ctx.gbs, ctx.common)
         if v.cfg is not None:
             out.append(v)
     return out
 
 
-def simulate_top(screened, data: DataSpec, *, simulate: int, runner, space: SearchSpace, base: RunConfig,
-                 gpus: int, gbs: int, common: dict[str, Any]) -> list[dict[str, Any]]:
-    """Simulate the best ``simulate`` distinct layouts of the screen; rows by simulated tokens/s, best first."""
+def simulate_top(screened, ctx: SearchContext) -> list[dict[str, Any]]:
+    """Simulate the best ``ctx.simulate`` distinct layouts of the screen; rows by simulated tokens/s, best first."""
+    data, simulate, runner = ctx.data, ctx.simulate, ctx.runner
     seen: set = set()
     picked: list[tuple[float, Checked]] = []
     best_t = screened[0][0] if screened else 0.0
@@ -251,8 +267,7 @@ def simulate_top(screened, data: DataSpec, *, simulate: int, runner, space: Sear
     rows = [_sim_row(ch, data, t, runner) for t, ch in picked]
     if picked:
         t0, ch0 = picked[0]
-        rows += [_sim_row(v, data, float("nan"), runner) for v in _flag_variants(ch0, space, base, gpus, data, gbs, common,
-                                                                             screened=False)]
+        rows += [_sim_row(v, data, float("nan"), runner) for v in _flag_variants(ch0, ctx, screened=False)]
     ok = [r for r in rows if r["status"] == "ok"]
     ok.sort(key=lambda r: (-r["tokens_per_s"], r["layout"]))
     return ok + [r for r in rows if r["status"] != "ok"]
@@ -296,6 +311,7 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
     except (ConfigError, KeyError):
         raise ConfigError("--policies", policy, "a registered policy name") from None
     common = search_updates(data, policy, gbs)
+    ctx = SearchContext(base, gpus, data, space, gbs, common, simulate, runner or run_simulation)
     out = LayoutSearch(gpu=base.hardware.gpu, gpus=gpus, policy=policy)
     if data.documents is not None and policy != "packing":
         out.reason = f"policy {policy}: fixed windows with per-document attention run with 'packing' only"
@@ -304,7 +320,7 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
     checked, counts = prune(base, cands, gpus, data, gbs, common)
     screened = screen_all(checked, data, dynamic, keep=simulate)
     screened = add_flag_variants(screened, data, dynamic, simulate, lambda ch: _flag_variants(
-        ch, space, base, gpus, data, gbs, common, screened=True))
+        ch, ctx, screened=True))
     out.counts = {k: v for k, v in counts.items() if k != "examples"} | {"fit": len(checked),
                                                                           "screened": len(screened)}
     if not screened:
@@ -314,8 +330,7 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
         return out
     screened = refine(screened, data, simulate)
     out.counts["refined"] = 0 if data.fixed else len(screened)
-    out.rows = simulate_top(screened, data, simulate=simulate, runner=runner or run_simulation, space=space,
-                            base=base, gpus=gpus, gbs=gbs, common=common)
+    out.rows = simulate_top(screened, ctx)
     out.counts["simulated"] = len(out.rows)
     explain(out.rows)
     if not any(r["status"] == "ok" for r in out.rows):

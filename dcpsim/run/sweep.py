@@ -221,34 +221,37 @@ def _progress(enabled: bool | None, total: int, description: str):
 FigureWriter = Callable[..., dict[str, Any]]  # (results DataFrame, folder, axes=[...]) -> {figure: files or reason}
 
 
-def run_sweep(
-    spec: SweepSpec | str | Path,
-    out_dir: str | Path,
-    *,
-    executor=None,
-    jobs: int | None = None,
-    batch_size: int | None = None,
-    target_task_s: float = 1.5,
-    progress: bool | None = None,
-    figures: FigureWriter | None = None,
-    compact: bool = True,
-    runner: Runner | str | None = None,
-    force: bool = False,
-    confirm_large: bool = False,
-) -> SweepResult:
+@dataclass(frozen=True)
+class SweepOptions:
+    """How :func:`run_sweep` runs a sweep (the spec says what); derive a variant with ``dataclasses.replace``.
+
+    ``executor``: an executor from :mod:`dcpsim.run.executors` (default: local processes, ``jobs`` of them,
+    default all cores; ``jobs=1`` runs in this process). ``batch_size`` fixes the runs per task (default:
+    adaptive, tasks of about ``target_task_s`` seconds). ``progress``: rich progress bar on stderr (default:
+    only on a terminal). ``figures``: called as ``figures(results, out_dir / "figures", axes=...)`` when the
+    sweep completes (e.g. :func:`dcpsim.report.plots.standard_figures`, which the ``sweep`` command passes;
+    run does not import report, a higher layer). ``compact``: merge the part files at the end. ``runner``:
+    the function that simulates one configuration (default :func:`dcpsim.run.single.run_simulation`; a
+    ``"module:function"`` string is imported in the worker). ``force``: write into a folder holding files
+    dcpsim did not write. ``confirm_large``: allow more than :data:`dcpsim.limits.MAX_SWEEP_RUNS` runs.
+    """
+
+    executor: Any = None
+    jobs: int | None = None
+    batch_size: int | None = None
+    target_task_s: float = 1.5
+    progress: bool | None = None
+    figures: FigureWriter | None = None
+    compact: bool = True
+    runner: Runner | str | None = None
+    force: bool = False
+    confirm_large: bool = False
+
+
+def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, options: SweepOptions = SweepOptions()) -> SweepResult:
     """Run (or resume) a sweep into ``out_dir``; return what was done.
 
-    ``executor``: an executor from :mod:`dcpsim.run.executors` (default: local
-    processes, ``jobs`` of them, default all cores; ``jobs=1`` runs in this
-    process). ``batch_size`` fixes the runs per task (default: adaptive, tasks
-    of about ``target_task_s`` seconds). ``progress``: rich progress bar on
-    stderr (default: only on a terminal). ``figures``: called as
-    ``figures(results, out_dir / "figures", axes=...)`` when the sweep
-    completes (e.g. :func:`dcpsim.report.plots.standard_figures`, which the
-    ``sweep`` command passes; run does not import report, a higher layer). ``runner``:
-    the function that simulates one configuration (default
-    :func:`dcpsim.run.single.run_simulation`; a ``"module:function"`` string
-    is imported in the worker).
+    ``options``: executor, workers, batching, progress, figures, runner (:class:`SweepOptions`).
 
     ``out_dir`` is checked first (:func:`check_sweep_out`): it may hold only
     files dcpsim wrote, unless ``force``; part files in ``results/`` that it
@@ -265,10 +268,12 @@ def run_sweep(
     this with ``jobs > 1`` needs the usual ``if __name__ == "__main__":``
     guard, as any multiprocessing code.
     """
+    o = options
+    executor, runner, progress, figures = o.executor, o.runner, o.progress, o.figures
     if not isinstance(spec, SweepSpec):
         spec = load_sweep_spec(spec)
-    out = check_sweep_out(out_dir, force=force, spec=spec)
-    check_sweep_size(spec, confirmed=confirm_large)
+    out = check_sweep_out(out_dir, force=o.force, spec=spec)
+    check_sweep_size(spec, confirmed=o.confirm_large)
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     with _dir_lock(out):
@@ -285,17 +290,17 @@ def run_sweep(
         if own_executor:
             from dcpsim.run.executors import make_executor
 
-            executor = make_executor(jobs=jobs)
+            executor = make_executor(jobs=o.jobs)
         try:
-            _drive(session, executor, queue, runner, BatchSizer(executor.n_workers, target_s=target_task_s,
-                                                                 fixed=batch_size), progress, spec.name)
+            _drive(session, executor, queue, runner, BatchSizer(executor.n_workers, target_s=o.target_task_s,
+                                                                 fixed=o.batch_size), progress, spec.name)
         finally:
             if own_executor:
                 executor.close()
         if result.interrupted:
             result.wall_s = time.perf_counter() - t_start
             raise SweepInterrupted(result)
-        if compact:
+        if o.compact:
             compact_results(out)
         if figures:
             result.figures = _figures(out, spec, figures)

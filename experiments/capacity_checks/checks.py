@@ -62,10 +62,10 @@ LLAMA2_PROFILES = (LLAMA2_GPU, "a100-sxm-80gb-calibrated")
 def llama2_check(model: str, sizes=(1024, 2048), jobs: int | None = 2, space=None,
                  gpu: str = LLAMA2_GPU) -> dict[str, Any]:
     """dcpsim's plan for one Llama 2 model and its GPU-hours against the paper's (see the module docstring)."""
-    from dcpsim.planning import plan_capacity
+    from dcpsim.planning import CapacityRequest, plan_capacity
 
-    plan = plan_capacity(model, None, LLAMA2_TOKENS, {gpu: 1.0}, list(sizes), seq_len=LLAMA2_SEQ,
-                         gbs_tokens=LLAMA2_GBS_TOKENS, policies=["packing"], jobs=jobs, space=space)
+    plan = plan_capacity(CapacityRequest(model, None, LLAMA2_TOKENS, {gpu: 1.0}, list(sizes), seq_len=LLAMA2_SEQ,
+                                         gbs_tokens=LLAMA2_GBS_TOKENS, policies=["packing"], space=space), jobs=jobs)
     df = plan.rows
     ok = df[df["status"] == "ok"]
     ref = LLAMA2_GPU_HOURS[model]
