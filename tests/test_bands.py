@@ -31,20 +31,20 @@ def test_conformal_quantiles_index_rule():
 def test_band_factors_and_refusals():
     errs = [-0.15, -0.1, -0.05, 0.0, 0.02, 0.05, 0.08, 0.1, 0.12, 0.2]
     t = bands.BandTable({"rows": _rows(errs)})
-    b = t.band("a100-sxm-80gb-calibrated", "bf16", params=7e9)
+    b = t.band("a100-sxm-80gb-calibrated", "bf16", bands.BandQuery(7e9))
     # measured = predicted * exp(-e): the interval runs from exp(-max e) to exp(-min e)
     assert b.ok and b.n == 10 and b.lo == pytest.approx(math.exp(-0.2)) and b.hi == pytest.approx(math.exp(0.15))
     lo, hi = b.duration(100.0)
     assert lo == pytest.approx(100 * math.exp(-0.15)) and hi == pytest.approx(100 * math.exp(0.2))
     assert b.throughput(10.0) == pytest.approx((10 * b.lo, 10 * b.hi))
     # a datasheet profile, another precision, too few runs, an unseen model size: no band, with the reason
-    assert not t.band("a100-sxm-80gb", "bf16", params=7e9).ok
-    assert "not calibrated" in t.band("a100-sxm-80gb", "bf16", params=7e9).reason
-    assert "only 0 validated" in t.band("a100-sxm-80gb-calibrated", "fp8", params=7e9).reason
-    assert not bands.BandTable({"rows": _rows(errs[:5])}).band("a100-sxm-80gb-calibrated", "bf16", params=7e9).ok
-    far = t.band("a100-sxm-80gb-calibrated", "bf16", params=7e11)
+    assert not t.band("a100-sxm-80gb", "bf16", bands.BandQuery(7e9)).ok
+    assert "not calibrated" in t.band("a100-sxm-80gb", "bf16", bands.BandQuery(7e9)).reason
+    assert "only 0 validated" in t.band("a100-sxm-80gb-calibrated", "fp8", bands.BandQuery(7e9)).reason
+    assert not bands.BandTable({"rows": _rows(errs[:5])}).band("a100-sxm-80gb-calibrated", "bf16", bands.BandQuery(7e9)).ok
+    far = t.band("a100-sxm-80gb-calibrated", "bf16", bands.BandQuery(7e11))
     assert not far.ok and "within 10x" in far.reason
-    assert not t.band("h200-sxm", "bf16", params=7e9).ok  # no calibrated profile, no runs
+    assert not t.band("h200-sxm", "bf16", bands.BandQuery(7e9)).ok  # no calibrated profile, no runs
 
 
 def test_coverage_is_leave_one_out():

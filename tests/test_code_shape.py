@@ -18,8 +18,6 @@ MAX_PARAMS = 8
 LONG_MODULES: set[str] = set()
 # Not yet given a settings object (issue 20): module:function.
 MANY_PARAMS = {
-    "sim/stage_sync.py:stage_end_s", "published/bands.py:band",
-    "reproduction/runner.py:reproduce",
     "cost/host.py:issue",
 }
 

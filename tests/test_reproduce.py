@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dcpsim.errors import ConfigError
-from dcpsim.reproduction import DEFAULT_SPEC_DIR, load_experiment, reproduce
+from dcpsim.reproduction import DEFAULT_SPEC_DIR, ReproduceOptions, load_experiment, reproduce
 from dcpsim.reproduction.blog import read_calibration
 
 pytest.importorskip("dcpsim.policies", reason="policies not available")
@@ -28,7 +28,7 @@ def exp():
 
 @pytest.fixture(scope="module")
 def quick(exp):
-    return reproduce(exp, quick=True)
+    return reproduce(exp, ReproduceOptions(quick=True))
 
 
 def test_spec_folder_loads(exp):
@@ -123,7 +123,7 @@ def test_quick_runs_only_the_primary_workloads(quick):
 
 
 def test_quick_is_deterministic(exp, quick):
-    again = reproduce(exp, quick=True, seeds=1)
+    again = reproduce(exp, ReproduceOptions(quick=True, seeds=1))
     first = {(r["dataset"], r["policy"], r["seed"], r["workload"]): r for r in quick.cells}
     for r in again.cells:
         assert r["time_s"] == first[(r["dataset"], r["policy"], r["seed"], r["workload"])]["time_s"]

@@ -120,7 +120,7 @@ def _recalibrate(exp, args: argparse.Namespace, show: bool):
 
 
 def _reproduce(exp, args: argparse.Namespace, show: bool):
-    from dcpsim.reproduction import reproduce
+    from dcpsim.reproduction import ReproduceOptions, reproduce
 
     sens = False if args.no_sensitivity else (True if args.sensitivity else None)
     with _progress(show) as prog:
@@ -135,9 +135,9 @@ def _reproduce(exp, args: argparse.Namespace, show: bool):
             if prog and task is not None:
                 prog.advance(task)
 
-        return reproduce(exp, quick=args.quick, jobs=args.jobs, sensitivity=sens,
-                         include_calibrated=True if args.calibrated else None, seeds=args.seeds,
-                         iterations=args.iterations, on_plan=on_plan, on_done=on_done)
+        opts = ReproduceOptions(quick=args.quick, sensitivity=sens, include_calibrated=True if args.calibrated else None,
+                                seeds=args.seeds, iterations=args.iterations)
+        return reproduce(exp, opts, jobs=args.jobs, on_plan=on_plan, on_done=on_done)
 
 
 def _print_result(exp, res) -> None:

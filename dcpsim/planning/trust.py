@@ -56,8 +56,9 @@ def annotate(df, model: Any, *, level: float | None = None) -> list[str]:
         prec = str(r.get("precision") or "bf16")
         ok = r.get("status") == "ok"
         if table is not None and ok:
-            b = table.band(gpu, prec, params=params, pp=int(r.get("pp") or 1), cp=int(r.get("cp") or 1), level=level,
-                           gated_mlp=bool(spec.gated_mlp), recompute=str(r.get("recompute") or "none"))
+            q = bands.BandQuery(params, pp=int(r.get("pp") or 1), cp=int(r.get("cp") or 1), gated_mlp=bool(spec.gated_mlp),
+                                recompute=str(r.get("recompute") or "none"))
+            b = table.band(gpu, prec, q, level=level)
         else:
             b = bands.Band(level=level, reason=why if table is None else "no prediction")
         cols["band_level"].append(level)
@@ -136,8 +137,9 @@ def run_trust(cfg, summary: dict[str, Any], *, level: float | None = None) -> di
     except Exception as exc:  # noqa: BLE001 - the run still prints, saying why it has no band
         return {"band": None, "band_text": f"no band: no residual file ({exc})", "warning": ""}
     p = cfg.parallel
-    b = table.band(cfg.hardware.gpu, p.precision, params=float(spec.n_params), pp=int(p.pp), cp=int(p.cp), level=level,
-                   gated_mlp=bool(spec.gated_mlp), recompute=str(p.recompute))
+    q = bands.BandQuery(float(spec.n_params), pp=int(p.pp), cp=int(p.cp), gated_mlp=bool(spec.gated_mlp),
+                        recompute=str(p.recompute))
+    b = table.band(cfg.hardware.gpu, p.precision, q, level=level)
     caveat = b.caveat
     if b.ok and cfg.workload.name != "fixed":
         caveat = "; ".join(x for x in (caveat, "the validated runs are fixed-length windows, this workload has "

@@ -283,6 +283,18 @@ class Band:
         return f"{self.level:.0%} band from {self.basis}" + (f"; {self.caveat}" if self.caveat else "")
 
 
+@dataclass(frozen=True)
+class BandQuery:
+    """The run a band is asked for: its model's parameters, pipeline and CP sizes, and (when known) whether its
+    MLP is gated and its recompute mode (these two do not change the interval; see :meth:`BandTable.band`)."""
+
+    params: float
+    pp: int = 1
+    cp: int = 1
+    gated_mlp: bool | None = None
+    recompute: str | None = None
+
+
 @dataclass
 class BandTable:
     """The residual file, queried."""
@@ -297,13 +309,15 @@ class BandTable:
         return [r for r in self.rows if r["gpu"] == gpu and r["precision_class"] == pclass and r["row"] != exclude
                 and _finite(r.get("log_error_out_of_sample")) and _finite(r.get("params"))]
 
-    def band(self, profile: str, precision: str, *, params: float, pp: int = 1, cp: int = 1, level: float = LEVEL,
-             exclude: int | None = None, gated_mlp: bool | None = None, recompute: str | None = None) -> Band:
-        """The interval for a prediction made with ``profile`` at ``precision`` for a ``params`` model.
+    def band(self, profile: str, precision: str, query: BandQuery, *, level: float = LEVEL,
+             exclude: int | None = None) -> Band:
+        """The interval for a prediction made with ``profile`` at ``precision`` for the run ``query`` describes;
+        ``exclude``: a row id left out (leave-one-out coverage).
 
-        ``gated_mlp`` and ``recompute`` (the query's MLP type and recompute mode, when known) do not change the
-        interval; where no run it rests on shares them, :attr:`Band.caveat` says so (a regime the runs did not
-        cover: the interval may be too narrow there)."""
+        ``query.gated_mlp`` and ``query.recompute`` (the MLP type and recompute mode, when known) do not change
+        the interval; where no run it rests on shares them, :attr:`Band.caveat` says so (a regime the runs did
+        not cover: the interval may be too narrow there)."""
+        params, pp, cp = query.params, query.pp, query.cp
         name = Path(str(profile)).name
         gpu = base_gpu(name)
         pclass = precision_class(gpu, precision)
@@ -332,7 +346,7 @@ class BandTable:
         basis = (f"{len(near)} validated {what} runs (out-of-sample errors; models "
                  f"{models[0] / 1e9:.3g}B-{models[-1] / 1e9:.3g}B)")
         return Band(lo=math.exp(-hi_e), hi=math.exp(-lo_e), n=len(near), level=level, basis=basis,
-                    caveat=self._caveat(near, gated_mlp, recompute))
+                    caveat=self._caveat(near, query.gated_mlp, query.recompute))
 
     def _caveat(self, near: list[dict[str, Any]], gated_mlp: bool | None, recompute: str | None) -> str:
         feats = row_regimes()
@@ -373,7 +387,7 @@ class BandTable:
             if (split != "all" and r["split"] != split) or not _finite(r.get("log_error_out_of_sample")) \
                     or not _finite(r.get("params")):
                 continue
-            b = self.band(r["gpu"] + CALIBRATED_SUFFIX, r["precision"], params=r["params"], pp=r["pp"], cp=r["cp"],
+            b = self.band(r["gpu"] + CALIBRATED_SUFFIX, r["precision"], BandQuery(r["params"], pp=r["pp"], cp=r["cp"]),
                           level=level, exclude=r["row"])
             ratio = math.exp(-r["log_error_out_of_sample"])  # measured / predicted
             per.append({"row": r["row"], "model": r["model"], "gpu": r["gpu"], "precision": r["precision"],
@@ -443,8 +457,9 @@ def ci_coverage(table: BandTable, level: float = LEVEL, split: str = "held-out")
             continue
         run, _ = row_run(res.row, profiles)
         cfg = run.config
-        b = table.band(cfg.hardware.gpu, cfg.parallel.precision, params=float(get_model(cfg.model.name).n_params),
-                       pp=int(cfg.parallel.pp), cp=int(cfg.parallel.cp), level=level)
+        b = table.band(cfg.hardware.gpu, cfg.parallel.precision,
+                       BandQuery(float(get_model(cfg.model.name).n_params), pp=int(cfg.parallel.pp), cp=int(cfg.parallel.cp)),
+                       level=level)
         ratio = res.simulated / res.row.measured
         per.append({"row": res.row.id, "case": res.row.raw["case"], "gpu": res.row.raw["gpu"],
                     "profile": cfg.hardware.gpu, "measured_over_predicted": ratio, "band_lo": b.lo, "band_hi": b.hi,

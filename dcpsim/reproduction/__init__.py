@@ -10,6 +10,6 @@
 """
 
 from dcpsim.reproduction.blog import DEFAULT_SPEC_DIR, BlogExperiment, load_experiment
-from dcpsim.reproduction.runner import ReproduceResult, reproduce
+from dcpsim.reproduction.runner import ReproduceOptions, ReproduceResult, reproduce
 
-__all__ = ["DEFAULT_SPEC_DIR", "BlogExperiment", "ReproduceResult", "load_experiment", "reproduce"]
+__all__ = ["DEFAULT_SPEC_DIR", "BlogExperiment", "ReproduceOptions", "ReproduceResult", "load_experiment", "reproduce"]

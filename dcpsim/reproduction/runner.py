@@ -489,15 +489,28 @@ def targets_met(exp: BlogExperiment, table: list[dict[str, Any]], workload: str)
     return out
 
 
+@dataclass(frozen=True)
+class ReproduceOptions:
+    """Which reproduction to run (derive a variant with ``dataclasses.replace``).
+
+    ``quick``: use ``[modes.quick]`` (default ``[modes.full]``). ``sensitivity``: run the sensitivity study
+    (default: the mode's setting). ``include_calibrated``: also run the secondary, calibrated view (default
+    False: ``--calibrated``); the primary, uncalibrated real-data workloads always run. ``seeds``,
+    ``iterations``: override the mode's run size (tests).
+    """
+
+    quick: bool = False
+    sensitivity: bool | None = None
+    include_calibrated: bool | None = None
+    seeds: int | None = None
+    iterations: int | None = None
+
+
 def reproduce(
     exp: BlogExperiment,
+    options: ReproduceOptions = ReproduceOptions(),
     *,
-    quick: bool = False,
     jobs: int = 1,
-    sensitivity: bool | None = None,
-    include_calibrated: bool | None = None,
-    seeds: int | None = None,
-    iterations: int | None = None,
     on_plan: Callable[[int], None] | None = None,
     on_done: Callable[[dict[str, Any]], None] | None = None,
 ) -> ReproduceResult:
@@ -505,15 +518,13 @@ def reproduce(
 
     Args:
         exp: the loaded experiment.
-        quick: use ``[modes.quick]`` (default ``[modes.full]``).
+        options: mode, sensitivity study, calibrated view, run size (:class:`ReproduceOptions`).
         jobs: worker processes (1 = in this process).
-        sensitivity: run the sensitivity study (default: the mode's setting).
-        include_calibrated: also run the secondary, calibrated view (default False: ``--calibrated``).
-            The primary, uncalibrated real-data workloads always run.
-        seeds, iterations: override the mode's run size (tests).
         on_plan: called once with the number of cells before running.
         on_done: called with each finished cell row.
     """
+    quick, sensitivity, include_calibrated = options.quick, options.sensitivity, options.include_calibrated
+    seeds, iterations = options.seeds, options.iterations
     t0 = time.perf_counter()
     mode = exp.modes["quick" if quick else "full"]
     n_seeds = seeds or mode.seeds

@@ -82,6 +82,7 @@ from dcpsim.sim.durations import IterationWork, SyncCost
 from dcpsim.sim.gate import _Arrival, _gates, _zero_delay_into
 from dcpsim.sim.schedule import BWD, FWD, Graph
 from dcpsim.sim.stage_sync import (
+    SyncRule,
     after_reduce_scatter_s,
     gathers_at_first_forward,
     grad_sync_end_s,
@@ -97,7 +98,7 @@ from dcpsim.sim.stage_sync import (
 __all__ = [
     "IterationTimeline", "SimulationError", "after_reduce_scatter_s", "gathers_at_first_forward", "grad_sync_end_s",
     "param_gather_ends", "param_gather_launch_s", "param_gather_stall_s", "run_iteration", "stage_end_s",
-    "sync_buckets", "sync_ends",
+    "sync_buckets", "sync_ends", "SyncRule",
 ]
 
 
@@ -455,8 +456,8 @@ class _Run:
         """Time from stage ``p``'s last backward end to its end: exposed reduce-scatter, optimizer, all-gather stall."""
         base = (2 * p + FWD) * self.G
         fill = min((x for x in self.start[base:base + self.G] if x == x), default=0.0)  # skips NaN
-        return stage_end_s(p, self.last_bstart[p], now, fill, self.first_fwd[p], self.sync, self.overlap,
-                           self.overlap_pg, bool(self.gates)) - now
+        rule = SyncRule(self.overlap, self.overlap_pg, bool(self.gates))
+        return stage_end_s(p, self.last_bstart[p], now, fill, self.first_fwd[p], self.sync, rule) - now
 
 
 

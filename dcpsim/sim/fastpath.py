@@ -30,6 +30,7 @@ from dcpsim.pipeline import PipelineSchedule, StepGroups, group_times
 from dcpsim.sim.durations import IterationWork, SyncCost
 from dcpsim.sim.engine import IterationTimeline
 from dcpsim.sim.stage_sync import (
+    SyncRule,
     gathers_at_first_forward,
     param_gather_ends,
     param_gather_launch_s,
@@ -82,8 +83,9 @@ def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost,
     last_bstart = np.where(used, gt.rank_last_start, 0.0).max(axis=1, initial=0.0)
     rs_end, opt_end = sync_ends(bwd_end, last_bstart, sync, overlap_grad_sync)
     fill = start[:sched.pp, 0, :].min(axis=1) if G else np.zeros(sched.pp)  # first forward start per stage
+    rule = SyncRule(overlap_grad_sync, overlap_param_gather, gated)
     stage_end = np.array([stage_end_s(p, float(last_bstart[p]), float(bwd_end[p]), float(fill[p]), float(first_fwd[p]),
-                                      sync, overlap_grad_sync, overlap_param_gather, gated) for p in range(sched.pp)])
+                                      sync, rule) for p in range(sched.pp)])
     return IterationTimeline(
         start=start,
         finish=finish,

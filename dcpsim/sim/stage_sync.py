@@ -8,6 +8,8 @@ screen (:mod:`dcpsim.planning.screen`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from dcpsim.choices import PARAM_GATHER_LAUNCHES
@@ -87,18 +89,29 @@ def sync_ends(bwd_end: np.ndarray, last_bstart: np.ndarray, sync: SyncCost,
 
 
 
+@dataclass(frozen=True)
+class SyncRule:
+    """How a stage's synchronisation overlaps: ``overlap_grad_sync`` (Megatron --overlap-grad-reduce),
+    ``overlap_param_gather`` (--overlap-param-gather), ``at_first_forward`` (the all-gather runs at the stage's
+    first forwards, :func:`gathers_at_first_forward`, instead of in the stage's tail)."""
+
+    overlap_grad_sync: bool = True
+    overlap_param_gather: bool = False
+    at_first_forward: bool = False
+
+
 def stage_end_s(p: int, last_bstart: float, bwd_end: float, first_fwd_start: float, first_fwd_s: float,
-                sync: SyncCost, overlap_grad_sync: bool, overlap_param_gather: bool,
-                at_first_forward: bool = False) -> float:
+                sync: SyncCost, rule: SyncRule) -> float:
     """End of stage ``p`` (seconds): its bucketed reduce-scatter after the last backward (which started at
     ``last_bstart`` and ended at ``bwd_end``), the optimizer step, and the parameter all-gather stall (less
     the time the stage's first forward of this iteration, starting at ``first_fwd_start``, waited for its
-    pipeline input anyway). The one formula of the event simulation and the fast path. ``at_first_forward``:
-    the all-gather runs at the stage's first forwards instead (:func:`gathers_at_first_forward`)."""
+    pipeline input anyway). The one formula of the event simulation and the fast path; ``rule``: the
+    overlap flags (:class:`SyncRule`)."""
     nb, rs_b, _ = sync_buckets(sync)
     r_end = grad_sync_end_s(last_bstart, bwd_end, float(sync.reduce_scatter_s[p]), float(rs_b[p]), int(nb[p]),
-                            overlap_grad_sync)
-    return after_reduce_scatter_s(p, r_end, first_fwd_start, first_fwd_s, sync, overlap_param_gather, at_first_forward)
+                            rule.overlap_grad_sync)
+    return after_reduce_scatter_s(p, r_end, first_fwd_start, first_fwd_s, sync, rule.overlap_param_gather,
+                                  rule.at_first_forward)
 
 
 def after_reduce_scatter_s(p: int, r_end: float, first_fwd_start: float, first_fwd_s: float, sync: SyncCost,
