@@ -6,12 +6,14 @@ model reads them, and a row that still does not fit stays rejected (the guard co
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from dcpsim.cost import USABLE_HBM_FRACTION, CostModel
 from dcpsim.errors import InfeasibleError
-from dcpsim.model import activation_bytes_per_token_layer, activation_terms, get_model, memory_per_gpu
+from dcpsim.model import MemorySettings, activation_bytes_per_token_layer, activation_terms, get_model, memory_per_gpu
 from dcpsim.published.memory import memory_verdicts
 
 # Published rows the memory model still rejects although they ran (all NeMo 24.07 performance-summary rows,
@@ -94,9 +96,9 @@ def test_activation_terms_follow_the_architecture():
 
 def test_gradient_buffer_dtype_and_sharding():
     m = get_model("llama-13b")
-    kw = dict(tokens_per_rank=0, tp=1, pp=1, dp=4, cp=2)
-    fp32 = memory_per_gpu(m, grad_bytes=4, **kw)
-    bf16 = memory_per_gpu(m, grad_bytes=2, **kw)
+    st = MemorySettings(tp=1, pp=1, dp=4, cp=2)
+    fp32 = memory_per_gpu(m, replace(st, grad_bytes=4), tokens_per_rank=0)
+    bf16 = memory_per_gpu(m, replace(st, grad_bytes=2), tokens_per_rank=0)
     n = m.n_params
     assert fp32.states_bytes == pytest.approx(n * (2 + 4 + 12 / 8), rel=1e-6)  # optimizer over DP x CP
     assert bf16.states_bytes == pytest.approx(n * (2 + 2 + 12 / 8), rel=1e-6)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from dcpsim.errors import ConfigError, InfeasibleError
-from dcpsim.model import get_model, list_models, max_tokens_per_rank, memory_per_gpu
+from dcpsim.model import MemorySettings, get_model, list_models, max_tokens_per_rank, memory_per_gpu
 
 
 def test_specs_present():
@@ -55,8 +57,8 @@ def test_unknown_model():
 
 def test_memory_components_and_sharding():
     m = get_model("llama-13b")
-    a = memory_per_gpu(m, tokens_per_rank=0, tp=1, pp=1, dp=1, cp=1)
-    b = memory_per_gpu(m, tokens_per_rank=0, tp=1, pp=1, dp=8, cp=1)
+    a = memory_per_gpu(m, MemorySettings(tp=1, pp=1, dp=1, cp=1), tokens_per_rank=0)
+    b = memory_per_gpu(m, MemorySettings(tp=1, pp=1, dp=8, cp=1), tokens_per_rank=0)
     # REFERENCE §3: N*(6 + 12/(DP*CP)) / (TP*PP)
     n = m.n_params
     assert a.states_bytes == pytest.approx(n * 18, rel=0.01)
@@ -65,33 +67,34 @@ def test_memory_components_and_sharding():
 
 def test_activation_per_token_matches_reference():
     m = get_model("llama-13b")
-    one = memory_per_gpu(m, tokens_per_rank=1, pp=1, recompute="none", microbatches_in_flight=1)
-    zero = memory_per_gpu(m, tokens_per_rank=0, pp=1, recompute="none", microbatches_in_flight=1)
+    st = MemorySettings(pp=1, recompute="none", microbatches_in_flight=1)
+    one = memory_per_gpu(m, st, tokens_per_rank=1)
+    zero = memory_per_gpu(m, st, tokens_per_rank=0)
     per_token_layer = (one.activations_bytes - zero.activations_bytes) / m.n_layers
     assert per_token_layer / 1024 == pytest.approx(161, abs=1)  # REFERENCE §3: 161 KiB
 
 
 def test_recompute_order_and_tp_division():
     m = get_model("llama-13b")
-    kw = dict(tokens_per_rank=8192, pp=4, dp=8)
-    full = memory_per_gpu(m, recompute="full", **kw).total_bytes
-    sel = memory_per_gpu(m, recompute="selective", **kw).total_bytes
-    none = memory_per_gpu(m, recompute="none", **kw).total_bytes
+    st = MemorySettings(pp=4, dp=8)
+    full = memory_per_gpu(m, replace(st, recompute="full"), tokens_per_rank=8192).total_bytes
+    sel = memory_per_gpu(m, replace(st, recompute="selective"), tokens_per_rank=8192).total_bytes
+    none = memory_per_gpu(m, replace(st, recompute="none"), tokens_per_rank=8192).total_bytes
     assert full < sel <= none
-    a1 = memory_per_gpu(m, recompute="none", tp=1, **kw).activations_bytes
-    a2 = memory_per_gpu(m, recompute="none", tp=2, **kw).activations_bytes
+    a1 = memory_per_gpu(m, replace(st, recompute="none", tp=1), tokens_per_rank=8192).activations_bytes
+    a2 = memory_per_gpu(m, replace(st, recompute="none", tp=2), tokens_per_rank=8192).activations_bytes
     assert a2 == pytest.approx(a1 / 2)
 
 
 def test_max_tokens_per_rank_fits_exactly():
     m = get_model("llama-13b")
     lim = 70 * 2**30
-    kw = dict(tp=1, pp=8, dp=8, cp=1, recompute="full")
-    t = max_tokens_per_rank(m, memory_limit_bytes=lim, **kw)
-    assert memory_per_gpu(m, tokens_per_rank=t, **kw).total_bytes <= lim
-    assert memory_per_gpu(m, tokens_per_rank=t + 1, **kw).total_bytes > lim
+    st = MemorySettings(tp=1, pp=8, dp=8, cp=1, recompute="full")
+    t = max_tokens_per_rank(m, st, memory_limit_bytes=lim)
+    assert memory_per_gpu(m, st, tokens_per_rank=t).total_bytes <= lim
+    assert memory_per_gpu(m, st, tokens_per_rank=t + 1).total_bytes > lim
     with pytest.raises(InfeasibleError, match="memory"):
-        max_tokens_per_rank(get_model("llama-70b"), memory_limit_bytes=lim, tp=1, pp=1, dp=1)
+        max_tokens_per_rank(get_model("llama-70b"), MemorySettings(tp=1, pp=1, dp=1), memory_limit_bytes=lim)
 
 
 def test_inline_spec_from_dimensions():

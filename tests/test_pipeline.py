@@ -249,8 +249,8 @@ def test_interleaving_holds_more_activations_on_the_first_stage():
         mem[vp] = c.peak_memory_bytes(np.array([0.0, 8192.0]))
     assert mem[2][0] == mem[1][0]  # model states unchanged
     assert mem[2][1] > mem[1][1]
-    from dcpsim.model import get_model, memory_per_gpu
+    from dcpsim.model import MemorySettings, get_model, memory_per_gpu
 
-    want = memory_per_gpu(get_model("llama-13b"), tokens_per_rank=8192, tp=1, pp=4, dp=16, cp=1, recompute="full",
-                          microbatches_in_flight=activations_in_flight(4, 2)).total_bytes
+    st = MemorySettings(tp=1, pp=4, dp=16, cp=1, recompute="full", microbatches_in_flight=activations_in_flight(4, 2))
+    want = memory_per_gpu(get_model("llama-13b"), st, tokens_per_rank=8192).total_bytes
     assert mem[2][1] == pytest.approx(want, rel=1e-12)

@@ -18,9 +18,9 @@ from dcpsim.hardware import get_profile, load_profile
 from dcpsim.hardware.profile import COLLECTIVE_OPS
 from dcpsim.model import get_model
 from dcpsim.profiling.build import ProfileOptions, quick_scale, run_profile, scale_model
-from dcpsim.profiling.collectives import aligned_bytes, run_collectives
+from dcpsim.profiling.collectives import CollectiveSettings, aligned_bytes, run_collectives
 from dcpsim.profiling.measure import ProfilingError, Timing, attention_flops
-from dcpsim.profiling.validate import Pack, default_packs, run_validation
+from dcpsim.profiling.validate import Pack, ValidationSettings, default_packs, run_validation
 
 torch = pytest.importorskip("torch")
 
@@ -133,9 +133,9 @@ def test_collective_arguments_checked():
     assert aligned_bytes(1000, 3, 4) == 996
     assert aligned_bytes(5, 2, 4) == 8  # at least one element per rank
     with pytest.raises(ConfigError, match="--nproc"):
-        run_collectives(nproc=1, backend="gloo", sizes=[4096])
+        run_collectives(CollectiveSettings(nproc=1, backend="gloo", sizes=[4096]))
     with pytest.raises(ConfigError, match="ops"):
-        run_collectives(nproc=2, backend="gloo", sizes=[4096], ops=["broadcast"])
+        run_collectives(CollectiveSettings(nproc=2, backend="gloo", sizes=[4096], ops=["broadcast"]))
 
 
 def test_profile_options_checked(tmp_path):
@@ -244,8 +244,8 @@ def test_validation_predictions_are_the_cost_model(cpu_profile, tmp_path):
     out, _ = cpu_profile
     m = scale_model(get_model("llama-13b"), 10)
     packs = [Pack("mix", (300, 100, 112)), Pack("one", (512,))]
-    res = run_validation(out, m, pack_tokens=[], short=128, packs=packs, warmup=1, min_repeats=2, max_repeats=2,
-                         budget_s=0.0, out=tmp_path / "V.md")
+    res = run_validation(out, m, ValidationSettings(pack_tokens=[], short=128, packs=packs, warmup=1, min_repeats=2,
+                                                    max_repeats=2, budget_s=0.0, out=tmp_path / "V.md"))
     cm = CostModel.build(load_profile(out), m, tp=1, pp=m.n_layers, recompute="none", memory_limit_bytes=1e30)
     for pk, row in zip(packs, res.rows, strict=True):
         pc = cm.pack_cost(list(pk.lengths), 1, check_memory=False)

@@ -151,7 +151,7 @@ def run_profile(args) -> int:
     from dcpsim.hardware import get_profile
     from dcpsim.outdir import check_out_file
     from dcpsim.profiling import resolve_model, run_validation
-    from dcpsim.profiling.validate import validation_target
+    from dcpsim.profiling.validate import ValidationSettings, validation_target
 
     prof = get_profile(args.profile)
     target = validation_target(prof, args.out)
@@ -175,9 +175,10 @@ def run_profile(args) -> int:
         if args.repeats < 1:
             raise ConfigError("--repeats", args.repeats, "a positive integer")
         kw.update(max_repeats=args.repeats, min_repeats=min(kw["min_repeats"], args.repeats))
-    res = run_validation(prof, model, pack_tokens=pack_tokens, short=short, device=args.device, dtype=args.dtype,
-                         seed=args.seed, command=command_line(args, "validate"), out=args.out,
-                         threads=args.threads, **kw)
+    settings = ValidationSettings(pack_tokens=pack_tokens, short=short, device=args.device, dtype=args.dtype,
+                                  seed=args.seed, command=command_line(args, "validate"), out=args.out,
+                                  threads=args.threads, **kw)
+    res = run_validation(prof, model, settings)
     if args.json:
         print_json(res.summary() | {"rows": res.rows})
         return 0

@@ -13,15 +13,15 @@ import functools
 import numpy as np
 
 from dcpsim.cost.settings import CostSettings
-from dcpsim.model import attention_score_bytes, memory_per_gpu
+from dcpsim.model import MemorySettings, attention_score_bytes, memory_per_gpu
 from dcpsim.model import max_tokens_per_rank as _max_tokens_per_rank
 
 
-def memory_kwargs(st: CostSettings) -> dict:
+def memory_settings(st: CostSettings) -> MemorySettings:
     """The settings :func:`dcpsim.model.memory_per_gpu` reads (CP = 1: ``s`` is already per rank)."""
-    return dict(tp=st.tp, pp=st.pp, dp=st.dp_cp, cp=1, recompute=st.recompute,
-                microbatches_in_flight=st.microbatches_in_flight, precision=st.precision,
-                grad_bytes=st.grad_bytes_per_param)
+    return MemorySettings(tp=st.tp, pp=st.pp, dp=st.dp_cp, cp=1, recompute=st.recompute,
+                          microbatches_in_flight=st.microbatches_in_flight, precision=st.precision,
+                          grad_bytes=st.grad_bytes_per_param)
 
 
 def peak_memory_bytes(st: CostSettings, local_tokens, sum_sq_lengths=None) -> np.ndarray:
@@ -29,30 +29,30 @@ def peak_memory_bytes(st: CostSettings, local_tokens, sum_sq_lengths=None) -> np
     ``microbatches_in_flight``). ``sum_sq_lengths`` (Σ L² per microbatch, same shape) adds unfused
     attention's score matrices (:func:`dcpsim.model.attention_score_bytes`); ignored with flash attention."""
     s = np.asarray(local_tokens, dtype=np.float64)
-    kw = memory_kwargs(st)
+    ms = memory_settings(st)
     if st.attention == "unfused" and sum_sq_lengths is not None:
-        return _peak_with_scores(st, s, np.asarray(sum_sq_lengths, dtype=np.float64), kw)
-    m0, m1 = _linear_terms(st.model, tuple(kw.items()))
+        return _peak_with_scores(st, s, np.asarray(sum_sq_lengths, dtype=np.float64), ms)
+    m0, m1 = _linear_terms(st.model, ms)
     return m0 + (m1 - m0) * s
 
 
 @functools.lru_cache(maxsize=4096)
-def _linear_terms(model, kw: tuple) -> tuple[float, float]:
+def _linear_terms(model, ms: MemorySettings) -> tuple[float, float]:
     """Bytes per GPU at 0 and 1 local tokens (the peak is linear in between without score matrices); cached:
     the planner asks for the same layout at many micro-batch sizes."""
-    return (memory_per_gpu(model, tokens_per_rank=0, **dict(kw)).total_bytes,
-            memory_per_gpu(model, tokens_per_rank=1, **dict(kw)).total_bytes)
+    return (memory_per_gpu(model, ms, tokens_per_rank=0).total_bytes,
+            memory_per_gpu(model, ms, tokens_per_rank=1).total_bytes)
 
 
-def _peak_with_scores(st: CostSettings, s: np.ndarray, sq: np.ndarray, kw: dict) -> np.ndarray:
+def _peak_with_scores(st: CostSettings, s: np.ndarray, sq: np.ndarray, ms: MemorySettings) -> np.ndarray:
     """Peak per microbatch with unfused attention's scores: one exact evaluation per distinct (tokens, Σ L²)."""
     s, sq = np.broadcast_arrays(s, sq)
     pairs, inv = np.unique(np.stack([s.ravel(), sq.ravel()], axis=1), axis=0, return_inverse=True)
-    vals = np.array([memory_per_gpu(st.model, tokens_per_rank=t, score_bytes=attention_score_bytes(
-        st.model, st.tp, q), **kw).total_bytes for t, q in pairs])
+    vals = np.array([memory_per_gpu(st.model, ms, tokens_per_rank=t, score_bytes=attention_score_bytes(
+        st.model, st.tp, q)).total_bytes for t, q in pairs])
     return vals[np.asarray(inv).ravel()].reshape(s.shape)
 
 
 def max_tokens_per_rank(st: CostSettings) -> int:
     """Largest local token count per microbatch that fits in the usable memory."""
-    return _max_tokens_per_rank(st.model, memory_limit_bytes=st.usable_memory_bytes, **memory_kwargs(st))
+    return _max_tokens_per_rank(st.model, memory_settings(st), memory_limit_bytes=st.usable_memory_bytes)

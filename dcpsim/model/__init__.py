@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -300,13 +300,8 @@ class MemorySettings:
     grad_bytes: float = 4.0
 
 
-def _memory_settings(settings: MemorySettings | None, options: dict) -> MemorySettings:
-    """``settings`` with keyword ``options`` (its fields) applied over it, or built from them when None."""
-    return MemorySettings(**options) if settings is None else replace(settings, **options)
-
-
-def memory_per_gpu(model: ModelSpec, settings: MemorySettings | None = None, *, tokens_per_rank: float,
-                   score_bytes: float = 0.0, **options) -> MemoryBreakdown:
+def memory_per_gpu(model: ModelSpec, settings: MemorySettings, *, tokens_per_rank: float,
+                   score_bytes: float = 0.0) -> MemoryBreakdown:
     """Peak bytes on the busiest GPU (pipeline stage 0 holds ``microbatches_in_flight`` microbatches, default
     PP for 1F1B; the last stage holds one plus the loss).
 
@@ -321,10 +316,9 @@ def memory_per_gpu(model: ModelSpec, settings: MemorySettings | None = None, *, 
     (:func:`attention_score_bytes`; 0 with flash attention): stored by every layer without recompute,
     rebuilt for one layer at a time with selective (core-attention) or full recompute.
 
-    The layout comes as ``settings`` (:class:`MemorySettings`) or as its fields given by keyword (applied over
-    ``settings``).
+    The layout comes as ``settings`` (:class:`MemorySettings`; a variant is ``dataclasses.replace``).
     """
-    st = _memory_settings(settings, options)
+    st = settings
     tp, pp, dp, cp, recompute = st.tp, st.pp, st.dp, st.cp, st.recompute
     microbatches_in_flight, precision, grad_bytes = st.microbatches_in_flight, st.precision, st.grad_bytes
     n = params_per_gpu(model, tp, pp)
@@ -355,15 +349,14 @@ def memory_per_gpu(model: ModelSpec, settings: MemorySettings | None = None, *, 
     )
 
 
-def max_tokens_per_rank(model: ModelSpec, settings: MemorySettings | None = None, *, memory_limit_bytes: float,
-                        **options) -> int:
+def max_tokens_per_rank(model: ModelSpec, settings: MemorySettings, *, memory_limit_bytes: float) -> int:
     """Largest local token count per microbatch that fits (Megatron's ``max_seqlen_per_dp_cp_rank``).
 
     Memory is affine in tokens, so this is solved exactly. Raises
     :class:`InfeasibleError` when the model states alone do not fit. The layout is given as in
     :func:`memory_per_gpu`.
     """
-    st = _memory_settings(settings, options)
+    st = settings
     tp, pp, dp, cp = st.tp, st.pp, st.dp, st.cp
     m0 = memory_per_gpu(model, st, tokens_per_rank=0).total_bytes
     m1 = memory_per_gpu(model, st, tokens_per_rank=1).total_bytes

@@ -277,7 +277,7 @@ def run_profile(opts: ProfileOptions, *, show_progress: bool | None = None, forc
 
 def _run_profile(opts: ProfileOptions, show_progress: bool | None) -> ProfileResult:
     torch = require_torch()
-    from dcpsim.profiling.collectives import run_collectives
+    from dcpsim.profiling.collectives import CollectiveSettings, run_collectives
 
     info = detect_device(opts.device)
     if info.kind == "cpu" and not opts.quick and max(max(opts.tokens), max(opts.seqlens)) > CPU_MAX_SIZE:
@@ -335,10 +335,11 @@ def _run_profile(opts: ProfileOptions, show_progress: bool | None) -> ProfileRes
             if late:
                 timer.cut += len(opts.ops) * len(opts.sizes)
             res = run_collectives(
-                nproc=nproc, backend=backend, sizes=list(opts.sizes), ops=list(opts.ops), dtype=opts.dtype,
-                warmup=min(opts.warmup, 1) if late else opts.warmup, min_repeats=1 if late else opts.min_repeats,
-                max_repeats=1 if late else max(opts.min_repeats, opts.max_repeats),
-                budget_s=0.0 if late else opts.budget_s,
+                CollectiveSettings(
+                    nproc=nproc, backend=backend, sizes=list(opts.sizes), ops=list(opts.ops), dtype=opts.dtype,
+                    warmup=min(opts.warmup, 1) if late else opts.warmup, min_repeats=1 if late else opts.min_repeats,
+                    max_repeats=1 if late else max(opts.min_repeats, opts.max_repeats),
+                    budget_s=0.0 if late else opts.budget_s),
                 progress=bar.add_reporting("collectives", len(opts.ops) * len(opts.sizes)),
             )
             coll_meta, coll_results = res["meta"], res["results"]

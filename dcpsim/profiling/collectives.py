@@ -35,9 +35,8 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -235,16 +234,14 @@ class CollectiveSettings:
     timeout_s: float | None = None
 
 
-def run_collectives(settings: CollectiveSettings | None = None, *,
-                    progress: Callable[[int, int, str], None] | None = None, **options: Any) -> dict:
+def run_collectives(settings: CollectiveSettings, *, progress: Callable[[int, int, str], None] | None = None) -> dict:
     """Run the worker under torchrun on this host; returns ``{"meta": ..., "results": [...]}``.
 
-    ``settings`` says what to time (:class:`CollectiveSettings`); keyword ``options`` are its fields, applied over
-    ``settings`` (or building it when ``settings`` is None), so ``run_collectives(nproc=2, backend="gloo",
-    sizes=[4096])`` works. ``progress(done, total, label)`` is called as rank 0 reports. Raises
-    :class:`ProfilingError` with the tail of the workers' output if they fail.
+    ``settings`` says what to time (:class:`CollectiveSettings`; a variant is ``dataclasses.replace``).
+    ``progress(done, total, label)`` is called as rank 0 reports. Raises :class:`ProfilingError` with the tail
+    of the workers' output if they fail.
     """
-    c = CollectiveSettings(**options) if settings is None else replace(settings, **options)
+    c = settings
     nproc, backend, sizes, ops, dtype = c.nproc, c.backend, c.sizes, c.ops, c.dtype
     warmup, min_repeats, max_repeats, budget_s, timeout_s = c.warmup, c.min_repeats, c.max_repeats, c.budget_s, c.timeout_s
     if nproc < 2:

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -249,16 +248,15 @@ class ValidationSettings:
     threads: int | None = None
 
 
-def run_validation(profile: HardwareProfile | str | Path, model: ModelSpec, settings: ValidationSettings | None = None,
-                   **options: Any) -> ValidationResult:
+def run_validation(profile: HardwareProfile | str | Path, model: ModelSpec,
+                   settings: ValidationSettings) -> ValidationResult:
     """Time one layer per pack, compare with the cost model, write ``VALIDATION.md``.
 
-    ``settings`` says how (:class:`ValidationSettings`); keyword ``options`` are its fields, applied over ``settings``
-    (or building it when ``settings`` is None), so ``run_validation(p, m, pack_tokens=[...], short=128)`` works.
+    ``settings`` says how (:class:`ValidationSettings`; a variant is ``dataclasses.replace``).
     """
     from dcpsim.outdir import check_out_file
 
-    s = ValidationSettings(**options) if settings is None else replace(settings, **options)
+    s = settings
     prof = profile if isinstance(profile, HardwareProfile) else load_profile(profile)
     target = validation_target(prof, s.out)
     if target is not None:  # before any measurement: a bad or foreign path fails fast
