@@ -121,7 +121,7 @@ def bad_values(ann: Any, metadata: list) -> list[Any]:
 
 def _accepted(ann: Any, metadata: list, v: Any) -> bool:
     """Whether the declaration itself takes ``v`` (e.g. 0 where the field allows 0): then it is not a bad value."""
-    from dcpsim.validation import check_value
+    from dcpsim.schema import check_value
 
     try:
         check_value(typing.Annotated[ann, *metadata] if metadata else ann, v, "x")
@@ -279,7 +279,7 @@ def test_no_numeric_flag_escapes_the_typed_layer():
 
 def bad_texts(ann: Any, metadata: list) -> list[str]:
     """Strings a flag of this declaration must refuse."""
-    from dcpsim.validation import parse_text_value
+    from dcpsim.schema import parse_text_value
 
     members = _members(ann)
     texts = ["nan", "inf", "-inf", "1e400", "abc", "", "[1]", "2.5", "-1", "0", "1e30", TRAVERSAL, "\xff"]
@@ -316,7 +316,7 @@ def test_flag_refuses_bad_values_in_one_line_writing_nothing(capsys, tmp_path, c
                       st.integers(min_value=-(10**30), max_value=-1).map(str)))
 def test_random_text_in_numeric_flags_is_refused_or_valid(capsys, case, text):
     """Hypothesis: any text for a numeric flag parses to a valid value or is refused in one line (exit 2)."""
-    from dcpsim.validation import parse_text_value
+    from dcpsim.schema import parse_text_value
 
     cmd, flag, ann, meta = case
     if _accepted(ann, meta, parse_text_value(text, ann)) or text.startswith("-") and not text[1:2].isdigit():

@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parent.parent / "dcpsim"
 
 # top-level subpackage/module of dcpsim -> layer (lowest first); same layer may import each other
 LAYERS: dict[str, int] = {
-    "errors": 0, "units": 0, "serialize": 0, "validation": 0, "choices": 0, "outdir": 0, "limits": 0, "registry": 0, "failure_rates": 0,
+    "errors": 0, "units": 0, "serialize": 0, "schema": 0, "choices": 0, "outdir": 0, "limits": 0, "registry": 0, "failure_rates": 0,
     "hardware": 1, "model": 1, "workload": 1,
     "cost": 2, "pipeline": 2,
     "policies": 3,

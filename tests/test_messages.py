@@ -37,7 +37,7 @@ def test_a_run_file_and_a_profile_table_with_a_byte_order_mark_load(tmp_path):
     p = tmp_path / "run.toml"
     p.write_bytes(BOM + b'[workload]\ngbs = 64\n')
     assert load_config(p).workload.gbs == 64
-    from dcpsim.validation import read_text
+    from dcpsim.schema import read_text
 
     assert read_text(p, "x").startswith("[workload]")
 

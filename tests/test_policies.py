@@ -329,7 +329,7 @@ def test_cli_schedule(tmp_path, capsys):
     assert d["microbatches"] >= 1 and d["sequences"] == 64 and d["tokens_dropped"] == 0
     assert d["makespan_over_bound"] >= 1 - 1e-9 and d["planning_time_s"] > 0
     assert sum(v["sequences"] for v in d["cp_histogram"].values()) == 64
-    plan = Plan.load(out).validate()
+    plan = Plan.load(out).check()
     assert plan.policy == "dynamic-solver" and plan.layout.dp == 4
     rc = main(["schedule", "--policy", "packing", "--gbs", "32", "--gpus", "16", "--pp", "2", "--cp", "2"])
     assert rc == 0 and "microbatches" in capsys.readouterr().out

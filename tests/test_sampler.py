@@ -109,7 +109,7 @@ def test_repeated_sequences_are_validated():
     plan = get_policy("packing-pr2959").plan(np.array([60, 30, 50, 20, 90]), lay, _cost(2))
     plan.repeats = {}
     with pytest.raises(PlanError, match="scheduled 2 times"):
-        plan.validate()
+        plan.check()
 
 
 def test_naive_packer_bin_capacity_is_its_own():

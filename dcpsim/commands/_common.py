@@ -45,7 +45,7 @@ def typed(annotation: Any) -> Callable[[str], Any]:
     Errors become argparse errors (one line, exit status 2):
     ``argument --seed: got '-1'; expected an integer >= 0``.
     """
-    from dcpsim.validation import check_value, describe, parse_text_value
+    from dcpsim.schema import check_value, describe, parse_text_value
 
     def convert(text: str) -> Any:
         try:
@@ -94,7 +94,7 @@ def add_config_flags(parser: argparse.ArgumentParser, paths: Sequence[str], *, s
     The flag's default is "the config's": None here, so the base config
     (file or defaults) keeps its value unless the flag is given.
     """
-    from dcpsim.validation import describe
+    from dcpsim.schema import describe
 
     for path in paths:
         info = config_field(path)
@@ -120,7 +120,7 @@ def add_config_flags(parser: argparse.ArgumentParser, paths: Sequence[str], *, s
 
 def parse_set_item(item: str, flag: str = "--set") -> tuple[str, Any]:
     """``"parallel.cp=4"`` -> ``("parallel.cp", 4)``, the value read as the field's type would be in TOML."""
-    from dcpsim.validation import parse_text_value
+    from dcpsim.schema import parse_text_value
 
     key, sep, text = item.partition("=")
     key = key.strip()
@@ -135,7 +135,7 @@ def parse_set_item(item: str, flag: str = "--set") -> tuple[str, Any]:
 
 def config_updates(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
     """(dotted updates, path -> flag) from the derived flags and ``--set`` items on ``args``."""
-    from dcpsim.validation import parse_text_value
+    from dcpsim.schema import parse_text_value
 
     updates: dict[str, Any] = {}
     names: dict[str, str] = {}

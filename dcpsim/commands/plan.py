@@ -125,7 +125,7 @@ def stated_parallel(args) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     if args.config:
-        from dcpsim.validation import read_toml
+        from dcpsim.schema import read_toml
 
         par = read_toml(args.config, "--config").get("parallel", {})
         out |= {k: par[k] for k in ("recompute", "precision") if isinstance(par, dict) and k in par}
@@ -163,7 +163,7 @@ def _config_workload(args) -> str | None:
     """The workload name the --config file sets itself ('fixed', a preset, 'custom'), or None if it sets none."""
     if not args.config:
         return None
-    from dcpsim.validation import read_toml
+    from dcpsim.schema import read_toml
 
     w = read_toml(args.config, "--config").get("workload", {})
     if "name" not in w:

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
     out = check_out_dir(args.out, force=args.force)  # before any run: a bad or foreign --out fails fast
     if args.recalibrate:
-        exp = _recalibrate(exp, args, show)
+        exp = _refit_workload(exp, args, show)
     res = _reproduce(exp, args, show)
     files = write_outputs(exp, res, out, plots=not args.no_plots)
     if args.json:
@@ -98,10 +98,10 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"--{name}", v, "a positive integer")
 
 
-def _recalibrate(exp, args: argparse.Namespace, show: bool):
+def _refit_workload(exp, args: argparse.Namespace, show: bool):
     """Re-fit each dataset's secondary-view parameter to its packing figure, write calibration.toml, reload."""
     from dcpsim.reproduction import load_experiment
-    from dcpsim.reproduction.calibrate import fit_dataset, write_calibration
+    from dcpsim.reproduction.workload_fit import fit_dataset, write_calibration
 
     fits = {}
     with _progress(show) as prog:

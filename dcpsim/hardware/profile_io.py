@@ -27,7 +27,7 @@ from dcpsim.hardware.spec import (
     HardwareProfile,
     Timing,
 )
-from dcpsim.validation import STRICT, InputModel, read_text, read_toml, validate_model
+from dcpsim.schema import STRICT, InputModel, parse_model, read_text, read_toml
 
 
 # ---------------------------------------------------------------------- I/O
@@ -239,7 +239,7 @@ def _read_meta(meta_path: Path) -> ProfileMeta:
     if type(data.get("format_version")) is not int or data.get("format_version") != FORMAT_VERSION:
         raise ProfileError("format_version", data.get("format_version"), str(FORMAT_VERSION), where=str(meta_path))
     try:
-        return validate_model(ProfileMeta, data, where=str(meta_path))
+        return parse_model(ProfileMeta, data, where=str(meta_path))
     except ConfigError as exc:
         raise ProfileError(exc.field, exc.value, exc.expected, where=exc.where) from None
 

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from dcpsim.choices import RECOMPUTE_MODES as _RECOMPUTE_MODES
 from dcpsim.errors import ConfigError, InfeasibleError
-from dcpsim.validation import InputModel, read_toml, validate_model
+from dcpsim.schema import InputModel, parse_model, read_toml
 
 SPEC_DIR = Path(__file__).resolve().parent / "specs"
 RECOMPUTE_MODES = _RECOMPUTE_MODES  # defined once in dcpsim.choices
@@ -123,7 +123,7 @@ class ModelSpecInput(InputModel):
 
 
 def _spec_from_mapping(data: Mapping, where: str) -> ModelSpec:
-    spec = validate_model(ModelSpecInput, data, where=where, prefix="model")
+    spec = parse_model(ModelSpecInput, data, where=where, prefix="model")
     d = spec.model_dump()
     if d["n_kv_heads"] is None:
         d["n_kv_heads"] = d["n_heads"]

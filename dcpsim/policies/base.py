@@ -92,7 +92,7 @@ class Policy(ABC):
     ``Plan.meta["planning_wall_s"]`` (host information only, never part of a
     simulated time), attaches :func:`~dcpsim.policies.bound.lower_bound_s`
     of the sequences it did not drop as the plan's bound evaluator (run only
-    when ``Plan.lower_bound_s`` is read), and validates the plan.
+    when ``Plan.lower_bound_s`` is read), and checks the plan.
     """
 
     name: ClassVar[str] = ""
@@ -127,7 +127,7 @@ class Policy(ABC):
             plan.bound_evaluator = partial(lower_bound_s, lengths[kept], layout, cost)
         plan.meta.setdefault("options", self.options())
         pad_for_schedule(plan)
-        return plan.validate()
+        return plan.check()
 
     def planning_work(self, lengths: np.ndarray, layout: Layout, plan: Plan) -> int:
         """Units of planning work: sequences x CP sizes considered x candidate passes.
@@ -183,7 +183,7 @@ def get_policy(name: str, **options: Any) -> Policy:
     for key in options:
         if key not in params:
             raise ConfigError(f"policy.options.{key}", options[key], f"an option of policy {name!r} (one of {params})")
-    from dcpsim.validation import check_options
+    from dcpsim.schema import check_options
 
     return cls(**check_options(cls.__init__, options, "policy.options"))
 

@@ -7,7 +7,7 @@ tp-cp-dp-pp order, CP fastest after TP) are partitioned into CP
 the same steps (a microbatch flows through all stages).
 
 Plans are plain data: ``to_dict``/``from_dict`` round-trip through JSON, and
-:meth:`Plan.validate` checks the invariants every policy must keep.
+:meth:`Plan.check` checks the invariants every policy must keep.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class Plan:
     the simulator times ``lengths`` and counts FLOPs on these.
 
     ``repeats`` (optional): sequence id -> extra times the plan runs it (Megatron's pull-request-era naive
-    packer trains its last pack twice, ``packing-pr2959``); :meth:`validate` then expects ``1 + repeats[i]``
+    packer trains its last pack twice, ``packing-pr2959``); :meth:`check` then expects ``1 + repeats[i]``
     placements, and the policy sets ``counted_lengths`` so that FLOPs count each sequence once.
     """
 
@@ -185,7 +185,7 @@ class Plan:
         return dict(sorted(out.items()))
 
     # ----------------------------------------------------------- invariants
-    def validate(self) -> Plan:
+    def check(self) -> Plan:
         """Check the invariants; raise :class:`PlanError` naming the first broken one.
 
         Vectorised over all groups of all steps: per group (in step order,
@@ -220,7 +220,7 @@ class Plan:
         return self
 
     def _validation_table(self) -> dict[str, np.ndarray]:
-        """Flat arrays for :meth:`validate`: per group step/start/size, per member its group and sequence id."""
+        """Flat arrays for :meth:`check`: per group step/start/size, per member its group and sequence id."""
         gs = [g for st in self.steps for g in st.groups]
         ng = len(gs)
         per_step = np.fromiter((len(st.groups) for st in self.steps), dtype=np.int64, count=len(self.steps))

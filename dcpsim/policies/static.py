@@ -10,7 +10,7 @@ one when the batch has too few sequences, see below).
   multi-sequence bins into new bins; bin ``i·DP + j`` is microbatch ``i`` of
   replica ``j``. No work balancing. Two details are ours: the capacity check
   counts each sequence's padding to a multiple of ``2·cp`` (what a rank really
-  holds, and what :meth:`Plan.validate` checks), and when the batch has fewer
+  holds, and what :meth:`Plan.check` checks), and when the batch has fewer
   sequences than it needs bins, empty bins are added (``meta["empty_bins"]``).
 * ``packing-balanced`` keeps static CP but balances modelled cost: it tries
   microbatch counts ``m`` from the capacity minimum upward (with PP, where

@@ -84,7 +84,7 @@ class CiSuite:
 
 def load_ci_suite(suite_dir: str | Path | None = None) -> CiSuite:
     """Read ``suite.toml`` and ``cases.csv`` (hash checked); assign each row its family and split."""
-    from dcpsim.validation import read_toml
+    from dcpsim.schema import read_toml
 
     d = Path(suite_dir) if suite_dir is not None else default_suite_dir()
     meta_path = d / "suite.toml"

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dcpsim.errors import ConfigError
-from dcpsim.validation import read_toml
+from dcpsim.schema import read_toml
 
 SUITE_DIR_NAME = "experiments/published_throughput"
 VOCAB_DIVISOR = 128  # Megatron --make-vocab-size-divisible-by default

@@ -4,7 +4,7 @@
   (:func:`load_experiment`, :class:`BlogExperiment`).
 * :mod:`~dcpsim.reproduction.runner` -- runs cells, pools seeds, builds the
   simulated-vs-published table and the sensitivity table (:func:`reproduce`).
-* :mod:`~dcpsim.reproduction.calibrate` -- the one-parameter workload fit
+* :mod:`~dcpsim.reproduction.workload_fit` -- the one-parameter workload fit
   against the published *packing* throughput only.
 * the figures: :mod:`dcpsim.report.blog`.
 """

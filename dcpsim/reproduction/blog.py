@@ -10,7 +10,7 @@ Everything the experiment runs lives in a folder of plain files
 * ``published.toml`` -- the blog's figures, used only for comparison (and the
   two packing figures as the calibration target);
 * ``calibration.toml`` -- fitted workload parameters, written by
-  :mod:`dcpsim.reproduction.calibrate` and only read here.
+  :mod:`dcpsim.reproduction.workload_fit` and only read here.
 
 This module loads those files into a frozen :class:`BlogExperiment` and builds
 the run configurations; :mod:`dcpsim.reproduction.runner` runs them.
@@ -262,7 +262,7 @@ def _expand(updates: dict[str, Any]) -> dict[str, Any]:
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(what, str(path), "an existing TOML file (the experiment folder is experiments/dynamic_cp_blog)")
-    from dcpsim.validation import read_toml
+    from dcpsim.schema import read_toml
 
     return read_toml(path, what)
 

@@ -65,7 +65,7 @@ sequences), and ``gbs`` must be a multiple of ``dp * mbs`` (Megatron's rule).
     grad_reduce_bytes_per_param = 4
     fp8_param_gather = true     # Megatron --fp8-param-gather: FP8 block weights all-gathered at 1 B (precision fp8 only)
 
-Validation (:mod:`dcpsim.validation`): types are strict (``2.5`` is not an
+Validation (:mod:`dcpsim.schema`): types are strict (``2.5`` is not an
 int, ``"false"`` is not a bool), numbers finite, bounds physical, unknown keys
 refused; a value never silently means "default" (``"auto"``, ``"flat"`` and
 ``"profile"`` say so). To add a field, declare it with its bounds and a
@@ -101,13 +101,13 @@ from dcpsim.choices import (
 from dcpsim.errors import ConfigError
 from dcpsim.failure_rates import llama3_gpu_mtbf_hours
 from dcpsim.limits import MAX_GBS
-from dcpsim.validation import InputModel, read_toml, validate_model
+from dcpsim.schema import InputModel, parse_model, read_toml
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
 class _Section(InputModel):
-    """A config section: strict types, finite numbers, no unknown keys (see :mod:`dcpsim.validation`)."""
+    """A config section: strict types, finite numbers, no unknown keys (see :mod:`dcpsim.schema`)."""
 
 
 class ModelSection(_Section):
@@ -339,7 +339,7 @@ class RunConfig(_Section):
     def _check_policy_options(self) -> None:
         """policy.name is registered and policy.options are its options, of the declared types (nan refused)."""
         from dcpsim.policies.base import policy_class
-        from dcpsim.validation import check_options
+        from dcpsim.schema import check_options
 
         cls = policy_class(self.policy.name)
         params = list(_option_names(cls))
@@ -469,7 +469,7 @@ def set_dotted(d: dict, path: str, value: Any) -> None:
 def config_from_dict(d: Mapping[str, Any], where: str | None = None,
                      names: Mapping[str, str] | None = None) -> RunConfig:
     """Validate a parsed TOML table (or dict) as a :class:`RunConfig`; one ConfigError in the user's words."""
-    return validate_model(RunConfig, d, where=where, names=names)
+    return parse_model(RunConfig, d, where=where, names=names)
 
 
 def load_config(path: str | Path) -> RunConfig:

@@ -59,8 +59,8 @@ from pydantic import Field, model_validator
 
 from dcpsim.errors import ConfigError, DcpsimError
 from dcpsim.run.config import RunConfig, config_from_dict, load_config
+from dcpsim.schema import InputModel, parse_model
 from dcpsim.serialize import to_jsonable
-from dcpsim.validation import InputModel, validate_model
 
 AXIS_MODES = ("grid", "zip", "random")
 RandomDist = Literal["uniform", "loguniform", "randint"]
@@ -174,7 +174,7 @@ def spec_hash(d: dict[str, Any]) -> str:
 def load_sweep_spec(path: str | Path) -> SweepSpec:
     """Read a sweep spec from a TOML file (see the module docstring for the format; ``example:NAME`` works)."""
     from dcpsim.resources import resolve_input
-    from dcpsim.validation import read_text
+    from dcpsim.schema import read_text
 
     p = resolve_input(path)
     if not p.is_file():
@@ -269,7 +269,7 @@ def _random_group(raw: dict, fields_map: dict, label: str, default_seed: int, wh
 def _check_values(path: str, values: list, label: str, where: str | None) -> None:
     """Each swept value has the field's declared type and bounds (cross-field rules are checked per run)."""
     from dcpsim.run.config import field_info
-    from dcpsim.validation import check_value
+    from dcpsim.schema import check_value
 
     if path.startswith("policy.options."):
         return  # checked against the policy per run
@@ -361,7 +361,7 @@ def _check_dist(dist: Any, label: str, where: str | None) -> None:
         return
     if not isinstance(dist, dict):
         raise ConfigError(label, dist, "a list of choices or a table {dist=..., low=..., high=...} or {choices=[...]}", where=where)
-    validate_model(_Choices if "choices" in dist else _Range, dist, where=where, prefix=label)
+    parse_model(_Choices if "choices" in dist else _Range, dist, where=where, prefix=label)
     if dist.get("dist") == "randint" and not all(type(dist[k]) is int for k in ("low", "high")):
         raise ConfigError(label, dist, "integers low and high for randint", where=where)
 

@@ -4,7 +4,7 @@ Layers (each documented in its module):
 
 * :mod:`~dcpsim.sim.topology` — GPUs, nodes, NVLink domains, pods; Megatron
   rank order; which links a group crosses.
-* :mod:`~dcpsim.sim.schedule` — plan → groups (one entity per CP group and
+* :mod:`~dcpsim.sim.graph` — plan → groups (one entity per CP group and
   pipeline stage) → dependency graph in the op order of :mod:`dcpsim.pipeline`
   (1F1B or interleaved 1F1B).
 * :mod:`~dcpsim.sim.durations` — every op's duration with numpy from the cost
@@ -31,8 +31,8 @@ this from a :class:`~dcpsim.run.config.RunConfig`)::
 
 from dcpsim.sim.durations import DurationModel, IterationWork, SyncCost
 from dcpsim.sim.engine import IterationTimeline, SimulationError, run_iteration
+from dcpsim.sim.graph import GroupTable, build_graph, build_group_table
 from dcpsim.sim.metrics import BREAKDOWN, IterationRecord, SimResult, iteration_row, rank_arrays, rank_rows
-from dcpsim.sim.schedule import GroupTable, build_graph, build_group_table
 from dcpsim.sim.settings import PLANNING_MODES, SimSettings
 from dcpsim.sim.simulator import ClusterSimulator
 from dcpsim.sim.topology import Topology

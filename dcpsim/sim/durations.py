@@ -75,8 +75,8 @@ from dcpsim.hardware import HardwareProfile
 from dcpsim.model import stage_params as model_stage_params
 from dcpsim.pipeline import chunk_durations, link_of_transfer
 from dcpsim.policies.plan import Plan
+from dcpsim.sim.graph import GroupTable
 from dcpsim.sim.networks import NetworkModel, get_network
-from dcpsim.sim.schedule import GroupTable
 from dcpsim.sim.settings import SimSettings
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults, lognormal_factors, slice_any

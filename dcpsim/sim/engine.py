@@ -2,7 +2,7 @@
 
 The engine simulates at decision points only. Durations come precomputed
 from numpy (:mod:`dcpsim.sim.durations`); the dependency graph from
-:mod:`dcpsim.sim.schedule`. Events:
+:mod:`dcpsim.sim.graph`. Events:
 
 * a group op finishes (one SimPy timeout per node);
 * a pipeline transfer arrives (one timeout per edge with a non-zero delay);
@@ -80,7 +80,7 @@ import simpy
 from dcpsim.errors import DcpsimError
 from dcpsim.sim.durations import IterationWork, SyncCost
 from dcpsim.sim.gate import _Arrival, _gates, _zero_delay_into
-from dcpsim.sim.schedule import BWD, FWD, Graph
+from dcpsim.sim.graph import BWD, FWD, Graph
 from dcpsim.sim.stage_sync import (
     SyncRule,
     after_reduce_scatter_s,

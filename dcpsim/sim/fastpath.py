@@ -3,7 +3,7 @@
 While every duration is known before the iteration starts (``network =
 "ideal"``, faults drawn per run: stragglers, kernel noise, a degraded link),
 the event simulation computes the longest path through the dependency graph
-of :mod:`dcpsim.sim.schedule`. :func:`fast_iteration` evaluates the same
+of :mod:`dcpsim.sim.graph`. :func:`fast_iteration` evaluates the same
 graph directly with :func:`dcpsim.pipeline.group_times`: the schedule's ops in
 a topological order, each op vectorised over the groups of its microbatch
 (a group starts when all its ranks are free, a ``reduceat`` over the stage's

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from dcpsim.sim.durations import IterationWork, SyncCost
-from dcpsim.sim.schedule import FWD, Graph
+from dcpsim.sim.graph import FWD, Graph
 from dcpsim.sim.stage_sync import param_gather_ends, sync_buckets
 
 

@@ -39,7 +39,7 @@ from dcpsim.pipeline import chain_times, chunk_durations, link_of_transfer, pipe
 from dcpsim.serialize import to_jsonable as _jsonable
 from dcpsim.sim.durations import IterationWork, SyncCost
 from dcpsim.sim.engine import IterationTimeline
-from dcpsim.sim.schedule import BWD
+from dcpsim.sim.graph import BWD
 
 BREAKDOWN = ("compute_s", "cp_comm_s", "bubble_s", "imbalance_s", "grad_sync_s", "planning_stall_s")
 

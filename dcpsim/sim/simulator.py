@@ -29,9 +29,9 @@ from dcpsim.pipeline import pipeline_schedule
 from dcpsim.policies.plan import Plan
 from dcpsim.sim.durations import DurationModel
 from dcpsim.sim.engines import ENGINES
+from dcpsim.sim.graph import build_group_table
 from dcpsim.sim.metrics import IterationRecord
 from dcpsim.sim.networks import get_network
-from dcpsim.sim.schedule import build_group_table
 from dcpsim.sim.settings import SimSettings
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults
@@ -88,7 +88,7 @@ class ClusterSimulator:
         if not plan.steps:
             raise ConfigError("plan.steps", 0, "at least one microbatch step (a plan without steps cannot be simulated)")
         if validate:
-            plan.validate()
+            plan.check()
         t0 = time.perf_counter()
         table = build_group_table(plan)
         sched = pipeline_schedule(self.topology.pp, table.n_steps, self.topology.vp)  # InfeasibleError: VP rule

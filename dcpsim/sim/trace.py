@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dcpsim.sim.graph import BWD, FWD
 from dcpsim.sim.metrics import IterationRecord
-from dcpsim.sim.schedule import BWD, FWD
 from dcpsim.sim.topology import Topology
 
 US = 1e6

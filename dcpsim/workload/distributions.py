@@ -558,7 +558,7 @@ def check_distribution_table(d: Mapping[str, Any], field: str) -> None:
 
     Raises :class:`ConfigError` naming ``<field>.<key>`` (``workload.name.sigma``).
     """
-    from dcpsim.validation import check_value
+    from dcpsim.schema import check_value
     from dcpsim.workload.spec import DISTRIBUTION_TYPES, DistributionSpec
 
     kind = d.get("type") if isinstance(d, Mapping) else None

@@ -24,7 +24,7 @@ from pydantic import Field, model_validator
 
 from dcpsim.choices import Clip
 from dcpsim.errors import ConfigError
-from dcpsim.validation import InputModel
+from dcpsim.schema import InputModel
 
 LENGTH_MAX = 1 << 40  # tokens; far above any sequence (the loaders' own cap is lower)
 Length = Annotated[int, Field(ge=1, le=LENGTH_MAX)]

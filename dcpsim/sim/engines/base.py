@@ -30,7 +30,7 @@ class Engine:
 
     def run(self, sim: Any, work: Any, table: Any, sched: Any) -> Any:
         """The :class:`~dcpsim.sim.engine.IterationTimeline` of one iteration from its
-        :class:`~dcpsim.sim.durations.IterationWork`, :class:`~dcpsim.sim.schedule.GroupTable` and pipeline
+        :class:`~dcpsim.sim.durations.IterationWork`, :class:`~dcpsim.sim.graph.GroupTable` and pipeline
         schedule; ``sim`` (a :class:`~dcpsim.sim.ClusterSimulator`) gives the gradient synchronisation
         (``sim.sync``), the settings and the network model."""
         raise NotImplementedError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dcpsim.sim.engine import IterationTimeline, run_iteration
 from dcpsim.sim.engines.base import Engine
-from dcpsim.sim.schedule import build_graph
+from dcpsim.sim.graph import build_graph
 
 
 class EventEngine(Engine):

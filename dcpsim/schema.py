@@ -323,8 +323,8 @@ def _is_model(annotation: Any) -> bool:
     return isinstance(base, type) and issubclass(base, BaseModel)
 
 
-def validate_model(model: type[BaseModel], data: Any, *, where: str | None = None, prefix: str = "",
-                   names: Mapping[str, str] | None = None) -> Any:
+def parse_model(model: type[BaseModel], data: Any, *, where: str | None = None, prefix: str = "",
+                names: Mapping[str, str] | None = None) -> Any:
     """``model.model_validate(data)`` with errors translated into one :class:`ConfigError`."""
     if not isinstance(data, Mapping):
         raise ConfigError(prefix or "config", _shown(data), "a table (key = value pairs)", where=where)

@@ -181,7 +181,7 @@ def write_calibration(path: Path, fits: dict[str, CalibrationFit], exp: BlogExpe
     """Write calibration.toml: fitted values, what they were fitted to, and every evaluation."""
     lines = [
         "# Fitted workload parameters of the Dynamic-CP blog reproduction.",
-        "# Written by `dcpsim reproduce --recalibrate` (dcpsim/reproduction/calibrate.py); read, never",
+        "# Written by `dcpsim reproduce --recalibrate` (dcpsim/reproduction/workload_fit.py); read, never",
         "# re-fitted, by `dcpsim reproduce`. Each dataset has exactly ONE fitted parameter, fitted only",
         "# to that dataset's published PACKING (baseline) TFLOPS/GPU. The Dynamic-CP TFLOPS and the",
         "# speedups are predictions and were not used.",
