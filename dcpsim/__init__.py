@@ -41,7 +41,7 @@ _WHERE = {
     "DcpsimError": "dcpsim.errors",
     "InfeasibleError": "dcpsim.errors",
     "RunConfig": "dcpsim.run.config",
-    "load_config": "dcpsim.run.config",
+    "load_config": "dcpsim.run.load",
     "run_simulation": "dcpsim.run.single",
     "run_sweep": "dcpsim.run.sweep",
     "load_sweep_spec": "dcpsim.run.sweep",

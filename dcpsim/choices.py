@@ -56,6 +56,19 @@ EXCHANGES: tuple[str, ...] = get_args(DynamicCpExchange)
 # Choices that name an extension (a class): registries (dcpsim.registry) whose built-ins are lazy
 # "module:Class" paths, so the configuration checks a name without importing the simulator. The
 # packages set each registry's base class (dcpsim.sim.networks, dcpsim.sim.engines). One line per built-in.
+BUILTIN_POLICIES: dict[str, str] = {
+    "packing": "dcpsim.policies.static:PackingPolicy",
+    "packing-balanced": "dcpsim.policies.static:BalancedPackingPolicy",
+    "dynamic": "dcpsim.policies.dynamic:DynamicPolicy",
+    "dynamic-solver": "dcpsim.policies.solver:DynamicSolverPolicy",
+    "bound": "dcpsim.policies.bound_policy:BoundPolicy",
+    "milp": "dcpsim.policies.milp:MilpPolicy",
+    "dynamic-pr2959": "dcpsim.policies.pr2959:Pr2959Policy",
+    "packing-pr2959": "dcpsim.policies.static:NaivePackingPolicy",
+}
+POLICIES: Registry = Registry("policy.name", BUILTIN_POLICIES)
+"""Scheduling policies (``policy.name``): :mod:`dcpsim.policies` (which sets the base class)."""
+
 NETWORKS: Registry = Registry("sim.network", {
     "ideal": "dcpsim.sim.networks.ideal:IdealNetwork",
     "shared": "dcpsim.sim.networks.shared:SharedNetwork",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dcpsim.errors import ConfigError
-from dcpsim.run.config import config_from_dict
+from dcpsim.run.load import config_from_dict
 from dcpsim.run.single import run_simulation
 
 BASE = {

@@ -6,7 +6,7 @@ import pytest
 
 from dcpsim.errors import ConfigError
 from dcpsim.registry import Registry
-from dcpsim.run.config import config_from_dict
+from dcpsim.run.load import config_from_dict
 from dcpsim.sim.engines import ENGINES
 from dcpsim.sim.networks import NETWORKS, NetworkModel
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dcpsim.errors import ConfigError
-from dcpsim.run.config import config_from_dict
+from dcpsim.run.load import config_from_dict
 from dcpsim.run.single import build_cost_model, run_simulation
 from dcpsim.workload import LogNormal
 from dcpsim.workload.fixed import FixedLength, microbatches_per_replica

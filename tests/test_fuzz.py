@@ -29,7 +29,8 @@ from pydantic import BaseModel
 
 from dcpsim.cli import build_parser, main
 from dcpsim.errors import ConfigError
-from dcpsim.run.config import RunConfig, config_from_dict
+from dcpsim.run.config import RunConfig
+from dcpsim.run.load import config_from_dict
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "simulate_default.toml"

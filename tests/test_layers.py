@@ -18,7 +18,7 @@ PKG = Path(__file__).resolve().parent.parent / "dcpsim"
 
 # top-level subpackage/module of dcpsim -> layer (lowest first); same layer may import each other
 LAYERS: dict[str, int] = {
-    "errors": 0, "units": 0, "serialize": 0, "schema": 0, "choices": 0, "outdir": 0, "limits": 0, "registry": 0, "failure_rates": 0,
+    "errors": 0, "units": 0, "serialize": 0, "schema": 0, "choices": 0, "outdir": 0, "limits": 0, "registry": 0, "failure_rates": 0, "padding": 0,
     "hardware": 1, "model": 1, "workload": 1,
     "cost": 2, "pipeline": 2,
     "policies": 3,
@@ -180,3 +180,28 @@ def test_toml_value_round_trips():
     text = "\n".join(f"{k} = {toml_value(x)}" for k, x in v.items())
     back = tomllib.loads(text)
     assert back == {"a": True, "b": 3, "c": 0.1, "d": 'x "q" \\ é\n', "e": [1, 2.5, "s"], "f": {"g": 1}}
+
+
+def test_the_config_schema_loads_no_policy_workload_or_simulator():
+    """Importing the run configuration and validating one against its schema (names of a policy, a network and
+    an engine; a workload table) loads neither simpy nor dcpsim.sim, .policies, .workload or .cost: the schema
+    checks registered names only (dcpsim.choices); dcpsim.run.load checks what the named code accepts."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from dcpsim.run.config import RunConfig, parse_config\n"
+        "from dcpsim.run import RunConfig as R2\n"
+        "cfg = RunConfig().with_updates({'policy.name': 'dynamic-solver', 'sim.network': 'shared', 'sim.engine': 'events',"
+        " 'workload.name': {'type': 'lognormal', 'mean': 4000.0, 'sigma': 1.0}})\n"
+        "parse_config({'workload': {'name': 'fixed', 'seq_len': 4096, 'gbs': 64}, 'parallel': {'cp': 2}}).max_tokens_per_rank\n"
+        "bad = [m for m in sys.modules if m == 'simpy' or m.split('.')[:2] in (['dcpsim', 'sim'], ['dcpsim', 'policies'],"
+        " ['dcpsim', 'workload'], ['dcpsim', 'cost'])]\n"
+        "print(sorted(bad))\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

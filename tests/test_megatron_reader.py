@@ -19,7 +19,7 @@ from dcpsim.export.reader import (
     roundtrip_differences,
     tokens_from_text,
 )
-from dcpsim.run.config import load_config
+from dcpsim.run.load import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CI = ROOT / "experiments" / "megatron_ci"

@@ -53,7 +53,7 @@ def test_model_states_that_cannot_fit_still_fail(model, tp, pp, dp):
 
 
 def test_infeasible_run_is_refused_before_any_work():
-    from dcpsim.run.config import config_from_dict
+    from dcpsim.run.load import config_from_dict
     from dcpsim.run.single import check_memory
 
     cfg = config_from_dict({"model": {"name": "llama-70b"}, "cluster": {"gpus": 8},

@@ -100,7 +100,7 @@ def test_max_tokens_per_rank_fits_exactly():
 def test_inline_spec_from_dimensions():
     """A spec given as a table of dimensions (published rows; configs' model.name as a dict)."""
     from dcpsim.model import get_model
-    from dcpsim.run.config import config_from_dict
+    from dcpsim.run.load import config_from_dict
     from dcpsim.run.single import build_cost_model
 
     dims = {"name": "gqa", "n_layers": 4, "hidden": 1024, "n_heads": 16, "n_kv_heads": 4, "ffn_hidden": 4096,

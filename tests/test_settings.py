@@ -13,7 +13,8 @@ import pytest
 from dcpsim.cost import CostModel, CostSettings
 from dcpsim.hardware import get_profile
 from dcpsim.model import get_model
-from dcpsim.run.config import RunConfig, config_from_dict
+from dcpsim.run.config import RunConfig
+from dcpsim.run.load import config_from_dict
 from dcpsim.sim.settings import SimSettings
 
 # One value per CostSettings field, each different from the field's default, so a derivation that

@@ -161,11 +161,12 @@ def config_from_args(args: argparse.Namespace, base=None, extra: dict[str, Any] 
     name the flag that set the field.
     """
     from dcpsim.run.config import RunConfig
+    from dcpsim.run.load import check_config
 
     base = base if base is not None else RunConfig()
     updates, names = config_updates(args)
     merged = {**(extra or {}), **updates}
-    return base.with_updates(merged, names=names) if merged else base
+    return check_config(base.with_updates(merged, names=names) if merged else base, names=names)
 
 
 def print_json(obj: Any) -> None:

@@ -336,7 +336,7 @@ def run(args) -> int:
     from dcpsim.errors import InfeasibleError
     from dcpsim.planning import CapacityRequest, parse_duration_days, parse_token_count, plan_capacity
     from dcpsim.planning.capacity import space_description
-    from dcpsim.run.config import load_config
+    from dcpsim.run.load import load_config
 
     _check_outputs(args)
 

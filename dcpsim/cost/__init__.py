@@ -6,7 +6,7 @@ Modules, one mechanism each: :mod:`~dcpsim.cost.settings` (the frozen
 communication, collectives over NVLink domains), :mod:`~dcpsim.cost.memory`,
 :mod:`~dcpsim.cost.fixed` (kernels per layer and microbatch, launch floors),
 :mod:`~dcpsim.cost.host` (the host timeline: issue costs, syncs, the step's end),
-:mod:`~dcpsim.cost.breakdown` (the result types), :mod:`~dcpsim.cost.padding`.
+:mod:`~dcpsim.cost.breakdown` (the result types), :mod:`~dcpsim.padding`.
 """
 
 from dcpsim.choices import CP_COMM_TYPES

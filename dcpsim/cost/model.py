@@ -54,11 +54,11 @@ import dcpsim.cost.compute as compute
 import dcpsim.cost.fixed as fixed
 import dcpsim.cost.memory as memory
 from dcpsim.cost.breakdown import BatchCost, PackCost
-from dcpsim.cost.padding import padded_lengths
 from dcpsim.cost.settings import CostSettings
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.hardware import HardwareProfile, get_profile
 from dcpsim.model import ModelSpec, get_model
+from dcpsim.padding import padded_lengths
 
 
 class CostModel:

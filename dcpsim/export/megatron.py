@@ -55,7 +55,8 @@ from dcpsim.export.checks import (  # noqa: F401  (re-exported: these names stay
     _check_vp,
     _pow2,
 )
-from dcpsim.run.config import RunConfig, load_config
+from dcpsim.run.config import RunConfig
+from dcpsim.run.load import load_config
 from dcpsim.serialize import to_jsonable as _plain
 
 CLOSEST = {"packing-balanced": "packing", "dynamic-solver": "dynamic", "milp": "dynamic"}

@@ -330,7 +330,7 @@ def megatron_dict(flags: dict[str, Any], *, gpus: int, gpu: str, notes: list[str
 def megatron_config(flags: dict[str, Any], *, gpus: int, gpu: str, env: dict[str, str] | None = None,
                     where: str = "Megatron arguments") -> MegatronRun:
     """A validated :class:`MegatronRun` from parsed flags; ConfigError names the flag at fault."""
-    from dcpsim.run.config import config_from_dict
+    from dcpsim.run.load import config_from_dict
 
     notes: list[str] = []
     d = megatron_dict(flags, gpus=gpus, gpu=gpu, notes=notes)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from dcpsim.cost.padding import pad_multiple
+from dcpsim.padding import pad_multiple
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.planning.space import _cached_cost, cost_key, section_key
 from dcpsim.run.config import RunConfig

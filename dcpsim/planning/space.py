@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from dcpsim.cost.padding import pad_multiple, per_rank_tokens_int
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.hardware.placement import check_tp_in_domain
+from dcpsim.padding import pad_multiple, per_rank_tokens_int
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.run.config import RunConfig
 

@@ -8,7 +8,7 @@ in the array) and a :class:`~dcpsim.policies.plan.Layout` into a validated
     plan = get_policy("dynamic").plan(lengths, layout, cost)
 
 Adding a policy is one new module (a :class:`Policy` subclass) and one line in
-:data:`BUILTIN_POLICIES` (built-ins are imported lazily, so importing
+:data:`dcpsim.choices.BUILTIN_POLICIES` (built-ins are imported lazily, so importing
 :mod:`dcpsim.policies` stays cheap); code outside the package can call
 :func:`register_policy`. A name can be registered once: a duplicate raises
 :class:`~dcpsim.errors.ConfigError`.
@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dcpsim.choices import BUILTIN_POLICIES, POLICIES  # noqa: F401 - BUILTIN_POLICIES re-exported
 from dcpsim.errors import ConfigError
 from dcpsim.policies.bound import lower_bound_s
 from dcpsim.policies.fit import (  # noqa: F401 - re-exported: policies import them from here
@@ -37,19 +38,9 @@ from dcpsim.policies.fit import (  # noqa: F401 - re-exported: policies import t
 from dcpsim.policies.plan import Layout, Plan, Step
 from dcpsim.registry import Registry
 
-# name -> "module:Class". One line per built-in policy.
-BUILTIN_POLICIES: dict[str, str] = {
-    "packing": "dcpsim.policies.static:PackingPolicy",
-    "packing-balanced": "dcpsim.policies.static:BalancedPackingPolicy",
-    "dynamic": "dcpsim.policies.dynamic:DynamicPolicy",
-    "dynamic-solver": "dcpsim.policies.solver:DynamicSolverPolicy",
-    "bound": "dcpsim.policies.bound_policy:BoundPolicy",
-    "milp": "dcpsim.policies.milp:MilpPolicy",
-    "dynamic-pr2959": "dcpsim.policies.pr2959:Pr2959Policy",
-    "packing-pr2959": "dcpsim.policies.static:NaivePackingPolicy",
-}
-
-_REGISTRY: Registry[type[Policy]] = Registry("policy.name", BUILTIN_POLICIES)  # base set below the class
+# name -> "module:Class", one line per built-in policy, in dcpsim.choices.BUILTIN_POLICIES (the configuration
+# checks a name there without importing a policy)
+_REGISTRY: Registry[type[Policy]] = POLICIES  # base set below the class
 
 PLANNING_S_PER_UNIT = 1e-6
 """Modelled host seconds per unit of planning work (one sequence weighed for one CP size in one candidate

@@ -315,7 +315,7 @@ def row_dict(row: Row) -> tuple[dict[str, Any], list[str], str | None]:
 def row_config(row: Row) -> RowConfig:
     """A validated RunConfig for ``row``, or the reason it cannot be expressed (never an exception)."""
     from dcpsim.errors import DcpsimError
-    from dcpsim.run.config import config_from_dict
+    from dcpsim.run.load import config_from_dict
 
     d, notes, reason = row_dict(row)
     if reason is not None:

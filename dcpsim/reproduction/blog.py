@@ -25,7 +25,8 @@ from typing import Any
 
 from dcpsim.errors import ConfigError
 from dcpsim.resources import data_dir, source_root
-from dcpsim.run.config import RunConfig, load_config
+from dcpsim.run.config import RunConfig
+from dcpsim.run.load import load_config
 
 __all__ = [
     "DEFAULT_SPEC_DIR",

@@ -77,17 +77,18 @@ command's ``add_config_flags`` list (dcpsim/commands/_common.py).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from dcpsim.choices import (
+    ENGINES,
+    NETWORKS,
+    POLICIES,
     AttentionKernel,
     Clip,
     CpComm,
@@ -101,7 +102,8 @@ from dcpsim.choices import (
 from dcpsim.errors import ConfigError
 from dcpsim.failure_rates import llama3_gpu_mtbf_hours
 from dcpsim.limits import MAX_GBS
-from dcpsim.schema import InputModel, parse_model, read_toml
+from dcpsim.padding import per_rank_tokens_int
+from dcpsim.schema import InputModel, parse_model
 
 PositiveInt = Annotated[int, Field(ge=1)]
 
@@ -292,7 +294,9 @@ class StepSection(_Section):
 
 
 class RunConfig(_Section):
-    """A whole run. Build from TOML with :func:`load_config` or from a dict with :func:`config_from_dict`."""
+    """A whole run. Build from TOML with :func:`dcpsim.run.load.load_config` or from a dict with
+    :func:`dcpsim.run.load.config_from_dict` (schema and the named extensions' checks); :meth:`with_updates` and
+    :func:`parse_config` check the schema alone."""
 
     model: ModelSection = ModelSection()
     hardware: HardwareSection = HardwareSection()
@@ -321,38 +325,15 @@ class RunConfig(_Section):
             raise ConfigError("workload.gbs", w.gbs,
                               f">= the data-parallel size dp = gpus/(tp*pp*cp) = {self.dp} (every DP rank needs a sequence)")
         self._check_fixed()
-        self._check_policy_options()
-        self._check_sim_names()
-        self._check_distribution_tables()
+        self._check_names()
         return self
 
-    def _check_distribution_tables(self) -> None:
-        """A workload given as a table is a distribution of a known type with valid parameters."""
-        import dcpsim.workload  # noqa: F401  # registers every distribution type (dcpsim.workload.real too)
-        from dcpsim.workload.distributions import check_distribution_table
-
-        w = self.workload
-        for field, value in (("workload.name", w.name), ("workload.documents", getattr(w, "documents", None))):
-            if isinstance(value, dict):
-                check_distribution_table(value, field)
-
-    def _check_policy_options(self) -> None:
-        """policy.name is registered and policy.options are its options, of the declared types (nan refused)."""
-        from dcpsim.policies.base import policy_class
-        from dcpsim.schema import check_options
-
-        cls = policy_class(self.policy.name)
-        params = list(_option_names(cls))
-        for key, value in self.policy.options.items():
-            if key not in params:
-                raise ConfigError(f"policy.options.{key}", value, f"an option of policy {self.policy.name!r} (one of {params})")
-        check_options(cls.__init__, self.policy.options, "policy.options")
-
-    def _check_sim_names(self) -> None:
-        """sim.network and sim.engine are registered names (whether the engine runs the network is checked with
-        the simulator's settings, :class:`dcpsim.sim.settings.SimSettings`)."""
-        from dcpsim.choices import ENGINES, NETWORKS
-
+    def _check_names(self) -> None:
+        """policy.name, sim.network and sim.engine are registered names (by name only: the schema imports no
+        policy or simulator). What the named things accept (a policy's options, a distribution table's
+        parameters, whether the engine runs the network) is checked by the layer that knows them:
+        :func:`dcpsim.run.load.check_config`, :class:`dcpsim.sim.settings.SimSettings`."""
+        POLICIES.check(self.policy.name)
         NETWORKS.check(self.sim.network)
         ENGINES.check(self.sim.engine)
 
@@ -387,9 +368,7 @@ class RunConfig(_Section):
         """Tokens per rank per microbatch; ``"auto"`` resolves to ceil(max_len / (dp*cp))."""
         p = self.parallel
         if self.is_fixed:  # mbs whole windows; a window on cp > 1 ranks is padded to a multiple of 2*cp
-            from dcpsim.cost.padding import per_rank_tokens
-
-            return p.mbs * int(per_rank_tokens(self.workload.seq_len, p.cp))
+            return p.mbs * per_rank_tokens_int(int(self.workload.seq_len), p.cp)
         if p.max_tokens_per_rank != "auto":
             return p.max_tokens_per_rank
         max_len = self.workload.max_len or 131072
@@ -421,15 +400,7 @@ class RunConfig(_Section):
                 set_dotted(d, path, value)
             except ConfigError as exc:
                 raise ConfigError((names or {}).get(path, exc.field), exc.value, exc.expected, where=where) from None
-        return config_from_dict(d, where=where, names=names)
-
-
-@functools.lru_cache(maxsize=256)
-def _option_names(cls: type) -> tuple[str, ...]:
-    """The keyword options of a policy class (its ``__init__`` parameters but ``self``), read once per class."""
-    import inspect
-
-    return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
+        return parse_config(d, where=where, names=names)
 
 
 def field_info(path: str):
@@ -466,15 +437,10 @@ def set_dotted(d: dict, path: str, value: Any) -> None:
     cur[keys[-1]] = value
 
 
-def config_from_dict(d: Mapping[str, Any], where: str | None = None,
-                     names: Mapping[str, str] | None = None) -> RunConfig:
-    """Validate a parsed TOML table (or dict) as a :class:`RunConfig`; one ConfigError in the user's words."""
+def parse_config(d: Mapping[str, Any], where: str | None = None,
+                 names: Mapping[str, str] | None = None) -> RunConfig:
+    """Validate a parsed TOML table (or dict) against the schema alone; one ConfigError in the user's words.
+
+    Names of policies, networks and engines are checked by name; what a named policy or a workload table
+    accepts is checked by :func:`dcpsim.run.load.config_from_dict` (:func:`dcpsim.run.load.check_config`)."""
     return parse_model(RunConfig, d, where=where, names=names)
-
-
-def load_config(path: str | Path) -> RunConfig:
-    """Read and validate a run TOML file (UTF-8); ``example:NAME`` and shipped ``examples/...`` paths work anywhere."""
-    from dcpsim.resources import resolve_input
-
-    path = resolve_input(path)
-    return config_from_dict(read_toml(path, "config"), where=str(path))

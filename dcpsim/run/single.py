@@ -154,7 +154,7 @@ def plan_batch(policy, lengths: np.ndarray, layout: Layout, cost: CostModel, rng
     samples padded as Megatron's dynamic-CP data path pads them, while FLOPs stay those of the real lengths."""
     if not (cfg.sim.dynamic_cp_padding and policy.dynamic):
         return policy.plan(lengths, layout, cost, rng=rng)
-    from dcpsim.cost.padding import padded_lengths
+    from dcpsim.padding import padded_lengths
 
     tp = cfg.parallel.tp
     padded = padded_lengths(lengths, layout.ranks_per_stage, tp if tp > 1 else 1)

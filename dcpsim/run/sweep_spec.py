@@ -58,7 +58,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from dcpsim.errors import ConfigError, DcpsimError
-from dcpsim.run.config import RunConfig, config_from_dict, load_config
+from dcpsim.run.config import RunConfig
+from dcpsim.run.load import check_config, config_from_dict, load_config
 from dcpsim.schema import InputModel, parse_model
 from dcpsim.serialize import to_jsonable
 
@@ -140,7 +141,7 @@ class SweepSpec:
         out = []
         for assign in self.assignments():
             try:
-                cfg = self.base.with_updates(assign)
+                cfg = check_config(self.base.with_updates(assign))
                 rs = RunSpec(cfg.config_hash(), assign, cfg)
             except DcpsimError as exc:
                 blob = json.dumps([base_hash, _jsonable(assign)], sort_keys=True, default=str)

@@ -84,7 +84,7 @@ def measured_rows(measured_dir: Path = MEASURED_DIR) -> list[dict[str, Any]]:
 
 def run_config(shape: Shape, profile: str, cuda_graphs: str):
     """The dcpsim run of one measured step (see the module docstring for the choices)."""
-    from dcpsim.run.config import config_from_dict
+    from dcpsim.run.load import config_from_dict
 
     model = {"name": f"plain-gpt-L{shape.layers}-h{shape.hidden}", "n_layers": shape.layers, "hidden": shape.hidden,
              "n_heads": shape.heads, "ffn_hidden": 4 * shape.hidden, "vocab": shape.vocab, "gated_mlp": False,
