@@ -82,16 +82,4 @@ def test_a_toy_plot_is_one_function_and_one_registry_line(monkeypatch, tmp_path)
         assert first in ("df", "data", "lengths"), (name, first)
     with pytest.raises(ConfigError, match="plot"):
         get_plot("pie")
-
-
-def test_the_configuration_schema_loads_no_simulator():
-    """run/config.py sits below the simulator: validating a run configuration (network and engine names
-    included) imports neither dcpsim.sim nor simpy."""
-    import subprocess
-    import sys
-
-    code = ("import sys; from dcpsim.run.config import config_from_dict; "
-            "config_from_dict({'sim': {'network': 'shared', 'engine': 'events'}}); "
-            "print(sorted(m for m in sys.modules if m == 'simpy' or m.startswith('dcpsim.sim')))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+# the configuration schema's imports: tests/test_layers.py::test_the_config_schema_loads_no_policy_workload_or_simulator

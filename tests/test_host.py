@@ -363,6 +363,12 @@ def test_rank_step_lays_out_host_and_device(tmp_path):
     names = [r["op"] for r in full.tail]
     assert "optimizer" in names and "grad norm" in names and "loss report and logging" in names
     assert full.tail[-1]["device_end_s"] <= s["step_s"] + 1e-12 and "Step end" in step_table_markdown(full)
-    assert plot_rank_step(step, tmp_path / "step.png").stat().st_size > 0
+    assert plot_rank_step(step.frame(), tmp_path / "step.png").stat().st_size > 0
+    assert plot_rank_step(full.frame(), tmp_path / "full.png").stat().st_size > 0
+    df = full.frame()
+    assert list(df["part"]).count("reduce-scatter") == 1 and (df["part"] == "step end").sum() == len(full.tail)
+    from dcpsim.report import get_plot
+
+    assert get_plot("rank-step") is plot_rank_step
     with pytest.raises(ConfigError, match="host"):
         rank_step(run_simulation(cfg.with_updates({"hardware.gpu": _host_profile(tmp_path, None, "dev")})).records[0])

@@ -5,7 +5,7 @@ other, time breakdown, CP-size mix, cost against time, the standard sweep
 figures), :mod:`~dcpsim.report.blog` (the blog reproduction's figures),
 :mod:`~dcpsim.report.lengths` (length histograms), :mod:`~dcpsim.report.published`
 (validation parity plots), :mod:`~dcpsim.report.host` (one rank's step as host
-and device see it; it draws a :class:`~dcpsim.report.host.RankStep`), and
+and device see it: a :class:`~dcpsim.report.host.RankStep`'s ``frame()``), and
 :mod:`~dcpsim.report.trace`-style exports live with the simulator
 (:mod:`dcpsim.sim.trace`). A new figure is one function (first argument the
 DataFrame, second where to write it) and one line in :data:`BUILTIN_PLOTS`.
@@ -27,6 +27,7 @@ BUILTIN_PLOTS: dict[str, str] = {
     "blog-breakdown": "dcpsim.report.blog:plot_breakdown",
     "blog-cp-mix": "dcpsim.report.blog:plot_cp_mix",
     "blog-sensitivity": "dcpsim.report.blog:plot_sensitivity",
+    "rank-step": "dcpsim.report.host:plot_rank_step",
 }
 
 PLOTS: Registry = Registry("plot", BUILTIN_PLOTS)

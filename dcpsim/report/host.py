@@ -7,7 +7,7 @@
     res = run_simulation(cfg)
     step = rank_step(res.records[0], stage=0, rank=0)
     print(step.summary())            # step, host busy, device busy, device idle
-    plot_rank_step(step, "tiny_step.png")
+    plot_rank_step(step.frame(), "tiny_step.png")   # or dcpsim.report.get_plot("rank-step")
 
 Reads a simulated iteration (:class:`~dcpsim.sim.metrics.IterationRecord`)
 whose profile has a host model (:mod:`dcpsim.cost.host`): per op of the rank,
@@ -51,6 +51,28 @@ class RankStep:
 
     def table(self) -> list[dict]:
         return [dict(r) for r in self.rows]
+
+    def frame(self):
+        """The step as one DataFrame, one row per bar :func:`plot_rank_step` draws (seconds from the iteration's
+        start): the rank's ops (``part`` forward/backward), the stage's gradient reduce-scatter (``part``
+        reduce-scatter), then the step end: its ops (``part`` step end) or, without them, one row spanning it
+        (``part`` step end total). ``attrs`` holds the stage, the rank and :meth:`summary`."""
+        import pandas as pd
+
+        nan = math.nan
+        rows = [{"part": r["direction"], **r} for r in self.rows]
+        rows.append({"part": "reduce-scatter", "op": "grad reduce-scatter", "host_start_s": nan, "host_s": 0.0,
+                     "device_start_s": self.bwd_end_s, "device_end_s": self.reduce_scatter_end_s,
+                     "device_s": self.reduce_scatter_end_s - self.bwd_end_s})
+        if self.tail:
+            rows += [{"part": "step end", **r} for r in self.tail]
+        else:
+            rows.append({"part": "step end total", "op": "step end", "host_start_s": nan, "host_s": 0.0,
+                         "device_start_s": self.reduce_scatter_end_s, "device_end_s": self.stage_end_s,
+                         "device_s": self.stage_end_s - self.reduce_scatter_end_s})
+        df = pd.DataFrame(rows)
+        df.attrs.update({"stage": self.stage, "rank": self.rank, **self.summary()})
+        return df
 
 
 def rank_step(record, stage: int = 0, rank: int = 0, sim=None) -> RankStep:
@@ -96,8 +118,12 @@ def rank_step(record, stage: int = 0, rank: int = 0, sim=None) -> RankStep:
                     float(tl.stage_end_s[stage]), float(tl.makespan_s), tail)
 
 
-def plot_rank_step(step: RankStep, path: str | Path, title: str = "") -> Path:
-    """Two lanes over the step: the host issuing each op, the device running it; then the step end."""
+def plot_rank_step(df, path: str | Path, title: str = "") -> Path:
+    """Two lanes over the step: the host issuing each op, the device running it; then the step end.
+
+    ``df``: :meth:`RankStep.frame` (columns ``part``, ``host_start_s``, ``host_s``, ``device_start_s``,
+    ``device_end_s``, ``device_s``; ``attrs`` give the default title). Registered as ``rank-step`` in
+    :data:`dcpsim.report.PLOTS`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,29 +133,30 @@ def plot_rank_step(step: RankStep, path: str | Path, title: str = "") -> Path:
 
     fig, ax = plt.subplots(figsize=(9.0, 2.6))
     colors = {"forward": "C0", "backward": "C1"}
-    for r in step.rows:
-        c = colors[r["direction"]]
+    rows = df.to_dict("records")
+    for r in (r for r in rows if r["part"] in colors):
+        c = colors[r["part"]]
         ax.broken_barh([(r["host_start_s"] * 1e3, r["host_s"] * 1e3)], (1.1, 0.8), facecolors=c, edgecolor="white",
                        linewidth=0.3)
         span = (r["device_start_s"] * 1e3, (r["device_end_s"] - r["device_start_s"]) * 1e3)
         ax.broken_barh([span], (0.1, 0.8), facecolors=c, alpha=0.3, edgecolor="white", linewidth=0.3)
         ax.broken_barh([(span[0], r["device_s"] * 1e3)], (0.1, 0.8), facecolors=c, edgecolor="white", linewidth=0.3)
-    ax.broken_barh([(step.bwd_end_s * 1e3, (step.reduce_scatter_end_s - step.bwd_end_s) * 1e3)], (0.1, 0.8),
-                   facecolors="0.45")
-    if step.tail:
-        for r in step.tail:
+    for r in (r for r in rows if r["part"] == "reduce-scatter"):
+        ax.broken_barh([(r["device_start_s"] * 1e3, r["device_s"] * 1e3)], (0.1, 0.8), facecolors="0.45")
+    for r in rows:
+        if r["part"] == "step end":
             ax.broken_barh([(r["host_start_s"] * 1e3, r["host_s"] * 1e3)], (1.1, 0.8), facecolors="0.75",
                            edgecolor="0.3", linewidth=0.4)
             if r["device_s"] > 0:
                 ax.broken_barh([(r["device_start_s"] * 1e3, r["device_s"] * 1e3)], (0.1, 0.8), facecolors="0.75",
                                edgecolor="0.3", linewidth=0.4)
-    else:
-        tail = (step.reduce_scatter_end_s * 1e3, (step.stage_end_s - step.reduce_scatter_end_s) * 1e3)
-        ax.broken_barh([tail], (0.1, 1.8), facecolors="0.75", edgecolor="0.4", linewidth=0.5)
+        elif r["part"] == "step end total":
+            ax.broken_barh([(r["device_start_s"] * 1e3, r["device_s"] * 1e3)], (0.1, 1.8), facecolors="0.75",
+                           edgecolor="0.4", linewidth=0.5)
     ax.set_yticks([0.5, 1.5], ["device", "host"])
     ax.set_xlabel("ms from the step's start")
-    s = step.summary()
-    ax.set_title(title or (f"stage {step.stage} rank {step.rank}: step {s['step_s'] * 1e3:.1f} ms, host busy "
+    s = df.attrs
+    ax.set_title(title or (f"stage {s['stage']} rank {s['rank']}: step {s['step_s'] * 1e3:.1f} ms, host busy "
                            f"{s['host_busy_s'] * 1e3:.1f} ms, device busy {s['device_busy_s'] * 1e3:.1f} ms "
                            "(light: the device waits for the host)"), fontsize=9)
     from matplotlib.patches import Patch

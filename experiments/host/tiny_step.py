@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         step = rank_step(rec, stage=stage, rank=0, sim=build_simulator(run.config))
         lines += [f"## Stage {stage}, rank 0", "", step_table_markdown(step)]
         if stage == 0:
-            plot_rank_step(step, out / "tiny_step.png", title=f"{a.case} ({a.gpu}), stage 0 rank 0: simulated "
+            plot_rank_step(step.frame(), out / "tiny_step.png", title=f"{a.case} ({a.gpu}), stage 0 rank 0: simulated "
                            f"{res.summary['iteration_time_s'] * 1e3:.1f} ms, CI {measured * 1e3:.1f} ms")
     write_text(out / "tiny_step.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
