@@ -9,6 +9,7 @@ import pytest
 
 from dcpsim.cost.host import (
     Op,
+    OpCosts,
     PassShape,
     StepEndWork,
     StepFlags,
@@ -91,9 +92,9 @@ def test_issue_is_vectorised_like_the_scalar_rule():
     a = rng.uniform(0, 2, size=(6, 50))
     sb, sa = rng.random(50) < 0.5, rng.random(50) < 0.5
     k = rng.integers(1, 9, 50)
-    H, s, e, hf = issue(a[0], a[1], a[2], a[3], a[4], k, sb, sa, 0.1)
+    H, s, e, hf = issue(a[0], a[1], a[2], OpCosts(a[3], a[4], k, sb, sa), 0.1)
     for i in range(50):
-        h1, s1, e1, f1 = issue(a[0, i], a[1, i], a[2, i], a[3, i], a[4, i], k[i], sb[i], sa[i], 0.1)
+        h1, s1, e1, f1 = issue(a[0, i], a[1, i], a[2, i], OpCosts(a[3, i], a[4, i], k[i], sb[i], sa[i]), 0.1)
         assert (H[i], s[i], e[i], hf[i]) == pytest.approx((float(h1), float(s1), float(e1), float(f1)))
     assert (e >= s + a[4] - 1e-12).all() and (s >= a[1]).all() and (s >= a[2]).all()
 

@@ -77,6 +77,7 @@ instead of its kernels' and calls' host costs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -103,15 +104,29 @@ class Op:
     ready_s: float = 0.0
 
 
-def issue(host_free, device_free, ready, host_s, device_s, kernels, sync_before, sync_after, sync_s: float):
+@dataclass(frozen=True)
+class OpCosts:
+    """What :func:`issue` reads of ops: host issue seconds, device seconds, kernels (>= 1 equal pieces), and
+    whether the host synchronises before / after each (scalars for one op, arrays for independent ops).
+    An :class:`Op` has the same fields, so it can be passed as it is."""
+
+    host_s: Any
+    device_s: Any
+    kernels: Any = 1
+    sync_before: Any = False
+    sync_after: Any = False
+
+
+def issue(host_free, device_free, ready, op: OpCosts | Op, sync_s: float):
     """The host/device rule of the module docstring for one op (or arrays of independent ops).
 
     Returns ``(issue_start, device_start, device_end, host_free_after)``, all seconds, broadcast over the
-    inputs. ``sync_before``/``sync_after`` are booleans (or boolean arrays).
+    inputs. ``op.sync_before``/``op.sync_after`` are booleans (or boolean arrays).
     """
-    h = np.asarray(host_s, dtype=np.float64)
-    d = np.asarray(device_s, dtype=np.float64)
-    k = np.maximum(np.asarray(kernels, dtype=np.float64), 1.0)
+    sync_before, sync_after = op.sync_before, op.sync_after
+    h = np.asarray(op.host_s, dtype=np.float64)
+    d = np.asarray(op.device_s, dtype=np.float64)
+    k = np.maximum(np.asarray(op.kernels, dtype=np.float64), 1.0)
     hf = np.asarray(host_free, dtype=np.float64)
     df = np.asarray(device_free, dtype=np.float64)
     r = np.asarray(ready, dtype=np.float64)
@@ -167,8 +182,7 @@ def evaluate(ops: list[Op], sync_s: float, host_start: float = 0.0, device_start
     out = np.zeros((4, n))
     hf, df = float(host_start), float(device_start)
     for i, op in enumerate(ops):
-        H, s, e, hf2 = issue(hf, df, op.ready_s, op.host_s, op.device_s, op.kernels, op.sync_before,
-                             op.sync_after, sync_s)
+        H, s, e, hf2 = issue(hf, df, op.ready_s, op, sync_s)
         out[:, i] = (H, s, e, hf2)
         hf, df = float(hf2), float(e)
     return HostTimeline(list(ops), out[0], out[1], out[2], out[3])
@@ -314,9 +328,9 @@ class HostOps:
         """Ops ``(s, d, a:z)`` whose hosts are free at ``host_free`` and whose device inputs (ranks free,
         pipeline input arrived) are ready at ``ready``, device time ``dur``: ``(device start, device end,
         host free after, issue start)`` by :func:`issue`."""
-        H, start, end, host_after = issue(host_free, ready, ready, self.host_s[s, d, a:z], dur,
-                                          self.kernels[s, d, a:z], self.sync_before[s, d, a:z],
-                                          self.sync_after[s, d, a:z], self.sync_s)
+        ops = OpCosts(self.host_s[s, d, a:z], dur, self.kernels[s, d, a:z], self.sync_before[s, d, a:z],
+                      self.sync_after[s, d, a:z])
+        H, start, end, host_after = issue(host_free, ready, ready, ops, self.sync_s)
         return start, end, host_after, H
 
 
