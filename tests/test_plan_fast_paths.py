@@ -103,16 +103,16 @@ def test_sync_cost_stage_memo_is_exact(monkeypatch, updates):
 
 def test_cached_memory_terms_match_the_model():
     """The peak memory's cached linear terms give what memory_per_gpu gives at any token count."""
-    from dcpsim.cost.memory import memory_kwargs
+    from dcpsim.cost.memory import memory_settings
     from dcpsim.model import memory_per_gpu
     from dcpsim.run.single import build_cost_model
 
     cost = build_cost_model(RunConfig().with_updates({"model.name": "llama2-7b", "parallel.recompute": "none"}))
     tokens = np.array([0, 1, 4096, 65536])
     got = cost.peak_memory_bytes(tokens)
-    kw = memory_kwargs(cost.settings)
-    want = [memory_per_gpu(cost.model, tokens_per_rank=0, **kw).total_bytes
-            + (memory_per_gpu(cost.model, tokens_per_rank=1, **kw).total_bytes
-               - memory_per_gpu(cost.model, tokens_per_rank=0, **kw).total_bytes) * float(t) for t in tokens]
+    ms = memory_settings(cost.settings)
+    want = [memory_per_gpu(cost.model, ms, tokens_per_rank=0).total_bytes
+            + (memory_per_gpu(cost.model, ms, tokens_per_rank=1).total_bytes
+               - memory_per_gpu(cost.model, ms, tokens_per_rank=0).total_bytes) * float(t) for t in tokens]
     assert got.tolist() == want
-    assert got[3] == pytest.approx(memory_per_gpu(cost.model, tokens_per_rank=65536, **kw).total_bytes, rel=1e-9)
+    assert got[3] == pytest.approx(memory_per_gpu(cost.model, ms, tokens_per_rank=65536).total_bytes, rel=1e-9)

@@ -336,7 +336,7 @@ def _dump(section: Any) -> dict[str, Any]:
 def _sections(base: RunConfig, updates: tuple[tuple[str, str, Any], ...]) -> dict[str, Any]:
     """The sections ``updates`` ((section, field, value), ...) change, each validated by its own class; cached
     by the values (the updates every candidate of a search shares: the data, the policy, the GPU count)."""
-    from dcpsim.validation import validate_model
+    from dcpsim.schema import parse_model
 
     key = (id(base), repr(updates))
     hit = _SECTIONS.get(key)
@@ -346,7 +346,7 @@ def _sections(base: RunConfig, updates: tuple[tuple[str, str, Any], ...]) -> dic
         by_sec: dict[str, dict[str, Any]] = {}
         for sec, leaf, value in updates:
             by_sec.setdefault(sec, {})[leaf] = value
-        new = {sec: validate_model(type(getattr(base, sec)), {**_dump(getattr(base, sec)), **ch})
+        new = {sec: parse_model(type(getattr(base, sec)), {**_dump(getattr(base, sec)), **ch})
                for sec, ch in by_sec.items()}
         hit = _SECTIONS[key] = (base, new)
     return hit[1]
@@ -355,8 +355,8 @@ def _sections(base: RunConfig, updates: tuple[tuple[str, str, Any], ...]) -> dic
 def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
     """``base.with_updates(updates)`` at a fraction of its cost: only the sections ``updates`` changes are
     validated (each by its own class: the same field checks; all but the layout's cached by their values),
-    and the whole run's checks (:meth:`RunConfig._check_layout`: divisibility, the batch, the policy's
-    options) run on the result. The same configuration (equal, the same hash) and the same accepted layouts
+    and the whole run's checks (:meth:`RunConfig._check_layout`: divisibility, the batch, the registered names of the
+    policy, network and engine) run on the result. The same configuration (equal, the same hash) and the same accepted layouts
     as ``with_updates`` (tested); where anything is refused, ``with_updates`` itself is run, so the error
     is its own.
 
@@ -364,7 +364,7 @@ def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
     once more in full (:func:`validated`) before it runs.
     """
     from dcpsim.run.config import ParallelSection
-    from dcpsim.validation import validate_model
+    from dcpsim.schema import parse_model
 
     par: dict[str, Any] = {}
     rest: list[tuple[str, str, Any]] = []
@@ -379,7 +379,7 @@ def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
     try:
         new = dict(_sections(base, tuple(rest)))
         if par:
-            new["parallel"] = validate_model(ParallelSection, {**_dump(base.parallel), **par})
+            new["parallel"] = parse_model(ParallelSection, {**_dump(base.parallel), **par})
         cfg = base.model_copy(update=new)
         cfg._check_layout()
     except (ConfigError, ValueError, TypeError):
@@ -389,7 +389,7 @@ def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
 
 def validated(cfg: RunConfig) -> RunConfig:
     """``cfg`` validated in full, as a configuration read from a file is (an equal configuration)."""
-    from dcpsim.run.config import config_from_dict
+    from dcpsim.run.load import config_from_dict
 
     return config_from_dict(cfg.model_dump(mode="python"))
 
