@@ -183,3 +183,25 @@ def test_host_fit_on_ci_fit_rows_lowers_their_error():
     r = calibrate_host("h100-sxm", {}, iterations=1)
     assert r is not None and set(r["fit_rows"]).isdisjoint(r["held_out_rows"])
     assert r["fit_error"]["mean_abs_error"] < r["fit_error_before"]["mean_abs_error"]
+
+
+@needs_timing
+def test_rate_knobs_stop_below_the_peak(tmp_path):
+    """A knob's upper end is cut where the profile would refuse the candidate (scaled rate above the peak): a fit
+    step never lands on an unloadable profile, and a fit ending there counts as on its bound."""
+    import math
+
+    from dcpsim.hardware import get_profile
+    from dcpsim.published.calibrate import peak_capped
+
+    prof = get_profile("h100-sxm")
+    knobs = peak_capped(check_knobs("h100-sxm", ["gemm_efficiency_scale", "fp8_gemm_efficiency_scale",
+                                                 "attention_efficiency_scale", "network_efficiency"]), prof)
+    by = {p.name: p for p in knobs}
+    for name in ("gemm_efficiency_scale", "fp8_gemm_efficiency_scale", "attention_efficiency_scale"):
+        out = write_profile(profile_folder("h100-sxm"), tmp_path / name, {name: by[name].hi}, {})
+        get_profile(str(out))  # loads: the capped end is a valid candidate
+    assert by["gemm_efficiency_scale"].hi < 1.6 and math.isclose(
+        by["gemm_efficiency_scale"].hi, prof.peak_bf16_flops / max(r["tflops"] * 1e12 for r in prof.gemm_rows),
+        rel_tol=1e-5)
+    assert by["network_efficiency"].hi == 1.5  # not a rate of a kernel table: unchanged

@@ -58,7 +58,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +252,26 @@ def _rows_for(suite: Suite, gpu: str) -> tuple[list[RowConfig], list[RowConfig],
     return fit, held, [rc.row for rc in rcs if rc.config is None]
 
 
+def peak_capped(knobs: list[Param], prof: Any) -> list[Param]:
+    """The knobs with each rate scale's upper end cut to the largest value the profile accepts (the best GEMM /
+    attention row times the scale stays at the device peak, the FP8 anchor times the FP8 scale at the FP8 peak,
+    GEMM scale 1; ``hardware.profile_io._check_scaled_peaks``): a candidate beyond it would not load, and a fit
+    that ends there is on a bound like any other (the calibration fails)."""
+    t, peak = prof.timing, prof.peak_bf16_flops
+    limit = {}
+    if prof.gemm_rows:
+        limit["gemm_efficiency_scale"] = peak / (max(r["tflops"] for r in prof.gemm_rows) * 1e12)
+    if prof.attention_rows:
+        limit["attention_efficiency_scale"] = peak / (max(r["tflops"] for r in prof.attention_rows) * 1e12)
+    if t.has_fp8:
+        limit["fp8_gemm_efficiency_scale"] = t.peak_fp8_flops / (t.fp8_gemm_best_tflops * 1e12)
+    out = []
+    for p in knobs:
+        cap = limit.get(p.name)
+        out.append(replace(p, hi=min(p.hi, cap * (1 - 1e-6))) if cap is not None and p.kind == "log" else p)
+    return out
+
+
 def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2, suite_dir: str | Path | None = None,
               folds: bool = True, fold_iterations: int = 1, progress: bool | None = False,
               host: bool | list[str] = True) -> CalibrationResult:
@@ -273,7 +293,7 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
     if not params and not DEFAULT_PARAMS.get(gpu):
         raise ConfigError("--params", None, f"the knobs to fit (no default set for {gpu}; e.g. --params "
                           f"{','.join(next(iter(DEFAULT_PARAMS.values()))[:2])})")
-    knobs = check_knobs(gpu, params or DEFAULT_PARAMS[gpu])
+    knobs = peak_capped(check_knobs(gpu, params or DEFAULT_PARAMS[gpu]), get_profile(gpu))
     base = profile_folder(gpu)
     timing = get_profile(gpu).timing
     x0 = np.array([p.to_x(max(float(getattr(timing, p.name)), 0.0)) for p in knobs])
