@@ -133,11 +133,11 @@ def calibrate_host(gpu: str, fixed: dict[str, float], *, params: list[str] | Non
         return None
     base = profile_folder(gpu)
     x0 = np.array([p.to_x(1.0 if p.name == "host_module_scale" else 0.0) for p in knobs])
-    ev = CiEvaluator(base, knobs, Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="dcpsim-host-")),
-                     gpu, dict(fixed), on_row=on_row)
-    x, steps = gauss_newton(ev, fit, x0, iterations)
-    before_fit, after_fit = ev.run(x0, fit), ev.run(x, fit)
-    before_held, after_held = ev.run(x0, held), ev.run(x, held)
+    with tempfile.TemporaryDirectory(prefix="dcpsim-host-") as tmp:  # candidate profiles: removed afterwards
+        ev = CiEvaluator(base, knobs, Path(workdir) if workdir else Path(tmp), gpu, dict(fixed), on_row=on_row)
+        x, steps = gauss_newton(ev, fit, x0, iterations)
+        before_fit, after_fit = ev.run(x0, fit), ev.run(x, fit)
+        before_held, after_held = ev.run(x0, held), ev.run(x, held)
     return {"params": [p.name for p in knobs], "uncalibrated": ev.values(x0), "fitted": ev.values(x),
             "fit_rows": [r.id for r in fit], "held_out_rows": [r.id for r in held],
             "fit_error_before": _ci_errors(before_fit), "fit_error": _ci_errors(after_fit),
