@@ -56,6 +56,7 @@ from dcpsim.sim import (
     rank_rows,
     sample_faults,
 )
+from dcpsim.sim.metrics import IterationColumns
 
 
 def cost_settings(cfg: RunConfig, *, dp_cp: int | None = None) -> CostSettings:
@@ -220,13 +221,15 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
     if states and not allow_infeasible:
         raise InfeasibleError("memory", states)
     loop = _iterate(run)
-    iterations, ranks_df = _frames(loop)
+    iterations = IterationColumns(loop.rows)  # the summary's figures; the DataFrames are built if asked for
     trace_file = None
     if trace_path is not None:
         from dcpsim.sim.trace import write_chrome_trace
 
         trace_file = str(write_chrome_trace(loop.records, trace_path, run.sim.topology, max_tracks=trace_max_tracks))
-    summary = _summary(cfg, iterations, loop.cp_hist, cfg.cluster.gpus, run.cost.profile.peak_bf16_flops)
+    config_hash = cfg.config_hash()
+    summary = _summary(cfg, iterations, loop.cp_hist, cfg.cluster.gpus, run.cost.profile.peak_bf16_flops,
+                       config_hash=config_hash)
     reason = states or _packs_verdict(run.cost, summary)
     if reason and not allow_infeasible:
         raise InfeasibleError("memory", reason)
@@ -234,8 +237,9 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
     meta = _meta(run, iterations, loop, trace_file, time.perf_counter() - t_run)
     summary.update({k: meta[k] for k in ("events", "events_per_s", "sim_wall_s", "planning_wall_s", "wall_s")})
     summary.update(_long_run(cfg, run.sim, loop.plans, loop.records, iterations))
-    return SimResult(summary=summary, iterations=iterations, ranks=ranks_df, config=cfg.resolved(),
-                     config_hash=cfg.config_hash(), meta=meta, records=loop.records, plans=loop.plans)
+    return SimResult(summary=summary, iterations=functools.partial(_iterations_frame, loop),
+                     ranks=functools.partial(_ranks_frame, loop), config=cfg.resolved(),
+                     config_hash=config_hash, meta=meta, records=loop.records, plans=loop.plans)
 
 
 def _prepare(cfg: RunConfig, batches, plans) -> _Run:
@@ -375,22 +379,26 @@ def _iterate(run: _Run) -> _Loop:
     return loop
 
 
-def _frames(loop: _Loop):
-    """(iterations, ranks) DataFrames of the loop's rows."""
+def _iterations_frame(loop: _Loop):
+    """The iterations DataFrame of the loop's rows."""
     import pandas as pd
 
-    iterations = pd.DataFrame(loop.rows)
+    return pd.DataFrame(loop.rows)
+
+
+def _ranks_frame(loop: _Loop):
+    """The ranks DataFrame of the loop's per-rank columns."""
+    import pandas as pd
+
     if loop.rank_cols:
-        ranks_df = pd.DataFrame({k: np.concatenate([c[k] for c in loop.rank_cols]) for k in loop.rank_cols[0]})
-    else:
-        ranks_df = pd.DataFrame(columns=["iteration", "stage", "stage_rank"])
-    return iterations, ranks_df
+        return pd.DataFrame({k: np.concatenate([c[k] for c in loop.rank_cols]) for k in loop.rank_cols[0]})
+    return pd.DataFrame(columns=["iteration", "stage", "stage_rank"])
 
 
-def _meta(run: _Run, iterations, loop: _Loop, trace_file: str | None, wall: float) -> dict:
+def _meta(run: _Run, iterations: IterationColumns, loop: _Loop, trace_file: str | None, wall: float) -> dict:
     """Host information (wall clock, event rate: never part of a simulated time) and the run's context."""
-    sim_wall = float(iterations["sim_wall_s"].sum()) if "sim_wall_s" in iterations else 0.0
-    events = int(iterations["events"].sum()) if "events" in iterations else 0
+    sim_wall = float(iterations.sum("sim_wall_s")) if "sim_wall_s" in iterations else 0.0
+    events = int(iterations.sum("events")) if "events" in iterations else 0
     faults = run.sim.durations.faults
     return {
         "events": events,
@@ -415,7 +423,7 @@ def _long_run(cfg: RunConfig, sim, plans: list[Plan], records: list, iterations)
     if s.long_run_hours <= 0 or not records:
         return {}
     lr = measured_long_run(cfg, s.long_run_hours, sim=sim, plan=next(p for p in plans if p.steps))
-    out = long_run_summary(iterations["iteration_time_s"].to_numpy(), cfg.cluster.gpus, lr, s.long_run_seeds, s.seed)
+    out = long_run_summary(iterations.col("iteration_time_s"), cfg.cluster.gpus, lr, s.long_run_seeds, s.seed)
     out.update({"slow_gpu_ratio": lr.slow_gpu.ratio, "degraded_link_ratio": lr.degraded_link.ratio})
     return out
 
@@ -505,13 +513,15 @@ def _bound_row(plan: Plan, i: int, cost: CostModel, gpus: int, peak: float) -> d
     return row
 
 
-def _summary(cfg: RunConfig, it, cp_hist: dict[int, int], gpus: int, peak: float) -> dict:
+def _summary(cfg: RunConfig, it: IterationColumns, cp_hist: dict[int, int], gpus: int, peak: float,
+             config_hash: str | None = None) -> dict:
     p = cfg.parallel
-    T = float(it["iteration_time_s"].sum())
-    flops = float(it["flops"].sum())
+    n = len(it)
+    T = float(it.sum("iteration_time_s"))
+    flops = float(it.sum("flops"))
     out = {
-        "config_hash": cfg.config_hash(),
-        "policy": cfg.policy.name if not len(it) else str(it["policy"].iloc[0]),
+        "config_hash": config_hash or cfg.config_hash(),
+        "policy": cfg.policy.name if not n else str(it.rows[0]["policy"]),
         "workload": _workload_name(cfg),
         "model": cfg.model.name if isinstance(cfg.model.name, str) else str(cfg.model.name.get("name", "custom")),
         "gpu": cfg.hardware.gpu,
@@ -522,24 +532,24 @@ def _summary(cfg: RunConfig, it, cp_hist: dict[int, int], gpus: int, peak: float
         "dp": cfg.dp,
         "gbs": cfg.workload.gbs,
         "max_tokens_per_rank": cfg.max_tokens_per_rank,
-        "iterations": int(len(it)),
+        "iterations": int(n),
         "seed": cfg.sim.seed,
         "network": cfg.sim.network,
-        "simulated": bool(it["simulated"].all()) if len(it) else False,
-        "iteration_time_s": T / max(len(it), 1),
-        **throughput(flops, float(it["tokens"].sum()), T, gpus, peak),
+        "simulated": bool(it.col("simulated").all()) if n else False,
+        "iteration_time_s": T / max(n, 1),
+        **throughput(flops, float(it.sum("tokens")), T, gpus, peak),
     }
     for k in BREAKDOWN:
-        s = float(it[k].sum(skipna=False))  # NaN for runs that were not simulated (bound)
-        out[k] = s / max(len(it), 1)
+        s = float(it.sum(k, skipna=False))  # NaN for runs that were not simulated (bound)
+        out[k] = s / max(n, 1)
         out["frac_" + k.removesuffix("_s")] = s / T if T > 0 else float("nan")
     for k in ("steps", "groups", "mean_cp"):
         if k in it:
-            out[k] = float(it[k].mean())
+            out[k] = float(it.mean(k))
     for k, agg in (("max_cp", "max"), ("peak_memory_gib", "max"), ("packs_over_memory", "sum"), ("dropped", "sum"),
                    ("sequences", "sum"), ("planning_time_s", "mean")):
         if k in it:
-            v = getattr(it[k], agg)()
+            v = getattr(it, agg)(k)
             out[k] = v.item() if hasattr(v, "item") else v
     out["cp_hist"] = {int(k): int(v) for k, v in sorted(cp_hist.items())}
     return out

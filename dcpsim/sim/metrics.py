@@ -190,12 +190,63 @@ def rank_rows(rec: IterationRecord, tp: int, ranks: dict[str, np.ndarray] | None
     return cols
 
 
+class IterationColumns:
+    """The iteration rows (dicts) as columns, with pandas' reductions, without building a DataFrame.
+
+    A column is ``numpy.asarray`` of its values, a row without the key giving NaN -- the dtypes
+    ``pandas.DataFrame(rows)`` infers for the numeric and boolean columns a run has; the reductions do what
+    pandas' do on them (NaN skipped unless ``skipna=False``; sums by numpy's pairwise ``sum``, means as that
+    sum over the count; tested against pandas). What :func:`dcpsim.run.single.run_simulation` needs for its
+    summary: a sweep run builds no DataFrame at all (the result's tables are built on first use).
+    """
+
+    def __init__(self, rows: list[dict]) -> None:
+        self.rows = rows
+        self._cols: dict[str, np.ndarray] = {}
+        self._keys = {k for r in rows for k in r}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._keys
+
+    def col(self, key: str) -> np.ndarray:
+        c = self._cols.get(key)
+        if c is None:
+            vals = [r.get(key, np.nan) for r in self.rows]
+            c = np.asarray(vals)
+            if c.dtype == object and not any(isinstance(v, str) for v in vals):
+                c = np.asarray([np.nan if v is None else v for v in vals], dtype=float)  # None: missing, as in pandas
+            self._cols[key] = c
+        return c
+
+    def _filled(self, key: str, fill: float) -> tuple[np.ndarray, int]:
+        c = self.col(key)
+        if c.dtype.kind == "f":
+            nan = np.isnan(c)
+            return np.where(nan, fill, c), int(c.size - nan.sum())
+        return c, c.size
+
+    def sum(self, key: str, skipna: bool = True):
+        return self._filled(key, 0.0)[0].sum() if skipna else self.col(key).sum()
+
+    def mean(self, key: str):
+        vals, n = self._filled(key, 0.0)
+        return vals.sum(dtype=np.float64) / n if n else np.float64(np.nan)
+
+    def max(self, key: str):
+        vals, n = self._filled(key, -np.inf)
+        return vals.max() if n else np.float64(np.nan)
+
+
 @dataclass
 class SimResult:
     """Result of a run: flat ``summary``, ``iterations`` and ``ranks`` tables, resolved ``config`` and ``meta``.
 
     ``records`` keep the arrays of each simulated iteration (for traces);
-    ``plans`` the policy's plans.
+    ``plans`` the policy's plans. ``iterations`` and ``ranks`` may be given as zero-argument functions
+    that build the tables: they are then built on first use (a sweep reads only the summary).
     """
 
     summary: dict
@@ -229,3 +280,30 @@ class SimResult:
         write_text(paths["config"], json.dumps({"config_hash": self.config_hash, "config": self.config}, indent=2, sort_keys=True))
         write_text(paths["summary"], json.dumps({"summary": _jsonable(self.summary), "meta": _jsonable(self.meta)}, indent=2))
         return paths
+
+
+def _lazy_table(name: str) -> property:
+    """A SimResult table given as a function is built on first use (and kept)."""
+    private = "_" + name
+
+    def get(self):
+        v = self.__dict__[private]
+        if callable(v):
+            v = self.__dict__[private] = v()
+        return v
+
+    def put(self, value) -> None:
+        self.__dict__[private] = value
+
+    return property(get, put, doc=f"the {name} table (pandas.DataFrame)")
+
+
+def _result_state(self) -> dict:
+    """What pickles: the tables built (a function building them does not pickle)."""
+    _ = self.iterations, self.ranks
+    return dict(self.__dict__)
+
+
+SimResult.iterations = _lazy_table("iterations")  # type: ignore[assignment]
+SimResult.ranks = _lazy_table("ranks")  # type: ignore[assignment]
+SimResult.__getstate__ = _result_state  # type: ignore[attr-defined]
