@@ -116,3 +116,25 @@ def test_cached_memory_terms_match_the_model():
                - memory_per_gpu(cost.model, ms, tokens_per_rank=0).total_bytes) * float(t) for t in tokens]
     assert got.tolist() == want
     assert got[3] == pytest.approx(memory_per_gpu(cost.model, ms, tokens_per_rank=65536).total_bytes, rel=1e-9)
+
+
+def test_sync_cost_shared_between_equal_runs():
+    """Runs that differ only by seed or policy share one sync cost (read-only); any input of it that differs
+    (the bucket size, the topology) computes its own, equal to a fresh computation."""
+    import dcpsim.sim.durations as durations
+    from dcpsim.run.single import build_simulator
+
+    base = RunConfig().with_updates({"model.name": "llama2-7b", "cluster.gpus": 64, "workload.gbs": 64,
+                                     "parallel.pp": 4, "parallel.cp": 2})
+    a = build_simulator(base)
+    b = build_simulator(base.with_updates({"sim.seed": 7, "policy.name": "packing"}))
+    assert a.sync is b.sync and not a.sync.reduce_scatter_s.flags.writeable
+    assert a.durations.step_end_inputs == b.durations.step_end_inputs
+    for upd in ({"sim.grad_bucket_params": 10_000_000}, {"parallel.tp": 2, "parallel.cp": 1}):
+        c = build_simulator(base.with_updates(upd))
+        durations._SYNC_MEMO.clear()
+        fresh = build_simulator(base.with_updates(upd))
+        assert c.sync is not a.sync
+        for name, x in vars(c.sync).items():
+            y = getattr(fresh.sync, name)
+            assert (x is None and y is None) or np.array_equal(np.asarray(x), np.asarray(y)), name
