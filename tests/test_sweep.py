@@ -113,6 +113,8 @@ def test_batch_sizer_learns_run_time():
     s.observe([{"wall_s": 0.01}] * 4)
     assert s.next_size(1000) == 150  # 1.5 s of 10 ms runs
     assert s.next_size(100) == 25  # but leave work for both workers: 100 / (2 x 2)
+    assert s.next_size(30) == 20  # yet no task under 0.2 s (min_s): the tail is not one part file per run
+    assert s.next_size(4) == 4
     assert BatchSizer(2, fixed=7).next_size(5) == 5
 
 

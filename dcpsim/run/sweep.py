@@ -165,14 +165,17 @@ class BatchSizer:
 
     Tasks should last about ``target_s`` seconds so that scheduling and
     part-file overhead stay negligible, yet be small enough that every worker
-    has work until the end (at most ``remaining / (2 × workers)`` runs). The
+    has work until the end (at most ``remaining / (2 × workers)`` runs), but
+    never shorter than ``min_s`` (the tail of a sweep of short runs would
+    otherwise write a part file, with its fsyncs, per run or two). The
     per-run time is learned from the rows that come back (the first tasks
     hold one run each).
     """
 
-    def __init__(self, workers: int, target_s: float = 1.5, fixed: int | None = None):
+    def __init__(self, workers: int, target_s: float = 1.5, fixed: int | None = None, min_s: float = 0.2):
         self.workers = max(1, workers)
         self.target_s = target_s
+        self.min_s = min_s
         self.fixed = fixed
         self._sum_s = 0.0
         self._n = 0
@@ -194,7 +197,8 @@ class BatchSizer:
             return 1
         want = max(1, math.ceil(self.target_s / max(mean, 1e-6)))
         fair = max(1, math.ceil(remaining / (2 * self.workers)))
-        return max(1, min(want, fair, remaining))
+        least = math.ceil(self.min_s / max(mean, 1e-6))
+        return max(1, min(max(min(want, fair), least), remaining))
 
 
 def _progress(enabled: bool | None, total: int, description: str):
