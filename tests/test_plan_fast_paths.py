@@ -51,8 +51,8 @@ def test_light_config_is_with_updates(policy):
     assert _outcome(lambda: light_config(base, bad)) == _outcome(lambda: base.with_updates(bad))
 
 
-@pytest.mark.parametrize("gpus,policy,gpu", [(64, "packing", "a100-sxm-80gb"), (256, "dynamic", "h100-sxm"),
-                                              (128, "packing", "h100-sxm")])
+@pytest.mark.parametrize("gpus,policy,gpu", [pytest.param(64, "packing", "a100-sxm-80gb", marks=pytest.mark.slow),
+                                              (256, "dynamic", "h100-sxm"), (128, "packing", "h100-sxm")])
 def test_bounded_screen_finds_what_the_full_screen_finds(monkeypatch, gpus, policy, gpu):
     """The screen cut by its lower bound simulates the same layouts as screening every candidate (the same
     rows); the vectorised sync tail equals the per-stage rules on every screened candidate; the host
@@ -138,3 +138,37 @@ def test_sync_cost_shared_between_equal_runs():
         for name, x in vars(c.sync).items():
             y = getattr(fresh.sync, name)
             assert (x is None and y is None) or np.array_equal(np.asarray(x), np.asarray(y)), name
+
+
+@pytest.mark.slow  # a worker pool and two small plans: ~4 s
+def test_plan_with_two_jobs_reaps_its_workers():
+    """`dcpsim plan -j 2` (more searches than run in-process): when planning returns, the worker processes and
+    their fork server are gone (reaped by this process), and the plan equals the in-process one."""
+    import os
+    from multiprocessing import forkserver
+
+    from dcpsim.planning import plan_capacity
+
+    def children() -> set[int]:
+        pids = set()
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        if int(f.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                            pids.add(int(d))
+                except (OSError, ValueError, IndexError):
+                    continue
+        return pids
+
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("needs /proc")
+    before = children()
+    kw = dict(seq_len=4096, gbs=64, policies=("packing", "dynamic"), space=SearchSpace(tp=[1], pp=[1, 2], mbs=[1]),
+              simulate=1, seeds=1, progress=False)
+    two = plan_capacity("llama2-7b", None, 1e9, {"a100-sxm-80gb": 1.0}, (32, 64), jobs=2, **kw)
+    assert forkserver._forkserver._forkserver_pid is None  # the fork server was stopped and reaped
+    assert children() <= before  # no worker left behind
+    one = plan_capacity("llama2-7b", None, 1e9, {"a100-sxm-80gb": 1.0}, (32, 64), jobs=1, **kw)
+    drop = [c for c in one.rows.columns if "cpu" in c]
+    assert two.rows.drop(columns=drop).equals(one.rows.drop(columns=drop))

@@ -134,8 +134,8 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
 
 
 def reap_fork_server() -> bool:
-    """Stop and reap this process's fork server when no pool of :func:`worker_pool` is still running (however
-    they were shut down); True if it did.
+    """Stop and reap this process's fork server (and multiprocessing's resource tracker) when no pool of
+    :func:`worker_pool` is still running (however they were shut down); True if it did.
 
     Then no worker process outlives the driver's work, and the workers' CPU time (the fork server reaps
     them) counts in this process's children's time (``dcpsim plan -j 2`` calls it when its pool is
@@ -152,6 +152,14 @@ def reap_fork_server() -> bool:
         return False
     with contextlib.suppress(Exception):
         stop()
+    # multiprocessing's resource tracker (started with the first pool) has nothing left to track: stopped and
+    # reaped too (a later pool starts it again)
+    from multiprocessing import resource_tracker
+
+    tracker_stop = getattr(getattr(resource_tracker, "_resource_tracker", None), "_stop", None)
+    if tracker_stop is not None:
+        with contextlib.suppress(Exception):
+            tracker_stop()
     return True
 
 
