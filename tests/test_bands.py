@@ -58,6 +58,31 @@ def test_coverage_is_leave_one_out():
     assert [p["covered"] for p in c2["rows"] if p["row"] == 21] == [False]
 
 
+def test_ci_rows_answer_small_models_and_leave_one_out_by_suite():
+    """The CI suite's rows (tiny models, short steps) join the residual file: a tiny-model query rests on them,
+    a large one on the published runs; leave-one-out excludes by (suite, row), so equal row ids of the two
+    suites never shadow each other; coverage is reported per suite."""
+    pub = _rows([0.05] * 12, params=7e9)
+    ci = [dict(r, suite="megatron-ci", gated_mlp=False, recompute_mode="none/selective")
+          for r in _rows(list(np.linspace(-0.3, 0.3, 12)), params=1e8)]
+    t = bands.BandTable({"rows": pub + ci})
+    small = t.band("a100-sxm-80gb-calibrated", "bf16", bands.BandQuery(1e8))
+    assert small.ok and "12 validated" in small.basis and "CI steps" in small.basis and small.lo < 0.8 < 1.3 < small.hi
+    big = t.band("a100-sxm-80gb-calibrated", "bf16", bands.BandQuery(7e9))
+    assert big.ok and "CI" not in big.basis and big.lo == pytest.approx(math.exp(-0.05))
+    # row 1 exists in both suites: excluding the CI one leaves the published one in the pool
+    assert len(t.usable("a100-sxm-80gb", "16-bit", exclude=("megatron-ci", 1))) == 23
+    assert len(t.usable("a100-sxm-80gb", "16-bit", exclude=1)) == 23  # a bare id is a published row
+    cov = t.coverage(0.8, "held-out", suite="megatron-ci")
+    assert cov["suite"] == "megatron-ci" and len(cov["rows"]) == 12 and cov["with_band"] == 12
+    assert t.coverage(0.8)["suite"] == "published" and len(t.coverage(0.8)["rows"]) == 12
+    assert bands.ci_coverage(t)["compared"] == 12
+    # the caveat reads a CI row's own regime fields
+    gated = t.band("a100-sxm-80gb-calibrated", "bf16", bands.BandQuery(1e8, gated_mlp=True))
+    assert "gated" in gated.caveat
+    assert [g["suite"] for g in t.groups()] == ["megatron-ci", "published"]
+
+
 def test_best_mfu_names_its_row_and_source():
     t = bands.BandTable({"rows": _rows([0.0] * 10)})
     best = t.best_mfu("a100-sxm-80gb-calibrated", "fp16")
@@ -78,6 +103,8 @@ def test_shipped_residuals_are_dcpsims_own():
     suite = {r.id: r for r in load_suite().rows}
     n = 0
     for r in data["rows"]:
+        if bands.suite_of(r) != "published":
+            continue
         assert r["measured_tokens_per_s_per_gpu"] == suite[r["row"]].measured
         if r["log_error_calibrated"] is None:
             continue

@@ -193,6 +193,9 @@ def build(*, progress: bool = False, jobs: int = 1) -> dict[str, Any]:
 
                 print(f"cross-fitting {base} ...", file=sys.stderr, flush=True)
             oof.update(_cross_fit(base, calib, Path(tmp) / base, pool))
+        from dcpsim.published.bands_ci import ci_rows
+
+        ci = ci_rows(profiles, calibs, Path(tmp), progress=progress)
     rows = []
     for res in rep.rows:
         row = res.row
@@ -206,7 +209,7 @@ def build(*, progress: bool = False, jobs: int = 1) -> dict[str, Any]:
             e_oos, how = oof.get(row.id, (math.nan, "not cross-fitted"))
         mfu_sim = float(res.summary.get("mfu", math.nan))
         d: dict[str, Any] = {
-            "row": row.id, "model": row.model, "family": row.family, "split": row.split, "gpu": base,
+            "suite": "published", "row": row.id, "model": row.model, "family": row.family, "split": row.split, "gpu": base,
             "precision": row.precision, "precision_class": precision_class(base or "", row.precision),
             "source": row.raw.get("source", ""), "status": res.status, "gpus": row.gpus,
             "measured_tokens_per_s_per_gpu": row.measured, "simulated_tokens_per_s_per_gpu": res.simulated,
@@ -217,10 +220,12 @@ def build(*, progress: bool = False, jobs: int = 1) -> dict[str, Any]:
         if rc.config is not None:
             d.update(_row_features(rc))
         rows.append(d)
+    rows += ci
     return {
         "format": FORMAT,
-        "what": "out-of-sample log errors ln(simulated/measured) of tokens/s per GPU of the published suite on the "
-                "calibrated profiles (dcpsim.published.bands); regenerate with `dcpsim bands build --out DIR`",
+        "what": "out-of-sample log errors ln(simulated/measured) of tokens/s per GPU of the published suite and of "
+                "the Megatron-LM CI suite (suite = megatron-ci; dcpsim.published.bands_ci) on the calibrated "
+                "profiles (dcpsim.published.bands); regenerate with `dcpsim bands build --out DIR`",
         "dcpsim_commit": rev.get("git_commit", "unknown"),
         "uncommitted_changes": rev.get("uncommitted_changes", None),
         "data_sha256": suite.data_sha256,
@@ -305,14 +310,22 @@ class BandTable:
     def __post_init__(self) -> None:
         self.rows = [r for r in self.data.get("rows", []) if r.get("gpu")]
 
-    def usable(self, gpu: str, pclass: str, exclude: int | None = None) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["gpu"] == gpu and r["precision_class"] == pclass and r["row"] != exclude
+    def usable(self, gpu: str, pclass: str, exclude: int | tuple[str, int] | None = None,
+               suite: str | None = None) -> list[dict[str, Any]]:
+        """Rows with an out-of-sample error of ``gpu`` and precision class ``pclass`` (of ``suite`` only, when
+        given), without the row ``exclude`` (``(suite, row)``; a bare row id is a published row)."""
+        ex = ("published", exclude) if isinstance(exclude, int) else exclude
+        return [r for r in self.rows if r["gpu"] == gpu and r["precision_class"] == pclass and row_key(r) != ex
+                and (suite is None or suite_of(r) == suite)
                 and _finite(r.get("log_error_out_of_sample")) and _finite(r.get("params"))]
 
     def band(self, profile: str, precision: str, query: BandQuery, *, level: float = LEVEL,
-             exclude: int | None = None) -> Band:
+             exclude: int | tuple[str, int] | None = None) -> Band:
         """The interval for a prediction made with ``profile`` at ``precision`` for the run ``query`` describes;
-        ``exclude``: a row id left out (leave-one-out coverage).
+        ``exclude``: a row left out (leave-one-out coverage), ``(suite, row id)`` or a published row's id.
+
+        The runs it rests on come from one suite, published runs or the Megatron-LM CI suite's short steps
+        (:mod:`dcpsim.published.bands_ci`): the suite of the run nearest the query in model size.
 
         ``query.gated_mlp`` and ``query.recompute`` (the MLP type and recompute mode, when known) do not change
         the interval; where no run it rests on shares them, :attr:`Band.caveat` says so (a regime the runs did
@@ -334,30 +347,47 @@ class BandTable:
         if ratio > MAX_SIZE_RATIO:
             return Band(level=level, n=0, reason=f"no validated {what} run within {MAX_SIZE_RATIO:g}x of "
                                                  f"{params / 1e9:.3g}B parameters (nearest {ratio:.0f}x away)")
+        # one suite: the one whose run is nearest in size (a tiny model's host-bound CI step and a large model's
+        # GPU-bound published run do not share their errors)
+        nearest = min(pool, key=lambda r: (abs(math.log10(r["params"] / params)), suite_of(r), r["row"]))
+        pool = [r for r in pool if suite_of(r) == suite_of(nearest)]
+        if len(pool) < MIN_RUNS:
+            return Band(level=level, n=len(pool), reason=f"only {len(pool)} validated {what} runs in the suite "
+                                                         f"nearest this model ({suite_of(nearest)}; a band needs "
+                                                         f"{MIN_RUNS})")
         dist = [abs(math.log10(r["params"] / params)) + 0.25 * ((r["pp"] > 1) != (pp > 1))
                 + 0.25 * ((r["cp"] > 1) != (cp > 1)) for r in pool]
-        order = sorted(range(len(pool)), key=lambda i: (dist[i], pool[i]["row"]))
+        order = sorted(range(len(pool)), key=lambda i: (dist[i], suite_of(pool[i]), pool[i]["row"]))
         near = [pool[i] for i in order[:NEAR_RUNS]]
         e = np.sort([r["log_error_out_of_sample"] for r in near])
         lo_e, hi_e = conformal_quantiles(e, level)
         if not (math.isfinite(lo_e) and math.isfinite(hi_e)):
             return Band(level=level, n=len(near), reason=f"{len(near)} runs are too few for a {level:.0%} band")
         models = sorted({r["params"] for r in near})
-        basis = (f"{len(near)} validated {what} runs (out-of-sample errors; models "
+        n_ci = sum(1 for r in near if suite_of(r) != "published")
+        kind = ("runs" if not n_ci else "Megatron-LM CI steps" if n_ci == len(near)
+                else f"runs ({n_ci} of them Megatron-LM CI steps)")
+        basis = (f"{len(near)} validated {what} {kind} (out-of-sample errors; models "
                  f"{models[0] / 1e9:.3g}B-{models[-1] / 1e9:.3g}B)")
         return Band(lo=math.exp(-hi_e), hi=math.exp(-lo_e), n=len(near), level=level, basis=basis,
                     caveat=self._caveat(near, query.gated_mlp, query.recompute))
 
     def _caveat(self, near: list[dict[str, Any]], gated_mlp: bool | None, recompute: str | None) -> str:
         feats = row_regimes()
+
+        def regime(r: dict[str, Any], what: str):
+            if suite_of(r) != "published":  # CI rows carry their own (bands_ci)
+                return r.get("gated_mlp" if what == "gated_mlp" else "recompute_mode")
+            return feats.get(r["row"], {}).get(what)
+
         out = []
         if gated_mlp is not None:
-            have = {feats.get(r["row"], {}).get("gated_mlp") for r in near}
+            have = {regime(r, "gated_mlp") for r in near}
             if have and gated_mlp not in have:
                 out.append(f"none of them has a {'gated' if gated_mlp else 'plain'} MLP like this model")
         if recompute is not None:
             mode = "full" if str(recompute).startswith("full") else "none/selective"
-            have = {feats.get(r["row"], {}).get("recompute") for r in near}
+            have = {regime(r, "recompute") for r in near}
             if have and mode not in have:
                 out.append(f"all of them {'recompute fully' if mode != 'full' else 'skip full recompute'}, this "
                            f"layout {'does' if mode == 'full' else 'does not'}")
@@ -380,33 +410,35 @@ class BandTable:
                 "model": best["model"], "source": best["source"], "gpu": best["gpu"], "precision_class": pclass,
                 "same_gpu": bool(cand), "recompute": best.get("recompute", "")}
 
-    def coverage(self, level: float = LEVEL, split: str = "held-out") -> dict[str, Any]:
-        """Leave-one-out coverage: each row of ``split`` inside the band built from the other rows?"""
+    def coverage(self, level: float = LEVEL, split: str = "held-out", suite: str = "published") -> dict[str, Any]:
+        """Leave-one-out coverage: each row of ``suite`` and ``split`` inside the band built from the other rows
+        (of both suites, as a query's would be)?"""
         per: list[dict[str, Any]] = []
         for r in self.rows:
-            if (split != "all" and r["split"] != split) or not _finite(r.get("log_error_out_of_sample")) \
-                    or not _finite(r.get("params")):
+            if (split != "all" and r["split"] != split) or suite_of(r) != suite \
+                    or not _finite(r.get("log_error_out_of_sample")) or not _finite(r.get("params")):
                 continue
             b = self.band(r["gpu"] + CALIBRATED_SUFFIX, r["precision"], BandQuery(r["params"], pp=r["pp"], cp=r["cp"]),
-                          level=level, exclude=r["row"])
+                          level=level, exclude=row_key(r))
             ratio = math.exp(-r["log_error_out_of_sample"])  # measured / predicted
             per.append({"row": r["row"], "model": r["model"], "gpu": r["gpu"], "precision": r["precision"],
                         "split": r["split"], "measured_over_predicted": ratio, "band_lo": b.lo, "band_hi": b.hi,
                         "n": b.n, "covered": (b.lo <= ratio <= b.hi) if b.ok else None, "reason": b.reason})
         with_band = [p for p in per if p["covered"] is not None]
         hits = sum(1 for p in with_band if p["covered"])
-        return {"level": level, "split": split, "rows": per, "with_band": len(with_band), "covered": hits,
-                "coverage": hits / len(with_band) if with_band else math.nan, "without_band": len(per) - len(with_band)}
+        return {"level": level, "split": split, "suite": suite, "rows": per, "with_band": len(with_band),
+                "covered": hits, "coverage": hits / len(with_band) if with_band else math.nan,
+                "without_band": len(per) - len(with_band)}
 
     def groups(self, level: float = LEVEL) -> list[dict[str, Any]]:
-        """One line per GPU and precision class: runs, out-of-sample error spread, best measured MFU."""
+        """One line per suite, GPU and precision class: runs, out-of-sample error spread, best measured MFU."""
         out = []
-        for gpu, pclass in sorted({(r["gpu"], r["precision_class"]) for r in self.rows}):
-            pool = self.usable(gpu, pclass)
+        for suite, gpu, pclass in sorted({(suite_of(r), r["gpu"], r["precision_class"]) for r in self.rows}):
+            pool = self.usable(gpu, pclass, suite=suite)
             e = np.sort([r["log_error_out_of_sample"] for r in pool])
             lo_e, hi_e = conformal_quantiles(e, level) if len(e) else (math.nan, math.nan)
             mfu = self.best_mfu(gpu, "fp8" if pclass == "fp8" else "bf16")
-            out.append({"gpu": gpu, "precision": pclass, "runs": len(pool),
+            out.append({"suite": suite, "gpu": gpu, "precision": pclass, "runs": len(pool),
                         "band_all_runs": f"{math.exp(-hi_e):.3f}-{math.exp(-lo_e):.3f}" if math.isfinite(lo_e)
                         and math.isfinite(hi_e) else "none",
                         "mean_abs_log_error": float(np.mean(np.abs(e))) if len(e) else math.nan,
@@ -416,64 +448,54 @@ class BandTable:
     def markdown(self, level: float = LEVEL) -> str:
         d = self.data
         lines = [f"# Prediction bands: residuals and coverage (dcpsim {str(d.get('dcpsim_commit', ''))[:7]})", "",
-                 "Out-of-sample log errors of tokens/s per GPU on the calibrated profiles "
-                 "(`dcpsim.published.bands`; regenerate with `dcpsim bands build --out DIR`).", "",
-                 f"| GPU | precision | runs | {level:.0%} band over all runs (measured/predicted) | mean abs log error "
-                 "| best measured MFU |", "|---|---|---:|---|---:|---|"]
+                 "Out-of-sample log errors of tokens/s per GPU on the calibrated profiles, published runs and "
+                 "Megatron-LM CI steps (`dcpsim.published.bands`, `dcpsim.published.bands_ci`; regenerate with "
+                 "`dcpsim bands build --out DIR`).", "",
+                 f"| suite | GPU | precision | runs | {level:.0%} band over all runs (measured/predicted) | "
+                 "mean abs log error | best measured MFU |", "|---|---|---|---:|---|---:|---|"]
         for g in self.groups(level):
-            lines.append(f"| {g['gpu']} | {g['precision']} | {g['runs']} | {g['band_all_runs']} | "
+            lines.append(f"| {g['suite']} | {g['gpu']} | {g['precision']} | {g['runs']} | {g['band_all_runs']} | "
                          f"{g['mean_abs_log_error']:.3f} | {g['best_mfu']} |")
-        for split in ("held-out", "all"):
-            cov = self.coverage(level, split)
-            lines += ["", f"## Coverage, {split} rows (leave-one-out)", "",
-                      f"{cov['covered']} of {cov['with_band']} rows inside their {level:.0%} band "
-                      f"({_pct(cov['coverage'])}); {cov['without_band']} rows without a band.", ""]
-            if split == "held-out":
-                lines += ["| row | model | GPU | precision | measured/predicted | band | runs | inside |",
-                          "|---:|---|---|---|---:|---|---:|---|"]
-                for p in cov["rows"]:
-                    band = f"{p['band_lo']:.3f}-{p['band_hi']:.3f}" if p["covered"] is not None else p["reason"]
-                    inside = {True: "yes", False: "**no**", None: "-"}[p["covered"]]
-                    lines.append(f"| {p['row']} | {p['model']} | {p['gpu']} | {p['precision']} | "
-                                 f"{p['measured_over_predicted']:.3f} | {band} | {p['n']} | {inside} |")
+        suites = ["published"] + (["megatron-ci"] if any(suite_of(r) == "megatron-ci" for r in self.rows) else [])
+        for suite in suites:
+            for split in ("held-out", "all"):
+                cov = self.coverage(level, split, suite)
+                lines += ["", f"## Coverage, {suite} {split} rows (leave-one-out)", "",
+                          f"{cov['covered']} of {cov['with_band']} rows inside their {level:.0%} band "
+                          f"({_pct(cov['coverage'])}); {cov['without_band']} rows without a band.", ""]
+                if split == "held-out":
+                    lines += ["| row | model | GPU | precision | measured/predicted | band | runs | inside |",
+                              "|---:|---|---|---|---:|---|---:|---|"]
+                    for p in cov["rows"]:
+                        band = f"{p['band_lo']:.3f}-{p['band_hi']:.3f}" if p["covered"] is not None else p["reason"]
+                        inside = {True: "yes", False: "**no**", None: "-"}[p["covered"]]
+                        lines.append(f"| {p['row']} | {p['model']} | {p['gpu']} | {p['precision']} | "
+                                     f"{p['measured_over_predicted']:.3f} | {band} | {p['n']} | {inside} |")
         return "\n".join(lines) + "\n"
 
 
 def ci_coverage(table: BandTable, level: float = LEVEL, split: str = "held-out") -> dict[str, Any]:
-    """Coverage on the Megatron-LM CI suite's ``split`` rows (``experiments/megatron_ci``), replayed on the
-    calibrated profiles: each compared row is a query whose band comes from the published suite's residuals
-    (none of the CI rows is in them). Throughput is the inverse of the step time, so measured/predicted
-    throughput = simulated step / measured step."""
-    from dcpsim.model import get_model
-    from dcpsim.published.megatron_ci import COMPARED as CI_COMPARED
-    from dcpsim.published.megatron_ci import replay_ci, row_run
-    from dcpsim.published.replay import calibrated_profiles
-
-    profiles = calibrated_profiles()
-    rep = replay_ci(split=split, profiles=profiles)
-    per: list[dict[str, Any]] = []
-    for res in rep.rows:
-        if res.status not in CI_COMPARED or not math.isfinite(res.simulated):
-            continue
-        run, _ = row_run(res.row, profiles)
-        cfg = run.config
-        b = table.band(cfg.hardware.gpu, cfg.parallel.precision,
-                       BandQuery(float(get_model(cfg.model.name).n_params), pp=int(cfg.parallel.pp), cp=int(cfg.parallel.cp)),
-                       level=level)
-        ratio = res.simulated / res.row.measured
-        per.append({"row": res.row.id, "case": res.row.raw["case"], "gpu": res.row.raw["gpu"],
-                    "profile": cfg.hardware.gpu, "measured_over_predicted": ratio, "band_lo": b.lo, "band_hi": b.hi,
-                    "n": b.n, "covered": (b.lo <= ratio <= b.hi) if b.ok else None, "reason": b.reason})
-    with_band = [p for p in per if p["covered"] is not None]
-    hits = sum(1 for p in with_band if p["covered"])
+    """Coverage on the Megatron-LM CI suite's ``split`` rows: each CI row of the residual file
+    (:mod:`dcpsim.published.bands_ci`: its out-of-sample error) inside the band built from the other rows of
+    both suites, leave-one-out, as :meth:`BandTable.coverage`; rows without a band are counted by reason."""
+    cov = table.coverage(level, split, suite="megatron-ci")
     reasons: dict[str, int] = {}
-    for p in per:
+    for p in cov["rows"]:
         if p["covered"] is None:
-            key = re.sub(r"within [\d.]+x of [\d.e+]+B parameters", "near this model's size", p["reason"].split(" (nearest")[0])
+            key = re.sub(r"within [\d.]+x of [\d.e+]+B parameters", "near this model's size",
+                         p["reason"].split(" (nearest")[0])
             reasons[key] = reasons.get(key, 0) + 1
-    return {"level": level, "split": split, "suite": "megatron-ci", "rows": per, "compared": len(per),
-            "with_band": len(with_band), "covered": hits, "coverage": hits / len(with_band) if with_band else math.nan,
-            "without_band": len(per) - len(with_band), "no_band_reasons": reasons}
+    return {**cov, "compared": len(cov["rows"]), "no_band_reasons": reasons}
+
+
+def suite_of(r: dict[str, Any]) -> str:
+    """The suite a residual row comes from (``published`` for files written before the CI suite joined)."""
+    return str(r.get("suite") or "published")
+
+
+def row_key(r: dict[str, Any]) -> tuple[str, int]:
+    """A residual row's identity across both suites: ``(suite, row id)``."""
+    return suite_of(r), int(r["row"])
 
 
 _REGIMES: dict[int, dict[str, Any]] = {}
