@@ -465,3 +465,35 @@ def test_solver_bulk_runs_give_the_per_sequence_plans(monkeypatch):
         assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
         total += lengths.size
         assert sum(placed) > 0
+
+
+def test_solver_search_per_distinct_length_equals_per_sequence():
+    """dynamic-solver's outer search (target work W, m0, the candidates' CP choices and heights), computed
+    once per distinct length, equals the per-sequence definition."""
+    from dcpsim.policies.costs import SeqCosts
+    from dcpsim.policies.fit import dynamic_fit
+    from dcpsim.policies.solver import _Search
+
+    for layout, lengths in list(_solver_cases())[:6]:
+        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+        sizes, need = dynamic_fit(lengths, layout)
+        sc = SeqCosts(lengths, layout, cost, sizes)
+        cap, n, R = layout.max_tokens_per_rank, lengths.size, layout.ranks_per_stage
+        s = _Search(sc, layout, cap, need, 6)
+        span0 = np.asarray(layout.spans_network(np.zeros(sizes.size, dtype=np.int64), sizes), dtype=np.int64)
+        t0 = sc.time_s[np.arange(sizes.size), span0]
+        feas = sc.tokens <= cap
+        assert s.W == float(np.where(feas, t0 * sizes[:, None], np.inf).min(axis=0).sum())
+        assert s.m0 == max(1, int(np.ceil(sc.tokens[need, np.arange(n)].sum() / (R * cap))))
+        tfeas = np.where(feas & (np.arange(sizes.size)[:, None] >= need[None, :]), t0, np.inf)
+        for m, choice, height in s.candidates():
+            s.scored(float(m))
+            tau = s.W / (R * m)
+            for f in (1.0, 2.0):
+                under = tfeas <= f * tau
+                ref = np.where(under.any(axis=0), np.argmax(under, axis=0), np.argmin(tfeas, axis=0))
+                if np.array_equal(ref, choice):
+                    break
+            assert np.array_equal(ref, choice)
+            if np.isfinite(height):
+                assert height == max(tau, float(tfeas[choice, np.arange(n)].max()))

@@ -239,17 +239,23 @@ class _Search:
     stopping after three that do not improve."""
 
     def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, extra: int) -> None:
-        sizes, n = sc.sizes, sc.lengths.size
+        sizes = sc.sizes
         self.sc, self.layout, self.cap, self.need, self.extra = sc, layout, cap, need, extra
         R = layout.ranks_per_stage
         span0 = np.asarray(layout.spans_network(np.zeros(sizes.size, dtype=np.int64), sizes), dtype=np.int64)
-        t0 = sc.time_s[np.arange(sizes.size), span0]  # (ns, n): time at the first aligned slice of each size
-        feas = sc.tokens <= cap
+        # every column below is a function of the sequence's length: computed once per distinct length
+        # (``first``: a sequence of each), spread to the sequences (``inv``) where sums and choices need them
+        _, first, self.inv = np.unique(sc.lengths, return_index=True, return_inverse=True)
+        ns, nu = sizes.size, first.size
+        t0 = sc.time_s[np.arange(ns)[:, None], span0[:, None], first[None, :]]  # (ns, nu): first aligned slice
+        tok = sc.tokens[:, first]
+        feas = tok <= cap
         gpu = np.where(feas, t0 * sizes[:, None], np.inf)
-        self.W = float(gpu.min(axis=0).sum())
-        tok_need = sc.tokens[need, np.arange(n)]
+        self.W = float(gpu.min(axis=0)[self.inv].sum())
+        need_u = need[first]
+        tok_need = tok[need_u, np.arange(nu)][self.inv]
         self.m0 = max(1, int(np.ceil(tok_need.sum() / (R * cap))))
-        self.tfeas = np.where(feas & (np.arange(sizes.size)[:, None] >= need[None, :]), t0, np.inf)
+        self.tfeas = np.where(feas & (np.arange(ns)[:, None] >= need_u[None, :]), t0, np.inf)  # (ns, nu)
         self.fastest = np.argmin(self.tfeas, axis=0)
         self.t_floor = float(self.tfeas.min(axis=0).max())  # no step is shorter than the longest sequence
         self.table = _Table(sc.lengths, sc, need)
@@ -263,7 +269,7 @@ class _Search:
 
     def candidates(self):
         """(m, CP size index per sequence, step height cap) per distinct candidate."""
-        m0, R, n = self.m0, self.layout.ranks_per_stage, self.sc.lengths.size
+        m0, R, n, nu = self.m0, self.layout.ranks_per_stage, self.sc.lengths.size, self.tfeas.shape[1]
         seen: set[bytes] = set()
         grid = [(m, 1.0) for m in candidate_microbatch_counts(m0, n, self.extra, self.layout.pp)]
         # a coarser CP choice (sizes for twice the target) for the fewest microbatches, where the rank budget
@@ -274,8 +280,9 @@ class _Search:
             if f == 1.0 and (self.worse >= 3 or (m > m0 + self.extra and tau < 0.5 * self.t_floor)):
                 return  # targets below the longest sequence's time, or no longer improving
             under = self.tfeas <= f * tau
-            choice = np.where(under.any(axis=0), np.argmax(under, axis=0), self.fastest)
-            height = max(tau, float(self.tfeas[choice, np.arange(n)].max())) if m > m0 else np.inf
+            choice_u = np.where(under.any(axis=0), np.argmax(under, axis=0), self.fastest)
+            height = max(tau, float(self.tfeas[choice_u, np.arange(nu)].max())) if m > m0 else np.inf
+            choice = choice_u[self.inv]
             key = choice.astype(np.int16).tobytes() + np.float64(height).tobytes()
             if key in seen:
                 continue
