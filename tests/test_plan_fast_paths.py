@@ -147,7 +147,7 @@ def test_plan_with_two_jobs_reaps_its_workers():
     import os
     from multiprocessing import forkserver
 
-    from dcpsim.planning import plan_capacity
+    from dcpsim.planning import CapacityRequest, plan_capacity
 
     def children() -> set[int]:
         pids = set()
@@ -164,11 +164,12 @@ def test_plan_with_two_jobs_reaps_its_workers():
     if not os.path.isdir("/proc/self"):
         pytest.skip("needs /proc")
     before = children()
-    kw = dict(seq_len=4096, gbs=64, policies=("packing", "dynamic"), space=SearchSpace(tp=[1], pp=[1, 2], mbs=[1]),
-              simulate=1, seeds=1, progress=False)
-    two = plan_capacity("llama2-7b", None, 1e9, {"a100-sxm-80gb": 1.0}, (32, 64), jobs=2, **kw)
+    request = CapacityRequest("llama2-7b", None, 1e9, {"a100-sxm-80gb": 1.0}, (32, 64), seq_len=4096, gbs=64,
+                              policies=("packing", "dynamic"), space=SearchSpace(tp=[1], pp=[1, 2], mbs=[1]),
+                              simulate=1, seeds=1)
+    two = plan_capacity(request, jobs=2)
     assert forkserver._forkserver._forkserver_pid is None  # the fork server was stopped and reaped
     assert children() <= before  # no worker left behind
-    one = plan_capacity("llama2-7b", None, 1e9, {"a100-sxm-80gb": 1.0}, (32, 64), jobs=1, **kw)
+    one = plan_capacity(request, jobs=1)
     drop = [c for c in one.rows.columns if "cpu" in c]
     assert two.rows.drop(columns=drop).equals(one.rows.drop(columns=drop))
