@@ -47,10 +47,18 @@ CP_COMM_TYPES: tuple[str, ...] = get_args(CpComm)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 ATTENTION_KERNELS: tuple[str, ...] = get_args(AttentionKernel)
 CROSS_ENTROPY_KINDS: tuple[str, ...] = get_args(CrossEntropy)
+CudaGraphs = Literal["none", "local", "transformer_engine"]
+"""Megatron --cuda-graph-impl: no CUDA graphs, Megatron's local graphs, or Transformer Engine's."""
+
+TransformerImpl = Literal["transformer_engine", "local"]
+"""Megatron --transformer-impl: Transformer Engine modules or Megatron's local ones."""
+
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 PLANNING_MODES: tuple[str, ...] = get_args(Planning)
 CLIP_MODES: tuple[str, ...] = get_args(Clip)
 PARAM_GATHER_LAUNCHES: tuple[str, ...] = get_args(ParamGatherLaunch)
+CUDA_GRAPH_IMPLS: tuple[str, ...] = get_args(CudaGraphs)
+TRANSFORMER_IMPLS: tuple[str, ...] = get_args(TransformerImpl)
 EXCHANGES: tuple[str, ...] = get_args(DynamicCpExchange)
 
 # Choices that name an extension (a class): registries (dcpsim.registry) whose built-ins are lazy

@@ -81,9 +81,9 @@ from typing import Any
 
 import numpy as np
 
+from dcpsim.choices import CUDA_GRAPH_IMPLS
 from dcpsim.hardware.host import HostCosts
 
-CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine")
 # Kernels the step's end launches besides per-tensor loops: multi-tensor L2 norm and scale, Adam, the
 # main -> model parameter copy, the scalar all-reduces' pre/post ops (counted from clip_grads.py and
 # optimizer.py at d98e8a64; multi_tensor_apply launches one kernel per chunk of tensors, assumed one here).

@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from dcpsim.choices import RECOMPUTE_MODES
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.hardware.placement import check_tp_in_domain
 from dcpsim.padding import pad_multiple, per_rank_tokens_int
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.run.config import RunConfig
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = RECOMPUTE_MODES  # the choice set of dcpsim.choices (its order: least memory saved first)
 OVERLAP_FLAGS = ("overlap_grad_sync", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
 # flags the closed-form screen models (their variants are screened on the shortlist; others are simulated)
 SCREENED_FLAGS = ("overlap_grad_sync", "overlap_param_gather", "tp_comm_overlap")

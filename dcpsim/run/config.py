@@ -93,11 +93,13 @@ from dcpsim.choices import (
     Clip,
     CpComm,
     CrossEntropy,
+    CudaGraphs,
     DynamicCpExchange,
     ParamGatherLaunch,
     Planning,
     Precision,
     Recompute,
+    TransformerImpl,
 )
 from dcpsim.errors import ConfigError
 from dcpsim.failure_rates import llama3_gpu_mtbf_hours
@@ -269,11 +271,11 @@ class StepSection(_Section):
     timing_log_level: int = Field(0, ge=0, le=2, description="Megatron --timing-log-level (timers that sync the "
                                   "device: 0 none, 1 and 2 more)")
     deterministic: bool = Field(False, description="Megatron --deterministic-mode (deterministic kernels)")
-    cuda_graphs: Literal["none", "local", "transformer_engine"] = Field(
+    cuda_graphs: CudaGraphs = Field(
         "none", description="Megatron --cuda-graph-impl: CUDA graphs capture the layers' kernels (none = eager)")
     clip_grad: float = Field(1.0, ge=0, le=1e9, description="Megatron --clip-grad (0 = no gradient-norm clipping; "
                              "else a global norm all-reduce and a sync every step)")
-    transformer_impl: Literal["transformer_engine", "local"] = Field(
+    transformer_impl: TransformerImpl = Field(
         "transformer_engine", description="Megatron --transformer-impl: Transformer Engine modules or Megatron's local "
                                           "PyTorch modules")
     grad_accumulation_fusion: bool = Field(True, description="Megatron's gradient-accumulation fusion (off with "
