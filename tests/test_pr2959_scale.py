@@ -339,3 +339,30 @@ def test_bulk_normal_filling_gives_the_scan_plans(monkeypatch):
             ref = _plans(lengths, layout, {})
         assert fast == ref
     assert sum(placed) > 500, placed
+
+
+def test_bulk_dealing_gives_the_scan_plans(monkeypatch):
+    """Phase 4 dealing runs of normal buckets to the lightest slots in bulk (_Candidate._bulk_deal, then the
+    heap loop) gives the scan's plans, on batches with enough buckets and slots for runs of 64 and more."""
+    rng = np.random.default_rng(24)
+    dealt = []
+    real = pr._Candidate._bulk_deal
+
+    def counted(*a):
+        n = real(*a)
+        dealt.append(n)
+        return n
+
+    for j in range(3):
+        layout = Layout(dp=int(rng.choice([16, 32])), cp=8, max_tokens_per_rank=8192, pp=int(rng.choice([1, 2, 4])))
+        lengths = np.minimum(rng.lognormal(np.log(8192 / 16), 1.0, 2000).astype(np.int64) + 1, 8192 * 64 - 128)
+        if j == 1:
+            lengths = rng.choice(lengths[:40], lengths.size)  # ties
+        with monkeypatch.context() as m:
+            m.setattr(pr._Candidate, "_bulk_deal", staticmethod(counted))
+            fast = _plans(lengths, layout, {})
+        with monkeypatch.context() as m:
+            m.setattr(pr, "_Candidate", _ScanCandidate)
+            ref = _plans(lengths, layout, {})
+        assert fast == ref
+    assert sum(dealt) > 500, dealt

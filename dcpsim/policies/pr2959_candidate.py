@@ -383,16 +383,18 @@ class _Candidate:
         candidate at the first one, in safe mode they are skipped.
         """
         count = [len(x) for x in lists]
-        heap = [(f, s) for s, f in enumerate(fsum) if count[s] < per_slot]
-        heapq.heapify(heap)
-        overfull = False  # safe mode, every slot full: the lightest slot of all (the code's fallback)
-        pop, replace = heapq.heappop, heapq.heapreplace
         order = np.argsort(self.bf, kind="stable")
         filled = np.bincount(self.dest, minlength=len(self.bf))[order] > 0
         if not filled.all() and not self.safe:
             self._reject("an empty normal bucket")
             return False
-        for k, fk in zip(order[filled].tolist(), self.bf[order[filled]].tolist(), strict=True):
+        ks, fks = order[filled], self.bf[order[filled]]
+        done = self._bulk_deal(ks, fks, lists, fsum, count, per_slot)  # in runs while provably the same
+        heap = [(f, s) for s, f in enumerate(fsum) if count[s] < per_slot]
+        heapq.heapify(heap)
+        overfull = False  # safe mode, every slot full: the lightest slot of all (the code's fallback)
+        pop, replace = heapq.heappop, heapq.heapreplace
+        for k, fk in zip(ks[done:].tolist(), fks[done:].tolist(), strict=True):
             if not heap:
                 if not self.safe:
                     self._reject("more buckets than slots can take")
@@ -409,6 +411,44 @@ class _Candidate:
             else:
                 pop(heap)
         return True
+
+    @staticmethod
+    def _bulk_deal(ks: np.ndarray, fks: np.ndarray, lists: list[list[int]], fsum: list[float], count: list[int],
+                   per_slot: int) -> int:
+        """:meth:`_deal_buckets`'s dealing in runs while provably its heap's; returns how many of the
+        buckets ``ks`` (FLOPs ``fks``, ascending) it dealt (``lists``, ``fsum``, ``count`` updated).
+
+        The next ``r`` buckets go to the ``r`` slots of lowest (FLOPs, index) among those not full, in
+        that order, when every slot given one in the run ends above the next slot's FLOPs (so that slot is
+        still the heap's least); one addition per bucket, as the heap loop adds. Stops at the first run
+        shorter than ``_BULK_MIN`` (the heap loop goes on from the same state: the heap holds each slot
+        not full at its current FLOPs, whatever the order of the updates).
+        """
+        n = ks.size
+        f, cnt = np.asarray(fsum, dtype=np.float64), np.asarray(count, dtype=np.int64)
+        pos = 0
+        while pos < n:
+            elig = np.flatnonzero(cnt < per_slot)
+            k = min(elig.size, n - pos)
+            if k == 0:
+                break
+            e = elig[np.lexsort((elig, f[elig]))][:k]  # least FLOPs first, ties to the lowest slot
+            new = f[e] + fks[pos:pos + k]
+            good = np.ones(k, dtype=bool)
+            good[1:] = np.minimum.accumulate(new)[:-1] > f[e[1:]]
+            bad = np.flatnonzero(~good)
+            run = k if bad.size == 0 else int(bad[0])
+            e = e[:run]
+            f[e] = new[:run]
+            cnt[e] += 1
+            for s, b in zip(e.tolist(), ks[pos:pos + run].tolist(), strict=True):
+                lists[s].append(b)
+            pos += run
+            if run < _BULK_MIN:
+                break
+        if pos:
+            fsum[:], count[:] = f.tolist(), cnt.tolist()
+        return pos
 
     def _normal_tokens(self) -> np.ndarray:
         """Tokens per rank of every normal bucket (``min_cp`` ranks, each sample padded on its own)."""
