@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from dcpsim.errors import ConfigError
+from dcpsim.published.bands_ci import ci_rows, precision_class
 
 LEVEL = 0.8
 """Default interval level."""
@@ -70,12 +71,6 @@ def bands_path() -> Path:
     from dcpsim.published.suite import default_suite_dir
 
     return default_suite_dir() / "results" / "bands.json"
-
-
-def precision_class(gpu: str, precision: str) -> str:
-    """``fp8`` or ``16-bit`` (BF16 and FP16 run at the same tensor-core rate on every profiled GPU)."""
-    p = str(precision).lower()
-    return "fp8" if p == "fp8" else "16-bit"
 
 
 def base_gpu(profile: str) -> str:
@@ -193,8 +188,6 @@ def build(*, progress: bool = False, jobs: int = 1) -> dict[str, Any]:
 
                 print(f"cross-fitting {base} ...", file=sys.stderr, flush=True)
             oof.update(_cross_fit(base, calib, Path(tmp) / base, pool))
-        from dcpsim.published.bands_ci import ci_rows
-
         ci = ci_rows(profiles, calibs, Path(tmp), progress=progress)
     rows = []
     for res in rep.rows:

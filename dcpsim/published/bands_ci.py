@@ -28,6 +28,12 @@ import numpy as np
 SUITE = "megatron-ci"
 
 
+def precision_class(gpu: str, precision: str) -> str:
+    """``fp8`` or ``16-bit`` (BF16 and FP16 run at the same tensor-core rate on every profiled GPU)."""
+    p = str(precision).lower()
+    return "fp8" if p == "fp8" else "16-bit"
+
+
 def ci_rows(profiles: dict[str, str], calibs: dict[str, dict[str, Any]], workdir: Path,
             progress: bool = False) -> list[dict[str, Any]]:
     """Residual-file rows of the CI suite for every GPU in ``profiles`` (base -> calibrated profile name) whose
@@ -94,7 +100,6 @@ def _cross_fit_host(base: str, calib: dict[str, Any], rows: list, workdir: Path)
 
 def _row_dict(r, res, base: str, cal: str, e_val: float, e_oos: float, how: str) -> dict[str, Any]:
     from dcpsim.model import get_model
-    from dcpsim.published.bands import precision_class
     from dcpsim.published.megatron_ci import row_run
 
     run, _ = row_run(r, {base: cal})
