@@ -366,3 +366,25 @@ def test_bulk_dealing_gives_the_scan_plans(monkeypatch):
             ref = _plans(lengths, layout, {})
         assert fast == ref
     assert sum(dealt) > 500, dealt
+
+
+def test_token_table_run_picks_are_the_one_by_one_picks():
+    """A run of equal leftovers (run_picks) takes the buckets closest() gives one query after another (each
+    bucket moved by L tokens before the next), T on half tokens and repeated counts making ties."""
+    rng = np.random.default_rng(11)
+    used = 0
+    for _ in range(300):
+        bl = rng.integers(0, 12, int(rng.integers(1, 40))).tolist()
+        Li, T = int(rng.integers(1, 6)), float(rng.integers(0, 40)) / 2
+        limit = None if rng.random() < 0.6 else int(rng.integers(0, 14))
+        most = int(rng.integers(2, 20))
+        table, ref = pr._TokenTable(list(bl)), pr._TokenTable(list(bl))
+        picks = table.run_picks(Li, T, limit, most)
+        assert len(picks) <= most
+        used += len(picks)
+        toks = list(bl)
+        for k in picks:
+            assert ref.closest(Li, T, limit) == k
+            toks[k] += Li
+            ref.move(k, toks[k] - Li, toks[k])
+    assert used > 300

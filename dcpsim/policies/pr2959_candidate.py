@@ -322,7 +322,9 @@ class _Candidate:
         """Samples no bucket took: to the bucket whose tokens end closest to ``T`` (safe mode: an extra bucket).
 
         The code ranks the buckets by tokens once and takes the first of that ranking with the
-        smallest ``(tokens + L − T)²``; here the buckets sit in a table sorted by token count.
+        smallest ``(tokens + L − T)²``; here the buckets sit in a table sorted by token count, and a run
+        of samples of one length takes the buckets :meth:`_TokenTable.run_picks` proves the one-by-one
+        queries would give.
         """
         if not left:
             return
@@ -330,20 +332,32 @@ class _Candidate:
         Ls, fs = self.batch.L_list, self.batch.f_list
         limits = [None] * len(left) if cap == math.inf else (int(cap) - self.batch.tok1[left]).tolist()
         bf, bl, seq, dest = self.bf, self.bl, self.seq, self.dest
-        for i, limit in zip(left, limits, strict=True):
-            Li = Ls[i]
-            k = table.closest(Li, T, limit)
-            if k < 0:  # safe mode: an extra bucket, ranked last
-                k = len(bl)
-                bf.append(0.0 + fs[i])
-                bl.append(Li)
-                table.add(k, Li)
+        n = len(left)
+        end = [n] * n  # end of each position's run of equal (length, limit): they are sorted by length
+        for p in range(n - 2, -1, -1):
+            if Ls[left[p + 1]] == Ls[left[p]] and limits[p + 1] == limits[p]:
+                end[p] = end[p + 1]
             else:
-                bf[k] += fs[i]
-                bl[k] = b = bl[k] + Li
-                table.move(k, b - Li, b)
-            seq.append(i)
-            dest.append(k)
+                end[p] = p + 1
+        pos = 0
+        while pos < n:
+            i, limit = left[pos], limits[pos]
+            Li = Ls[i]
+            picks = table.run_picks(Li, T, limit, end[pos] - pos) if end[pos] - pos > 1 else []
+            for k in picks or [table.closest(Li, T, limit)]:
+                i = left[pos]
+                if k < 0:  # safe mode: an extra bucket, ranked last
+                    k = len(bl)
+                    bf.append(0.0 + fs[i])
+                    bl.append(Li)
+                    table.add(k, Li)
+                else:
+                    bf[k] += fs[i]
+                    bl[k] = b = bl[k] + Li
+                    table.move(k, b - Li, b)
+                seq.append(i)
+                dest.append(k)
+                pos += 1
 
     def assign_slots(self) -> None:
         """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot."""

@@ -129,10 +129,22 @@ class _TokenTable:
         ``tokens + Li >= T`` and rises from it, so its minimum is at ``j − 1`` or ``j``, or on a run of
         equal scores around them; the first-ranked bucket of those token counts wins.
         """
+        tie = self.tie(Li, T, limit)
+        if tie is None:
+            return -1
+        lo, hi, _ = tie
+        vals = self.vals
+        if lo == hi:
+            return self.bucket[self.at[vals[lo]][0]]
+        return self.bucket[min(self.at[vals[x]][0] for x in range(lo, hi + 1))]
+
+    def tie(self, Li: int, T: float, limit: int | None) -> tuple[int, int, float] | None:
+        """The positions ``lo..hi`` in ``vals`` of the token counts of least score (see :meth:`closest`) and
+        that score; None when no bucket is within ``limit``."""
         vals = self.vals
         nf = len(vals) if limit is None else bisect_right(vals, limit)
         if nf == 0:
-            return -1
+            return None
         j = bisect_left(vals, math.ceil(T) - Li, 0, nf)
         lo, hi = max(j - 1, 0), min(j, nf - 1)
         d_lo, d_hi = (vals[lo] + Li) - T, (vals[hi] + Li) - T
@@ -145,9 +157,23 @@ class _TokenTable:
             lo -= 1
         while hi + 1 < nf and _sq((vals[hi + 1] + Li) - T) == best:
             hi += 1
-        if lo == hi:
-            return self.bucket[self.at[vals[lo]][0]]
-        return self.bucket[min(self.at[vals[x]][0] for x in range(lo, hi + 1))]
+        return lo, hi, best
+
+    def run_picks(self, Li: int, T: float, limit: int | None, most: int) -> list[int]:
+        """The buckets :meth:`closest` picks for up to ``most`` samples of ``Li`` tokens in a row (each
+        moved by ``Li`` tokens before the next query), as far as provably the same: the buckets of the
+        least-score token counts by rank, while a moved bucket's new count scores worse than them (so the
+        next query's least-score counts and their first-ranked bucket are those left). Empty if none."""
+        tie = self.tie(Li, T, limit)
+        if tie is None:
+            return []
+        lo, hi, best = tie
+        vals = self.vals
+        counts = vals[lo:hi + 1]
+        if any(not _sq(((v + Li) + Li) - T) > best for v in counts):
+            return []
+        ranks = sorted(r for v in counts for r in self.at[v]) if hi > lo else sorted(self.at[counts[0]])
+        return [self.bucket[r] for r in ranks[:most]]
 
     def add(self, k: int, tokens: int) -> None:
         """A new bucket, ranked last."""
