@@ -165,22 +165,30 @@ class _Candidate:
         cap = bt.M * cs
         members, fsum, bsum = [i], 0.0 + fi, 0.0  # numpy sums fewer than 8 numbers left to right from 0.0
         p = 0  # position in the pool's fixed order (the code's index into its shrinking list)
+        taken = False  # whether the last pass removed the sample at p
         while self._flag_all or (pool.n_alive > self._total_num and length_sum < cap):
             x = room * self.fill_slack
             if x <= 0:
                 break
-            # first remaining normal sample (from p) with forward FLOPs < x: pool.first_below, inlined
-            p = max(p, bisect_right(negf, -x))
-            while nxt[p] != p:
-                nxt[p] = p = nxt[nxt[p]]  # path halving
-            if p >= size:
-                break
+            # first remaining normal sample (from p) with forward FLOPs < x: pool.first_below, inlined; right
+            # after p is taken, p + 1 when it remains and is below x (the search and the path halving
+            # would find it and change nothing else)
+            if taken and p + 1 < size and nxt[p + 1] == p + 1 and -negf[p + 1] < x:
+                p += 1
+            else:
+                p = max(p, bisect_right(negf, -x))
+                while nxt[p] != p:
+                    nxt[p] = p = nxt[nxt[p]]  # path halving
+                if p >= size:
+                    break
+            taken = False
             Lk = pool.lengths[p]
             t = -(-Lk // pad) * pad // ranks
             if self.safe and tok + t > bt.M:
                 p += 1
                 continue
             pool.remove(p)
+            taken = True
             k, fk = pool.ids[p], -negf[p]
             room -= fk
             length_sum += Lk
