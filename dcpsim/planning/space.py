@@ -52,6 +52,12 @@ def optional_field(leaf: str) -> str | None:
 
 
 @cache
+def _field_names(model: type) -> tuple[str, ...]:
+    """A pydantic model class's field names, read once (``model_fields`` is a computed property)."""
+    return tuple(model.model_fields)
+
+
+@cache
 def flag_default(leaf: str) -> bool:
     """RunConfig's default value of an overlap flag."""
     sec, name = optional_field(leaf).split(".")
@@ -371,7 +377,7 @@ def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
     rest: list[tuple[str, str, Any]] = []
     for path, value in updates.items():
         sec, _, leaf = path.partition(".")
-        if not leaf or "." in leaf or sec not in RunConfig.model_fields:
+        if not leaf or "." in leaf or sec not in _field_names(RunConfig):
             return base.with_updates(updates)  # policy options and anything unusual: the full path
         if sec == "parallel":
             par[leaf] = value
@@ -430,7 +436,7 @@ def section_key(section: Any, drop: tuple[str, ...] = ()) -> Any:
     from dcpsim.run.config import ParallelSection
 
     if isinstance(section, ParallelSection):
-        return tuple((k, getattr(section, k)) for k in ParallelSection.model_fields if k not in drop)
+        return tuple((k, getattr(section, k)) for k in _field_names(ParallelSection) if k not in drop)
     k = (id(section), drop)
     hit = _SECTION_REPRS.get(k)
     if hit is None or hit[0] is not section:
