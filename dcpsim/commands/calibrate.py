@@ -86,6 +86,12 @@ def run(args) -> int:
                                      ("held-out (before)", h["held_out_error_before"]),
                                      ("held-out (after)", h["held_out_error"]))],
                     title="|error| of the CI step time (re-simulated at the fitted values)")
+        if "published_fit_error" in h:
+            print_table([{"rows": name, "n": e["compared"], "mean_abs_error_%": e["mean_abs_error"] * 100,
+                          "worst_abs_error_%": e["worst_abs_error"] * 100}
+                         for name, e in (("fit", h["published_fit_error"]),
+                                         ("held-out", h["published_held_out_error"]))],
+                        title="|error| of tokens/s per GPU on the profile as written (timing and host knobs)")
     print(f"{res.n_profile_candidates} candidate profiles, {res.wall_s:.0f} s")
     for p in written:
         print(f"wrote {p}")

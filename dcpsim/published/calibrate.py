@@ -314,6 +314,8 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
 
             host_res = calibrate_host(gpu, ev.values(x), params=None if host is True else list(host),
                                       iterations=iterations, workdir=wd, on_row=lambda note: bar.advance(note=note))
+            if host_res is not None:  # the published rows again, on the profile as written: both knob sets
+                host_res.update(_published_at(base, {**ev.values(x), **host_res["fitted"]}, fit, held, wd))
     finally:
         bar.__exit__(None, None, None)
         if tmp is not None:
@@ -331,6 +333,19 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
     if bad:
         raise KnobAtBoundError(bad, result)
     return result
+
+
+def _published_at(base: Path, values: dict[str, float], fit: list[RowConfig], held: list[RowConfig],
+                  wd: Path) -> dict[str, Any]:
+    """|error| of the published fit and held-out rows on the profile with ``values`` (timing and host knobs
+    together: the host knobs, fitted afterwards on the CI suite, move the published rows too)."""
+    folder = write_profile(base, wd / "final", values, {})
+
+    def run(rcs: list[RowConfig]) -> list[RowResult]:
+        return [_run_row(RowConfig(rc.row, rc.config.with_updates({"hardware.gpu": str(folder)}), None,
+                                   rc.assumptions)) for rc in rcs]
+
+    return {"published_fit_error": _errors(run(fit)), "published_held_out_error": _errors(run(held))}
 
 
 def _folds(ev: Evaluator, fit: list[RowConfig], x0: np.ndarray, r0: np.ndarray, J0: np.ndarray,

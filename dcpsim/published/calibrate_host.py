@@ -109,6 +109,12 @@ def host_markdown(h: dict[str, Any]) -> list[str]:
                        ("held-out", h["held_out_error_before"], h["held_out_error"])):
         lines.append(f"| {name} | {b['compared']} | {_pct(a['mean_abs_error'])} | {_pct(b['mean_abs_error'])} | "
                      f"{_pct(a['worst_abs_error'])} | {_pct(b['worst_abs_error'])} |")
+    if "published_fit_error" in h:
+        f, o = h["published_fit_error"], h["published_held_out_error"]
+        lines += ["", "The published suite's rows on the profile as written (timing and host knobs together; the "
+                  "tables above hold the host knobs at 1 and 0): mean / worst |error| of tokens/s per GPU, fit "
+                  f"rows {_pct(f['mean_abs_error'])} / {_pct(f['worst_abs_error'])} (n = {f['compared']}), held-out "
+                  f"rows {_pct(o['mean_abs_error'])} / {_pct(o['worst_abs_error'])} (n = {o['compared']})."]
     return lines
 
 
