@@ -403,8 +403,8 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
 
     Per virtual stage ``s`` (chunk ``c`` of rank ``p``, ``stage_layers[p]/vp`` layers): the layers'
     calls (:func:`layer_calls`; full recomputation repeats the forward's calls in the backward, selective
-    the attention call), the pipeline send/receive calls, half of the per-microbatch Python each way, the
-    embedding on virtual stage 0 and output layer + loss on the last. Syncs: a pipeline receive with
+    the attention call), the pipeline send/receive calls, half of the per-microbatch Python each way (spread
+    over the rank's vp chunks: it is paid once per microbatch), the embedding on virtual stage 0 and output layer + loss on the last. Syncs: a pipeline receive with
     ``pp > 1`` and ``vp = 1`` (Megatron's batched p2p with ``batch_p2p_sync``) before every op with a
     pipeline input; the loss NaN/Inf check after the last stage's forward (``check_nan``); THD metadata
     before every forward (``thd`` and more than one document); the Dynamic-CP exchange before the first
@@ -419,7 +419,9 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
     sa = np.zeros((V, 2, G), dtype=bool)
     f_host, b_host, f_k, b_k = layer_pass_host(shape, host, flags)
     p2p = 2.0 * host.collective_call_s if pp > 1 else 0.0
-    mb = 0.5 * host.microbatch_s
+    # the per-microbatch Python (loss.backward() entry, embedding and output Python: measured per microbatch of
+    # the whole model) is paid once per microbatch per rank, half each way, spread over the rank's vp chunks
+    mb = 0.5 * host.microbatch_s / vp
     for s in range(V):
         p = s % pp
         n = layers[p] / vp
