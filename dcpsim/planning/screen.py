@@ -166,15 +166,13 @@ def fixed_lower_bound_s(cfg: RunConfig, data: DataSpec, mbs: int) -> float:
 def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
     """Closed-form iteration time of fixed windows (see the module docstring); seconds."""
     cost, mb, device, m = _device_stages(cfg, data, mbs)
-    stage, host_ahead = with_host_s(cfg, cost, device, mb, mbs)
+    stage = with_host_s(cfg, cost, device, mb, mbs)
     compute = m * float(stage.max())
     p = cfg.parallel
     vp = int(getattr(p, "vp", 1) or 1)
     L = int(data.seq_len)
     x = pipeline_transfer_s(cfg, cost, mbs * L / p.cp)
-    # the fill and drain: a host that never waits (no per-op sync) issues them while the device idles
-    fill = device if host_ahead else stage
-    bubble = (p.pp - 1) / vp * float(fill.mean()) + 2.0 * (p.pp * vp - 1) * x
+    bubble = (p.pp - 1) / vp * float(stage.mean()) + 2.0 * (p.pp * vp - 1) * x
     sync = sync_tail_s(cfg, cost, mb["fwd"] / vp, mb["bwd"] / vp, x)
     return {"time_s": compute + bubble + sync, "compute_s": compute, "bubble_s": bubble, "sync_s": sync,
             "microbatches": float(m)}
@@ -191,9 +189,8 @@ def stage_times_s(cost, mb: dict[str, float]) -> np.ndarray:
 
 
 def with_host_s(cfg: RunConfig, cost, device: np.ndarray, mb: dict[str, float],
-                mbs: int) -> tuple[np.ndarray, bool]:
-    """Stage times of one microbatch with the host timeline (:mod:`dcpsim.cost.host`), seconds per rank, and
-    whether the host runs ahead (no op waits for a drained device before it is issued).
+                mbs: int) -> np.ndarray:
+    """Stage times of one microbatch with the host timeline (:mod:`dcpsim.cost.host`), seconds per rank.
 
     The host's cost of each op is the simulator's (:func:`dcpsim.sim.durations.pass_shape` and
     :func:`dcpsim.cost.host.host_ops`, one group of ``mbs`` windows). Ops without a sync overlap host and
@@ -203,7 +200,7 @@ def with_host_s(cfg: RunConfig, cost, device: np.ndarray, mb: dict[str, float],
     """
     host = cost.profile.host
     if not getattr(cfg.sim, "host_timeline", True) or not host.enabled:
-        return device, False
+        return device
     from dcpsim.cost.host import StepFlags, host_ops
     from dcpsim.sim.durations import pass_shape
 
@@ -227,7 +224,7 @@ def with_host_s(cfg: RunConfig, cost, device: np.ndarray, mb: dict[str, float],
                 else:
                     free_h, free_d = free_h + h, free_d + d
         out[rank] = synced + max(free_h, free_d)
-    return out, not ops.sync_before.any()
+    return out
 
 
 def pipeline_transfer_s(cfg: RunConfig, cost, local_tokens: float) -> float:
