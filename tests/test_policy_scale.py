@@ -7,7 +7,7 @@ must reproduce exactly on random batches.
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
 
 import numpy as np
 import pytest
@@ -15,6 +15,10 @@ from policy_cases import comparable, cost_model
 
 from dcpsim.policies import Layout, get_policy, per_rank_tokens
 from dcpsim.policies import dynamic as dyn
+from dcpsim.policies.base import candidate_microbatch_counts
+from dcpsim.policies.costs import SeqCosts, evaluate_plan
+from dcpsim.policies.plan import Plan
+from dcpsim.policies.static import _too_long
 
 
 class _ScanMicrobatch(dyn._Microbatch):
@@ -125,19 +129,61 @@ def _deal_scan(bins, t, ids, m, layout):
     return [dyn.Step([dyn.Group(j * layout.cp, layout.cp, per[j][k]) for j in range(dp)]) for k in range(m)]
 
 
+def _plan_scan(self, lengths, layout, cost, rng):
+    """``packing-balanced``'s search as it was before its candidates were scored from arrays: each candidate
+    built as a plan (groups) and scored with :func:`evaluate_plan`."""
+    ids, dropped = _too_long(lengths, layout, self.too_long)
+    dp, cap = layout.dp, layout.max_tokens_per_rank
+    sc = SeqCosts(lengths[ids], layout, cost, [layout.cp])
+    span = int(bool(layout.spans_network(0, layout.cp)))
+    t = sc.time_s[0, span]
+    tok = sc.tokens[0]
+    order = np.lexsort((np.arange(ids.size), -t))  # most expensive first, ties by id
+    m0 = max(1, int(np.ceil(tok.sum() / (cap * dp))))
+    best: tuple[float, Plan] | None = None
+    tried = []
+    worse = 0
+    m_max = max(m0, -(-ids.size // dp))  # beyond this some bins stay empty
+    for m in candidate_microbatch_counts(m0, m_max, self.extra_microbatches, layout.pp):
+        if best is not None and m > m0 + self.extra_microbatches and worse >= 3:
+            break
+        bins = self._lpt(order, t, tok, m * dp, cap)
+        if bins is None:  # fragmentation: try more bins
+            continue
+        plan = Plan(self.name, layout, lengths, self._deal(bins, t, ids, m, layout), False, dict(dropped))
+        ms = evaluate_plan(plan, cost).makespan_s
+        tried.append({"microbatches": m, "makespan_s": ms})
+        if best is None or ms < best[0]:
+            best, worse = (ms, plan), 0
+        else:
+            worse += 1
+    if best is None:  # one sequence per bin always fits
+        m = m_max
+        bins = self._lpt(order, t, tok, m * dp, cap)
+        plan = Plan(self.name, layout, lengths, self._deal(bins, t, ids, m, layout), False, dict(dropped))
+        best = (evaluate_plan(plan, cost).makespan_s, plan)
+    plan = best[1]
+    plan.meta = {"microbatches": plan.n_steps, "tried": tried}
+    return plan
+
+
 def test_balanced_packing_heaps_give_the_scan_plans(monkeypatch):
     from dcpsim.policies import static
 
-    for layout, lengths in itertools.islice(_batches(), 8):
+    for k, (layout, lengths) in enumerate(_batches()):
         ok = per_rank_tokens(lengths, layout.cp) <= layout.max_tokens_per_rank
         lengths = lengths[ok] if ok.any() else np.array([1])
-        cost = cost_model(1, 1, layout.dp * layout.cp)
+        pp = 1 if k < 8 else 4  # with PP the search goes on past m0 + extra while it improves
+        layout = dataclasses.replace(layout, pp=pp)
+        cost = cost_model(1, pp, layout.dp * layout.cp)
         fast = get_policy("packing-balanced").plan(lengths, layout, cost)
         with monkeypatch.context() as m:
             m.setattr(static.BalancedPackingPolicy, "_lpt", staticmethod(_lpt_scan))
             m.setattr(static.BalancedPackingPolicy, "_deal", staticmethod(_deal_scan))
+            m.setattr(static.BalancedPackingPolicy, "_plan", _plan_scan)
             ref = get_policy("packing-balanced").plan(lengths, layout, cost)
         assert comparable(fast) == comparable(ref)
+        assert fast.meta["tried"] == ref.meta["tried"]
 
 
 def test_seq_costs_on_distinct_lengths_equal_the_per_sequence_table():

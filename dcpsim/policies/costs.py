@@ -138,18 +138,23 @@ def schedule_makespan_s(step, start, size, fwd_s, bwd_s, n_steps: int, layout: L
 
 def evaluate_plan(plan: Plan, cost) -> PlanCost:
     """Score ``plan`` with the exact cost model (one vectorised :meth:`CostModel.batch_cost` call)."""
-    lay = plan.layout
     lens, pids, sizes, starts = plan.packs()
     steps = np.asarray([k for k, st in enumerate(plan.steps) for _ in st.groups], dtype=np.int64)
+    return evaluate_packs(plan.layout, plan.n_steps, lens, pids, sizes, starts, steps, cost)
+
+
+def evaluate_packs(lay: Layout, n_steps: int, lens, pids, sizes, starts, steps, cost) -> PlanCost:
+    """:func:`evaluate_plan` of a plan given as its packs (:meth:`Plan.packs`: document lengths, pack ids,
+    and per pack its CP size and first rank) and each pack's step, in the plan's order (steps, then groups)."""
     n_ranks = lay.ranks_per_stage
     if sizes.size == 0:
-        return PlanCost(steps, starts, sizes, np.zeros(0), np.zeros(plan.n_steps), np.zeros(n_ranks), 0.0, 1.0, 0.0, True)
+        return PlanCost(steps, starts, sizes, np.zeros(0), np.zeros(n_steps), np.zeros(n_ranks), 0.0, 1.0, 0.0, True)
     bc = cost.batch_cost(lens, pids, sizes, lay.spans_network(starts, sizes))
     gt = bc.total_s
     nonempty = bc.local_tokens > 0
-    step_t = np.zeros(plan.n_steps)
+    step_t = np.zeros(n_steps)
     np.maximum.at(step_t, steps, gt)
-    makespan = schedule_makespan_s(steps, starts, sizes, bc.fwd_s, bc.bwd_s, plan.n_steps, lay)
+    makespan = schedule_makespan_s(steps, starts, sizes, bc.fwd_s, bc.bwd_s, n_steps, lay)
     # rank work: add each group's time to its ranks (difference array over rank ranges)
     diff = np.zeros(n_ranks + 1)
     np.add.at(diff, starts, gt)

@@ -36,7 +36,7 @@ import numpy as np
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
 from dcpsim.policies.base import Policy, candidate_microbatch_counts
-from dcpsim.policies.costs import SeqCosts, evaluate_plan
+from dcpsim.policies.costs import SeqCosts, evaluate_packs
 from dcpsim.policies.fit import raise_too_long
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
@@ -145,28 +145,59 @@ class BalancedPackingPolicy(Policy):
         for m in candidate_microbatch_counts(m0, m_max, self.extra_microbatches, layout.pp):
             if best is not None and m > m0 + self.extra_microbatches and worse >= 3:
                 break
-            bins = self._lpt(order, t, tok, m * dp, cap)
-            if bins is None:  # fragmentation: try more bins
+            assign = self._lpt_assign(order, t, tok, m * dp, cap)
+            if assign is None:  # fragmentation: try more bins
                 continue
-            plan = Plan(self.name, layout, lengths, self._deal(bins, t, ids, m, layout), False, dict(dropped))
-            ms = evaluate_plan(plan, cost).makespan_s
+            ms = self._makespan_s(order, assign, t, ids, lengths, m, layout, cost)
             tried.append({"microbatches": m, "makespan_s": ms})
             if best is None or ms < best[0]:
-                best, worse = (ms, plan), 0
+                best, worse = (ms, m, assign), 0
             else:
                 worse += 1
         if best is None:  # one sequence per bin always fits
             m = m_max
-            bins = self._lpt(order, t, tok, m * dp, cap)
-            plan = Plan(self.name, layout, lengths, self._deal(bins, t, ids, m, layout), False, dict(dropped))
-            best = (evaluate_plan(plan, cost).makespan_s, plan)
-        plan = best[1]
+            assign = self._lpt_assign(order, t, tok, m * dp, cap)
+            best = (0.0, m, assign)
+        _, m, assign = best
+        bins = _bins_of(order, assign, m * dp)
+        plan = Plan(self.name, layout, lengths, self._deal(bins, t, ids, m, layout), False, dict(dropped))
         plan.meta = {"microbatches": plan.n_steps, "tried": tried}
         return plan
 
     @staticmethod
+    def _makespan_s(order: np.ndarray, assign: np.ndarray, t: np.ndarray, ids: np.ndarray, lengths: np.ndarray,
+                    m: int, layout: Layout, cost) -> float:
+        """Modelled iteration time (s) of the plan that :meth:`_deal` makes of these bins, from arrays: the
+        same packs in the same order as :func:`evaluate_plan` of that plan (groups by step, then replica;
+        each group's sequences in placement order), without building its groups."""
+        dp = layout.dp
+        n_bins = m * dp
+        by_bin = _stable_order(assign, n_bins)
+        flat = np.asarray(order, dtype=np.intp)[by_bin]  # by bin, each in placement order
+        counts = np.bincount(assign, minlength=n_bins)
+        ends = np.cumsum(counts).tolist()
+        tf = t[flat]
+        cost_b = np.array([tf[a:b].sum() if b > a else 0.0 for a, b in zip([0] + ends[:-1], ends, strict=True)])
+        rep, slot = _deal_slots(cost_b, dp, m)
+        g_of_bin = slot * dp + rep  # group index: step-major, replica within the step
+        pack = g_of_bin[assign[by_bin]]
+        doc = _stable_order(pack, n_bins)
+        pids = pack[doc]
+        lens = np.asarray(lengths, dtype=np.int64)[ids[flat[doc]]]
+        g = np.arange(n_bins, dtype=np.int64)
+        return evaluate_packs(layout, m, lens, pids, np.full(n_bins, layout.cp, dtype=np.int64),
+                              (g % dp) * layout.cp, g // dp, cost).makespan_s
+
+    @staticmethod
     def _lpt(order: np.ndarray, t: np.ndarray, tok: np.ndarray, n_bins: int, cap: int) -> list[list[int]] | None:
-        """Longest-processing-time first into ``n_bins`` bins with a token cap; None if a sequence fits nowhere.
+        """:meth:`_lpt_assign` as bins (each a list of sequence indices in placement order); None if a
+        sequence fits nowhere."""
+        assign = BalancedPackingPolicy._lpt_assign(order, t, tok, n_bins, cap)
+        return None if assign is None else _bins_of(order, assign, n_bins)
+
+    @staticmethod
+    def _lpt_assign(order: np.ndarray, t: np.ndarray, tok: np.ndarray, n_bins: int, cap: int) -> np.ndarray | None:
+        """The bin of each sequence of ``order`` (by position), longest-processing-time first into ``n_bins`` bins with a token cap; None if a sequence fits nowhere.
 
         Each sequence goes to the least-loaded bin with room for it (ties: the lowest bin). In bulk while
         that is provably the same decision: the next ``k`` sequences go to the ``k`` least-loaded bins in
@@ -201,9 +232,7 @@ class BalancedPackingPolicy(Policy):
                 if not _lpt_heap(ts, ks, pos, load.tolist(), room.tolist(), assign):
                     return None
                 break
-        flat = seq[np.argsort(assign, kind="stable")].tolist()  # by bin, each in placement order
-        ends = np.cumsum(np.bincount(assign, minlength=n_bins)).tolist()
-        return [flat[a:b] for a, b in zip([0] + ends[:-1], ends, strict=True)]
+        return assign
 
     @staticmethod
     def _deal(bins: list[list[int]], t: np.ndarray, ids: np.ndarray, m: int, layout: Layout) -> list[Step]:
@@ -226,6 +255,38 @@ class BalancedPackingPolicy(Policy):
             per[j].append(bins[b] if same else [ids_l[x] for x in bins[b]])
         cp = layout.cp
         return [Step([Group(j * cp, cp, per[j][k]) for j in range(dp)]) for k in range(m)]
+
+
+def _bins_of(order: np.ndarray, assign: np.ndarray, n_bins: int) -> list[list[int]]:
+    """Bins as lists of the entries of ``order``, each in placement order (``assign``: the bin of each position)."""
+    flat = np.asarray(order, dtype=np.intp)[_stable_order(assign, n_bins)].tolist()
+    ends = np.cumsum(np.bincount(assign, minlength=n_bins)).tolist()
+    return [flat[a:b] for a, b in zip([0] + ends[:-1], ends, strict=True)]
+
+
+def _stable_order(keys: np.ndarray, n: int) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of keys in ``[0, n)``; as 16-bit keys where they fit (numpy then
+    sorts by radix; a stable order is unique, so the result is the same)."""
+    return np.argsort(keys.astype(np.uint16) if n <= 1 << 16 else keys, kind="stable")
+
+
+def _deal_slots(cost_b: np.ndarray, dp: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`BalancedPackingPolicy._deal`'s dealing as arrays: the replica of each bin and its place among
+    that replica's bins (its step)."""
+    order = np.lexsort((np.arange(cost_b.size), -cost_b))
+    heap = [(0.0, j) for j in range(dp)]
+    count = [0] * dp
+    rep = np.empty(cost_b.size, dtype=np.int64)
+    slot = np.empty(cost_b.size, dtype=np.int64)
+    for b, c in zip(order.tolist(), cost_b[order].tolist(), strict=True):
+        total, j = heap[0]
+        rep[b], slot[b] = j, count[j]
+        count[j] += 1
+        if count[j] < m:
+            heapq.heapreplace(heap, (total + c, j))
+        else:
+            heapq.heappop(heap)
+    return rep, slot
 
 
 _LPT_BULK_MIN = 64  # BalancedPackingPolicy._lpt: bulk runs shorter than this hand over to the heap
