@@ -35,7 +35,14 @@ def padded_lengths(lengths, c, factor: int = 1) -> np.ndarray:
     """Padded length (tokens, int64) of each sequence on a ``c``-rank group; broadcasts ``lengths`` against ``c``."""
     L = np.asarray(lengths, dtype=np.int64)
     m = pad_multiple(np.asarray(c, dtype=np.int64), factor)
+    if _powers_of_two(m):  # the same numbers by bit masks (integer division is numpy's slowest integer op)
+        return (L + (m - 1)) & -m
     return -(-L // m) * m
+
+
+def _powers_of_two(x: np.ndarray) -> bool:
+    """Whether every entry of the int64 array ``x`` is a positive power of two."""
+    return bool(((x > 0) & ((x & (x - 1)) == 0)).all())
 
 
 def per_rank_tokens(lengths, c, factor: int = 1) -> np.ndarray:
@@ -45,7 +52,10 @@ def per_rank_tokens(lengths, c, factor: int = 1) -> np.ndarray:
     Broadcasts ``lengths`` against ``c``.
     """
     c = np.maximum(np.asarray(c, dtype=np.int64), 1)
-    return padded_lengths(lengths, c, factor) // c
+    padded = padded_lengths(lengths, c, factor)
+    if _powers_of_two(c):  # exact: log2 of a power of two below 2**63 is exact in float64
+        return padded >> np.log2(c.astype(np.float64)).astype(np.int64)
+    return padded // c
 
 
 def per_rank_tokens_int(length: int, c: int, factor: int = 1) -> int:

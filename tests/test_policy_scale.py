@@ -543,3 +543,20 @@ def test_solver_search_per_distinct_length_equals_per_sequence():
             assert np.array_equal(ref, choice)
             if np.isfinite(height):
                 assert height == max(tau, float(tfeas[choice, np.arange(n)].max()))
+
+
+def test_size_tree_keeps_the_minima_of_its_children():
+    """``dynamic``'s _SizeTree.set (walking up from the leaf with its sibling's minima) leaves every inner node
+    holding the minimum tokens and load of its two children, over random growing updates."""
+    rng = np.random.default_rng(5)
+    for cap in (1, 3, 8, 37):
+        tree = dyn._SizeTree(cap)
+        tok, load = [0] * cap, [0.0] * cap
+        for _ in range(300):
+            s = int(rng.integers(cap))
+            tok[s] += int(rng.integers(0, 3))
+            load[s] += float(rng.choice([0.0, rng.random()]))
+            tree.set(s, tok[s], load[s])
+            for n in range(1, tree.cap):
+                assert tree.tok[n] == min(tree.tok[2 * n], tree.tok[2 * n + 1])
+                assert tree.load[n] == min(tree.load[2 * n], tree.load[2 * n + 1])

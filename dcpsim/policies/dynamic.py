@@ -244,16 +244,17 @@ class _SizeTree:
         """Leaf ``slot`` takes (tok, load); refresh the minima above it."""
         tk, ld = self.tok, self.load
         n = slot + self.cap
-        tk[n], ld[n] = tok, load
-        n >>= 1
-        while n:
-            a, b = 2 * n, 2 * n + 1
-            t = tk[a] if tk[a] < tk[b] else tk[b]
-            v = ld[a] if ld[a] < ld[b] else ld[b]
+        tk[n], ld[n] = t, v = tok, load
+        while n > 1:  # (t, v): the minima of node n, just written; its parent's are those and its sibling's
+            s = n ^ 1
+            if tk[s] < t:
+                t = tk[s]
+            if ld[s] < v:
+                v = ld[s]
+            n >>= 1
             if t == tk[n] and v == ld[n]:
                 break
             tk[n], ld[n] = t, v
-            n >>= 1
 
     def first_fit(self, t: int, w: float, room: int, limit: float) -> int:
         """Lowest slot with ``tok + t <= room`` and ``load + w <= limit``; -1 if none."""
@@ -299,6 +300,7 @@ class _Microbatch:
         self.g_slot: list[int] = []  # group -> slot in its size's tree
         self.BIG = float(4 * R + 4)  # option-order key: size index * BIG + position
         self.kept_max = False  # whether the last choose() kept the maximum load
+        self.rows: tuple = (-1, [], [])  # (sequence, tokens row, work row) of the last _without_raise
         k = int(ctx.need[first])
         self.cur_max = float(ctx.work[first, k])
         self.cap = (1.0 + ctx.delta) * float(ctx.L[first]) * ctx.M
@@ -335,6 +337,7 @@ class _Microbatch:
         """
         ctx = self.ctx
         tok_row, work_row = ctx.tok[i].tolist(), ctx.work[i].tolist()
+        self.rows = (i, tok_row, work_row)  # for apply()
         M, cur = ctx.M, self.cur_max
         for kk in range(int(ctx.need[i]), ctx.ns):
             tree = self.trees[kk]
@@ -407,11 +410,20 @@ class _Microbatch:
         if choice[0] == "join":
             g = choice[1]
             kk = int(self.g_sidx[g])
-            self.g_load[g] += ctx.work[i, kk]
-            self.g_tok[g] += ctx.tok[i, kk]
+            ri, tok_row, work_row = self.rows
+            if ri == i:  # the rows as Python numbers: the same float64 sums as numpy's
+                load = float(self.g_load[g]) + work_row[kk]
+                tok = int(self.g_tok[g]) + tok_row[kk]
+                self.g_load[g], self.g_tok[g] = load, tok
+            else:
+                self.g_load[g] += ctx.work[i, kk]
+                self.g_tok[g] += ctx.tok[i, kk]
+                load, tok = float(self.g_load[g]), int(self.g_tok[g])
             self.members[g].append(i)
-            load = float(self.g_load[g])
-            slot = self.g_slot[g]
+            self.trees[kk].set(self.g_slot[g], tok, load)
+            if load > self.cur_max:
+                self.cur_max = load
+            return
         else:
             kk = choice[1]
             c = ctx.size_list[kk]
