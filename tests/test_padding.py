@@ -40,3 +40,21 @@ def test_broadcasts():
     out = per_rank_tokens(np.array([10, 100])[None, :], np.array([1, 2, 4])[:, None])
     assert out.shape == (3, 2)
     assert out.tolist() == [[10, 100], [6, 50], [4, 26]]
+
+
+def test_bit_mask_paths_equal_the_division_form():
+    """Powers-of-two multiples and CP sizes take bit masks and shifts; the integers equal the division form
+    (random lengths, CP sizes with and without non-powers of two, factors 1-3)."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        L = rng.integers(0, 10 ** int(rng.integers(1, 12)), n)
+        c = rng.choice([1, 2, 4, 8, 64, 1024, 2**20] if rng.random() < 0.5 else [1, 2, 3, 6, 8], n)
+        f = int(rng.integers(1, 4))
+        m = np.where(c > 1, 2 * c * f, 1)
+        ref = -(-L // m) * m
+        assert (padded_lengths(L, c, f) == ref).all()
+        assert (per_rank_tokens(L, c, f) == ref // c).all()
+        grid = 2 ** np.arange(8)
+        assert (per_rank_tokens(L[:, None], grid[None, :], f) == (-(-L[:, None] // np.where(grid > 1, 2 * grid * f, 1))
+                                                                   * np.where(grid > 1, 2 * grid * f, 1)) // grid).all()
