@@ -560,3 +560,21 @@ def test_size_tree_keeps_the_minima_of_its_children():
             for n in range(1, tree.cap):
                 assert tree.tok[n] == min(tree.tok[2 * n], tree.tok[2 * n + 1])
                 assert tree.load[n] == min(tree.load[2 * n], tree.load[2 * n + 1])
+
+
+def test_seq_costs_sums_on_distinct_lengths_equal_the_per_sequence_sums():
+    """SeqCosts sums its parts on the distinct lengths and spreads the sums: bit-for-bit the per-sequence sum
+    (attention + communication + linear) of before; ``take`` gives the parts of a subset."""
+    from dcpsim.policies import SeqCosts
+
+    rng = np.random.default_rng(2)
+    for n in (0, 1, 50, 400):
+        L = rng.choice(rng.integers(1, 30000, max(1, n // 3)), n)
+        layout = Layout(dp=8, cp=2, max_tokens_per_rank=8192, pp=2)
+        sc = SeqCosts(L, layout, cost_model(1, 2, 16), [1, 2, 4, 8, 16])
+        ref = sc.attn_s[:, None, :] + sc.comm_s + (sc.lin_s_per_token * sc.tokens)[:, None, :]
+        assert sc.time_s.shape == ref.shape and (sc.time_s == ref).all()
+        idx = np.sort(rng.choice(n, n // 2, replace=False)) if n else np.zeros(0, dtype=np.int64)
+        fresh = SeqCosts(L, layout, cost_model(1, 2, 16), [1, 2, 4, 8, 16])
+        a, c = fresh.take(idx)
+        assert (a == sc.attn_s[:, idx]).all() and (c == sc.comm_s[:, :, idx]).all()

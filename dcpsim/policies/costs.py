@@ -213,11 +213,12 @@ class SeqCosts:
         ref = cost.batch_cost(np.array([max(1, round(self.s_ref))]), np.zeros(1, dtype=np.int64), np.array([1]))
         _, _, lin = split_parts(ref, cost.recompute)
         self.lin_s_per_token = float(lin[0] / max(1, round(self.s_ref)))
-        self.attn_s = np.zeros((ns, n))
-        self.comm_s = np.zeros((ns, 2, n))
+        self._attn_s: np.ndarray | None = None
+        self._comm_s: np.ndarray | None = None
         if n:
             # each sequence alone in its own pack, for every size, without and with network; a pack of one
-            # sequence costs the same whatever the others, so the table is built on the distinct lengths
+            # sequence costs the same whatever the others, so the table is built on the distinct lengths,
+            # summed there (the same float64 operations per entry) and spread to the sequences once
             u, inv = np.unique(L, return_inverse=True)
             nu = u.size
             rep_len = np.tile(u, 2 * ns)
@@ -225,10 +226,46 @@ class SeqCosts:
             pack_span = np.repeat(np.array([False, True]), ns * nu)
             bc = cost.batch_cost(rep_len, np.arange(rep_len.size), pack_cp, pack_span)
             attn, comm, _ = split_parts(bc, cost.recompute)
-            self.attn_s = attn[: ns * nu].reshape(ns, nu)[:, inv]
-            self.comm_s = np.stack([comm[: ns * nu].reshape(ns, nu), comm[ns * nu :].reshape(ns, nu)], axis=1)[:, :, inv]
-        lin = self.lin_s_per_token * self.tokens
-        self.time_s = self.attn_s[:, None, :] + self.comm_s + lin[:, None, :]
+            attn_u = attn[: ns * nu].reshape(ns, nu)
+            comm_u = np.stack([comm[: ns * nu].reshape(ns, nu), comm[ns * nu :].reshape(ns, nu)], axis=1)
+            lin_u = self.lin_s_per_token * per_rank_tokens(u[None, :], self.sizes[:, None])
+            self.time_s = (attn_u[:, None, :] + comm_u + lin_u[:, None, :])[:, :, inv]
+            self._parts: tuple | None = (attn_u, comm_u, inv)  # attn_s and comm_s, gathered on first read
+        else:
+            self._attn_s, self._comm_s, self._parts = np.zeros((ns, n)), np.zeros((ns, 2, n)), None
+            self.time_s = np.zeros((ns, 2, n))
+
+    @property
+    def attn_s(self) -> np.ndarray:
+        """Attention seconds per rank, ``[size, sequence]``."""
+        if self._attn_s is None:
+            attn_u, _, inv = self._parts
+            self._attn_s = attn_u[:, inv]
+        return self._attn_s
+
+    @attn_s.setter
+    def attn_s(self, value: np.ndarray) -> None:
+        self._attn_s = value
+
+    @property
+    def comm_s(self) -> np.ndarray:
+        """Exposed communication seconds per rank, ``[size, network, sequence]``."""
+        if self._comm_s is None:
+            _, comm_u, inv = self._parts
+            self._comm_s = comm_u[:, :, inv]
+        return self._comm_s
+
+    @comm_s.setter
+    def comm_s(self, value: np.ndarray) -> None:
+        self._comm_s = value
+
+    def take(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(attn_s, comm_s) of the sequences ``idx`` alone (without gathering the whole batch's first)."""
+        if self._attn_s is None and self._comm_s is None and self._parts is not None:
+            attn_u, comm_u, inv = self._parts
+            sub = inv[idx]
+            return attn_u[:, sub], comm_u[:, :, sub]
+        return self.attn_s[:, idx], self.comm_s[:, :, idx]
 
     def spans(self, start, size) -> np.ndarray:
         return self.layout.spans_network(start, size)

@@ -324,7 +324,7 @@ class _Screen:
         sub = copy(sc)
         sub.lengths, sub.layout = lengths[self.idx], self.layout
         sub.tokens, sub.time_s = sc.tokens[:, self.idx], sc.time_s[:, :, self.idx]
-        sub.attn_s, sub.comm_s = sc.attn_s[:, self.idx], sc.comm_s[:, :, self.idx]
+        sub.attn_s, sub.comm_s = sc.take(self.idx)
         self.sc, self.need = sub, need[self.idx]
         self.table = copy(table)  # rows per distinct length are the full batch's; only the index changes
         self.table.uid = [table.uid[i] for i in self.idx.tolist()]
