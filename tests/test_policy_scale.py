@@ -578,3 +578,24 @@ def test_seq_costs_sums_on_distinct_lengths_equal_the_per_sequence_sums():
         fresh = SeqCosts(L, layout, cost_model(1, 2, 16), [1, 2, 4, 8, 16])
         a, c = fresh.take(idx)
         assert (a == sc.attn_s[:, idx]).all() and (c == sc.comm_s[:, :, idx]).all()
+
+
+def test_attention_on_distinct_documents_equals_the_per_document_terms(monkeypatch):
+    """Above _DISTINCT_MIN documents batch_cost times each distinct (padded length, CP size) once and
+    spreads it: bit-for-bit the per-document costs (random packs, CP sizes, network spans, recompute)."""
+    from dcpsim.cost import compute
+
+    rng = np.random.default_rng(0)
+    for recompute in ("full", "selective", "none"):
+        cost = cost_model(1, 2, 64, recompute=recompute)
+        n = int(rng.integers(4097, 9000))
+        L = rng.choice(rng.integers(1, 60000, int(rng.integers(5, 3000))), n)
+        npk = int(rng.integers(1, 500))
+        pids, cp = np.sort(rng.integers(0, npk, n)), rng.choice([1, 2, 4, 8, 16, 32], npk)
+        spans = rng.random(npk) < 0.3
+        fast = cost.batch_cost(L, pids, cp, spans)
+        with monkeypatch.context() as m:
+            m.setattr(compute, "_DISTINCT_MIN", 10**12)
+            ref = cost.batch_cost(L, pids, cp, spans)
+        for f in ("attn_fwd_s", "attn_bwd_s", "cp_fwd_exposed_s", "total_s", "fwd_s", "bwd_s"):
+            assert (getattr(fast, f) == getattr(ref, f)).all(), f

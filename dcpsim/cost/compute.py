@@ -80,8 +80,27 @@ def attention_terms(st: CostSettings, padded: np.ndarray, cp: np.ndarray,
         t_fwd_doc, t_bwd_doc = unfused_attention(st, padded)
         return (np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk),
                 np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk))
+    c_int = cp[pack_ids]
+    inv = None
+    if padded.size > _DISTINCT_MIN and cp.size:  # many documents: time each distinct (length, CP size) once
+        top = int(cp.max()) + 1
+        if float(padded.max(initial=0.0)) * top < 2.0**62:
+            key_u, inv = np.unique(padded.astype(np.int64) * top + c_int, return_inverse=True)
+            padded, c_int = (key_u // top).astype(np.float64), key_u % top
+    t_fwd_doc, t_bwd_doc = _flash_attention_doc(st, padded, c_int.astype(np.float64))
+    if inv is not None:
+        t_fwd_doc, t_bwd_doc = t_fwd_doc[inv], t_bwd_doc[inv]
+    return (np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk),
+            np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk))
+
+
+_DISTINCT_MIN = 4096  # attention_terms: above this many documents, each distinct (length, CP size) is timed once
+
+
+def _flash_attention_doc(st: CostSettings, padded: np.ndarray, c_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flash attention forward and backward seconds of each document (one layer) of padded length ``padded``
+    on ``c_doc`` CP ranks (both float arrays)."""
     m, tp, prof = st.model, st.tp, st.profile
-    c_doc = cp[pack_ids].astype(np.float64)
     f_fwd = attention_flops(padded, m.q_dim / tp) / c_doc  # causal forward FLOPs on this rank, one layer
     hd = m.head_dim
     if st.cp_comm == "a2a":
@@ -94,8 +113,7 @@ def attention_terms(st: CostSettings, padded: np.ndarray, cp: np.ndarray,
     f_bwd = ATTN_BWD_FLOPS_FACTOR * f_fwd
     t_bwd_doc = f_bwd * (diag / e(seq, direction="bwd", causal=True, head_dim=hd)
                          + (1 - diag) / e(seq, direction="bwd", causal=False, head_dim=hd))
-    return (np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk),
-            np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk))
+    return t_fwd_doc, t_bwd_doc
 
 
 def unfused_attention(st: CostSettings, padded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
