@@ -116,7 +116,14 @@ def _pool_evaluator(pool):
 def _cross_fit(gpu: str, calib: dict[str, Any], workdir: Path, pool=None) -> dict[int, tuple[float, str]]:
     """Out-of-fold log errors of ``gpu``'s fit rows: each row simulated at a refit that left it out."""
     from dcpsim.hardware import get_profile
-    from dcpsim.published.calibrate import _jacobian, _rows_for, check_knobs, gauss_newton, profile_folder
+    from dcpsim.published.calibrate import (
+        _jacobian,
+        _rows_for,
+        check_knobs,
+        gauss_newton,
+        peak_capped,
+        profile_folder,
+    )
     from dcpsim.published.suite import load_suite
 
     Evaluator = _pool_evaluator(pool)
@@ -130,7 +137,7 @@ def _cross_fit(gpu: str, calib: dict[str, Any], workdir: Path, pool=None) -> dic
     hosted = get_profile(gpu).host.enabled
     held = {n: float(v) for n, v in calib.get("fitted", {}).items()
             if n not in names and not (hosted and n == "per_kernel_overhead_s")}
-    knobs = check_knobs(gpu, names)
+    knobs = peak_capped(check_knobs(gpu, names), get_profile(gpu))  # the calibration's own bounds
     fit, _, _ = _rows_for(suite, gpu)
     base = profile_folder(gpu)
     if held:  # knobs today's calibration no longer fits stay at the shipped profile's values
