@@ -325,7 +325,8 @@ class BandTable:
         ``exclude``: a row left out (leave-one-out coverage), ``(suite, row id)`` or a published row's id.
 
         The runs it rests on come from one suite, published runs or the Megatron-LM CI suite's short steps
-        (:mod:`dcpsim.published.bands_ci`): the suite of the run nearest the query in model size.
+        (:mod:`dcpsim.published.bands_ci`): the one with more runs within :data:`MAX_SIZE_RATIO` of the query's
+        size (published runs on a tie).
 
         ``query.gated_mlp`` and ``query.recompute`` (the MLP type and recompute mode, when known) do not change
         the interval; where no run it rests on shares them, :attr:`Band.caveat` says so (a regime the runs did
@@ -347,14 +348,14 @@ class BandTable:
         if ratio > MAX_SIZE_RATIO:
             return Band(level=level, n=0, reason=f"no validated {what} run within {MAX_SIZE_RATIO:g}x of "
                                                  f"{params / 1e9:.3g}B parameters (nearest {ratio:.0f}x away)")
-        # one suite: the one whose run is nearest in size (a tiny model's host-bound CI step and a large model's
-        # GPU-bound published run do not share their errors)
-        nearest = min(pool, key=lambda r: (abs(math.log10(r["params"] / params)), suite_of(r), r["row"]))
-        pool = [r for r in pool if suite_of(r) == suite_of(nearest)]
+        # one suite: the one with the most runs within MAX_SIZE_RATIO of the query, published runs on a tie (a
+        # tiny model's host-bound CI step and a large model's GPU-bound published run do not share their errors)
+        near_size = [suite_of(r) for r in pool if max(r["params"] / params, params / r["params"]) <= MAX_SIZE_RATIO]
+        chosen = max(sorted(set(near_size)), key=lambda su: (near_size.count(su), su == "published"))
+        pool = [r for r in pool if suite_of(r) == chosen]
         if len(pool) < MIN_RUNS:
             return Band(level=level, n=len(pool), reason=f"only {len(pool)} validated {what} runs in the suite "
-                                                         f"nearest this model ({suite_of(nearest)}; a band needs "
-                                                         f"{MIN_RUNS})")
+                                                         f"nearest this model ({chosen}; a band needs {MIN_RUNS})")
         dist = [abs(math.log10(r["params"] / params)) + 0.25 * ((r["pp"] > 1) != (pp > 1))
                 + 0.25 * ((r["cp"] > 1) != (cp > 1)) for r in pool]
         order = sorted(range(len(pool)), key=lambda i: (dist[i], suite_of(pool[i]), pool[i]["row"]))
