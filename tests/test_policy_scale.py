@@ -370,7 +370,10 @@ def _screen_case(dp: int, cp: int, seed: int):
 
 
 _SLOW = pytest.mark.slow  # the larger cases run in CI's slow suite; one stays in the default suite
-@pytest.mark.parametrize("dp, cp, seed", [pytest.param(64, 2, 0, marks=_SLOW), pytest.param(64, 2, 2, marks=_SLOW),
+# (64, 2) screened nothing once the H100 profile's GEMM rows became the measured sustained ones (9ec0a65): its
+# candidates' CP sizes no longer fit the subsample's 16 x 2 ranks, so they are placed in full unscreened (as the
+# docstring says); (64, 4) screens every candidate
+@pytest.mark.parametrize("dp, cp, seed", [pytest.param(64, 4, 0, marks=_SLOW), pytest.param(64, 4, 2, marks=_SLOW),
                                           pytest.param(32, 8, 0, marks=_SLOW), (32, 4, 1)])
 def test_solver_screen_picks_a_candidate_close_to_the_exhaustive_best(dp, cp, seed):
     """Above ``screen_above`` the candidates are ranked on a subsample (here a small one: 400-600 sequences
@@ -391,7 +394,7 @@ def test_solver_screen_picks_a_candidate_close_to_the_exhaustive_best(dp, cp, se
     assert best["makespan_s"] == m["modelled_makespan_s"] and best["m"] == m["target_microbatches"]
     screened = [c for c in m["candidates"] if "screened_makespan_s" in c]
     if (dp, cp) != (32, 4):
-        assert screened and len(full) < len(m["candidates"])
+        assert screened and len(full) < len(m["candidates"])  # the screen did work here
         top = min(c["screened_makespan_s"] for c in screened)
         assert all("makespan_s" in c for c in screened if c["screened_makespan_s"] <= top * (1 + 1e-9))
     assert comparable(pol.plan(lengths, layout, cost)) == comparable(plan)  # one seed, one result
