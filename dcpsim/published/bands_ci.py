@@ -51,7 +51,10 @@ def ci_rows(profiles: dict[str, str], calibs: dict[str, dict[str, Any]], workdir
             import sys
 
             print(f"cross-fitting {base}'s host knobs on the Megatron-LM CI suite ...", file=sys.stderr, flush=True)
-        rows = [r for r in suite.rows if r.raw["gpu"] == CI_GPU[base] and row_run(r)[0] is not None]
+        # each row's flags read once: its model and layout (the profile only names the GPU)
+        runs = {r.id: run for r in suite.rows if r.raw["gpu"] == CI_GPU[base] for run in [row_run(r)[0]]
+                if run is not None}
+        rows = [r for r in suite.rows if r.id in runs]
         oof = _cross_fit_host(base, calibs[base], rows, workdir / f"ci-{base}")
         shipped = _at_profile(rows, {base: cal})
         for r in rows:
@@ -62,7 +65,7 @@ def ci_rows(profiles: dict[str, str], calibs: dict[str, dict[str, Any]], workdir
                 e_oos, how = e_val, "held-out CI row at the shipped calibrated profile"
             else:
                 e_oos, how = oof.get(r.id, (math.nan, "not cross-fitted"))
-            out.append(_row_dict(r, res, base, cal, e_val, e_oos, how))
+            out.append(_row_dict(r, res, base, runs[r.id], e_val, e_oos, how))
     return out
 
 
@@ -98,25 +101,19 @@ def _cross_fit_host(base: str, calib: dict[str, Any], rows: list, workdir: Path)
     return out
 
 
-def _row_dict(r, res, base: str, cal: str, e_val: float, e_oos: float, how: str) -> dict[str, Any]:
+def _row_dict(r, res, base: str, run, e_val: float, e_oos: float, how: str) -> dict[str, Any]:
     from dcpsim.model import get_model
-    from dcpsim.published.megatron_ci import row_run
 
-    run, _ = row_run(r, {base: cal})
-    d: dict[str, Any] = {
+    p = run.config.parallel
+    model = get_model(run.config.model.name)
+    return {
         "suite": SUITE, "row": r.id, "model": r.raw["case"], "family": r.family, "split": r.split, "gpu": base,
-        "precision": "bf16", "precision_class": "16-bit", "source": f"{r.raw['golden_path']}@{r.raw['golden_commit']}",
-        "status": res.status, "gpus": int(r.raw["gpus"]), "measured_step_s": r.measured,
-        "simulated_step_s": res.simulated, "log_error_calibrated": e_val, "log_error_out_of_sample": e_oos,
-        "out_of_sample_from": how, "mfu_measured": math.nan, "recompute": "",
+        "precision": str(p.precision), "precision_class": precision_class(base, str(p.precision)),
+        "source": f"{r.raw['golden_path']}@{r.raw['golden_commit']}", "status": res.status,
+        "gpus": int(r.raw["gpus"]), "measured_step_s": r.measured, "simulated_step_s": res.simulated,
+        "log_error_calibrated": e_val, "log_error_out_of_sample": e_oos, "out_of_sample_from": how,
+        "mfu_measured": math.nan, "params": float(model.n_params), "tp": int(p.tp), "pp": int(p.pp),
+        "cp": int(p.cp), "vp": int(getattr(p, "vp", 1) or 1), "recompute": str(p.recompute),
+        "gated_mlp": bool(model.gated_mlp),
+        "recompute_mode": "full" if str(p.recompute) == "full" else "none/selective",
     }
-    if run is not None:
-        cfg = run.config
-        model = get_model(cfg.model.name)
-        p = cfg.parallel
-        d.update({"precision": str(p.precision), "precision_class": precision_class(base, str(p.precision)),
-                  "params": float(model.n_params), "tp": int(p.tp), "pp": int(p.pp), "cp": int(p.cp),
-                  "vp": int(getattr(p, "vp", 1) or 1), "recompute": str(p.recompute),
-                  "gated_mlp": bool(model.gated_mlp),
-                  "recompute_mode": "full" if str(p.recompute) == "full" else "none/selective"})
-    return d
