@@ -90,6 +90,29 @@ from dcpsim.hardware.host import HostCosts
 KERNELS_GRAD_NORM = 3
 KERNELS_OPTIMIZER = 4
 
+# Per forward_step / backward_step call: once per model chunk per microbatch (the interleaved schedule calls
+# them for each of a rank's vp chunks, the other schedules once per microbatch). Counted in NVIDIA/Megatron-LM
+# at d98e8a64 (2026-08-22), priced per call at ``module_call_s`` and per launch at ``kernel_launch_s``:
+# * forward (core/pipeline_parallel/schedules.py ``forward_step`` and ``forward_step_calc_loss``; pretrain_gpt.py
+#   ``forward_step``): set_current_microbatch, set_input_tensor, the chunk's module chain
+#   DistributedDataParallel.forward (core/distributed/data_parallel_base.py) -> Float16Module.forward
+#   (core/transformer/module.py) -> GPTModel.forward -> TransformerBlock.forward with its two
+#   make_viewless_tensor calls (core/transformer/transformer_block.py), ``num_tokens = torch.tensor(0)``,
+#   and ``total_num_tokens += num_tokens`` (``forward_step_helper_postprocess`` / the 1F1B loop: one kernel);
+# * backward (schedules.py ``backward_step``): ``retain_grad`` on the input and ``custom_backward``'s call into the
+#   autograd engine (the engine's own work is in the layers' measured backward pass).
+FORWARD_STEP_CALLS = 10
+FORWARD_STEP_KERNELS = 1
+BACKWARD_STEP_CALLS = 2
+# Per pipeline exchange of an op beyond its NCCL calls (core/pipeline_parallel/p2p_communication.py ``_communicate``
+# and schedules.py at d98e8a64): the received tensor's ``torch.empty`` (``create_tensor_recv_prev/next``), one
+# ``Work.wait()`` per request (send and receive: a stream-wait enqueue each, priced as a launch), and after a
+# forward ``deallocate_output_tensor``'s ``torch.empty((1,))`` (``deallocate_pipeline_outputs`` is set by
+# training/argument_utils.py).
+P2P_CALLS_FWD = 2
+P2P_CALLS_BWD = 1
+P2P_WAITS = 2
+
 
 @dataclass(frozen=True)
 class Op:
@@ -403,8 +426,11 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
 
     Per virtual stage ``s`` (chunk ``c`` of rank ``p``, ``stage_layers[p]/vp`` layers): the layers'
     calls (:func:`layer_calls`; full recomputation repeats the forward's calls in the backward, selective
-    the attention call), the pipeline send/receive calls, half of the per-microbatch Python each way (spread
-    over the rank's vp chunks: it is paid once per microbatch), the embedding on virtual stage 0 and output layer + loss on the last. Syncs: a pipeline receive with
+    the attention call), the pipeline send/receive calls with their buffers and waits (``P2P_*``), the
+    ``forward_step``/``backward_step`` entry (``FORWARD_STEP_CALLS``, ``BACKWARD_STEP_CALLS``: once per chunk
+    op, so ``vp`` times per microbatch with the interleaved schedule), half of the per-microbatch Python each
+    way (spread over the rank's vp chunks: it is paid once per microbatch), the embedding on virtual stage 0
+    and output layer + loss on the last. Syncs: a pipeline receive with
     ``pp > 1`` and ``vp = 1`` (Megatron's batched p2p with ``batch_p2p_sync``) before every op with a
     pipeline input; the loss NaN/Inf check after the last stage's forward (``check_nan``); THD metadata
     before every forward (``thd`` and more than one document); the Dynamic-CP exchange before the first
@@ -419,14 +445,20 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
     sa = np.zeros((V, 2, G), dtype=bool)
     f_host, b_host, f_k, b_k = layer_pass_host(shape, host, flags)
     p2p = 2.0 * host.collective_call_s if pp > 1 else 0.0
+    p2p_f = p2p + ((P2P_CALLS_FWD * host.module_call_s + P2P_WAITS * host.kernel_launch_s) if pp > 1 else 0.0)
+    p2p_b = p2p + ((P2P_CALLS_BWD * host.module_call_s + P2P_WAITS * host.kernel_launch_s) if pp > 1 else 0.0)
+    # forward_step / backward_step entry per chunk op (FORWARD_STEP_CALLS above): vp times per microbatch
+    # when interleaved, unlike ``microbatch_s``
+    step_f = FORWARD_STEP_CALLS * host.module_call_s + FORWARD_STEP_KERNELS * host.kernel_launch_s
+    step_b = BACKWARD_STEP_CALLS * host.module_call_s
     # the per-microbatch Python (loss.backward() entry, embedding and output Python: measured per microbatch of
     # the whole model) is paid once per microbatch per rank, half each way, spread over the rank's vp chunks
     mb = 0.5 * host.microbatch_s / vp
     for s in range(V):
         p = s % pp
         n = layers[p] / vp
-        hs[s, 0] = n * f_host + p2p + mb
-        hs[s, 1] = n * b_host + p2p + mb
+        hs[s, 0] = n * f_host + p2p_f + step_f + mb
+        hs[s, 1] = n * b_host + p2p_b + step_b + mb
         ks[s, 0] = np.maximum(n * f_k, 1.0)
         ks[s, 1] = np.maximum(n * b_k, 1.0)
         if s == 0:

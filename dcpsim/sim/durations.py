@@ -30,7 +30,8 @@ with the number of NVLink domains the group spans):
 * both in buckets of ``grad_bucket_params`` parameters (0: Megatron-Core's
   default ``max(40M, 1M × DP)``, ``DistributedDataParallelConfig.bucket_size``);
   Megatron turns bucketing off on every pipeline stage but the first (one
-  bucket there). ``*_bucket_s`` is one bucket's time; the engine overlaps
+  bucket there), and with the interleaved schedule wraps each model chunk in
+  its own DDP (one bucket per chunk, chunk 0 of the first stage bucketed). ``*_bucket_s`` is one bucket's time; the engine overlaps
   the rest (``--overlap-grad-reduce``, ``--overlap-param-gather``);
 * optimizer step on the local shard, HBM-bound (``OPTIMIZER_BYTES_PER_PARAM``:
   fused Adam reads the fp32 gradient, master weight and both moments, 16 B,
@@ -271,7 +272,11 @@ class DurationModel:
             n, domains, factor = topo.stage_dp_group(p)
             doms[p] = domains
             bucket = self.settings.grad_bucket_params or max(DEFAULT_BUCKET_PARAMS, 1_000_000 * n)
-            nb[p] = max(1, math.ceil(params[p] / bucket)) if p == 0 else 1
+            # one DDP instance (grad buffer, >= 1 bucket) per model chunk; only chunk 0 of the first stage is
+            # bucketed (training/training.py get_model at d98e8a64: per_chunk_disable_bucketing, bucket_size
+            # None where pp_rank > 0)
+            vp = max(int(topo.vp), 1)
+            nb[p] = (max(1, math.ceil(params[p] / vp / bucket)) if p == 0 else 1) + (vp - 1)
             g, w = params[p] * self.settings.grad_reduce_bytes_per_param, param_gather_bytes(cost, p, params[p], self.settings.fp8_param_gather)
             key = (n, domains, factor, float(g), float(w), float(params[p]), float(nb[p]),
                    float(cost.stage_layers[p]), self.param_tensors(p))
