@@ -36,13 +36,13 @@ from dcpsim.run.config import RunConfig
 
 _SYNC_CACHE: dict[tuple, Any] = {}
 # the gradient sync does not depend on these parallel fields
-SYNC_INDEPENDENT = ("recompute", "max_tokens_per_rank", "cp_comm", "min_cp", "mbs", "vp")
+SYNC_INDEPENDENT = ("recompute", "max_tokens_per_rank", "cp_comm", "min_cp", "mbs")  # vp: one DDP bucket per model chunk
 _BATCH_CACHE: dict[tuple, np.ndarray] = {}
 _MB_CACHE: dict[tuple, dict[str, float]] = {}
 
 
 def _sync_cost(cfg: RunConfig, cost):
-    """The simulator's gradient-sync cost of ``cfg`` (cached: it ignores recompute, tokens, mbs and vp)."""
+    """The simulator's gradient-sync cost of ``cfg`` (cached: it ignores recompute, tokens and mbs)."""
     from dcpsim.run.single import build_simulator
 
     key = (section_key(cfg.model), section_key(cfg.hardware), section_key(cfg.parallel, SYNC_INDEPENDENT), cfg.dp,
