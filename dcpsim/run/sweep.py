@@ -55,6 +55,7 @@ from dcpsim.run.sweep_store import (  # noqa: F401 - re-exported
     DONE_STATUSES,
     PART_GLOB,
     RESULTS_DIR,
+    PartWriter,
     _clean_temporaries,
     _dir_lock,
     _is_part,
@@ -286,21 +287,24 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, options: SweepO
         runs = _write_spec(spec, out)
         result, pending = _plan_session(out, runs)
         session = _Session(out, result, uuid.uuid4().hex[:12])
-        invalid = [r for r in pending if r.config is None]
-        if invalid:
-            session.record(execute_batch(invalid))
-        queue = deque(r for r in pending if r.config is not None)
         own_executor = executor is None
-        if own_executor:
-            from dcpsim.run.executors import make_executor
-
-            executor = make_executor(jobs=o.jobs)
         try:
+            invalid = [r for r in pending if r.config is None]
+            if invalid:
+                session.record(execute_batch(invalid))
+            queue = deque(r for r in pending if r.config is not None)
+            if own_executor:
+                from dcpsim.run.executors import make_executor
+
+                executor = make_executor(jobs=o.jobs)
             _drive(session, executor, queue, runner, BatchSizer(executor.n_workers, target_s=o.target_task_s,
                                                                  fixed=o.batch_size), progress, spec.name)
         finally:
-            if own_executor:
-                executor.close()
+            try:
+                session.close()
+            finally:
+                if own_executor and executor is not None:
+                    executor.close()
         if result.interrupted:
             result.wall_s = time.perf_counter() - t_start
             raise SweepInterrupted(result)
@@ -368,11 +372,16 @@ def _plan_session(out: Path, runs: list[RunSpec]) -> tuple[SweepResult, list[Run
 
 @dataclass
 class _Session:
-    """Where finished rows go: stamped, counted and written as one part per batch."""
+    """Where finished rows go: stamped, counted and handed to the part writer (:class:`PartWriter`: a
+    background thread; the rows of the batches that finish while a part is written share the next part)."""
 
     out: Path
     result: SweepResult
     session: str
+    writer: PartWriter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.writer = PartWriter(self.out)
 
     def record(self, rows: list[dict[str, Any]]) -> None:
         now = time.time()
@@ -380,9 +389,13 @@ class _Session:
             r["sweep_session"] = self.session
             r["finished_at"] = now
             self.result.counts[r["status"]] = self.result.counts.get(r["status"], 0) + 1
-        write_part(self.out, rows)
+        self.writer.put(rows)
         self.result.n_done += len(rows)
         self.result.batches += 1
+
+    def close(self) -> None:
+        """Every recorded row in a part file (raises the error of a failed write)."""
+        self.writer.close()
 
 
 def lost_worker_rows(batch: list[RunSpec], exc: BaseException) -> list[dict[str, Any]]:
@@ -453,7 +466,7 @@ def _drive(session: _Session, ex, queue: deque, runner, sizer: BatchSizer, progr
     prog.update(task, completed=result.n_skipped + result.n_done)
     result.workers = ex.n_workers
     in_process = getattr(ex, "name", "") == "serial"
-    most = 1 if in_process else 2 * ex.n_workers  # in this process: write each task's rows before the next starts
+    most = 1 if in_process else 2 * ex.n_workers  # in this process: each task's rows recorded before the next starts
     with _StopFlag() as stop, prog:
         while (queue or flight) and not stop.set:
             while queue and len(flight) < most and not stop.set:
@@ -480,6 +493,7 @@ def _drive(session: _Session, ex, queue: deque, runner, sizer: BatchSizer, progr
             if flight and hasattr(ex, "abandon"):
                 ex.abandon()
             result.interrupted = True
+        session.writer.flush()  # every finished row on disk while a signal still only sets the flag
 
 
 def _figures(out: Path, spec: SweepSpec, writer: FigureWriter) -> dict[str, Any]:
