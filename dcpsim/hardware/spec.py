@@ -153,6 +153,9 @@ class HardwareProfile:
     _attn: dict = field(default_factory=dict, repr=False)
     _coll: dict = field(default_factory=dict, repr=False)
     _gemm_best: float = field(default=0.0, repr=False)
+    # look-ups that depend only on the fields above (rebuilt empty by dataclasses.replace): the table shape
+    # nearest to (n, k), and the shape factor's candidate (tile, split-K) arrays per (n, k, k_half)
+    _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._build_curves()
@@ -219,18 +222,32 @@ class HardwareProfile:
             if 2 * u.size < m.size:
                 return self.gemm_shape_factor(u, n, k, precision=precision)[inv.reshape(m.shape)]
         k_half = t.gemm_k_half * (t.peak_fp8_flops / self.peak_bf16_flops if precision == "fp8" and t.has_fp8 else 1.0)
-        best = np.zeros_like(m)
-        sms = float(t.sms)
-        for tm, tn, rel in GEMM_TILES:
-            tiles = np.ceil(m / tm) * math.ceil(n / tn)
-            for split in GEMM_SPLIT_K:
-                kp = k / split
-                if split > 1 and kp < 4 * k_half:
-                    break
-                waves = np.ceil(tiles * split / sms)
-                util = (m * n * split) / (waves * sms * tm * tn)
-                best = np.maximum(best, rel * util * kp / (kp + k_half))
-        return best
+        tm, tn, cn, rel, split, kp = self._shape_candidates(n, k, k_half)
+        # every (tile, split) candidate at once, each element by the same operations in the same order as one
+        # candidate at a time (bit-identical); the best candidate per element, never below 0
+        row = m.reshape(1, -1)
+        tiles = np.ceil(row / tm) * cn
+        waves = np.ceil(tiles * split / float(t.sms))
+        util = (row * n * split) / (waves * float(t.sms) * tm * tn)
+        best = (rel * util * kp / (kp + k_half)).max(axis=0, initial=0.0)
+        return best.reshape(m.shape)
+
+    def _shape_candidates(self, n: int, k: int, k_half: float) -> tuple[np.ndarray, ...]:
+        """Columns (shape (C, 1)) of the shape factor's candidates: tile M, tile N, ceil(n / tile N), the tile's
+        relative rate, split-K and K per split (splits whose piece is under 4 × ``k_half`` are not tried)."""
+        key = ("shape", n, k, k_half)
+        got = self._memo.get(key)
+        if got is None:
+            rows = []
+            for tm, tn, rel in GEMM_TILES:
+                for split in GEMM_SPLIT_K:
+                    kp = k / split
+                    if split > 1 and kp < 4 * k_half:
+                        break
+                    rows.append((tm, tn, math.ceil(n / tn), rel, split, kp))
+            got = tuple(np.array(c, dtype=float)[:, None] for c in zip(*rows, strict=True))
+            self._memo[key] = got
+        return got
 
     def gemm_flops_per_s(self, tokens, n: int, k: int, *, precision: str = "bf16") -> np.ndarray:
         """Achieved FLOP/s of a (tokens × k) @ (k × n) GEMM (compute rate; no memory roofline).
@@ -246,10 +263,12 @@ class HardwareProfile:
         :class:`ProfileError` naming ``timing.fp8_gemm_best_tflops`` when the
         profile has no FP8 figures). Calibration scales multiply the result.
         """
-        key = min(
-            self._gemm,
-            key=lambda s: (abs(math.log(s[0] * s[1]) - math.log(n * k)), abs(math.log(s[0] / s[1]) - math.log(n / k))),
-        )
+        key = self._memo.get(("gemm", n, k))
+        if key is None:
+            key = self._memo["gemm", n, k] = min(
+                self._gemm,
+                key=lambda s: (abs(math.log(s[0] * s[1]) - math.log(n * k)), abs(math.log(s[0] / s[1]) - math.log(n / k))),
+            )
         t = self.timing
         if precision not in ("bf16", "fp8"):
             raise ProfileError("precision", precision, "'bf16' or 'fp8'", where=str(self.path or self.name))
@@ -274,10 +293,12 @@ class HardwareProfile:
 
     def gemm_max_flops_per_s(self, n: int, k: int, *, precision: str = "bf16") -> float:
         """An upper bound of :meth:`gemm_flops_per_s` over every token count (for lower bounds on time)."""
-        key = min(
-            self._gemm,
-            key=lambda s: (abs(math.log(s[0] * s[1]) - math.log(n * k)), abs(math.log(s[0] / s[1]) - math.log(n / k))),
-        )
+        key = self._memo.get(("gemm", n, k))
+        if key is None:
+            key = self._memo["gemm", n, k] = min(
+                self._gemm,
+                key=lambda s: (abs(math.log(s[0] * s[1]) - math.log(n * k)), abs(math.log(s[0] / s[1]) - math.log(n / k))),
+            )
         rate = float(np.exp(self._gemm[key].log_y.max()))  # shape factor <= 1
         if self.timing.has_gemm_model:
             rate = min(rate, self._gemm_best)
