@@ -11,6 +11,7 @@ an installed wheel.
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from pathlib import Path
 
@@ -20,6 +21,7 @@ DATA_FOLDERS = ("profiles", "experiments", "examples")
 """Top-level folders shipped inside the wheel as ``dcpsim/_data/<name>``."""
 
 
+@functools.lru_cache(maxsize=1)  # where this module lies does not change while it runs (every profile look-up asks)
 def source_root() -> Path | None:
     """The repository root when dcpsim runs from a checkout (it has ``pyproject.toml`` and ``profiles/``), else None."""
     root = Path(__file__).resolve().parents[1]

@@ -47,7 +47,10 @@ DASK_CONNECT_TIMEOUT_S = 5
 """Seconds to wait for a Dask scheduler given by ``--dask-address`` to answer before giving up."""
 DASK_WORKER_WAIT_S = 60.0
 """Seconds to wait for the first worker of a scheduler given by ``--dask-address`` (``--dask-wait``)."""
-_PRELOAD = ("dcpsim.run.sweep", "dcpsim.run.single", "dcpsim.workload", "dcpsim.policies")
+_PRELOAD = ("dcpsim.run.sweep", "dcpsim.run.single", "dcpsim.workload", "dcpsim.policies", "dcpsim.sim.engines.auto",
+            "dcpsim.sim.engines.fast", "dcpsim.sim.engines.events", "dcpsim.sim.networks.ideal", "dcpsim.sim.longrun")
+"""Imported once in the fork server, so every worker starts with what a run imports (its first run no longer
+imports the simulator's engines, the ideal network and the long-run module itself)."""
 
 
 def default_jobs() -> int:

@@ -191,7 +191,8 @@ class _Loop:
     """Per-iteration outputs of :func:`_iterate`."""
 
     rows: list[dict] = field(default_factory=list)
-    rank_cols: list[dict[str, np.ndarray]] = field(default_factory=list)
+    rank_cols: list[tuple[IterationRecord, dict[str, np.ndarray]]] = field(default_factory=list)  # (record, rank_arrays)
+    tp: int = 1
     records: list[IterationRecord] = field(default_factory=list)
     plans: list[Plan] = field(default_factory=list)
     cp_hist: dict[int, int] = field(default_factory=dict)
@@ -200,7 +201,7 @@ class _Loop:
 
 def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
                    batches: Sequence[np.ndarray] | None = None, plans: Sequence[Plan] | None = None,
-                   trace_max_tracks: int = 64, allow_infeasible: bool = False) -> SimResult:
+                   trace_max_tracks: int = 64, allow_infeasible: bool = False, config_hash: str | None = None) -> SimResult:
     """Simulate ``cfg.sim.iterations`` iterations of ``cfg`` and return tables and a summary.
 
     ``batches`` (one array of lengths per iteration) replaces sampling from
@@ -214,6 +215,8 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
     checked before any work. ``allow_infeasible=True`` (diagnostics, e.g.
     comparing with a published run that did fit) returns the result with
     ``summary["status"] = "infeasible"`` and the reason instead of raising.
+    ``config_hash``: ``cfg.config_hash()`` when the caller has it already (a sweep's run id).
+    The resolved configuration (``SimResult.config``) is built on first use.
     """
     t_run = time.perf_counter()
     run = _prepare(cfg, batches, plans)
@@ -227,7 +230,7 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
         from dcpsim.sim.trace import write_chrome_trace
 
         trace_file = str(write_chrome_trace(loop.records, trace_path, run.sim.topology, max_tracks=trace_max_tracks))
-    config_hash = cfg.config_hash()
+    config_hash = config_hash or cfg.config_hash()
     summary = _summary(cfg, iterations, loop.cp_hist, cfg.cluster.gpus, run.cost.profile.peak_bf16_flops,
                        config_hash=config_hash)
     reason = states or _packs_verdict(run.cost, summary)
@@ -238,7 +241,7 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
     summary.update({k: meta[k] for k in ("events", "events_per_s", "sim_wall_s", "planning_wall_s", "wall_s")})
     summary.update(_long_run(cfg, run.sim, loop.plans, loop.records, iterations))
     return SimResult(summary=summary, iterations=functools.partial(_iterations_frame, loop),
-                     ranks=functools.partial(_ranks_frame, loop), config=cfg.resolved(),
+                     ranks=functools.partial(_ranks_frame, loop), config=cfg.resolved,
                      config_hash=config_hash, meta=meta, records=loop.records, plans=loop.plans)
 
 
@@ -334,7 +337,7 @@ def _iterate(run: _Run) -> _Loop:
     after the last simulated one are planned too (their microbatch counts and planning times only; with
     given batches or plans the look-ahead cycles through them)."""
     cfg, gpus, peak = run.cfg, run.cfg.cluster.gpus, run.cost.profile.peak_bf16_flops
-    loop = _Loop()
+    loop = _Loop(tp=cfg.parallel.tp)
     offset = 0.0
     prev: float | None = None
     made: list[Plan] = []
@@ -371,7 +374,7 @@ def _iterate(run: _Run) -> _Loop:
             ranks = rank_arrays(rec)
             row = iteration_row(rec, gpus, peak, ranks)
             row["simulated"] = True
-            loop.rank_cols.append(rank_rows(rec, cfg.parallel.tp, ranks))
+            loop.rank_cols.append((rec, ranks))  # the per-rank table's columns are built only if it is asked for
             loop.records.append(rec)
         loop.rows.append(row)
         offset += row["iteration_time_s"]
@@ -391,7 +394,8 @@ def _ranks_frame(loop: _Loop):
     import pandas as pd
 
     if loop.rank_cols:
-        return pd.DataFrame({k: np.concatenate([c[k] for c in loop.rank_cols]) for k in loop.rank_cols[0]})
+        cols = [rank_rows(rec, loop.tp, ranks) for rec, ranks in loop.rank_cols]
+        return pd.DataFrame({k: np.concatenate([c[k] for c in cols]) for k in cols[0]})
     return pd.DataFrame(columns=["iteration", "stage", "stage_rank"])
 
 

@@ -97,7 +97,12 @@ def execute_run(rs: RunSpec, runner: Runner | str | None = None) -> dict[str, An
         row |= {"policy": cfg.policy.name, "gpus": cfg.cluster.gpus,
                 "workload": flat_value(cfg.workload.name), "gpu": cfg.hardware.gpu, "model": flat_value(cfg.model.name)}
         try:
-            res = _resolve_runner(runner)(cfg)
+            if runner is None:  # the default runner gets the run id the spec computed (cfg.config_hash(), not redone)
+                from dcpsim.run.single import run_simulation
+
+                res = run_simulation(cfg, config_hash=rs.run_hash)
+            else:
+                res = _resolve_runner(runner)(cfg)
             summary = res.summary if hasattr(res, "summary") else res
             row |= {str(k): flat_value(v) for k, v in dict(summary).items()}
         except InfeasibleError as exc:

@@ -245,8 +245,8 @@ class SimResult:
     """Result of a run: flat ``summary``, ``iterations`` and ``ranks`` tables, resolved ``config`` and ``meta``.
 
     ``records`` keep the arrays of each simulated iteration (for traces);
-    ``plans`` the policy's plans. ``iterations`` and ``ranks`` may be given as zero-argument functions
-    that build the tables: they are then built on first use (a sweep reads only the summary).
+    ``plans`` the policy's plans. ``iterations``, ``ranks`` and ``config`` may be given as zero-argument
+    functions that build them: they are then built on first use (a sweep reads only the summary).
     """
 
     summary: dict
@@ -282,8 +282,8 @@ class SimResult:
         return paths
 
 
-def _lazy_table(name: str) -> property:
-    """A SimResult table given as a function is built on first use (and kept)."""
+def _lazy_table(name: str, what: str = "the {name} table (pandas.DataFrame)") -> property:
+    """A SimResult table (or the config) given as a function is built on first use (and kept)."""
     private = "_" + name
 
     def get(self):
@@ -295,15 +295,16 @@ def _lazy_table(name: str) -> property:
     def put(self, value) -> None:
         self.__dict__[private] = value
 
-    return property(get, put, doc=f"the {name} table (pandas.DataFrame)")
+    return property(get, put, doc=what.format(name=name))
 
 
 def _result_state(self) -> dict:
-    """What pickles: the tables built (a function building them does not pickle)."""
-    _ = self.iterations, self.ranks
+    """What pickles: the tables and config built (a function building them does not pickle)."""
+    _ = self.iterations, self.ranks, self.config
     return dict(self.__dict__)
 
 
 SimResult.iterations = _lazy_table("iterations")  # type: ignore[assignment]
 SimResult.ranks = _lazy_table("ranks")  # type: ignore[assignment]
+SimResult.config = _lazy_table("config", "the resolved configuration (dict)")  # type: ignore[assignment]
 SimResult.__getstate__ = _result_state  # type: ignore[attr-defined]
