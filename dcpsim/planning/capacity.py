@@ -122,8 +122,24 @@ def run_task(task: Task, settings: TaskSettings) -> dict[str, Any]:
             "cpu_s": time.process_time() - cpu0}
 
 
+def run_task_group(tasks: Sequence[Task], settings: TaskSettings) -> list[dict[str, Any]]:
+    """:func:`run_task` of each task, in order, in one process (a worker's unit of work: see :func:`task_groups`)."""
+    return [run_task(t, settings) for t in tasks]
+
+
+def task_groups(tasks: Sequence[Task]) -> list[list[int]]:
+    """The tasks' indices grouped by (GPU type, policy), in order of first appearance: a worker runs a group
+    in one process, so its searches share that process's caches (the GPU type's cost models, the screen's
+    stage times of a layout, which do not depend on the cluster size) instead of every worker building them."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, t in enumerate(tasks):
+        groups.setdefault((t.gpu, t.policy), []).append(i)
+    return list(groups.values())
+
+
 def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, progress: bool) -> list[dict[str, Any]]:
-    """Every task, in worker processes (``jobs``; 1 = in this process), results in task order."""
+    """Every task, in worker processes (``jobs``; 1 = in this process) by groups of :func:`task_groups`,
+    results in task order."""
     from dcpsim.errors import DcpsimError
     from dcpsim.progress import ProgressDisplay
     from dcpsim.run.executors import make_executor
@@ -133,34 +149,36 @@ def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, pr
     results: dict[int, dict[str, Any]] = {}
     # a worker pool costs each worker a fresh interpreter and imports (~1-2 s): not worth it for a few tasks
     n_workers = 1 if jobs == 1 or len(tasks) <= SERIAL_TASKS else min(jobs or 2, len(tasks))
+    groups = [[i] for i in range(len(tasks))] if n_workers == 1 else task_groups(tasks)
     ex = make_executor(jobs=n_workers)
-    futs: dict[Any, tuple[int, int, int]] = {}  # future -> (task, attempt, pool generation)
+    futs: dict[Any, tuple[int, int, int]] = {}  # future -> (group, attempt, pool generation)
 
-    def submit(i: int, attempt: int = 1) -> None:
-        f = ex.submit(run_task, tasks[i], settings)
-        futs[f] = (i, attempt, getattr(ex, "generation", 0))
+    def submit(g: int, attempt: int = 1) -> None:
+        f = ex.submit(run_task_group, [tasks[i] for i in groups[g]], settings)
+        futs[f] = (g, attempt, getattr(ex, "generation", 0))
 
     def give_up(lost, exc) -> None:
-        t = tasks[lost[0]]
+        t = tasks[groups[lost[0]][0]]
         raise DcpsimError(f"a worker process died twice planning {t.gpu} x {t.gpus} "
                           f"({exc}); run again with fewer sizes or -j 1") from None
 
     try:
-        for i in range(len(tasks)):
-            submit(i)
+        for g in range(len(groups)):
+            submit(g)
         while futs:
             done, _ = ex.wait_any(list(futs), timeout=0.5)
             for f in done:
-                i, attempt, gen = futs.pop(f)
+                g, attempt, gen = futs.pop(f)
                 try:
-                    results[i] = f.result()
+                    out = f.result()
                 except Exception as exc:
                     if not is_worker_death(exc):  # a worker was killed (e.g. out of memory): retried alone
                         raise
                     restart_broken(ex, gen)
-                    retry_alone([i], attempt, exc, resubmit=submit, give_up=give_up)
+                    retry_alone([g], attempt, exc, resubmit=submit, give_up=give_up)
                     continue
-                bar.advance()
+                results.update(zip(groups[g], out, strict=True))
+                bar.advance(len(out))
     finally:
         bar.__exit__(None, None, None)
         ex.close()

@@ -66,11 +66,14 @@ def best_config(best: dict[str, Any], cfg: RunConfig, data: DataSpec, gpus: int,
     return check_candidate(cfg, cand, gpus, data, gbs, search_updates(data, policy, gbs)).cfg
 
 
-def _seed_runs(cfg: RunConfig, n: int, runner) -> tuple[list[dict], np.ndarray, Any]:
-    """(summaries, pooled iteration times, the first non-empty plan) of ``n`` seeds from ``cfg.sim.seed``."""
+def _seed_runs(cfg: RunConfig, n: int, runner, known: dict[str, Any] | None = None) -> tuple[list[dict], np.ndarray, Any]:
+    """(summaries, pooled iteration times, the first non-empty plan) of ``n`` seeds from ``cfg.sim.seed``;
+    ``known``: results of ``runner`` by configuration hash (the search's runs: an equal configuration is not
+    simulated again -- one configuration, one result)."""
     summaries, times, plan = [], [], None
+    first = known.get(cfg.config_hash()) if known else None
     for k in range(n):
-        r = runner(cfg.with_updates({"sim.seed": cfg.sim.seed + k}) if k else cfg)
+        r = first if k == 0 and first is not None else runner(cfg.with_updates({"sim.seed": cfg.sim.seed + k}) if k else cfg)
         s = r.summary if hasattr(r, "summary") else r
         summaries.append(s)
         it = getattr(r, "iterations", None)
@@ -129,7 +132,7 @@ def evaluate_best(res, cfg: RunConfig, task: Task, settings: TaskSettings) -> di
         return {"final_error": "the best layout does not check under the configured settings"}
     n = seeds if varies_between_seeds(run_cfg, data) else 1
     try:
-        summaries, iter_s, plan = _seed_runs(run_cfg, n, runner or run_simulation)
+        summaries, iter_s, plan = _seed_runs(run_cfg, n, runner or run_simulation, None if runner else getattr(res, "results", None))
     except (DcpsimError, ValueError) as exc:
         return {"final_error": f"{cfg.sim.network} network: {exc}"}
     tps = [float(s["tokens_per_s"]) for s in summaries]

@@ -154,28 +154,93 @@ def _device_stages(cfg: RunConfig, data: DataSpec, mbs: int):
     return cost, mb, stage_times_s(cost, mb), max(1, data.gbs // (cfg.dp * mbs))
 
 
+# Memos of the fixed-window screen (per process; the values are those the functions compute, stored).
+# A layout's stage times do not depend on DP (the cost model reads it for the memory figure only), so the
+# layouts of every cluster size share them; a whole screen is shared by the searches that screen an equal
+# configuration (the packing and dynamic searches of one GPU type and size, the flag variants).
+SCREEN_MEMO = True  # tests: False screens every candidate from scratch (the reference the memo is compared with)
+_LAYOUT_KEYS: dict[int, tuple[RunConfig, tuple]] = {}
+_DEVICE_MAX: dict[tuple, float] = {}
+_STAGES: dict[tuple, tuple[float, float, float, float, float]] = {}
+_SCREENS: dict[tuple, dict[str, float]] = {}
+MEMO_MAX = 65536  # entries per memo before it is emptied
+
+
+def _layout_key(cfg: RunConfig, L: int, mbs: int) -> tuple:
+    """What a layout's stage times read, less DP: the cost model's inputs (model, hardware, parallel and sim
+    sections), the step flags, the window and the micro-batch size -- and DP·CP where the host timeline reads
+    it (``step.test_mode_qk_checks``: the q/k checks' DP all-gather). Once per configuration object."""
+    hit = _LAYOUT_KEYS.get(id(cfg))
+    if hit is not None and hit[0] is cfg and hit[1][-2:] == (L, mbs):
+        return hit[1]
+    dp = cfg.dp if getattr(cfg.step, "test_mode_qk_checks", False) else 0
+    key = (cost_key(cfg, drop=("dp",)), section_key(cfg.step), dp, L, mbs)
+    if len(_LAYOUT_KEYS) > MEMO_MAX:
+        _LAYOUT_KEYS.clear()
+    _LAYOUT_KEYS[id(cfg)] = (cfg, key)
+    return key
+
+
+def _memo_put(memo: dict, key: tuple, value):
+    if len(memo) > MEMO_MAX:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
 def fixed_lower_bound_s(cfg: RunConfig, data: DataSpec, mbs: int) -> float:
     """A lower bound of :func:`screen_fixed`'s time (seconds): the device's compute term, ``m`` x the largest
     device stage time -- the host timeline only adds to a stage (:func:`with_host_s`: every op costs at least
     its device time), and the bubble and the sync tail are never negative. Neither the host nor the sync
     model is evaluated: the search's cheap first pass."""
-    _, _, device, m = _device_stages(cfg, data, mbs)
-    return m * float(device.max())
+    if not SCREEN_MEMO:
+        _, _, device, m = _device_stages(cfg, data, mbs)
+        return m * float(device.max())
+    key = _layout_key(cfg, int(data.seq_len), mbs)
+    dmax = _DEVICE_MAX.get(key)
+    if dmax is None:
+        dmax = _memo_put(_DEVICE_MAX, key, float(_device_stages(cfg, data, mbs)[2].max()))
+    return max(1, data.gbs // (cfg.dp * mbs)) * dmax
 
 
 def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
-    """Closed-form iteration time of fixed windows (see the module docstring); seconds."""
-    cost, mb, device, m = _device_stages(cfg, data, mbs)
-    stage = with_host_s(cfg, cost, device, mb, mbs)
-    compute = m * float(stage.max())
+    """Closed-form iteration time of fixed windows (see the module docstring); seconds. Memoised
+    (:data:`SCREEN_MEMO`): the same figures as :func:`screen_fixed_each` (tested)."""
+    if not SCREEN_MEMO:
+        return screen_fixed_each(cfg, data, mbs)
+    lk = _layout_key(cfg, int(data.seq_len), mbs)
+    key = (lk, cfg.dp, data.gbs)
+    hit = _SCREENS.get(key)
+    if hit is None:
+        st = _STAGES.get(lk)
+        if st is None:
+            cost, mb, device, _ = _device_stages(cfg, data, mbs)
+            stage = with_host_s(cfg, cost, device, mb, mbs)
+            x = pipeline_transfer_s(cfg, cost, mbs * int(data.seq_len) / cfg.parallel.cp)
+            st = _memo_put(_STAGES, lk, (float(stage.max()), float(stage.mean()), x, mb["fwd"], mb["bwd"]))
+        hit = _memo_put(_SCREENS, key, _fixed_time(cfg, _cached_cost(cfg), max(1, data.gbs // (cfg.dp * mbs)), *st))
+    return dict(hit)
+
+
+def _fixed_time(cfg: RunConfig, cost, m: int, stage_max: float, stage_mean: float, x: float, fwd: float,
+                bwd: float) -> dict[str, float]:
+    """The screen's time of ``m`` microbatches from a layout's stage times (largest, mean), transfer ``x`` and
+    the largest stage's forward and backward; seconds."""
     p = cfg.parallel
     vp = int(getattr(p, "vp", 1) or 1)
-    L = int(data.seq_len)
-    x = pipeline_transfer_s(cfg, cost, mbs * L / p.cp)
-    bubble = (p.pp - 1) / vp * float(stage.mean()) + 2.0 * (p.pp * vp - 1) * x
-    sync = sync_tail_s(cfg, cost, mb["fwd"] / vp, mb["bwd"] / vp, x)
+    compute = m * stage_max
+    bubble = (p.pp - 1) / vp * stage_mean + 2.0 * (p.pp * vp - 1) * x
+    sync = sync_tail_s(cfg, cost, fwd / vp, bwd / vp, x)
     return {"time_s": compute + bubble + sync, "compute_s": compute, "bubble_s": bubble, "sync_s": sync,
             "microbatches": float(m)}
+
+
+def screen_fixed_each(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
+    """:func:`screen_fixed` computed from scratch for one candidate (the reference of the memoised one)."""
+    cost, mb, device, m = _device_stages(cfg, data, mbs)
+    stage = with_host_s(cfg, cost, device, mb, mbs)
+    x = pipeline_transfer_s(cfg, cost, mbs * int(data.seq_len) / cfg.parallel.cp)
+    return _fixed_time(cfg, cost, m, float(stage.max()), float(stage.mean()), x, mb["fwd"], mb["bwd"])
 
 
 def stage_times_s(cost, mb: dict[str, float]) -> np.ndarray:

@@ -69,6 +69,9 @@ class LayoutSearch:
     rows: list[dict[str, Any]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     reason: str = ""
+    # the simulations of the rows by configuration hash (the default runner's results: the final evaluation
+    # of the best layout reuses its run when its configuration is the same)
+    results: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def best(self) -> dict[str, Any] | None:
@@ -195,7 +198,8 @@ def add_flag_variants(screened, data: DataSpec, dynamic: bool, top: int, variant
     return sorted(screened + screen_all(extra, data, dynamic), key=lambda x: (x[0], x[1].cand.label()))
 
 
-def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, Any]:
+def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner,
+             results: dict[str, Any] | None = None) -> dict[str, Any]:
     from dcpsim.sim import BREAKDOWN
 
     c = ch.cand
@@ -209,6 +213,8 @@ def _sim_row(ch: Checked, data: DataSpec, screen_t: float, runner) -> dict[str, 
         res = runner(validated(ch.cfg))  # checked as a light copy (light_config): validated in full once, here
     except (DcpsimError, ValueError) as exc:
         return row | {"status": "error", "reason": str(exc)}
+    if results is not None:
+        results[row["config_hash"]] = res
     s = res.summary if hasattr(res, "summary") else res
     row |= {"status": "ok", "reason": "", "iteration_time_s": float(s["iteration_time_s"]),
             "tokens_per_s": float(s["tokens_per_s"]), "tflops_per_gpu": float(s["tflops_per_gpu"]),
@@ -248,8 +254,9 @@ def _flag_variants(ch: Checked, ctx: SearchContext, screened: bool) -> list[Chec
     return out
 
 
-def simulate_top(screened, ctx: SearchContext) -> list[dict[str, Any]]:
-    """Simulate the best ``ctx.simulate`` distinct layouts of the screen; rows by simulated tokens/s, best first."""
+def simulate_top(screened, ctx: SearchContext, results: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Simulate the best ``ctx.simulate`` distinct layouts of the screen; rows by simulated tokens/s, best first
+    (``results``: filled with each run's result by configuration hash)."""
     data, simulate, runner = ctx.data, ctx.simulate, ctx.runner
     seen: set = set()
     picked: list[tuple[float, Checked]] = []
@@ -264,10 +271,10 @@ def simulate_top(screened, ctx: SearchContext) -> list[dict[str, Any]]:
         picked.append((t, ch))
         if len(picked) >= simulate:
             break
-    rows = [_sim_row(ch, data, t, runner) for t, ch in picked]
+    rows = [_sim_row(ch, data, t, runner, results) for t, ch in picked]
     if picked:
         t0, ch0 = picked[0]
-        rows += [_sim_row(v, data, float("nan"), runner) for v in _flag_variants(ch0, ctx, screened=False)]
+        rows += [_sim_row(v, data, float("nan"), runner, results) for v in _flag_variants(ch0, ctx, screened=False)]
     ok = [r for r in rows if r["status"] == "ok"]
     ok.sort(key=lambda r: (-r["tokens_per_s"], r["layout"]))
     return ok + [r for r in rows if r["status"] != "ok"]
@@ -330,7 +337,7 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
         return out
     screened = refine(screened, data, simulate)
     out.counts["refined"] = 0 if data.fixed else len(screened)
-    out.rows = simulate_top(screened, ctx)
+    out.rows = simulate_top(screened, ctx, out.results if runner is None else None)
     out.counts["simulated"] = len(out.rows)
     explain(out.rows)
     if not any(r["status"] == "ok" for r in out.rows):

@@ -345,7 +345,7 @@ def _sections(base: RunConfig, updates: tuple[tuple[str, str, Any], ...]) -> dic
     by the values (the updates every candidate of a search shares: the data, the policy, the GPU count)."""
     from dcpsim.schema import parse_model
 
-    key = (id(base), repr(updates))
+    key = (id(base), _values_key(updates))
     hit = _SECTIONS.get(key)
     if hit is None or hit[0] is not base:
         if len(_SECTIONS) > 16384:
@@ -359,34 +359,89 @@ def _sections(base: RunConfig, updates: tuple[tuple[str, str, Any], ...]) -> dic
     return hit[1]
 
 
+def _values_key(items: tuple) -> Any:
+    """A dict key of update tuples that tells values apart as ``repr`` does (``True`` from ``1``, ``1`` from
+    ``1.0``: their types are part of it); ``repr`` itself for unhashable values."""
+    try:
+        key = (items, tuple(type(v) for *_, v in items))
+        hash(key)
+    except TypeError:
+        return repr(items)
+    return key
+
+
+_PARALLEL: dict[tuple, Any] = {}
+_PARALLEL_TOKENS: dict[int, tuple[Any, str]] = {}
+
+
+def _parallel_section(base: RunConfig, par: tuple[tuple[str, Any], ...]):
+    """``base.parallel`` with the fields ``par`` ((field, value), ...) validated by its class; cached by the
+    base section's values and ``par`` (a layout's section is the same at every cluster size and policy)."""
+    from dcpsim.run.config import ParallelSection
+    from dcpsim.schema import parse_model
+
+    sec = base.parallel
+    tok = _PARALLEL_TOKENS.get(id(sec))
+    if tok is None or tok[0] is not sec:
+        if len(_PARALLEL_TOKENS) > 4096:
+            _PARALLEL_TOKENS.clear()
+        tok = _PARALLEL_TOKENS[id(sec)] = (sec, repr(_dump(sec)))
+    key = (tok[1], _values_key(par))
+    hit = _PARALLEL.get(key)
+    if hit is None:
+        if len(_PARALLEL) > 65536:
+            _PARALLEL.clear()
+        hit = _PARALLEL[key] = parse_model(ParallelSection, {**_dump(sec), **dict(par)})
+    return hit
+
+
+_SPLITS: dict[tuple[str, ...], tuple | None] = {}
+
+
+def _split(paths: tuple[str, ...]) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str, str], ...]] | None:
+    """Update paths as ((index, parallel field), ...) and ((index, section, field), ...) of the others; None
+    when one is not a ``section.field`` of RunConfig (policy options and anything unusual)."""
+    hit = _SPLITS.get(paths, False)
+    if hit is not False:
+        return hit
+    par, rest = [], []
+    out: tuple | None = None
+    for i, path in enumerate(paths):
+        sec, _, leaf = path.partition(".")
+        if not leaf or "." in leaf or sec not in _field_names(RunConfig):
+            break
+        if sec == "parallel":
+            par.append((i, leaf))
+        else:
+            rest.append((i, sec, leaf))
+    else:
+        out = (tuple(par), tuple(rest))
+    if len(_SPLITS) > 1024:
+        _SPLITS.clear()
+    _SPLITS[paths] = out
+    return out
+
+
 def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
     """``base.with_updates(updates)`` at a fraction of its cost: only the sections ``updates`` changes are
-    validated (each by its own class: the same field checks; all but the layout's cached by their values),
-    and the whole run's checks (:meth:`RunConfig._check_layout`: divisibility, the batch, the registered names of the
-    policy, network and engine) run on the result. The same configuration (equal, the same hash) and the same accepted layouts
-    as ``with_updates`` (tested); where anything is refused, ``with_updates`` itself is run, so the error
-    is its own.
+    validated (each by its own class: the same field checks; cached by their values), and the whole run's
+    checks (:meth:`RunConfig._check_layout`: divisibility, the batch, the registered names of the policy,
+    network and engine) run on the result. The same configuration (equal, the same hash) and the same
+    accepted layouts as ``with_updates`` (tested); where anything is refused, ``with_updates`` itself is run,
+    so the error is its own.
 
     The planner checks ~10,000 candidate layouts per search this way; each simulated one is validated
     once more in full (:func:`validated`) before it runs.
     """
-    from dcpsim.run.config import ParallelSection
-    from dcpsim.schema import parse_model
-
-    par: dict[str, Any] = {}
-    rest: list[tuple[str, str, Any]] = []
-    for path, value in updates.items():
-        sec, _, leaf = path.partition(".")
-        if not leaf or "." in leaf or sec not in _field_names(RunConfig):
-            return base.with_updates(updates)  # policy options and anything unusual: the full path
-        if sec == "parallel":
-            par[leaf] = value
-        else:
-            rest.append((sec, leaf, value))
+    split = _split(tuple(updates))
+    if split is None:
+        return base.with_updates(updates)  # policy options and anything unusual: the full path
+    vals = tuple(updates.values())
+    par_paths, rest_paths = split
     try:
-        new = dict(_sections(base, tuple(rest)))
-        if par:
-            new["parallel"] = parse_model(ParallelSection, {**_dump(base.parallel), **par})
+        new = dict(_sections(base, tuple((sec, leaf, vals[i]) for i, sec, leaf in rest_paths)))
+        if par_paths:
+            new["parallel"] = _parallel_section(base, tuple((leaf, vals[i]) for i, leaf in par_paths))
         cfg = base.model_copy(update=new)
         cfg._check_layout()
     except (ConfigError, ValueError, TypeError):
