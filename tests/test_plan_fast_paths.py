@@ -173,3 +173,64 @@ def test_plan_with_two_jobs_reaps_its_workers():
     one = plan_capacity(request, jobs=1)
     drop = [c for c in one.rows.columns if "cpu" in c]
     assert two.rows.drop(columns=drop).equals(one.rows.drop(columns=drop))
+
+
+@pytest.mark.parametrize("step", [{}, {"step.test_mode_qk_checks": True}])
+def test_screen_memo_is_the_per_candidate_screen(monkeypatch, step):
+    """The memoised fixed-window screen (a layout's stage times shared by every cluster size, whole screens by
+    equal configurations) gives exactly what screening each candidate from scratch gives, on random candidates
+    of three cluster sizes visited in random order; so does its lower bound. With the q/k checks of
+    ``--test-mode`` the host timeline reads DP (their all-gather), and the memo keeps DP apart."""
+    import random
+
+    import dcpsim.planning.screen as screen_mod
+    from dcpsim.planning.search import search_updates
+    from dcpsim.planning.space import check_candidate, enumerate_candidates
+
+    base = _base().with_updates({"hardware.gpu": "h100-sxm", **step})
+    data = make_data_spec(seq_len=4096, gbs=256)
+    space = SearchSpace(tp=[1, 2, 4], pp=[1, 2, 4], mbs=[1, 2, 4])
+    checked = []
+    for gpus in (32, 64, 128):
+        common = search_updates(data, "packing", 256)
+        for cand in enumerate_candidates(base, gpus, data, space, False):
+            ch = check_candidate(base, cand, gpus, data, 256, common)
+            if ch.cfg is not None:
+                checked.append(ch)
+    rng = random.Random(7)
+    sample = rng.sample(checked, min(120, len(checked)))
+    sample += rng.sample(sample, 40)  # repeats: memo hits
+    for memo in (screen_mod._DEVICE_MAX, screen_mod._STAGES, screen_mod._SCREENS, screen_mod._LAYOUT_KEYS):
+        memo.clear()
+    got = [(screen_mod.screen_fixed(ch.cfg, data, ch.cand.mbs), screen_mod.fixed_lower_bound_s(ch.cfg, data, ch.cand.mbs))
+           for ch in sample]
+    shared = len(screen_mod._STAGES) < len({id(ch) for ch in sample})  # layouts shared across sizes
+    assert shared == (not step)
+    monkeypatch.setattr(screen_mod, "SCREEN_MEMO", False)
+    for ch, (parts, bound) in zip(sample, got, strict=True):
+        assert parts == screen_mod.screen_fixed_each(ch.cfg, data, ch.cand.mbs), ch.cand.label()
+        assert bound == screen_mod.fixed_lower_bound_s(ch.cfg, data, ch.cand.mbs)
+
+
+def test_task_groups_keep_a_gpu_type_and_policy_together():
+    """Workers get the searches of one (GPU type, policy) as one unit, in task order."""
+    from dcpsim.planning.capacity import task_groups
+    from dcpsim.planning.tasks import Task
+
+    tasks = [Task(g, 1.0, n, p, 64) for g in ("a", "b") for n in (8, 16) for p in ("packing", "dynamic")]
+    assert task_groups(tasks) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+
+
+def test_final_evaluation_reuses_the_search_run():
+    """The best layout's final run on the search's (ideal) network is the search's own run: the plan equals the
+    one whose final evaluation simulates it again (an explicit runner turns the reuse off)."""
+    from dcpsim.planning import CapacityRequest, plan_capacity
+    from dcpsim.run.single import run_simulation
+
+    request = CapacityRequest("llama2-7b", None, 1e9, {"a100-sxm-80gb": 1.0}, (32,), seq_len=4096, gbs=64,
+                              policies=("packing",), space=SearchSpace(tp=[1], pp=[1, 2], mbs=[1]), simulate=2,
+                              seeds=1)
+    reused = plan_capacity(request, jobs=1)
+    fresh = plan_capacity(request, jobs=1, runner=run_simulation)
+    drop = [c for c in reused.rows.columns if "cpu" in c]
+    assert reused.rows.drop(columns=drop).equals(fresh.rows.drop(columns=drop))

@@ -479,28 +479,30 @@ def _cost_key(cfg: RunConfig, drop: tuple[str, ...] = ()) -> str:
     return repr(keep)
 
 
-_SECTION_REPRS: dict[tuple, tuple[Any, str]] = {}
+_SECTION_REPRS: dict[tuple, tuple[Any, Any]] = {}
 
 
 def section_key(section: Any, drop: tuple[str, ...] = ()) -> Any:
     """A hashable key of a config section's values less the fields ``drop`` (equal values, equal keys).
 
-    The parallel section (a new one per candidate) as a tuple of its values; the others (shared by the
-    candidates of a search: the base's, or :func:`light_config`'s cached ones) as their JSON form,
-    computed once per section object (held, so its id is not reused)."""
+    The parallel section as a tuple of its values, the others as their JSON form; computed once per section
+    object (held, so its id is not reused): the candidates of a search share the base's sections or
+    :func:`light_config`'s cached ones, and a layout's parallel section is shared by every cluster size."""
     from dcpsim.run.config import ParallelSection
 
-    if isinstance(section, ParallelSection):
-        return tuple((k, getattr(section, k)) for k in _field_names(ParallelSection) if k not in drop)
     k = (id(section), drop)
     hit = _SECTION_REPRS.get(k)
     if hit is None or hit[0] is not section:
-        if len(_SECTION_REPRS) > 16384:
+        if len(_SECTION_REPRS) > 65536:
             _SECTION_REPRS.clear()
-        d = section.model_dump(mode="json")
-        for name in drop:
-            d.pop(name, None)
-        hit = _SECTION_REPRS[k] = (section, repr(d))
+        if isinstance(section, ParallelSection):
+            key: Any = tuple((f, getattr(section, f)) for f in _field_names(ParallelSection) if f not in drop)
+        else:
+            d = section.model_dump(mode="json")
+            for name in drop:
+                d.pop(name, None)
+            key = repr(d)
+        hit = _SECTION_REPRS[k] = (section, key)
     return hit[1]
 
 
