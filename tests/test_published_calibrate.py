@@ -205,3 +205,45 @@ def test_rate_knobs_stop_below_the_peak(tmp_path):
         by["gemm_efficiency_scale"].hi, prof.peak_bf16_flops / max(r["tflops"] * 1e12 for r in prof.gemm_rows),
         rel_tol=1e-5)
     assert by["network_efficiency"].hi == 1.5  # not a rate of a kernel table: unchanged
+
+
+# ------------------------------------------------------------------ issue 21: the joint fit (timing + host knobs)
+def test_joint_fit_weighs_each_suite_once():
+    from dcpsim.published.calibrate_joint import SUITE_WEIGHTS, suite_weights
+
+    w = suite_weights(5, 63)
+    assert SUITE_WEIGHTS == {"published": 1.0, "ci": 1.0}
+    assert 5 * w["published"] ** 2 == pytest.approx(1.0) and 63 * w["ci"] ** 2 == pytest.approx(1.0)
+
+
+@needs_timing
+def test_joint_evaluator_runs_both_suites_on_one_candidate(tmp_path):
+    """One published fit row and one CI fit row of the A100 through one candidate profile: weighted log errors, the
+    host knob moving the CI step (longer with slower framework Python) and held-out rows never in the row lists."""
+    import math
+
+    import numpy as np
+
+    from dcpsim.published.calibrate import _ci_rows, _rows_for, check_knobs
+    from dcpsim.published.calibrate_joint import JointEvaluator, suite_weights
+    from dcpsim.published.suite import load_suite
+
+    fit, held, _ = _rows_for(load_suite(), "a100-sxm-80gb")
+    hk, ci_fit, ci_held, _sha = _ci_rows("a100-sxm-80gb", True)
+    assert all(r.split == "fit" for r in ci_fit) and all(r.split == "held-out" for r in ci_held)
+    assert {rc.row.split for rc in fit} == {"fit"}
+    knobs = check_knobs("a100-sxm-80gb", ["gemm_efficiency_scale"]) + hk
+    rows = [fit[0], ci_fit[0]]
+    w = suite_weights(1, 1)
+    ev = JointEvaluator(profile_folder("a100-sxm-80gb"), knobs, tmp_path, "a100-sxm-80gb", w)
+    x0 = np.array([0.0, 0.0, 0.0])  # gemm scale 1, host_module_scale 1, host_step_s 0
+    r = ev.log_ratio(x0, rows)
+    res = ev.run(x0, rows)
+    assert r[0] == pytest.approx(math.log(res[0].simulated / res[0].row.measured))
+    assert r[1] == pytest.approx(math.log(res[1].simulated / res[1].row.measured))
+    slower = ev.run(np.array([0.0, math.log(2.0), 0.0]), rows[1:])[0]
+    assert slower.simulated > res[1].simulated and ev.n_evals == 2
+
+
+def test_joint_flag_is_parsed_and_bad_input_still_exits_2():
+    assert cli.main(["calibrate", "--gpu", "b200", "--joint", "--no-folds"]) == 2

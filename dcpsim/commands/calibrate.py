@@ -24,6 +24,8 @@ def register(sub) -> None:
     p.add_argument("--fold-iterations", type=NONNEG_INT, default=1, help="Gauss-Newton steps per fold (default 1)")
     p.add_argument("--no-host", action="store_true", help="skip the host knobs' fit on the Megatron-LM CI suite's fit "
                    "rows (declared for h100-sxm and a100-sxm-80gb: host_module_scale, host_step_s)")
+    p.add_argument("--joint", action="store_true", help="fit the timing and host knobs together on both suites' fit "
+                   "rows (each suite's mean squared log error counting once) instead of in sequence")
     p.add_argument("--suite", default=None, help="suite folder (default experiments/published_throughput)")
     p.add_argument("--out", default=None, help="folder for the calibrated profile copy and the report")
     p.add_argument("--name", default=None, help="name of the calibrated profile (default <gpu>-calibrated-local; "
@@ -61,7 +63,7 @@ def run(args) -> int:
     params = [s.strip() for s in args.params.split(",") if s.strip()] if args.params else None
     res = calibrate(args.gpu, params=params, iterations=args.iterations, suite_dir=args.suite, folds=not args.no_folds,
                     fold_iterations=args.fold_iterations, progress=False if args.json else None,
-                    host=not args.no_host)
+                    host=not args.no_host, joint=args.joint)
     written = write_calibration(res, args.out, apply=args.apply, name=args.name, force=args.force) if args.out else []
     if args.json:
         print_json(res.to_json() | {"written": [str(p) for p in written]})
@@ -79,7 +81,8 @@ def run(args) -> int:
     if res.host:
         h = res.host
         print_table([{"knob": k, "uncalibrated": h["uncalibrated"][k], "fitted": h["fitted"][k]} for k in h["params"]],
-                    title="host knobs, fitted on the Megatron-LM CI suite's fit rows")
+                    title="host knobs, fitted " + ("jointly with the timing knobs on both suites' fit rows"
+                                                   if res.mode == "joint" else "on the Megatron-LM CI suite's fit rows"))
         print_table([{"CI rows": name, "n": e["compared"], "mean_abs_error_%": e["mean_abs_error"] * 100,
                       "worst_abs_error_%": e["worst_abs_error"] * 100}
                      for name, e in (("fit (before)", h["fit_error_before"]), ("fit (after)", h["fit_error"]),

@@ -11,7 +11,11 @@ costs and a per-step host time) are then fitted, the timing knobs held, on
 the fit rows of the Megatron-LM CI suite (``experiments/megatron_ci``, split
 by layout family in its ``suite.toml``), whose short steps are the only rows
 that see the host; ``host=False`` (``--no-host``) skips that stage. A host
-knob at its bound fails the calibration like a timing knob.
+knob at its bound fails the calibration like a timing knob. ``joint=True``
+(``--joint``) fits both knob sets at once instead, on the fit rows of both
+suites with each suite's mean squared log error counting once
+(:mod:`dcpsim.published.calibrate_joint`); the folds then leave one published
+family out with the CI fit rows kept in.
 
 On what. Only rows of the suite whose split is ``fit`` (``suite.toml``,
 declared before any fit) and whose GPU is the profile's; the objective is the
@@ -188,6 +192,7 @@ class CalibrationResult:
     wall_s: float
     rows: list[dict[str, Any]] = field(default_factory=list)
     host: dict[str, Any] | None = None  # the host knobs' fit on the Megatron-LM CI suite (calibrate_host)
+    mode: str = "sequential"  # "joint": timing and host knobs fitted together (calibrate_joint)
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -200,8 +205,12 @@ class CalibrationResult:
                  f"Data sha256 `{self.data_sha256}`; dcpsim commit `{self.revision.get('git_commit', 'unknown')}`"
                  f"{' (+ uncommitted changes)' if self.revision.get('uncommitted_changes') else ''}; "
                  f"{self.n_profile_candidates} candidate profiles simulated in {self.wall_s:.0f} s.", "",
-                 "Fitted only on the declared fit rows of this GPU (suite.toml); objective: squared log error of "
-                 "tokens/s per GPU; every error below is re-simulated at the fitted values.", "",
+                 ("Fitted jointly with the host knobs on the declared fit rows of this GPU in both suites "
+                  "(published suite.toml and experiments/megatron_ci/suite.toml; objective: each suite's mean squared "
+                  "log error, summed); the table below is at the fitted timing AND host knobs"
+                  if self.mode == "joint" else
+                  "Fitted only on the declared fit rows of this GPU (suite.toml); objective: squared log error of "
+                  "tokens/s per GPU") + "; every error below is re-simulated at the fitted values.", "",
                  "| knob | uncalibrated | fitted |", "|---|---:|---:|"]
         lines += [f"| {k} | {self.uncalibrated[k]:.6g} | {self.fitted[k]:.6g} |" for k in self.params]
         lines += ["", "| rows | n | mean abs error before | after | worst before | after |", "|---|---:|---:|---:|---:|---:|",
@@ -274,9 +283,13 @@ def peak_capped(knobs: list[Param], prof: Any) -> list[Param]:
 
 def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2, suite_dir: str | Path | None = None,
               folds: bool = True, fold_iterations: int = 1, progress: bool | None = False,
-              host: bool | list[str] = True) -> CalibrationResult:
+              host: bool | list[str] = True, joint: bool = False) -> CalibrationResult:
     """Fit the knobs of profile ``gpu`` on its fit rows; cross-validate by family; evaluate held-out rows.
 
+    ``joint``: fit the timing and host knobs together on both suites' fit rows
+    (:mod:`dcpsim.published.calibrate_joint`) instead of in sequence (timing knobs on the published rows, then the
+    host knobs on the CI rows); without host knobs to fit (``host=False``, none declared, no CI rows) the fit is
+    the timing knobs' alone either way.
     ``progress``: count the simulations on a bar (None: only on a terminal, see :mod:`dcpsim.progress`).
     """
     from dcpsim.hardware import get_profile
@@ -302,6 +315,11 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
     bar = ProgressDisplay("simulations", None, progress).__enter__()
     try:
         ev = Evaluator(base, knobs, wd, on_row=lambda note: bar.advance(note=note))
+        ci = _ci_rows(gpu, host) if joint and host else None
+        if ci is not None:
+            return _calibrate_joint(gpu, knobs, x0, (fit, held), ci, base, wd, iterations,
+                                    (folds, min(iterations, fold_iterations)), suite.data_sha256, t0,
+                                    lambda note: bar.advance(note=note))
         r0 = ev.log_ratio(x0, fit)
         J0 = _jacobian(ev, x0, fit, r0)
         x, steps = gauss_newton(ev, fit, x0, iterations, first=(r0, J0))
@@ -330,6 +348,82 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         n_profile_candidates=ev.n_evals, wall_s=time.perf_counter() - t0,
         rows=[r.as_dict() for r in after_fit + after_held], host=host_res)
     bad = knobs_at_bound(knobs, x) + (list(host_res["at_bound"]) if host_res else [])
+    if bad:
+        raise KnobAtBoundError(bad, result)
+    return result
+
+
+def _ci_rows(gpu: str, host: bool | list[str]) -> tuple[list[Param], list, list, str] | None:
+    """The host knobs to fit (declared, or those named) and the CI suite's fit and held-out rows of ``gpu`` with
+    the suite's data hash; None when there are no host knobs or no CI fit rows."""
+    from dcpsim.published.calibrate_host import check_host_knobs
+    from dcpsim.published.megatron_ci import load_ci_suite, row_run
+
+    names = DEFAULT_HOST_PARAMS.get(gpu, []) if host is True else list(host)
+    if not names or gpu not in CI_GPU:
+        return None
+    hk = check_host_knobs(names)
+    suite = load_ci_suite()
+    rows = [r for r in suite.rows if r.raw["gpu"] == CI_GPU[gpu] and row_run(r)[0] is not None]
+    fit = [r for r in rows if r.split == "fit"]
+    if not fit:
+        return None
+    return hk, fit, [r for r in rows if r.split == "held-out"], suite.data_sha256
+
+
+def _calibrate_joint(gpu: str, knobs: list[Param], x0: np.ndarray, pub: tuple[list, list], ci: tuple, base: Path,
+                     wd: Path, iterations: int, folds: tuple[bool, int], data_sha256: str, t0: float,
+                     on_row: Callable[[str], None]) -> CalibrationResult:
+    """The joint fit (:mod:`dcpsim.published.calibrate_joint`): timing and host knobs at once on the published and
+    CI fit rows, each suite weighing the same; errors re-simulated at the fitted point on both suites' fit and
+    held-out rows; folds leave one published family out (the CI fit rows stay in every fold)."""
+    from dcpsim.published.calibrate_host import _ci_errors
+    from dcpsim.published.calibrate_joint import JointEvaluator, suite_weights
+
+    fit, held = pub
+    hk, ci_fit, ci_held, ci_sha = ci
+    allk = knobs + hk
+    xj0 = np.concatenate([x0, [p.to_x(1.0 if p.name == "host_module_scale" else 0.0) for p in hk]])
+    jev = JointEvaluator(base, allk, wd, gpu, suite_weights(len(fit), len(ci_fit)), on_row=on_row)
+    rows = fit + ci_fit
+    r0 = jev.log_ratio(xj0, rows)
+    J0 = _jacobian(jev, xj0, rows, r0)
+    xj, steps = gauss_newton(jev, rows, xj0, iterations, first=(r0, J0))
+    fold_out = []
+    if folds[0]:
+        for fam in sorted({rc.row.family for rc in fit}):
+            keep = np.array([jev.suite_of(r) == "ci" or r.row.family != fam for r in rows])
+            train = [r for r, k in zip(rows, keep, strict=True) if k]
+            test = [r for r, k in zip(rows, keep, strict=True) if not k]
+            if not any(jev.suite_of(r) == "published" for r in train):
+                continue
+            xf, _ = gauss_newton(jev, train, xj0, folds[1], first=(r0[keep], J0[keep]))
+            fold_out.append({"family": fam, "values": jev.values(xf),
+                             "train_rows": [r.row.id for r in train if jev.suite_of(r) == "published"],
+                             "error": _errors(jev.run(xf, test))})
+    n = len(knobs)
+    after_fit, after_held = jev.run(xj, fit), jev.run(xj, held)
+    ci_after_fit, ci_after_held = jev.run(xj, ci_fit), jev.run(xj, ci_held)
+    vals, u0 = jev.values(xj), jev.values(xj0)
+    host_res = {"mode": "joint", "params": [p.name for p in hk], "uncalibrated": {p.name: u0[p.name] for p in hk},
+                "fitted": {p.name: vals[p.name] for p in hk},
+                "fit_rows": [r.id for r in ci_fit], "held_out_rows": [r.id for r in ci_held],
+                "fit_error_before": _ci_errors(jev.run(xj0, ci_fit)), "fit_error": _ci_errors(ci_after_fit),
+                "held_out_error_before": _ci_errors(jev.run(xj0, ci_held)), "held_out_error": _ci_errors(ci_after_held),
+                "steps": steps, "data_sha256": ci_sha, "n_profile_candidates": jev.n_evals,
+                "at_bound": knobs_at_bound(hk, xj[n:]), "weights": dict(jev.weights),
+                "rows": [r.as_dict() for r in ci_after_fit + ci_after_held],
+                "published_fit_error": _errors(after_fit), "published_held_out_error": _errors(after_held)}
+    result = CalibrationResult(
+        gpu=gpu, params=[p.name for p in knobs], uncalibrated={p.name: u0[p.name] for p in knobs},
+        fitted={p.name: vals[p.name] for p in knobs}, fit_rows=[rc.row.id for rc in fit],
+        held_out_rows=[rc.row.id for rc in held], fit_error=_errors(after_fit),
+        fit_error_before=_errors(jev.run(xj0, fit)), held_out_error=_errors(after_held),
+        held_out_error_before=_errors(jev.run(xj0, held)), folds=fold_out, fold_iterations=folds[1], steps=steps,
+        data_sha256=data_sha256, revision=_revision(), n_profile_candidates=jev.n_evals,
+        wall_s=time.perf_counter() - t0, rows=[r.as_dict() for r in after_fit + after_held], host=host_res,
+        mode="joint")
+    bad = knobs_at_bound(allk, xj)
     if bad:
         raise KnobAtBoundError(bad, result)
     return result
@@ -420,13 +514,17 @@ def write_calibration(res: CalibrationResult, out: str | Path, *, apply: bool = 
     src = (f"fitted by dcpsim calibrate on published_throughput.csv (sha256 {res.data_sha256[:16]}) fit rows "
            f"{_ranges(res.fit_rows)} of {res.gpu}; dcpsim {res.revision.get('git_commit', 'unknown')[:12]}"
            f"{' + uncommitted changes' if res.revision.get('uncommitted_changes') else ''}; fit mean |error| "
-           f"{res.fit_error['mean_abs_error']:.3f}, held-out {res.held_out_error['mean_abs_error']:.3f}")
+           f"{res.fit_error['mean_abs_error']:.3f}, held-out {res.held_out_error['mean_abs_error']:.3f}"
+           + (f"; fitted jointly with the host knobs on the Megatron-LM CI suite's fit rows "
+              f"{_ranges(res.host['fit_rows'])}" if res.mode == "joint" and res.host else ""))
     base = profile_folder(res.gpu)
     srcs = {k: src for k in res.fitted}
     values = dict(res.fitted)
     if res.host:
         h = res.host
-        hsrc = (f"fitted by dcpsim calibrate on the Megatron-LM CI suite (experiments/megatron_ci, sha256 "
+        joint = (f", jointly with the timing knobs on published_throughput.csv fit rows {_ranges(res.fit_rows)}"
+                 if res.mode == "joint" else "")
+        hsrc = (f"fitted by dcpsim calibrate{joint} on the Megatron-LM CI suite (experiments/megatron_ci, sha256 "
                 f"{h['data_sha256'][:16]}) fit rows {_ranges(h['fit_rows'])} (step time); dcpsim "
                 f"{res.revision.get('git_commit', 'unknown')[:12]}; CI fit mean |error| "
                 f"{h['fit_error']['mean_abs_error']:.3f}, held-out {h['held_out_error']['mean_abs_error']:.3f}")

@@ -96,9 +96,12 @@ def _pct(v: float) -> str:
 
 def host_markdown(h: dict[str, Any]) -> list[str]:
     """The CALIBRATION.md section of a host fit (:func:`calibrate_host`'s result)."""
+    how = ("Fitted jointly with the timing knobs (dcpsim.published.calibrate_joint: one objective, each suite's mean "
+           "squared log error counting once) on the published fit rows and the CI suite's fit rows of this GPU"
+           if h.get("mode") == "joint" else
+           "Fitted after the timing knobs (held at their fitted values) on the CI suite's fit rows of this GPU")
     lines = ["", "## Host knobs on the Megatron-LM CI suite", "",
-             f"Fitted after the timing knobs (held at their fitted values) on the CI suite's fit rows of this "
-             f"GPU (experiments/megatron_ci/suite.toml, split by layout family; data sha256 "
+             f"{how} (experiments/megatron_ci/suite.toml, split by layout family; data sha256 "
              f"`{h['data_sha256'][:16]}`); objective: squared log error of the step time; "
              f"{h['n_profile_candidates']} candidate profiles.", "",
              "| knob | uncalibrated | fitted |", "|---|---:|---:|"]
@@ -111,8 +114,9 @@ def host_markdown(h: dict[str, Any]) -> list[str]:
                      f"{_pct(a['worst_abs_error'])} | {_pct(b['worst_abs_error'])} |")
     if "published_fit_error" in h:
         f, o = h["published_fit_error"], h["published_held_out_error"]
-        lines += ["", "The published suite's rows on the profile as written (timing and host knobs together; the "
-                  "tables above hold the host knobs at 1 and 0): mean / worst |error| of tokens/s per GPU, fit "
+        held = "" if h.get("mode") == "joint" else "; the tables above hold the host knobs at 1 and 0"
+        lines += ["", f"The published suite's rows on the profile as written (timing and host knobs together{held}): "
+                  "mean / worst |error| of tokens/s per GPU, fit "
                   f"rows {_pct(f['mean_abs_error'])} / {_pct(f['worst_abs_error'])} (n = {f['compared']}), held-out "
                   f"rows {_pct(o['mean_abs_error'])} / {_pct(o['worst_abs_error'])} (n = {o['compared']})."]
     return lines
