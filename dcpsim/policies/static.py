@@ -138,7 +138,7 @@ class BalancedPackingPolicy(Policy):
         tok = sc.tokens[0]
         order = np.lexsort((np.arange(ids.size), -t))  # most expensive first, ties by id
         m0 = max(1, int(np.ceil(tok.sum() / (cap * dp))))
-        best: tuple[float, Plan] | None = None
+        best: tuple[float, _Scored] | None = None
         tried = []
         worse = 0
         m_max = max(m0, -(-ids.size // dp))  # beyond this some bins stay empty
@@ -148,45 +148,19 @@ class BalancedPackingPolicy(Policy):
             assign = self._lpt_assign(order, t, tok, m * dp, cap)
             if assign is None:  # fragmentation: try more bins
                 continue
-            ms = self._makespan_s(order, assign, t, ids, lengths, m, layout, cost)
+            scored = _Scored(order, assign, t, m, dp)
+            ms = scored.makespan_s(ids, lengths, layout, cost)
             tried.append({"microbatches": m, "makespan_s": ms})
             if best is None or ms < best[0]:
-                best, worse = (ms, m, assign), 0
+                best, worse = (ms, scored), 0
             else:
                 worse += 1
         if best is None:  # one sequence per bin always fits
             m = m_max
-            assign = self._lpt_assign(order, t, tok, m * dp, cap)
-            best = (0.0, m, assign)
-        _, m, assign = best
-        bins = _bins_of(order, assign, m * dp)
-        plan = Plan(self.name, layout, lengths, self._deal(bins, t, ids, m, layout), False, dict(dropped))
+            best = (0.0, _Scored(order, self._lpt_assign(order, t, tok, m * dp, cap), t, m, dp))
+        plan = Plan(self.name, layout, lengths, best[1].steps(ids, layout), False, dict(dropped))
         plan.meta = {"microbatches": plan.n_steps, "tried": tried}
         return plan
-
-    @staticmethod
-    def _makespan_s(order: np.ndarray, assign: np.ndarray, t: np.ndarray, ids: np.ndarray, lengths: np.ndarray,
-                    m: int, layout: Layout, cost) -> float:
-        """Modelled iteration time (s) of the plan that :meth:`_deal` makes of these bins, from arrays: the
-        same packs in the same order as :func:`evaluate_plan` of that plan (groups by step, then replica;
-        each group's sequences in placement order), without building its groups."""
-        dp = layout.dp
-        n_bins = m * dp
-        by_bin = _stable_order(assign, n_bins)
-        flat = np.asarray(order, dtype=np.intp)[by_bin]  # by bin, each in placement order
-        counts = np.bincount(assign, minlength=n_bins)
-        ends = np.cumsum(counts).tolist()
-        tf = t[flat]
-        cost_b = np.array([tf[a:b].sum() if b > a else 0.0 for a, b in zip([0] + ends[:-1], ends, strict=True)])
-        rep, slot = _deal_slots(cost_b, dp, m)
-        g_of_bin = slot * dp + rep  # group index: step-major, replica within the step
-        pack = g_of_bin[assign[by_bin]]
-        doc = _stable_order(pack, n_bins)
-        pids = pack[doc]
-        lens = np.asarray(lengths, dtype=np.int64)[ids[flat[doc]]]
-        g = np.arange(n_bins, dtype=np.int64)
-        return evaluate_packs(layout, m, lens, pids, np.full(n_bins, layout.cp, dtype=np.int64),
-                              (g % dp) * layout.cp, g // dp, cost).makespan_s
 
     @staticmethod
     def _lpt(order: np.ndarray, t: np.ndarray, tok: np.ndarray, n_bins: int, cap: int) -> list[list[int]] | None:
@@ -212,11 +186,10 @@ class BalancedPackingPolicy(Policy):
         load = np.zeros(n_bins)
         room = np.full(n_bins, cap, dtype=np.int64)
         assign = np.empty(n, dtype=np.intp)
-        bins = np.arange(n_bins)
         pos = 0
         while pos < n:
             k = min(n_bins, n - pos)
-            e = np.lexsort((bins, load))[:k]  # least loaded first, ties to the lowest bin
+            e = np.argsort(load, kind="stable")[:k]  # least loaded first, ties to the lowest bin
             new = load[e] + ts[pos:pos + k]
             good = room[e] >= ks[pos:pos + k]
             good[1:] &= np.minimum.accumulate(new)[:-1] > load[e[1:]]
@@ -262,6 +235,62 @@ def _bins_of(order: np.ndarray, assign: np.ndarray, n_bins: int) -> list[list[in
     flat = np.asarray(order, dtype=np.intp)[_stable_order(assign, n_bins)].tolist()
     ends = np.cumsum(np.bincount(assign, minlength=n_bins)).tolist()
     return [flat[a:b] for a, b in zip([0] + ends[:-1], ends, strict=True)]
+
+
+class _Scored:
+    """One candidate of :meth:`BalancedPackingPolicy._plan` from arrays: its bins (``assign``: the bin of each
+    position of ``order``), their modelled costs (s) and how :meth:`BalancedPackingPolicy._deal` deals them, so
+    that the candidate is scored and, when kept, laid out as steps without dealing it twice."""
+
+    def __init__(self, order: np.ndarray, assign: np.ndarray, t: np.ndarray, m: int, dp: int) -> None:
+        n_bins = m * dp
+        self.m, self.dp = m, dp
+        self.flat = np.asarray(order, dtype=np.intp)[_stable_order(assign, n_bins)]  # by bin, each in placement order
+        self.counts = np.bincount(assign, minlength=n_bins)
+        self.cost_b = _segment_sums(t[self.flat], self.counts)  # each bin's t[bin].sum(), as _deal sums it
+        rep, slot = _deal_slots(self.cost_b, dp, m)
+        self.bin_of_g = np.empty(n_bins, dtype=np.intp)  # group g = step·dp + replica runs this bin
+        self.bin_of_g[slot * dp + rep] = np.arange(n_bins)
+
+    def _by_group(self) -> np.ndarray:
+        """Positions in ``flat`` group by group (step-major, replica within the step), each group's sequences in
+        placement order (the bins' blocks of ``flat`` reordered)."""
+        starts = np.cumsum(self.counts) - self.counts
+        c = self.counts[self.bin_of_g]
+        return np.repeat(starts[self.bin_of_g] - (np.cumsum(c) - c), c) + np.arange(self.flat.size)
+
+    def makespan_s(self, ids: np.ndarray, lengths: np.ndarray, layout: Layout, cost) -> float:
+        """Modelled iteration time (s) of the plan :meth:`steps` makes, from arrays: the same packs in the same
+        order as :func:`evaluate_plan` of that plan (groups by step, then replica; each group's sequences in
+        placement order), without building its groups."""
+        n_bins = self.counts.size
+        pids = np.repeat(np.arange(n_bins, dtype=np.int64), self.counts[self.bin_of_g])
+        lens = np.asarray(lengths, dtype=np.int64)[ids[self.flat[self._by_group()]]]
+        g = np.arange(n_bins, dtype=np.int64)
+        return evaluate_packs(layout, self.m, lens, pids, np.full(n_bins, layout.cp, dtype=np.int64),
+                              (g % self.dp) * layout.cp, g // self.dp, cost).makespan_s
+
+    def steps(self, ids: np.ndarray, layout: Layout) -> list[Step]:
+        """The steps :meth:`BalancedPackingPolicy._deal` makes of these bins: step ``k`` of replica ``j`` runs the
+        ``k``-th bin dealt to ``j``."""
+        flat = np.asarray(ids)[self.flat[self._by_group()]].tolist()
+        ends = np.cumsum(self.counts[self.bin_of_g]).tolist()
+        packs = [flat[a:b] for a, b in zip([0] + ends[:-1], ends, strict=True)]
+        dp, cp = self.dp, layout.cp
+        return [Step([Group(j * cp, cp, packs[k * dp + j]) for j in range(dp)]) for k in range(self.m)]
+
+
+def _segment_sums(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``x[a:b].sum()`` of each consecutive segment of ``x`` (``counts`` long; 0.0 when empty), bit for bit:
+    the segments of one length are summed as the rows of one array (numpy sums each contiguous row as it
+    sums a 1-D array, pairwise from the same blocks)."""
+    out = np.zeros(counts.size)
+    starts = np.cumsum(counts) - counts
+    for c in np.unique(counts).tolist():
+        if c:
+            seg = np.flatnonzero(counts == c)
+            out[seg] = x[starts[seg][:, None] + np.arange(c)].sum(axis=1)
+    return out
 
 
 def _stable_order(keys: np.ndarray, n: int) -> np.ndarray:
