@@ -71,30 +71,25 @@ def gemm_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return gemm_fwd, cast_fwd, cast_bwd
 
 
-def attention_terms(st: CostSettings, padded: np.ndarray, cp: np.ndarray,
-                    pack_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Attention forward and backward per pack (flash: per document at the profile's efficiency; each
-    document is its own causal block, so short documents run at short-length efficiency)."""
-    npk = cp.size
+def attention_doc_terms(st: CostSettings, padded: np.ndarray, c_int: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Attention forward and backward seconds (one layer) of each document of padded length ``padded`` (float)
+    on ``c_int`` CP ranks (int, one per document; flash: at the profile's efficiency, each document its own
+    causal block, so short documents run at short-length efficiency). A pack's attention is their sum."""
     if st.attention == "unfused":
-        t_fwd_doc, t_bwd_doc = unfused_attention(st, padded)
-        return (np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk),
-                np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk))
-    c_int = cp[pack_ids]
+        return unfused_attention(st, padded)
     inv = None
-    if padded.size > _DISTINCT_MIN and cp.size:  # many documents: time each distinct (length, CP size) once
-        top = int(cp.max()) + 1
+    if padded.size > _DISTINCT_MIN:  # many documents: time each distinct (length, CP size) once
+        top = int(c_int.max()) + 1
         if float(padded.max(initial=0.0)) * top < 2.0**62:
             key_u, inv = np.unique(padded.astype(np.int64) * top + c_int, return_inverse=True)
             padded, c_int = (key_u // top).astype(np.float64), key_u % top
     t_fwd_doc, t_bwd_doc = _flash_attention_doc(st, padded, c_int.astype(np.float64))
     if inv is not None:
         t_fwd_doc, t_bwd_doc = t_fwd_doc[inv], t_bwd_doc[inv]
-    return (np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk),
-            np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk))
+    return t_fwd_doc, t_bwd_doc
 
 
-_DISTINCT_MIN = 4096  # attention_terms: above this many documents, each distinct (length, CP size) is timed once
+_DISTINCT_MIN = 4096  # attention_doc_terms: above this many documents, each distinct (length, CP size) is timed once
 
 
 def _flash_attention_doc(st: CostSettings, padded: np.ndarray, c_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

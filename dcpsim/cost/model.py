@@ -159,27 +159,37 @@ class CostModel:
             )
         return pc
 
-    def batch_cost(self, lengths, pack_ids, cp, spans_network=None) -> BatchCost:
+    def doc_terms(self, lengths, cp_doc) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The per-document part of :meth:`batch_cost`: each document's padded length (tokens, float) and its
+        attention forward and backward seconds (one layer), for documents of ``lengths`` tokens on ``cp_doc``
+        ranks (one CP size per document). A caller that costs the same documents on groups of the same sizes
+        many times (a planner scoring candidate packings) computes these once and passes them as ``docs``."""
+        cp_doc = np.asarray(cp_doc, dtype=np.int64)
+        padded = padded_lengths(np.asarray(lengths, dtype=np.float64), cp_doc).astype(np.float64)
+        return (padded, *compute.attention_doc_terms(self.settings, padded, cp_doc))
+
+    def batch_cost(self, lengths, pack_ids, cp, spans_network=None, *, docs=None) -> BatchCost:
         """Vectorised cost of many packs.
 
         ``lengths`` (int, one per document) and ``pack_ids`` (same size, the
         pack each document belongs to, 0..P−1) describe the packs; ``cp`` and
-        ``spans_network`` have one entry per pack.
+        ``spans_network`` have one entry per pack. ``docs``: :meth:`doc_terms` of
+        ``lengths`` on ``cp[pack_ids]`` when the caller has it (the same result).
         """
         st = self.settings
-        lengths = np.asarray(lengths, dtype=np.float64)
         pack_ids = np.asarray(pack_ids, dtype=np.int64)
         cp = np.asarray(cp, dtype=np.int64)
         npk = cp.size
         spans = self._check_packs(cp, spans_network)
         L = self.layers_per_stage
 
-        padded = padded_lengths(lengths, cp[pack_ids]).astype(np.float64)
+        padded, t_fwd_doc, t_bwd_doc = self.doc_terms(lengths, cp[pack_ids]) if docs is None else docs
         s = np.bincount(pack_ids, weights=padded, minlength=npk) / np.maximum(cp, 1)  # local tokens per rank
 
         gemm_fwd, cast_fwd, cast_bwd = compute.gemm_terms(st, s)
         gemm_bwd = compute.gemm_bwd_factor(st) * gemm_fwd
-        attn_fwd, attn_bwd = compute.attention_terms(st, padded, cp, pack_ids)
+        attn_fwd = np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk)  # each pack's documents, summed
+        attn_bwd = np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk)
         cp_fwd, cp_bwd, cp_total, cp_fwd_comm = communication.cp_terms(st, s, cp, spans, attn_fwd, attn_bwd)
         tp_fwd, tp_bwd = communication.tp_terms(st, s, gemm_fwd, gemm_bwd)
         ew_fwd, ew_bwd = compute.elementwise_terms(st, s)

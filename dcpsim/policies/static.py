@@ -36,7 +36,7 @@ import numpy as np
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
 from dcpsim.policies.base import Policy, candidate_microbatch_counts
-from dcpsim.policies.costs import SeqCosts, evaluate_packs
+from dcpsim.policies.costs import SeqCosts, schedule_makespan_s
 from dcpsim.policies.fit import raise_too_long
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
@@ -138,6 +138,10 @@ class BalancedPackingPolicy(Policy):
         tok = sc.tokens[0]
         order = np.lexsort((np.arange(ids.size), -t))  # most expensive first, ties by id
         m0 = max(1, int(np.ceil(tok.sum() / (cap * dp))))
+        # each candidate is scored on the same documents, in the same order (each bin's in placement order):
+        # their padded lengths and attention are computed once
+        docs_len = np.asarray(lengths, dtype=np.int64)[ids[order]]
+        docs = cost.doc_terms(docs_len, np.full(order.size, layout.cp, dtype=np.int64))
         best: tuple[float, _Scored] | None = None
         tried = []
         worse = 0
@@ -149,7 +153,7 @@ class BalancedPackingPolicy(Policy):
             if assign is None:  # fragmentation: try more bins
                 continue
             scored = _Scored(order, assign, t, m, dp)
-            ms = scored.makespan_s(ids, lengths, layout, cost)
+            ms = scored.makespan_s(docs_len, docs, layout, cost)
             tried.append({"microbatches": m, "makespan_s": ms})
             if best is None or ms < best[0]:
                 best, worse = (ms, scored), 0
@@ -244,7 +248,7 @@ class _Scored:
 
     def __init__(self, order: np.ndarray, assign: np.ndarray, t: np.ndarray, m: int, dp: int) -> None:
         n_bins = m * dp
-        self.m, self.dp = m, dp
+        self.m, self.dp, self.assign = m, dp, assign
         self.flat = np.asarray(order, dtype=np.intp)[_stable_order(assign, n_bins)]  # by bin, each in placement order
         self.counts = np.bincount(assign, minlength=n_bins)
         self.cost_b = _segment_sums(t[self.flat], self.counts)  # each bin's t[bin].sum(), as _deal sums it
@@ -259,16 +263,18 @@ class _Scored:
         c = self.counts[self.bin_of_g]
         return np.repeat(starts[self.bin_of_g] - (np.cumsum(c) - c), c) + np.arange(self.flat.size)
 
-    def makespan_s(self, ids: np.ndarray, lengths: np.ndarray, layout: Layout, cost) -> float:
-        """Modelled iteration time (s) of the plan :meth:`steps` makes, from arrays: the same packs in the same
-        order as :func:`evaluate_plan` of that plan (groups by step, then replica; each group's sequences in
-        placement order), without building its groups."""
+    def makespan_s(self, docs_len: np.ndarray, docs: tuple, layout: Layout, cost) -> float:
+        """Modelled iteration time (s) of the plan :meth:`steps` makes, from arrays: the packs of
+        :func:`evaluate_plan` of that plan without building its groups. The documents are the sequences of
+        ``order`` (``docs_len``, their :meth:`CostModel.doc_terms` ``docs``), each in the pack of its bin's
+        group: each pack's sequences come in placement order, as in the plan."""
         n_bins = self.counts.size
-        pids = np.repeat(np.arange(n_bins, dtype=np.int64), self.counts[self.bin_of_g])
-        lens = np.asarray(lengths, dtype=np.int64)[ids[self.flat[self._by_group()]]]
+        g_of_bin = np.empty(n_bins, dtype=np.int64)
+        g_of_bin[self.bin_of_g] = np.arange(n_bins)
         g = np.arange(n_bins, dtype=np.int64)
-        return evaluate_packs(layout, self.m, lens, pids, np.full(n_bins, layout.cp, dtype=np.int64),
-                              (g % self.dp) * layout.cp, g // self.dp, cost).makespan_s
+        sizes, starts = np.full(n_bins, layout.cp, dtype=np.int64), (g % self.dp) * layout.cp
+        bc = cost.batch_cost(docs_len, g_of_bin[self.assign], sizes, layout.spans_network(starts, sizes), docs=docs)
+        return schedule_makespan_s(g // self.dp, starts, sizes, bc.fwd_s, bc.bwd_s, self.m, layout)  # evaluate_packs'
 
     def steps(self, ids: np.ndarray, layout: Layout) -> list[Step]:
         """The steps :meth:`BalancedPackingPolicy._deal` makes of these bins: step ``k`` of replica ``j`` runs the
