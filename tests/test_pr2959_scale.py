@@ -8,6 +8,7 @@ definition the fast code must reproduce exactly (plans and meta, floats bit for 
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 
 import numpy as np
@@ -50,6 +51,23 @@ class _ScanCandidate(pr._Candidate):
             self.assign_slots()
         if self.valid:
             self.score()
+
+    def long_sizes(self) -> list[int]:
+        """Phase 1: slots per long sample (``nearest_pow2(ceil(f/τ))``, capped as the code caps it)."""
+        bt = self.batch
+        left = self.n_b
+        out = []
+        n_long = len(self.long_ids)
+        for idx, i in enumerate(self.long_ids):
+            want = pr.nearest_pow2(math.ceil(float(bt.f[i]) / self.tau))
+            c = min(want, bt.cmax_slots, bt.K, left - (n_long - 1 - idx))
+            c2 = 1 << (max(c, 1).bit_length() - 1)  # dcpsim's groups are powers of two, at least one slot
+            if self.safe:
+                c2 = max(c2, bt.need_slots(i))
+            self.clamped += c2 != c
+            left -= c2
+            out.append(c2)
+        return out
 
     def place_long(self, sizes: list[int]) -> None:
         """Phase 2: an aligned block per long sample (most buckets left), filled with normal samples."""

@@ -19,11 +19,13 @@ from dcpsim.policies.plan import Group, Layout, Step
 from dcpsim.policies.pr2959_model import (
     LONG_BWD_FACTOR,
     NORMAL_BWD_FACTOR,
+    _nearest_pow2_array,
+    _pow2_floor,
     nearest_pow2,
     pipeline_ratio,
     pr_pipeline_makespan,
 )
-from dcpsim.policies.pr2959_tables import _BULK_MIN, _long_blocks, _NormalPool, _np_sum, _TokenTable
+from dcpsim.policies.pr2959_tables import _BULK_MIN, _bulk_deal, _long_blocks, _NormalPool, _np_sum, _TokenTable
 
 
 class _Batch:
@@ -44,6 +46,14 @@ class _Batch:
         self.order = np.argsort(-self.L, kind="stable")
         self.tok1 = per_rank_tokens(self.L, self.u)  # tokens per rank of each sample on one slot
         self.L_list, self.f_list, self.b_list = self.L.tolist(), fwd.tolist(), bwd.tolist()  # for per-sample loops
+        self._order_lists: tuple[list[int], list[int], list[float]] | None = None
+
+    def order_lists(self) -> tuple[list[int], list[int], list[float]]:
+        """The ids, lengths and negated forward FLOPs of the samples in the code's order, as lists (made once)."""
+        if self._order_lists is None:
+            o = self.order
+            self._order_lists = o.tolist(), self.L[o].tolist(), (-self.f[o]).tolist()
+        return self._order_lists
 
     def f_sum(self, idx: list[int]) -> float:
         """``float(f[idx].sum())``, bit for bit (see :func:`_np_sum`)."""
@@ -111,6 +121,9 @@ class _Candidate:
             is_long |= bt.tok1[bt.order] > bt.M
         self.long_ids = bt.order[is_long].tolist()
         self.normal = bt.order[~is_long]  # ids, largest first (an int64 array)
+        # the long samples are the first ones of the order (FLOPs and tokens grow with the length): the
+        # normal ones are a suffix, whose lists are slices of the batch's
+        self._suffix = len(self.long_ids) if not is_long[len(self.long_ids):].any() else None
         sizes = self.long_sizes()
         self.place_long(sizes)
         self.fill_normal(self.n_b - sum(sizes))
@@ -124,12 +137,29 @@ class _Candidate:
             self.valid, self.reason = False, reason
 
     def long_sizes(self) -> list[int]:
-        """Phase 1: slots per long sample (``nearest_pow2(ceil(f/τ))``, capped as the code caps it)."""
+        """Phase 1: slots per long sample (``nearest_pow2(ceil(f/τ))``, capped as the code caps it).
+
+        Outside safe mode the sizes come from arrays as far as the cap by the buckets left (one per long
+        sample still to come) does not bind, which is every sample in practice; from the first that it
+        would bind on, sample by sample.
+        """
         bt = self.batch
         left = self.n_b
-        out = []
+        out: list[int] = []
         n_long = len(self.long_ids)
-        for idx, i in enumerate(self.long_ids):
+        start = 0
+        q = np.ceil(bt.f[np.asarray(self.long_ids, dtype=np.int64)] / self.tau)  # math.ceil(f / τ), exactly
+        if n_long and not self.safe and q.max() < 2.0**52:  # whole numbers exact in float64 and int64
+            c = np.minimum(np.minimum(_nearest_pow2_array(q), bt.cmax_slots), bt.K)
+            c2 = _pow2_floor(np.maximum(c, 1))
+            bound = self.n_b - (np.cumsum(c2) - c2) - (n_long - 1 - np.arange(n_long))
+            over = np.flatnonzero(c > bound)
+            start = n_long if over.size == 0 else int(over[0])
+            out = c2[:start].tolist()
+            self.clamped += int(np.count_nonzero(c2[:start] != c[:start]))
+            left -= sum(out)
+        for idx in range(start, n_long):
+            i = self.long_ids[idx]
             want = nearest_pow2(math.ceil(float(bt.f[i]) / self.tau))
             c = min(want, bt.cmax_slots, bt.K, left - (n_long - 1 - idx))
             c2 = 1 << (max(c, 1).bit_length() - 1)  # dcpsim's groups are powers of two, at least one slot
@@ -141,64 +171,76 @@ class _Candidate:
         return out
 
     def place_long(self, sizes: list[int]) -> None:
-        """Phase 2: an aligned block per long sample (most buckets left), filled with normal samples."""
+        """Phase 2: an aligned block per long sample (most buckets left), filled with normal samples.
+
+        Each long sample's group takes normal samples, largest first, under the code's three limits; it
+        ends with its tokens per rank and the solver's FLOPs of the group. One loop over the long samples
+        with the pool's lists at hand (:class:`_NormalPool`'s ``first_below`` and ``remove`` inlined).
+        """
         bt = self.batch
         blocks, self.overflow_blocks = _long_blocks(sizes, bt.K, bt.layout.pp * self.m)
-        self._flag_all = self.n_b - sum(sizes) <= 0
-        self._total_num = bt.K * pipeline_ratio(self.m, bt.layout.pp)
-        self._pool = pool = _NormalPool(self.normal, bt.f, bt.L)
-        self.groups = [self._long_group(i, cs, blk) for i, cs, blk in zip(self.long_ids, sizes, blocks, strict=True)]
-        self.normal = pool.alive()
-        self._pool = None
-
-    def _long_group(self, i: int, cs: int, blk: int) -> _LongGroup:
-        """Long sample ``i``'s group on block ``blk`` of ``cs`` slots: the normal samples it takes (largest
-        first, under the code's three limits), its tokens per rank and the solver's FLOPs of the group."""
-        bt, pool = self.batch, self._pool
-        negf, nxt, size = pool.negf, pool.nxt, pool.size
-        fi = bt.f_list[i]
-        room = cs * self.tau - fi
-        length_sum = bt.L_list[i]
-        ranks = cs * bt.u
-        pad = 2 * ranks if ranks > 1 else 1  # the padding rule (dcpsim.cost.padding), inlined
-        tok = -(-length_sum // pad) * pad // ranks
-        cap = bt.M * cs
-        members, fsum, bsum = [i], 0.0 + fi, 0.0  # numpy sums fewer than 8 numbers left to right from 0.0
-        p = 0  # position in the pool's fixed order (the code's index into its shrinking list)
-        taken = False  # whether the last pass removed the sample at p
-        while self._flag_all or (pool.n_alive > self._total_num and length_sum < cap):
-            x = room * self.fill_slack
-            if x <= 0:
-                break
-            # first remaining normal sample (from p) with forward FLOPs < x: pool.first_below, inlined; right
-            # after p is taken, p + 1 when it remains and is below x (the search and the path halving
-            # would find it and change nothing else)
-            if taken and p + 1 < size and nxt[p + 1] == p + 1 and -negf[p + 1] < x:
-                p += 1
-            else:
-                p = max(p, bisect_right(negf, -x))
-                while nxt[p] != p:
-                    nxt[p] = p = nxt[nxt[p]]  # path halving
-                if p >= size:
+        flag_all = self.n_b - sum(sizes) <= 0
+        total_num = bt.K * pipeline_ratio(self.m, bt.layout.pp)
+        lists = None
+        if self._suffix is not None:
+            ids, lens, negf = bt.order_lists()
+            lists = ids[self._suffix:], lens[self._suffix:], negf[self._suffix:]
+        pool = _NormalPool(self.normal, bt.f, bt.L, lists)
+        negf, nxt, size, p_len, p_ids, removed = pool.negf, pool.nxt, pool.size, pool.lengths, pool.ids, pool.removed
+        n_alive = pool.n_alive
+        f_list, L_list, b_list = bt.f_list, bt.L_list, bt.b_list
+        tau, slack, safe, M, u = self.tau, self.fill_slack, self.safe, bt.M, bt.u
+        groups = []
+        append = groups.append
+        for i, cs, blk in zip(self.long_ids, sizes, blocks, strict=True):
+            fi = f_list[i]
+            room = cs * tau - fi
+            length_sum = L_list[i]
+            ranks = cs * u
+            pad = 2 * ranks if ranks > 1 else 1  # the padding rule (dcpsim.cost.padding), inlined
+            tok = -(-length_sum // pad) * pad // ranks
+            cap = M * cs
+            members, fsum, bsum = [i], 0.0 + fi, 0.0  # numpy sums fewer than 8 numbers left to right from 0.0
+            p = 0  # position in the pool's fixed order (the code's index into its shrinking list)
+            taken = False  # whether the last pass removed the sample at p
+            while flag_all or (n_alive > total_num and length_sum < cap):
+                x = room * slack
+                if x <= 0:
                     break
-            taken = False
-            Lk = pool.lengths[p]
-            t = -(-Lk // pad) * pad // ranks
-            if self.safe and tok + t > bt.M:
-                p += 1
-                continue
-            pool.remove(p)
-            taken = True
-            k, fk = pool.ids[p], -negf[p]
-            room -= fk
-            length_sum += Lk
-            tok += t
-            members.append(k)
-            fsum += fk
-            bsum += bt.b_list[k]
-        if len(members) >= 8:  # numpy's pairwise summation
-            fsum, bsum = bt.f_sum(members), bt.b_sum(members[1:])
-        return _LongGroup(blk * cs, cs, members, fsum, LONG_BWD_FACTOR * fi + bsum, tok)
+                # first remaining normal sample (from p) with forward FLOPs < x; right after p is taken,
+                # p + 1 when it remains and is below x (the search and the path halving would find it and
+                # change nothing else)
+                if taken and p + 1 < size and nxt[p + 1] == p + 1 and -negf[p + 1] < x:
+                    p += 1
+                else:
+                    p = max(p, bisect_right(negf, -x))
+                    while nxt[p] != p:
+                        nxt[p] = p = nxt[nxt[p]]  # path halving
+                    if p >= size:
+                        break
+                taken = False
+                Lk = p_len[p]
+                t = -(-Lk // pad) * pad // ranks
+                if safe and tok + t > M:
+                    p += 1
+                    continue
+                nxt[p] = p + 1  # removed
+                n_alive -= 1
+                removed.append(p)
+                taken = True
+                k, fk = p_ids[p], -negf[p]
+                room -= fk
+                length_sum += Lk
+                tok += t
+                members.append(k)
+                fsum += fk
+                bsum += b_list[k]
+            if len(members) >= 8:  # numpy's pairwise summation
+                fsum, bsum = bt.f_sum(members), bt.b_sum(members[1:])
+            append(_LongGroup(blk * cs, cs, members, fsum, LONG_BWD_FACTOR * fi + bsum, tok))
+        pool.n_alive = n_alive
+        self.groups = groups
+        self.normal = pool.alive()
 
     def fill_normal(self, n_nb: int) -> None:
         """Phase 3: normal buckets, FLOPs-first under the mean-token target, then leftovers by tokens."""
@@ -210,6 +252,7 @@ class _Candidate:
         self.bf, self.bl = [0.0] * n_nb, [0] * n_nb
         self.seq: list[int] = []  # normal samples in the order they joined a bucket (an array once filled)
         self.dest: list[int] = []  # the bucket each joined
+        self._head: list[tuple[np.ndarray, np.ndarray]] = []  # (samples, buckets) placed in bulk before ``seq``
         if self.normal.size:
             ids = self.normal
             T = float(bt.L[ids].sum()) / n_nb
@@ -218,7 +261,8 @@ class _Candidate:
             self.n_leftovers = len(left)
             self._leftovers(sorted(left, key=bt.L_list.__getitem__, reverse=True), T, cap)
         self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
-        self.seq, self.dest = np.array(self.seq, dtype=np.int64), np.array(self.dest, dtype=np.int64)
+        self.seq = np.concatenate([*(a for a, _ in self._head), np.array(self.seq, dtype=np.int64)]).astype(np.int64)
+        self.dest = np.concatenate([*(b for _, b in self._head), np.array(self.dest, dtype=np.int64)]).astype(np.int64)
         # the code adds 2·f to a bucket's backward estimate with every f it adds to its forward; doubling
         # is exact in binary floating point, so those sums are exactly twice the forward sums
         self.bb = NORMAL_BWD_FACTOR * self.bf
@@ -246,8 +290,7 @@ class _Candidate:
         E = min(len(bf), ids.size - n0)
         first = ids[n0:n0 + E]
         bf[:E], bl[:E] = bt.f[first].tolist(), bt.L[first].tolist()
-        seq.extend(first.tolist())
-        dest.extend(range(E))
+        self._head.append((first, np.arange(E)))
         rest, rest_lims = ids[n0 + E:], lims[n0 + E:]
         done = self._bulk_lowest_flops(rest, rest_lims)  # in runs while provably the same, then one by one
         rest, rest_lims = rest[done:], rest_lims[done:]
@@ -322,8 +365,7 @@ class _Candidate:
                 break
         if pos:
             self.bf[:], self.bl[:] = bf.tolist(), bl.tolist()
-            self.seq.extend(ids[:pos].tolist())
-            self.dest.extend(np.concatenate(placed).tolist())
+            self._head.append((ids[:pos], np.concatenate(placed)))
         return pos
 
     def _leftovers(self, left: list[int], T: float, cap: float) -> None:
@@ -352,20 +394,30 @@ class _Candidate:
             i, limit = left[pos], limits[pos]
             Li = Ls[i]
             picks = table.run_picks(Li, T, limit, end[pos] - pos) if end[pos] - pos > 1 else []
-            for k in picks or [table.closest(Li, T, limit)]:
-                i = left[pos]
-                if k < 0:  # safe mode: an extra bucket, ranked last
-                    k = len(bl)
-                    bf.append(0.0 + fs[i])
-                    bl.append(Li)
-                    table.add(k, Li)
-                else:
-                    bf[k] += fs[i]
-                    bl[k] = b = bl[k] + Li
-                    table.move(k, b - Li, b)
-                seq.append(i)
-                dest.append(k)
-                pos += 1
+            if picks:  # a run of one length (so one FLOPs figure) to buckets of the table
+                fi = fs[i]
+                olds = [bl[k] for k in picks]
+                for k in picks:
+                    bf[k] += fi
+                    bl[k] += Li
+                table.move_run(picks, olds, Li)
+                seq.extend(left[pos:pos + len(picks)])
+                dest.extend(picks)
+                pos += len(picks)
+                continue
+            k = table.closest(Li, T, limit)
+            if k < 0:  # safe mode: an extra bucket, ranked last
+                k = len(bl)
+                bf.append(0.0 + fs[i])
+                bl.append(Li)
+                table.add(k, Li)
+            else:
+                bf[k] += fs[i]
+                bl[k] = b = bl[k] + Li
+                table.move(k, b - Li, b)
+            seq.append(i)
+            dest.append(k)
+            pos += 1
 
     def assign_slots(self) -> None:
         """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot."""
@@ -434,43 +486,7 @@ class _Candidate:
                 pop(heap)
         return True
 
-    @staticmethod
-    def _bulk_deal(ks: np.ndarray, fks: np.ndarray, lists: list[list[int]], fsum: list[float], count: list[int],
-                   per_slot: int) -> int:
-        """:meth:`_deal_buckets`'s dealing in runs while provably its heap's; returns how many of the
-        buckets ``ks`` (FLOPs ``fks``, ascending) it dealt (``lists``, ``fsum``, ``count`` updated).
-
-        The next ``r`` buckets go to the ``r`` slots of lowest (FLOPs, index) among those not full, in
-        that order, when every slot given one in the run ends above the next slot's FLOPs (so that slot is
-        still the heap's least); one addition per bucket, as the heap loop adds. Stops at the first run
-        shorter than ``_BULK_MIN`` (the heap loop goes on from the same state: the heap holds each slot
-        not full at its current FLOPs, whatever the order of the updates).
-        """
-        n = ks.size
-        f, cnt = np.asarray(fsum, dtype=np.float64), np.asarray(count, dtype=np.int64)
-        pos = 0
-        while pos < n:
-            elig = np.flatnonzero(cnt < per_slot)
-            k = min(elig.size, n - pos)
-            if k == 0:
-                break
-            e = elig[np.lexsort((elig, f[elig]))][:k]  # least FLOPs first, ties to the lowest slot
-            new = f[e] + fks[pos:pos + k]
-            good = np.ones(k, dtype=bool)
-            good[1:] = np.minimum.accumulate(new)[:-1] > f[e[1:]]
-            bad = np.flatnonzero(~good)
-            run = k if bad.size == 0 else int(bad[0])
-            e = e[:run]
-            f[e] = new[:run]
-            cnt[e] += 1
-            for s, b in zip(e.tolist(), ks[pos:pos + run].tolist(), strict=True):
-                lists[s].append(b)
-            pos += run
-            if run < _BULK_MIN:
-                break
-        if pos:
-            fsum[:], count[:] = f.tolist(), cnt.tolist()
-        return pos
+    _bulk_deal = staticmethod(_bulk_deal)  # pr2959_tables; an attribute, so that tests can count its runs
 
     def _normal_tokens(self) -> np.ndarray:
         """Tokens per rank of every normal bucket (``min_cp`` ranks, each sample padded on its own)."""
@@ -568,4 +584,5 @@ class _Candidate:
                 at.setdefault(p, []).append(Group(s * u, u, members[k]))
                 p += 1
         return [Step(sorted(at[k], key=lambda gr: gr.start)) for k in sorted(at)]
+
 

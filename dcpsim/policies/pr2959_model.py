@@ -31,6 +31,17 @@ def nearest_pow2(n: int) -> int:
     return lo if n - lo < hi - n else hi
 
 
+def _pow2_floor(c: np.ndarray) -> np.ndarray:
+    """The largest power of two ``<= c`` of each positive integer (``1 << (c.bit_length() - 1)``)."""
+    return np.ldexp(1.0, np.frexp(np.asarray(c, dtype=np.float64))[1] - 1).astype(np.int64)
+
+
+def _nearest_pow2_array(q: np.ndarray) -> np.ndarray:
+    """:func:`nearest_pow2` of each whole number in the float array ``q`` (exact below 2**53)."""
+    qi = np.maximum(q, 1.0).astype(np.int64)
+    lo = _pow2_floor(qi)
+    return np.where(q < 1, 1, np.where(qi - lo < 2 * lo - qi, lo, 2 * lo))
+
 
 def pipeline_ratio(m: int, pp: int) -> float:
     """The code's per-slot bucket ratio ``r(m) = m·PP·(2PP−1)/(m·PP + PP − 1)`` (non-interleaved)."""
@@ -211,9 +222,15 @@ def pr_pipeline_makespan(fwd, bwd, pp: int) -> np.ndarray:
         return np.zeros(cols)
     ops = _pr_pipeline_graph(n, int(pp))
     end = np.zeros((len(ops), cols))
-    for v, d, k, preds in ops:
-        if preds:
-            end[v] = end[list(preds)].max(axis=0)
-        end[v] += bwd[k] if d else fwd[k]
+    maximum, add = np.maximum, np.add
+    for v, d, k, preds in ops:  # each op ends at its latest predecessor's end + its duration
+        row = end[v]
+        if len(preds) == 1:
+            row[:] = end[preds[0]]
+        elif preds:
+            maximum(end[preds[0]], end[preds[1]], out=row)
+            for q in preds[2:]:
+                maximum(row, end[q], out=row)
+        add(row, bwd[k] if d else fwd[k], out=row)
     return end.max(axis=0)
 

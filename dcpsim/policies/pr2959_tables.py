@@ -68,35 +68,23 @@ def _long_blocks(sizes: list[int], slots: int, per_slot: int) -> tuple[list[int]
 
 class _NormalPool:
     """The normal samples (largest first) long groups take fillers from: the code's list with ``pop(j)``,
-    as a fixed order with a next-remaining pointer per position (union-find), so a removal costs O(α)."""
+    as a fixed order with a next-remaining pointer per position (union-find: ``nxt[p] == p`` while ``p``
+    remains; a removal sets ``nxt[p] = p + 1``), so a removal costs O(α). :meth:`_Candidate.place_long`
+    searches and removes on these lists itself.
 
-    def __init__(self, ids: np.ndarray, f: np.ndarray, lengths: np.ndarray) -> None:
+    ``lists``: ``(ids, lengths, negf)`` of ``ids`` as Python lists when the caller has them (a slice of
+    the batch's, made once for every candidate).
+    """
+
+    def __init__(self, ids: np.ndarray, f: np.ndarray, lengths: np.ndarray,
+                 lists: tuple[list[int], list[int], list[float]] | None = None) -> None:
         self.arr = ids
-        self.ids = ids.tolist()
-        self.lengths = lengths[ids].tolist()
-        self.negf = (-f[ids]).tolist()  # ascending: the samples are longest first
+        if lists is None:
+            lists = ids.tolist(), lengths[ids].tolist(), (-f[ids]).tolist()
+        self.ids, self.lengths, self.negf = lists  # negf ascending: the samples are longest first
         self.nxt = list(range(len(ids) + 1))
         self.n_alive = self.size = len(ids)
         self.removed: list[int] = []
-
-    def _find(self, p: int) -> int:
-        nxt, r = self.nxt, p
-        while nxt[r] != r:
-            r = nxt[r]
-        while p != r:
-            nxt[p], p = r, nxt[p]
-        return r
-
-    def first_below(self, x: float, p: int) -> int:
-        """First remaining position ``>= p`` whose forward FLOPs are below ``x``; −1 when none."""
-        q = bisect_right(self.negf, -x)
-        q = self._find(q if q > p else p)
-        return q if q < self.size else -1
-
-    def remove(self, p: int) -> None:
-        self.nxt[p] = p + 1
-        self.n_alive -= 1
-        self.removed.append(p)
 
     def alive(self) -> np.ndarray:
         """The remaining samples, in order."""
@@ -175,6 +163,25 @@ class _TokenTable:
         ranks = sorted(r for v in counts for r in self.at[v]) if hi > lo else sorted(self.at[counts[0]])
         return [self.bucket[r] for r in ranks[:most]]
 
+    def move_run(self, picks: list[int], olds: list[int], Li: int) -> None:
+        """:meth:`move` of each bucket of ``picks`` in turn, from its token count ``olds[j]`` to ``olds[j] + Li``
+        (the buckets of :meth:`run_picks`: no bucket lands on a count a later one leaves)."""
+        at, vals, rank = self.at, self.vals, self.rank
+        pop, push = heapq.heappop, heapq.heappush
+        for k, v in zip(picks, olds, strict=True):
+            heap = at[v]
+            pop(heap)
+            if not heap:
+                del at[v]
+                del vals[bisect_left(vals, v)]
+            w = v + Li
+            dst = at.get(w)
+            if dst is None:
+                at[w] = [rank[k]]
+                insort(vals, w)
+            else:
+                push(dst, rank[k])
+
     def add(self, k: int, tokens: int) -> None:
         """A new bucket, ranked last."""
         self.rank.append(len(self.bucket))
@@ -195,3 +202,41 @@ class _TokenTable:
             self.at[tokens] = []
             insort(self.vals, tokens)
         heapq.heappush(self.at[tokens], r)
+
+
+def _bulk_deal(ks: np.ndarray, fks: np.ndarray, lists: list[list[int]], fsum: list[float], count: list[int],
+               per_slot: int) -> int:
+    """:meth:`_Candidate._deal_buckets`'s dealing in runs while provably its heap's; returns how many of the
+    buckets ``ks`` (FLOPs ``fks``, ascending) it dealt (``lists``, ``fsum``, ``count`` updated).
+
+    The next ``r`` buckets go to the ``r`` slots of lowest (FLOPs, index) among those not full, in
+    that order, when every slot given one in the run ends above the next slot's FLOPs (so that slot is
+    still the heap's least); one addition per bucket, as the heap loop adds. Stops at the first run
+    shorter than ``_BULK_MIN`` (the heap loop goes on from the same state: the heap holds each slot
+    not full at its current FLOPs, whatever the order of the updates).
+    """
+    n = ks.size
+    f, cnt = np.asarray(fsum, dtype=np.float64), np.asarray(count, dtype=np.int64)
+    pos = 0
+    while pos < n:
+        elig = np.flatnonzero(cnt < per_slot)
+        k = min(elig.size, n - pos)
+        if k == 0:
+            break
+        e = elig[np.lexsort((elig, f[elig]))][:k]  # least FLOPs first, ties to the lowest slot
+        new = f[e] + fks[pos:pos + k]
+        good = np.ones(k, dtype=bool)
+        good[1:] = np.minimum.accumulate(new)[:-1] > f[e[1:]]
+        bad = np.flatnonzero(~good)
+        run = k if bad.size == 0 else int(bad[0])
+        e = e[:run]
+        f[e] = new[:run]
+        cnt[e] += 1
+        for s, b in zip(e.tolist(), ks[pos:pos + run].tolist(), strict=True):
+            lists[s].append(b)
+        pos += run
+        if run < _BULK_MIN:
+            break
+    if pos:
+        fsum[:], count[:] = f.tolist(), cnt.tolist()
+    return pos
