@@ -20,6 +20,10 @@ Declared before any fit (2026-11-27):
 * method: the same bounded Gauss-Newton (:func:`dcpsim.published.fitting.gauss_newton`) from the uncalibrated
   point (timing knobs at the profile's values, ``host_module_scale`` 1, ``host_step_s`` 0); a knob on its
   bound fails the calibration by name.
+
+Not the default: compared with the sequential fit on both suites' held-out rows (H100 and A100, 2026-11-27,
+experiments/published_throughput/README.md) it was no better (published held-out H100 10.3% against 10.2%, A100
+5.0% against 4.8%; CI held-out equal within 0.1%), so ``dcpsim calibrate`` fits in sequence unless ``--joint``.
 """
 
 from __future__ import annotations
