@@ -219,7 +219,8 @@ class SeqCosts:
             # each sequence alone in its own pack, for every size, without and with network; a pack of one
             # sequence costs the same whatever the others, so the table is built on the distinct lengths,
             # summed there (the same float64 operations per entry) and spread to the sequences once
-            u, inv = np.unique(L, return_inverse=True)
+            u, first, inv = np.unique(L, return_index=True, return_inverse=True)
+            self._distinct: tuple | None = (u, first, inv)
             nu = u.size
             rep_len = np.tile(u, 2 * ns)
             pack_cp = np.repeat(np.tile(self.sizes, 2), nu)
@@ -233,7 +234,15 @@ class SeqCosts:
             self._parts: tuple | None = (attn_u, comm_u, inv)  # attn_s and comm_s, gathered on first read
         else:
             self._attn_s, self._comm_s, self._parts = np.zeros((ns, n)), np.zeros((ns, 2, n)), None
+            self._distinct = None
             self.time_s = np.zeros((ns, 2, n))
+
+    def distinct(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``np.unique(lengths, return_index=True, return_inverse=True)``: the distinct lengths, the first
+        sequence of each and every sequence's distinct index (computed once, with the table)."""
+        if self._distinct is None:
+            self._distinct = np.unique(self.lengths, return_index=True, return_inverse=True)
+        return self._distinct
 
     @property
     def attn_s(self) -> np.ndarray:

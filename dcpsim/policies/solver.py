@@ -245,7 +245,7 @@ class _Search:
         span0 = np.asarray(layout.spans_network(np.zeros(sizes.size, dtype=np.int64), sizes), dtype=np.int64)
         # every column below is a function of the sequence's length: computed once per distinct length
         # (``first``: a sequence of each), spread to the sequences (``inv``) where sums and choices need them
-        _, first, self.inv = np.unique(sc.lengths, return_index=True, return_inverse=True)
+        _, first, self.inv = sc.distinct()
         ns, nu = sizes.size, first.size
         t0 = sc.time_s[np.arange(ns)[:, None], span0[:, None], first[None, :]]  # (ns, nu): first aligned slice
         tok = sc.tokens[:, first]
@@ -325,6 +325,7 @@ class _Screen:
         sub.lengths, sub.layout = lengths[self.idx], self.layout
         sub.tokens, sub.time_s = sc.tokens[:, self.idx], sc.time_s[:, :, self.idx]
         sub.attn_s, sub.comm_s = sc.take(self.idx)
+        sub._distinct = None  # the full batch's (the subsample's, if asked, from its own lengths)
         self.sc, self.need = sub, need[self.idx]
         self.table = copy(table)  # rows per distinct length are the full batch's; only the index changes
         self.table.uid = [table.uid[i] for i in self.idx.tolist()]

@@ -15,8 +15,6 @@ from bisect import bisect_left
 
 import numpy as np
 
-from dcpsim.policies.dynamic import lowest_free_slice
-
 
 class _Follow:
     """The bulk path of :class:`~dcpsim.policies.solver_placer._Placer` (a mixin: it uses the placer's state)."""
@@ -72,14 +70,17 @@ class _Follow:
                 self._move(g, code, st, listed)
                 return pos
             # g can take no more: its next twin, else the cell's pick as the join search finds it
-            if in_block:  # a pick with twins, or a twin: it ends as they all do (moved together)
+            if in_block:  # a pick with twins: it ends as they all do (moved together)
                 block.append(g)
+                n_twins = len(twins)
+                done = self._fill_twins(twins, g, c, t0, (add, tok), ids, (pos, end), block)
+                if done is not None:
+                    self._move_block(block, code, st, t0)
+                    self._move(done, code, st, t0)
+                    return end
+                pos += c * n_twins
             else:
                 self._move(g, code, st, listed)
-            if twins:
-                g = twins.pop()
-                listed = g_time[g]
-                continue
             self._move_block(block, code, st, t0)
             block = []
             pick = self._cell_pick(code, st, (s_k, add, lim, tok, thr), outside, floor)
@@ -88,6 +89,44 @@ class _Follow:
             g, twins = pick
             listed = g_time[g]
             in_block, t0 = bool(twins), listed
+
+    def _fill_twins(self, twins: list[int], g: int, c: int, t0: float, step: tuple[float, int], ids: list[int],
+                    at: tuple[int, int], block: list[int]) -> int | None:
+        """Pick ``g`` (time ``t0`` before it took its ``c >= 1`` sequences, each adding ``step`` = (time,
+        tokens)) has its twins (``twins``, last first: the same time and room): each takes ``c`` of
+        ``ids[pos:end]`` (``at`` = (pos, end)) in turn, as ``g`` did (the same test on the same time and
+        room, the same additions), and ends at ``g``'s time and room. The twins that end with the others join ``block``; the one that takes the run's last
+        sequence (``c`` or fewer of them) is returned (its move is its own), None if the run goes on."""
+        g_time, g_room, members = self.g_time, self.g_room, self.members
+        t, r = g_time[g], g_room[g]
+        (add, tok), (pos, end) = step, at
+        rest = end - pos
+        if rest > c * len(twins):  # every twin takes c, and the run goes on
+            for tw in reversed(twins):
+                members[tw].extend(ids[pos:pos + c])
+                g_time[tw], g_room[tw] = t, r
+                pos += c
+                block.append(tw)
+            twins.clear()
+            return None
+        full = rest // c
+        for _ in range(full - (full * c == rest)):
+            tw = twins.pop()
+            members[tw].extend(ids[pos:pos + c])
+            g_time[tw], g_room[tw] = t, r
+            pos += c
+            block.append(tw)
+        last = twins.pop()  # takes the rest: c of them, or fewer (the additions g made first)
+        rem = end - pos
+        members[last].extend(ids[pos:end])
+        if rem == c:
+            g_time[last], g_room[last] = t, r
+        else:
+            tl = t0
+            for _ in range(rem):
+                tl += add
+            g_time[last], g_room[last] = tl, g_room[g] + (c - rem) * tok
+        return last
 
     def _cell_pick(self, code: int, st: int, q: tuple, outside: tuple, floor: float) -> tuple[int, list[int]] | None:
         """The join search's pick in cell (code, step) (``q``: step height, added time, height limit, tokens,
@@ -159,15 +198,11 @@ class _Follow:
         c, H, pp1, gmax = self.sizes[k], self.height, self.pp - 1, self.gmax
         floor = -np.inf
         for kk in self.open_steps:
-            fc = self.cache[kk]
-            start = fc.get(c)
-            if start is None:
-                start = lowest_free_slice(self.free[kk], c, self.R, self.align)
-                fc[c] = start
+            start = self._free_start(kk, c)
             if start < 0:
                 continue
-            a1 = float(trow[2 * k + self._spans(start, c)])
-            s = float(self.S[kk])
+            a1 = trow[2 * k + self._spans(start, c)]
+            s = self.S[kk]
             if a1 > max(s, H):
                 continue
             Sn = max(s, a1)

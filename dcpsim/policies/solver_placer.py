@@ -17,6 +17,8 @@ from dcpsim.policies.dynamic import align_masks_for, lowest_free_slice
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 from dcpsim.policies.solver_follow import _Follow
 
+_INF = float("inf")
+
 
 class _Buckets:
     """Open groups by code and step: the join candidates.
@@ -118,7 +120,8 @@ class _Table:
     and the codes a sequence may join (size index at least its need) by increasing GPU-seconds."""
 
     def __init__(self, lengths: np.ndarray, sc: SeqCosts, need: np.ndarray) -> None:
-        _, first, inv = np.unique(lengths, return_index=True, return_inverse=True)
+        _, first, inv = sc.distinct() if lengths is sc.lengths else np.unique(lengths, return_index=True,
+                                                                              return_inverse=True)
         self.uid: list[int] = inv.tolist()
         t = sc.time_s.reshape(-1, lengths.size)[:, first].T  # (distinct, ns*2)
         self.time_rows: list[list[float]] = t.tolist()
@@ -208,19 +211,29 @@ class _Placer(_Follow):
         self.free: list[int] = []  # per step: bit r set = rank r free
         self.cache: list[dict[int, int]] = []  # per step: size -> lowest free aligned start
         self.open_steps: list[int] = []  # steps with free ranks
-        self.span_cache: dict[tuple[int, int], int] = {}
+        self.span_rows: dict[int, list[int]] = {}  # size -> leaves-the-domain per aligned start
         # no step grows past the target height H (unless a sequence alone is taller); steps may grow
         # to H before the (pp-1)·max term counts
         self.gmax = H if (self.pp > 1 and np.isfinite(H)) else 0.0
         self.buckets = _Buckets([int(x) for x in self.sc.tokens.min(axis=1)])
 
+    def _free_start(self, kk: int, c: int) -> int:
+        """Start of the lowest free aligned slice of ``c`` ranks on step ``kk`` (-1: none), cached until a
+        group opens on that step."""
+        fc = self.cache[kk]
+        start = fc.get(c)
+        if start is None:
+            start = fc[c] = lowest_free_slice(self.free[kk], c, self.R, self.align)
+        return start
+
     def _spans(self, start: int, c: int) -> int:
-        key = (start, c)
-        v = self.span_cache.get(key)
-        if v is None:
-            v = int(bool(self.layout.spans_network(start, c)))
-            self.span_cache[key] = v
-        return v
+        """1 if the group of ``c`` ranks at aligned ``start`` leaves the NVLink domain, else 0 (per size, every
+        aligned start at once, on first use)."""
+        row = self.span_rows.get(c)
+        if row is None:
+            starts = np.arange(0, self.R - c + 1, c, dtype=np.int64)
+            row = self.span_rows[c] = np.asarray(self.layout.spans_network(starts, c), dtype=np.int64).tolist()
+        return row[start // c]
 
     def _delta(self, s_k: float, newt: float) -> float:
         """Increase of the modelled makespan when a step of height ``s_k`` gets a group of time ``newt``."""
@@ -325,77 +338,77 @@ class _Placer(_Follow):
         return (float(gmin), float(best[0]), best[1], zero)
 
     def _within(self, t: float, s_k: float, add: float, lim: float, thr: float) -> bool:
+        """Whether joining a group of time ``t`` raises the makespan by at most ``thr`` (and stays under ``lim``)."""
         newt = t + add
         if newt > lim:
             return False
         sn = newt if newt > s_k else s_k
-        over = sn - self.gmax
-        return (sn - s_k) + ((self.pp - 1) * (over if over > 0.0 else 0.0) if self.pp > 1 else 0.0) <= thr
-
-    def _limit(self, keys: list, s_k: float, add: float, lim: float, thr: float) -> int:
-        """Number of groups of a sorted list whose increase is within ``thr`` (it grows with the time)."""
-        x = (lim if lim < s_k + thr else s_k + thr) - add
-        p = bisect_right(keys, (x, np.inf))
-        n = len(keys)
-        # past the height limit is never within; at most the step's height adds nothing (the usual answers,
-        # decided without the full test)
-        while p < n and keys[p][0] + add <= lim and self._within(keys[p][0], s_k, add, lim, thr):
-            p += 1
-        while p > 0:
-            newt = keys[p - 1][0] + add
-            if (newt <= s_k and newt <= lim) or self._within(keys[p - 1][0], s_k, add, lim, thr):
-                break
-            p -= 1
-        return p
+        d = sn - s_k
+        if self.pp > 1:
+            over = sn - self.gmax
+            if over > 0.0:
+                d += (self.pp - 1) * over
+        return d <= thr
 
     def _fullest_in_cell(self, cell, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
         """A cell's groups with token room within ``thr``: (whether one adds nothing, the pick if it beats
         ``best`` by (new time, -group), else None); None if the cell has no such group. The groups passed
-        without room are parked."""
-        room = self.g_room
-        if cell[1] and -cell[1][0][0] >= tok:
-            self.buckets.unpark(cell, tok, self.g_time, room)
-        groups = cell[0]
-        p = self._limit(groups, s_k, add, lim, thr)
-        pos = p - 1
-        while pos >= 0 and room[-groups[pos][1]] < tok:
-            pos -= 1
-        hit = self._tied_pick(groups, pos, s_k, add, tok, best) if pos >= 0 else None
-        if pos < p - 1:
-            self.buckets.park(cell, range(p - 1, pos, -1), room)
-        return hit
+        without room are parked.
 
-    def _tied_pick(self, keys: list, pos: int, s_k: float, add: float, tok: int, best: tuple):
-        """From the highest group with room at ``pos``: the lowest id among the groups with room and the same
-        new time (the list is sorted by time, and a new time can round equal for different times)."""
-        newt = keys[pos][0] + add
+        The groups within ``thr`` are a prefix of the time-sorted list (the increase grows with the time):
+        its end comes from a binary search at ``s_k + thr`` (or ``lim``), checked against the full test
+        on either side (past the height limit is never within; at most the step's height adds nothing).
+        The pick is the highest group with room there, then the lowest id among the groups with room and
+        the same new time (a new time can round equal for different times).
+        """
+        room = self.g_room
+        heap = cell[1]
+        if heap and -heap[0][0] >= tok:
+            self.buckets.unpark(cell, tok, self.g_time, room)
+        keys = cell[0]
+        n = len(keys)
+        x = (lim if lim < s_k + thr else s_k + thr) - add
+        p = bisect_right(keys, (x, _INF))
+        within = self._within
+        while p < n and keys[p][0] + add <= lim and within(keys[p][0], s_k, add, lim, thr):
+            p += 1
+        while p > 0:
+            newt = keys[p - 1][0] + add
+            if (newt <= s_k and newt <= lim) or within(keys[p - 1][0], s_k, add, lim, thr):
+                break
+            p -= 1
+        pos = p - 1
+        while pos >= 0 and room[-keys[pos][1]] < tok:
+            pos -= 1
+        if pos < p - 1:
+            self.buckets.park(cell, range(p - 1, pos, -1), room)  # the list below pos is unchanged
+        if pos < 0:
+            return None
+        t = keys[pos][0]
+        newt = t + add
         zero = newt <= s_k
         if newt < best[0]:
             return (zero, None)
-        pick = (newt, keys[pos][1])
-        room = self.g_room
+        neg = keys[pos][1]
         # the groups below of the same time have higher ids (keys sort by (time, -id)): skip them at once
-        pos = bisect_left(keys, (keys[pos][0], -np.inf), 0, pos) - 1
+        pos = bisect_left(keys, (t, -_INF), 0, pos) - 1 if pos and keys[pos - 1][0] == t else pos - 1
         while pos >= 0 and keys[pos][0] + add == newt:
-            if keys[pos][1] > pick[1] and room[-keys[pos][1]] >= tok:
-                pick = (newt, keys[pos][1])
+            if keys[pos][1] > neg and room[-keys[pos][1]] >= tok:
+                neg = keys[pos][1]
             pos -= 1
+        pick = (newt, neg)
         return (zero, pick if pick > best else None)
 
     def _new_group_option(self, trow: list[float], k: int, best):
         """A new group of the sequence's size on free ranks of an open step, if one beats ``best``."""
         c, H, pp1 = self.sizes[k], self.height, self.pp - 1
         for kk in self.open_steps:
-            fc = self.cache[kk]
-            start = fc.get(c)
-            if start is None:
-                start = lowest_free_slice(self.free[kk], c, self.R, self.align)
-                fc[c] = start
+            start = self._free_start(kk, c)
             if start < 0:
                 continue
             b = self._spans(start, c)
-            a1 = float(trow[2 * k + b])
-            s_k = float(self.S[kk])
+            a1 = trow[2 * k + b]
+            s_k = self.S[kk]
             if a1 > max(s_k, H):
                 continue
             Sn = max(s_k, a1)
