@@ -63,7 +63,7 @@ def run(args) -> int:
     params = [s.strip() for s in args.params.split(",") if s.strip()] if args.params else None
     res = calibrate(args.gpu, params=params, iterations=args.iterations, suite_dir=args.suite, folds=not args.no_folds,
                     fold_iterations=args.fold_iterations, progress=False if args.json else None,
-                    host=not args.no_host, joint=args.joint)
+                    host=False if args.no_host else ("joint" if args.joint else True))
     written = write_calibration(res, args.out, apply=args.apply, name=args.name, force=args.force) if args.out else []
     if args.json:
         print_json(res.to_json() | {"written": [str(p) for p in written]})

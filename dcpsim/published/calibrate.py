@@ -11,7 +11,7 @@ costs and a per-step host time) are then fitted, the timing knobs held, on
 the fit rows of the Megatron-LM CI suite (``experiments/megatron_ci``, split
 by layout family in its ``suite.toml``), whose short steps are the only rows
 that see the host; ``host=False`` (``--no-host``) skips that stage. A host
-knob at its bound fails the calibration like a timing knob. ``joint=True``
+knob at its bound fails the calibration like a timing knob. ``host="joint"``
 (``--joint``) fits both knob sets at once instead, on the fit rows of both
 suites with each suite's mean squared log error counting once
 (:mod:`dcpsim.published.calibrate_joint`); the folds then leave one published
@@ -283,13 +283,13 @@ def peak_capped(knobs: list[Param], prof: Any) -> list[Param]:
 
 def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2, suite_dir: str | Path | None = None,
               folds: bool = True, fold_iterations: int = 1, progress: bool | None = False,
-              host: bool | list[str] = True, joint: bool = False) -> CalibrationResult:
+              host: bool | list[str] | str = True) -> CalibrationResult:
     """Fit the knobs of profile ``gpu`` on its fit rows; cross-validate by family; evaluate held-out rows.
 
-    ``joint``: fit the timing and host knobs together on both suites' fit rows
-    (:mod:`dcpsim.published.calibrate_joint`) instead of in sequence (timing knobs on the published rows, then the
-    host knobs on the CI rows); without host knobs to fit (``host=False``, none declared, no CI rows) the fit is
-    the timing knobs' alone either way.
+    ``host``: True fits the declared host knobs after the timing knobs, on the CI suite's fit rows; a list, the
+    named ones; ``"joint"`` the declared ones together with the timing knobs on both suites' fit rows
+    (:mod:`dcpsim.published.calibrate_joint`); False none. Without host knobs to fit (none declared, no CI rows)
+    the fit is the timing knobs' alone either way.
     ``progress``: count the simulations on a bar (None: only on a terminal, see :mod:`dcpsim.progress`).
     """
     from dcpsim.hardware import get_profile
@@ -315,11 +315,11 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
     bar = ProgressDisplay("simulations", None, progress).__enter__()
     try:
         ev = Evaluator(base, knobs, wd, on_row=lambda note: bar.advance(note=note))
-        ci = _ci_rows(gpu, host) if joint and host else None
+        ci = _ci_rows(gpu, True) if host == "joint" else None
         if ci is not None:
-            return _calibrate_joint(gpu, knobs, x0, (fit, held), ci, base, wd, iterations,
-                                    (folds, min(iterations, fold_iterations)), suite.data_sha256, t0,
-                                    lambda note: bar.advance(note=note))
+            return _calibrate_joint(_JointInputs(gpu, knobs, x0, (fit, held), ci, base, wd, iterations,
+                                                 (folds, min(iterations, fold_iterations)), suite.data_sha256, t0,
+                                                 lambda note: bar.advance(note=note)))
         r0 = ev.log_ratio(x0, fit)
         J0 = _jacobian(ev, x0, fit, r0)
         x, steps = gauss_newton(ev, fit, x0, iterations, first=(r0, J0))
@@ -330,7 +330,7 @@ def calibrate(gpu: str, *, params: list[str] | None = None, iterations: int = 2,
         if host:  # the declared host knobs (or those named) on the Megatron-LM CI suite's fit rows
             from dcpsim.published.calibrate_host import calibrate_host
 
-            host_res = calibrate_host(gpu, ev.values(x), params=None if host is True else list(host),
+            host_res = calibrate_host(gpu, ev.values(x), params=None if host in (True, "joint") else list(host),
                                       iterations=iterations, workdir=wd, on_row=lambda note: bar.advance(note=note))
             if host_res is not None:  # the published rows again, on the profile as written: both knob sets
                 host_res.update(_published_at(base, {**ev.values(x), **host_res["fitted"]}, fit, held, wd))
@@ -371,20 +371,39 @@ def _ci_rows(gpu: str, host: bool | list[str]) -> tuple[list[Param], list, list,
     return hk, fit, [r for r in rows if r.split == "held-out"], suite.data_sha256
 
 
-def _calibrate_joint(gpu: str, knobs: list[Param], x0: np.ndarray, pub: tuple[list, list], ci: tuple, base: Path,
-                     wd: Path, iterations: int, folds: tuple[bool, int], data_sha256: str, t0: float,
-                     on_row: Callable[[str], None]) -> CalibrationResult:
+@dataclass(frozen=True)
+class _JointInputs:
+    """What the joint fit needs from :func:`calibrate`: the timing knobs and their start, the published fit and
+    held-out rows, :func:`_ci_rows`' result, the base profile folder, a work folder, Gauss-Newton steps,
+    (folds on, steps per fold), the published data hash, the start time and the progress callback."""
+
+    gpu: str
+    knobs: list[Param]
+    x0: np.ndarray
+    pub: tuple[list, list]
+    ci: tuple
+    base: Path
+    wd: Path
+    iterations: int
+    folds: tuple[bool, int]
+    data_sha256: str
+    t0: float
+    on_row: Callable[[str], None]
+
+
+def _calibrate_joint(a: _JointInputs) -> CalibrationResult:
     """The joint fit (:mod:`dcpsim.published.calibrate_joint`): timing and host knobs at once on the published and
     CI fit rows, each suite weighing the same; errors re-simulated at the fitted point on both suites' fit and
     held-out rows; folds leave one published family out (the CI fit rows stay in every fold)."""
     from dcpsim.published.calibrate_host import _ci_errors
     from dcpsim.published.calibrate_joint import JointEvaluator, suite_weights
 
-    fit, held = pub
-    hk, ci_fit, ci_held, ci_sha = ci
+    gpu, knobs, x0, base, wd, iterations, folds = a.gpu, a.knobs, a.x0, a.base, a.wd, a.iterations, a.folds
+    fit, held = a.pub
+    hk, ci_fit, ci_held, ci_sha = a.ci
     allk = knobs + hk
     xj0 = np.concatenate([x0, [p.to_x(1.0 if p.name == "host_module_scale" else 0.0) for p in hk]])
-    jev = JointEvaluator(base, allk, wd, gpu, suite_weights(len(fit), len(ci_fit)), on_row=on_row)
+    jev = JointEvaluator(base, allk, wd, gpu, suite_weights(len(fit), len(ci_fit)), on_row=a.on_row)
     rows = fit + ci_fit
     r0 = jev.log_ratio(xj0, rows)
     J0 = _jacobian(jev, xj0, rows, r0)
@@ -420,8 +439,8 @@ def _calibrate_joint(gpu: str, knobs: list[Param], x0: np.ndarray, pub: tuple[li
         held_out_rows=[rc.row.id for rc in held], fit_error=_errors(after_fit),
         fit_error_before=_errors(jev.run(xj0, fit)), held_out_error=_errors(after_held),
         held_out_error_before=_errors(jev.run(xj0, held)), folds=fold_out, fold_iterations=folds[1], steps=steps,
-        data_sha256=data_sha256, revision=_revision(), n_profile_candidates=jev.n_evals,
-        wall_s=time.perf_counter() - t0, rows=[r.as_dict() for r in after_fit + after_held], host=host_res,
+        data_sha256=a.data_sha256, revision=_revision(), n_profile_candidates=jev.n_evals,
+        wall_s=time.perf_counter() - a.t0, rows=[r.as_dict() for r in after_fit + after_held], host=host_res,
         mode="joint")
     bad = knobs_at_bound(allk, xj)
     if bad:
