@@ -56,7 +56,8 @@ def test_light_config_is_with_updates(policy):
 def test_bounded_screen_finds_what_the_full_screen_finds(monkeypatch, gpus, policy, gpu):
     """The screen cut by its lower bound simulates the same layouts as screening every candidate (the same
     rows); the vectorised sync tail equals the per-stage rules on every screened candidate; the host
-    timeline never makes a stage faster than its device time (what the bound assumes)."""
+    timeline never makes a stage faster than its device time and the sync tail is never negative (what the
+    two bounds assume)."""
     import dcpsim.planning.screen as screen_mod
     import dcpsim.planning.search as search_mod
 
@@ -67,8 +68,17 @@ def test_bounded_screen_finds_what_the_full_screen_finds(monkeypatch, gpus, poli
         assert (stage >= device * (1 - 1e-12)).all()
         return stage
 
+    tail_s = screen_mod.sync_tail_s
+
+    def checked_tail_s(*args):
+        tail = tail_s(*args)
+        assert tail >= 0.0  # what the compute + bubble bound of the screen assumes
+        return tail
+
     monkeypatch.setattr(screen_mod, "_CHECK_SCALAR", True)
     monkeypatch.setattr(screen_mod, "with_host_s", checked_host_s)
+    monkeypatch.setattr(screen_mod, "sync_tail_s", checked_tail_s)
+    monkeypatch.setattr(screen_mod, "SCREEN_MEMO", False)  # every candidate priced here (the checks run)
     data = make_data_spec(seq_len=4096, gbs=256)
     space = SearchSpace(tp=[1, 2], pp=[1, 2, 4, 8], mbs=[1, 2, 4])
     base = _base().with_updates({"hardware.gpu": gpu})
@@ -212,13 +222,15 @@ def test_screen_memo_is_the_per_candidate_screen(monkeypatch, step):
         assert bound == screen_mod.fixed_lower_bound_s(ch.cfg, data, ch.cand.mbs)
 
 
-def test_task_groups_keep_a_gpu_type_and_policy_together():
-    """Workers get the searches of one (GPU type, policy) as one unit, in task order."""
+def test_task_groups_keep_a_gpu_type_together():
+    """Workers get the searches of one GPU type as one unit, in task order -- of one (GPU type, policy) when
+    there are fewer GPU types than workers."""
     from dcpsim.planning.capacity import task_groups
     from dcpsim.planning.tasks import Task
 
     tasks = [Task(g, 1.0, n, p, 64) for g in ("a", "b") for n in (8, 16) for p in ("packing", "dynamic")]
-    assert task_groups(tasks) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert task_groups(tasks, 2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert task_groups(tasks, 3) == [[0, 2], [1, 3], [4, 6], [5, 7]]
 
 
 def test_final_evaluation_reuses_the_search_run():

@@ -127,13 +127,16 @@ def run_task_group(tasks: Sequence[Task], settings: TaskSettings) -> list[dict[s
     return [run_task(t, settings) for t in tasks]
 
 
-def task_groups(tasks: Sequence[Task]) -> list[list[int]]:
-    """The tasks' indices grouped by (GPU type, policy), in order of first appearance: a worker runs a group
-    in one process, so its searches share that process's caches (the GPU type's cost models, the screen's
-    stage times of a layout, which do not depend on the cluster size) instead of every worker building them."""
+def task_groups(tasks: Sequence[Task], workers: int = 1) -> list[list[int]]:
+    """The tasks' indices grouped by GPU type -- by (GPU type, policy) when there are fewer GPU types than
+    ``workers`` -- in order of first appearance. A worker runs a group in one process, so its searches share
+    that process's caches (the GPU type's cost models, the screen's stage times of a layout, which do not depend
+    on the cluster size, and whole screens, which the policies of one size share) instead of every worker
+    building them."""
+    by_gpu = len({t.gpu for t in tasks}) >= workers
     groups: dict[tuple[str, str], list[int]] = {}
     for i, t in enumerate(tasks):
-        groups.setdefault((t.gpu, t.policy), []).append(i)
+        groups.setdefault((t.gpu, "" if by_gpu else t.policy), []).append(i)
     return list(groups.values())
 
 
@@ -149,7 +152,7 @@ def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, pr
     results: dict[int, dict[str, Any]] = {}
     # a worker pool costs each worker a fresh interpreter and imports (~1-2 s): not worth it for a few tasks
     n_workers = 1 if jobs == 1 or len(tasks) <= SERIAL_TASKS else min(jobs or 2, len(tasks))
-    groups = [[i] for i in range(len(tasks))] if n_workers == 1 else task_groups(tasks)
+    groups = [[i] for i in range(len(tasks))] if n_workers == 1 else task_groups(tasks, n_workers)
     ex = make_executor(jobs=n_workers)
     futs: dict[Any, tuple[int, int, int]] = {}  # future -> (group, attempt, pool generation)
 

@@ -76,8 +76,11 @@ def _seed_runs(cfg: RunConfig, n: int, runner, known: dict[str, Any] | None = No
         r = first if k == 0 and first is not None else runner(cfg.with_updates({"sim.seed": cfg.sim.seed + k}) if k else cfg)
         s = r.summary if hasattr(r, "summary") else r
         summaries.append(s)
-        it = getattr(r, "iterations", None)
-        times.append(it["iteration_time_s"].to_numpy(float) if it is not None else np.array([s["iteration_time_s"]]))
+        if hasattr(r, "iteration_values"):  # a SimResult: the column without building the table (no pandas)
+            times.append(r.iteration_values("iteration_time_s"))
+        else:
+            it = getattr(r, "iterations", None)
+            times.append(it["iteration_time_s"].to_numpy(float) if it is not None else np.array([s["iteration_time_s"]]))
         if plan is None:
             plan = next((p for p in getattr(r, "plans", None) or [] if p.steps), None)
     return summaries, np.concatenate(times), plan

@@ -212,27 +212,51 @@ def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
     key = (lk, cfg.dp, data.gbs)
     hit = _SCREENS.get(key)
     if hit is None:
-        st = _STAGES.get(lk)
-        if st is None:
-            cost, mb, device, _ = _device_stages(cfg, data, mbs)
-            stage = with_host_s(cfg, cost, device, mb, mbs)
-            x = pipeline_transfer_s(cfg, cost, mbs * int(data.seq_len) / cfg.parallel.cp)
-            st = _memo_put(_STAGES, lk, (float(stage.max()), float(stage.mean()), x, mb["fwd"], mb["bwd"]))
+        st = _stage_parts(cfg, data, mbs, lk)
         hit = _memo_put(_SCREENS, key, _fixed_time(cfg, _cached_cost(cfg), max(1, data.gbs // (cfg.dp * mbs)), *st))
     return dict(hit)
+
+
+def _stage_parts(cfg: RunConfig, data: DataSpec, mbs: int, lk: tuple | None = None) -> tuple[float, ...]:
+    """A layout's (largest stage, mean stage -- host timeline included --, pipeline transfer, the largest stage's
+    forward and backward), seconds; memoised by :func:`_layout_key` (``lk``) unless :data:`SCREEN_MEMO` is off."""
+    st = _STAGES.get(lk) if lk is not None else None
+    if st is None:
+        cost, mb, device, _ = _device_stages(cfg, data, mbs)
+        stage = with_host_s(cfg, cost, device, mb, mbs)
+        x = pipeline_transfer_s(cfg, cost, mbs * int(data.seq_len) / cfg.parallel.cp)
+        st = (float(stage.max()), float(stage.mean()), x, mb["fwd"], mb["bwd"])
+        if lk is not None:
+            _memo_put(_STAGES, lk, st)
+    return st
+
+
+def _compute_bubble(cfg: RunConfig, m: int, stage_max: float, stage_mean: float, x: float) -> tuple[float, float]:
+    """The screen's compute (``m`` microbatches on the largest stage) and pipeline bubble, seconds."""
+    p = cfg.parallel
+    vp = int(getattr(p, "vp", 1) or 1)
+    return m * stage_max, (p.pp - 1) / vp * stage_mean + 2.0 * (p.pp * vp - 1) * x
 
 
 def _fixed_time(cfg: RunConfig, cost, m: int, stage_max: float, stage_mean: float, x: float, fwd: float,
                 bwd: float) -> dict[str, float]:
     """The screen's time of ``m`` microbatches from a layout's stage times (largest, mean), transfer ``x`` and
     the largest stage's forward and backward; seconds."""
-    p = cfg.parallel
-    vp = int(getattr(p, "vp", 1) or 1)
-    compute = m * stage_max
-    bubble = (p.pp - 1) / vp * stage_mean + 2.0 * (p.pp * vp - 1) * x
+    vp = int(getattr(cfg.parallel, "vp", 1) or 1)
+    compute, bubble = _compute_bubble(cfg, m, stage_max, stage_mean, x)
     sync = sync_tail_s(cfg, cost, fwd / vp, bwd / vp, x)
     return {"time_s": compute + bubble + sync, "compute_s": compute, "bubble_s": bubble, "sync_s": sync,
             "microbatches": float(m)}
+
+
+def fixed_host_bound_s(cfg: RunConfig, data: DataSpec, mbs: int) -> float:
+    """A tighter lower bound of :func:`screen_fixed`'s time (seconds): its compute and bubble terms exactly (the
+    host timeline included), without the sync tail, which is never negative -- the same sum the screen starts
+    from. It prices the layout's stage times (shared by every cluster size) but no gradient sync: the
+    search's second pass (:func:`dcpsim.planning.search.screen_all`)."""
+    lk = _layout_key(cfg, int(data.seq_len), mbs) if SCREEN_MEMO else None
+    compute, bubble = _compute_bubble(cfg, max(1, data.gbs // (cfg.dp * mbs)), *_stage_parts(cfg, data, mbs, lk)[:3])
+    return compute + bubble
 
 
 def screen_fixed_each(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:

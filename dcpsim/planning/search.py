@@ -114,14 +114,18 @@ def screen_all(checked: list[Checked], data: DataSpec, dynamic: bool,
 
     ``keep`` (fixed windows): only the head of that list that the search uses is built -- every candidate
     within ``SIM_MARGIN`` of the best and at least the ``keep`` fastest (what :func:`add_flag_variants` and
-    :func:`simulate_top` read). Candidates are screened in order of a lower bound of their time (the
+    :func:`simulate_top` read). Candidates are taken in order of a lower bound of their time (the device's
     compute term, :func:`~dcpsim.planning.screen.fixed_lower_bound_s`) until the next bound exceeds both
-    ``SIM_MARGIN`` x the best time and the ``keep``-th time: none after it could enter that head. The
-    head is the same as that of the full list (tested, :data:`FULL_SCREEN` runs the full list).
+    ``SIM_MARGIN`` x the best time so far and the ``keep``-th time: none after it could enter that head. A
+    candidate before that is screened in full (with its gradient sync) only when a tighter bound, the
+    screen's own compute and bubble terms (:func:`~dcpsim.planning.screen.fixed_host_bound_s`), does not
+    exceed both either: the thresholds only fall as times are added, so a candidate left out could not have
+    entered the head. The head is the same as that of the full list (tested, :data:`FULL_SCREEN` runs the
+    full list).
     """
     if keep is None or FULL_SCREEN or not data.fixed:
         return _screen_each(checked, data, dynamic)
-    from dcpsim.planning.screen import fixed_lower_bound_s
+    from dcpsim.planning.screen import fixed_host_bound_s, fixed_lower_bound_s
 
     bounds: list[tuple[float, int]] = []
     for i, ch in enumerate(checked):
@@ -133,11 +137,22 @@ def screen_all(checked: list[Checked], data: DataSpec, dynamic: bool,
     bounds.sort()
     out: list[tuple[float, Checked, dict]] = []
     times: list[float] = []  # sorted screened times
+
+    def beyond(bound: float) -> bool:  # no candidate with this lower bound can enter the head
+        b = bound * (1.0 - BOUND_SLACK)
+        return bool(times) and b > SIM_MARGIN * times[0] and len(times) >= keep and b > times[keep - 1]
+
     for lb, i in bounds:
-        if times and lb * (1.0 - BOUND_SLACK) > SIM_MARGIN * times[0] and len(times) >= keep and \
-                lb * (1.0 - BOUND_SLACK) > times[keep - 1]:
+        if beyond(lb):
             break
-        out += _screen_each([checked[i]], data, dynamic)
+        ch = checked[i]
+        if len(times) >= keep:
+            try:
+                if beyond(fixed_host_bound_s(ch.cfg, data, int(ch.cand.mbs or 1))):
+                    continue
+            except (DcpsimError, ValueError):
+                continue  # the full screen raises on the same step: dropped either way
+        out += _screen_each([ch], data, dynamic)
         if len(out) > len(times):
             bisect.insort(times, out[-1][0])
     out.sort(key=lambda x: (x[0], x[1].cand.label()))

@@ -242,7 +242,8 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
     summary.update(_long_run(cfg, run.sim, loop.plans, loop.records, iterations))
     return SimResult(summary=summary, iterations=functools.partial(_iterations_frame, loop),
                      ranks=functools.partial(_ranks_frame, loop), config=cfg.resolved,
-                     config_hash=config_hash, meta=meta, records=loop.records, plans=loop.plans)
+                     config_hash=config_hash, meta=meta, records=loop.records, plans=loop.plans,
+                     iteration_rows=loop.rows)
 
 
 def _prepare(cfg: RunConfig, batches, plans) -> _Run:

@@ -202,6 +202,11 @@ def param_gather_bytes(cost: CostModel, stage: int, params: float, fp8_param_gat
 
 _SYNC_MEMO: dict[tuple, tuple] = {}  # DurationModel.sync_cost per equal inputs
 STAGE_MEMO = True  # sync_cost: stages with equal inputs computed once (tests compare with every stage computed)
+# one stage's sync per equal inputs across DurationModels (the planner's screen prices thousands of layouts
+# whose stages repeat: same DP group, bytes and buckets under another CP/DP split or recompute); the key holds
+# what _stage_sync reads besides its arguments (profile and model by identity, kept to check it), value
+# (profile, model, result)
+_STAGE_SYNC: dict[tuple, tuple] = {}
 
 
 class DurationModel:
@@ -229,7 +234,14 @@ class DurationModel:
             stage = g // (topology.tp * R)
             rank = (g % (topology.tp * R)) // topology.tp
             self._slow_rank[stage, rank] = True
-        self._p2p = [topology.p2p_links(p) for p in range(topology.n_links)]
+        self._p2p_links: list | None = None  # per pipeline link (topology.p2p_links), on first use
+
+    @property
+    def _p2p(self) -> list:
+        """(crosses the network, factor) per pipeline link; computed on first use (a sync cost alone needs none)."""
+        if self._p2p_links is None:
+            self._p2p_links = [self.topo.p2p_links(p) for p in range(self.topo.n_links)]
+        return self._p2p_links
 
     # ---------------------------------------------------------- costs
     def _cost_for(self, factor: float) -> CostModel:
@@ -281,10 +293,27 @@ class DurationModel:
             key = (n, domains, factor, float(g), float(w), float(params[p]), float(nb[p]),
                    float(cost.stage_layers[p]), self.param_tensors(p))
             if key not in done or not STAGE_MEMO:
-                done[key] = self._stage_sync(p, (n, domains, factor), g, w, float(params[p]), float(nb[p]))
+                done[key] = self._shared_stage_sync(p, key, g, w)
             rs_b[p], ag_b[p], rs[p], ag[p], rs_alone[p], ag_alone[p], opt_dev, opt[p] = done[key]
             self.step_end_inputs[p] = (opt_dev, float(params[p]), int(nb[p]))
         return SyncCost(rs, ag, opt, params, doms, rs_b, ag_b, nb, rs_alone, ag_alone)
+
+    def _shared_stage_sync(self, p: int, key: tuple, g: float, w: float) -> tuple[float, ...]:
+        """:meth:`_stage_sync` of stage ``p`` (``key``: its inputs, as :meth:`_sync_cost` builds it), from the
+        process-wide memo when an equal stage was computed (:data:`STAGE_MEMO`)."""
+        cost = self.cost
+        n, domains, factor, _, _, params, nb = key[:7]
+        if not STAGE_MEMO:
+            return self._stage_sync(p, (n, domains, factor), g, w, params, nb)
+        full = (id(cost.profile), id(cost.model), cost.precision, cost.tp, float(self.topo.network_scale),
+                self.host_flags, *key)
+        hit = _STAGE_SYNC.get(full)
+        if hit is None or hit[0] is not cost.profile or hit[1] is not cost.model:
+            if len(_STAGE_SYNC) > 65536:
+                _STAGE_SYNC.clear()
+            hit = _STAGE_SYNC[full] = (cost.profile, cost.model, self._stage_sync(p, (n, domains, factor), g, w,
+                                                                                 params, nb))
+        return hit[2]
 
     def _stage_sync(self, p: int, group: tuple[int, int, float], g: float, w: float, params: float,
                     nb: float) -> tuple[float, ...]:

@@ -257,9 +257,17 @@ class SimResult:
     meta: dict = field(default_factory=dict)
     records: list[IterationRecord] = field(default_factory=list, repr=False)
     plans: list = field(default_factory=list, repr=False)
+    iteration_rows: list[dict] | None = field(default=None, repr=False)  # the rows of ``iterations``, if at hand
 
     FILES = ("iterations.parquet", "ranks.parquet", "config.json", "summary.json")
     """The files :meth:`write` writes into its folder."""
+
+    def iteration_values(self, name: str) -> np.ndarray:
+        """One numeric column of ``iterations`` as floats; from the rows (:class:`IterationColumns`, what pandas
+        gives) while the table is not built, so a reader of one column imports no pandas."""
+        if self.iteration_rows is not None and callable(self.__dict__.get("_iterations")):
+            return IterationColumns(self.iteration_rows).col(name).astype(float)
+        return self.iterations[name].to_numpy(float)
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """Write ``iterations.parquet``, ``ranks.parquet``, ``config.json`` and ``summary.json`` into ``out_dir``.
@@ -301,7 +309,7 @@ def _lazy_table(name: str, what: str = "the {name} table (pandas.DataFrame)") ->
 def _result_state(self) -> dict:
     """What pickles: the tables and config built (a function building them does not pickle)."""
     _ = self.iterations, self.ranks, self.config
-    return dict(self.__dict__)
+    return dict(self.__dict__) | {"iteration_rows": None}  # the table is built: its rows need not travel
 
 
 SimResult.iterations = _lazy_table("iterations")  # type: ignore[assignment]

@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from dcpsim.errors import ConfigError
 
@@ -149,6 +148,8 @@ def _format_of(p: Path) -> str:
 
 
 def _read_text(p: Path) -> np.ndarray:
+    import pandas as pd  # here only: a worker that reads no file does not import pandas
+
     try:
         frame = pd.read_csv(p, header=None, sep=r"\s+", engine="c", comment="#", skip_blank_lines=True)
     except pd.errors.EmptyDataError:
@@ -194,6 +195,7 @@ def _is_number(cell: str) -> bool:
 
 
 def _read_csv(p: Path, column: str | int | None) -> tuple[np.ndarray, str]:
+    import pandas as pd  # here only: a worker that reads no file does not import pandas
     first = _first_line(p)
     if first == []:
         return np.zeros(0, dtype=np.int64), "length"
@@ -287,6 +289,8 @@ def _validate(values: np.ndarray, name: str, where: str, drop_empty: bool) -> np
     if arr.dtype == np.bool_:
         raise ConfigError(name, "booleans", "integer token counts", where=where)
     if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+        import pandas as pd
+
         numeric = pd.to_numeric(pd.Series(arr), errors="coerce").to_numpy(dtype=np.float64)
         bad = np.isnan(numeric)
         if bad.any():
