@@ -202,11 +202,7 @@ def param_gather_bytes(cost: CostModel, stage: int, params: float, fp8_param_gat
 
 _SYNC_MEMO: dict[tuple, tuple] = {}  # DurationModel.sync_cost per equal inputs
 STAGE_MEMO = True  # sync_cost: stages with equal inputs computed once (tests compare with every stage computed)
-# one stage's sync per equal inputs across DurationModels (the planner's screen prices thousands of layouts
-# whose stages repeat: same DP group, bytes and buckets under another CP/DP split or recompute); the key holds
-# what _stage_sync reads besides its arguments (profile and model by identity, kept to check it), value
-# (profile, model, result)
-_STAGE_SYNC: dict[tuple, tuple] = {}
+_STAGE_SYNC: dict[tuple, tuple] = {}  # one stage's sync per equal inputs, across models (_shared_stage_sync)
 
 
 class DurationModel:
@@ -237,8 +233,7 @@ class DurationModel:
         self._p2p_links: list | None = None  # per pipeline link (topology.p2p_links), on first use
 
     @property
-    def _p2p(self) -> list:
-        """(crosses the network, factor) per pipeline link; computed on first use (a sync cost alone needs none)."""
+    def _p2p(self) -> list:  # (crosses the network, factor) per pipeline link (a sync cost alone needs none)
         if self._p2p_links is None:
             self._p2p_links = [self.topo.p2p_links(p) for p in range(self.topo.n_links)]
         return self._p2p_links
@@ -299,18 +294,15 @@ class DurationModel:
         return SyncCost(rs, ag, opt, params, doms, rs_b, ag_b, nb, rs_alone, ag_alone)
 
     def _shared_stage_sync(self, p: int, key: tuple, g: float, w: float) -> tuple[float, ...]:
-        """:meth:`_stage_sync` of stage ``p`` (``key``: its inputs, as :meth:`_sync_cost` builds it), from the
-        process-wide memo when an equal stage was computed (:data:`STAGE_MEMO`)."""
-        cost = self.cost
-        n, domains, factor, _, _, params, nb = key[:7]
-        if not STAGE_MEMO:
-            return self._stage_sync(p, (n, domains, factor), g, w, params, nb)
+        """:meth:`_stage_sync` of stage ``p`` (``key``: its inputs as :meth:`_sync_cost` builds it), from a process-wide
+        memo (:data:`STAGE_MEMO`: the planner's screen prices thousands of layouts whose stages repeat). Its key adds
+        what _stage_sync reads besides its arguments (profile and model by identity, held to check it)."""
+        cost, (n, domains, factor, _, _, params, nb) = self.cost, key[:7]
         full = (id(cost.profile), id(cost.model), cost.precision, cost.tp, float(self.topo.network_scale),
                 self.host_flags, *key)
-        hit = _STAGE_SYNC.get(full)
+        hit = _STAGE_SYNC.get(full) if STAGE_MEMO else None
         if hit is None or hit[0] is not cost.profile or hit[1] is not cost.model:
-            if len(_STAGE_SYNC) > 65536:
-                _STAGE_SYNC.clear()
+            _STAGE_SYNC.clear() if len(_STAGE_SYNC) > 65536 else None
             hit = _STAGE_SYNC[full] = (cost.profile, cost.model, self._stage_sync(p, (n, domains, factor), g, w,
                                                                                  params, nb))
         return hit[2]
