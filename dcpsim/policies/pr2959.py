@@ -95,7 +95,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from dcpsim.cost.padding import per_rank_tokens_int
+from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.policies.base import Policy
 from dcpsim.policies.fit import dynamic_fit
@@ -197,10 +197,11 @@ class Pr2959Policy(Policy):
         return planner_seconds(plan.meta, int(lengths.size), layout.pp, layout.ranks_per_stage, self.host_speed)
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
-        dynamic_fit(lengths, layout)  # a sequence no aligned group holds: InfeasibleError
+        if (per_rank_tokens(lengths, layout.max_dynamic_cp) > layout.max_tokens_per_rank).any():  # else all fit
+            dynamic_fit(lengths, layout)  # a sequence no aligned group holds: InfeasibleError
         if self.max_cp is not None and self.max_cp < layout.max_dynamic_cp:
             top = max(self.max_cp, layout.min_cp)
-            bad = [i for i, L in enumerate(lengths.tolist()) if per_rank_tokens_int(L, top) > layout.max_tokens_per_rank]
+            bad = np.flatnonzero(per_rank_tokens(lengths, top) > layout.max_tokens_per_rank).tolist()
             if bad:
                 raise InfeasibleError("capacity", f"sequence {bad[0]} ({int(lengths[bad[0]])} tokens) does not fit "
                                       f"max_cp={top} ranks x {layout.max_tokens_per_rank} tokens")

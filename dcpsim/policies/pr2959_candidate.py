@@ -7,7 +7,6 @@ in :mod:`dcpsim.policies.pr2959`'s docstring; FLOPs are forward FLOPs of one pip
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
@@ -107,7 +106,6 @@ class _Candidate:
     n_leftovers: int = 0
     long_ids: list[int] = field(default_factory=list)
     groups: list[_LongGroup] = field(default_factory=list)
-    slot_lists: list[list[int]] = field(default_factory=list)
 
     # ------------------------------------------------------------ phases
     def build(self) -> None:
@@ -420,23 +418,35 @@ class _Candidate:
             pos += 1
 
     def assign_slots(self) -> None:
-        """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot."""
+        """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot.
+
+        Each slot's list is kept as a table: every entry's slot and code (bucket ``k``, or ``~g`` for long
+        group ``g``) in the order the code appends them; an entry's position in its slot's list is how
+        many entries of that slot come before it.
+        """
         bt = self.batch
-        lists, fsum = self._long_lists()
-        if not self._deal_buckets(lists, fsum, bt.layout.pp * self.m):
+        slot, code, fsum = self._long_entries()
+        dealt = self._deal_buckets(fsum, np.bincount(slot, minlength=bt.K).tolist(), bt.layout.pp * self.m)
+        if dealt is None:
             return
-        self.slot_lists = lists
+        slot, code = np.concatenate([slot, dealt[0]]), np.concatenate([code, dealt[1]])
+        order = np.argsort(slot, kind="stable")
+        counts = np.bincount(slot, minlength=bt.K)
+        pos = np.empty_like(slot)
+        pos[order] = np.arange(slot.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        self._table = slot, pos, code
         toks = [g.tokens for g in self.groups] + self._normal_tokens().tolist()
         self.max_tokens = int(max(toks, default=0))
         if self.max_tokens > bt.M:
             self._reject(f"a group holds {self.max_tokens} tokens per rank > max_tokens_per_rank {bt.M}")
 
-    def _long_lists(self) -> tuple[list[list[int]], list[float]]:
-        """Each slot's list of long groups (``~g``, in placement order) and its forward FLOPs from them
-        (each group's share added slot by slot in placement order, as the code adds them)."""
+    def _long_entries(self) -> tuple[np.ndarray, np.ndarray, list[float]]:
+        """The long groups' entries of the slots' lists (slot and code ``~g``, in placement order) and each
+        slot's forward FLOPs from them (each group's share added slot by slot in placement order, as the
+        code adds them)."""
         K, ng = self.batch.K, len(self.groups)
         if not ng:
-            return [[] for _ in range(K)], [0.0] * K
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [0.0] * K
         starts = np.fromiter((g.start for g in self.groups), dtype=np.int64, count=ng)
         width = np.fromiter((g.slots for g in self.groups), dtype=np.int64, count=ng)
         share = np.fromiter((g.fwd for g in self.groups), dtype=np.float64, count=ng) / width
@@ -444,47 +454,46 @@ class _Candidate:
         slot = np.repeat(starts, width) + (np.arange(gid.size) - np.repeat(np.cumsum(width) - width, width))
         fsum = np.zeros(K)
         np.add.at(fsum, slot, share[gid])  # in order: each slot's adds as the code makes them
-        order = np.argsort(slot, kind="stable")
-        codes = (~gid[order]).tolist()
-        ends = np.cumsum(np.bincount(slot, minlength=K)).tolist()
-        return [codes[a:b] for a, b in zip([0, *ends][:K], ends, strict=True)], fsum.tolist()
+        return slot, ~gid, fsum.tolist()
 
-    def _deal_buckets(self, lists: list[list[int]], fsum: list[float], per_slot: int) -> bool:
+    def _deal_buckets(self, fsum: list[float], count: list[int], per_slot: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Normal buckets, ascending forward FLOPs, each to the slot with the least FLOPs among those with
-        fewer than ``per_slot`` buckets (ties: lowest slot); False when the candidate is rejected.
+        fewer than ``per_slot`` buckets (ties: lowest slot); the slot and bucket of every dealing in order,
+        None when the candidate is rejected.
 
         Empty buckets (FLOPs 0) come first in that order: outside safe mode the code rejects the
         candidate at the first one, in safe mode they are skipped.
         """
-        count = [len(x) for x in lists]
         order = np.argsort(self.bf, kind="stable")
         filled = np.bincount(self.dest, minlength=len(self.bf))[order] > 0
         if not filled.all() and not self.safe:
             self._reject("an empty normal bucket")
-            return False
+            return None
         ks, fks = order[filled], self.bf[order[filled]]
-        done = self._bulk_deal(ks, fks, lists, fsum, count, per_slot)  # in runs while provably the same
+        slots: list[np.ndarray] = []
+        done = self._bulk_deal(ks, fks, slots, fsum, count, per_slot)  # in runs while provably the same
         heap = [(f, s) for s, f in enumerate(fsum) if count[s] < per_slot]
         heapq.heapify(heap)
         overfull = False  # safe mode, every slot full: the lightest slot of all (the code's fallback)
         pop, replace = heapq.heappop, heapq.heapreplace
-        for k, fk in zip(ks[done:].tolist(), fks[done:].tolist(), strict=True):
+        rest: list[int] = []
+        for fk in fks[done:].tolist():
             if not heap:
                 if not self.safe:
                     self._reject("more buckets than slots can take")
-                    return False
+                    return None
                 overfull = True
                 heap = [(f, s) for s, f in enumerate(fsum)]
                 heapq.heapify(heap)
             f, s = heap[0]
-            lists[s].append(k)
+            rest.append(s)
             fsum[s] = f = f + fk
             count[s] += 1
             if overfull or count[s] < per_slot:
                 replace(heap, (f, s))
             else:
                 pop(heap)
-        return True
+        return np.concatenate([*slots, np.array(rest, dtype=np.int64)]).astype(np.int64), ks.astype(np.int64)
 
     _bulk_deal = staticmethod(_bulk_deal)  # pr2959_tables; an attribute, so that tests can count its runs
 
@@ -502,16 +511,12 @@ class _Candidate:
 
     def _slot_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(slot, position, code) of every entry of the slots' lists (code: bucket ``k``, or ``~g`` for long group ``g``)."""
-        lens = [len(x) for x in self.slot_lists]
-        code = np.fromiter(itertools.chain.from_iterable(self.slot_lists), dtype=np.int64, count=sum(lens))
-        slot = np.repeat(np.arange(len(lens)), lens)
-        pos = np.arange(code.size) - np.repeat(np.cumsum(lens) - lens, lens)
-        return slot, pos, code
+        return self._table
 
     def score(self) -> None:
         """Phase 5: the makespan of each slot's list in the PR's pipeline simulation (solver FLOPs), largest over slots."""
         slot, pos, code = self._slot_table()
-        n = max((len(x) for x in self.slot_lists), default=0)
+        n = int(pos.max()) + 1 if pos.size else 0
         fw = np.zeros((n, self.batch.K))
         bw = np.zeros((n, self.batch.K))
         g = code < 0
@@ -574,9 +579,12 @@ class _Candidate:
                 taken[s].add(p)
             at.setdefault(p, []).append(Group(gr.start * u, gr.slots * u, list(gr.members)))
         members = self.members()
-        for s, lst in enumerate(self.slot_lists):
+        slot, pos, code = self._slot_table()
+        ends = np.cumsum(np.bincount(slot, minlength=bt.K)).tolist()
+        by_slot = code[np.lexsort((pos, slot))].tolist()  # each slot's list, slot after slot
+        for s, (a, b) in enumerate(zip([0, *ends][:bt.K], ends, strict=True)):
             p, tk = 0, taken[s]
-            for k in lst:
+            for k in by_slot[a:b]:
                 if k < 0:
                     continue
                 while p in tk:

@@ -204,10 +204,11 @@ class _TokenTable:
         heapq.heappush(self.at[tokens], r)
 
 
-def _bulk_deal(ks: np.ndarray, fks: np.ndarray, lists: list[list[int]], fsum: list[float], count: list[int],
+def _bulk_deal(ks: np.ndarray, fks: np.ndarray, slots: list[np.ndarray], fsum: list[float], count: list[int],
                per_slot: int) -> int:
     """:meth:`_Candidate._deal_buckets`'s dealing in runs while provably its heap's; returns how many of the
-    buckets ``ks`` (FLOPs ``fks``, ascending) it dealt (``lists``, ``fsum``, ``count`` updated).
+    buckets ``ks`` (FLOPs ``fks``, ascending) it dealt (their slots appended to ``slots`` as arrays, in
+    order; ``fsum`` and ``count`` updated).
 
     The next ``r`` buckets go to the ``r`` slots of lowest (FLOPs, index) among those not full, in
     that order, when every slot given one in the run ends above the next slot's FLOPs (so that slot is
@@ -232,8 +233,7 @@ def _bulk_deal(ks: np.ndarray, fks: np.ndarray, lists: list[list[int]], fsum: li
         e = e[:run]
         f[e] = new[:run]
         cnt[e] += 1
-        for s, b in zip(e.tolist(), ks[pos:pos + run].tolist(), strict=True):
-            lists[s].append(b)
+        slots.append(e)
         pos += run
         if run < _BULK_MIN:
             break
