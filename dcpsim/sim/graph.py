@@ -82,10 +82,12 @@ def build_group_table(plan: Plan) -> GroupTable:
     """Number the plan's groups (no fillers: ranks a step leaves out have ``gid = -1``)."""
     R = plan.layout.ranks_per_stage
     S = plan.n_steps
-    rows = [(k, grp.start, grp.size, len(grp.seq_ids)) for k, st in enumerate(plan.steps) for grp in st.groups]
-    a = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
-    step, start, size, nseq = (np.ascontiguousarray(a[:, i]) for i in range(4))
-    G = step.size
+    groups = [grp for st in plan.steps for grp in st.groups]
+    G = len(groups)
+    step = np.repeat(np.arange(S, dtype=np.int64), [len(st.groups) for st in plan.steps])
+    start = np.fromiter((grp.start for grp in groups), dtype=np.int64, count=G)
+    size = np.fromiter((grp.size for grp in groups), dtype=np.int64, count=G)
+    nseq = np.fromiter((len(grp.seq_ids) for grp in groups), dtype=np.int64, count=G)
     table = GroupTable(n_steps=S, ranks=R, step=step, start=start, size=size, pack=np.arange(G, dtype=np.int64),
                        n_seqs=nseq, gid=np.full((S, R), -1, dtype=np.int64), n_real=G)
     table.gid[np.repeat(step, size), table.member_ranks()] = np.repeat(np.arange(G, dtype=np.int64), size)
