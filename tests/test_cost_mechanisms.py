@@ -67,13 +67,42 @@ def test_fp8_gemm_time_is_bf16_time_times_ratio_at_large_shapes():
     assert f8.gemm_fwd_s == pytest.approx(bf.gemm_fwd_s * ratio, rel=0.03)  # FP8 epilogue at K 5120 vs 8192: <= 4%
     assert f8.gemm_fwd_s >= bf.gemm_fwd_s * ratio
     assert f8.attn_fwd_s == bf.attn_fwd_s and f8.head_fwd_s == bf.head_fwd_s  # attention and output layer stay BF16
-    # casts: 4 B per GEMM input element forward, per output-gradient element backward, at HBM bandwidth
+    # casts without TP, at HBM bandwidth: forward only proj and fc2 cast (+ transpose) their input, 4 B per
+    # element (the norm writes QKV's and fc1's FP8 input); backward QKV and fc1 transpose that input (2 B) and
+    # every GEMM casts + transposes its output gradient (4 B)
     m = get_model("llama-13b")
-    ins = sum(k for _, n, k, _ in m.gemm_shapes(1))
-    outs = sum(n for _, n, k, _ in m.gemm_shapes(1))
-    assert f8.fp8_cast_fwd_s == pytest.approx(16384 * 4.0 * ins / prof.hbm_bw_bytes_per_s, rel=1e-12)
-    assert f8.fp8_cast_bwd_s == pytest.approx(16384 * 4.0 * outs / prof.hbm_bw_bytes_per_s, rel=1e-12)
+    sh = {name: (n, k) for name, n, k, _ in m.gemm_shapes(1)}
+    bw, L = prof.hbm_bw_bytes_per_s, 1  # pp=40: one layer per stage
+    fwd = 4.0 * (sh["proj"][1] + sh["fc2"][1])
+    bwd = 2.0 * (sh["qkv"][1] + sh["fc1"][1]) + 4.0 * sum(n for n, _ in sh.values())
+    assert f8.fp8_cast_fwd_s == pytest.approx(L * 16384 * fwd / bw, rel=1e-12)
+    assert f8.fp8_cast_bwd_s == pytest.approx(L * 16384 * bwd / bw, rel=1e-12)
     assert bf.fp8_cast_fwd_s == 0
+    # the norms write FP8 (1 B instead of 2) forward: 2h bytes per token less; their backward is unchanged
+    assert bf.elementwise_fwd_s - f8.elementwise_fwd_s == pytest.approx(16384 * 2.0 * m.hidden / bw, rel=1e-9)
+    assert f8.elementwise_bwd_s == bf.elementwise_bwd_s
+
+
+def test_fp8_tp_all_gathers_move_one_byte_per_element_and_sp_casts_split():
+    """With TP (sequence parallel) TE all-gathers FP8 (the norm's FP8 output forward, the FP8 output gradient
+    backward); the reduce-scatters stay BF16. proj and fc2 then cast (3 B), transpose their input backward (2 B)
+    and cast the output-gradient shard (3 B / TP) before transposing the gathered one (2 B)."""
+    kw = dict(tp=8, pp=40, recompute="none")
+    bf = CostModel.build("h100-sxm", "llama-13b", **kw).pack_cost([16384], 1, check_memory=False)
+    f8 = CostModel.build("h100-sxm", "llama-13b", precision="fp8", **kw).pack_cost([16384], 1, check_memory=False)
+    prof, m, s = get_profile("h100-sxm"), get_model("llama-13b"), 16384
+    buf = s * m.hidden * 2.0
+    ag, rs = (float(prof.collective_time_s(op, "nvlink", np.array([b]), 8)[0])
+              for op, b in (("all_gather", buf / 2), ("reduce_scatter", buf)))
+    assert f8.tp_fwd_s == pytest.approx(2 * ag + 2 * rs, rel=1e-12) and f8.tp_bwd_s == f8.tp_fwd_s
+    assert f8.tp_fwd_s < bf.tp_fwd_s
+    sh = {name: (n, k) for name, n, k, _ in m.gemm_shapes(8)}
+    bw = prof.hbm_bw_bytes_per_s
+    fwd = 3.0 * (sh["proj"][1] + sh["fc2"][1])
+    bwd = (2.0 * sum(k for n, k in sh.values()) + 4.0 * (sh["qkv"][0] + sh["fc1"][0])
+           + (3.0 / 8 + 2.0) * (sh["proj"][0] + sh["fc2"][0]))
+    assert f8.fp8_cast_fwd_s == pytest.approx(s * fwd / bw, rel=1e-12)
+    assert f8.fp8_cast_bwd_s == pytest.approx(s * bwd / bw, rel=1e-12)
 
 
 def test_fp8_k_roll_off_doubles_the_prologue_epilogue_share():

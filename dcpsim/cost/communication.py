@@ -10,7 +10,14 @@
   reduce-scatters of s·h·2 B per layer each way, on NVLink, exposed; with
   ``tp_comm_overlap`` (Megatron --tp-comm-overlap) they are split into TP
   chunks pipelined with the GEMMs, one chunk stays exposed:
-  ``max(t_tp / TP, t_tp − t_gemm)``.
+  ``max(t_tp / TP, t_tp − t_gemm)``. In FP8 the all-gathers move FP8, 1 B
+  per element: Transformer Engine gathers the FP8 norm output its
+  LayerNormLinear writes (forward; TE v1.8 ``layernorm_linear.py``
+  ``gather_along_first_dim(ln_out)`` on the uint8 output, v2.1
+  ``with_quantized_all_gather = fp8``) and, backward, the row-parallel
+  layers' output gradient cast to FP8 before the gather (``module/base.py``
+  ``grad_output_preprocess``: "cast, transpose for efficient gather"); the
+  reduce-scatters move the BF16 GEMM outputs and input gradients.
 
 Times are seconds for ONE layer on one rank, one entry per pack.
 """
@@ -67,12 +74,14 @@ def cp_collective(st: CostSettings, tier: str, s, kv_bytes, c: int) -> tuple[np.
 
 
 def tp_terms(st: CostSettings, s, gemm_fwd, gemm_bwd) -> tuple[np.ndarray, np.ndarray]:
-    """Exposed TP communication (sequence parallel: 2 AG + 2 RS of s·h·2 B each way) forward and backward."""
+    """Exposed TP communication (sequence parallel: 2 AG + 2 RS of s·h·2 B each way; the AGs of s·h·1 B in FP8)
+    forward and backward."""
     tp, prof = st.tp, st.profile
     if tp <= 1:
         return np.zeros(s.size), np.zeros(s.size)
     buf = s * st.model.hidden * 2.0
-    tp_one = (2 * prof.collective_time_s("all_gather", "nvlink", buf, tp)
+    ag_buf = buf / 2.0 if st.precision == "fp8" else buf
+    tp_one = (2 * prof.collective_time_s("all_gather", "nvlink", ag_buf, tp)
               + 2 * prof.collective_time_s("reduce_scatter", "nvlink", buf, tp))
     if not st.tp_comm_overlap:
         return tp_one, tp_one

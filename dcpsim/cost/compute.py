@@ -15,9 +15,25 @@ document, and return seconds for ONE layer on one rank unless said otherwise.
 * Element-wise work (RMSNorms, RoPE, SwiGLU, residual adds) is memory-bound at
   the profile's HBM bandwidth.
 * FP8: the block GEMMs run at the profile's FP8 rate and pay their casts,
-  memory-bound: forward, each GEMM input is read in BF16 and written in FP8
-  plus its FP8 transpose (4 B per element of the M×K input); backward, each
-  output gradient likewise (4 B per element of M×N). Assumed unfused.
+  memory-bound, as Transformer Engine does them under Megatron-Core's TE layer
+  spec (``get_gpt_layer_with_transformer_engine_spec``, megatron/core/models/
+  gpt/gpt_layer_specs.py: QKV and fc1 are ``TELayerNormColumnParallelLinear``,
+  proj and fc2 ``TERowParallelLinear``), read from TE v1.8 and v2.1
+  (``module/layernorm_linear.py``, ``module/linear.py``, ``module/base.py``
+  ``grad_output_preprocess``); bytes per element (:func:`fp8_cast_bytes`):
+
+  - QKV and fc1: the norm kernel writes its output in FP8 (no cast kernel;
+    the norm writes 1 B instead of 2 B per element, :func:`elementwise_terms`);
+    backward transposes the (gathered) FP8 input for wgrad (2 B per element of
+    s×k) and casts + transposes the output gradient in one kernel (4 B per
+    element of s×n; column-parallel, so not gathered);
+  - proj and fc2: without TP the input is cast + transposed in one kernel
+    (4 B per element of s×k) and so is the output gradient backward (4 B per
+    element of s×n); with sequence parallelism the input is cast only (3 B),
+    transposed in backward (2 B), and the output gradient is cast on the local
+    shard (3 B per element of s×n/TP), all-gathered in FP8 and transposed
+    (2 B per element of s×n).
+
   The backward GEMMs (dgrad, wgrad) run with split accumulation: Transformer
   Engine sets ``_2X_ACC_FPROP = False``, ``_2X_ACC_DGRAD = True``,
   ``_2X_ACC_WGRAD = True`` (``transformer_engine/pytorch/module/base.py``), so
@@ -58,16 +74,31 @@ def gemm_bwd_factor(st: CostSettings) -> float:
     return GEMM_BWD_FLOPS_FACTOR
 
 
+FP8_NORM_FUSED = ("qkv", "fc1")
+"""Block GEMMs whose FP8 input the preceding norm writes (Megatron-Core's TE spec: TELayerNormColumnParallelLinear)."""
+
+
+def fp8_cast_bytes(name: str, tp: int) -> tuple[float, float, float]:
+    """HBM bytes of one block GEMM's FP8 casts and transposes: (forward per element of the s×k input,
+    backward per element of the s×k input, backward per element of the s×n output gradient); module docstring."""
+    if name in FP8_NORM_FUSED:
+        return 0.0, 2.0, 4.0
+    if tp <= 1:
+        return 4.0, 0.0, 4.0
+    return 3.0, 2.0, 3.0 / tp + 2.0
+
+
 def gemm_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Block GEMMs forward, and in FP8 the casts forward and backward (seconds per pack)."""
     prof = st.profile
     gemm_fwd, cast_fwd, cast_bwd = np.zeros(s.size), np.zeros(s.size), np.zeros(s.size)
-    for _, n, k, cnt in st.model.gemm_shapes(st.tp):
+    for name, n, k, cnt in st.model.gemm_shapes(st.tp):
         eff = prof.gemm_flops_per_s(np.maximum(s, 1.0), n, k, precision=st.precision)
         gemm_fwd += cnt * 2.0 * s * n * k / eff
         if st.precision == "fp8":
-            cast_fwd += cnt * 4.0 * s * k / prof.hbm_bw_bytes_per_s
-            cast_bwd += cnt * 4.0 * s * n / prof.hbm_bw_bytes_per_s
+            b_in, b_in_bwd, b_grad = fp8_cast_bytes(name, st.tp)
+            cast_fwd += cnt * b_in * s * k / prof.hbm_bw_bytes_per_s
+            cast_bwd += cnt * (b_in_bwd * s * k + b_grad * s * n) / prof.hbm_bw_bytes_per_s
     return gemm_fwd, cast_fwd, cast_bwd
 
 
@@ -148,9 +179,15 @@ def elementwise_bytes_per_token_layer(st: CostSettings) -> float:
 
 
 def elementwise_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Memory-bound element-wise work forward and backward (seconds per pack, one layer)."""
-    fwd = s * elementwise_bytes_per_token_layer(st) / st.profile.hbm_bw_bytes_per_s
-    return fwd, ELEMENTWISE_BWD_FACTOR * fwd
+    """Memory-bound element-wise work forward and backward (seconds per pack, one layer). In FP8 the two
+    norms write their outputs in FP8, 1 B per element instead of 2 (module docstring): 2h/TP bytes per token
+    fewer forward; their backward reads the BF16 input, unchanged."""
+    bw = st.profile.hbm_bw_bytes_per_s
+    fwd = s * elementwise_bytes_per_token_layer(st) / bw
+    bwd = ELEMENTWISE_BWD_FACTOR * fwd
+    if st.precision == "fp8":
+        fwd = fwd - s * 2.0 * st.model.hidden / st.tp / bw
+    return fwd, bwd
 
 
 def end_terms(st: CostSettings, s) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

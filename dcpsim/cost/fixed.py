@@ -22,7 +22,8 @@ from dcpsim.cost.settings import CostSettings
 KERNELS_FWD = 12  # norm, QKV GEMM, RoPE q and k (2), flash fwd, proj GEMM, residual add, norm, fc1 GEMM, SwiGLU, fc2 GEMM, residual add
 KERNELS_BWD = 20  # 4 GEMMs x (dgrad + wgrad), 2 norms x (dx + dgamma), SwiGLU, RoPE q and k (2), flash bwd (preprocess, main, dq convert), 2 residual-gradient adds
 KERNELS_TP = 4  # sequence parallel: 2 all-gathers + 2 reduce-scatters, each way
-KERNELS_FP8 = 4  # one cast(+transpose) per GEMM input (fwd) or output gradient (bwd)
+KERNELS_FP8 = (2, 6)  # TE casts (compute.py): fwd proj and fc2 inputs (QKV and fc1 inputs written by the norm); bwd 2 input transposes (QKV, fc1) + 4 output-gradient cast-transposes
+KERNELS_FP8_SP = (0, 4)  # with sequence parallelism: bwd proj and fc2 input transposes, and their output gradients cast and transposed apart (2 each instead of 1)
 KERNELS_RING_STEP_FWD = 3  # per extra ring step: attention block, output/LSE correction, send/recv
 KERNELS_RING_STEP_BWD = 5  # per extra ring step: attention bwd (3), dK/dV accumulate, send/recv
 KERNELS_CP_COLLECTIVE = {"all_gather": 1, "a2a": 4}  # per pass
@@ -42,8 +43,8 @@ def kernels_per_layer(st: CostSettings, cp) -> tuple[np.ndarray, np.ndarray]:
         kf += KERNELS_TP
         kb += KERNELS_TP
     if st.precision == "fp8":
-        kf += KERNELS_FP8
-        kb += KERNELS_FP8
+        kf += KERNELS_FP8[0] + (KERNELS_FP8_SP[0] if st.tp > 1 else 0)
+        kb += KERNELS_FP8[1] + (KERNELS_FP8_SP[1] if st.tp > 1 else 0)
     if st.attention == "unfused":
         kf += KERNELS_UNFUSED_ATTENTION[0]
         kb += KERNELS_UNFUSED_ATTENTION[1]
