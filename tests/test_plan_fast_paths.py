@@ -246,3 +246,25 @@ def test_final_evaluation_reuses_the_search_run():
     fresh = plan_capacity(request, jobs=1, runner=run_simulation)
     drop = [c for c in reused.rows.columns if "cpu" in c]
     assert reused.rows.drop(columns=drop).equals(fresh.rows.drop(columns=drop))
+
+
+def test_screen_sync_cache_ignores_the_overlap_flags():
+    """The screen's cached sync cost of a configuration is the simulator's for every setting of the overlap
+    flags it leaves out of its key (they time the sync, not its cost)."""
+    import itertools
+
+    import dcpsim.planning.screen as screen_mod
+    from dcpsim.run.single import build_cost_model, build_simulator
+
+    base = RunConfig().with_updates({"model.name": "llama2-7b", "hardware.gpu": "h100-sxm", "cluster.gpus": 64,
+                                     "workload.gbs": 256, "parallel.pp": 4, "parallel.vp": 2, "parallel.cp": 2})
+    screen_mod._SYNC_CACHE.clear()
+    for g, p, launch in itertools.product((True, False), (True, False), ("first_forward", "step_start")):
+        cfg = base.with_updates({"sim.overlap_grad_sync": g, "sim.overlap_param_gather": p,
+                                 "sim.param_gather_launch": launch})
+        cached = screen_mod._sync_cost(cfg, build_cost_model(cfg))
+        fresh = build_simulator(cfg).sync
+        for name, a in vars(fresh).items():
+            b = getattr(cached, name)
+            assert (a is None and b is None) or np.array_equal(np.asarray(a), np.asarray(b)), name
+    assert len(screen_mod._SYNC_CACHE) == 1

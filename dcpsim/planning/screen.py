@@ -37,16 +37,20 @@ from dcpsim.run.config import RunConfig
 _SYNC_CACHE: dict[tuple, Any] = {}
 # the gradient sync does not depend on these parallel fields
 SYNC_INDEPENDENT = ("recompute", "max_tokens_per_rank", "cp_comm", "min_cp", "mbs")  # vp: one DDP bucket per model chunk
+# nor on these sim fields (the overlap flags time the sync, they do not change its cost: the simulator's own
+# memo of it, dcpsim.sim.durations._SYNC_MEMO, leaves them out too)
+SYNC_SIM_INDEPENDENT = ("overlap_grad_sync", "overlap_param_gather", "param_gather_launch")
 _BATCH_CACHE: dict[tuple, np.ndarray] = {}
 _MB_CACHE: dict[tuple, dict[str, float]] = {}
 
 
 def _sync_cost(cfg: RunConfig, cost):
-    """The simulator's gradient-sync cost of ``cfg`` (cached: it ignores recompute, tokens and mbs)."""
+    """The simulator's gradient-sync cost of ``cfg`` (cached: it ignores recompute, tokens, mbs and the overlap
+    flags)."""
     from dcpsim.run.single import build_simulator
 
     key = (section_key(cfg.model), section_key(cfg.hardware), section_key(cfg.parallel, SYNC_INDEPENDENT), cfg.dp,
-           section_key(cfg.sim), section_key(cfg.step))
+           section_key(cfg.sim, SYNC_SIM_INDEPENDENT), section_key(cfg.step))
     sync = _SYNC_CACHE.get(key)
     if sync is None:
         if len(_SYNC_CACHE) > 4096:
