@@ -78,6 +78,11 @@ class ReferenceFlowNetwork:
             self._settling = True
             self.env.timeout(0.0).callbacks.append(self._settle)
 
+    def start_many(self, work_s: float, paths: list[list[Link]], on_done: Callable[[], None], cap: float = 1.0) -> None:
+        """One :meth:`start` per path, in order (what ``FlowNetwork.start_many`` stands for)."""
+        for path in paths:
+            self.start(work_s, path, on_done, cap)
+
     def _settle(self, _ev) -> None:
         self._settling = False
         dirty, self._dirty = self._dirty, set()

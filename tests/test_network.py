@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dcpsim.errors import ConfigError
-from dcpsim.sim.network import Fabric, ring_collective_s, transfer_time_s
+from dcpsim.sim.network import Fabric, FlowNetwork, ring_collective_s, transfer_time_s
 
 
 def test_two_equal_flows_on_one_link_take_twice_as_long():
@@ -479,6 +479,53 @@ def _random_flows(net_cls, fabric: Fabric, spec) -> np.ndarray:
         go(i, *sp)
     env.run()
     return out
+
+
+class _OneByOne(FlowNetwork):
+    """start_many as one start per path (what it stands for)."""
+
+    def start_many(self, work_s, paths, on_done, cap=1.0):
+        for path in paths:
+            self.start(work_s, path, on_done, cap)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_start_many_equals_one_start_per_path(seed):
+    """Groups of flows started together (a collective's hops, a transfer's GPU pairs: equal work, one cap,
+    some of no work, some empty) with start_many finish at exactly the times of one start per flow, on an
+    oversubscribed fabric with a degraded NIC, with single flows starting among them."""
+    import simpy
+
+    rng = np.random.default_rng(200 + seed)
+    n = 32
+    fabric = Fabric(gpus=n, pod_gpus=8, oversubscription=float(rng.choice([1.0, 3.0])), degraded_gpu=6,
+                    degraded_link_scale=0.4)
+    groups = []
+    for _ in range(60):
+        k = int(rng.integers(0, 6))
+        pairs = [(int(a), int((a + rng.integers(1, n)) % n)) for a in rng.integers(0, n, size=k)]
+        work = float(rng.choice([0.0, float(rng.uniform(0.05, 1.0))], p=[0.1, 0.9]))
+        groups.append((float(rng.integers(0, 15)) * 0.1, pairs, work,
+                       float(rng.choice([1.0, 0.5, float(rng.uniform(0.05, 1.0))]))))
+    ends = []
+    for cls in (FlowNetwork, _OneByOne):
+        env = simpy.Environment()
+        net = cls(env, fabric)
+        out: list[list[float]] = [[] for _ in groups]
+
+        def go(i, at, pairs, work, cap, net=net, env=env, out=out):
+            def begin(_ev):
+                net.start_many(work, [fabric.path(a, b) for a, b in pairs], lambda: out[i].append(env.now), cap)
+                if i % 3 == 0 and pairs:  # a lone flow among the groups
+                    net.start(work / 2, fabric.path(*pairs[0]), lambda: out[i].append(-env.now))
+            env.timeout(at).callbacks.append(begin)
+
+        for i, g in enumerate(groups):
+            go(i, *g)
+        env.run()
+        ends.append(out)
+        assert net.events >= sum(len(g[1]) for g in groups)
+    assert ends[0] == ends[1]  # bit for bit, in the same order
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -127,6 +127,50 @@ class FlowNetwork:
             self._settling = True
             self.env.timeout(0.0).callbacks.append(self._settle)
 
+    def start_many(self, work_s: float, paths: list[list[Link]], on_done: Callable[[], None], cap: float = 1.0) -> None:
+        """``start(work_s, path, on_done, cap)`` for each of ``paths`` in order (the hops or GPU pairs of one
+        collective or transfer): the same flows, ids, loads and settling, with the per-call look-ups done once."""
+        n = len(paths)
+        self.events += n
+        if work_s <= 0.0:
+            for _ in range(n):
+                on_done()
+            return
+        if not n:
+            return
+        work_s, paced = float(work_s), cap < 1.0
+        flows, on_link, load, caps, capacity = self.flows, self.on_link, self._load, self._cap, self.fabric.capacity
+        new, now = self._new, self.env.now
+        fid = self._next_id
+        self._next_id += n
+        for path in paths:
+            links = list(path)
+            demand = float(cap) if paced else float("inf")
+            for ln in links:
+                c = caps.get(ln)
+                if c is None:
+                    c = caps[ln] = capacity(ln)
+                if c < demand:
+                    demand = c
+            if paced:
+                own = ("cap", fid)
+                caps[own] = float(cap)
+                links.append(own)
+            flows[fid] = _Flow(work_s, links, on_done, 0.0, now, 0, demand)
+            for ln in links:
+                users = on_link.get(ln)
+                if users is None:
+                    on_link[ln] = {fid}
+                    load[ln] = demand
+                else:
+                    users.add(fid)
+                    load[ln] += demand
+            new.add(fid)
+            fid += 1
+        if not self._settling:
+            self._settling = True
+            self.env.timeout(0.0).callbacks.append(self._settle)
+
     def _settle(self, _ev) -> None:
         self._settling = False
         dirty, self._dirty = self._dirty, set()

@@ -180,8 +180,7 @@ class BucketedReduceScatter:
                     else:
                         at(i + 1)
 
-            for path in self.paths:
-                self.net.start(self.bucket_s, path, hop_done)
+            self.net.start_many(self.bucket_s, self.paths, hop_done)
 
         def at(i: int) -> None:
             if ready[i] is None and not self._released:
@@ -231,8 +230,7 @@ class DpRingBucket:
             if left[0] == 0:
                 done(env.now)
 
-        for path in self.paths:
-            self.net.start(self.bucket_s, path, hop_done)
+        self.net.start_many(self.bucket_s, self.paths, hop_done)
 
 
 class PipelineTransfers:
@@ -313,8 +311,8 @@ class PipelineTransfers:
             if left[0] == 0:
                 done(self.env.now)
 
-        for a, b in hops:
-            self.net.start(work_s, self.net.fabric.path(a, b), hop_done, cap)
+        path = self.net.fabric.path
+        self.net.start_many(work_s, [path(a, b) for a, b in hops], hop_done, cap)
 
     def reduce_scatter(self, stage: int, bucket_s: float, buckets: int) -> BucketedReduceScatter | None:
         """Stage ``stage``'s bucketed gradient reduce-scatter on this network (``None`` if it stays on NVLink)."""
@@ -345,5 +343,6 @@ class PipelineTransfers:
 
         if on_nvlink:
             self.env.timeout(float(self.t_nvl[g])).callbacks.append(lambda _ev: part_done())
-        for a, b in net_pairs:
-            self.net.start(float(self.t_net[g]), self.net.fabric.path(a, b), part_done)
+        if net_pairs:
+            path = self.net.fabric.path
+            self.net.start_many(float(self.t_net[g]), [path(a, b) for a, b in net_pairs], part_done)
