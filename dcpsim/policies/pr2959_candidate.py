@@ -173,7 +173,8 @@ class _Candidate:
 
         Each long sample's group takes normal samples, largest first, under the code's three limits; it
         ends with its tokens per rank and the solver's FLOPs of the group. One loop over the long samples
-        with the pool's lists at hand (:class:`_NormalPool`'s ``first_below`` and ``remove`` inlined).
+        with the pool's lists at hand: the search for the first remaining sample below the room and the
+        removal (:class:`_NormalPool`'s pointers) are done here.
         """
         bt = self.batch
         blocks, self.overflow_blocks = _long_blocks(sizes, bt.K, bt.layout.pp * self.m)
