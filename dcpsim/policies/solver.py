@@ -328,7 +328,8 @@ class _Screen:
         sub._distinct = None  # the full batch's (the subsample's, if asked, from its own lengths)
         self.sc, self.need = sub, need[self.idx]
         self.table = copy(table)  # rows per distinct length are the full batch's; only the index changes
-        self.table.uid = [table.uid[i] for i in self.idx.tolist()]
+        self.table.inv = table.inv[self.idx]
+        self.table.uid = self.table.inv.tolist()
         self.max_size = self.layout.max_dynamic_cp
 
     def takes(self, sizes: np.ndarray, choice: np.ndarray) -> bool:

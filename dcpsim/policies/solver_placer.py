@@ -122,7 +122,8 @@ class _Table:
     def __init__(self, lengths: np.ndarray, sc: SeqCosts, need: np.ndarray) -> None:
         _, first, inv = sc.distinct() if lengths is sc.lengths else np.unique(lengths, return_index=True,
                                                                               return_inverse=True)
-        self.uid: list[int] = inv.tolist()
+        self.inv = np.asarray(inv, dtype=np.int64)  # each sequence's distinct index
+        self.uid: list[int] = self.inv.tolist()
         t = sc.time_s.reshape(-1, lengths.size)[:, first].T  # (distinct, ns*2)
         self.time_rows: list[list[float]] = t.tolist()
         self.tok_rows: list[list[int]] = sc.tokens[:, first].T.tolist()
@@ -131,6 +132,8 @@ class _Table:
         by_gpu = np.argsort(gpu, axis=1, kind="stable")
         n_fin = np.isfinite(gpu).sum(axis=1).tolist()  # the infinite (excluded) codes sort last
         self.fam: list[list[int]] = [row[:c] for row, c in zip(by_gpu.tolist(), n_fin, strict=True)]
+        # per set of chosen sizes (bit mask of codes), each length's codes of those sizes, built on first use
+        self.fams: dict[int, list[list[int] | None]] = {}
 
 
 class _Placer(_Follow):
@@ -171,10 +174,18 @@ class _Placer(_Follow):
         self._start()
         uid, time_rows, tok_rows, fam = tab.uid, tab.time_rows, tab.tok_rows, tab.fam
         choice = self.choice.tolist()
-        self._rows = (time_rows, tok_rows, fam)
+        # only the codes of chosen sizes ever hold groups (groups open at a sequence's chosen size): each
+        # distinct length's codes without the others (which the join searches pass over, finding no cell)
+        allowed = 0
+        for kk in np.unique(self.choice).tolist():
+            allowed |= 3 << (2 * kk)
+        fams = tab.fams.get(allowed)  # shared by the candidates with the same chosen sizes
+        if fams is None:
+            fams = tab.fams[allowed] = [None] * len(fam)
+        self._rows = (time_rows, tok_rows, fams)
         ids = order.tolist()
         if self.bulk and n:  # per position, the end of its run of equal length and CP size
-            key_u, key_k = np.asarray(uid, dtype=np.int64)[order], self.choice[order]
+            key_u, key_k = tab.inv[order], self.choice[order]
             cut = np.flatnonzero((key_u[1:] != key_u[:-1]) | (key_k[1:] != key_k[:-1])) + 1
             ends = np.append(cut, n)
             self._run_end = np.repeat(ends, np.diff(np.concatenate(([0], ends)))).tolist()
@@ -184,7 +195,10 @@ class _Placer(_Follow):
             u, k = uid[i], choice[i]
             trow, tokrow = time_rows[u], tok_rows[u]
             self.zero_join = False
-            best = self._join_option(trow, tokrow, fam[u])
+            fu = fams[u]
+            if fu is None:
+                fu = fams[u] = [c for c in fam[u] if allowed >> c & 1]
+            best = self._join_option(trow, tokrow, fu)
             best = self._new_group_option(trow, k, best)
             best = self._new_step_option(trow, k, best)
             act = best[4]
