@@ -110,6 +110,9 @@ class DynamicPolicy(Policy):
         return Plan(self.name, layout, lengths, steps, True, meta=meta)
 
 
+BULK_SAME = True  # tests: False chooses for every sequence of an equal-length run (the reference of the bulk paths)
+
+
 class _Ctx:
     """Per-batch tables and the microbatch builder."""
 
@@ -162,8 +165,9 @@ class _Ctx:
                 leftovers.append(i)
                 continue
             mb.apply(choice, i)
-            if mb.kept_max and choice[0] == "join" and run_end[pos - 1] > pos:
-                pos += mb.join_same(choice[1], i, ids[pos : run_end[pos - 1]])
+            if mb.kept_max and run_end[pos - 1] > pos and BULK_SAME:
+                same = mb.join_same if choice[0] == "join" else mb.new_same
+                pos += same(choice[1], i, ids[pos : run_end[pos - 1]])
         return self._fill_empty_ranks(mb, order, ids, np.asarray(leftovers, dtype=np.int64), stats)
 
     def _fill_empty_ranks(self, mb: _Microbatch, order: np.ndarray, ids: list[int], left: np.ndarray,
@@ -402,6 +406,29 @@ class _Microbatch:
             self.members[g].extend(followers[:k])
             self.g_tok[g], self.g_load[g] = tok_g, load_g
             self.trees[kk].set(self.g_slot[g], tok_g, load_g)
+        return k
+
+    def new_same(self, kk: int, i: int, followers: list[int]) -> int:
+        """Sequence ``i`` has just opened a group of size index ``kk`` without raising the maximum: the
+        ``followers`` (the next sequences in order, all of ``i``'s length) each open one too while a slice of
+        that size is free, unless they would join the new group; returns how many did.
+
+        Provably what :meth:`choose` would do for each, as in :meth:`join_same`: every option before the new
+        group failed for ``i`` and still fails (no group but the new ones changed, the maximum did not move,
+        free ranks only went), the new groups are all alike (one sequence of this length), so joining one
+        passes for none when it does not for the first, and opening another is the next option (``w`` within
+        the maximum, a free slice); a free rank means the microbatch is not full.
+        """
+        ctx = self.ctx
+        t, w = int(ctx.tok[i, kk]), float(ctx.work[i, kk])
+        if t <= ctx.M - t and w + w <= self.cur_max:  # a follower would join the new group: the usual path
+            return 0
+        k = 0
+        for j in followers:
+            if self.first_free(kk) < 0:
+                break
+            self.apply(("new", kk), j)
+            k += 1
         return k
 
     def apply(self, choice, i: int) -> None:
