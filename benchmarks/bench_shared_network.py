@@ -3,7 +3,7 @@
 Run::
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_shared_network.py [--gpus 16384] [--repeats 3]
-        [--policy dynamic] [--baseline /path/to/older/checkout [--baseline-repeats 1]] [--json out.json]
+        [--policy dynamic] [--baseline /path/to/older/checkout [--baseline-repeats 1 | --alternate]] [--json out.json]
 
 Configuration: :func:`network_speedup.run`'s (Llama-13B, tp 1, pp 8, cp 8, 4 sequences per GPU, github
 lengths up to 65,536, pods of 64 GPUs at 1:1, seed 0, one iteration). Each measurement runs in a fresh
@@ -14,6 +14,8 @@ far less than wall time. The ideal fast path and the shared network are measured
 times (equal between trees when the solver's results are unchanged) and the host's CPU model.
 ``--baseline DIR``: the same measurements with ``DIR`` first on ``PYTHONPATH`` (an older checkout), in the
 same invocation, for before/after figures on one host under one load.
+``--alternate`` (with ``--baseline``): ``--repeats`` rounds, each measuring this tree then ``DIR`` (ideal, then
+shared), so a load that drifts during the run (a shared host) weighs on both trees alike.
 """
 
 from __future__ import annotations
@@ -82,6 +84,11 @@ def bench(tree: Path, gpus: int, policy: str, repeats: int) -> dict:
     for _ in range(repeats):
         ideal.append(measure(tree, gpus, policy, "ideal", "fast"))
         shared.append(measure(tree, gpus, policy, "shared", "events"))
+    return summarise(tree, ideal, shared)
+
+
+def summarise(tree: Path, ideal: list[dict], shared: list[dict]) -> dict:
+    """Median and spread of each path's measurements, their ratio, iteration times and peak memory."""
     i, s = stats([r["cpu_s"] for r in ideal]), stats([r["cpu_s"] for r in shared])
     return {"tree": str(tree), "commit": _commit(tree), "ideal_fast": i, "shared_events": s, "ratio": round(s["median_s"] / i["median_s"], 2),
             "iteration_time_s": {"ideal": ideal[0]["iteration_time_s"], "shared": shared[0]["iteration_time_s"]},
@@ -96,13 +103,26 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--baseline", default=None, help="an older checkout measured the same way, for before/after")
     ap.add_argument("--baseline-repeats", type=int, default=1, help="repeats for --baseline (default 1)")
+    ap.add_argument("--alternate", action="store_true",
+                    help="with --baseline: measure the two trees in turn, --repeats rounds of (after, before), so a "
+                         "load that drifts during the run weighs on both alike")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     check_result_path(a.json)
     trees = [("after", HERE.parent)] + ([("before", Path(a.baseline).resolve())] if a.baseline else [])
     res: dict = {"cpu": cpu_model(), "gpus": a.gpus, "policy": a.policy, "repeats": a.repeats, "target_ratio": 5.0}
+    if a.alternate and a.baseline:
+        got: dict = {name: ([], []) for name, _ in trees}
+        for _ in range(a.repeats):
+            for name, tree in trees:
+                got[name][0].append(measure(tree, a.gpus, a.policy, "ideal", "fast"))
+                got[name][1].append(measure(tree, a.gpus, a.policy, "shared", "events"))
+        res["alternated"] = True
     for name, tree in trees:
-        r = res[name] = bench(tree, a.gpus, a.policy, a.repeats if name == "after" else a.baseline_repeats)
+        if a.alternate and a.baseline:
+            r = res[name] = summarise(tree, *got[name])
+        else:
+            r = res[name] = bench(tree, a.gpus, a.policy, a.repeats if name == "after" else a.baseline_repeats)
         print(f"{name}: ideal fast {r['ideal_fast']['median_s']:.2f} CPU s ({r['ideal_fast']['min_s']:.2f}-"
               f"{r['ideal_fast']['max_s']:.2f}), shared {r['shared_events']['median_s']:.2f} CPU s "
               f"({r['shared_events']['min_s']:.2f}-{r['shared_events']['max_s']:.2f}), ratio {r['ratio']:.2f}; "
