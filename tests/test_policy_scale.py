@@ -187,6 +187,7 @@ def test_balanced_packing_heaps_give_the_scan_plans(monkeypatch):
 
 
 def test_seq_costs_on_distinct_lengths_equal_the_per_sequence_table():
+    from dcpsim.padding import per_rank_tokens
     from dcpsim.policies import SeqCosts
     from dcpsim.policies.costs import split_parts
 
@@ -203,6 +204,8 @@ def test_seq_costs_on_distinct_lengths_equal_the_per_sequence_table():
     attn, comm, _ = split_parts(bc, cost.recompute)
     assert np.array_equal(sc.attn_s, attn[: ns * n].reshape(ns, n))
     assert np.array_equal(sc.comm_s, np.stack([comm[: ns * n].reshape(ns, n), comm[ns * n:].reshape(ns, n)], axis=1))
+    assert np.array_equal(sc.tokens, per_rank_tokens(L[None, :], sizes[:, None]))  # spread from distinct lengths
+    assert sc.tokens.dtype == np.int64
 
 
 class _ScanPlacer:

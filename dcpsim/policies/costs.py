@@ -202,7 +202,6 @@ class SeqCosts:
         self.layout = layout
         n, ns = L.size, self.sizes.size
         self.size_index = {int(c): k for k, c in enumerate(self.sizes)}
-        self.tokens = per_rank_tokens(L[None, :], self.sizes[:, None])
         M = layout.max_tokens_per_rank
         if s_ref is None:
             total = float(L.sum())
@@ -229,12 +228,15 @@ class SeqCosts:
             attn, comm, _ = split_parts(bc, cost.recompute)
             attn_u = attn[: ns * nu].reshape(ns, nu)
             comm_u = np.stack([comm[: ns * nu].reshape(ns, nu), comm[ns * nu :].reshape(ns, nu)], axis=1)
-            lin_u = self.lin_s_per_token * per_rank_tokens(u[None, :], self.sizes[:, None])
+            tok_u = per_rank_tokens(u[None, :], self.sizes[:, None])
+            self.tokens = tok_u[:, inv]  # elementwise in (length, size): on the distinct lengths, spread
+            lin_u = self.lin_s_per_token * tok_u
             self.time_s = (attn_u[:, None, :] + comm_u + lin_u[:, None, :])[:, :, inv]
             self._parts: tuple | None = (attn_u, comm_u, inv)  # attn_s and comm_s, gathered on first read
         else:
             self._attn_s, self._comm_s, self._parts = np.zeros((ns, n)), np.zeros((ns, 2, n)), None
             self._distinct = None
+            self.tokens = np.zeros((ns, 0), dtype=np.int64)
             self.time_s = np.zeros((ns, 2, n))
 
     def distinct(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -44,7 +44,9 @@ class _Buckets:
 
     def add(self, code: int, step: int, time: float, g: int, room: int) -> None:
         if room >= self.min_tok[code >> 1]:
-            cells = self.by_code.setdefault(code, {})
+            cells = self.by_code.get(code)
+            if cells is None:
+                cells = self.by_code[code] = {}
             cell = cells.get(step)
             if cell is None:
                 cell = cells[step] = [[], [], 0]
