@@ -192,10 +192,13 @@ class SeqCosts:
 
     The reference local token count for the linear part is ``s_ref`` (default:
     the mean tokens per rank if the batch were spread over all ranks in as few
-    steps as capacity allows, at most the capacity).
+    steps as capacity allows, at most the capacity). ``distinct``: the batch's
+    ``np.unique(lengths, return_index=True, return_inverse=True)`` where the
+    caller has it (computed here otherwise).
     """
 
-    def __init__(self, lengths, layout: Layout, cost, sizes, *, s_ref: float | None = None) -> None:
+    def __init__(self, lengths, layout: Layout, cost, sizes, *, s_ref: float | None = None,
+                 distinct: tuple | None = None) -> None:
         L = np.asarray(lengths, dtype=np.int64)
         self.lengths = L
         self.sizes = np.asarray(sizes, dtype=np.int64)
@@ -218,7 +221,9 @@ class SeqCosts:
             # each sequence alone in its own pack, for every size, without and with network; a pack of one
             # sequence costs the same whatever the others, so the table is built on the distinct lengths,
             # summed there (the same float64 operations per entry) and spread to the sequences once
-            u, first, inv = np.unique(L, return_index=True, return_inverse=True)
+            if distinct is None:
+                distinct = np.unique(L, return_index=True, return_inverse=True)
+            u, first, inv = distinct
             self._distinct: tuple | None = (u, first, inv)
             nu = u.size
             rep_len = np.tile(u, 2 * ns)

@@ -167,12 +167,22 @@ class DynamicSolverPolicy(Policy):
         return cap, need
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
-        sizes, need = dynamic_fit(lengths, layout)
-        cap, need = self._token_cap(lengths, layout, cost, sizes, need)
         n = lengths.size
         if n == 0:
+            sizes, need = dynamic_fit(lengths, layout)
+            self._token_cap(lengths, layout, cost, sizes, need)
             return Plan(self.name, layout, lengths, [], True, meta={"microbatches": 0})
-        sc = SeqCosts(lengths, layout, cost, sizes)
+        # the fits are elementwise in the length: computed on the distinct lengths and spread
+        distinct = np.unique(lengths, return_index=True, return_inverse=True)
+        u, _, inv = distinct
+        try:
+            sizes, need = dynamic_fit(u, layout)
+        except InfeasibleError:
+            dynamic_fit(lengths, layout)  # the same error, naming the sequence by its index in the batch
+            raise
+        cap, need = self._token_cap(u, layout, cost, sizes, need)
+        need = need[inv]
+        sc = SeqCosts(lengths, layout, cost, sizes, distinct=distinct)
         ctx = _Search(sc, layout, cap, need, self.max_extra_microbatches)
         screen = self._screen(lengths, layout, sc, need, ctx.table) if self.screen and n > self.screen_above else None
         cands = []
