@@ -16,6 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,30 @@ class Step:
         return {"groups": [g.to_dict() for g in self.groups]}
 
 
+@dataclass(frozen=True)
+class PlanArrays:
+    """A plan's groups as flat arrays, in step order then list order (:meth:`Plan.arrays`).
+
+    ``per_step``: groups per step ``(S,)``; per group ``(G,)``: ``step``, ``start``, ``size`` (stage ranks)
+    and ``counts`` (sequences); ``ids``: the sequence ids, group after group (``counts.sum()`` entries).
+    A snapshot: it does not follow later edits of the plan's steps.
+    """
+
+    per_step: np.ndarray
+    step: np.ndarray
+    start: np.ndarray
+    size: np.ndarray
+    counts: np.ndarray
+    ids: np.ndarray
+
+    def __post_init__(self) -> None:
+        for f in ("per_step", "step", "start", "size", "counts", "ids"):
+            getattr(self, f).setflags(write=False)  # shared by the check, the group table and the durations
+
+
+_SEQ_IDS, _START, _SIZE, _GROUPS = attrgetter("seq_ids"), attrgetter("start"), attrgetter("size"), attrgetter("groups")
+
+
 @dataclass
 class Plan:
     """A policy's schedule for one global batch.
@@ -164,28 +189,43 @@ class Plan:
         arr = np.array(rows, dtype=np.int64).reshape(-1, 5)
         return {"step": arr[:, 0], "start": arr[:, 1], "size": arr[:, 2], "tokens": arr[:, 3], "n_seqs": arr[:, 4]}
 
-    def packs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(lengths, pack_ids, cp, start) for :meth:`CostModel.batch_cost`, one pack per (step, group)."""
-        groups = [g for st in self.steps for g in st.groups]
-        if not groups:
+    def arrays(self) -> PlanArrays:
+        """The groups of the steps as flat arrays (:class:`PlanArrays`), read in one pass."""
+        steps = self.steps
+        per_step = np.fromiter(map(len, map(_GROUPS, steps)), dtype=np.int64, count=len(steps))
+        groups = list(chain.from_iterable(map(_GROUPS, steps)))
+        n = len(groups)
+        seqs = list(map(_SEQ_IDS, groups))
+        counts = np.fromiter(map(len, seqs), dtype=np.int64, count=n)
+        return PlanArrays(per_step=per_step, step=np.repeat(np.arange(len(steps), dtype=np.int64), per_step),
+                          start=np.fromiter(map(_START, groups), dtype=np.int64, count=n),
+                          size=np.fromiter(map(_SIZE, groups), dtype=np.int64, count=n), counts=counts,
+                          ids=np.fromiter(chain.from_iterable(seqs), dtype=np.int64, count=int(counts.sum())))
+
+    def packs(self, arrays: PlanArrays | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(lengths, pack_ids, cp, start) for :meth:`CostModel.batch_cost`, one pack per (step, group);
+        ``arrays``: this plan's :meth:`arrays` when the caller has them."""
+        a = self.arrays() if arrays is None else arrays
+        n = a.size.size
+        if not n:
             e = np.zeros(0, dtype=np.int64)
             return e, e, e, e
-        counts = np.fromiter((len(g.seq_ids) for g in groups), dtype=np.int64, count=len(groups))
-        ids = np.fromiter(chain.from_iterable(g.seq_ids for g in groups), dtype=np.int64, count=int(counts.sum()))
-        return (np.asarray(self.lengths)[ids].astype(np.int64), np.repeat(np.arange(len(groups), dtype=np.int64), counts),
-                np.fromiter((g.size for g in groups), dtype=np.int64, count=len(groups)),
-                np.fromiter((g.start for g in groups), dtype=np.int64, count=len(groups)))
+        return (np.asarray(self.lengths)[a.ids].astype(np.int64), np.repeat(np.arange(n, dtype=np.int64), a.counts),
+                a.size, a.start)
 
     def cp_histogram(self) -> dict[int, int]:
-        """Sequences per CP size."""
-        out: dict[int, int] = {}
-        for st in self.steps:
-            for g in st.groups:
-                out[g.size] = out.get(g.size, 0) + len(g.seq_ids)
-        return dict(sorted(out.items()))
+        """Sequences per CP size (every size a group has, in increasing order)."""
+        groups = list(chain.from_iterable(map(_GROUPS, self.steps)))
+        n = len(groups)
+        size = np.fromiter(map(_SIZE, groups), dtype=np.int64, count=n)
+        counts = np.fromiter(map(len, map(_SEQ_IDS, groups)), dtype=np.int64, count=n)
+        sizes, inv = np.unique(size, return_inverse=True)
+        per = np.zeros(sizes.size, dtype=np.int64)
+        np.add.at(per, inv, counts)
+        return dict(zip(sizes.tolist(), per.tolist(), strict=True))
 
     # ----------------------------------------------------------- invariants
-    def check(self) -> Plan:
+    def check(self, arrays: PlanArrays | None = None) -> Plan:
         """Check the invariants; raise :class:`PlanError` naming the first broken one.
 
         Vectorised over all groups of all steps: per group (in step order,
@@ -193,9 +233,10 @@ class Plan:
         its step, shape (aligned power of two, ``min_cp``; static: the CP
         size), sequence ids and token capacity; the first flagged group is
         reported with its first broken check. Then every sequence must be
-        scheduled or dropped exactly once (``1 + repeats[i]`` times for a repeated one).
+        scheduled or dropped exactly once (``1 + repeats[i]`` times for a repeated one). ``arrays``: this
+        plan's :meth:`arrays` when the caller has them.
         """
-        gt = self._validation_table()
+        gt = self._validation_table(self.arrays() if arrays is None else arrays)
         first = _first_group_error(self, gt)
         if first is not None:
             raise PlanError(first)
@@ -219,17 +260,11 @@ class Plan:
             raise PlanError(f"sequence {i} is scheduled {int(seen[i])} times (expected {times})")
         return self
 
-    def _validation_table(self) -> dict[str, np.ndarray]:
+    @staticmethod
+    def _validation_table(a: PlanArrays) -> dict[str, np.ndarray]:
         """Flat arrays for :meth:`check`: per group step/start/size, per member its group and sequence id."""
-        gs = [g for st in self.steps for g in st.groups]
-        ng = len(gs)
-        per_step = np.fromiter((len(st.groups) for st in self.steps), dtype=np.int64, count=len(self.steps))
-        counts = np.fromiter((len(g.seq_ids) for g in gs), dtype=np.int64, count=ng)
-        return {"step": np.repeat(np.arange(len(self.steps), dtype=np.int64), per_step),
-                "start": np.array([g.start for g in gs], dtype=np.int64),
-                "size": np.array([g.size for g in gs], dtype=np.int64),
-                "member_group": np.repeat(np.arange(ng), counts),
-                "ids": np.fromiter(chain.from_iterable(g.seq_ids for g in gs), dtype=np.int64, count=int(counts.sum()))}
+        return {"step": a.step, "start": a.start, "size": a.size,
+                "member_group": np.repeat(np.arange(a.size.size), a.counts), "ids": a.ids}
 
     # ---------------------------------------------------------------- JSON
     def to_dict(self) -> dict:

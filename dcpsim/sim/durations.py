@@ -75,7 +75,7 @@ from dcpsim.cost.host import (
 from dcpsim.hardware import HardwareProfile
 from dcpsim.model import stage_params as model_stage_params
 from dcpsim.pipeline import chunk_durations, link_of_transfer
-from dcpsim.policies.plan import Plan
+from dcpsim.policies.plan import Plan, PlanArrays
 from dcpsim.sim.graph import GroupTable
 from dcpsim.sim.networks import NetworkModel, get_network
 from dcpsim.sim.settings import SimSettings
@@ -369,11 +369,12 @@ class DurationModel:
         return host_ops(shape, host, flags)
 
     def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,
-             rng: np.random.Generator | None = None) -> IterationWork:
-        """Durations of every group op of ``plan`` (noise drawn from ``rng`` when ``noise_cv > 0``)."""
+             rng: np.random.Generator | None = None, arrays: PlanArrays | None = None) -> IterationWork:
+        """Durations of every group op of ``plan`` (noise drawn from ``rng`` when ``noise_cv > 0``); ``arrays``:
+        the plan's :meth:`~dcpsim.policies.plan.Plan.arrays` when the caller has them."""
         cost = self.cost
         G, P = table.n_groups, table.n_real
-        lens, pids, cps, starts = plan.packs()
+        lens, pids, cps, starts = plan.packs(arrays)
         spans, factor = self._spans(table, starts, cps)
         per, local, mem, calls = self._pack_costs(lens, pids, cps, spans, factor, G, P)
         pp = self.topo.pp
@@ -493,14 +494,14 @@ class DurationModel:
         fields = ("layer_fwd_s", "layer_bwd_s", "overhead_fwd_s", "overhead_bwd_s", "cp_fwd_exposed_s",
                   "cp_bwd_exposed_s", "head_fwd_s", "head_bwd_s", "embed_fwd_s", "embed_bwd_s", "cp_fwd_comm_s",
                   "cp_comm_total_s", "attn_fwd_s", "attn_bwd_s")
-        per = {f: np.zeros((pp, G)) for f in fields}
         local = np.zeros(G)
         mem = np.full(G, float(cost.peak_memory_bytes(np.zeros(1))[0]))
-        calls = 0
-        # one batch_cost per link class: NVLink-only packs, then each network factor
+        # one batch_cost per link class: NVLink-only packs, then each network factor; the classes partition the
+        # (stage, group) cells: row[p, g] indexes the rows of their costs laid end to end (one gather a field)
         classes: list[tuple[float, bool, np.ndarray]] = [(1.0, False, ~spans[:, :P])]
         for f in np.unique(factor[:, :P][spans[:, :P]]):
             classes.append((float(f), True, spans[:, :P] & (factor[:, :P] == f)))
+        row, done = np.zeros((pp, P), dtype=np.int64), []
         for f, on_network, where in classes:
             need = where.any(axis=0)
             if not need.any():
@@ -511,15 +512,14 @@ class DurationModel:
             doc = need[pids]
             bc: BatchCost = self._cost_for(f).batch_cost(lens[doc], remap[pids[doc]], cps[sel],
                                                          np.full(sel.size, on_network))
-            calls += 1
-            for p in range(pp):
-                cols = sel[where[p, sel]]
-                rows = remap[cols]
-                for name in fields:
-                    per[name][p, cols] = getattr(bc, name)[rows]
+            np.copyto(row, (remap + sum(len(b) for b in done))[None, :], where=where)
+            done.append(bc)
             local[sel] = bc.local_tokens
             mem[sel] = bc.peak_memory_bytes
-        return per, local, mem, calls
+        per = {f: np.zeros((pp, G)) for f in fields}
+        for name in fields if done else ():
+            per[name][:, :P] = np.concatenate([getattr(bc, name) for bc in done])[row]
+        return per, local, mem, len(done)
 
     def _vary(self, table: GroupTable, fwd_parts, bwd_parts, extras, noise_cv: float,
               rng: np.random.Generator | None) -> None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dcpsim.pipeline import BWD, FWD, PipelineSchedule
-from dcpsim.policies.plan import Plan
+from dcpsim.policies.plan import Plan, PlanArrays
 
 __all__ = ["BWD", "FWD", "Graph", "GroupTable", "build_graph", "build_group_table"]
 
@@ -78,16 +78,14 @@ class GroupTable:
         return np.repeat(self.start - before, self.size) + np.arange(int(self.size.sum()))
 
 
-def build_group_table(plan: Plan) -> GroupTable:
-    """Number the plan's groups (no fillers: ranks a step leaves out have ``gid = -1``)."""
+def build_group_table(plan: Plan, arrays: PlanArrays | None = None) -> GroupTable:
+    """Number the plan's groups (no fillers: ranks a step leaves out have ``gid = -1``); ``arrays``: the
+    plan's :meth:`~dcpsim.policies.plan.Plan.arrays` when the caller has them."""
     R = plan.layout.ranks_per_stage
     S = plan.n_steps
-    groups = [grp for st in plan.steps for grp in st.groups]
-    G = len(groups)
-    step = np.repeat(np.arange(S, dtype=np.int64), [len(st.groups) for st in plan.steps])
-    start = np.fromiter((grp.start for grp in groups), dtype=np.int64, count=G)
-    size = np.fromiter((grp.size for grp in groups), dtype=np.int64, count=G)
-    nseq = np.fromiter((len(grp.seq_ids) for grp in groups), dtype=np.int64, count=G)
+    a = plan.arrays() if arrays is None else arrays
+    G = a.size.size
+    step, start, size, nseq = a.step, a.start, a.size, a.counts
     table = GroupTable(n_steps=S, ranks=R, step=step, start=start, size=size, pack=np.arange(G, dtype=np.int64),
                        n_seqs=nseq, gid=np.full((S, R), -1, dtype=np.int64), n_real=G)
     table.gid[np.repeat(step, size), table.member_ranks()] = np.repeat(np.arange(G, dtype=np.int64), size)
