@@ -19,6 +19,7 @@ layout goes through the same check.
 from __future__ import annotations
 
 import itertools
+import operator
 import typing
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -340,18 +341,19 @@ def _dump(section: Any) -> dict[str, Any]:
     return dict(hit[1])
 
 
-def _sections(base: RunConfig, updates: tuple[tuple[str, str, Any], ...]) -> dict[str, Any]:
-    """The sections ``updates`` ((section, field, value), ...) change, each validated by its own class; cached
-    by the values (the updates every candidate of a search shares: the data, the policy, the GPU count)."""
+def _sections(base: RunConfig, specs: tuple[tuple[str, str], ...], values: tuple) -> dict[str, Any]:
+    """The sections the updates ``specs`` ((section, field), ...) = ``values`` change, each validated by its own
+    class; cached by the values (the updates every candidate of a search shares: the data, the policy, the GPU
+    count)."""
     from dcpsim.schema import parse_model
 
-    key = (id(base), _values_key(updates))
+    key = (id(base), specs, *_values_key(values))
     hit = _SECTIONS.get(key)
     if hit is None or hit[0] is not base:
         if len(_SECTIONS) > 16384:
             _SECTIONS.clear()
         by_sec: dict[str, dict[str, Any]] = {}
-        for sec, leaf, value in updates:
+        for (sec, leaf), value in zip(specs, values, strict=True):
             by_sec.setdefault(sec, {})[leaf] = value
         new = {sec: parse_model(type(getattr(base, sec)), {**_dump(getattr(base, sec)), **ch})
                for sec, ch in by_sec.items()}
@@ -359,14 +361,14 @@ def _sections(base: RunConfig, updates: tuple[tuple[str, str, Any], ...]) -> dic
     return hit[1]
 
 
-def _values_key(items: tuple) -> Any:
-    """A dict key of update tuples that tells values apart as ``repr`` does (``True`` from ``1``, ``1`` from
+def _values_key(values: tuple) -> tuple:
+    """A dict key of update values that tells them apart as ``repr`` does (``True`` from ``1``, ``1`` from
     ``1.0``: their types are part of it); ``repr`` itself for unhashable values."""
+    key = (values, tuple(map(type, values)))
     try:
-        key = (items, tuple(type(v) for *_, v in items))
         hash(key)
     except TypeError:
-        return repr(items)
+        return (repr(values), None)
     return key
 
 
@@ -374,9 +376,9 @@ _PARALLEL: dict[tuple, Any] = {}
 _PARALLEL_TOKENS: dict[int, tuple[Any, str]] = {}
 
 
-def _parallel_section(base: RunConfig, par: tuple[tuple[str, Any], ...]):
-    """``base.parallel`` with the fields ``par`` ((field, value), ...) validated by its class; cached by the
-    base section's values and ``par`` (a layout's section is the same at every cluster size and policy)."""
+def _parallel_section(base: RunConfig, leaves: tuple[str, ...], values: tuple):
+    """``base.parallel`` with the fields ``leaves`` = ``values`` validated by its class; cached by the base
+    section's values and the updates (a layout's section is the same at every cluster size and policy)."""
     from dcpsim.run.config import ParallelSection
     from dcpsim.schema import parse_model
 
@@ -386,21 +388,32 @@ def _parallel_section(base: RunConfig, par: tuple[tuple[str, Any], ...]):
         if len(_PARALLEL_TOKENS) > 4096:
             _PARALLEL_TOKENS.clear()
         tok = _PARALLEL_TOKENS[id(sec)] = (sec, repr(_dump(sec)))
-    key = (tok[1], _values_key(par))
+    key = (tok[1], leaves, *_values_key(values))
     hit = _PARALLEL.get(key)
     if hit is None:
         if len(_PARALLEL) > 65536:
             _PARALLEL.clear()
-        hit = _PARALLEL[key] = parse_model(ParallelSection, {**_dump(sec), **dict(par)})
+        hit = _PARALLEL[key] = parse_model(ParallelSection, {**_dump(sec), **dict(zip(leaves, values, strict=True))})
     return hit
+
+
+def _getter(idx: tuple[int, ...]):
+    """``values -> tuple(values[i] for i in idx)`` at C speed."""
+    if len(idx) > 1:
+        return operator.itemgetter(*idx)
+    if idx:
+        i = idx[0]
+        return lambda v: (v[i],)
+    return lambda v: ()
 
 
 _SPLITS: dict[tuple[str, ...], tuple | None] = {}
 
 
-def _split(paths: tuple[str, ...]) -> tuple[tuple[tuple[int, str], ...], tuple[tuple[int, str, str], ...]] | None:
-    """Update paths as ((index, parallel field), ...) and ((index, section, field), ...) of the others; None
-    when one is not a ``section.field`` of RunConfig (policy options and anything unusual)."""
+def _split(paths: tuple[str, ...]) -> tuple | None:
+    """Update paths as (parallel fields, their getter, ((section, field), ...) of the others, their getter); a
+    getter takes the updates' values in path order. None when a path is not a ``section.field`` of RunConfig
+    (policy options and anything unusual)."""
     hit = _SPLITS.get(paths, False)
     if hit is not False:
         return hit
@@ -413,9 +426,10 @@ def _split(paths: tuple[str, ...]) -> tuple[tuple[tuple[int, str], ...], tuple[t
         if sec == "parallel":
             par.append((i, leaf))
         else:
-            rest.append((i, sec, leaf))
+            rest.append((i, (sec, leaf)))
     else:
-        out = (tuple(par), tuple(rest))
+        out = (tuple(x[1] for x in par), _getter(tuple(x[0] for x in par)), tuple(x[1] for x in rest),
+               _getter(tuple(x[0] for x in rest)))
     if len(_SPLITS) > 1024:
         _SPLITS.clear()
     _SPLITS[paths] = out
@@ -437,11 +451,11 @@ def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
     if split is None:
         return base.with_updates(updates)  # policy options and anything unusual: the full path
     vals = tuple(updates.values())
-    par_paths, rest_paths = split
+    par_leaves, par_get, rest_specs, rest_get = split
     try:
-        new = dict(_sections(base, tuple((sec, leaf, vals[i]) for i, sec, leaf in rest_paths)))
-        if par_paths:
-            new["parallel"] = _parallel_section(base, tuple((leaf, vals[i]) for i, leaf in par_paths))
+        new = dict(_sections(base, rest_specs, rest_get(vals)))
+        if par_leaves:
+            new["parallel"] = _parallel_section(base, par_leaves, par_get(vals))
         cfg = base.model_copy(update=new)
         cfg._check_layout()
     except (ConfigError, ValueError, TypeError):
