@@ -268,3 +268,38 @@ def test_screen_sync_cache_ignores_the_overlap_flags():
             b = getattr(cached, name)
             assert (a is None and b is None) or np.array_equal(np.asarray(a), np.asarray(b)), name
     assert len(screen_mod._SYNC_CACHE) == 1
+
+
+def _stage_dp_group_reference(topo, stage: int) -> tuple[int, int, float]:
+    """Topology.stage_dp_group as it was: every GPU of the group listed (numpy unique per TP rank)."""
+    r = np.arange(topo.ranks_per_stage, dtype=np.int64)
+    domains, factor = 1, float(topo.network_scale)
+    for t in range(topo.tp):
+        g = topo.gpu_id(stage, r, t)
+        domains = max(domains, int(np.unique(g // topo.nvlink_domain_gpus).size))
+        f = float(topo.network_scale)
+        if topo.pod_gpus and np.unique(g // topo.pod_gpus).size > 1:
+            f /= topo.oversubscription
+        if topo.degraded_gpu is not None and topo.degraded_link_scale < 1.0 and bool((g == topo.degraded_gpu).any()):
+            f *= topo.degraded_link_scale
+        factor = min(factor, f)
+    return topo.ranks_per_stage, domains, factor
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stage_dp_group_closed_form_is_the_listed_one(seed):
+    """The DP group's domains, pods and degraded link from the run's first and last GPU equal listing them."""
+    from dcpsim.sim.topology import Topology
+
+    rng = np.random.default_rng(seed)
+    for _ in range(150):
+        tp, pp, dp, cp = (int(rng.choice(v)) for v in ([1, 2, 4, 8, 16], [1, 2, 3, 4, 8], [1, 2, 3, 8, 64], [1, 2, 4]))
+        gpus = tp * pp * dp * cp
+        deg = int(rng.integers(0, gpus)) if rng.random() < 0.5 else None
+        domain = int(rng.choice([tp, 2 * tp, 4 * tp] + ([72] if 72 % tp == 0 else [])))
+        topo = Topology(tp=tp, pp=pp, dp=dp, cp=cp, nvlink_domain_gpus=domain,
+                        pod_gpus=int(rng.choice([0, 8, 16, 256])), oversubscription=float(rng.choice([1.0, 2.0])),
+                        network_scale=float(rng.choice([1.0, 0.7])), degraded_gpu=deg,
+                        degraded_link_scale=float(rng.choice([1.0, 0.25])))
+        for stage in range(pp):
+            assert topo.stage_dp_group(stage) == _stage_dp_group_reference(topo, stage)

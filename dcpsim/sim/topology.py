@@ -144,20 +144,23 @@ class Topology:
         The group holds the R stage ranks with one TP rank; the worst TP rank
         is reported (they run concurrently and finish together).
         """
-        r = np.arange(self.ranks_per_stage, dtype=np.int64)
+        # TP rank t's GPUs: first + k·tp, k < R (gpu_id), an increasing run: its distinct domains (pods) are every
+        # one from the first's to the last's when tp <= the domain size, else one per GPU
+        R, tp, d = self.ranks_per_stage, self.tp, self.nvlink_domain_gpus
         domains = 1
         factor = float(self.network_scale)
-        for t in range(self.tp):
-            g = self.gpu_id(stage, r, t)
-            dom = np.unique(g // self.nvlink_domain_gpus).size
-            domains = max(domains, int(dom))
+        for t in range(tp):
+            first = t + tp * R * stage
+            last = first + tp * (R - 1)
+            domains = max(domains, int(R if tp > d else last // d - first // d + 1))
             f = float(self.network_scale)
-            if self.pod_gpus and np.unique(g // self.pod_gpus).size > 1:
+            if self.pod_gpus and first // self.pod_gpus != last // self.pod_gpus:
                 f /= self.oversubscription
-            if self.degraded_gpu is not None and self.degraded_link_scale < 1.0 and bool((g == self.degraded_gpu).any()):
+            deg = self.degraded_gpu
+            if deg is not None and self.degraded_link_scale < 1.0 and first <= deg <= last and (deg - first) % tp == 0:
                 f *= self.degraded_link_scale
             factor = min(factor, f)
-        return self.ranks_per_stage, domains, factor
+        return R, domains, factor
 
     def describe(self) -> dict:
         return {
