@@ -59,7 +59,6 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from dcpsim.cost import CostModel, group_collective_time_s
-from dcpsim.cost.breakdown import BatchCost
 from dcpsim.cost.compute import fp8_weight_cast_bytes
 from dcpsim.cost.host import (
     HostOps,
@@ -78,6 +77,7 @@ from dcpsim.pipeline import chunk_durations, link_of_transfer
 from dcpsim.policies.plan import Plan, PlanArrays
 from dcpsim.sim.graph import GroupTable
 from dcpsim.sim.networks import NetworkModel, get_network
+from dcpsim.sim.packcosts import pack_costs
 from dcpsim.sim.settings import SimSettings
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults, lognormal_factors, slice_any
@@ -376,19 +376,18 @@ class DurationModel:
         G, P = table.n_groups, table.n_real
         lens, pids, cps, starts = plan.packs(arrays)
         spans, factor = self._spans(table, starts, cps)
-        per, local, mem, calls = self._pack_costs(lens, pids, cps, spans, factor, G, P)
+        per, local, mem, calls = pack_costs(self._cost_for, lens, pids, cps, spans, factor,
+                                            float(cost.peak_memory_bytes(np.zeros(1))[0]))
         pp = self.topo.pp
         # layer terms scaled to each stage's layer count, plus the per-microbatch overhead; the
         # embedding on the first stage, the output layer + loss on the last
         scale = self.stage_scale[:, None]
         fwd = per["layer_fwd_s"] * scale + per["overhead_fwd_s"]
         bwd = per["layer_bwd_s"] * scale + per["overhead_bwd_s"]
-        embed_f = per["embed_fwd_s"][0].copy()
-        embed_b = per["embed_bwd_s"][0].copy()
+        embed_f, embed_b = per.stage("embed_fwd_s", 0), per.stage("embed_bwd_s", 0)
         fwd[0] += embed_f
         bwd[0] += embed_b
-        head_f = per["head_fwd_s"][pp - 1].copy()
-        head_b = per["head_bwd_s"][pp - 1].copy()
+        head_f, head_b = per.stage("head_fwd_s", pp - 1), per.stage("head_bwd_s", pp - 1)
         fwd[pp - 1] += head_f
         bwd[pp - 1] += head_b
         cpf = per["cp_fwd_exposed_s"] * scale
@@ -487,39 +486,6 @@ class DurationModel:
             f = self.network.cp_factor(p, starts, cps)
             factor[p, :P] = np.where(spans[p, :P], f, 1.0)
         return spans, factor
-
-    def _pack_costs(self, lens, pids, cps, spans, factor, G: int, P: int):
-        """Per-stage cost terms of every real group: one ``batch_cost`` call per link class."""
-        pp, cost = self.topo.pp, self.cost
-        fields = ("layer_fwd_s", "layer_bwd_s", "overhead_fwd_s", "overhead_bwd_s", "cp_fwd_exposed_s",
-                  "cp_bwd_exposed_s", "head_fwd_s", "head_bwd_s", "embed_fwd_s", "embed_bwd_s", "cp_fwd_comm_s",
-                  "cp_comm_total_s", "attn_fwd_s", "attn_bwd_s")
-        local = np.zeros(G)
-        mem = np.full(G, float(cost.peak_memory_bytes(np.zeros(1))[0]))
-        # one batch_cost per link class: NVLink-only packs, then each network factor; the classes partition the
-        # (stage, group) cells: row[p, g] indexes the rows of their costs laid end to end (one gather a field)
-        classes: list[tuple[float, bool, np.ndarray]] = [(1.0, False, ~spans[:, :P])]
-        for f in np.unique(factor[:, :P][spans[:, :P]]):
-            classes.append((float(f), True, spans[:, :P] & (factor[:, :P] == f)))
-        row, done = np.zeros((pp, P), dtype=np.int64), []
-        for f, on_network, where in classes:
-            need = where.any(axis=0)
-            if not need.any():
-                continue
-            sel = np.nonzero(need)[0]
-            remap = np.full(P, -1, dtype=np.int64)
-            remap[sel] = np.arange(sel.size)
-            doc = need[pids]
-            bc: BatchCost = self._cost_for(f).batch_cost(lens[doc], remap[pids[doc]], cps[sel],
-                                                         np.full(sel.size, on_network))
-            np.copyto(row, (remap + sum(len(b) for b in done))[None, :], where=where)
-            done.append(bc)
-            local[sel] = bc.local_tokens
-            mem[sel] = bc.peak_memory_bytes
-        per = {f: np.zeros((pp, G)) for f in fields}
-        for name in fields if done else ():
-            per[name][:, :P] = np.concatenate([getattr(bc, name) for bc in done])[row]
-        return per, local, mem, len(done)
 
     def _vary(self, table: GroupTable, fwd_parts, bwd_parts, extras, noise_cv: float,
               rng: np.random.Generator | None) -> None:

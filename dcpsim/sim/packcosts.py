@@ -1,0 +1,92 @@
+"""The cost terms of every (pipeline stage, group) cell of an iteration, from one ``batch_cost`` call per link class.
+
+:meth:`dcpsim.sim.durations.DurationModel.work` costs the plan's packs once per link class (NVLink-only
+cells, then each network factor; see that module's docstring). The classes partition the cells: each
+cell takes its row of its class's :class:`~dcpsim.cost.breakdown.BatchCost`. :class:`PackTerms` keeps
+the classes' costs and the cell-to-row map, and gathers a term's ``(PP, G)`` array (seconds) only when
+it is read (the shared network's ring terms are not read on the ideal one; the embedding and output
+layer terms are read on one stage), once per term. The values are the batch costs' own: no arithmetic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from dcpsim.cost.breakdown import BatchCost
+
+TERMS = ("layer_fwd_s", "layer_bwd_s", "overhead_fwd_s", "overhead_bwd_s", "cp_fwd_exposed_s", "cp_bwd_exposed_s",
+         "head_fwd_s", "head_bwd_s", "embed_fwd_s", "embed_bwd_s", "cp_fwd_comm_s", "cp_comm_total_s", "attn_fwd_s",
+         "attn_bwd_s")
+
+
+class PackTerms:
+    """Per (stage, group) cost terms, ``(PP, G)`` seconds (0 for the groups ``P..G-1`` past the real ones).
+
+    ``costs``: the link classes' batch costs; ``row[p, g]`` (``(PP, P)``): the cell's row in those costs
+    laid end to end.
+    """
+
+    def __init__(self, costs: list[BatchCost], row: np.ndarray, G: int) -> None:
+        self.costs, self.row, self.G = costs, row, G
+        # every group in the same class on every stage (the usual case): one gather of G rows a term
+        self.same_on_stages = row.shape[0] <= 1 or bool((row == row[:1]).all())
+        self._full: dict[str, np.ndarray] = {}
+
+    def _values(self, name: str) -> np.ndarray:
+        return np.concatenate([getattr(bc, name) for bc in self.costs])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """The term's ``(PP, G)`` array (gathered on first read; do not modify it)."""
+        out = self._full.get(name)
+        if out is None:
+            pp, P = self.row.shape
+            out = np.zeros((pp, self.G))
+            if self.costs and P:
+                vals = self._values(name)
+                out[:, :P] = vals[self.row[0]] if self.same_on_stages else vals[self.row]
+            self._full[name] = out
+        return out
+
+    def stage(self, name: str, p: int) -> np.ndarray:
+        """The term on stage ``p``, ``(G,)`` (a new array)."""
+        if name in self._full:
+            return self._full[name][p].copy()
+        out = np.zeros(self.G)
+        if self.costs and self.row.shape[1]:
+            out[:self.row.shape[1]] = self._values(name)[self.row[p]]
+        return out
+
+
+def pack_costs(cost_for: Callable[[float], object], lens: np.ndarray, pids: np.ndarray, cps: np.ndarray,
+               spans: np.ndarray, factor: np.ndarray,
+               idle_memory_bytes: float) -> tuple[PackTerms, np.ndarray, np.ndarray, int]:
+    """(terms, local tokens ``(G,)``, peak memory bytes ``(G,)``, batch_cost calls) of the real groups ``0..P-1``
+    (``P = cps.size``; ``lens``/``pids``: the packs' sequence lengths and pack ids, as :meth:`Plan.packs`).
+
+    ``cost_for(f)``: the cost model with the network bandwidths scaled by ``f``; ``spans``/``factor``
+    ``(PP, G)``: whether a cell's CP group leaves its NVLink domain, and its network factor. A group costed
+    in several classes takes the last one's local tokens and memory.
+    """
+    (pp, G), P = spans.shape, cps.size
+    local = np.zeros(G)
+    mem = np.full(G, float(idle_memory_bytes))
+    classes: list[tuple[float, bool, np.ndarray]] = [(1.0, False, ~spans[:, :P])]
+    for f in np.unique(factor[:, :P][spans[:, :P]]):
+        classes.append((float(f), True, spans[:, :P] & (factor[:, :P] == f)))
+    row, done = np.zeros((pp, P), dtype=np.int64), []
+    for f, on_network, where in classes:
+        need = where.any(axis=0)
+        if not need.any():
+            continue
+        sel = np.nonzero(need)[0]
+        remap = np.full(P, -1, dtype=np.int64)
+        remap[sel] = np.arange(sel.size)
+        doc = need[pids]
+        bc: BatchCost = cost_for(f).batch_cost(lens[doc], remap[pids[doc]], cps[sel], np.full(sel.size, on_network))
+        np.copyto(row, (remap + sum(len(b) for b in done))[None, :], where=where)
+        done.append(bc)
+        local[sel] = bc.local_tokens
+        mem[sel] = bc.peak_memory_bytes
+    return PackTerms(done, row, G), local, mem, len(done)
