@@ -303,3 +303,20 @@ def test_stage_dp_group_closed_form_is_the_listed_one(seed):
                         degraded_link_scale=float(rng.choice([1.0, 0.25])))
         for stage in range(pp):
             assert topo.stage_dp_group(stage) == _stage_dp_group_reference(topo, stage)
+
+
+@pytest.mark.parametrize("iters", [[0.9], [0.9, 1.1], [0.5, 0.7, 0.6]])
+def test_long_run_equal_segments_shortcut_is_exact(monkeypatch, iters):
+    """Without slow episodes, segments that run the same iterations are summed once: the same long runs as
+    pricing every segment from its iterations (goodput, failures, times to the last bit)."""
+    import dcpsim.sim.longrun as longrun
+    from dcpsim.sim.longrun import long_run_from_settings, long_runs
+
+    sim = RunConfig().with_updates({"sim.gpu_mtbf_h": 2000.0}).sim
+    for gpus, hours in ((512, 300.0), (16384, 2000.0), (64, 50.0)):
+        lr = long_run_from_settings(sim, hours)
+        fast = long_runs(np.array(iters), gpus, lr, 4, 11)
+        monkeypatch.setattr(longrun, "SAME_SEGMENTS", False)
+        every = long_runs(np.array(iters), gpus, lr, 4, 11)
+        monkeypatch.setattr(longrun, "SAME_SEGMENTS", True)
+        assert fast == every and sum(r["failures"] for r in fast) > 0
