@@ -376,7 +376,13 @@ class StepGroups:
             ranks.append(np.repeat(st - np.cumsum(np.r_[0, sz[:-1]]), sz) + np.arange(int(sz.sum())) if z > a
                          else np.zeros(0, dtype=np.int64))
             ends = st + sz
-            b = np.union1d(st, ends[ends < n_ranks])
+            if z > a and st[0] >= 0:  # the sorted distinct starts and ends, as np.union1d gives them
+                mark = np.zeros(max(n_ranks, int(st[-1]) + 1), dtype=bool)
+                mark[st] = True
+                mark[ends[ends < n_ranks]] = True
+                b = np.flatnonzero(mark)
+            else:
+                b = np.union1d(st, ends[ends < n_ranks])
             bounds.append(b)
             take.append(np.searchsorted(b, st))
         return cls(int(n_ranks), int(n_steps), start, size, offset, tuple(ranks), tuple(bounds), tuple(take))
@@ -430,14 +436,23 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     dur = (np.asarray(fwd_s, dtype=np.float64), np.asarray(bwd_s, dtype=np.float64))
     x = None if xfer_s is None or V == 1 else np.asarray(xfer_s, dtype=np.float64)
     gated: set[int] = set()
+    # per step: its ranks as an index (a whole-row slice when its groups tile every rank in order) and whether
+    # the reduceat over its bounds already gives one value per group (no gaps between its groups)
+    every = np.arange(R)
+    rank_ix = [slice(None) if r.size == R and np.array_equal(r, every) else r for r in groups.ranks]
+    per_group = [t.size == b.size and np.array_equal(t, np.arange(t.size)) for t, b in zip(groups.take, groups.bounds,
+                                                                                         strict=True)]
+    ran = np.zeros((pp, groups.n_steps), dtype=bool)  # the steps each stage ran (``used`` after the loop)
     for p_, d, k, s in zip(sched.rank.tolist(), sched.direction.tolist(), sched.microbatch.tolist(),
                            sched.stage.tolist(), strict=True):
         a, z = off[k], off[k + 1]
         if a == z:
             continue
-        ranks = groups.ranks[k]
+        ranks = rank_ix[k]
         fr = free[p_]
-        ready = np.maximum.reduceat(fr, groups.bounds[k])[groups.take[k]]
+        ready = np.maximum.reduceat(fr, groups.bounds[k])
+        if not per_group[k]:
+            ready = ready[groups.take[k]]
         t = s - 1 if d == FWD else s + 1
         if 0 <= t < V:
             inp = finish[t, d, a:z]
@@ -446,7 +461,9 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             ready = np.maximum(ready, inp)
         d_s = dur[d][s, a:z]
         if host is not None:
-            h0 = np.maximum.reduceat(hfree[p_], groups.bounds[k])[groups.take[k]]
+            h0 = np.maximum.reduceat(hfree[p_], groups.bounds[k])
+            if not per_group[k]:
+                h0 = h0[groups.take[k]]
             ready, fin_h, h_after, h_st = host.run(s, d, a, z, h0, ready, d_s)
             d_s = fin_h - ready
             h_start[s, d, a:z], h_end[s, d, a:z] = h_st, h_after
@@ -461,6 +478,9 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
         sz = groups.size[a:z]
         fr[ranks] = np.repeat(fin, sz)
         last_start[p_, ranks] = np.repeat(ready, sz)
-        used[p_, ranks] = True
+        ran[p_, k] = True
+    for p_ in range(pp):
+        for k in np.flatnonzero(ran[p_]).tolist():
+            used[p_, rank_ix[k]] = True
     return GroupTimes(start=start, finish=finish, rank_end=free, rank_last_start=last_start, rank_used=used,
                       host_start=h_start, host_end=h_end)
