@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dcpsim.cost.host import (
+    HostOps,
     Op,
     OpCosts,
     PassShape,
@@ -15,6 +16,7 @@ from dcpsim.cost.host import (
     StepFlags,
     evaluate,
     issue,
+    issue_one,
     layer_pass_host,
     step_end_ops,
 )
@@ -97,6 +99,35 @@ def test_issue_is_vectorised_like_the_scalar_rule():
         h1, s1, e1, f1 = issue(a[0, i], a[1, i], a[2, i], OpCosts(a[3, i], a[4, i], k[i], sb[i], sa[i]), 0.1)
         assert (H[i], s[i], e[i], hf[i]) == pytest.approx((float(h1), float(s1), float(e1), float(f1)))
     assert (e >= s + a[4] - 1e-12).all() and (s >= a[1]).all() and (s >= a[2]).all()
+
+
+def test_the_scalar_rule_is_bit_identical_to_the_vectorised_one():
+    """issue_one (and HostOps.run_one, the event engine's per-op path) equal issue exactly, not approximately:
+    ties, zero costs, kernels below 1 and both syncs included."""
+    rng = np.random.default_rng(11)
+    n = 400
+    a = rng.uniform(0, 2, size=(5, n))
+    a[:, rng.random(n) < 0.2] = 0.0  # ties and zeros
+    a[1, ::7] = a[0, ::7]
+    a[2, ::5] = a[1, ::5]
+    sb, sa = rng.random(n) < 0.5, rng.random(n) < 0.5
+    k = rng.integers(0, 9, n).astype(float)
+    k[::9] = 0.5
+    ref = np.stack(issue(a[0], a[1], a[2], OpCosts(a[3], a[4], k, sb, sa), 0.1))
+    for i in range(n):
+        got = issue_one(float(a[0, i]), float(a[1, i]), float(a[2, i]), float(a[3, i]), float(a[4, i]), float(k[i]),
+                        bool(sb[i]), bool(sa[i]), 0.1)
+        assert got == tuple(ref[:, i].tolist())
+    V, G = 2, n // 4
+    shape = (V, 2, G)
+    ops = HostOps(a[3].reshape(shape), k.reshape(shape), sb.reshape(shape), sa.reshape(shape), 0.1)
+    for s in range(V):
+        for d in range(2):
+            i0 = (s * 2 + d) * G
+            st, fin, after, H = ops.run(s, d, 0, G, a[0, i0:i0 + G], a[1, i0:i0 + G], a[4, i0:i0 + G])
+            for g in range(G):
+                one = ops.run_one(i0 + g, float(a[0, i0 + g]), float(a[1, i0 + g]), float(a[4, i0 + g]))
+                assert one == (st[g], fin[g], after[g], H[g])
 
 
 def test_zero_host_costs_give_the_device_time():

@@ -77,6 +77,7 @@ instead of its kernels' and calls' host costs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -160,6 +161,34 @@ def issue(host_free, device_free, ready, op: OpCosts | Op, sync_s: float):
     return H, start, end, host_after
 
 
+def issue_one(host_free: float, device_free: float, ready: float, host_s: float, device_s: float, kernels: float,
+              sync_before: bool, sync_after: bool, sync_s: float) -> tuple[float, float, float, float]:
+    """:func:`issue` for one op on Python floats (seconds): the same operations in the same order, so the same
+    float64 results (a binary float operation rounds alike in Python and numpy), without numpy's per-call cost.
+
+    Inputs are finite (NaN would propagate through :func:`issue`'s ``np.maximum`` but not here); ``kernels``
+    is floored at 1. Returns ``(issue_start, device_start, device_end, host_free_after)``.
+    """
+    k = kernels if kernels > 1.0 else 1.0
+    if sync_before:
+        H = host_free if host_free >= device_free else device_free
+        H = (H if H >= ready else ready) + sync_s
+    else:
+        H = host_free
+    start = device_free if device_free >= ready else ready
+    t = H + host_s / k
+    if t > start:
+        start = t
+    end = start + device_s
+    t = H + host_s + device_s / k
+    if t > end:
+        end = t
+    host_after = H + host_s
+    if sync_after:
+        host_after = (host_after if host_after >= end else end) + sync_s
+    return H, start, end, host_after
+
+
 @dataclass
 class HostTimeline:
     """Times of one op list under :func:`issue` (seconds from the list's start)."""
@@ -204,10 +233,12 @@ def evaluate(ops: list[Op], sync_s: float, host_start: float = 0.0, device_start
     n = len(ops)
     out = np.zeros((4, n))
     hf, df = float(host_start), float(device_start)
+    sync_s = float(sync_s)
     for i, op in enumerate(ops):
-        H, s, e, hf2 = issue(hf, df, op.ready_s, op, sync_s)
+        H, s, e, hf2 = issue_one(hf, df, float(op.ready_s), float(op.host_s), float(op.device_s), float(op.kernels),
+                                 bool(op.sync_before), bool(op.sync_after), sync_s)
         out[:, i] = (H, s, e, hf2)
-        hf, df = float(hf2), float(e)
+        hf, df = hf2, e
     return HostTimeline(list(ops), out[0], out[1], out[2], out[3])
 
 
@@ -354,6 +385,20 @@ class HostOps:
         ops = OpCosts(self.host_s[s, d, a:z], dur, self.kernels[s, d, a:z], self.sync_before[s, d, a:z],
                       self.sync_after[s, d, a:z])
         H, start, end, host_after = issue(host_free, ready, ready, ops, self.sync_s)
+        return start, end, host_after, H
+
+    @cached_property
+    def flat(self) -> tuple[list[float], list[float], list[bool], list[bool]]:
+        """``host_s``, ``kernels``, ``sync_before``, ``sync_after`` as flat Python lists in ``(V, 2, G)`` C order
+        (index ``(s * 2 + d) * G + g``: the event engine's node number), built once."""
+        return (self.host_s.ravel().tolist(), self.kernels.ravel().tolist(), self.sync_before.ravel().tolist(),
+                self.sync_after.ravel().tolist())
+
+    def run_one(self, i: int, host_free: float, ready: float, dur: float) -> tuple[float, float, float, float]:
+        """:meth:`run` for the one op at flat index ``i`` (see :attr:`flat`) on Python floats (seconds):
+        ``(device start, device end, host free after, issue start)``, equal to :meth:`run`'s."""
+        hs, ks, sb, sa = self.flat
+        H, start, end, host_after = issue_one(host_free, ready, ready, hs[i], dur, ks[i], sb[i], sa[i], self.sync_s)
         return start, end, host_after, H
 
 

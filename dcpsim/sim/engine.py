@@ -221,7 +221,8 @@ class _Run:
         # the host timeline (dcpsim.cost.host): each rank's host clock, groups' rank ranges
         self.host = getattr(work, "host", None)
         if self.host is not None:
-            self.hfree = np.zeros((pp, work.table.ranks))
+            self.hfree = [[0.0] * int(work.table.ranks) for _ in range(pp)]  # per stage, per rank (Python floats)
+            self.host_one = self.host.run_one
             self.g_start = work.table.start.tolist()
             self.g_end = (work.table.start + work.table.size).tolist()
             self.h_start = [math.nan] * graph.n_nodes
@@ -250,17 +251,17 @@ class _Run:
         """The host rule (:meth:`dcpsim.cost.host.HostOps.run`) for node ``n`` ready now: updates its ranks'
         host clocks and its duration (device start to end); returns its device start."""
         G = self.G
-        g, sd = n % G, n // G
-        s, d = sd // 2, sd % 2
-        p = s % self.pp
+        g = n % G
+        p = (n // (2 * G)) % self.pp  # node n = (s * 2 + d) * G + g, virtual stage s of stage s % pp
         lo, hi = self.g_start[g], self.g_end[g]
-        now = self.env.now
-        st, fin, h_after, h_st = self.host.run(s, d, g, g + 1, self.hfree[p, lo:hi].max(), np.array([now]),
-                                               np.array([self.dur[n]]))
-        self.hfree[p, lo:hi] = float(h_after[0])
-        self.h_start[n], self.h_end[n] = float(h_st[0]), float(h_after[0])
-        self.dur[n] = float(fin[0] - st[0])
-        return float(st[0])
+        hfree = self.hfree[p]
+        # one op on Python floats (HostOps.run_one: HostOps.run's operations, the same float64 results); the
+        # HostOps arrays' C order (V, 2, G) numbers ops as the graph numbers nodes
+        st, fin, h_after, h_st = self.host_one(n, max(hfree[lo:hi]), float(self.env.now), float(self.dur[n]))
+        hfree[lo:hi] = [h_after] * (hi - lo)
+        self.h_start[n], self.h_end[n] = h_st, h_after
+        self.dur[n] = fin - st
+        return st
 
     def _launch(self, n: int) -> None:
         self.start[n] = self.env.now
