@@ -115,8 +115,8 @@ def test_the_scalar_rule_is_bit_identical_to_the_vectorised_one():
     k[::9] = 0.5
     ref = np.stack(issue(a[0], a[1], a[2], OpCosts(a[3], a[4], k, sb, sa), 0.1))
     for i in range(n):
-        got = issue_one(float(a[0, i]), float(a[1, i]), float(a[2, i]), float(a[3, i]), float(a[4, i]), float(k[i]),
-                        bool(sb[i]), bool(sa[i]), 0.1)
+        got = issue_one(float(a[0, i]), float(a[1, i]), float(a[2, i]), float(a[4, i]),
+                        (float(a[3, i]), float(k[i]), bool(sb[i]), bool(sa[i])), 0.1)
         assert got == tuple(ref[:, i].tolist())
     V, G = 2, n // 4
     shape = (V, 2, G)

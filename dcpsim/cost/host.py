@@ -161,14 +161,16 @@ def issue(host_free, device_free, ready, op: OpCosts | Op, sync_s: float):
     return H, start, end, host_after
 
 
-def issue_one(host_free: float, device_free: float, ready: float, host_s: float, device_s: float, kernels: float,
-              sync_before: bool, sync_after: bool, sync_s: float) -> tuple[float, float, float, float]:
+def issue_one(host_free: float, device_free: float, ready: float, device_s: float,
+              op: tuple[float, float, bool, bool], sync_s: float) -> tuple[float, float, float, float]:
     """:func:`issue` for one op on Python floats (seconds): the same operations in the same order, so the same
     float64 results (a binary float operation rounds alike in Python and numpy), without numpy's per-call cost.
 
-    Inputs are finite (NaN would propagate through :func:`issue`'s ``np.maximum`` but not here); ``kernels``
-    is floored at 1. Returns ``(issue_start, device_start, device_end, host_free_after)``.
+    ``op`` is the op's host side ``(host_s, kernels, sync_before, sync_after)`` (kernels floored at 1).
+    Inputs are finite (NaN would propagate through :func:`issue`'s ``np.maximum`` but not here).
+    Returns ``(issue_start, device_start, device_end, host_free_after)``.
     """
+    host_s, kernels, sync_before, sync_after = op
     k = kernels if kernels > 1.0 else 1.0
     if sync_before:
         H = host_free if host_free >= device_free else device_free
@@ -235,8 +237,8 @@ def evaluate(ops: list[Op], sync_s: float, host_start: float = 0.0, device_start
     hf, df = float(host_start), float(device_start)
     sync_s = float(sync_s)
     for i, op in enumerate(ops):
-        H, s, e, hf2 = issue_one(hf, df, float(op.ready_s), float(op.host_s), float(op.device_s), float(op.kernels),
-                                 bool(op.sync_before), bool(op.sync_after), sync_s)
+        H, s, e, hf2 = issue_one(hf, df, float(op.ready_s), float(op.device_s),
+                                 (float(op.host_s), float(op.kernels), bool(op.sync_before), bool(op.sync_after)), sync_s)
         out[:, i] = (H, s, e, hf2)
         hf, df = hf2, e
     return HostTimeline(list(ops), out[0], out[1], out[2], out[3])
@@ -388,17 +390,16 @@ class HostOps:
         return start, end, host_after, H
 
     @cached_property
-    def flat(self) -> tuple[list[float], list[float], list[bool], list[bool]]:
-        """``host_s``, ``kernels``, ``sync_before``, ``sync_after`` as flat Python lists in ``(V, 2, G)`` C order
+    def flat(self) -> list[tuple[float, float, bool, bool]]:
+        """Each op's ``(host_s, kernels, sync_before, sync_after)`` as Python values, flat in ``(V, 2, G)`` C order
         (index ``(s * 2 + d) * G + g``: the event engine's node number), built once."""
-        return (self.host_s.ravel().tolist(), self.kernels.ravel().tolist(), self.sync_before.ravel().tolist(),
-                self.sync_after.ravel().tolist())
+        return list(zip(self.host_s.ravel().tolist(), self.kernels.ravel().tolist(), self.sync_before.ravel().tolist(),
+                        self.sync_after.ravel().tolist(), strict=True))
 
     def run_one(self, i: int, host_free: float, ready: float, dur: float) -> tuple[float, float, float, float]:
         """:meth:`run` for the one op at flat index ``i`` (see :attr:`flat`) on Python floats (seconds):
         ``(device start, device end, host free after, issue start)``, equal to :meth:`run`'s."""
-        hs, ks, sb, sa = self.flat
-        H, start, end, host_after = issue_one(host_free, ready, ready, hs[i], dur, ks[i], sb[i], sa[i], self.sync_s)
+        H, start, end, host_after = issue_one(host_free, ready, ready, dur, self.flat[i], self.sync_s)
         return start, end, host_after, H
 
 
