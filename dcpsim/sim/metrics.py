@@ -81,10 +81,22 @@ def balanced_pipeline_end(fwd_s: np.ndarray, bwd_s: np.ndarray, xfer_s: np.ndarr
     return fin[sched.last].max(axis=0)
 
 
-def _by_rank(a: np.ndarray, gid: np.ndarray, fill: float = 0.0) -> np.ndarray:
-    """``a[..., gid]`` with ``fill`` where ``gid < 0`` (a rank a step leaves out)."""
-    pad = np.full(a.shape[:-1] + (1,), fill)
-    return np.concatenate([a, pad], axis=-1)[..., np.where(gid < 0, a.shape[-1], gid)]
+def _by_rank(a: np.ndarray, gid: np.ndarray, fill: float = 0.0, flat: np.ndarray | None = None) -> np.ndarray:
+    """``a[..., gid]`` with ``fill`` where ``gid < 0`` (a rank a step leaves out); ``flat``: the raveled
+    ``where(gid < 0, G, gid)`` when the caller has it.
+
+    For a 1-D or 2-D ``a``: one ``np.take`` of whole rows, laid out in memory as numpy's fancy index lays
+    its result out (``gid``'s axes first, then ``a``'s leading axis), so the same values in the same
+    layout: the sums and means over it add in the same order."""
+    pad = np.concatenate([a, np.full(a.shape[:-1] + (1,), fill)], axis=-1)
+    if flat is None:
+        flat = np.where(gid < 0, a.shape[-1], gid).ravel()
+    if a.ndim == 1:
+        return np.take(pad, flat).reshape(gid.shape)
+    if a.ndim == 2 and gid.ndim == 2:
+        rows = np.take(np.ascontiguousarray(pad.T), flat, axis=0)  # (S*R, L)
+        return rows.reshape(gid.shape + (a.shape[0],)).transpose(2, 0, 1)
+    return pad[..., flat.reshape(gid.shape)]
 
 
 def _last_op_end(finish_b: np.ndarray, gid: np.ndarray) -> np.ndarray:
@@ -102,14 +114,16 @@ def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
     gid = w.table.gid  # (S, R), -1 where a step leaves the rank out
     S = gid.shape[0]
     pp = w.fwd_s.shape[0]
-    f, b = _by_rank(w.fwd_s, gid), _by_rank(w.bwd_s, gid)  # (pp, S, R)
+    flat = np.where(gid < 0, w.fwd_s.shape[-1], gid).ravel()
+    f, b = _by_rank(w.fwd_s, gid, flat=flat), _by_rank(w.bwd_s, gid, flat=flat)  # (pp, S, R)
     busy = (f + b).sum(axis=1)  # (pp, R)
-    cp = (_by_rank(w.cp_fwd_s, gid) + _by_rank(w.cp_bwd_s, gid)).sum(axis=1)
+    # a rank's forward + backward exposed CP parts: summed per group, then gathered (the same sums; 0 + 0 off)
+    cp = _by_rank(w.cp_fwd_s + w.cp_bwd_s, gid, flat=flat).sum(axis=1)
     grad = (tl.stage_end_s - tl.bwd_end_s)[:, None]
     if tl.param_gather_s is not None:  # the all-gather waited for at the first forwards (dcpsim.sim.engine)
         grad = grad + tl.param_gather_s[:, None]
     idle = np.maximum(tl.makespan_s - busy - grad, 0.0)
-    x = _by_rank(w.xfer_s, gid).mean(axis=1)
+    x = _by_rank(w.xfer_s, gid, flat=flat).mean(axis=1)
     balanced = balanced_pipeline_end(f.mean(axis=1), b.mean(axis=1), x, S, w.vp)
     bubble = np.clip(balanced[None, :] - busy, 0.0, idle)
     return {
@@ -122,8 +136,8 @@ def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
         "busy_s": busy,
         "idle_s": idle,
         "microbatches": np.broadcast_to((gid >= 0).sum(axis=0), busy.shape),
-        "local_tokens": np.broadcast_to(_by_rank(w.local_tokens, gid).sum(axis=0), busy.shape),
-        "peak_memory_bytes": np.broadcast_to(_by_rank(w.peak_memory_bytes, gid, w.idle_memory_bytes).max(axis=0),
+        "local_tokens": np.broadcast_to(_by_rank(w.local_tokens, gid, flat=flat).sum(axis=0), busy.shape),
+        "peak_memory_bytes": np.broadcast_to(_by_rank(w.peak_memory_bytes, gid, w.idle_memory_bytes, flat).max(axis=0),
                                              busy.shape),
         "last_bwd_end_s": _last_op_end(tl.finish[:pp, BWD, :], gid),
     }

@@ -1,0 +1,48 @@
+"""The flat-array paths of the simulator give the per-group Python paths' results bit for bit (issue 24).
+
+``Plan.arrays``/``packs``/``cp_histogram`` against loops over the steps' groups, and the metrics' per-rank
+gather (``np.take`` of whole rows) against numpy's fancy index: the same values in the same memory layout
+(the sums and means over the result add in the same order)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dcpsim.policies.plan import Layout
+from dcpsim.sim.metrics import _by_rank
+from tests.test_fastpath import random_dynamic_plan
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_plan_arrays_packs_and_histogram_equal_the_group_loops(seed):
+    rng = np.random.default_rng(seed)
+    lay = Layout(dp=4, cp=2, max_tokens_per_rank=1 << 20)
+    plan = random_dynamic_plan(rng.integers(1, 5000, int(rng.integers(1, 40))), lay, rng)
+    groups = [g for st in plan.steps for g in st.groups]
+    a = plan.arrays()
+    assert a.step.tolist() == [k for k, st in enumerate(plan.steps) for _ in st.groups]
+    assert a.start.tolist() == [g.start for g in groups] and a.size.tolist() == [g.size for g in groups]
+    assert a.counts.tolist() == [len(g.seq_ids) for g in groups]
+    assert a.ids.tolist() == [i for g in groups for i in g.seq_ids]
+    lens, pids, cps, starts = plan.packs()
+    assert lens.tolist() == [int(plan.lengths[i]) for g in groups for i in g.seq_ids]
+    assert pids.tolist() == [j for j, g in enumerate(groups) for _ in g.seq_ids]
+    ref: dict[int, int] = {}
+    for g in groups:
+        ref[g.size] = ref.get(g.size, 0) + len(g.seq_ids)
+    assert list(plan.cp_histogram().items()) == sorted(ref.items())
+    with pytest.raises(ValueError):
+        a.start[0] = 1  # shared by the check, the group table and the durations: read-only
+
+
+@pytest.mark.parametrize("lead,G,S,R", [(8, 101, 32, 64), (1, 5, 3, 1), (4, 7, 1, 9), (2, 3, 5, 1), (3, 50, 8, 2)])
+def test_by_rank_equals_the_fancy_index_in_value_and_layout(lead, G, S, R):
+    rng = np.random.default_rng(G * S + R)
+    gid = rng.integers(-1, G, (S, R))
+    for a in (rng.random((lead, G)), rng.random(G)):
+        ref = np.concatenate([a, np.full(a.shape[:-1] + (1,), 0.5)], axis=-1)[..., np.where(gid < 0, G, gid)]
+        got = _by_rank(a, gid, 0.5)
+        assert got.shape == ref.shape and got.strides == ref.strides
+        assert np.array_equal(got, ref)
+        assert np.array_equal(got.sum(axis=-2), ref.sum(axis=-2)) and got.mean() == ref.mean()
