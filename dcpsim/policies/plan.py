@@ -217,12 +217,8 @@ class Plan:
         """Sequences per CP size (every size a group has, in increasing order)."""
         groups = list(chain.from_iterable(map(_GROUPS, self.steps)))
         n = len(groups)
-        size = np.fromiter(map(_SIZE, groups), dtype=np.int64, count=n)
-        counts = np.fromiter(map(len, map(_SEQ_IDS, groups)), dtype=np.int64, count=n)
-        sizes, inv = np.unique(size, return_inverse=True)
-        per = np.zeros(sizes.size, dtype=np.int64)
-        np.add.at(per, inv, counts)
-        return dict(zip(sizes.tolist(), per.tolist(), strict=True))
+        return cp_histogram_of(np.fromiter(map(_SIZE, groups), dtype=np.int64, count=n),
+                               np.fromiter(map(len, map(_SEQ_IDS, groups)), dtype=np.int64, count=n))
 
     # ----------------------------------------------------------- invariants
     def check(self, arrays: PlanArrays | None = None) -> Plan:
@@ -312,6 +308,14 @@ class Plan:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
+
+
+def cp_histogram_of(size: np.ndarray, counts: np.ndarray) -> dict[int, int]:
+    """Sequences per CP size from per-group sizes and sequence counts (:meth:`Plan.cp_histogram`)."""
+    sizes, inv = np.unique(np.asarray(size, dtype=np.int64), return_inverse=True)
+    per = np.zeros(sizes.size, dtype=np.int64)
+    np.add.at(per, inv, counts)
+    return dict(zip(sizes.tolist(), per.tolist(), strict=True))
 
 
 def _overlaps_earlier(gt: dict[str, np.ndarray], inside: np.ndarray) -> np.ndarray:

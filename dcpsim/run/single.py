@@ -42,7 +42,7 @@ from dcpsim.hardware import get_profile
 from dcpsim.model import get_model
 from dcpsim.model.accounting import throughput
 from dcpsim.pipeline import activations_in_flight
-from dcpsim.policies.plan import Layout, Plan
+from dcpsim.policies.plan import Layout, Plan, cp_histogram_of
 from dcpsim.run.config import RunConfig
 from dcpsim.sim import (
     BREAKDOWN,
@@ -363,15 +363,15 @@ def _iterate(run: _Run) -> _Loop:
     for i in range(run.n_iter):
         plan = plan_of(i)
         loop.plans.append(plan)
-        for c, n in plan.cp_histogram().items():
-            loop.cp_hist[int(c)] = loop.cp_hist.get(int(c), 0) + int(n)
         if not plan.steps:
+            _add_hist(loop.cp_hist, plan.cp_histogram())
             row = _bound_row(plan, i, run.cost, gpus, peak)
         else:
             stall = sampler.stall(i, offset) if sampler is not None else None
             # policies validate their plans (Policy.plan); hand-made plans are checked here
             rec = run.sim.simulate(plan, index=i, offset_s=offset, previous_iteration_s=prev,
                                    rng=run.streams["noise"], validate=run.plans is not None, planning_stall_s=stall)
+            _add_hist(loop.cp_hist, cp_histogram_of(rec.work.table.size, rec.work.table.n_seqs))  # the plan's groups
             ranks = rank_arrays(rec)
             row = iteration_row(rec, gpus, peak, ranks)
             row["simulated"] = True
@@ -381,6 +381,12 @@ def _iterate(run: _Run) -> _Loop:
         offset += row["iteration_time_s"]
         prev = row["iteration_time_s"]
     return loop
+
+
+def _add_hist(total: dict[int, int], hist: dict[int, int]) -> None:
+    """Add one plan's sequences per CP size to the run's."""
+    for c, n in hist.items():
+        total[int(c)] = total.get(int(c), 0) + int(n)
 
 
 def _iterations_frame(loop: _Loop):
