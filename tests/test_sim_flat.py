@@ -46,3 +46,14 @@ def test_by_rank_equals_the_fancy_index_in_value_and_layout(lead, G, S, R):
         assert got.shape == ref.shape and got.strides == ref.strides
         assert np.array_equal(got, ref)
         assert np.array_equal(got.sum(axis=-2), ref.sum(axis=-2)) and got.mean() == ref.mean()
+
+
+@pytest.mark.parametrize("pp,vp,S", [(8, 1, 16), (4, 2, 16), (2, 1, 64)])
+def test_balanced_pipeline_end_on_distinct_columns_equals_every_column(pp, vp, S):
+    from dcpsim.sim.metrics import _balanced_end, balanced_pipeline_end
+
+    rng = np.random.default_rng(pp * S)
+    base = rng.random((2 * pp + pp, 300))
+    cols = base[:, rng.integers(0, 300, 2048)]  # 2,048 ranks, at most 300 distinct
+    f, b, x = cols[:pp], cols[pp:2 * pp], cols[2 * pp:3 * pp if vp > 1 else 3 * pp - 1]  # links: pp - 1, + wrap
+    assert np.array_equal(balanced_pipeline_end(f, b, x, S, vp), _balanced_end(f, b, x, S, vp))
