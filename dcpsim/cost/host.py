@@ -77,7 +77,6 @@ instead of its kernels' and calls' host costs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -389,17 +388,13 @@ class HostOps:
         H, start, end, host_after = issue(host_free, ready, ready, ops, self.sync_s)
         return start, end, host_after, H
 
-    @cached_property
-    def flat(self) -> list[tuple[float, float, bool, bool]]:
-        """Each op's ``(host_s, kernels, sync_before, sync_after)`` as Python values, flat in ``(V, 2, G)`` C order
-        (index ``(s * 2 + d) * G + g``: the event engine's node number), built once."""
-        return list(zip(self.host_s.ravel().tolist(), self.kernels.ravel().tolist(), self.sync_before.ravel().tolist(),
-                        self.sync_after.ravel().tolist(), strict=True))
-
     def run_one(self, i: int, host_free: float, ready: float, dur: float) -> tuple[float, float, float, float]:
-        """:meth:`run` for the one op at flat index ``i`` (see :attr:`flat`) on Python floats (seconds):
-        ``(device start, device end, host free after, issue start)``, equal to :meth:`run`'s."""
-        H, start, end, host_after = issue_one(host_free, ready, ready, dur, self.flat[i], self.sync_s)
+        """:meth:`run` for the one op at flat index ``i`` of the ``(V, 2, G)`` arrays (``(s * 2 + d) * G + g``: the
+        event engine's node number) on Python floats (seconds): ``(device start, device end, host free after,
+        issue start)``, equal to :meth:`run`'s. Reads the arrays' items per call (no per-op copy kept: a run's
+        work records hold their ``HostOps``)."""
+        op = (self.host_s.item(i), self.kernels.item(i), self.sync_before.item(i), self.sync_after.item(i))
+        H, start, end, host_after = issue_one(host_free, ready, ready, dur, op, self.sync_s)
         return start, end, host_after, H
 
 
