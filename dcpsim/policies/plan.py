@@ -330,6 +330,8 @@ def _overlaps_earlier(gt: dict[str, np.ndarray], inside: np.ndarray) -> np.ndarr
     offs = np.arange(gid.size) - np.repeat(np.cumsum(size) - size, size)
     rank = gt["start"][gid] + offs
     cell = gt["step"][gid] * (int(rank.max()) + 1) + rank
+    if np.bincount(cell).max() <= 1:  # no (step, rank) held twice: no overlap
+        return out
     owner = np.full(int(cell.max()) + 1, ng, dtype=np.int64)
     np.minimum.at(owner, cell, gid)  # first group (list order) holding each (step, rank)
     out[idx] = np.minimum.reduceat(owner[cell], np.cumsum(size) - size) < idx
