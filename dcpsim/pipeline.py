@@ -426,10 +426,11 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     V, G, R, pp = sched.n_stages, groups.n_groups, groups.n_ranks, sched.pp
     start = np.zeros((V, 2, G))
     finish = np.zeros((V, 2, G))
-    free = np.zeros((pp, R))
+    clock = np.zeros((pp, 2, R))  # per rank: when its device is free, and (with ``host``) its host
+    free = clock[:, 0]
     last_start = np.zeros((pp, R))
     used = np.zeros((pp, R), dtype=bool)
-    hfree = np.zeros((pp, R))  # each rank's host clock (used with ``host``)
+    hfree = clock[:, 1]  # each rank's host clock (used with ``host``)
     h_start = np.zeros((V, 2, G)) if host is not None else None
     h_end = np.zeros((V, 2, G)) if host is not None else None
     off = groups.offset.tolist()
@@ -450,9 +451,13 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             continue
         ranks = rank_ix[k]
         fr = free[p_]
-        ready = np.maximum.reduceat(fr, groups.bounds[k])
+        if host is None:
+            ready = np.maximum.reduceat(fr, groups.bounds[k])
+        else:  # the device's and the host's clocks in one reduceat (maxima: the same values)
+            ready, h0 = np.maximum.reduceat(clock[p_], groups.bounds[k], axis=1)
         if not per_group[k]:
             ready = ready[groups.take[k]]
+            h0 = h0[groups.take[k]] if host is not None else None
         t = s - 1 if d == FWD else s + 1
         if 0 <= t < V:
             inp = finish[t, d, a:z]
@@ -461,9 +466,6 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             ready = np.maximum(ready, inp)
         d_s = dur[d][s, a:z]
         if host is not None:
-            h0 = np.maximum.reduceat(hfree[p_], groups.bounds[k])
-            if not per_group[k]:
-                h0 = h0[groups.take[k]]
             ready, fin_h, h_after, h_st = host.run(s, d, a, z, h0, ready, d_s)
             d_s = fin_h - ready
             h_start[s, d, a:z], h_end[s, d, a:z] = h_st, h_after
@@ -482,5 +484,5 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     for p_ in range(pp):
         for k in np.flatnonzero(ran[p_]).tolist():
             used[p_, rank_ix[k]] = True
-    return GroupTimes(start=start, finish=finish, rank_end=free, rank_last_start=last_start, rank_used=used,
-                      host_start=h_start, host_end=h_end)
+    return GroupTimes(start=start, finish=finish, rank_end=np.ascontiguousarray(free), rank_last_start=last_start,
+                      rank_used=used, host_start=h_start, host_end=h_end)
