@@ -87,10 +87,12 @@ class ClusterSimulator:
             raise ConfigError("plan.layout", lay.to_dict(), f"a layout matching the cluster ({self.topology.describe()})")
         if not plan.steps:
             raise ConfigError("plan.steps", 0, "at least one microbatch step (a plan without steps cannot be simulated)")
+        t0 = time.perf_counter()
         arrays = plan.arrays()  # the plan's groups read once, for the check, the group table and the durations
         if validate:
+            t_check = time.perf_counter()
             plan.check(arrays)
-        t0 = time.perf_counter()
+            t0 += time.perf_counter() - t_check  # sim_wall_s (host information) leaves the check out
         table = build_group_table(plan, arrays)
         sched = pipeline_schedule(self.topology.pp, table.n_steps, self.topology.vp)  # InfeasibleError: VP rule
         work = self.durations.work(plan, table, noise_cv=self.settings.noise_cv, rng=rng, arrays=arrays)
