@@ -187,6 +187,18 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "dcpsim.cli", *args]
 
 
+# The interrupted-sweep tests stop a sweep part-way, so it must still be running when they do, on a host of any
+# speed: the CLI runs with each simulation held back 50 ms (a sweep of 120 runs lasts at least 6 s), results unchanged.
+_PACED = ("import sys, time\nimport dcpsim.run.single as single\n_run = single.run_simulation\n"
+          "def paced(*args, **kwargs):\n    time.sleep(0.05)\n    return _run(*args, **kwargs)\n"
+          "single.run_simulation = paced\nfrom dcpsim.cli import main\nsys.exit(main(sys.argv[1:]))\n")
+
+
+def _cli_paced(*args: str) -> list[str]:
+    """``dcpsim *args`` with every run held back 50 ms (see _PACED)."""
+    return [sys.executable, "-c", _PACED, *args]
+
+
 def _parts(out: Path) -> list[Path]:
     return sorted((out / "results").glob("part-*.parquet"))
 
@@ -210,8 +222,8 @@ def _kill_spec(tmp_path: Path, n_seeds: int) -> Path:
 def test_resume_after_sigkill(tmp_path):
     spec = _kill_spec(tmp_path, 60)
     out = tmp_path / "killed"
-    cmd = _cli("sweep", str(spec), "--out", str(out), "-j", "1", "--batch-size", "2", "--no-progress",
-               "--no-figures", "--json")
+    cmd = _cli_paced("sweep", str(spec), "--out", str(out), "-j", "1", "--batch-size", "2", "--no-progress",
+                     "--no-figures", "--json")
     proc = _start_and_wait(cmd, out, min_parts=3)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole sweep, no chance to clean up
     proc.wait(timeout=10)
@@ -240,7 +252,8 @@ def test_resume_after_sigkill(tmp_path):
 def test_ctrl_c_finishes_writing_and_says_how_to_resume(tmp_path):
     spec = _kill_spec(tmp_path, 60)
     out = tmp_path / "int"
-    cmd = _cli("sweep", str(spec), "--out", str(out), "-j", "1", "--batch-size", "2", "--no-progress", "--no-figures")
+    cmd = _cli_paced("sweep", str(spec), "--out", str(out), "-j", "1", "--batch-size", "2", "--no-progress",
+                     "--no-figures")
     proc = _start_and_wait(cmd, out, min_parts=1)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
