@@ -417,6 +417,9 @@ class _InFlight:
         self.ex = executor
         self.runner = runner
         self.tasks: dict[Any, tuple[list[RunSpec], int, int]] = {}
+        # runs whose worker died, to run again one at a time with nothing beside them: a pool breaks for every
+        # task in it, so only a run alone in its pool can be charged with a death (or cleared of it)
+        self.retries: deque[tuple[list[RunSpec], int]] = deque()
 
     @property
     def generation(self) -> int:
@@ -458,7 +461,7 @@ def _handle(session: _Session, flight: _InFlight, sizer: BatchSizer, batch: list
         sizer.observe(outcome)
         session.record(outcome)
         return
-    retry_alone(batch, attempt, outcome, resubmit=lambda rs, n: flight.submit([rs], n),
+    retry_alone(batch, attempt, outcome, resubmit=lambda rs, n: flight.retries.append(([rs], n)),
                 give_up=lambda lost, exc: session.record(lost_worker_rows(lost, exc)),
                 attempts=WORKER_ATTEMPTS if retry else attempt)
 
@@ -473,8 +476,11 @@ def _drive(session: _Session, ex, queue: deque, runner, sizer: BatchSizer, progr
     in_process = getattr(ex, "name", "") == "serial"
     most = 1 if in_process else 2 * ex.n_workers  # in this process: each task's rows recorded before the next starts
     with _StopFlag() as stop, prog:
-        while (queue or flight) and not stop.set:
-            while queue and len(flight) < most and not stop.set:
+        while (queue or flight or flight.retries) and not stop.set:
+            if flight.retries:  # a worker died: its runs again, each alone in the pool, before anything new
+                if not flight:
+                    flight.submit(*flight.retries.popleft())
+            while queue and not flight.retries and len(flight) < most and not stop.set:
                 batch = [queue.popleft() for _ in range(sizer.next_size(len(queue)))]
                 stop.preempt = in_process  # only a run in this process is abandoned mid-way (never pool internals)
                 try:
