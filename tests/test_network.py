@@ -482,11 +482,11 @@ def _random_flows(net_cls, fabric: Fabric, spec) -> np.ndarray:
 
 
 class _OneByOne(FlowNetwork):
-    """start_many as one start per path (what it stands for)."""
+    """start_many as one start per path (what it stands for; ``start`` is ``start_many`` of one path)."""
 
     def start_many(self, work_s, paths, on_done, cap=1.0):
         for path in paths:
-            self.start(work_s, path, on_done, cap)
+            FlowNetwork.start_many(self, work_s, [path], on_done, cap)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -93,39 +93,7 @@ class FlowNetwork:
         ring step that can send no faster than the attention it overlaps consumes its data); a private
         link ``("cap", id)`` of that capacity, so max-min fairness treats it like any other bottleneck.
         """
-        self.events += 1
-        if work_s <= 0.0:
-            on_done()
-            return
-        fid = self._next_id
-        self._next_id += 1
-        links = list(links)
-        caps = self._cap
-        demand = float(cap) if cap < 1.0 else float("inf")
-        for ln in links:  # capacities looked up once per link (the hot loops index the dict)
-            c = caps.get(ln)
-            if c is None:
-                c = caps[ln] = self.fabric.capacity(ln)
-            if c < demand:
-                demand = c
-        if cap < 1.0:
-            own = ("cap", fid)
-            caps[own] = float(cap)
-            links.append(own)
-        self.flows[fid] = _Flow(float(work_s), links, on_done, 0.0, self.env.now, 0, demand)
-        on_link, load = self.on_link, self._load
-        for ln in links:
-            users = on_link.get(ln)
-            if users is None:
-                on_link[ln] = {fid}
-                load[ln] = demand
-            else:
-                users.add(fid)
-                load[ln] += demand
-        self._new.add(fid)
-        if not self._settling:  # flows starting at the same moment get their rates together
-            self._settling = True
-            self.env.timeout(0.0).callbacks.append(self._settle)
+        self.start_many(work_s, [links], on_done, cap)
 
     def start_many(self, work_s: float, paths: list[list[Link]], on_done: Callable[[], None], cap: float = 1.0) -> None:
         """``start(work_s, path, on_done, cap)`` for each of ``paths`` in order (the hops or GPU pairs of one

@@ -203,29 +203,20 @@ def simulate_long_run(iter_s: np.ndarray, gpus: int, lr: LongRun, rng: np.random
         same = (float((work * np.ones(c)).sum()) + lr.checkpoint_s, float(work.sum()))
     while t < horizon:
         if same is not None:
-            if t + same[0] <= next_fail:
-                t += same[0]
-                done += c
-                useful += same[1]
-                continue
-            fails += 1
-            lost += next_fail - t
-            t = next_fail + lr.restart_s
-            restart += lr.restart_s
-            next_fail = t + fail_rng.exponential(m)
-            continue
-        idx = (done + np.arange(c)) % base.size
-        work = base[idx]
-        starts = t + np.concatenate([[0.0], np.cumsum(work[:-1])])
-        slow = np.ones(c)
-        for e, st in kinds:  # an iteration that starts inside an episode; overlapping kinds: the larger ratio
-            slow = np.maximum(slow, e.factor(st, starts))
-        dur = work * slow
-        seg = float(dur.sum()) + lr.checkpoint_s
+            seg, seg_useful = same
+        else:
+            idx = (done + np.arange(c)) % base.size
+            work = base[idx]
+            starts = t + np.concatenate([[0.0], np.cumsum(work[:-1])])
+            slow = np.ones(c)
+            for e, st in kinds:  # an iteration that starts inside an episode; overlapping kinds: the larger ratio
+                slow = np.maximum(slow, e.factor(st, starts))
+            dur = work * slow
+            seg, seg_useful = float(dur.sum()) + lr.checkpoint_s, float(work.sum())
         if t + seg <= next_fail:
             t += seg
             done += c
-            useful += float(work.sum())
+            useful += seg_useful
             continue
         fails += 1
         lost += next_fail - t
