@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One lent-GPU run: Megatron-LM's own pretrain_gpt.py (source at NVIDIA/Megatron-LM d98e8a64, the commit the
+# CI suite was read at) on ONE GPU with the flags of the functional-test case
+# gpt3_mcore_tp1_pp1_resume_torch_dist_dist_optimizer_overlap_grad_reduce_param_gather (benchmarks/device/
+# megatron_ci_1gpu.args: checkpoint/tensorboard/data-file flags dropped, --mock-data + NullTokenizer instead,
+# --no-masked-softmax-fusion since apex's fused softmax is not installed), plus variants of it.
+# Megatron-LM is not part of dcpsim: its tree is carried in .devwork/mlm (git archive d98e8a64 megatron
+# pretrain_gpt.py gpt_builders.py model_provider.py) with the dataset helpers built by megatron-core 0.19.2's
+# wheel from the same helpers.cpp (.devwork/whl). Logs come back in $OUT/logs.tgz; parse with
+# benchmarks/device/megatron_ci_1gpu_parse.py.
+set -u
+OUT=${1:?output folder}
+R=$PWD
+W=$OUT/w
+mkdir -p "$W" /tmp/stub
+cp .devwork/whl/megatron/core/datasets/helpers_cpp*.so .devwork/mlm/megatron/core/datasets/
+printf '#!/bin/sh\nexit 0\n' > /tmp/stub/make; chmod +x /tmp/stub/make   # helpers already built: no compile
+export PATH=/tmp/stub:$PATH PYTHONUNBUFFERED=1 PYTHONPATH=$R/.devwork/mlm
+export CUDA_DEVICE_MAX_CONNECTIONS=1 NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 NCCL_ALGO=Ring CUBLAS_WORKSPACE_CONFIG=:4096:8
+export RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1
+{ date -u; nvidia-smi; lscpu; python3 -c "import torch, numpy, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'numpy', numpy.__version__, 'triton', triton.__version__)"; } > "$W/env.txt" 2>&1
+BASE=$(grep -v '^#' "$R/benchmarks/device/megatron_ci_1gpu.args" | tr '\n' ' ')
+run() {  # name, extra sed edits on the base args
+  local name=$1; shift
+  local args; args=$(echo "$BASE" | sed "$@")
+  echo "$args" > "$W/$name.args"
+  local t0=$(date +%s)
+  (cd .devwork/mlm && MASTER_PORT=$((29500 + RANDOM % 1000)) timeout "${RUN_TIMEOUT:-80}" python3 pretrain_gpt.py $args --train-iters "${ITERS:-60}" --no-masked-softmax-fusion) > "$W/$name.log" 2>&1
+  echo "$name rc $? $(( $(date +%s) - t0 )) s"
+  tar czf "$OUT/logs.tgz" -C "$OUT" w
+}
+run b1_mb1 -e 's/--global-batch-size 32/--global-batch-size 4/'
+if ! grep -q "elapsed time per iteration" "$W/b1_mb1.log"; then SKIP=1; echo "b1 failed: later Megatron runs skipped"; fi
+[ -z "${SKIP:-}" ] && run a_mb8 -e 's/^//'
+# the same machine's plain-torch host figures (dcpsim.profiling.host), so Megatron's host cost per layer can be
+# compared with plain modules measured on the same CPU
+( python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \
+  PYTHONPATH=/tmp/site:$R timeout 120 python3 -m dcpsim.profiling.host --out "$W/host" ) > "$W/host.log" 2>&1
+echo "host rc $?"; tar czf "$OUT/logs.tgz" -C "$OUT" w
+[ -z "${SKIP:-}" ] && run c_mb8_nosync -e 's/--log-params-norm//; s/--log-num-zeros-in-grad//; s/--deterministic-mode//'
+[ -z "${SKIP:-}" ] && run d_mb8_24l -e 's/--num-layers 12/--num-layers 24/'
+[ -z "${SKIP:-}" ] && run f_mb8_bf16 -e 's/--fp16/--bf16/; s/--apply-query-key-layer-scaling//'
+[ -z "${SKIP:-}" ] && run e_h2048 -e 's/--hidden-size 512/--hidden-size 2048/; s/--num-attention-heads 8/--num-attention-heads 16/; s/--global-batch-size 32/--global-batch-size 16/'
+tail -n 3 "$W"/*.log
