@@ -440,11 +440,11 @@ def test_bulk_lpt_equals_the_scan_on_random_bins():
 
 @pytest.mark.parametrize("delta", [0.05, 1.0])
 def test_dynamic_runs_of_equal_lengths_give_the_scan_plans(monkeypatch, delta):
-    """``dynamic`` joining runs of equal-length sequences to one group in bulk (_Microbatch.join_same) gives the
+    """``dynamic`` joining runs of equal-length sequences to one group in bulk (_Microbatch.join_run) gives the
     per-sequence scan's plans: batches drawn from a few lengths, so most sequences have many equals."""
     rng = np.random.default_rng(31)
     joined = []
-    real = dyn._Microbatch.join_same
+    real = dyn._Microbatch.join_run
 
     def counted(self, *a):
         k = real(self, *a)
@@ -460,7 +460,7 @@ def test_dynamic_runs_of_equal_lengths_give_the_scan_plans(monkeypatch, delta):
         lengths = rng.choice(pool, int(rng.integers(50, 600)))
         cost = cost_model(1, 1, layout.dp * layout.cp)
         with monkeypatch.context() as m:
-            m.setattr(dyn._Microbatch, "join_same", counted)
+            m.setattr(dyn._Microbatch, "join_run", counted)
             fast = get_policy("dynamic", cap_delta=delta).plan(lengths, layout, cost)
         with monkeypatch.context() as m:
             m.setattr(dyn, "_Microbatch", _ScanMicrobatch)
@@ -605,3 +605,50 @@ def test_attention_on_distinct_documents_equals_the_per_document_terms(monkeypat
             ref = cost.batch_cost(L, pids, cp, spans)
         for f in ("attn_fwd_s", "attn_bwd_s", "cp_fwd_exposed_s", "total_s", "fwd_s", "bwd_s"):
             assert (getattr(fast, f) == getattr(ref, f)).all(), f
+
+
+def test_size_tree_first_fit_is_the_lowest_passing_slot():
+    """``dynamic``'s _SizeTree.first_fit (a stackless descent that climbs back at dead ends, where a node passed
+    on the minima of two different leaves) returns the lowest slot a scan of the leaves finds, -1 if none."""
+    rng = np.random.default_rng(11)
+    for cap in (1, 2, 5, 16, 100):
+        tree = dyn._SizeTree(cap)
+        tok, load = [tree.EMPTY] * cap, [float("inf")] * cap
+        for _ in range(400):
+            s = int(rng.integers(cap))
+            tok[s] = min(tok[s], 0) + int(rng.integers(0, 40))  # grows from 0 once used, as a group's does
+            load[s] = min(load[s], 0.0) + float(rng.integers(0, 40)) * 0.37
+            tree.set(s, tok[s], load[s])
+            for _ in range(3):
+                t, w = int(rng.integers(1, 30)), float(rng.integers(1, 30)) * 0.37
+                room, limit = int(rng.integers(20, 120)), float(rng.integers(10, 60)) * 0.37
+                ref = next((k for k in range(cap) if tok[k] + t <= room and load[k] + w <= limit), -1)
+                assert tree.first_fit(t, w, room, limit) == ref
+
+
+def test_dynamic_tables_per_distinct_length_equal_the_per_sequence_tables():
+    """``dynamic`` keeps its tokens, L²/c loads and smallest sizes per distinct length: spread back to the
+    sequences they equal the per-sequence definitions bit for bit, and a sequence no size holds raises the
+    per-sequence check's error."""
+    from dcpsim.errors import InfeasibleError
+    from dcpsim.policies.fit import dynamic_fit, dynamic_sizes, smallest_fitting_size
+
+    rng = np.random.default_rng(8)
+    for n in (1, 7, 500):
+        layout = Layout(dp=int(rng.choice([2, 4, 6])), cp=int(rng.choice([1, 2, 4])), max_tokens_per_rank=4096)
+        cap = 4096 * layout.max_dynamic_cp - 2 * layout.max_dynamic_cp
+        L = rng.choice(rng.integers(1, cap, max(1, n // 4)), n)
+        order = np.lexsort((np.arange(n), -L))
+        ctx = dyn._Ctx(L, layout, 0.05, order)
+        sizes = dynamic_sizes(layout)
+        Lf = L.astype(np.float64)
+        assert (ctx.tok == per_rank_tokens(L[:, None], sizes[None, :])).all()
+        assert (ctx.work == (Lf * Lf)[:, None] / sizes[None, :]).all()
+        assert (ctx.need == smallest_fitting_size(L, sizes, 4096)).all()
+        assert [ctx.Lu_list[u] for u in ctx.u[order].tolist()] == L[order].tolist()
+        bad = np.append(L, [cap + 2 * layout.max_dynamic_cp + 1, cap + 9 * layout.max_dynamic_cp])
+        with pytest.raises(InfeasibleError) as e1:
+            dyn._Ctx(bad, layout, 0.05, np.lexsort((np.arange(bad.size), -bad)))
+        with pytest.raises(InfeasibleError) as e2:
+            dynamic_fit(bad, layout)
+        assert str(e1.value) == str(e2.value)

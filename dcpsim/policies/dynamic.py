@@ -36,9 +36,14 @@ sequence is logarithmic in the groups of the microbatch; only when every
 option raises the maximum does it scan all groups with numpy. Free aligned
 slices are found with bit operations on a Python integer, a microbatch stops
 early once even the shortest remaining sequence cannot be placed, and the
-doubling of small groups uses a heap and re-lays the groups once.
+doubling of small groups uses a heap and re-lays the groups once. The
+per-sequence tables (tokens per rank, L²/c for every size) are kept per
+distinct length, and a run of equal lengths is placed in bulk where the
+decision is provably that of choosing for each (a run joining one group with
+one tree update, or opening groups one each).
 tests/test_policy_scale.py checks the plans equal those of a scan of every
-group per sequence.
+group per sequence, tests/test_dynamic_bulk.py those of choosing for every
+sequence.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ import numpy as np
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
 from dcpsim.policies.base import Policy
-from dcpsim.policies.fit import dynamic_fit
+from dcpsim.policies.fit import dynamic_fit, dynamic_sizes, smallest_fitting_size
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 
 
@@ -94,9 +99,8 @@ class DynamicPolicy(Policy):
         self.cap_delta = float(cap_delta)
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
-        sizes, need = dynamic_fit(lengths, layout)
-        ctx = _Ctx(lengths, layout, sizes, need, self.cap_delta)
         order = np.lexsort((np.arange(lengths.size), -lengths))  # longest first, ties by id
+        ctx = _Ctx(lengths, layout, self.cap_delta, order)
         steps: list[Step] = []
         stats = {"doublings": 0, "full_group_fills": 0}
         while order.size:
@@ -114,24 +118,62 @@ BULK_SAME = True  # tests: False chooses for every sequence of an equal-length r
 
 
 class _Ctx:
-    """Per-batch tables and the microbatch builder."""
+    """Per-batch tables and the microbatch builder.
 
-    def __init__(self, lengths: np.ndarray, layout: Layout, sizes: np.ndarray, need: np.ndarray, delta: float) -> None:
+    The tables are kept per *distinct* length (``u[i]``: the distinct length of sequence ``i``; a batch of
+    262,144 sequences has some 14,000): padded tokens per rank and the L²/c proxy for every CP size, both as
+    numpy arrays and as Python lists for the per-sequence loop (equal lengths have equal rows, so the numbers
+    are those of a per-sequence table).
+    """
+
+    def __init__(self, lengths: np.ndarray, layout: Layout, delta: float, order: np.ndarray) -> None:
+        """``order``: the sequence ids longest first (their distinct lengths are numbered in that order)."""
         self.L = lengths
         self.layout = layout
-        self.sizes = sizes
-        self.size_list = [int(c) for c in sizes]
-        self.ns = sizes.size
-        self.need = need
         self.R = layout.ranks_per_stage
         self.M = layout.max_tokens_per_rank
         self.delta = delta
-        Lf = lengths.astype(np.float64)
-        # per sequence and size: padded tokens per rank and the L²/c proxy
-        self.tok = per_rank_tokens(lengths[:, None], sizes[None, :])  # (n, ns)
-        self.work = (Lf * Lf)[:, None] / sizes[None, :]  # (n, ns)
+        lens = lengths[order]
+        first = np.ones(lens.size, dtype=bool)
+        first[1:] = lens[1:] != lens[:-1]
+        Lu = lens[first]  # distinct lengths, longest first
+        u = np.empty(lens.size, dtype=np.int64)
+        u[order] = np.cumsum(first) - 1
+        sizes = dynamic_sizes(layout)
+        need_u = smallest_fitting_size(Lu, sizes, self.M)
+        if (need_u < 0).any():
+            dynamic_fit(lengths, layout)  # raises InfeasibleError naming the longest sequence that fits nowhere
+        self.sizes = sizes
+        self.size_list = [int(c) for c in sizes]
+        self.ns = sizes.size
+        self.u = u
+        self.Lu_list: list[int] = Lu.tolist()
+        self.need_u = need_u
+        self.need_list: list[int] = need_u.tolist()
+        Lf = Lu.astype(np.float64)
+        # per distinct length and size: padded tokens per rank and the L²/c proxy
+        self.tok_u = per_rank_tokens(Lu[:, None], sizes[None, :])  # (n distinct, ns)
+        self.work_u = (Lf * Lf)[:, None] / sizes[None, :]  # (n distinct, ns)
+        self.tok_rows: list[list[int]] = self.tok_u.tolist()
+        self.work_rows: list[list[float]] = self.work_u.tolist()
         self.align = align_masks_for(sizes, self.R)
         self.cmax = int(sizes[-1])
+
+    # per-sequence views of the tables (the reference scans in the tests read these)
+    @property
+    def need(self) -> np.ndarray:
+        """Per sequence: index of the smallest CP size that holds it."""
+        return self.need_u[self.u]
+
+    @property
+    def tok(self) -> np.ndarray:
+        """Per sequence and size: padded tokens per rank, shape (n, ns)."""
+        return self.tok_u[self.u]
+
+    @property
+    def work(self) -> np.ndarray:
+        """Per sequence and size: the L²/c load proxy, shape (n, ns)."""
+        return self.work_u[self.u]
 
     def microbatch(self, order: np.ndarray, stats: dict) -> tuple[Step, np.ndarray]:
         """Build one microbatch from ``order`` (ids, longest first); return it and the waiting ids.
@@ -141,33 +183,42 @@ class _Ctx:
         then empty ranks are filled (doubling groups, or one group over all ranks).
         """
         ids = order.tolist()
-        mb = _Microbatch(self, ids[0])
+        n = len(ids)
+        uo = self.u[order]
+        change = np.flatnonzero(uo[1:] != uo[:-1]) + 1  # runs of equal lengths (they descend)
+        starts, ends = [0, *change.tolist()], [*change.tolist(), n]
+        run_u = uo[starts].tolist()
+        mb = _Microbatch(self, ids[0], run_u[0])
         leftovers: list[int] = []
-        shortest = int(self.L[ids[-1]])
-        lens = self.L[order]
-        # run_end[p]: one past the last position holding the same length as position p (lengths descend)
-        change = np.flatnonzero(lens[1:] != lens[:-1]) + 1
-        run_end = np.repeat(np.append(change, lens.size), np.diff(np.concatenate(([0], change, [lens.size]))))
-        run_end = run_end.tolist()
-        pos, n = 1, len(ids)
-        while pos < n:
-            i = ids[pos]
-            if mb.full_for(int(self.L[i])):
-                leftovers.append(i)
-                if mb.full_for(shortest):  # nor can any shorter remaining sequence be placed
-                    leftovers.extend(ids[pos + 1 :])
-                    break
+        Lu = self.Lu_list
+        shortest = Lu[run_u[-1]]
+        bulk = BULK_SAME
+        pos = 1
+        for r, ui in enumerate(run_u):
+            end = ends[r]
+            length = Lu[ui]
+            mb.ui = ui
+            while pos < end:
+                i = ids[pos]
+                if mb.full_for(length):
+                    leftovers.append(i)
+                    if mb.full_for(shortest):  # nor can any shorter remaining sequence be placed
+                        leftovers.extend(ids[pos + 1 :])
+                        return self._fill_empty_ranks(mb, order, ids, np.asarray(leftovers, dtype=np.int64), stats)
+                    pos += 1
+                    continue
+                choice = mb.choose(i)
                 pos += 1
-                continue
-            choice = mb.choose(i)
-            pos += 1
-            if choice is None:
-                leftovers.append(i)
-                continue
-            mb.apply(choice, i)
-            if mb.kept_max and run_end[pos - 1] > pos and BULK_SAME:
-                same = mb.join_same if choice[0] == "join" else mb.new_same
-                pos += same(choice[1], i, ids[pos : run_end[pos - 1]])
+                if choice is None:
+                    leftovers.append(i)
+                elif bulk and mb.kept_max and end > pos:
+                    if choice[0] == "join":
+                        pos += mb.join_run(choice[1], i, ids, pos, end)
+                    else:
+                        mb.apply(choice, i)
+                        pos += mb.new_same(choice[1], i, ids, pos, end)
+                else:
+                    mb.apply(choice, i)
         return self._fill_empty_ranks(mb, order, ids, np.asarray(leftovers, dtype=np.int64), stats)
 
     def _fill_empty_ranks(self, mb: _Microbatch, order: np.ndarray, ids: list[int], left: np.ndarray,
@@ -177,7 +228,7 @@ class _Ctx:
         The doubled group is the first-created one of the smallest size (a heap
         keyed by (size, creation index)); groups are re-laid once at the end.
         """
-        sizes_g = [self.size_list[int(x)] for x in mb.g_sidx[: mb.ng]]
+        sizes_g = [self.size_list[k] for k in mb.g_k]
         starts = list(mb.g_start)
         used = sum(sizes_g)
         heap = [(c, g) for g, c in enumerate(sizes_g)]
@@ -261,24 +312,33 @@ class _SizeTree:
             tk[n], ld[n] = t, v
 
     def first_fit(self, t: int, w: float, room: int, limit: float) -> int:
-        """Lowest slot with ``tok + t <= room`` and ``load + w <= limit``; -1 if none."""
+        """Lowest slot with ``tok + t <= room`` and ``load + w <= limit``; -1 if none.
+
+        A depth-first descent, left child first, over the nodes whose minima pass both tests; at a dead end
+        (a node passed on the minima of two different leaves) it climbs to the nearest left child whose right
+        sibling passes. No stack: the path is the node number.
+        """
         tk, ld, cap = self.tok, self.load, self.cap
         rt = room - t  # integers: tok + t <= room exactly when tok <= room - t
         if tk[1] > rt or ld[1] + w > limit:
             return -1
-        stack = [1]  # nodes whose minima pass both tests, left child on top
-        pop, push = stack.pop, stack.append
-        while stack:
-            n = pop()
-            if n >= cap:
-                return n - cap
-            a = 2 * n
-            b = a + 1
-            if tk[b] <= rt and ld[b] + w <= limit:
-                push(b)
-            if tk[a] <= rt and ld[a] + w <= limit:
-                push(a)
-        return -1
+        n = 1
+        while n < cap:
+            n += n  # left child
+            if tk[n] <= rt and ld[n] + w <= limit:
+                continue
+            n += 1  # right child
+            if tk[n] <= rt and ld[n] + w <= limit:
+                continue
+            while True:  # dead end at n: the next subtree to the right, climbing past right children
+                while n & 1:
+                    n >>= 1
+                if n <= 1:
+                    return -1
+                n += 1
+                if tk[n] <= rt and ld[n] + w <= limit:
+                    break
+        return n - cap
 
 
 class _Microbatch:
@@ -286,15 +346,18 @@ class _Microbatch:
 
     Per-group arrays serve the rare "every option raises the maximum" scan;
     the common first-fit query goes through one :class:`_SizeTree` per CP size
-    (logarithmic in the groups instead of a scan of all of them per sequence).
+    (logarithmic in the groups instead of a scan of all of them per sequence). A group's tokens and load as
+    Python numbers are its tree leaf (the arrays hold the same values).
     """
 
-    def __init__(self, ctx: _Ctx, first: int) -> None:
+    def __init__(self, ctx: _Ctx, first: int, ui: int) -> None:
+        """``first``: the longest sequence (it opens the first group); ``ui``: its distinct-length index."""
         R = ctx.R
         self.ctx = ctx
         self.g_sidx = np.zeros(R, dtype=np.int64)
         self.g_load = np.zeros(R)  # L²/c proxy per rank
         self.g_tok = np.zeros(R, dtype=np.int64)  # tokens per rank (padded)
+        self.g_k: list[int] = []  # group -> size index (g_sidx as Python ints)
         self.g_start: list[int] = []
         self.members: list[list[int]] = []
         self.ng = 0
@@ -304,10 +367,10 @@ class _Microbatch:
         self.g_slot: list[int] = []  # group -> slot in its size's tree
         self.BIG = float(4 * R + 4)  # option-order key: size index * BIG + position
         self.kept_max = False  # whether the last choose() kept the maximum load
-        self.rows: tuple = (-1, [], [])  # (sequence, tokens row, work row) of the last _without_raise
-        k = int(ctx.need[first])
-        self.cur_max = float(ctx.work[first, k])
-        self.cap = (1.0 + ctx.delta) * float(ctx.L[first]) * ctx.M
+        self.ui = ui  # distinct-length index of the sequence being placed (set by _Ctx.microbatch per run)
+        k = ctx.need_list[ui]
+        self.cur_max = ctx.work_rows[ui][k]
+        self.cap = (1.0 + ctx.delta) * float(ctx.Lu_list[ui]) * ctx.M
         self.big = ctx.size_list[k]
         self.apply(("new", k), first)
 
@@ -328,7 +391,7 @@ class _Microbatch:
 
     def choose(self, i: int):
         """("join", group) or ("new", size index) for sequence ``i``, or None if it must wait; ``kept_max``
-        says whether the choice keeps the maximum load (then :meth:`join_same` may follow)."""
+        says whether the choice keeps the maximum load (then :meth:`join_run` or :meth:`new_same` may follow)."""
         choice = self._without_raise(i)
         self.kept_max = choice is not None
         return choice or self._least_raise(i)
@@ -340,10 +403,10 @@ class _Microbatch:
         creation order, then a new group.
         """
         ctx = self.ctx
-        tok_row, work_row = ctx.tok[i].tolist(), ctx.work[i].tolist()
-        self.rows = (i, tok_row, work_row)  # for apply()
+        ui = self.ui
+        tok_row, work_row = ctx.tok_rows[ui], ctx.work_rows[ui]
         M, cur = ctx.M, self.cur_max
-        for kk in range(int(ctx.need[i]), ctx.ns):
+        for kk in range(ctx.need_list[ui], ctx.ns):
             tree = self.trees[kk]
             if tree.gid:
                 slot = tree.first_fit(tok_row[kk], work_row[kk], M, cur)
@@ -356,10 +419,11 @@ class _Microbatch:
     def _least_raise(self, i: int):
         """Every option raises the maximum: the smallest resulting maximum under the cap (None if none)."""
         ctx, ng = self.ctx, self.ng
-        k0 = int(ctx.need[i])
+        ui = self.ui
+        k0 = ctx.need_list[ui]
         gs = self.g_sidx[:ng]
-        ok = (gs >= k0) & (self.g_tok[:ng] + ctx.tok[i][gs] <= ctx.M)
-        newv = self.g_load[:ng] + ctx.work[i][gs]
+        ok = (gs >= k0) & (self.g_tok[:ng] + ctx.tok_u[ui][gs] <= ctx.M)
+        newv = self.g_load[:ng] + ctx.work_u[ui][gs]
         okc = ok & (newv <= self.cap)
         best_v, best_key, choice = np.inf, np.inf, None
         if okc.any():
@@ -368,9 +432,9 @@ class _Microbatch:
             cand = np.where(vv == jv, gs * self.BIG + np.arange(self.ng), np.inf)
             g = int(np.argmin(cand))
             best_v, best_key, choice = jv, float(cand[g]), ("join", g)
-        work_row = ctx.work[i]
+        work_row = ctx.work_rows[ui]
         for kk in range(k0, ctx.ns):
-            v = float(work_row[kk])
+            v = work_row[kk]
             if v > self.cap or self.first_free(kk) < 0:
                 continue
             key = kk * self.BIG + 2 * ctx.R + 1  # after the existing groups of its size
@@ -378,95 +442,109 @@ class _Microbatch:
                 best_v, best_key, choice = v, key, ("new", kk)
         return choice
 
-    def join_same(self, g: int, i: int, followers: list[int]) -> int:
-        """Sequence ``i`` has just joined group ``g`` without raising the maximum: the ``followers`` (the next
-        sequences in order, all of ``i``'s length) join it too while it keeps passing that test; returns how
-        many did.
+    def join_run(self, g: int, i: int, ids: list[int], pos: int, end: int) -> int:
+        """Sequence ``i`` joins group ``g`` (chosen without raising the maximum), then its followers
+        ``ids[pos:end]`` (the next sequences in order, all of ``i``'s length) join it too while it keeps
+        passing that test; returns how many followers did. The group's tree is updated once.
 
-        Provably what :meth:`choose` would do for each: an option before ``g`` (a smaller size, an earlier
-        group of its size, a new group before it) failed for ``i`` and nothing it tests has changed (the
-        maximum did not move, no group or rank changed but ``g``), so the first passing option is ``g``
-        as long as ``g`` passes (``tok + t <= M`` and ``load + w <= max``, the same floating-point sums
-        as one :meth:`apply` after another). And a join that passes means the microbatch is not full for
-        that length (:meth:`full_for`: the group has ``t ≥ L / big`` tokens of room).
+        Provably what :meth:`choose` and :meth:`apply` would do for each follower: an option before ``g``
+        (a smaller size, an earlier group of its size, a new group before it) failed for ``i`` and nothing it
+        tests has changed (the maximum did not move, no group or rank changed but ``g``), so the first passing
+        option is ``g`` as long as ``g`` passes: ``tok + t <= M`` (``k`` followers fit in tokens exactly when
+        ``k <= (M - tok) // t``, integers) and ``load + w <= max`` (the same floating-point sums, one join after
+        another). And a join that passes means the microbatch is not full for that length (:meth:`full_for`:
+        the group has ``t ≥ L / big`` tokens of room).
         """
         ctx = self.ctx
-        kk = int(self.g_sidx[g])
-        t, w = int(ctx.tok[i, kk]), float(ctx.work[i, kk])
-        tok_g, load_g = int(self.g_tok[g]), float(self.g_load[g])
-        M, cur = ctx.M, self.cur_max
+        kk = self.g_k[g]
+        tree = self.trees[kk]
+        slot = self.g_slot[g]
+        leaf = slot + tree.cap
+        ui = self.ui
+        t, w = ctx.tok_rows[ui][kk], ctx.work_rows[ui][kk]
+        tok_g, load_g = tree.tok[leaf] + t, tree.load[leaf] + w
+        cur = self.cur_max
+        lim = min((ctx.M - tok_g) // t, end - pos)
         k = 0
-        for _ in followers:
-            if tok_g + t > M or load_g + w > cur:
+        while k < lim:
+            nxt = load_g + w
+            if nxt > cur:
                 break
-            tok_g += t
-            load_g += w
+            load_g = nxt
             k += 1
+        tok_g += k * t
+        mem = self.members[g]
+        mem.append(i)
         if k:
-            self.members[g].extend(followers[:k])
-            self.g_tok[g], self.g_load[g] = tok_g, load_g
-            self.trees[kk].set(self.g_slot[g], tok_g, load_g)
+            mem.extend(ids[pos : pos + k])
+        self.g_tok[g], self.g_load[g] = tok_g, load_g
+        tree.set(slot, tok_g, load_g)
+        if load_g > cur:
+            self.cur_max = load_g
         return k
 
-    def new_same(self, kk: int, i: int, followers: list[int]) -> int:
+    def new_same(self, kk: int, i: int, ids: list[int], pos: int, end: int) -> int:
         """Sequence ``i`` has just opened a group of size index ``kk`` without raising the maximum: the
-        ``followers`` (the next sequences in order, all of ``i``'s length) each open one too while a slice of
-        that size is free, unless they would join the new group; returns how many did.
+        followers ``ids[pos:end]`` (the next sequences in order, all of ``i``'s length) each open one too while
+        a slice of that size is free; or, when a follower passes the join test of the new group, they join it
+        (:meth:`join_run`); returns how many followers were placed.
 
-        Provably what :meth:`choose` would do for each, as in :meth:`join_same`: every option before the new
+        Provably what :meth:`choose` would do for each, as in :meth:`join_run`: every option before the new
         group failed for ``i`` and still fails (no group but the new ones changed, the maximum did not move,
         free ranks only went), the new groups are all alike (one sequence of this length), so joining one
         passes for none when it does not for the first, and opening another is the next option (``w`` within
-        the maximum, a free slice); a free rank means the microbatch is not full.
+        the maximum, a free slice); a free rank means the microbatch is not full. When the join test passes,
+        the new group is the first passing option (the ones before it still fail) and the microbatch is not
+        full for that length (see :meth:`join_run`).
         """
         ctx = self.ctx
-        t, w = int(ctx.tok[i, kk]), float(ctx.work[i, kk])
-        if t <= ctx.M - t and w + w <= self.cur_max:  # a follower would join the new group: the usual path
-            return 0
+        ui = self.ui
+        t, w = ctx.tok_rows[ui][kk], ctx.work_rows[ui][kk]
+        if t <= ctx.M - t and w + w <= self.cur_max:  # the first follower joins the new group, and so on
+            return 1 + self.join_run(self.ng - 1, ids[pos], ids, pos + 1, end)
         k = 0
-        for j in followers:
-            if self.first_free(kk) < 0:
-                break
-            self.apply(("new", kk), j)
+        new = ("new", kk)
+        while pos + k < end and self.first_free(kk) >= 0:
+            self.apply(new, ids[pos + k])
             k += 1
         return k
 
     def apply(self, choice, i: int) -> None:
         """Add sequence ``i`` to a group (``join``) or open a group of a size index on the lowest free slice (``new``)."""
         ctx = self.ctx
+        ui = self.ui
         if choice[0] == "join":
             g = choice[1]
-            kk = int(self.g_sidx[g])
-            ri, tok_row, work_row = self.rows
-            if ri == i:  # the rows as Python numbers: the same float64 sums as numpy's
-                load = float(self.g_load[g]) + work_row[kk]
-                tok = int(self.g_tok[g]) + tok_row[kk]
-                self.g_load[g], self.g_tok[g] = load, tok
-            else:
-                self.g_load[g] += ctx.work[i, kk]
-                self.g_tok[g] += ctx.tok[i, kk]
-                load, tok = float(self.g_load[g]), int(self.g_tok[g])
+            kk = self.g_k[g]
+            tree = self.trees[kk]
+            slot = self.g_slot[g]
+            leaf = slot + tree.cap
+            load = tree.load[leaf] + ctx.work_rows[ui][kk]  # Python floats: the same float64 sums as numpy's
+            tok = tree.tok[leaf] + ctx.tok_rows[ui][kk]
+            self.g_load[g], self.g_tok[g] = load, tok
             self.members[g].append(i)
-            self.trees[kk].set(self.g_slot[g], tok, load)
+            tree.set(slot, tok, load)
             if load > self.cur_max:
                 self.cur_max = load
             return
-        else:
-            kk = choice[1]
-            c = ctx.size_list[kk]
-            start = self.first_free(kk)
-            g = self.ng
-            self.g_sidx[g], self.g_load[g], self.g_tok[g] = kk, ctx.work[i, kk], ctx.tok[i, kk]
-            self.g_start.append(start)
-            self.members.append([i])
-            self.ng += 1
-            self.free &= ~(((1 << c) - 1) << start)
-            self.slice_cache = [None] * ctx.ns
-            load = float(ctx.work[i, kk])
-            self.big = max(self.big, c)
-            tree = self.trees[kk]
-            slot = len(tree.gid)
-            tree.gid.append(g)
-            self.g_slot.append(slot)
-        self.trees[kk].set(slot, int(self.g_tok[g]), load)
-        self.cur_max = max(self.cur_max, load)
+        kk = choice[1]
+        c = ctx.size_list[kk]
+        start = self.first_free(kk)
+        g = self.ng
+        tok, load = ctx.tok_rows[ui][kk], ctx.work_rows[ui][kk]
+        self.g_sidx[g], self.g_load[g], self.g_tok[g] = kk, load, tok
+        self.g_k.append(kk)
+        self.g_start.append(start)
+        self.members.append([i])
+        self.ng += 1
+        self.free &= ~(((1 << c) - 1) << start)
+        self.slice_cache = [None] * ctx.ns
+        if c > self.big:
+            self.big = c
+        tree = self.trees[kk]
+        slot = len(tree.gid)
+        tree.gid.append(g)
+        self.g_slot.append(slot)
+        tree.set(slot, tok, load)
+        if load > self.cur_max:
+            self.cur_max = load
