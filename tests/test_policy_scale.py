@@ -652,3 +652,30 @@ def test_dynamic_tables_per_distinct_length_equal_the_per_sequence_tables():
         with pytest.raises(InfeasibleError) as e2:
             dynamic_fit(bad, layout)
         assert str(e1.value) == str(e2.value)
+
+
+def test_seq_costs_per_length_tables_subsets_and_rows_equal_the_per_sequence_columns():
+    """SeqCosts keeps its table per distinct length and spreads it on first read: a subset (the solver's
+    screen), the per-size minimum tokens and the solver's per-length rows (``_Table``) read from it equal
+    the per-sequence columns bit for bit."""
+    from dcpsim.policies import SeqCosts
+    from dcpsim.policies.solver_placer import _Table
+
+    rng = np.random.default_rng(4)
+    layout = Layout(dp=8, cp=2, max_tokens_per_rank=8192, pp=2)
+    sizes = [1, 2, 4, 8, 16]
+    for n in (1, 60, 700):
+        L = rng.choice(rng.integers(1, 30000, max(1, n // 5)), n)
+        sc = SeqCosts(L, layout, cost_model(1, 2, 16), sizes)
+        full = SeqCosts(L, layout, cost_model(1, 2, 16), sizes)
+        tok, time_s = full.tokens.copy(), full.time_s.copy()  # gathered before anything else is read
+        assert (sc.min_tokens() == tok.min(axis=1)).all()
+        idx = np.sort(rng.choice(n, max(1, n // 3), replace=False))
+        sub = sc.subset(idx, Layout(dp=4, cp=2, max_tokens_per_rank=8192, pp=2))
+        assert (sub.tokens == tok[:, idx]).all() and (sub.time_s == time_s[:, :, idx]).all()
+        assert (sub.attn_s == full.attn_s[:, idx]).all() and (sub.comm_s == full.comm_s[:, :, idx]).all()
+        assert (sub.min_tokens() == tok[:, idx].min(axis=1)).all() and (sub.lengths == L[idx]).all()
+        need = np.zeros(n, dtype=np.int64)
+        per_length, per_seq = _Table(sc.lengths, sc, need), _Table(L.copy(), sc, need)  # own table; columns
+        assert per_length.time_rows == per_seq.time_rows and per_length.tok_rows == per_seq.tok_rows
+        assert (sc.tokens == tok).all() and (sc.time_s == time_s).all()

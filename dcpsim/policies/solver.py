@@ -257,8 +257,8 @@ class _Search:
         # (``first``: a sequence of each), spread to the sequences (``inv``) where sums and choices need them
         _, first, self.inv = sc.distinct()
         ns, nu = sizes.size, first.size
-        t0 = sc.time_s[np.arange(ns)[:, None], span0[:, None], first[None, :]]  # (ns, nu): first aligned slice
-        tok = sc.tokens[:, first]
+        t0 = sc.time_u[np.arange(ns), span0]  # (ns, nu): first aligned slice (sc.time_s[:, :, first])
+        tok = sc.tok_u  # (ns, nu): sc.tokens[:, first]
         feas = tok <= cap
         gpu = np.where(feas, t0 * sizes[:, None], np.inf)
         self.W = float(gpu.min(axis=0)[self.inv].sum())
@@ -331,12 +331,7 @@ class _Screen:
         self.idx = np.sort(order[np.arange(blocks) * k + np.arange(blocks) % k])
         self.k = k
         self.layout = replace(layout, dp=layout.dp // k)
-        sub = copy(sc)
-        sub.lengths, sub.layout = lengths[self.idx], self.layout
-        sub.tokens, sub.time_s = sc.tokens[:, self.idx], sc.time_s[:, :, self.idx]
-        sub.attn_s, sub.comm_s = sc.take(self.idx)
-        sub._distinct = None  # the full batch's (the subsample's, if asked, from its own lengths)
-        self.sc, self.need = sub, need[self.idx]
+        self.sc, self.need = sc.subset(self.idx, self.layout), need[self.idx]
         self.table = copy(table)  # rows per distinct length are the full batch's; only the index changes
         self.table.inv = table.inv[self.idx]
         self.table.uid = self.table.inv.tolist()

@@ -126,9 +126,14 @@ class _Table:
                                                                               return_inverse=True)
         self.inv = np.asarray(inv, dtype=np.int64)  # each sequence's distinct index
         self.uid: list[int] = self.inv.tolist()
-        t = sc.time_s.reshape(-1, lengths.size)[:, first].T  # (distinct, ns*2)
+        if lengths is sc.lengths and sc.distinct_table:  # sc's own distinct lengths: its per-length table
+            t = sc.time_u.reshape(-1, first.size).T  # (distinct, ns*2)
+            tok = sc.tok_u.T
+        else:
+            t = sc.time_s.reshape(-1, lengths.size)[:, first].T
+            tok = sc.tokens[:, first].T
         self.time_rows: list[list[float]] = t.tolist()
-        self.tok_rows: list[list[int]] = sc.tokens[:, first].T.tolist()
+        self.tok_rows: list[list[int]] = tok.tolist()
         code_size = np.repeat(sc.sizes, 2)
         gpu = np.where(np.arange(t.shape[1])[None, :] // 2 >= need[first][:, None], code_size[None, :] * t, np.inf)
         by_gpu = np.argsort(gpu, axis=1, kind="stable")
@@ -170,7 +175,7 @@ class _Placer(_Follow):
         tab = self.table if self.table is not None else _Table(lengths, sc, self.need)
         ar = np.arange(n)
         span0 = np.asarray(self.span0, dtype=np.int64)
-        t_choice = sc.time_s[self.choice, span0[self.choice], ar]
+        t_choice = sc.time_u[self.choice, span0[self.choice], sc.inv]  # sc.time_s[choice, span0[choice], ar]
         # larger CP groups first (aligned blocks before the ranks fragment), then longest first
         order = np.lexsort((ar, -t_choice, -self.choice))
         self._start()
@@ -231,7 +236,7 @@ class _Placer(_Follow):
         # no step grows past the target height H (unless a sequence alone is taller); steps may grow
         # to H before the (pp-1)·max term counts
         self.gmax = H if (self.pp > 1 and np.isfinite(H)) else 0.0
-        self.buckets = _Buckets([int(x) for x in self.sc.tokens.min(axis=1)])
+        self.buckets = _Buckets(self.sc.min_tokens().tolist())
 
     def _free_start(self, kk: int, c: int) -> int:
         """Start of the lowest free aligned slice of ``c`` ranks on step ``kk`` (-1: none), cached until a
