@@ -25,7 +25,7 @@ run() {  # name, extra sed edits on the base args
   local args; args=$(echo "$BASE" | sed "$@")
   echo "$args" > "$W/$name.args"
   local t0=$(date +%s)
-  (cd .devwork/mlm && MASTER_PORT=$((29500 + RANDOM % 1000)) timeout "${RUN_TIMEOUT:-80}" python3 pretrain_gpt.py $args --train-iters "${ITERS:-60}" --no-masked-softmax-fusion) > "$W/$name.log" 2>&1
+  (cd .devwork/mlm && MASTER_PORT=$((29500 + RANDOM % 1000)) timeout "${RUN_TIMEOUT:-80}" python3 pretrain_gpt.py $args --train-iters "${ITERS:-60}" --no-masked-softmax-fusion --no-persist-layer-norm) > "$W/$name.log" 2>&1
   echo "$name rc $? $(( $(date +%s) - t0 )) s"
   tar czf "$OUT/logs.tgz" -C "$OUT" w
 }

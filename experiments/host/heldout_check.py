@@ -41,6 +41,10 @@ sys.path.insert(0, str(ROOT))
 
 MEASURED_DIR = ROOT / "profiles" / "h100-sxm-measured"
 DEFAULT_PROFILE = "h100-sxm"  # the shipped profile whose [host] table is the H100 host measurement
+# The shipped [host] table prices Megatron-LM's modules: the plain-PyTorch measurement times the measured ratio of
+# a Megatron-LM layer's host cost to the plain block's (profiles/build_public_profiles.py megatron_module_scale).
+# The rows checked here are plain PyTorch, so they are simulated with that ratio taken back out (plain_profile).
+_PLAIN: dict[str, str] = {}
 # columns compared: (key, measured field in the JSON rows, label)
 COLUMNS = (("eager_step_s", "eager_step_s", "eager step"),
            ("graphed_step_s", "graphed_step_s", "graphed step"),
@@ -104,12 +108,45 @@ def run_config(shape: Shape, profile: str, cuda_graphs: str):
     })
 
 
-def simulate(shape: Shape, profile: str = DEFAULT_PROFILE) -> dict[str, float]:
+def megatron_module_scale() -> float:
+    """The ratio the shipped [host] tables carry (Megatron-LM layer over plain-PyTorch block, measured)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_public_profiles", ROOT / "profiles" / "build_public_profiles.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return float(mod.megatron_module_scale()[0])
+
+
+def plain_profile(folder: Path, base: str = DEFAULT_PROFILE) -> Path:
+    """``base`` with its framework-Python host costs divided by :func:`megatron_module_scale`: the plain-PyTorch
+    host table measured in host.json, which is what the checked rows ran (a profile written under ``folder``)."""
+    from dataclasses import replace
+
+    from dcpsim.hardware import get_profile
+    from dcpsim.hardware.profile import write_profile
+    from dcpsim.published.fitting import HOST_SCALED
+
+    prof, r = get_profile(base), megatron_module_scale()
+    host = replace(prof.host, **{k: getattr(prof.host, k) / r for k in HOST_SCALED})
+    return write_profile(replace(prof, name=f"{prof.name}-plain-torch", host=host,
+                                 description=f"{prof.name} with its [host] table's Megatron-LM ratio {r:.3f} "
+                                             "taken out (plain-PyTorch modules)"), folder / f"{prof.name}-plain")
+
+
+def simulate(shape: Shape, profile: str | None = None) -> dict[str, float]:
     """Simulated step times (eager, graphed) and the first microbatch's host issue and device time (seconds),
-    from the per-rank step breakdown (:func:`dcpsim.report.host.rank_step`) of the eager run."""
+    from the per-rank step breakdown (:func:`dcpsim.report.host.rank_step`) of the eager run. ``profile``
+    None: the shipped h100-sxm as plain PyTorch (:func:`plain_profile`, written once to a temporary folder)."""
     from dcpsim.report.host import rank_step
     from dcpsim.run.single import run_simulation
 
+    if profile is None:
+        if "path" not in _PLAIN:
+            import tempfile
+
+            _PLAIN["path"] = str(plain_profile(Path(tempfile.mkdtemp(prefix="dcpsim-plain-"))))
+        profile = _PLAIN["path"]
     out: dict[str, float] = {}
     for graphs, key in (("none", "eager_step_s"), ("local", "graphed_step_s")):
         res = run_simulation(run_config(shape, profile, graphs))
@@ -206,13 +243,17 @@ def main(argv: list[str] | None = None) -> int:
                     "or folder; default h100-sxm, the shipped profile carrying the measured H100 host table)")
     ap.add_argument("--measured-device-tables", action="store_true", help="use h100-sxm-measured's GEMM/attention "
                     "tables with --profile's [host] table (a profile written to a temporary folder)")
+    ap.add_argument("--as-shipped", action="store_true", help="keep --profile's [host] table as shipped (Megatron-LM "
+                    "modules) instead of taking the measured Megatron-LM ratio back out (plain PyTorch, the default)")
     ap.add_argument("--json", default=None, help="also write the rows and statistics here (JSON)")
     a = ap.parse_args(argv)
     rows = measured_rows()
     with tempfile.TemporaryDirectory(prefix="dcpsim-heldout-") as tmp:
-        profile = str(measured_device_profile(Path(tmp), a.profile)) if a.measured_device_tables else a.profile
+        profile = a.profile if a.as_shipped else str(plain_profile(Path(tmp), a.profile))
+        profile = str(measured_device_profile(Path(tmp), profile)) if a.measured_device_tables else profile
         done = compare(rows, [simulate(r["shape"], profile) for r in rows])
-    label = f"h100-sxm-measured kernel tables + [host] of {a.profile}" if a.measured_device_tables else a.profile
+    label = a.profile + ("" if a.as_shipped else " (Megatron-LM host ratio taken out: plain PyTorch)")
+    label = f"h100-sxm-measured kernel tables + [host] of {label}" if a.measured_device_tables else label
     print(f"profile: {label}\n")
     print(table_markdown(done))
     if a.json:
