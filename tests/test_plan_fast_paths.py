@@ -320,3 +320,59 @@ def test_long_run_equal_segments_shortcut_is_exact(monkeypatch, iters):
         every = long_runs(np.array(iters), gpus, lr, 4, 11)
         monkeypatch.setattr(longrun, "SAME_SEGMENTS", True)
         assert fast == every and sum(r["failures"] for r in fast) > 0
+
+
+@pytest.mark.parametrize("updates", [
+    {"parallel.tp": 2, "parallel.pp": 4, "parallel.vp": 2, "parallel.cp": 2, "parallel.precision": "fp8"},
+    {"parallel.tp": 1, "parallel.pp": 1, "parallel.cp": 1, "sim.straggler_fraction": 0.1,
+     "sim.degraded_link_scale": 0.5, "sim.seed": 3},
+])
+def test_build_sync_cost_is_the_simulators(updates):
+    """The screen's sync cost without the simulator around it equals the simulator's (the same fault stream,
+    topology and host flags), array for array."""
+    import dcpsim.sim.durations as durations
+    from dcpsim.run.single import build_cost_model, build_simulator, build_sync_cost
+
+    cfg = RunConfig().with_updates({"model.name": "llama2-7b", "hardware.gpu": "h100-sxm", "cluster.gpus": 64,
+                                    "workload.gbs": 256, **updates})
+    want = build_simulator(cfg).sync
+    durations._SYNC_MEMO.clear()
+    got = build_sync_cost(cfg, build_cost_model(cfg))
+    for name, a in vars(want).items():
+        b = getattr(got, name)
+        assert (a is None and b is None) or np.array_equal(np.asarray(a), np.asarray(b)), name
+
+
+def test_enumeration_memo_is_the_enumeration():
+    """Candidates enumerated from the process-wide combinations, for one GPU count after another, are those built
+    afresh, in the same order."""
+    import dcpsim.planning.space as space_mod
+
+    base = _base()
+    data = make_data_spec(seq_len=4096, gbs=256)
+    space = SearchSpace(tp=[1, 2], mbs=[1, 2])
+    for gpus in (24, 64, 96):
+        got = list(space_mod.enumerate_candidates(base, gpus, data, space, False))
+        space_mod._COMBOS.clear()
+        assert list(space_mod.enumerate_candidates(base, gpus, data, space, False)) == got and got
+
+
+def test_vectorised_host_timeline_is_the_loop():
+    """The screen's stage times with the host timeline, every rank at once (and the host side memoised across
+    micro-batch sizes), are the per-op loop's floats, interleaved or not, with every sync flag."""
+    import dcpsim.planning.screen as screen_mod
+    from dcpsim.planning.space import _cached_cost
+
+    data = make_data_spec(seq_len=4096, gbs=256)
+    for upd in ({"parallel.pp": 4, "parallel.vp": 4}, {"parallel.pp": 8, "parallel.tp": 2},
+                {"parallel.pp": 2, "parallel.vp": 2, "step.overlap_p2p_comm": False, "step.timing_log_level": 2},
+                {"parallel.pp": 1}):
+        for mbs in (1, 2, 4):
+            cfg = RunConfig().with_updates({"model.name": "llama2-7b", "hardware.gpu": "h100-sxm", "cluster.gpus": 64,
+                                            "workload.name": "fixed", "workload.seq_len": 4096, "workload.gbs": 256,
+                                            "parallel.cp": 1, "parallel.mbs": mbs, **upd})
+            cost, mb, device, _ = screen_mod._device_stages(cfg, data, mbs)
+            got = screen_mod.with_host_s(cfg, cost, device, mb, mbs)
+            want = screen_mod._with_host_loop(cfg, cost, device, mb, mbs)
+            assert got.tolist() == want.tolist(), upd
+            assert _cached_cost(cfg) is cost

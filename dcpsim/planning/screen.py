@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from dcpsim.padding import pad_multiple
+from dcpsim.planning.configs import cost_key, section_key
 from dcpsim.planning.inputs import DataSpec
-from dcpsim.planning.space import _cached_cost, cost_key, section_key
+from dcpsim.planning.space import _cached_cost
 from dcpsim.run.config import RunConfig
 
 _SYNC_CACHE: dict[tuple, Any] = {}
@@ -47,7 +48,7 @@ _MB_CACHE: dict[tuple, dict[str, float]] = {}
 def _sync_cost(cfg: RunConfig, cost):
     """The simulator's gradient-sync cost of ``cfg`` (cached: it ignores recompute, tokens, mbs and the overlap
     flags)."""
-    from dcpsim.run.single import build_simulator
+    from dcpsim.run.single import build_sync_cost
 
     key = (section_key(cfg.model), section_key(cfg.hardware), section_key(cfg.parallel, SYNC_INDEPENDENT), cfg.dp,
            section_key(cfg.sim, SYNC_SIM_INDEPENDENT), section_key(cfg.step))
@@ -55,7 +56,7 @@ def _sync_cost(cfg: RunConfig, cost):
     if sync is None:
         if len(_SYNC_CACHE) > 4096:
             _SYNC_CACHE.clear()
-        sync = _SYNC_CACHE[key] = build_simulator(cfg, cost).sync
+        sync = _SYNC_CACHE[key] = build_sync_cost(cfg, cost)
     return sync
 
 
@@ -290,13 +291,80 @@ def with_host_s(cfg: RunConfig, cost, device: np.ndarray, mb: dict[str, float],
     device (the host runs ahead: ``max(Σh, Σd)``); a synced op drains the queue, costing the wake-up plus
     the two-machine flow shop of its ``k`` kernels, ``max(h/k + d, h + d/k)``. The device time ``device``
     (per rank, forward + backward) is split between forward and backward as the largest stage's is.
+
+    Every rank at once: the sums run in the per-op order of :func:`_with_host_loop` (the reference, one op at a
+    time; ``np.add.accumulate`` adds left to right), so the figures are the same floats (tested).
     """
     host = cost.profile.host
     if not getattr(cfg.sim, "host_timeline", True) or not host.enabled:
         return device
+    h, k, n_sync, synced_op, sync_s, vp = _host_side(cfg, cost, mbs)
+    fb = mb["fwd"] + mb["bwd"]
+    share = np.array([mb["fwd"] / fb, mb["bwd"] / fb]) if fb > 0 else np.array([0.5, 0.5])
+    # (rank, chunk·2 + way): the device's share of each op, as the loop computes it
+    d = device[:, None] * np.tile(share, vp)[None, :] / vp
+    synced = np.add.accumulate(np.where(synced_op, n_sync * sync_s + np.maximum(h / k + d, h + d / k), 0.0), axis=1)
+    free_h = np.add.accumulate(np.where(synced_op, 0.0, h), axis=1)
+    free_d = np.add.accumulate(np.where(synced_op, 0.0, d), axis=1)
+    out = synced[:, -1] + np.maximum(free_h[:, -1], free_d[:, -1])
+    if _CHECK_SCALAR:
+        assert np.array_equal(out, _with_host_loop(cfg, cost, device, mb, mbs))
+    return out
+
+
+_HOST_SIDE: dict[tuple, tuple] = {}
+
+
+def _host_side(cfg: RunConfig, cost, mbs: int) -> tuple:
+    """The host's side of a layout's ops, ``(pp, 2·vp)`` arrays in the loop's order (chunk, then forward /
+    backward): host seconds, kernels (>= 1), syncs, whether synced; the wake-up seconds and vp. Memoised by
+    what :func:`~dcpsim.cost.host.host_ops` reads (it is pure): the pass shape's fields, the host costs and the
+    step flags; ``n_seqs`` only where host_ops reads it (``thd``), ``dp_cp`` and ``cps`` only where
+    :func:`~dcpsim.cost.host.layer_pass_host` does (``test_mode_qk_checks``), so that the layouts of every
+    micro-batch size share it."""
     from dcpsim.cost.host import StepFlags, host_ops
     from dcpsim.sim.durations import pass_shape
 
+    p = cfg.parallel
+    vp = int(getattr(p, "vp", 1) or 1)
+    shape = pass_shape(cost, vp, np.array([p.cp]), n_seqs=np.array([mbs]))
+    host, flags = cost.profile.host, StepFlags.from_settings(cfg.step)
+    unread = (() if flags.thd else ("n_seqs",)) + (() if flags.test_mode_qk_checks else ("dp_cp", "cps"))
+    key = (host, flags, *(None if f.name in unread else _frozen(getattr(shape, f.name)) for f in _fields(shape)))
+    hit = _HOST_SIDE.get(key)
+    if hit is None:
+        ops = host_ops(shape, host, flags)
+        pp = p.pp
+
+        def per_rank(a: np.ndarray) -> np.ndarray:  # (V, 2, 1) with V = chunk·pp + rank -> (pp, chunk·2 + way)
+            return np.ascontiguousarray(a[:, :, 0].reshape(vp, pp, 2).transpose(1, 0, 2).reshape(pp, 2 * vp))
+
+        n_sync = per_rank(ops.sync_before.astype(np.int64) + ops.sync_after.astype(np.int64))
+        hit = _memo_put(_HOST_SIDE, key, (per_rank(ops.host_s.astype(float)),
+                                          np.maximum(per_rank(ops.kernels.astype(float)), 1.0),
+                                          n_sync, n_sync != 0, ops.sync_s, vp))
+    return hit
+
+
+def _fields(obj) -> tuple:
+    from dataclasses import fields
+
+    return fields(obj)
+
+
+def _frozen(v):
+    """A hashable form of a pass-shape field that tells values apart as the arrays' contents do."""
+    if isinstance(v, np.ndarray):
+        return (v.dtype.str, v.shape, v.tobytes())
+    return v
+
+
+def _with_host_loop(cfg: RunConfig, cost, device: np.ndarray, mb: dict[str, float], mbs: int) -> np.ndarray:
+    """:func:`with_host_s` one op at a time (the reference of its vectorised sums)."""
+    from dcpsim.cost.host import StepFlags, host_ops
+    from dcpsim.sim.durations import pass_shape
+
+    host = cost.profile.host
     p = cfg.parallel
     vp = int(getattr(p, "vp", 1) or 1)
     ops = host_ops(pass_shape(cost, vp, np.array([p.cp]), n_seqs=np.array([mbs])), host,

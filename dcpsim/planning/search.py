@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dcpsim.errors import ConfigError, DcpsimError
+from dcpsim.planning.configs import validated
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.planning.screen import screen
 from dcpsim.planning.space import (
@@ -32,7 +33,6 @@ from dcpsim.planning.space import (
     SearchSpace,
     check_candidate,
     enumerate_candidates,
-    validated,
 )
 from dcpsim.run.config import RunConfig
 

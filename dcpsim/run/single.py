@@ -121,12 +121,28 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
                     fault_rng: np.random.Generator | None = None) -> ClusterSimulator:
     """The cluster simulator of ``cfg`` (faults drawn from ``fault_rng``; default: the run's fault stream)."""
     cost = cost or build_cost_model(cfg)
+    topo, faults, settings, host = _simulator_parts(cfg, cost, fault_rng)
+    return ClusterSimulator(cost, topo, faults=faults, settings=settings, host_flags=host)
+
+
+def build_sync_cost(cfg: RunConfig, cost: CostModel):
+    """``build_simulator(cfg, cost).sync`` (:class:`~dcpsim.sim.durations.SyncCost`) without the rest of the
+    simulator: the same topology, faults, settings and host flags, the same checks (the planner's screen prices
+    the gradient sync of thousands of layouts)."""
+    from dcpsim.sim.durations import DurationModel
+    from dcpsim.sim.simulator import check_topology
+
+    topo, faults, settings, host = _simulator_parts(cfg, cost, None)
+    check_topology(cost, topo)
+    return DurationModel(cost, topo, faults=faults, settings=settings, host_flags=host).sync_cost()
+
+
+def _simulator_parts(cfg: RunConfig, cost: CostModel, fault_rng: np.random.Generator | None):
+    """(topology, faults, simulator settings, host flags): what :func:`build_simulator` gives the simulator."""
     s, h, p = cfg.sim, cfg.hardware, cfg.parallel
-    if fault_rng is None:
-        fault_rng = _streams(s.seed)["faults"]
     faults = sample_faults(cfg.cluster.gpus, straggler_fraction=s.straggler_fraction,
                            straggler_slowdown=s.straggler_slowdown, degraded_link_scale=s.degraded_link_scale,
-                           rng=fault_rng)
+                           rng=_fault_stream(s.seed) if fault_rng is None else fault_rng)
     topo = Topology(tp=p.tp, pp=p.pp, dp=cfg.dp, cp=p.cp, gpus_per_node=cost.profile.gpus_per_node,
                     nvlink_domain_gpus=nvlink_domain(cfg, cost), pod_gpus=pod_gpus(cfg), oversubscription=h.oversubscription,
                     network_scale=h.network_scale, degraded_gpu=faults.degraded_gpu,
@@ -134,12 +150,17 @@ def build_simulator(cfg: RunConfig, cost: CostModel | None = None,
     from dcpsim.cost.host import StepFlags
 
     host = StepFlags.from_settings(cfg.step) if cfg.sim.host_timeline else None
-    return ClusterSimulator(cost, topo, faults=faults, settings=sim_settings(cfg), host_flags=host)
+    return topo, faults, sim_settings(cfg), host
 
 
 def _streams(seed: int) -> dict[str, np.random.Generator]:
     names = ("workload", "policy", "noise", "faults")
     return {n: np.random.default_rng(s) for n, s in zip(names, np.random.SeedSequence(seed).spawn(len(names)), strict=True)}
+
+
+def _fault_stream(seed: int) -> np.random.Generator:
+    """``_streams(seed)["faults"]`` alone (a spawned child depends only on the seed and its index)."""
+    return np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[3])
 
 
 def _get_policy(cfg: RunConfig):

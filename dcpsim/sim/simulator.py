@@ -37,6 +37,13 @@ from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults
 
 
+def check_topology(cost: CostModel, topology: Topology) -> None:
+    """Refuse a topology whose TP, PP or ranks per stage are not the cost model's."""
+    if topology.tp != cost.tp or topology.pp != cost.pp or topology.ranks_per_stage != cost.dp_cp:
+        raise ConfigError("topology", topology.describe(),
+                          f"tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp} as in the cost model")
+
+
 class ClusterSimulator:
     """Simulates iterations of plans for one (cost model, topology, faults, settings) setting."""
 
@@ -48,9 +55,7 @@ class ClusterSimulator:
         self.host_flags = host_flags
         self.topology = topology
         self.settings = settings or SimSettings()
-        if topology.tp != cost.tp or topology.pp != cost.pp or topology.ranks_per_stage != cost.dp_cp:
-            raise ConfigError("topology", topology.describe(),
-                              f"tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp} as in the cost model")
+        check_topology(cost, topology)
         self.network = get_network(self.settings.network, topology)
         self.engine = ENGINES.get(self.settings.engine)()
         self.durations = DurationModel(cost, topology, faults=faults, settings=self.settings, host_flags=host_flags,
