@@ -679,3 +679,28 @@ def test_seq_costs_per_length_tables_subsets_and_rows_equal_the_per_sequence_col
         per_length, per_seq = _Table(sc.lengths, sc, need), _Table(L.copy(), sc, need)  # own table; columns
         assert per_length.time_rows == per_seq.time_rows and per_length.tok_rows == per_seq.tok_rows
         assert (sc.tokens == tok).all() and (sc.time_s == time_s).all()
+
+
+def test_token_terms_on_distinct_counts_equal_the_per_pack_terms(monkeypatch):
+    """Above _DISTINCT_MIN packs batch_cost computes the GEMM, FP8-cast, head and embedding terms once per
+    distinct local token count and spreads them: every field bit for bit the per-pack costs (many single-
+    document packs of few lengths, as a planner's table has; BF16 and FP8, TP 1 and 2)."""
+    import dataclasses as dc
+
+    from dcpsim.cost import CostModel, compute
+
+    rng = np.random.default_rng(3)
+    for precision, tp in (("bf16", 1), ("fp8", 1), ("bf16", 2)):
+        cost = CostModel.build("h100-sxm", "llama-13b", tp=tp, pp=2, dp_cp=64, precision=precision)
+        npk = int(rng.integers(4097, 12000))
+        L = rng.choice(rng.integers(1, 60000, int(rng.integers(5, 300))), npk)
+        cp = rng.choice([1, 2, 4, 8, 16], npk)
+        spans = rng.random(npk) < 0.3
+        fast = cost.batch_cost(L, np.arange(npk), cp, spans)
+        assert 2 * np.unique(fast.local_tokens).size < npk  # the distinct path was taken
+        with monkeypatch.context() as m:
+            m.setattr(compute, "_DISTINCT_MIN", 10**12)
+            ref = cost.batch_cost(L, np.arange(npk), cp, spans)
+        for f in dc.fields(fast):
+            a, b = getattr(fast, f.name), getattr(ref, f.name)
+            assert np.array_equal(a, b), f.name

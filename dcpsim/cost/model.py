@@ -186,7 +186,7 @@ class CostModel:
         padded, t_fwd_doc, t_bwd_doc = self.doc_terms(lengths, cp[pack_ids]) if docs is None else docs
         s = np.bincount(pack_ids, weights=padded, minlength=npk) / np.maximum(cp, 1)  # local tokens per rank
 
-        gemm_fwd, cast_fwd, cast_bwd = compute.gemm_terms(st, s)
+        gemm_fwd, cast_fwd, cast_bwd, head_fwd, head_bwd, emb_fwd, emb_bwd = compute.token_terms(st, s)
         gemm_bwd = compute.gemm_bwd_factor(st) * gemm_fwd
         attn_fwd = np.bincount(pack_ids, weights=t_fwd_doc, minlength=npk)  # each pack's documents, summed
         attn_bwd = np.bincount(pack_ids, weights=t_bwd_doc, minlength=npk)
@@ -203,7 +203,6 @@ class CostModel:
         gpu_fwd = gemm_fwd + attn_fwd + cp_fwd + tp_fwd + ew_fwd + cast_fwd
         gpu_bwd = gemm_bwd + attn_bwd + cp_bwd + tp_bwd + ew_bwd + cast_bwd + recompute
         launch_fwd, launch_bwd = fixed.launch_terms(st, cp, gpu_fwd, gpu_bwd)
-        head_fwd, head_bwd, emb_fwd, emb_bwd = compute.end_terms(st, s)
         overhead = fixed.microbatch_overhead(st, npk)
 
         sq = np.bincount(pack_ids, weights=padded * padded, minlength=npk) if st.attention == "unfused" else None
