@@ -33,6 +33,7 @@ from dcpsim.planning.space import (
     SearchSpace,
     check_candidate,
     enumerate_candidates,
+    profiles_once,
 )
 from dcpsim.run.config import RunConfig
 
@@ -338,11 +339,12 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
     if data.documents is not None and policy != "packing":
         out.reason = f"policy {policy}: fixed windows with per-document attention run with 'packing' only"
         return out
-    cands = enumerate_candidates(base, gpus, data, space, dynamic)
-    checked, counts = prune(base, cands, gpus, data, gbs, common)
-    screened = screen_all(checked, data, dynamic, keep=simulate)
-    screened = add_flag_variants(screened, data, dynamic, simulate, lambda ch: _flag_variants(
-        ch, ctx, screened=True))
+    with profiles_once():
+        cands = enumerate_candidates(base, gpus, data, space, dynamic)
+        checked, counts = prune(base, cands, gpus, data, gbs, common)
+        screened = screen_all(checked, data, dynamic, keep=simulate)
+        screened = add_flag_variants(screened, data, dynamic, simulate, lambda ch: _flag_variants(
+            ch, ctx, screened=True))
     out.counts = {k: v for k, v in counts.items() if k != "examples"} | {"fit": len(checked),
                                                                           "screened": len(screened)}
     if not screened:

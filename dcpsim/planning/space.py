@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import typing
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -390,10 +391,37 @@ def _cached_cost(cfg: RunConfig, key: tuple | None = None, dp_cp: int | None = N
             _COST_CACHE.clear()
         proto = _COST_CACHE.get(key)
         if proto is None:
-            proto = _COST_CACHE[key] = build_cost_model(cfg)
+            proto = _COST_CACHE[key] = build_cost_model(cfg, profile=_profile(cfg.hardware.gpu))
         cost = proto.derive(dp_cp=dp_cp)
         _COST_CACHE[(key, dp_cp)] = cost
     if len(_COST_BY_CFG) > 16384:
         _COST_BY_CFG.clear()
     _COST_BY_CFG[id(cfg)] = (cfg, cost)
     return cost
+
+
+_PROFILES: dict[str, Any] | None = None  # GPU name -> profile while a search runs (profiles_once)
+
+
+@contextmanager
+def profiles_once() -> Iterator[None]:
+    """Within it, the cost models built here resolve each GPU's profile once (``get_profile`` looks the name up in
+    the profile folders and stats the file each time; the profile is the same object while the file is unchanged)."""
+    global _PROFILES
+    outer = _PROFILES
+    _PROFILES = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _PROFILES = outer
+
+
+def _profile(name: str):
+    from dcpsim.hardware import get_profile
+
+    if _PROFILES is None:
+        return get_profile(name)
+    hit = _PROFILES.get(name)
+    if hit is None:
+        hit = _PROFILES[name] = get_profile(name)
+    return hit

@@ -59,12 +59,13 @@ from dcpsim.sim import (
 from dcpsim.sim.metrics import IterationColumns
 
 
-def cost_settings(cfg: RunConfig, *, dp_cp: int | None = None) -> CostSettings:
+def cost_settings(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> CostSettings:
     """The cost-model settings of ``cfg``: the one place a configuration becomes :class:`CostSettings`
-    (``dp_cp`` overrides DP×CP, the optimizer sharding)."""
+    (``dp_cp`` overrides DP×CP, the optimizer sharding; ``profile``: ``get_profile(cfg.hardware.gpu)`` already
+    resolved)."""
     p = cfg.parallel
     return CostSettings(
-        get_profile(cfg.hardware.gpu), get_model(cfg.model.name), tp=p.tp, pp=p.pp,
+        get_profile(cfg.hardware.gpu) if profile is None else profile, get_model(cfg.model.name), tp=p.tp, pp=p.pp,
         dp_cp=cfg.dp * p.cp if dp_cp is None else dp_cp, cp_comm=p.cp_comm, recompute=p.recompute,
         precision=p.precision, tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
         last_stage_layers=p.last_stage_layers, attention=p.attention, cross_entropy=p.cross_entropy,
@@ -72,10 +73,10 @@ def cost_settings(cfg: RunConfig, *, dp_cp: int | None = None) -> CostSettings:
         grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param)
 
 
-def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None) -> CostModel:
+def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> CostModel:
     """The cost model of ``cfg`` (:func:`cost_settings`); refuses a ``parallel.vp`` that does not divide every
     stage's layers."""
-    cost = CostModel(cost_settings(cfg, dp_cp=dp_cp))
+    cost = CostModel(cost_settings(cfg, dp_cp=dp_cp, profile=profile))
     check_vp_layers(cfg.parallel.vp, cost.stage_layers)
     return cost
 
