@@ -704,3 +704,27 @@ def test_token_terms_on_distinct_counts_equal_the_per_pack_terms(monkeypatch):
         for f in dc.fields(fast):
             a, b = getattr(fast, f.name), getattr(ref, f.name)
             assert np.array_equal(a, b), f.name
+
+
+def test_dynamic_first_free_is_the_lowest_free_aligned_slice():
+    """``dynamic``'s first_free (a per-size cursor over the taken ranks, moving only up) equals
+    lowest_free_slice of the free-rank bitmask while aligned blocks are taken anywhere, on power-of-two and
+    other rank counts."""
+    rng = np.random.default_rng(17)
+    for dp, cp in ((4, 4), (3, 4), (6, 2), (16, 8)):
+        layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=4096)
+        L = np.array([4000, 300, 200])
+        ctx = dyn._Ctx(L, layout, 0.05, np.lexsort((np.arange(3), -L)))
+        mb = dyn._Microbatch(ctx, 0, 0)
+        R, masks = ctx.R, dyn.align_masks_for(ctx.sizes, ctx.R)
+        for _ in range(4 * R):
+            for k, c in enumerate(ctx.size_list):
+                assert mb.first_free(k) == dyn.lowest_free_slice(mb.free, c, R, masks)
+            if not mb.n_free:
+                break
+            c = int(rng.choice(ctx.size_list))
+            starts = [s for s in range(0, R - c + 1, c) if not any(mb.used[s:s + c])]
+            if starts:
+                s = int(rng.choice(starts))
+                mb.used[s:s + c] = b"\x01" * c
+                mb.n_free -= c

@@ -34,7 +34,8 @@ Speed: the first option that keeps the maximum is found in a segment tree
 per CP size (min tokens and min load per node, creation order), so placing a
 sequence is logarithmic in the groups of the microbatch; only when every
 option raises the maximum does it scan all groups with numpy. Free aligned
-slices are found with bit operations on a Python integer, a microbatch stops
+slices are found from a per-size cursor over a table of taken ranks (ranks are
+only taken within a microbatch, so the lowest free slice only moves up), a microbatch stops
 early once even the shortest remaining sequence cannot be placed, and the
 doubling of small groups uses a heap and re-lays the groups once. The
 per-sequence tables (tokens per rank, L²/c for every size) are kept per
@@ -156,7 +157,6 @@ class _Ctx:
         self.work_u = (Lf * Lf)[:, None] / sizes[None, :]  # (n distinct, ns)
         self.tok_rows: list[list[int]] = self.tok_u.tolist()
         self.work_rows: list[list[float]] = self.work_u.tolist()
-        self.align = align_masks_for(sizes, self.R)
         self.cmax = int(sizes[-1])
 
     # per-sequence views of the tables (the reference scans in the tests read these)
@@ -361,8 +361,9 @@ class _Microbatch:
         self.g_start: list[int] = []
         self.members: list[list[int]] = []
         self.ng = 0
-        self.free = (1 << R) - 1  # bit r set: rank r free
-        self.slice_cache: list[int | None] = [None] * ctx.ns
+        self.used = bytearray(R)  # rank r taken: used[r] == 1
+        self.n_free = R
+        self.cursor = [0] * ctx.ns  # per size index: no aligned slice below it is free (free ranks only go)
         self.trees = [_SizeTree(R // c) for c in ctx.size_list]
         self.g_slot: list[int] = []  # group -> slot in its size's tree
         self.BIG = float(4 * R + 4)  # option-order key: size index * BIG + position
@@ -375,16 +376,27 @@ class _Microbatch:
         self.apply(("new", k), first)
 
     def first_free(self, k: int) -> int:
-        """Lowest free aligned slice for size index ``k`` (-1 if none), cached until the free ranks change."""
-        v = self.slice_cache[k]
-        if v is None:
-            v = lowest_free_slice(self.free, self.ctx.size_list[k], self.ctx.R, self.ctx.align)
-            self.slice_cache[k] = v
-        return v
+        """Lowest free aligned slice for size index ``k`` (-1 if none): :func:`lowest_free_slice` of the free
+        ranks. Ranks are only taken within a microbatch, so the answer only moves up: the search goes on from
+        the last one (each aligned slice of a size is passed once per microbatch)."""
+        c = self.ctx.size_list[k]
+        s, used, R = self.cursor[k], self.used, self.ctx.R
+        while s + c <= R:
+            if used[s] == 0 and (c == 1 or used.find(1, s, s + c) < 0):
+                self.cursor[k] = s
+                return s
+            s += c
+        self.cursor[k] = s
+        return -1
+
+    @property
+    def free(self) -> int:
+        """The free ranks as a bitmask (bit r set: rank r free)."""
+        return sum(1 << r for r, b in enumerate(self.used) if not b)
 
     def full_for(self, length: int) -> bool:
         """No free rank, and no group has room for ``length`` tokens even split perfectly over the largest group."""
-        if self.free:
+        if self.n_free:
             return False
         min_tok = min([t.tok[1] for t in self.trees])  # the fullest group's tokens per rank
         return length > (self.ctx.M - min_tok) * self.big
@@ -537,8 +549,8 @@ class _Microbatch:
         self.g_start.append(start)
         self.members.append([i])
         self.ng += 1
-        self.free &= ~(((1 << c) - 1) << start)
-        self.slice_cache = [None] * ctx.ns
+        self.used[start : start + c] = b"\x01" * c
+        self.n_free -= c
         if c > self.big:
             self.big = c
         tree = self.trees[kk]
