@@ -364,11 +364,13 @@ def megatron_module_scale() -> tuple[float, str]:
     return r, src
 
 
-def host_values() -> tuple[dict[str, float], dict[str, str]]:
-    """x86 host costs from the measured host.json, each with its derivation (seconds)."""
+def host_values(host_json: Path = HOST_JSON, measured: str = HOST_MEASURED) -> tuple[dict[str, float], dict[str, str]]:
+    """x86 host costs from a measured host JSON (``dcpsim.profiling.host``; default the shipped profiles' host.json),
+    each with its derivation (seconds); ``measured`` names that measurement (device, date, versions, file) in
+    every source string."""
     import json
 
-    h = json.loads(HOST_JSON.read_text())
+    h = json.loads(Path(host_json).read_text())
     k, c, t = h["kernels"], h["collectives"], h["tiny_gpt"]
     fwd_k, fb_k = k["block_fwd_kernels"], k["block_fwd_bwd_kernels"]
     fwd, fb = k["block_fwd_host_s"]["median_s"], k["block_fwd_bwd_host_s"]["median_s"]
@@ -399,30 +401,30 @@ def host_values() -> tuple[dict[str, float], dict[str, str]]:
     src = {
         "layer_fwd_s": f"one GPT block's forward issue on the host ({fwd * 1e6:.0f} us, {fwd_k} kernels: LayerNorm, "
                        "QKV, SDPA, projection, residual, LayerNorm, two MLP Linears, GELU, residual), module Python "
-                       "included; the base layer's forward whatever kernels a framework fuses it into; " + HOST_MEASURED,
+                       "included; the base layer's forward whatever kernels a framework fuses it into; " + measured,
         "layer_bwd_s": f"one GPT block's forward+backward issue less its forward ({fb * 1e6:.0f} - {fwd * 1e6:.0f} us, "
-                       f"{fb_k - fwd_k} backward kernels), autograd engine included; " + HOST_MEASURED,
+                       f"{fb_k - fwd_k} backward kernels), autograd engine included; " + measured,
         "kernel_fwd_s": f"one GPT block's forward issue on the host over its kernels ({fwd * 1e6:.0f} us / {fwd_k}), "
-                        "module Python included: the price of each kernel beyond the base layer's; " + HOST_MEASURED,
+                        "module Python included: the price of each kernel beyond the base layer's; " + measured,
         "kernel_bwd_s": f"(block forward+backward issue - forward issue) / backward kernels (({fb * 1e6:.0f} - "
-                        f"{fwd * 1e6:.0f}) us / {fb_k - fwd_k}), autograd engine included; " + HOST_MEASURED,
-        "kernel_launch_s": "enqueue of one tiny kernel (in-place add) in a loop; " + HOST_MEASURED,
-        "module_call_s": f"one nn.Linear forward call ({linear * 1e6:.1f} us) less one kernel enqueue; " + HOST_MEASURED,
+                        f"{fwd * 1e6:.0f}) us / {fb_k - fwd_k}), autograd engine included; " + measured,
+        "kernel_launch_s": "enqueue of one tiny kernel (in-place add) in a loop; " + measured,
+        "module_call_s": f"one nn.Linear forward call ({linear * 1e6:.1f} us) less one kernel enqueue; " + measured,
         "collective_call_s": "mean host time of one NCCL all-reduce / all-gather / reduce-scatter / broadcast call "
                              f"({', '.join(f'{x * 1e6:.0f}' for x in colls)} us) in a one-rank group (call path, not "
-                             "wire); " + HOST_MEASURED,
-        "sync_s": "torch.cuda.synchronize() on an idle queue; " + HOST_MEASURED,
+                             "wire); " + measured,
+        "sync_s": "torch.cuda.synchronize() on an idle queue; " + measured,
         "microbatch_s": f"derived: the tiny GPT's microbatch issue ({t['micro_issue_host_s']['median_s'] * 1e3:.1f} ms, "
                         f"{per_micro} kernels) less its {layers} blocks' issue and its {outside} other kernels at the "
                         "block's mean host cost per kernel (loss.backward() entry, embedding/output Python); "
-                        + HOST_MEASURED,
+                        + measured,
         "param_tensor_s": f"fused Adam step host time ({t['optimizer_step_host_s']['median_s'] * 1e3:.2f} ms) over the "
-                          f"tiny GPT's {tensors} parameter tensors; " + HOST_MEASURED,
+                          f"tiny GPT's {tensors} parameter tensors; " + measured,
         "step_s": "0: not measured (Megatron's training-loop and logging Python per step is unpriced beyond the "
                   "syncs, norms and calls the flags add)",
-        "graph_replay_s": "assumed one launch call (the kernel enqueue above); " + HOST_MEASURED,
+        "graph_replay_s": "assumed one launch call (the kernel enqueue above); " + measured,
         "graph_kernel_s": f"host launch of one CUDA graph holding a whole microbatch ({graph * 1e3:.3f} ms) per "
-                          f"captured kernel ({per_micro}); " + HOST_MEASURED,
+                          f"captured kernel ({per_micro}); " + measured,
     }
     scale, how = megatron_module_scale()
     for key in HOST_SCALED:
