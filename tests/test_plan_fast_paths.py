@@ -56,17 +56,29 @@ def test_light_config_is_with_updates(policy):
 def test_bounded_screen_finds_what_the_full_screen_finds(monkeypatch, gpus, policy, gpu):
     """The screen cut by its lower bound simulates the same layouts as screening every candidate (the same
     rows); the vectorised sync tail equals the per-stage rules on every screened candidate; the host
-    timeline never makes a stage faster than its device time and the sync tail is never negative (what the
-    two bounds assume)."""
+    timeline never makes a rank faster than its device time (its periods skipped or not: the same time) and the
+    sync tail is never negative (what the two bounds assume)."""
     import dcpsim.planning.screen as screen_mod
     import dcpsim.planning.search as search_mod
+    import dcpsim.planning.timeline as timeline_mod
 
-    host_s = screen_mod.with_host_s
+    busy_s, rank_ops = screen_mod.rank_busy_s, screen_mod.rank_ops
+    device_of: dict[int, tuple] = {}  # id of a layout's ranks -> (those ranks, its device stage times)
 
-    def checked_host_s(cfg, cost, device, mb, mbs):
-        stage = host_s(cfg, cost, device, mb, mbs)
-        assert (stage >= device * (1 - 1e-12)).all()
-        return stage
+    def checked_rank_ops(cfg, cost, mb, mbs):
+        ranks = rank_ops(cfg, cost, mb, mbs)
+        if ranks is not None:
+            device_of[id(ranks)] = (ranks, screen_mod.stage_times_s(cost, mb))
+        return ranks
+
+    def checked_busy_s(ranks, m):
+        busy = busy_s(ranks, m)
+        held, device = device_of[id(ranks)]
+        assert held is ranks and (busy >= m * device * (1 - 1e-12)).all()
+        monkeypatch.setattr(timeline_mod, "SKIP_RANK_PERIODS", False)  # the skipped periods equal every op run
+        assert busy == pytest.approx(busy_s(ranks, m), rel=1e-12, abs=0.0)
+        monkeypatch.setattr(timeline_mod, "SKIP_RANK_PERIODS", True)
+        return busy
 
     tail_s = screen_mod.sync_tail_s
 
@@ -76,7 +88,8 @@ def test_bounded_screen_finds_what_the_full_screen_finds(monkeypatch, gpus, poli
         return tail
 
     monkeypatch.setattr(screen_mod, "_CHECK_SCALAR", True)
-    monkeypatch.setattr(screen_mod, "with_host_s", checked_host_s)
+    monkeypatch.setattr(screen_mod, "rank_ops", checked_rank_ops)
+    monkeypatch.setattr(screen_mod, "rank_busy_s", checked_busy_s)
     monkeypatch.setattr(screen_mod, "sync_tail_s", checked_tail_s)
     monkeypatch.setattr(screen_mod, "SCREEN_MEMO", False)  # every candidate priced here (the checks run)
     data = make_data_spec(seq_len=4096, gbs=256)
@@ -357,11 +370,13 @@ def test_enumeration_memo_is_the_enumeration():
         assert list(space_mod.enumerate_candidates(base, gpus, data, space, False)) == got and got
 
 
-def test_vectorised_host_timeline_is_the_loop():
-    """The screen's stage times with the host timeline, every rank at once (and the host side memoised across
-    micro-batch sizes), are the per-op loop's floats, interleaved or not, with every sync flag."""
+def test_memoised_host_side_is_host_ops():
+    """The screen's host side of a layout's ops, memoised across micro-batch sizes, is host_ops' own of the
+    simulator's pass shape, interleaved or not, with every sync flag (per-op timers, p2p not overlapped)."""
     import dcpsim.planning.screen as screen_mod
-    from dcpsim.planning.space import _cached_cost
+    import dcpsim.planning.timeline as timeline_mod
+    from dcpsim.cost.host import StepFlags, host_ops
+    from dcpsim.sim.durations import pass_shape
 
     data = make_data_spec(seq_len=4096, gbs=256)
     for upd in ({"parallel.pp": 4, "parallel.vp": 4}, {"parallel.pp": 8, "parallel.tp": 2},
@@ -371,8 +386,18 @@ def test_vectorised_host_timeline_is_the_loop():
             cfg = RunConfig().with_updates({"model.name": "llama2-7b", "hardware.gpu": "h100-sxm", "cluster.gpus": 64,
                                             "workload.name": "fixed", "workload.seq_len": 4096, "workload.gbs": 256,
                                             "parallel.cp": 1, "parallel.mbs": mbs, **upd})
-            cost, mb, device, _ = screen_mod._device_stages(cfg, data, mbs)
-            got = screen_mod.with_host_s(cfg, cost, device, mb, mbs)
-            want = screen_mod._with_host_loop(cfg, cost, device, mb, mbs)
-            assert got.tolist() == want.tolist(), upd
-            assert _cached_cost(cfg) is cost
+            cost, mb, _, _ = screen_mod._device_stages(cfg, data, mbs)
+            got = timeline_mod._host_ops(cfg, cost, mbs)
+            p = cfg.parallel
+            want = host_ops(pass_shape(cost, p.vp, np.array([p.cp]), n_seqs=np.array([mbs])), cost.profile.host,
+                            StepFlags.from_settings(cfg.step))
+            for name in ("host_s", "kernels", "sync_before", "sync_after", "sync_s"):
+                assert np.array_equal(getattr(got, name), getattr(want, name)), (upd, mbs, name)
+            ranks = screen_mod.rank_ops(cfg, cost, mb, mbs)
+            dev = timeline_mod.chunk_device_s(cost, mb, p.vp)
+            for r in range(p.pp):
+                for c in range(p.vp):
+                    s = c * p.pp + r
+                    for way, ops in ((0, ranks.fwd), (1, ranks.bwd)):
+                        assert ops[r][c] == ((want.host_s[s, way, 0], want.kernels[s, way, 0],
+                                              want.sync_before[s, way, 0], want.sync_after[s, way, 0]), dev[s, way])

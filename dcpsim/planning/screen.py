@@ -4,13 +4,16 @@ It uses the simulator's own pieces (the cost model's microbatch cost and the
 gradient-sync cost the simulator would use) and replaces the event
 simulation by a formula:
 
-* fixed windows: every microbatch costs the same ``t`` per stage (forward,
-  backward, recompute, exposed TP/CP communication); with ``m`` microbatches
-  per replica and the output layer ``h`` per microbatch on the last stage,
-  ``T = m·max_p t_p + (PP−1)/VP·mean_p t_p + 2·(PP·VP−1)·x + sync`` with ``t_p`` stage ``p``'s
-  forward + backward (its layers, the per-microbatch overhead, the embedding on the first stage and
-  the output layer ``h`` on the last) and ``x`` one activation transfer between stages (within 1% of
-  the event simulation of equal microbatches; tested);
+* fixed windows: every microbatch costs the same per op (forward, backward, recompute, exposed TP/CP
+  communication); with ``m`` microbatches per replica,
+  ``T = max_p R_p(m) + (PP−1)/VP·mean_p c_p + 2·(PP·VP−1)·x + sync``. ``R_p(m)`` is rank ``p``'s own
+  timeline, every pipeline input taken as ready: its ops in the schedule's order under the simulator's
+  host/device rule (:func:`rank_busy_s`; ``m·t_p`` with ``t_p`` the device's forward + backward of stage
+  ``p`` -- its layers, the per-microbatch overhead, the embedding on the first stage and the output layer on
+  the last -- without a host timeline). ``c_p`` is what one microbatch's ops add to the pipeline's fill and
+  drain (:func:`bubble_stage_s`: the device's time, but the host's too where the op waits for a sync before
+  it) and ``x`` one activation transfer between stages (within 1% of the event simulation of equal
+  microbatches; tested);
 * variable lengths: per-sequence time on its CP group (attention exact, the
   rest linear in tokens at the layout's tokens per rank), summed over the
   batch and spread over the DP×CP ranks of a stage (``W``), with
@@ -25,7 +28,7 @@ The screen only orders candidates; the survivors are simulated
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -33,6 +36,7 @@ from dcpsim.padding import pad_multiple
 from dcpsim.planning.configs import cost_key, section_key
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.planning.space import _cached_cost
+from dcpsim.planning.timeline import RankOps, bubble_stage_s, rank_busy_s, rank_ops
 from dcpsim.run.config import RunConfig
 
 _SYNC_CACHE: dict[tuple, Any] = {}
@@ -166,7 +170,8 @@ def _device_stages(cfg: RunConfig, data: DataSpec, mbs: int):
 SCREEN_MEMO = True  # tests: False screens every candidate from scratch (the reference the memo is compared with)
 _LAYOUT_KEYS: dict[int, tuple[RunConfig, tuple]] = {}
 _DEVICE_MAX: dict[tuple, float] = {}
-_STAGES: dict[tuple, tuple[float, float, float, float, float]] = {}
+_STAGES: dict[tuple, _Layout] = {}
+_BUSY: dict[tuple, float] = {}  # (layout, microbatches) -> the busiest rank's timeline
 _SCREENS: dict[tuple, dict[str, float]] = {}
 MEMO_MAX = 65536  # entries per memo before it is emptied
 
@@ -195,8 +200,9 @@ def _memo_put(memo: dict, key: tuple, value):
 
 def fixed_lower_bound_s(cfg: RunConfig, data: DataSpec, mbs: int) -> float:
     """A lower bound of :func:`screen_fixed`'s time (seconds): the device's compute term, ``m`` x the largest
-    device stage time -- the host timeline only adds to a stage (:func:`with_host_s`: every op costs at least
-    its device time), and the bubble and the sync tail are never negative. Neither the host nor the sync
+    device stage time -- the host timeline only adds to a rank's time (:func:`rank_busy_s`: the device runs
+    every op for at least its device time, one after the other), and the bubble and the sync tail are never
+    negative. Neither the host nor the sync
     model is evaluated: the search's cheap first pass."""
     if not SCREEN_MEMO:
         _, _, device, m = _device_stages(cfg, data, mbs)
@@ -218,38 +224,53 @@ def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
     hit = _SCREENS.get(key)
     if hit is None:
         st = _stage_parts(cfg, data, mbs, lk)
-        hit = _memo_put(_SCREENS, key, _fixed_time(cfg, _cached_cost(cfg), max(1, data.gbs // (cfg.dp * mbs)), *st))
+        hit = _memo_put(_SCREENS, key, _fixed_time(cfg, _cached_cost(cfg), max(1, data.gbs // (cfg.dp * mbs)), st, lk))
     return dict(hit)
 
 
-def _stage_parts(cfg: RunConfig, data: DataSpec, mbs: int, lk: tuple | None = None) -> tuple[float, ...]:
-    """A layout's (largest stage, mean stage -- host timeline included --, pipeline transfer, the largest stage's
-    forward and backward), seconds; memoised by :func:`_layout_key` (``lk``) unless :data:`SCREEN_MEMO` is off."""
+def _stage_parts(cfg: RunConfig, data: DataSpec, mbs: int, lk: tuple | None = None) -> _Layout:
+    """A layout's parts of the screen (:class:`_Layout`: the ranks' ops, the device stages, the bubble's mean
+    stage, the pipeline transfer, the largest stage's forward and backward), seconds; memoised by
+    :func:`_layout_key` (``lk``) unless :data:`SCREEN_MEMO` is off."""
     st = _STAGES.get(lk) if lk is not None else None
     if st is None:
         cost, mb, device, _ = _device_stages(cfg, data, mbs)
-        stage = with_host_s(cfg, cost, device, mb, mbs)
+        ranks = rank_ops(cfg, cost, mb, mbs)
+        chain = device if ranks is None else bubble_stage_s(ranks)
         x = pipeline_transfer_s(cfg, cost, mbs * int(data.seq_len) / cfg.parallel.cp)
-        st = (float(stage.max()), float(stage.mean()), x, mb["fwd"], mb["bwd"])
+        st = _Layout(ranks, float(device.max()), float(chain.mean()), x, mb["fwd"], mb["bwd"])
         if lk is not None:
             _memo_put(_STAGES, lk, st)
     return st
 
 
-def _compute_bubble(cfg: RunConfig, m: int, stage_max: float, stage_mean: float, x: float) -> tuple[float, float]:
-    """The screen's compute (``m`` microbatches on the largest stage) and pipeline bubble, seconds."""
+def _compute_s(st: _Layout, m: int, lk: tuple | None = None) -> float:
+    """The screen's compute term of ``m`` microbatches (seconds): the busiest rank's own timeline
+    (:func:`rank_busy_s`), or ``m`` x the largest device stage without a host timeline; memoised by
+    (``lk``, ``m``)."""
+    if st.ranks is None:
+        return m * st.device_max
+    key = (lk, m) if lk is not None else None
+    hit = _BUSY.get(key) if key is not None else None
+    if hit is None:
+        hit = float(rank_busy_s(st.ranks, m).max())
+        if key is not None:
+            _memo_put(_BUSY, key, hit)
+    return hit
+
+
+def _compute_bubble(cfg: RunConfig, m: int, st: _Layout, lk: tuple | None = None) -> tuple[float, float]:
+    """The screen's compute (``m`` microbatches on the busiest rank) and pipeline bubble, seconds."""
     p = cfg.parallel
     vp = int(getattr(p, "vp", 1) or 1)
-    return m * stage_max, (p.pp - 1) / vp * stage_mean + 2.0 * (p.pp * vp - 1) * x
+    return _compute_s(st, m, lk), (p.pp - 1) / vp * st.chain_mean + 2.0 * (p.pp * vp - 1) * st.x
 
 
-def _fixed_time(cfg: RunConfig, cost, m: int, stage_max: float, stage_mean: float, x: float, fwd: float,
-                bwd: float) -> dict[str, float]:
-    """The screen's time of ``m`` microbatches from a layout's stage times (largest, mean), transfer ``x`` and
-    the largest stage's forward and backward; seconds."""
+def _fixed_time(cfg: RunConfig, cost, m: int, st: _Layout, lk: tuple | None = None) -> dict[str, float]:
+    """The screen's time of ``m`` microbatches from a layout's parts (:func:`_stage_parts`); seconds."""
     vp = int(getattr(cfg.parallel, "vp", 1) or 1)
-    compute, bubble = _compute_bubble(cfg, m, stage_max, stage_mean, x)
-    sync = sync_tail_s(cfg, cost, fwd / vp, bwd / vp, x)
+    compute, bubble = _compute_bubble(cfg, m, st, lk)
+    sync = sync_tail_s(cfg, cost, st.fwd / vp, st.bwd / vp, st.x)
     return {"time_s": compute + bubble + sync, "compute_s": compute, "bubble_s": bubble, "sync_s": sync,
             "microbatches": float(m)}
 
@@ -257,19 +278,18 @@ def _fixed_time(cfg: RunConfig, cost, m: int, stage_max: float, stage_mean: floa
 def fixed_host_bound_s(cfg: RunConfig, data: DataSpec, mbs: int) -> float:
     """A tighter lower bound of :func:`screen_fixed`'s time (seconds): its compute and bubble terms exactly (the
     host timeline included), without the sync tail, which is never negative -- the same sum the screen starts
-    from. It prices the layout's stage times (shared by every cluster size) but no gradient sync: the
-    search's second pass (:func:`dcpsim.planning.search.screen_all`)."""
+    from. It prices the layout's stage times (shared by every cluster size) and the busiest rank's timeline
+    (per microbatch count) but no gradient sync: the search's second pass
+    (:func:`dcpsim.planning.search.screen_all`)."""
     lk = _layout_key(cfg, int(data.seq_len), mbs) if SCREEN_MEMO else None
-    compute, bubble = _compute_bubble(cfg, max(1, data.gbs // (cfg.dp * mbs)), *_stage_parts(cfg, data, mbs, lk)[:3])
+    compute, bubble = _compute_bubble(cfg, max(1, data.gbs // (cfg.dp * mbs)), _stage_parts(cfg, data, mbs, lk), lk)
     return compute + bubble
 
 
 def screen_fixed_each(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
     """:func:`screen_fixed` computed from scratch for one candidate (the reference of the memoised one)."""
-    cost, mb, device, m = _device_stages(cfg, data, mbs)
-    stage = with_host_s(cfg, cost, device, mb, mbs)
-    x = pipeline_transfer_s(cfg, cost, mbs * int(data.seq_len) / cfg.parallel.cp)
-    return _fixed_time(cfg, cost, m, float(stage.max()), float(stage.mean()), x, mb["fwd"], mb["bwd"])
+    cost, _, _, m = _device_stages(cfg, data, mbs)
+    return _fixed_time(cfg, cost, m, _stage_parts(cfg, data, mbs))
 
 
 def stage_times_s(cost, mb: dict[str, float]) -> np.ndarray:
@@ -282,118 +302,15 @@ def stage_times_s(cost, mb: dict[str, float]) -> np.ndarray:
     return t
 
 
-def with_host_s(cfg: RunConfig, cost, device: np.ndarray, mb: dict[str, float],
-                mbs: int) -> np.ndarray:
-    """Stage times of one microbatch with the host timeline (:mod:`dcpsim.cost.host`), seconds per rank.
+class _Layout(NamedTuple):
+    """A layout's memoised parts of the fixed-window screen (seconds)."""
 
-    The host's cost of each op is the simulator's (:func:`dcpsim.sim.durations.pass_shape` and
-    :func:`dcpsim.cost.host.host_ops`, one group of ``mbs`` windows). Ops without a sync overlap host and
-    device (the host runs ahead: ``max(Σh, Σd)``); a synced op drains the queue, costing the wake-up plus
-    the two-machine flow shop of its ``k`` kernels, ``max(h/k + d, h + d/k)``. The device time ``device``
-    (per rank, forward + backward) is split between forward and backward as the largest stage's is.
-
-    Every rank at once: the sums run in the per-op order of :func:`_with_host_loop` (the reference, one op at a
-    time; ``np.add.accumulate`` adds left to right), so the figures are the same floats (tested).
-    """
-    host = cost.profile.host
-    if not getattr(cfg.sim, "host_timeline", True) or not host.enabled:
-        return device
-    h, k, n_sync, synced_op, sync_s, vp = _host_side(cfg, cost, mbs)
-    fb = mb["fwd"] + mb["bwd"]
-    share = np.array([mb["fwd"] / fb, mb["bwd"] / fb]) if fb > 0 else np.array([0.5, 0.5])
-    # (rank, chunk·2 + way): the device's share of each op, as the loop computes it
-    d = device[:, None] * np.tile(share, vp)[None, :] / vp
-    synced = np.add.accumulate(np.where(synced_op, n_sync * sync_s + np.maximum(h / k + d, h + d / k), 0.0), axis=1)
-    free_h = np.add.accumulate(np.where(synced_op, 0.0, h), axis=1)
-    free_d = np.add.accumulate(np.where(synced_op, 0.0, d), axis=1)
-    out = synced[:, -1] + np.maximum(free_h[:, -1], free_d[:, -1])
-    if _CHECK_SCALAR:
-        assert np.array_equal(out, _with_host_loop(cfg, cost, device, mb, mbs))
-    return out
-
-
-_HOST_SIDE: dict[tuple, tuple] = {}
-_HOST_BY_COST: dict[tuple, tuple] = {}
-
-
-def _host_side(cfg: RunConfig, cost, mbs: int) -> tuple:
-    """The host's side of a layout's ops, ``(pp, 2·vp)`` arrays in the loop's order (chunk, then forward /
-    backward): host seconds, kernels (>= 1), syncs, whether synced; the wake-up seconds and vp. Memoised by
-    what :func:`~dcpsim.cost.host.host_ops` reads (it is pure): the pass shape's fields, the host costs and the
-    step flags; ``n_seqs`` only where host_ops reads it (``thd``), ``dp_cp`` and ``cps`` only where
-    :func:`~dcpsim.cost.host.layer_pass_host` does (``test_mode_qk_checks``), so that the layouts of every
-    micro-batch size share it."""
-    from dcpsim.cost.host import StepFlags, host_ops
-    from dcpsim.sim.durations import pass_shape
-
-    p = cfg.parallel
-    vp = int(getattr(p, "vp", 1) or 1)
-    flags = StepFlags.from_settings(cfg.step)
-    # first by the cost model object (held; pass_shape reads nothing else of a layout but vp, CP and mbs)
-    near = (id(cost), vp, p.cp, mbs if flags.thd else None, flags)
-    hit = _HOST_BY_COST.get(near)
-    if hit is not None and hit[0] is cost:
-        return hit[1]
-    shape = pass_shape(cost, vp, np.array([p.cp]), n_seqs=np.array([mbs]))
-    host = cost.profile.host
-    unread = (() if flags.thd else ("n_seqs",)) + (() if flags.test_mode_qk_checks else ("dp_cp", "cps"))
-    key = (host, flags, *(None if f.name in unread else _frozen(getattr(shape, f.name)) for f in _fields(shape)))
-    hit = _HOST_SIDE.get(key)
-    if hit is None:
-        ops = host_ops(shape, host, flags)
-        pp = p.pp
-
-        def per_rank(a: np.ndarray) -> np.ndarray:  # (V, 2, 1) with V = chunk·pp + rank -> (pp, chunk·2 + way)
-            return np.ascontiguousarray(a[:, :, 0].reshape(vp, pp, 2).transpose(1, 0, 2).reshape(pp, 2 * vp))
-
-        n_sync = per_rank(ops.sync_before.astype(np.int64) + ops.sync_after.astype(np.int64))
-        hit = _memo_put(_HOST_SIDE, key, (per_rank(ops.host_s.astype(float)),
-                                          np.maximum(per_rank(ops.kernels.astype(float)), 1.0),
-                                          n_sync, n_sync != 0, ops.sync_s, vp))
-    _memo_put(_HOST_BY_COST, near, (cost, hit))
-    return hit
-
-
-def _fields(obj) -> tuple:
-    from dataclasses import fields
-
-    return fields(obj)
-
-
-def _frozen(v):
-    """A hashable form of a pass-shape field that tells values apart as the arrays' contents do."""
-    if isinstance(v, np.ndarray):
-        return (v.dtype.str, v.shape, v.tobytes())
-    return v
-
-
-def _with_host_loop(cfg: RunConfig, cost, device: np.ndarray, mb: dict[str, float], mbs: int) -> np.ndarray:
-    """:func:`with_host_s` one op at a time (the reference of its vectorised sums)."""
-    from dcpsim.cost.host import StepFlags, host_ops
-    from dcpsim.sim.durations import pass_shape
-
-    host = cost.profile.host
-    p = cfg.parallel
-    vp = int(getattr(p, "vp", 1) or 1)
-    ops = host_ops(pass_shape(cost, vp, np.array([p.cp]), n_seqs=np.array([mbs])), host,
-                   StepFlags.from_settings(cfg.step))
-    fb = mb["fwd"] + mb["bwd"]
-    share = np.array([mb["fwd"] / fb, mb["bwd"] / fb]) if fb > 0 else np.array([0.5, 0.5])
-    out = np.empty_like(device)
-    for rank in range(p.pp):
-        synced, free_h, free_d = 0.0, 0.0, 0.0
-        for c in range(vp):
-            s = c * p.pp + rank
-            for way in (0, 1):
-                h, k = float(ops.host_s[s, way, 0]), max(float(ops.kernels[s, way, 0]), 1.0)
-                d = float(device[rank]) * share[way] / vp
-                n_sync = int(ops.sync_before[s, way, 0]) + int(ops.sync_after[s, way, 0])
-                if n_sync:
-                    synced += n_sync * ops.sync_s + max(h / k + d, h + d / k)
-                else:
-                    free_h, free_d = free_h + h, free_d + d
-        out[rank] = synced + max(free_h, free_d)
-    return out
+    ranks: RankOps | None  # None: no host timeline (a stage costs its device time)
+    device_max: float  # the largest device stage time, one microbatch
+    chain_mean: float  # the mean over ranks of :func:`bubble_stage_s`
+    x: float  # one pipeline transfer
+    fwd: float  # the largest stage's forward and backward (layers and overhead), one microbatch
+    bwd: float
 
 
 def pipeline_transfer_s(cfg: RunConfig, cost, local_tokens: float) -> float:
@@ -416,7 +333,7 @@ def _microbatch_table(cfg: RunConfig, cost, L: int, combos=None) -> dict[tuple[i
     """Parts of one microbatch of ``mbs`` windows on ``cp`` ranks, largest stage (seconds), for every
     (cp, mbs) in ``combos`` (default all of MB_CP x MB_MBS) in ONE vectorised cost-model call:
     layers (forward + backward with recompute), per-microbatch overhead, embedding, output layer, and the
-    stage's forward and backward."""
+    stage's forward and backward; each of the first four per direction too (``layers_fwd``, ...)."""
     combos = list(combos or [(c, b) for c in MB_CP for b in MB_MBS if L % pad_multiple(c) == 0])
     cps = np.array([c for c, _ in combos])
     pids = np.concatenate([np.full(b, i) for i, (_, b) in enumerate(combos)])
@@ -432,6 +349,9 @@ def _microbatch_table(cfg: RunConfig, cost, L: int, combos=None) -> dict[tuple[i
     parts = {"layers": layers, "overhead": get("overhead_fwd_s") + get("overhead_bwd_s"),
              "embed": get("embed_fwd_s") + get("embed_bwd_s"), "head": get("head_fwd_s") + get("head_bwd_s"),
              "fwd": get("fwd_s"), "bwd": get("bwd_s")}
+    for way in ("fwd", "bwd"):  # each direction's parts (the ranks' ops, :func:`chunk_device_s`)
+        parts[f"layers_{way}"] = get(f"layer_{way}_s") if hasattr(bc, f"layer_{way}_s") else get(f"{way}_s")
+        parts.update({f"{k}_{way}": get(f"{k}_{way}_s") for k in ("overhead", "embed", "head")})
     return {cb: {k: float(v[i]) for k, v in parts.items()} for i, cb in enumerate(combos)}
 
 
