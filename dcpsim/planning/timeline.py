@@ -77,6 +77,8 @@ def rank_ops(cfg: RunConfig, cost, mb: dict[str, float], mbs: int) -> RankOps | 
 
 
 _HOST_OPS: dict[tuple, Any] = {}
+_HOST_BY_COST: dict[tuple, tuple] = {}
+MEMO_MAX = 4096  # entries per memo before it is emptied
 
 
 def _host_ops(cfg: RunConfig, cost, mbs: int):
@@ -84,23 +86,36 @@ def _host_ops(cfg: RunConfig, cost, mbs: int):
     shape, :func:`dcpsim.sim.durations.pass_shape`). Memoised by what host_ops reads (it is pure): the pass
     shape's fields, the host costs and the step flags; ``n_seqs`` only where host_ops reads it (``thd``),
     ``dp_cp`` and ``cps`` only where :func:`~dcpsim.cost.host.layer_pass_host` does (``test_mode_qk_checks``),
-    so that the layouts of every micro-batch size share it."""
+    so that the layouts of every micro-batch size share it; found first by the cost model object (held:
+    pass_shape reads nothing else of a layout but vp, CP and mbs)."""
     from dataclasses import fields
 
     from dcpsim.cost.host import StepFlags, host_ops
     from dcpsim.sim.durations import pass_shape
 
     p = cfg.parallel
-    shape = pass_shape(cost, int(getattr(p, "vp", 1) or 1), np.array([p.cp]), n_seqs=np.array([mbs]))
-    host, flags = cost.profile.host, StepFlags.from_settings(cfg.step)
+    vp = int(getattr(p, "vp", 1) or 1)
+    flags = StepFlags.from_settings(cfg.step)
+    near = (id(cost), vp, p.cp, mbs if flags.thd else None, flags)
+    held = _HOST_BY_COST.get(near)
+    if held is not None and held[0] is cost:
+        return held[1]
+    shape = pass_shape(cost, vp, np.array([p.cp]), n_seqs=np.array([mbs]))
+    host = cost.profile.host
     unread = (() if flags.thd else ("n_seqs",)) + (() if flags.test_mode_qk_checks else ("dp_cp", "cps"))
     key = (host, flags, *(None if f.name in unread else _frozen(getattr(shape, f.name)) for f in fields(shape)))
     hit = _HOST_OPS.get(key)
     if hit is None:
-        if len(_HOST_OPS) > 4096:
-            _HOST_OPS.clear()
-        hit = _HOST_OPS[key] = host_ops(shape, host, flags)
+        hit = _put(_HOST_OPS, key, host_ops(shape, host, flags))
+    _put(_HOST_BY_COST, near, (cost, hit))
     return hit
+
+
+def _put(memo: dict, key: tuple, value):
+    if len(memo) > MEMO_MAX:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 def _frozen(v):
