@@ -13,7 +13,6 @@ from heapq import heappop, heappush
 import numpy as np
 
 from dcpsim.policies.costs import SeqCosts
-from dcpsim.policies.dynamic import align_masks_for, lowest_free_slice
 from dcpsim.policies.plan import Group, Layout, Plan, Step
 from dcpsim.policies.solver_follow import _Follow
 
@@ -165,7 +164,6 @@ class _Placer(_Follow):
         self.choice = choice
         self.R = layout.ranks_per_stage
         self.sizes = [int(c) for c in sc.sizes]
-        self.align = align_masks_for(sc.sizes, self.R)
         self.pp = layout.pp
         self.span0 = [int(x) for x in layout.spans_network(np.zeros(len(self.sizes), dtype=np.int64), sc.sizes)]
         self.table = table
@@ -229,8 +227,9 @@ class _Placer(_Follow):
         self.g_start: list[int] = []
         self.members: list[list[int]] = []
         self.S: list[float] = []  # step times
-        self.free: list[int] = []  # per step: bit r set = rank r free
-        self.cache: list[dict[int, int]] = []  # per step: size -> lowest free aligned start
+        self.used: list[bytearray] = []  # per step: used[r] == 1 once rank r is taken
+        self.n_free: list[int] = []  # per step: ranks free
+        self.cursor: list[dict[int, int]] = []  # per step and size: no aligned slice below it is free
         self.open_steps: list[int] = []  # steps with free ranks
         self.span_rows: dict[int, list[int]] = {}  # size -> leaves-the-domain per aligned start
         # no step grows past the target height H (unless a sequence alone is taller); steps may grow
@@ -239,13 +238,18 @@ class _Placer(_Follow):
         self.buckets = _Buckets(self.sc.min_tokens().tolist())
 
     def _free_start(self, kk: int, c: int) -> int:
-        """Start of the lowest free aligned slice of ``c`` ranks on step ``kk`` (-1: none), cached until a
-        group opens on that step."""
-        fc = self.cache[kk]
-        start = fc.get(c)
-        if start is None:
-            start = fc[c] = lowest_free_slice(self.free[kk], c, self.R, self.align)
-        return start
+        """Start of the lowest free aligned slice of ``c`` ranks on step ``kk`` (-1: none). Ranks are only
+        taken, so it only moves up: the search goes on from the last answer for that size (each aligned
+        slice passed once per step and size)."""
+        cur = self.cursor[kk]
+        s, used, R = cur.get(c, 0), self.used[kk], self.R
+        while s + c <= R:
+            if used[s] == 0 and (c == 1 or used.find(1, s, s + c) < 0):
+                cur[c] = s
+                return s
+            s += c
+        cur[c] = s
+        return -1
 
     def _spans(self, start: int, c: int) -> int:
         """1 if the group of ``c`` ranks at aligned ``start`` leaves the NVLink domain, else 0 (per size, every
@@ -475,10 +479,11 @@ class _Placer(_Follow):
         if act[0] == "step":
             st = len(self.S)
             self.S.append(0.0)
-            self.free.append((1 << self.R) - 1)
-            self.cache.append({})
+            self.used.append(bytearray(self.R))
+            self.n_free.append(self.R)
+            self.cursor.append({})
             self.open_steps.append(st)
-            start = lowest_free_slice(self.free[st], c, self.R, self.align)
+            start = self._free_start(st, c)
             b = self._spans(start, c)
         else:
             _, st, start, b = act
@@ -492,9 +497,9 @@ class _Placer(_Follow):
         self.g_start.append(start)
         self.members.append([i])
         self.buckets.add(2 * k + b, st, t_new, g, self.g_room[g])
-        self.free[st] &= ~(((1 << c) - 1) << start)
-        self.cache[st] = {}
-        if not self.free[st]:
+        self.used[st][start : start + c] = b"\x01" * c
+        self.n_free[st] -= c
+        if not self.n_free[st]:
             self.open_steps.remove(st)
         return st, t_new
 
