@@ -331,43 +331,29 @@ GRACE_SRC = ("derived: the x86 value times the Grace/x86 ratio of one torch nn.L
 # TransformerLayer/SelfAttention/MLP wrappers, bias-dropout-add fusions, make_viewless_tensor, the DDP grad hooks).
 # Measured on a second lent H100 (2026-11-27): Megatron-LM's pretrain_gpt.py at d98e8a64 (the CI suite's commit),
 # local transformer impl, the CI case gpt3_mcore_tp1_pp1_..._overlap_grad_reduce_param_gather's flags on one GPU
-# (benchmarks/device/megatron_ci_1gpu.sh), 12 vs 24 layers at 8 microbatches: the step's growth per layer and
-# microbatch, against dcpsim.profiling.host's plain block (forward+backward issue) on the same machine in the same
-# session. The ratio scales the framework-Python host costs (HOST_SCALED), the part a framework's modules set;
-# the driver's launch, NCCL's call path and the sync stay as measured.
-MEGATRON_STEPS = HERE / "h100-sxm-measured" / "megatron_steps.json"
-MEGATRON_HOSTS = (HERE / "h100-sxm-measured" / "host_vm2.json", HERE / "h100-sxm-measured" / "host_vm2_repeat.json")
+# (benchmarks/device/megatron_ci_1gpu.sh), 12 vs 24 layers at 8 microbatches. The ratio is the one that makes
+# dcpsim's own step, with the [host] table rebuilt from the same machine's plain-PyTorch figures, grow by what
+# Megatron-LM's step grew per added layer (experiments/host/megatron_1gpu_check.py --solve writes
+# megatron_ratio.json): a layer priced as dcpsim prices it (the block's pass, the kernels beyond it, the per-tensor
+# step-end loops) then costs what Megatron-LM's layer measured. The ratio scales the framework-Python host costs
+# (HOST_SCALED); the driver's launch, NCCL's call path and the sync stay as measured.
+MEGATRON_RATIO = HERE / "h100-sxm-measured" / "megatron_ratio.json"
 
 
 def megatron_module_scale() -> tuple[float, str]:
-    """Megatron-LM layer host cost over the plain-PyTorch block's, measured on one machine, and its derivation."""
+    """Megatron-LM layer host cost over dcpsim's plain-PyTorch pricing of it, measured on one machine, and how."""
     import json
-    import statistics
 
-    steps = json.loads(MEGATRON_STEPS.read_text())
-    a, d = steps["timers0/a_mb8"], steps["timers0/d_mb8_24l"]
-    micro, extra_layers = 8, 12
-    per_layer = (d["median_s"] - a["median_s"]) / (extra_layers * micro)
-    lo = (d["p25_s"] - a["p75_s"]) / (extra_layers * micro)
-    hi = (d["p75_s"] - a["p25_s"]) / (extra_layers * micro)
-    blocks = [json.loads(f.read_text())["kernels"]["block_fwd_bwd_host_s"]["median_s"] for f in MEGATRON_HOSTS]
-    block = statistics.fmean(blocks)
-    r = per_layer / block
-    src = (f"x {r:.2f}: Megatron-LM's layer over the plain block, measured on one lent H100 80GB HBM3 (KVM, 16 vCPUs "
-           f"of an Intel Xeon, torch 2.11.0+cu130), 2026-11-27: pretrain_gpt.py at d98e8a64, local transformer impl, "
-           f"the CI case gpt3_mcore_tp1_pp1_..._overlap_grad_reduce_param_gather's flags on one GPU, 24 vs 12 layers "
-           f"at 8 microbatches: {d['median_s'] * 1e3:.0f} vs {a['median_s'] * 1e3:.0f} ms per step (medians of "
-           f"{d['n']} and {a['n']} steps), {per_layer * 1e3:.2f} ms per layer forward+backward (quartile range "
-           f"{lo * 1e3:.2f}-{hi * 1e3:.2f}), against the plain block's {block * 1e3:.2f} ms on the same machine "
-           f"(dcpsim.profiling.host, two runs: {', '.join(f'{b * 1e3:.2f}' for b in blocks)}); "
-           "profiles/h100-sxm-measured/megatron_steps.json, host_vm2*.json, MEASURED.md; of: ")
-    return r, src
+    m = json.loads(MEGATRON_RATIO.read_text())
+    return float(m["ratio"]), f"x {float(m['ratio']):.3f}: {m['derivation']}; of: "
 
 
-def host_values(host_json: Path = HOST_JSON, measured: str = HOST_MEASURED) -> tuple[dict[str, float], dict[str, str]]:
+def host_values(host_json: Path = HOST_JSON, measured: str = HOST_MEASURED,
+                scale: float | None = None) -> tuple[dict[str, float], dict[str, str]]:
     """x86 host costs from a measured host JSON (``dcpsim.profiling.host``; default the shipped profiles' host.json),
     each with its derivation (seconds); ``measured`` names that measurement (device, date, versions, file) in
-    every source string."""
+    every source string. ``scale``: the Megatron-LM ratio applied to the framework-Python costs (default the
+    measured one, :func:`megatron_module_scale`)."""
     import json
 
     h = json.loads(Path(host_json).read_text())
@@ -426,7 +412,10 @@ def host_values(host_json: Path = HOST_JSON, measured: str = HOST_MEASURED) -> t
         "graph_kernel_s": f"host launch of one CUDA graph holding a whole microbatch ({graph * 1e3:.3f} ms) per "
                           f"captured kernel ({per_micro}); " + measured,
     }
-    scale, how = megatron_module_scale()
+    if scale is None:
+        scale, how = megatron_module_scale()
+    else:
+        how = f"x {scale:.4g} (a candidate Megatron-LM ratio); of: "
     for key in HOST_SCALED:
         vals[key] *= scale
         src[key] = how + src[key]

@@ -138,7 +138,8 @@ def _build_module():
     return mod
 
 
-def host_profile(folder: Path, host_json: Path = HOST_VM2, base: str = BASE_PROFILE) -> Path:
+def host_profile(folder: Path, host_json: Path = HOST_VM2, base: str = BASE_PROFILE,
+                 scale: float | None = None) -> Path:
     """``base`` (a shipped x86 profile) with its ``[host]`` table rebuilt from ``host_json`` by
     ``build_public_profiles.host_values`` (the same derivation, the same Megatron-LM ratio), written under
     ``folder``; returns the profile folder. With the shipped host.json it reproduces ``base``'s table."""
@@ -148,13 +149,13 @@ def host_profile(folder: Path, host_json: Path = HOST_VM2, base: str = BASE_PROF
 
     bpp = _build_module()
     host_json = Path(host_json)
-    vals, src = bpp.host_values(host_json, VM2_MEASURED.format(name=host_json.name))
+    vals, src = bpp.host_values(host_json, VM2_MEASURED.format(name=host_json.name), scale=scale)
     prof = get_profile(base)
     if prof.host is None or prof.host.cpu != "x86":
         raise ValueError(f"{base}: an x86 profile with a [host] table expected")
     sources = {k: v for k, v in prof.sources.items() if not k.startswith("host.")}
     sources.update({f"host.{k}": v for k, v in src.items()})
-    tag = host_json.stem.replace("_", "-")
+    tag = host_json.stem.replace("_", "-") + ("" if scale is None else f"-r{scale:.6f}")
     new = replace(prof, name=f"{prof.name}-{tag}", host=HostCosts(cpu="x86", **vals), sources=sources,
                   description=f"{prof.name} with its [host] table rebuilt from {host_json.name} (build_public_profiles."
                               "host_values; experiments/host/megatron_1gpu_check.py)")
@@ -240,6 +241,53 @@ def layer_pass_slope(rows: list[dict[str, Any]], short: str = "timers0/a_mb8", l
             (by[long]["simulated_s"] - by[short]["simulated_s"]) / passes)
 
 
+def solve_ratio(folder: Path, host_json: Path = HOST_VM2, iterations: int = 6) -> dict[str, Any]:
+    """The Megatron-LM ratio ``r`` at which dcpsim's step on ``host_json``'s [host] table (x ``r``) grows per added
+    layer pass (d_mb8_24l - a_mb8, 96 passes) as Megatron-LM's measured step did: fixed-point iterations
+    ``r <- r x measured / simulated`` from 1 (the step is host-bound, so the growth is nearly proportional to r)."""
+    runs = {r.key: r for r in measured_runs()}
+    pair = [runs["timers0/a_mb8"], runs["timers0/d_mb8_24l"]]
+    reads = None
+    r, trace = 1.0, []
+    for _ in range(iterations):
+        prof = str(host_profile(folder, host_json, scale=r))
+        reads = [read_run(x.args, prof) for x in pair]
+        rows = compare(pair, [simulate(x.config) for x in reads])
+        meas, sim = layer_pass_slope(rows)
+        trace.append({"ratio": r, "simulated_per_pass_s": sim, "measured_per_pass_s": meas})
+        if abs(sim / meas - 1) < 1e-4:
+            break
+        r *= meas / sim
+    return {"host_json": Path(host_json).name, "ratio": trace[-1]["ratio"], "iterations": trace,
+            "unscaled_per_pass_s": trace[0]["simulated_per_pass_s"], "measured_per_pass_s": trace[0]["measured_per_pass_s"]}
+
+
+def write_ratio(path: Path, folder: Path) -> dict[str, Any]:
+    """Solve the ratio on both plain-PyTorch measurements of the Megatron-LM machine and write their mean, with its
+    derivation, to ``path`` (``profiles/h100-sxm-measured/megatron_ratio.json``, read by build_public_profiles)."""
+    import statistics
+
+    solved = [solve_ratio(folder, MEASURED_DIR / f) for f in ("host_vm2.json", "host_vm2_repeat.json")]
+    ratio = statistics.fmean(s["ratio"] for s in solved)
+    runs = {r.key: r for r in measured_runs()}
+    a, d = runs["timers0/a_mb8"], runs["timers0/d_mb8_24l"]
+    per = (d.median_s - a.median_s) / 96
+    derivation = (
+        "Megatron-LM's layer host cost over dcpsim's pricing of the same layer from plain-PyTorch figures, measured on "
+        "one lent H100 80GB HBM3 (KVM, 16 vCPUs of an Intel Xeon, torch 2.11.0+cu130), 2026-11-27: pretrain_gpt.py at "
+        "d98e8a64, local transformer impl, the CI case gpt3_mcore_tp1_pp1_..._overlap_grad_reduce_param_gather's "
+        f"flags on one GPU, 24 vs 12 layers at 8 microbatches, {d.median_s * 1e3:.0f} vs {a.median_s * 1e3:.0f} ms "
+        f"per step (medians of {d.n} and {a.n}): {per * 1e3:.2f} ms per added layer pass; dcpsim's step on the same "
+        "machine's plain-PyTorch [host] table (dcpsim.profiling.host: "
+        + ", ".join(f"{s['host_json']} {s['unscaled_per_pass_s'] * 1e3:.2f} ms per pass, ratio {s['ratio']:.3f}"
+                    for s in solved)
+        + f") grows by that at x {ratio:.3f} (mean); experiments/host/megatron_1gpu_check.py --solve, "
+        "profiles/h100-sxm-measured/megatron_steps.json, host_vm2*.json, megatron_ratio.json, MEASURED.md")
+    out = {"ratio": ratio, "derivation": derivation, "solved": solved}
+    Path(path).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
+    return out
+
+
 def check(profile: str, runs: list[Run]) -> tuple[list[dict[str, Any]], list[ReadRun]]:
     """Read and simulate every run on ``profile``; the compared rows and what was read."""
     read = [read_run(r.args, profile) for r in runs]
@@ -257,7 +305,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--breakdown", default="timers0/b1_mb1", help="run whose simulated step is broken down "
                     "(host vs device, dcpsim.report.host); '' for none")
     ap.add_argument("--json", default=None, help="also write the rows and statistics here (JSON)")
+    ap.add_argument("--solve", default=None, metavar="PATH", help="solve the Megatron-LM ratio (see solve_ratio) on "
+                    "host_vm2.json and host_vm2_repeat.json, write it to PATH (profiles/h100-sxm-measured/"
+                    "megatron_ratio.json) and stop")
     a = ap.parse_args(argv)
+    if a.solve:
+        with tempfile.TemporaryDirectory(prefix="dcpsim-mlm1gpu-") as tmp:
+            out = write_ratio(Path(a.solve), Path(tmp))
+        for s in out["solved"]:
+            print(f"{s['host_json']}: " + ", ".join(f"x {t['ratio']:.4f} -> {t['simulated_per_pass_s'] * 1e3:.3f} ms"
+                                                    for t in s["iterations"]))
+        print(f"ratio {out['ratio']:.4f} -> {a.solve}")
+        return 0
     runs = measured_runs()
     with tempfile.TemporaryDirectory(prefix="dcpsim-mlm1gpu-") as tmp:
         profile = str(host_profile(Path(tmp), Path(a.host_json)))
