@@ -36,7 +36,7 @@ from dcpsim.padding import pad_multiple
 from dcpsim.planning.configs import cost_key, section_key
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.planning.space import _cached_cost
-from dcpsim.planning.timeline import RankOps, bubble_stage_s, rank_busy_s, rank_ops
+from dcpsim.planning.timeline import RankOps, bubble_stage_s, busy_floor_s, rank_busy_s, rank_ops
 from dcpsim.run.config import RunConfig
 
 _SYNC_CACHE: dict[tuple, Any] = {}
@@ -238,7 +238,9 @@ def _stage_parts(cfg: RunConfig, data: DataSpec, mbs: int, lk: tuple | None = No
         ranks = rank_ops(cfg, cost, mb, mbs)
         chain = device if ranks is None else bubble_stage_s(ranks)
         x = pipeline_transfer_s(cfg, cost, mbs * int(data.seq_len) / cfg.parallel.cp)
-        st = _Layout(ranks, float(device.max()), float(chain.mean()), x, mb["fwd"], mb["bwd"])
+        dmax = float(device.max())
+        floor = dmax if ranks is None else max(dmax, busy_floor_s(ranks))
+        st = _Layout(ranks, dmax, floor, float(chain.mean()), x, mb["fwd"], mb["bwd"])
         if lk is not None:
             _memo_put(_STAGES, lk, st)
     return st
@@ -259,11 +261,16 @@ def _compute_s(st: _Layout, m: int, lk: tuple | None = None) -> float:
     return hit
 
 
+def _bubble_s(pp: int, vp: int, st: _Layout) -> float:
+    """The screen's pipeline bubble (seconds): ``(PP−1)/VP`` x the ranks' mean fill-and-drain cost of a
+    microbatch, plus the transfers."""
+    return (pp - 1) / vp * st.chain_mean + 2.0 * (pp * vp - 1) * st.x
+
+
 def _compute_bubble(cfg: RunConfig, m: int, st: _Layout, lk: tuple | None = None) -> tuple[float, float]:
     """The screen's compute (``m`` microbatches on the busiest rank) and pipeline bubble, seconds."""
     p = cfg.parallel
-    vp = int(getattr(p, "vp", 1) or 1)
-    return _compute_s(st, m, lk), (p.pp - 1) / vp * st.chain_mean + 2.0 * (p.pp * vp - 1) * st.x
+    return _compute_s(st, m, lk), _bubble_s(p.pp, int(getattr(p, "vp", 1) or 1), st)
 
 
 def _fixed_time(cfg: RunConfig, cost, m: int, st: _Layout, lk: tuple | None = None) -> dict[str, float]:
@@ -276,14 +283,16 @@ def _fixed_time(cfg: RunConfig, cost, m: int, st: _Layout, lk: tuple | None = No
 
 
 def fixed_host_bound_s(cfg: RunConfig, data: DataSpec, mbs: int) -> float:
-    """A tighter lower bound of :func:`screen_fixed`'s time (seconds): its compute and bubble terms exactly (the
-    host timeline included), without the sync tail, which is never negative -- the same sum the screen starts
-    from. It prices the layout's stage times (shared by every cluster size) and the busiest rank's timeline
-    (per microbatch count) but no gradient sync: the search's second pass
-    (:func:`dcpsim.planning.search.screen_all`)."""
+    """A tighter lower bound of :func:`screen_fixed`'s time (seconds): its bubble term exactly and a lower bound
+    of its compute term, ``m`` x the busiest rank's ``max(Σh, Σd)`` per microbatch (:func:`busy_floor_s`: its
+    host issues and its device runs every op), without the sync tail, which is never negative. It prices the
+    layout's parts (shared by every cluster size) but neither the ranks' timelines nor the gradient sync: the
+    search's second pass (:func:`dcpsim.planning.search.screen_all`)."""
     lk = _layout_key(cfg, int(data.seq_len), mbs) if SCREEN_MEMO else None
-    compute, bubble = _compute_bubble(cfg, max(1, data.gbs // (cfg.dp * mbs)), _stage_parts(cfg, data, mbs, lk), lk)
-    return compute + bubble
+    st = _stage_parts(cfg, data, mbs, lk)
+    p = cfg.parallel
+    vp = int(getattr(p, "vp", 1) or 1)
+    return max(1, data.gbs // (cfg.dp * mbs)) * st.busy_floor + _bubble_s(p.pp, vp, st)
 
 
 def screen_fixed_each(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
@@ -307,6 +316,7 @@ class _Layout(NamedTuple):
 
     ranks: RankOps | None  # None: no host timeline (a stage costs its device time)
     device_max: float  # the largest device stage time, one microbatch
+    busy_floor: float  # a lower bound of the busiest rank's timeline per microbatch (:func:`busy_floor_s`)
     chain_mean: float  # the mean over ranks of :func:`bubble_stage_s`
     x: float  # one pipeline transfer
     fwd: float  # the largest stage's forward and backward (layers and overhead), one microbatch

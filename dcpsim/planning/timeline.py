@@ -67,12 +67,14 @@ def rank_ops(cfg: RunConfig, cost, mb: dict[str, float], mbs: int) -> RankOps | 
     ops = _host_ops(cfg, cost, mbs)
     dev = chunk_device_s(cost, mb, vp)
 
-    def op(s: int, way: int) -> RankOp:
-        return ((float(ops.host_s[s, way, 0]), float(ops.kernels[s, way, 0]), bool(ops.sync_before[s, way, 0]),
-                 bool(ops.sync_after[s, way, 0])), float(dev[s, way]))
-
-    fwd = tuple(tuple(op(c * p.pp + r, 0) for c in range(vp)) for r in range(p.pp))
-    bwd = tuple(tuple(op(c * p.pp + r, 1) for c in range(vp)) for r in range(p.pp))
+    # (virtual stage, way) as Python floats and bools, then per rank its chunks (virtual stage c·pp + rank)
+    cols = [a[:, :, 0].tolist() for a in (ops.host_s.astype(float), ops.kernels.astype(float), ops.sync_before,
+                                          ops.sync_after)]
+    h, k, b, a = cols
+    d = dev.tolist()
+    per = [[((h[s][w], k[s][w], b[s][w], a[s][w]), d[s][w]) for w in (0, 1)] for s in range(len(d))]
+    fwd = tuple(tuple(per[c * p.pp + r][0] for c in range(vp)) for r in range(p.pp))
+    bwd = tuple(tuple(per[c * p.pp + r][1] for c in range(vp)) for r in range(p.pp))
     return RankOps(p.pp, vp, fwd, bwd, float(ops.sync_s))
 
 
@@ -139,6 +141,17 @@ def bubble_stage_s(ranks: RankOps) -> np.ndarray:
             t += (int(before) + int(after)) * ranks.sync_s + max(h / k + d, h + d / k) if before else d
         out[r] = t
     return out
+
+
+def busy_floor_s(ranks: RankOps) -> float:
+    """A lower bound of :func:`rank_busy_s` per microbatch (seconds): the busiest rank's ``max(Σh, Σd)`` over
+    one microbatch's ops -- its host issues every op (the host clock only moves forward, by at least each op's
+    ``h``) and its device runs every op (by at least ``d`` each)."""
+    best = 0.0
+    for r in range(ranks.pp):
+        ops = ranks.fwd[r] + ranks.bwd[r]
+        best = max(best, sum(op[0][0] for op in ops), sum(op[1] for op in ops))
+    return best
 
 
 SKIP_RANK_PERIODS = True  # tests: False runs every op of every rank (the reference the skip is compared with)
