@@ -57,7 +57,7 @@ from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError
 from dcpsim.policies.base import Policy
 from dcpsim.policies.fit import dynamic_fit, dynamic_sizes, smallest_fitting_size
-from dcpsim.policies.plan import Group, Layout, Plan, Step
+from dcpsim.policies.plan import Group, Layout, Plan, Step, groups_per_size
 
 
 def lowest_free_slice(free: int, c: int, n_ranks: int, align_masks: dict[int, int]) -> int:
@@ -107,11 +107,7 @@ class DynamicPolicy(Policy):
         while order.size:
             step, order = ctx.microbatch(order, stats)
             steps.append(step)
-        hist: dict[int, int] = {}
-        for st in steps:
-            for g in st.groups:
-                hist[g.size] = hist.get(g.size, 0) + 1
-        meta = {"microbatches": len(steps), "groups_per_size": {str(c): v for c, v in sorted(hist.items())}, **stats}
+        meta = {"microbatches": len(steps), "groups_per_size": groups_per_size(steps), **stats}
         return Plan(self.name, layout, lengths, steps, True, meta=meta)
 
 

@@ -13,6 +13,7 @@ Plans are plain data: ``to_dict``/``from_dict`` round-trip through JSON, and
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
@@ -308,6 +309,12 @@ class Plan:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
+
+
+def groups_per_size(steps: list[Step]) -> dict[str, int]:
+    """How many groups of each CP size the steps hold, sizes ascending (keys as strings, for ``Plan.meta``);
+    counted without a Python loop over the groups (a pr2959 plan at 65,536 GPUs has 105,871)."""
+    return {str(c): v for c, v in sorted(Counter(map(_SIZE, chain.from_iterable(map(_GROUPS, steps)))).items())}
 
 
 def cp_histogram_of(size: np.ndarray, counts: np.ndarray) -> dict[int, int]:

@@ -90,16 +90,13 @@ definition and checks identical plans (65,536 GPUs: ~138 s -> a few s).
 
 from __future__ import annotations
 
-import gc
-from contextlib import contextmanager
-
 import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.policies.base import Policy
 from dcpsim.policies.fit import dynamic_fit
-from dcpsim.policies.plan import Layout, Plan, Step
+from dcpsim.policies.plan import Layout, Plan, Step, groups_per_size
 from dcpsim.policies.pr2959_candidate import _Batch, _Candidate, _LongGroup
 from dcpsim.policies.pr2959_model import (
     ATTN_BWD_FACTOR,
@@ -124,23 +121,6 @@ __all__ = [
 
 GIB = 2**30
 BUCKET_TARGETS = ("mean", "iteration", "timeline")  # the code's target, and two readings of "folds in the bubble"
-
-
-@contextmanager
-def _gc_paused():
-    """Pause Python's cyclic garbage collector while a batch is planned.
-
-    The planner allocates millions of small acyclic objects (heap entries, bucket lists, groups);
-    at 65,536 GPUs the collector's full passes over them cost ~20% of the planning time and find
-    nothing (reference counting frees it all). The previous state is restored on exit.
-    """
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 # ------------------------------------------------------------------ policy
@@ -208,8 +188,7 @@ class Pr2959Policy(Policy):
         if lengths.size == 0:
             return Plan(self.name, layout, lengths, [], True, meta={"microbatches": 0})
         fwd, bwd = Pr2959Flops.from_cost(cost).stage_fwd_bwd(lengths)
-        with _gc_paused():
-            return self._plan_batch(_Batch(lengths, layout, fwd, bwd, self.max_cp), cost)
+        return self._plan_batch(_Batch(lengths, layout, fwd, bwd, self.max_cp), cost)  # gc paused (Policy.plan)
 
     def _plan_batch(self, batch: _Batch, cost) -> Plan:
         """Build and score every candidate, pick the best (the code's rule) and lay out its steps."""
@@ -251,10 +230,6 @@ class Pr2959Policy(Policy):
 
     @staticmethod
     def _meta(best: _Candidate, cands: list[_Candidate], safe: bool, steps: list[Step]) -> dict:
-        hist: dict[int, int] = {}
-        for st in steps:
-            for g in st.groups:
-                hist[g.size] = hist.get(g.size, 0) + 1
         return {
             "m": best.m,
             "microbatches": len(steps),
@@ -276,7 +251,7 @@ class Pr2959Policy(Policy):
                  "peak_memory_gib": c.peak_bytes / GIB if c.valid else None, "memory_ok": c.memory_ok}
                 for c in cands
             ],
-            "groups_per_size": {str(c): v for c, v in sorted(hist.items())},
+            "groups_per_size": groups_per_size(steps),
         }
 
 

@@ -549,19 +549,16 @@ class _Candidate:
         keep = np.sort(np.concatenate([keep, np.flatnonzero(g)[first]]))
         order = keep[np.lexsort((slot[keep], pos[keep]))]
         u, groups, members = self.batch.u, self.groups, self.members()
-        out: list[Step] = []
-        cur, last = [], 0
-        for c, s, p in zip(code[order].tolist(), slot[order].tolist(), pos[order].tolist(), strict=True):
-            if p != last:
-                out.append(Step(cur))
-                cur, last = [], p
-            if c < 0:
-                gr = groups[~c]
-                cur.append(Group(gr.start * u, gr.slots * u, list(gr.members)))
-            else:
-                cur.append(Group(s * u, u, members[c]))
-        if cur:
-            out.append(Step(cur))
+        if not order.size:
+            return []
+        ps = pos[order]
+        bounds = [0, *(np.flatnonzero(ps[1:] != ps[:-1]) + 1).tolist(), order.size]
+        codes, slots = code[order].tolist(), slot[order].tolist()
+        out: list[Step] = [Step([])] if ps[0] != 0 else []  # entries start at list index 0 (else an empty step)
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):  # one step per list index, entries by slot
+            out.append(Step([Group(s * u, u, members[c]) if c >= 0 else
+                             Group(groups[~c].start * u, groups[~c].slots * u, list(groups[~c].members))
+                             for c, s in zip(codes[a:b], slots[a:b], strict=True)]))
         return out
 
     def _realigned_steps(self) -> list[Step]:

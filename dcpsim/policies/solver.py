@@ -116,7 +116,7 @@ from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.policies.base import Policy, candidate_microbatch_counts
 from dcpsim.policies.costs import SeqCosts, evaluate_plan
 from dcpsim.policies.fit import dynamic_fit, smallest_fitting_size
-from dcpsim.policies.plan import Layout, Plan
+from dcpsim.policies.plan import Layout, Plan, groups_per_size
 from dcpsim.policies.solver_placer import _Placer, _Table
 
 
@@ -216,10 +216,6 @@ class DynamicSolverPolicy(Policy):
 
     @staticmethod
     def _meta(plan, ev, best_m, cap, cands, layout, screen) -> dict:
-        hist: dict[int, int] = {}
-        for st in plan.steps:
-            for g in st.groups:
-                hist[g.size] = hist.get(g.size, 0) + 1
         rows = []
         for c in cands:
             row = {"m": c[2]}
@@ -237,7 +233,7 @@ class DynamicSolverPolicy(Policy):
             "fits_memory": ev.fits_memory,
             "modelled_makespan_s": ev.makespan_s,
             "candidates": rows,
-            "groups_per_size": {str(c): v for c, v in sorted(hist.items())},
+            "groups_per_size": groups_per_size(plan.steps),
         }
         if screen is not None:
             meta["screen"] = screen.describe()
