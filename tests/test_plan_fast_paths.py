@@ -234,6 +234,7 @@ def test_screen_memo_is_the_per_candidate_screen(monkeypatch, step):
     for ch, (parts, bound) in zip(sample, got, strict=True):
         assert parts == screen_mod.screen_fixed_each(ch.cfg, data, ch.cand.mbs), ch.cand.label()
         assert bound == screen_mod.fixed_lower_bound_s(ch.cfg, data, ch.cand.mbs)
+        assert bound <= parts["time_s"] * (1 + 1e-12)  # a lower bound (what the bounded screen relies on)
 
 
 def test_task_groups_keep_a_gpu_type_together():
@@ -402,3 +403,38 @@ def test_memoised_host_side_is_host_ops():
                     for way, ops in ((0, ranks.fwd), (1, ranks.bwd)):
                         assert ops[r][c] == ((want.host_s[s, way, 0], want.kernels[s, way, 0],
                                               want.sync_before[s, way, 0], want.sync_after[s, way, 0]), dev[s, way])
+
+
+def test_prepared_issue_step_is_issue_one(monkeypatch):
+    """The rank timeline's op step (quotients computed once per op, input ready when the device is free) gives
+    issue_one's floats on random ops with every sync flag, and the ranks' timelines of the screen's layouts are the
+    same floats with issue_one itself; a rank's ops are the host ops' items as float()/bool() read them."""
+    import random
+
+    import dcpsim.planning.screen as screen_mod
+    import dcpsim.planning.timeline as timeline_mod
+    from dcpsim.cost.host import issue_one
+
+    rng = random.Random(3)
+    for _ in range(2000):
+        op = (rng.choice([0.0, rng.random(), 10 * rng.random()]), rng.choice([0.0, 0.5, 1.0, float(rng.randint(1, 90))]),
+              rng.random() < 0.4, rng.random() < 0.3)
+        d, hf, df, sync = rng.choice([0.0, rng.random()]), rng.random() * 5, rng.random() * 5, rng.random() * 1e-3
+        prep = timeline_mod._prepared(((op, d),))[0]
+        _, _, end, host = issue_one(hf, df, df, d, op, sync)
+        assert timeline_mod._issue_ready(hf, df, prep, sync) == (host, end)
+    data = make_data_spec(seq_len=4096, gbs=256)
+    for upd in ({"parallel.pp": 4, "parallel.vp": 4}, {"parallel.pp": 8, "parallel.tp": 2}, {"parallel.pp": 1}):
+        cfg = RunConfig().with_updates({"model.name": "llama2-7b", "hardware.gpu": "h100-sxm", "cluster.gpus": 64,
+                                        "workload.name": "fixed", "workload.seq_len": 4096, "workload.gbs": 256,
+                                        "parallel.cp": 1, **upd})
+        cost, mb, _, m = screen_mod._device_stages(cfg, data, 1)
+        ranks = screen_mod.rank_ops(cfg, cost, mb, 1)
+        ops = timeline_mod._host_ops(cfg, cost, 1)
+        (h, k, b, a), _ = ranks.bwd[0][0]
+        assert (h, k, b, a) == (float(ops.host_s[0, 1, 0]), float(ops.kernels[0, 1, 0]), bool(ops.sync_before[0, 1, 0]),
+                                bool(ops.sync_after[0, 1, 0]))
+        fast = screen_mod.rank_busy_s(ranks, m)
+        monkeypatch.setattr(timeline_mod, "FAST_ISSUE", False)
+        assert screen_mod.rank_busy_s(ranks, m).tolist() == fast.tolist(), upd
+        monkeypatch.setattr(timeline_mod, "FAST_ISSUE", True)

@@ -169,7 +169,7 @@ def _device_stages(cfg: RunConfig, data: DataSpec, mbs: int):
 # configuration (the packing and dynamic searches of one GPU type and size, the flag variants).
 SCREEN_MEMO = True  # tests: False screens every candidate from scratch (the reference the memo is compared with)
 _LAYOUT_KEYS: dict[int, tuple[RunConfig, tuple]] = {}
-_DEVICE_MAX: dict[tuple, float] = {}
+_DEVICE_MAX: dict[tuple, tuple[float, float]] = {}
 _STAGES: dict[tuple, _Layout] = {}
 _BUSY: dict[tuple, float] = {}  # (layout, microbatches) -> the busiest rank's timeline
 _SCREENS: dict[tuple, dict[str, float]] = {}
@@ -199,19 +199,30 @@ def _memo_put(memo: dict, key: tuple, value):
 
 
 def fixed_lower_bound_s(cfg: RunConfig, data: DataSpec, mbs: int) -> float:
-    """A lower bound of :func:`screen_fixed`'s time (seconds): the device's compute term, ``m`` x the largest
-    device stage time -- the host timeline only adds to a rank's time (:func:`rank_busy_s`: the device runs
-    every op for at least its device time, one after the other), and the bubble and the sync tail are never
-    negative. Neither the host nor the sync
-    model is evaluated: the search's cheap first pass."""
+    """A lower bound of :func:`screen_fixed`'s time (seconds): its compute and bubble terms with the device's times
+    alone -- ``m`` x the largest device stage time and ``(PP−1)/VP`` x the mean device stage plus the transfers --,
+    and no sync tail. The host timeline only adds to a rank's time (:func:`rank_busy_s`: the device runs every op
+    for at least its device time, one after the other) and to a stage's part of the fill and drain
+    (:func:`bubble_stage_s`: each op adds its device time or more), and the sync tail is never negative. Neither
+    the host nor the sync model is evaluated: the search's cheap first pass."""
+    m = max(1, data.gbs // (cfg.dp * mbs))
     if not SCREEN_MEMO:
-        _, _, device, m = _device_stages(cfg, data, mbs)
-        return m * float(device.max())
+        dmax, bubble = _device_bound(cfg, data, mbs)
+        return m * dmax + bubble
     key = _layout_key(cfg, int(data.seq_len), mbs)
-    dmax = _DEVICE_MAX.get(key)
-    if dmax is None:
-        dmax = _memo_put(_DEVICE_MAX, key, float(_device_stages(cfg, data, mbs)[2].max()))
-    return max(1, data.gbs // (cfg.dp * mbs)) * dmax
+    hit = _DEVICE_MAX.get(key)
+    if hit is None:
+        hit = _memo_put(_DEVICE_MAX, key, _device_bound(cfg, data, mbs))
+    return m * hit[0] + hit[1]
+
+
+def _device_bound(cfg: RunConfig, data: DataSpec, mbs: int) -> tuple[float, float]:
+    """(largest device stage, the bubble with device times alone), seconds: :func:`fixed_lower_bound_s`' parts."""
+    cost, _, device, _ = _device_stages(cfg, data, mbs)
+    p = cfg.parallel
+    vp = int(getattr(p, "vp", 1) or 1)
+    x = pipeline_transfer_s(cfg, cost, mbs * int(data.seq_len) / p.cp)
+    return float(device.max()), (p.pp - 1) / vp * float(device.mean()) + 2.0 * (p.pp * vp - 1) * x
 
 
 def screen_fixed(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float]:
@@ -329,7 +340,16 @@ def pipeline_transfer_s(cfg: RunConfig, cost, local_tokens: float) -> float:
     if p.pp * int(getattr(p, "vp", 1) or 1) <= 1:
         return 0.0
     nbytes = local_tokens * cost.model.hidden * 2.0 / p.tp
-    return float(cost.profile.collective_time_s("sendrecv", "network", np.array([nbytes]), 2)[0])
+    prof = cost.profile
+    key = (id(prof), nbytes)
+    hit = _TRANSFERS.get(key)
+    if hit is None or hit[0] is not prof:  # the profile held, so its id is not reused
+        hit = _memo_put(_TRANSFERS, key, (prof, float(prof.collective_time_s("sendrecv", "network", np.array([nbytes]),
+                                                                            2)[0])))
+    return hit[1]
+
+
+_TRANSFERS: dict[tuple, tuple] = {}
 
 
 MB_CP = (1, 2, 4, 8, 16)

@@ -10,6 +10,7 @@ ops add to the pipeline's fill and drain (:func:`bubble_stage_s`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -88,7 +89,8 @@ def _host_ops(cfg: RunConfig, cost, mbs: int):
     shape, :func:`dcpsim.sim.durations.pass_shape`). Memoised by what host_ops reads (it is pure): the pass
     shape's fields, the host costs and the step flags; ``n_seqs`` only where host_ops reads it (``thd``),
     ``dp_cp`` and ``cps`` only where :func:`~dcpsim.cost.host.layer_pass_host` does (``test_mode_qk_checks``),
-    so that the layouts of every micro-batch size share it; found first by the cost model object (held:
+    so that the layouts of every micro-batch size share it; found first by the cost model's settings (the
+    profile and model held; DP×CP left out unless the q/k checks read it, so every cluster size shares it:
     pass_shape reads nothing else of a layout but vp, CP and mbs)."""
     from dataclasses import fields
 
@@ -98,10 +100,13 @@ def _host_ops(cfg: RunConfig, cost, mbs: int):
     p = cfg.parallel
     vp = int(getattr(p, "vp", 1) or 1)
     flags = StepFlags.from_settings(cfg.step)
-    near = (id(cost), vp, p.cp, mbs if flags.thd else None, flags)
+    st = cost.settings  # pass_shape reads the cost model's settings, DP×CP only into the shape's dp_cp
+    values = tuple(getattr(st, f) for f in _setting_names(type(st))
+                   if f not in ("profile", "model") and (f != "dp_cp" or flags.test_mode_qk_checks))
+    near = (id(st.profile), id(st.model), values, vp, p.cp, mbs if flags.thd else None, flags)
     held = _HOST_BY_COST.get(near)
-    if held is not None and held[0] is cost:
-        return held[1]
+    if held is not None and held[0] is st.profile and held[1] is st.model:
+        return held[2]
     shape = pass_shape(cost, vp, np.array([p.cp]), n_seqs=np.array([mbs]))
     host = cost.profile.host
     unread = (() if flags.thd else ("n_seqs",)) + (() if flags.test_mode_qk_checks else ("dp_cp", "cps"))
@@ -109,8 +114,15 @@ def _host_ops(cfg: RunConfig, cost, mbs: int):
     hit = _HOST_OPS.get(key)
     if hit is None:
         hit = _put(_HOST_OPS, key, host_ops(shape, host, flags))
-    _put(_HOST_BY_COST, near, (cost, hit))
+    _put(_HOST_BY_COST, near, (st.profile, st.model, hit))
     return hit
+
+
+@cache
+def _setting_names(cls: type) -> tuple[str, ...]:
+    from dataclasses import fields
+
+    return tuple(f.name for f in fields(cls))
 
 
 def _put(memo: dict, key: tuple, value):
@@ -169,7 +181,6 @@ def rank_busy_s(ranks: RankOps, m: int) -> np.ndarray:
     periods move the host and device clocks by the same amounts, the remaining whole periods are added at that
     rate (:data:`SKIP_RANK_PERIODS`; equal to running every op, tested).
     """
-    from dcpsim.cost.host import issue_one
     from dcpsim.pipeline import check_microbatches, warmup_forwards
 
     pp, vp, sync_s = ranks.pp, ranks.vp, ranks.sync_s
@@ -181,14 +192,14 @@ def rank_busy_s(ranks: RankOps, m: int) -> np.ndarray:
     def chunk(j: int) -> int:  # the chunk of the j-th virtual microbatch (Megatron's table, groups of n)
         return (j // n) % vp if vp > 1 else 0
 
+    step = _issue_ready if FAST_ISSUE else _issue_ready_ref
     out = np.zeros(pp)
     for r in range(pp):
-        fwd, bwd = ranks.fwd[r], ranks.bwd[r]
+        fwd, bwd = _prepared(ranks.fwd[r]), _prepared(ranks.bwd[r])
         w = warmup_forwards(r, pp, m, vp)
         hf = df = 0.0
         for j in range(w):
-            op, d = fwd[chunk(j)]
-            _, _, df, hf = issue_one(hf, df, df, d, op, sync_s)
+            hf, df = step(hf, df, fwd[chunk(j)], sync_s)
         pairs = total - w
         marks: list[tuple[float, float]] = []  # the clocks at the last period starts
         skip = SKIP_RANK_PERIODS
@@ -205,16 +216,56 @@ def rank_busy_s(ranks: RankOps, m: int) -> np.ndarray:
                         skip = False
                         continue
                     marks.pop(0)
-            op, d = fwd[chunk(w + i)]
-            _, _, df, hf = issue_one(hf, df, df, d, op, sync_s)
-            op, d = bwd[vp - 1 - chunk(i)]
-            _, _, df, hf = issue_one(hf, df, df, d, op, sync_s)
+            hf, df = step(hf, df, fwd[chunk(w + i)], sync_s)
+            hf, df = step(hf, df, bwd[vp - 1 - chunk(i)], sync_s)
             i += 1
         for j in range(pairs, total):
-            op, d = bwd[vp - 1 - chunk(j)]
-            _, _, df, hf = issue_one(hf, df, df, d, op, sync_s)
+            hf, df = step(hf, df, bwd[vp - 1 - chunk(j)], sync_s)
         out[r] = max(hf, df)
     return out
+
+
+FAST_ISSUE = True  # tests: False steps each op with dcpsim.cost.host.issue_one itself (the reference)
+
+
+def _prepared(ops: tuple[RankOp, ...]) -> tuple[tuple, ...]:
+    """Each op as ``(host, host / k, device, device / k, sync before, sync after, op)`` with ``k`` its kernels floored
+    at 1: the quotients :func:`dcpsim.cost.host.issue_one` computes per call, computed once (the same floats)."""
+    out = []
+    for op, d in ops:
+        h, kernels, before, after = op
+        k = kernels if kernels > 1.0 else 1.0
+        out.append((h, h / k, d, d / k, before, after, op))
+    return tuple(out)
+
+
+def _issue_ready(hf: float, df: float, p: tuple, sync_s: float) -> tuple[float, float]:
+    """(host free, device free) after one prepared op (:func:`_prepared`) whose input is ready when the device is
+    free: :func:`dcpsim.cost.host.issue_one` with ``ready = device free``, its operations in its order (tested
+    equal, :data:`FAST_ISSUE`)."""
+    h, hk, d, dk, before, after, _ = p
+    if before:  # max(max(host, device), ready) with ready = device
+        H = (hf if hf >= df else df) + sync_s
+    else:
+        H = hf
+    t = H + hk
+    start = t if t > df else df
+    end = start + d
+    t = H + h + dk
+    if t > end:
+        end = t
+    host_after = H + h
+    if after:
+        host_after = (host_after if host_after >= end else end) + sync_s
+    return host_after, end
+
+
+def _issue_ready_ref(hf: float, df: float, p: tuple, sync_s: float) -> tuple[float, float]:
+    """:func:`_issue_ready` by :func:`dcpsim.cost.host.issue_one` itself (the reference)."""
+    from dcpsim.cost.host import issue_one
+
+    _, _, df2, hf2 = issue_one(hf, df, df, p[2], p[6], sync_s)
+    return hf2, df2
 
 
 def _same(a: float, b: float) -> bool:
