@@ -29,11 +29,25 @@ def peak_memory_bytes(st: CostSettings, local_tokens, sum_sq_lengths=None) -> np
     ``microbatches_in_flight``). ``sum_sq_lengths`` (Σ L² per microbatch, same shape) adds unfused
     attention's score matrices (:func:`dcpsim.model.attention_score_bytes`); ignored with flash attention."""
     s = np.asarray(local_tokens, dtype=np.float64)
-    ms = memory_settings(st)
+    ms, (m0, m1) = _terms_of(st)
     if st.attention == "unfused" and sum_sq_lengths is not None:
         return _peak_with_scores(st, s, np.asarray(sum_sq_lengths, dtype=np.float64), ms)
-    m0, m1 = _linear_terms(st.model, ms)
     return m0 + (m1 - m0) * s
+
+
+_TERMS: dict[int, tuple] = {}
+
+
+def _terms_of(st: CostSettings) -> tuple[MemorySettings, tuple[float, float]]:
+    """(:func:`memory_settings`, :func:`_linear_terms`) of ``st``, once per settings object (held; they are frozen):
+    the planner asks one layout's cost model for the memory of every micro-batch size."""
+    hit = _TERMS.get(id(st))
+    if hit is None or hit[0] is not st:
+        if len(_TERMS) > 16384:
+            _TERMS.clear()
+        ms = memory_settings(st)
+        hit = _TERMS[id(st)] = (st, ms, _linear_terms(st.model, ms))
+    return hit[1], hit[2]
 
 
 @functools.lru_cache(maxsize=4096)

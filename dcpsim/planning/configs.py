@@ -39,11 +39,10 @@ def _sections(base: RunConfig, specs: tuple[tuple[str, str], ...], values: tuple
     """The sections the updates ``specs`` ((section, field), ...) = ``values`` change, each validated by its own
     class; cached by the values (the updates every candidate of a search shares: the data, the policy, the GPU
     count)."""
-    from dcpsim.schema import parse_model
-
-    key = (id(base), specs, *_values_key(values))
-    hit = _SECTIONS.get(key)
+    key, hit = _lookup(_SECTIONS, (id(base), specs), values)
     if hit is None or hit[0] is not base:
+        from dcpsim.schema import parse_model
+
         if len(_SECTIONS) > 16384:
             _SECTIONS.clear()
         by_sec: dict[str, dict[str, Any]] = {}
@@ -87,15 +86,16 @@ def _base_sections(base: RunConfig) -> dict[str, Any]:
     return hit[1]
 
 
-def _values_key(values: tuple) -> tuple:
-    """A dict key of update values that tells them apart as ``repr`` does (``True`` from ``1``, ``1`` from
-    ``1.0``: their types are part of it); ``repr`` itself for unhashable values."""
-    key = (values, tuple(map(type, values)))
+def _lookup(memo: dict, head: tuple, values: tuple) -> tuple[tuple, Any]:
+    """(the key of update ``values`` after ``head``, its entry in ``memo`` or None). The key tells values apart as
+    ``repr`` does (``True`` from ``1``, ``1`` from ``1.0``: their types are part of it); ``repr`` itself for
+    unhashable values."""
+    key = (*head, values, tuple(map(type, values)))
     try:
-        hash(key)
-    except TypeError:
-        return (repr(values), None)
-    return key
+        return key, memo.get(key)
+    except TypeError:  # unhashable values: their repr
+        key = (*head, repr(values), None)
+        return key, memo.get(key)
 
 
 _PARALLEL: dict[tuple, Any] = {}
@@ -105,17 +105,16 @@ _PARALLEL_TOKENS: dict[int, tuple[Any, str]] = {}
 def _parallel_section(base: RunConfig, leaves: tuple[str, ...], values: tuple):
     """``base.parallel`` with the fields ``leaves`` = ``values`` validated by its class; cached by the base
     section's values and the updates (a layout's section is the same at every cluster size and policy)."""
-    from dcpsim.schema import parse_model
-
     sec = base.parallel
     tok = _PARALLEL_TOKENS.get(id(sec))
     if tok is None or tok[0] is not sec:
         if len(_PARALLEL_TOKENS) > 4096:
             _PARALLEL_TOKENS.clear()
         tok = _PARALLEL_TOKENS[id(sec)] = (sec, repr(_dump(sec)))
-    key = (tok[1], leaves, *_values_key(values))
-    hit = _PARALLEL.get(key)
+    key, hit = _lookup(_PARALLEL, (tok[1], leaves), values)
     if hit is None:
+        from dcpsim.schema import parse_model
+
         if len(_PARALLEL) > 65536:
             _PARALLEL.clear()
         hit = _PARALLEL[key] = parse_model(ParallelSection, {**_dump(sec), **dict(zip(leaves, values, strict=True))})
