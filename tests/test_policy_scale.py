@@ -21,6 +21,31 @@ from dcpsim.policies.plan import Plan
 from dcpsim.policies.static import _too_long
 
 
+def lowest_free_slice(free: int, c: int, n_ranks: int, align_masks: dict[int, int]) -> int:
+    """Start of the lowest aligned run of ``c`` free ranks in bitmask ``free`` (bit r = rank r free); -1 if none
+    (the definition the placers' cursors over taken ranks must match)."""
+    x = free
+    s = 1
+    while s < c:  # bit p stays set iff ranks p..p+2s-1 are free
+        x &= x >> s
+        s <<= 1
+    x &= align_masks[c]
+    if not x:
+        return -1
+    return (x & -x).bit_length() - 1
+
+
+def align_masks_for(sizes, n_ranks: int) -> dict[int, int]:
+    """Bitmask of the valid starts (multiples of c with start + c <= n_ranks) for every size."""
+    out = {}
+    for c in (int(x) for x in sizes):
+        m = 0
+        for s in range(0, n_ranks - c + 1, c):
+            m |= 1 << s
+        out[c] = m
+    return out
+
+
 class _ScanMicrobatch(dyn._Microbatch):
     """``dynamic``'s option choice as a scan of every group of the microbatch (the definition)."""
 
@@ -220,7 +245,7 @@ class _ScanPlacer:
         self.sc, self.layout, self.cap, self.need, self.choice, self.H = sc, layout, cap, need, choice, height
         self.R, self.pp = layout.ranks_per_stage, layout.pp
         self.sizes = [int(c) for c in sc.sizes]
-        self.align = dyn.align_masks_for(sc.sizes, self.R)
+        self.align = align_masks_for(sc.sizes, self.R)
         self.span0 = np.asarray(layout.spans_network(np.zeros(len(self.sizes), dtype=np.int64), sc.sizes), dtype=np.int64)
 
     def run(self, name, lengths):
@@ -266,7 +291,7 @@ class _ScanPlacer:
     def _new_options(self, k, trow):
         c, pp1 = self.sizes[k], self.pp - 1
         for kk in self.open_steps:
-            start = dyn.lowest_free_slice(self.free[kk], c, self.R, self.align)
+            start = lowest_free_slice(self.free[kk], c, self.R, self.align)
             if start < 0:
                 continue
             b = int(bool(self.layout.spans_network(start, c)))
@@ -299,7 +324,7 @@ class _ScanPlacer:
                 self.S.append(0.0)
                 self.free.append((1 << self.R) - 1)
                 self.open_steps.append(len(self.S) - 1)
-                st, start = len(self.S) - 1, dyn.lowest_free_slice(self.free[-1], c, self.R, self.align)
+                st, start = len(self.S) - 1, lowest_free_slice(self.free[-1], c, self.R, self.align)
                 b = int(bool(self.layout.spans_network(start, c)))
             else:
                 _, st, start, b = act
@@ -716,10 +741,10 @@ def test_dynamic_first_free_is_the_lowest_free_aligned_slice():
         L = np.array([4000, 300, 200])
         ctx = dyn._Ctx(L, layout, 0.05, np.lexsort((np.arange(3), -L)))
         mb = dyn._Microbatch(ctx, 0, 0)
-        R, masks = ctx.R, dyn.align_masks_for(ctx.sizes, ctx.R)
+        R, masks = ctx.R, align_masks_for(ctx.sizes, ctx.R)
         for _ in range(4 * R):
             for k, c in enumerate(ctx.size_list):
-                assert mb.first_free(k) == dyn.lowest_free_slice(mb.free, c, R, masks)
+                assert mb.first_free(k) == lowest_free_slice(mb.free, c, R, masks)
             if not mb.n_free:
                 break
             c = int(rng.choice(ctx.size_list))

@@ -60,30 +60,6 @@ from dcpsim.policies.fit import dynamic_fit, dynamic_sizes, smallest_fitting_siz
 from dcpsim.policies.plan import Group, Layout, Plan, Step, groups_per_size
 
 
-def lowest_free_slice(free: int, c: int, n_ranks: int, align_masks: dict[int, int]) -> int:
-    """Start of the lowest aligned run of ``c`` free ranks in bitmask ``free`` (bit r = rank r free); -1 if none."""
-    x = free
-    s = 1
-    while s < c:  # bit p stays set iff ranks p..p+2s-1 are free
-        x &= x >> s
-        s <<= 1
-    x &= align_masks[c]
-    if not x:
-        return -1
-    return (x & -x).bit_length() - 1
-
-
-def align_masks_for(sizes, n_ranks: int) -> dict[int, int]:
-    """Bitmask of the valid starts (multiples of c with start + c <= n_ranks) for every size."""
-    out = {}
-    for c in (int(x) for x in sizes):
-        m = 0
-        for s in range(0, n_ranks - c + 1, c):
-            m |= 1 << s
-        out[c] = m
-    return out
-
-
 class DynamicPolicy(Policy):
     """``dynamic``: Megatron's ``default_dynamic_cp`` (see the module docstring).
 
@@ -372,8 +348,8 @@ class _Microbatch:
         self.apply(("new", k), first)
 
     def first_free(self, k: int) -> int:
-        """Lowest free aligned slice for size index ``k`` (-1 if none): :func:`lowest_free_slice` of the free
-        ranks. Ranks are only taken within a microbatch, so the answer only moves up: the search goes on from
+        """Start of the lowest aligned run of the size's ranks that are all free, for size index ``k`` (-1 if
+        none). Ranks are only taken within a microbatch, so the answer only moves up: the search goes on from
         the last one (each aligned slice of a size is passed once per microbatch)."""
         c = self.ctx.size_list[k]
         s, used, R = self.cursor[k], self.used, self.ctx.R
