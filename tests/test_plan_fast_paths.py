@@ -438,3 +438,19 @@ def test_prepared_issue_step_is_issue_one(monkeypatch):
         monkeypatch.setattr(timeline_mod, "FAST_ISSUE", False)
         assert screen_mod.rank_busy_s(ranks, m).tolist() == fast.tolist(), upd
         monkeypatch.setattr(timeline_mod, "FAST_ISSUE", True)
+
+
+def test_candidate_prune_order_is_a_cache():
+    """A candidate's cached prune order (recompute rank, layout less recompute) leaves its equality, hash and
+    replace() alone, and is what prune ordered and dominated by."""
+    import dataclasses
+
+    from dcpsim.planning.space import RECOMPUTE, Candidate
+
+    a = Candidate(tp=2, pp=4, cp=1, tokens_per_rank=4096, recompute="selective", vp=2, mbs=1, precision="bf16",
+                  flags=(("overlap_grad_sync", True),))
+    b = dataclasses.replace(a)
+    assert a.prune_order == (RECOMPUTE.index("selective"), (a.layout_key()[:-2], "bf16", a.flags))
+    assert a == b and hash(a) == hash(b)
+    c = dataclasses.replace(a, recompute="full", flags=(("overlap_grad_sync", False),))
+    assert c.prune_order == (RECOMPUTE.index("full"), (a.layout_key()[:-2], "bf16", (("overlap_grad_sync", False),)))

@@ -17,6 +17,7 @@ Only simulated numbers are reported; the screen's estimate is kept beside them (
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,8 +28,6 @@ from dcpsim.planning.configs import validated
 from dcpsim.planning.inputs import DataSpec
 from dcpsim.planning.screen import screen
 from dcpsim.planning.space import (
-    RECOMPUTE,
-    Candidate,
     Checked,
     SearchSpace,
     check_candidate,
@@ -86,9 +85,9 @@ def prune(base: RunConfig, cands, gpus: int, data: DataSpec, gbs: int,
     counts: dict[str, Any] = {"enumerated": 0, "examples": {}}
     best_mem: Checked | None = None
     fitted: set = set()
-    for cand in sorted(cands, key=lambda c: RECOMPUTE.index(c.recompute) if c.recompute in RECOMPUTE else 9):
+    for cand in sorted(cands, key=lambda c: c.prune_order[0]):
         counts["enumerated"] += 1
-        key = (cand.layout_key()[:-2], cand.precision, cand.flags)  # all but recompute
+        key = cand.prune_order[1]  # all but recompute
         if key in fitted:  # a lighter recompute of this layout fits: more recompute only adds time
             counts["dominated"] = counts.get("dominated", 0) + 1
             continue
@@ -263,7 +262,7 @@ def _flag_variants(ch: Checked, ctx: SearchContext, screened: bool) -> list[Chec
         fl = tuple((n, new.get(n, v)) for n, v in ch.cand.flags)
         if fl == ch.cand.flags or any(v not in ctx.space.flags.get(n, (True, False)) for n, v in new.items()):
             continue
-        cand = Candidate(**{**ch.cand.__dict__, "flags": fl})
+        cand = dataclasses.replace(ch.cand, flags=fl)
         v = check_candidate(ctx.base, cand, ctx.gpus, ctx.data, ctx.gbs, ctx.common)
         if v.cfg is not None:
             out.append(v)

@@ -23,7 +23,7 @@ import typing
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 from dcpsim.choices import RECOMPUTE_MODES
@@ -122,6 +122,13 @@ class Candidate:
         """Everything but the overlap flags."""
         return (self.tp, self.pp, self.vp, self.first_stage_layers, self.last_stage_layers, self.cp,
                 self.tokens_per_rank, self.recompute, self.precision)
+
+    @cached_property
+    def prune_order(self) -> tuple[int, tuple]:
+        """(the recompute mode's place in :data:`RECOMPUTE`, 9 if not there; the layout less its recompute: what
+        :func:`dcpsim.planning.search.prune` orders and dominates by), once per candidate."""
+        return (RECOMPUTE.index(self.recompute) if self.recompute in RECOMPUTE else 9,
+                (self.layout_key()[:-2], self.precision, self.flags))
 
 
 @dataclass
