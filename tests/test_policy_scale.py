@@ -463,6 +463,46 @@ def test_bulk_lpt_equals_the_scan_on_random_bins():
     assert 0 < nones < 150
 
 
+def test_bulk_lpt_with_many_bins_equals_the_scan():
+    """The bulk LPT over at least ``_LPT_BULK_MIN`` bins, where each round's bins come from the previous
+    round's order re-sorted (:func:`_resort`), gives the scan's bins: times with many ties (equal loads in
+    every round), caps that fill bins up, 64 to 300 bins."""
+    from dcpsim.policies.static import _LPT_BULK_MIN, BalancedPackingPolicy
+
+    rng = np.random.default_rng(11)
+    for _ in range(12):
+        nb = int(rng.integers(_LPT_BULK_MIN, 300))
+        n, cap = int(rng.integers(nb, 8 * nb)), int(rng.integers(200, 2000))
+        tok = rng.integers(1, 60, n)
+        t = np.where(rng.random(n) < 0.5, np.round(tok * 0.25), tok * rng.uniform(0.5, 2.0, n))
+        order = np.lexsort((np.arange(n), -t))
+        got, ref = BalancedPackingPolicy._lpt(order, t, tok, nb, cap), _lpt_scan(order, t, tok, nb, cap)
+        assert (got is None) == (ref is None)
+        if got is not None:
+            assert [[int(x) for x in b] for b in got] == [[int(x) for x in b] for b in ref]
+
+
+def test_resort_equals_the_stable_argsort():
+    """:func:`_resort` (a stable sort of the values in the previous order, runs of equal values put back in
+    index order) is ``np.argsort(x, kind="stable")`` on random values with many ties, some NaNs and -0.0,
+    whatever part of them changed since the previous order."""
+    from dcpsim.policies.static import _resort
+
+    rng = np.random.default_rng(5)
+    for _ in range(2000):
+        n = int(rng.integers(0, 200))
+        x0 = rng.integers(0, int(rng.integers(1, 30)), n) * float(rng.choice([1.0, 0.1]))
+        x = x0.copy()
+        moved = rng.random(n) < rng.random()
+        x[moved] += rng.integers(0, 5, int(moved.sum())) * float(rng.choice([1.0, 0.1, 0.37]))
+        if rng.random() < 0.1 and n:
+            x[rng.integers(0, n, 2)] = np.nan
+        if rng.random() < 0.1 and n:
+            x[rng.integers(0, n, 3)] = -0.0
+        by = np.argsort(x0, kind="stable")
+        assert (_resort(by, x) == np.argsort(x, kind="stable")).all()
+
+
 @pytest.mark.parametrize("delta", [0.05, 1.0])
 def test_dynamic_runs_of_equal_lengths_give_the_scan_plans(monkeypatch, delta):
     """``dynamic`` joining runs of equal-length sequences to one group in bulk (_Microbatch.join_run) gives the

@@ -190,13 +190,15 @@ class BalancedPackingPolicy(Policy):
         load = np.zeros(n_bins)
         room = np.full(n_bins, cap, dtype=np.int64)
         assign = np.empty(n, dtype=np.intp)
+        by_load = np.arange(n_bins)  # the bins least loaded first, ties to the lowest bin (all loads are 0)
         pos = 0
         while pos < n:
             k = min(n_bins, n - pos)
-            e = np.argsort(load, kind="stable")[:k]  # least loaded first, ties to the lowest bin
-            new = load[e] + ts[pos:pos + k]
+            e = by_load[:k]
+            le = load[e]
+            new = le + ts[pos:pos + k]
             good = room[e] >= ks[pos:pos + k]
-            good[1:] &= np.minimum.accumulate(new)[:-1] > load[e[1:]]
+            good[1:] &= np.minimum.accumulate(new)[:-1] > le[1:]
             bad = np.flatnonzero(~good)
             run = k if bad.size == 0 else int(bad[0])
             if run:
@@ -209,6 +211,8 @@ class BalancedPackingPolicy(Policy):
                 if not _lpt_heap(ts, ks, pos, load.tolist(), room.tolist(), assign):
                     return None
                 break
+            if pos < n:
+                by_load = _resort(by_load, load)
         return assign
 
     @staticmethod
@@ -296,6 +300,29 @@ def _segment_sums(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
         if c:
             seg = np.flatnonzero(counts == c)
             out[seg] = x[starts[seg][:, None] + np.arange(c)].sum(axis=1)
+    return out
+
+
+def _resort(by: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``np.argsort(x, kind="stable")`` (the indices by value, ties in index order) from ``by``, a permutation
+    that was that order for earlier values (the same permutation, faster when few values moved: numpy's stable
+    sort runs over the mostly sorted ``x[by]`` in near-linear time). Entries of equal value come out in their
+    order in ``by``, which need not be index order: runs of equal values are put back in index order."""
+    y = x[by]
+    p = np.argsort(y, kind="stable")
+    out, s = by[p], y[p]
+    if s.size and s[-1] != s[-1]:  # a NaN (sorted last, never equal to itself): the plain stable sort
+        return np.argsort(x, kind="stable")
+    eq = s[1:] == s[:-1]
+    if eq.any() and (out[1:][eq] < out[:-1][eq]).any():  # some run of equal values is out of index order
+        tie = np.zeros(s.size, dtype=bool)
+        tie[1:] = eq
+        tie[:-1] |= eq
+        pos = np.flatnonzero(tie)  # the positions in runs of equal values, runs in sorted order
+        start = np.ones(pos.size, dtype=bool)
+        start[1:] = ~eq[pos[1:] - 1]  # a run starts where its value differs from the one before
+        key = np.cumsum(start) * np.int64(s.size) + out[pos]  # (run, index): sorting keeps the runs in place
+        out[pos] = out[pos][np.argsort(key)]
     return out
 
 
