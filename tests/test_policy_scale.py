@@ -482,6 +482,30 @@ def test_bulk_lpt_with_many_bins_equals_the_scan():
             assert [[int(x) for x in b] for b in got] == [[int(x) for x in b] for b in ref]
 
 
+def test_balanced_order_and_documents_per_distinct_length_equal_the_per_sequence_ones():
+    """packing-balanced's placement order (:func:`_by_cost`: ranks of the distinct lengths' times, sorted by
+    radix) is ``np.lexsort((arange, -t))`` of the per-sequence times, and its documents' terms computed per
+    distinct length (:func:`_doc_terms`) are ``cost.doc_terms`` of the sequences in that order, bit for
+    bit: few and many distinct lengths (over ``_DISTINCT_MIN`` and over 2**16), CP 1 to 8, with and without
+    the network."""
+    from dcpsim.policies.static import _by_cost, _doc_terms
+
+    rng = np.random.default_rng(17)
+    for n, hi in ((1, 50), (300, 20), (3000, 400_000), (9000, 30_000), (80_000, 200_000)):
+        cp = 1 if n > 2**16 else int(rng.choice([1, 2, 4, 8]))  # on one rank no padding: > 2**16 distinct times
+        layout = Layout(dp=2, cp=cp, max_tokens_per_rank=65_536)
+        cost = cost_model(1, 1, layout.dp * cp)
+        lengths = rng.integers(1, hi, n)
+        sc = SeqCosts(lengths, layout, cost, [cp])
+        for span in (0, 1):
+            t = sc.time_s[0, span]
+            order = _by_cost(sc, span)
+            assert (order == np.lexsort((np.arange(n), -t))).all()
+            ref = cost.doc_terms(lengths[order], np.full(n, cp, dtype=np.int64))
+            for got, want in zip(_doc_terms(sc, order, cp, cost), ref, strict=True):
+                assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
 def test_resort_equals_the_stable_argsort():
     """:func:`_resort` (a stable sort of the values in the previous order, runs of equal values put back in
     index order) is ``np.argsort(x, kind="stable")`` on random values with many ties, some NaNs and -0.0,

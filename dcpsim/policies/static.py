@@ -136,12 +136,12 @@ class BalancedPackingPolicy(Policy):
         span = int(bool(layout.spans_network(0, layout.cp)))
         t = sc.time_s[0, span]
         tok = sc.tokens[0]
-        order = np.lexsort((np.arange(ids.size), -t))  # most expensive first, ties by id
+        order = _by_cost(sc, span)  # most expensive first, ties by id
         m0 = max(1, int(np.ceil(tok.sum() / (cap * dp))))
         # each candidate is scored on the same documents, in the same order (each bin's in placement order):
-        # their padded lengths and attention are computed once
+        # their padded lengths and attention are computed once, per distinct length
         docs_len = np.asarray(lengths, dtype=np.int64)[ids[order]]
-        docs = cost.doc_terms(docs_len, np.full(order.size, layout.cp, dtype=np.int64))
+        docs = _doc_terms(sc, order, layout.cp, cost)
         best: tuple[float, _Scored] | None = None
         tried = []
         worse = 0
@@ -236,6 +236,29 @@ class BalancedPackingPolicy(Policy):
             per[j].append(bins[b] if same else [ids_l[x] for x in bins[b]])
         cp = layout.cp
         return [Step([Group(j * cp, cp, per[j][k]) for j in range(dp)]) for k in range(m)]
+
+
+def _by_cost(sc: SeqCosts, span: int) -> np.ndarray:
+    """``np.lexsort((np.arange(n), -t))`` of the table's times ``t = sc.time_s[0, span]`` (most expensive first,
+    ties by position), the same permutation from the distinct lengths: ``t`` is ``sc.time_u[0, span]`` spread
+    by ``sc.inv``, so each sequence's rank among the distinct times (equal times, equal rank) orders the
+    sequences as ``-t`` does, and a stable sort of the ranks (16-bit where they fit: numpy sorts those by
+    radix) keeps ties by position."""
+    t_u = sc.time_u[0, span]
+    if not sc.distinct_table or sc.inv.size == 0:
+        return np.lexsort((np.arange(sc.inv.size), -sc.time_s[0, span]))
+    _, rank = np.unique(-t_u, return_inverse=True)
+    return _stable_order(rank.reshape(-1)[sc.inv], int(rank.max()) + 1)
+
+
+def _doc_terms(sc: SeqCosts, order: np.ndarray, cp: int, cost) -> tuple:
+    """``cost.doc_terms`` of the sequences in ``order`` on ``cp`` ranks each, the same numbers, computed per
+    distinct length (every term is elementwise in the length) and spread."""
+    if not sc.distinct_table or sc.inv.size == 0:
+        return cost.doc_terms(sc.lengths[order], np.full(order.size, cp, dtype=np.int64))
+    u = sc.distinct()[0]
+    sel = sc.inv[order]
+    return tuple(x[sel] for x in cost.doc_terms(u, np.full(u.size, cp, dtype=np.int64)))
 
 
 def _bins_of(order: np.ndarray, assign: np.ndarray, n_bins: int) -> list[list[int]]:
