@@ -506,6 +506,42 @@ def test_balanced_order_and_documents_per_distinct_length_equal_the_per_sequence
                 assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
+def _deal_slots_heap(cost_b, dp, m):
+    """packing-balanced's dealing, one bin at a time from a heap of (total, replica): each bin, most expensive
+    first, to the lightest replica with a free slot (ties to the lowest)."""
+    import heapq
+
+    order = np.lexsort((np.arange(cost_b.size), -cost_b))
+    heap = [(0.0, j) for j in range(dp)]
+    count = [0] * dp
+    rep, slot = np.empty(cost_b.size, dtype=np.int64), np.empty(cost_b.size, dtype=np.int64)
+    for b, c in zip(order.tolist(), cost_b[order].tolist(), strict=True):
+        total, j = heap[0]
+        rep[b], slot[b] = j, count[j]
+        count[j] += 1
+        if count[j] < m:
+            heapq.heapreplace(heap, (total + c, j))
+        else:
+            heapq.heappop(heap)
+    return rep, slot
+
+
+def test_deal_slots_equal_the_heap_dealing():
+    """Dealing bins to replicas as a bulk LPT over slots (:func:`_deal_slots`) gives each bin the replica and
+    step the heap gives it: random costs with many ties and empty bins (0.0), 1 to 300 replicas, 1 to 7 bins
+    each."""
+    from dcpsim.policies.static import _deal_slots
+
+    rng = np.random.default_rng(23)
+    for _ in range(150):
+        dp, m = int(rng.integers(1, 300)), int(rng.integers(1, 8))
+        n = dp * m
+        cost_b = np.where(rng.random(n) < 0.3, np.round(rng.uniform(0, 4, n)), rng.uniform(0, 4, n))
+        cost_b[rng.random(n) < 0.05] = 0.0
+        got, ref = _deal_slots(cost_b, dp, m), _deal_slots_heap(cost_b, dp, m)
+        assert (got[0] == ref[0]).all() and (got[1] == ref[1]).all()
+
+
 def test_resort_equals_the_stable_argsort():
     """:func:`_resort` (a stable sort of the values in the previous order, runs of equal values put back in
     index order) is ``np.argsort(x, kind="stable")`` on random values with many ties, some NaNs and -0.0,

@@ -357,20 +357,21 @@ def _stable_order(keys: np.ndarray, n: int) -> np.ndarray:
 
 def _deal_slots(cost_b: np.ndarray, dp: int, m: int) -> tuple[np.ndarray, np.ndarray]:
     """:meth:`BalancedPackingPolicy._deal`'s dealing as arrays: the replica of each bin and its place among
-    that replica's bins (its step)."""
-    order = np.lexsort((np.arange(cost_b.size), -cost_b))
-    heap = [(0.0, j) for j in range(dp)]
-    count = [0] * dp
-    rep = np.empty(cost_b.size, dtype=np.int64)
-    slot = np.empty(cost_b.size, dtype=np.int64)
-    for b, c in zip(order.tolist(), cost_b[order].tolist(), strict=True):
-        total, j = heap[0]
-        rep[b], slot[b] = j, count[j]
-        count[j] += 1
-        if count[j] < m:
-            heapq.heapreplace(heap, (total + c, j))
-        else:
-            heapq.heappop(heap)
+    that replica's bins (its step).
+
+    Dealing is the LPT of :meth:`BalancedPackingPolicy._lpt_assign` with replicas for bins: each bin, most
+    expensive first (ties by index), to the lightest replica with fewer than ``m`` bins (ties to the lowest),
+    a bin taking one of a replica's ``m`` slots; the same decisions and the same float sums, in bulk.
+    """
+    n = cost_b.size
+    order = np.lexsort((np.arange(n), -cost_b))
+    assign = BalancedPackingPolicy._lpt_assign(order, cost_b, np.ones(n, dtype=np.int64), dp, m)
+    rep = np.empty(n, dtype=np.int64)
+    slot = np.empty(n, dtype=np.int64)
+    rep[order] = assign
+    by_rep = _stable_order(assign, dp)  # positions replica by replica, each replica's in dealing order
+    counts = np.bincount(assign, minlength=dp)
+    slot[order[by_rep]] = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
     return rep, slot
 
 
