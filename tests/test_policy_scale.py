@@ -542,6 +542,22 @@ def test_deal_slots_equal_the_heap_dealing():
         assert (got[0] == ref[0]).all() and (got[1] == ref[1]).all()
 
 
+def test_distinct_ints_equal_np_unique():
+    """packing-balanced's distinct lengths by counting (:func:`_distinct_ints`) are ``np.unique(x,
+    return_index=True, return_inverse=True)``: values, first positions and inverse, dtypes included; empty,
+    zeros, repeats, and values past the counting table's bound (``np.unique`` itself)."""
+    from dcpsim.policies.static import _distinct_ints
+
+    rng = np.random.default_rng(29)
+    cases = [np.zeros(0, dtype=np.int64), np.zeros(5, dtype=np.int64), np.array([7, 3, 7, 3, 1], dtype=np.int64),
+             np.array([2**40, 5, 2**40], dtype=np.int64)]
+    cases += [rng.integers(0, int(rng.integers(1, 5000)), int(rng.integers(1, 3000))) for _ in range(60)]
+    for x in cases:
+        x = np.asarray(x, dtype=np.int64)
+        for got, want in zip(_distinct_ints(x), np.unique(x, return_index=True, return_inverse=True), strict=True):
+            assert got.dtype == want.dtype and got.shape == want.shape and (got == want).all()
+
+
 def test_resort_equals_the_stable_argsort():
     """:func:`_resort` (a stable sort of the values in the previous order, runs of equal values put back in
     index order) is ``np.argsort(x, kind="stable")`` on random values with many ties, some NaNs and -0.0,

@@ -132,7 +132,8 @@ class BalancedPackingPolicy(Policy):
     def _plan(self, lengths, layout, cost, rng) -> Plan:
         ids, dropped = _too_long(lengths, layout, self.too_long)
         dp, cap = layout.dp, layout.max_tokens_per_rank
-        sc = SeqCosts(lengths[ids], layout, cost, [layout.cp])
+        seq_len = np.asarray(lengths[ids], dtype=np.int64)
+        sc = SeqCosts(seq_len, layout, cost, [layout.cp], distinct=_distinct_ints(seq_len))
         span = int(bool(layout.spans_network(0, layout.cp)))
         t = sc.time_s[0, span]
         tok = sc.tokens[0]
@@ -236,6 +237,20 @@ class BalancedPackingPolicy(Policy):
             per[j].append(bins[b] if same else [ids_l[x] for x in bins[b]])
         cp = layout.cp
         return [Step([Group(j * cp, cp, per[j][k]) for j in range(dp)]) for k in range(m)]
+
+
+def _distinct_ints(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(x, return_index=True, return_inverse=True)`` of an int64 array, the same arrays; for
+    non-negative values below ``4·x.size + 2**20`` by counting (a table over the values: no sort), else
+    ``np.unique`` itself."""
+    n = x.size
+    if n == 0 or int(x.min()) < 0 or int(x.max()) >= 4 * n + 2**20:
+        return np.unique(x, return_index=True, return_inverse=True)
+    present = np.bincount(x) > 0
+    u = np.flatnonzero(present)
+    first = np.full(present.size, n, dtype=np.int64)
+    np.minimum.at(first, x, np.arange(n))  # each value's first position
+    return u, first[u], (np.cumsum(present) - 1)[x]
 
 
 def _by_cost(sc: SeqCosts, span: int) -> np.ndarray:
