@@ -7,7 +7,7 @@
 # Megatron-LM is not part of dcpsim: its tree is carried in .devwork/mlm (git archive d98e8a64 megatron
 # pretrain_gpt.py gpt_builders.py model_provider.py) with the dataset helpers built by megatron-core 0.19.2's
 # wheel from the same helpers.cpp (.devwork/whl). Logs come back in $OUT/logs.tgz; parse with
-# benchmarks/device/megatron_ci_1gpu_parse.py.
+# benchmarks/device/megatron_ci_1gpu_parse.py. Prepare .devwork with benchmarks/device/megatron_ci_1gpu_prepare.sh.
 set -u
 OUT=${1:?output folder}
 R=$PWD
