@@ -192,16 +192,16 @@ class BalancedPackingPolicy(Policy):
         room = np.full(n_bins, cap, dtype=np.int64)
         assign = np.empty(n, dtype=np.intp)
         by_load = np.arange(n_bins)  # the bins least loaded first, ties to the lowest bin (all loads are 0)
+        sorted_load = load.copy()  # load[by_load]
         pos = 0
         while pos < n:
             k = min(n_bins, n - pos)
             e = by_load[:k]
-            le = load[e]
+            le = sorted_load[:k]
             new = le + ts[pos:pos + k]
             good = room[e] >= ks[pos:pos + k]
             good[1:] &= np.minimum.accumulate(new)[:-1] > le[1:]
-            bad = np.flatnonzero(~good)
-            run = k if bad.size == 0 else int(bad[0])
+            run = k if good.all() else int(np.argmin(good))  # up to the first sequence that is not bulk
             if run:
                 e = e[:run]
                 assign[pos:pos + run] = e
@@ -212,8 +212,9 @@ class BalancedPackingPolicy(Policy):
                 if not _lpt_heap(ts, ks, pos, load.tolist(), room.tolist(), assign):
                     return None
                 break
-            if pos < n:
-                by_load = _resort(by_load, load)
+            if pos < n:  # load[by_load]: the run's new loads, then the others' as they were
+                y = new if run == n_bins else np.concatenate((new[:run], sorted_load[run:]))
+                by_load, sorted_load = _resort(by_load, y)
         return assign
 
     @staticmethod
@@ -341,18 +342,21 @@ def _segment_sums(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _resort(by: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """``np.argsort(x, kind="stable")`` (the indices by value, ties in index order) from ``by``, a permutation
-    that was that order for earlier values (the same permutation, faster when few values moved: numpy's stable
-    sort runs over the mostly sorted ``x[by]`` in near-linear time). Entries of equal value come out in their
-    order in ``by``, which need not be index order: runs of equal values are put back in index order."""
-    y = x[by]
+def _resort(by: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(np.argsort(x, kind="stable"), its sorted x)`` (the indices by value, ties in index order) from ``by``,
+    a permutation that was that order for earlier values, and ``y = x[by]`` (the same permutation, faster when
+    few values moved: numpy's stable sort runs over the mostly sorted ``y`` in near-linear time). Entries of
+    equal value come out in their order in ``by``, which need not be index order: runs of equal values are
+    put back in index order."""
     p = np.argsort(y, kind="stable")
     out, s = by[p], y[p]
     if s.size and s[-1] != s[-1]:  # a NaN (sorted last, never equal to itself): the plain stable sort
-        return np.argsort(x, kind="stable")
+        x = np.empty_like(y)
+        x[by] = y
+        out = np.argsort(x, kind="stable")
+        return out, x[out]
     eq = s[1:] == s[:-1]
-    if eq.any() and (out[1:][eq] < out[:-1][eq]).any():  # some run of equal values is out of index order
+    if (eq & (out[1:] < out[:-1])).any():  # some run of equal values is out of index order
         tie = np.zeros(s.size, dtype=bool)
         tie[1:] = eq
         tie[:-1] |= eq
@@ -361,7 +365,7 @@ def _resort(by: np.ndarray, x: np.ndarray) -> np.ndarray:
         start[1:] = ~eq[pos[1:] - 1]  # a run starts where its value differs from the one before
         key = np.cumsum(start) * np.int64(s.size) + out[pos]  # (run, index): sorting keeps the runs in place
         out[pos] = out[pos][np.argsort(key)]
-    return out
+    return out, s
 
 
 def _stable_order(keys: np.ndarray, n: int) -> np.ndarray:
