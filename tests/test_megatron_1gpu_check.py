@@ -110,3 +110,22 @@ def test_one_microbatch_step_is_simulated_with_its_breakdown(mc, tmp_path):
     assert out["microbatches"] == 1 and out["rank_step_s"] == pytest.approx(out["step_s"], rel=1e-9)
     assert "| F0 |" in out["table"] and "| B0 |" in out["table"] and "params norm" in out["table"]
     assert out["forward_backward_s"] + out["step_end_s"] <= out["step_s"] * (1 + 1e-9)
+
+
+def test_shipped_ratio_is_the_solve_on_the_committed_runs(mc, tmp_path):
+    """megatron_ratio.json holds, per plain-PyTorch host JSON, a ratio at which dcpsim's step grows per added layer
+    pass (d_mb8_24l - a_mb8) as Megatron-LM's measured step did, and their mean: the solve's defining equation,
+    re-simulated here on the current model. A time-model change that moves the layer's host price fails this until
+    the ratio is solved again (``megatron_1gpu_check.py --solve``)."""
+    import statistics
+
+    shipped = json.loads((mc.MEASURED_DIR / "megatron_ratio.json").read_text())
+    runs = {r.key: r for r in mc.measured_runs()}
+    pair = [runs["timers0/a_mb8"], runs["timers0/d_mb8_24l"]]
+    for s in shipped["solved"]:
+        prof = str(mc.host_profile(tmp_path / s["host_json"], mc.MEASURED_DIR / s["host_json"], scale=s["ratio"]))
+        rows = mc.compare(pair, [mc.simulate(mc.read_run(x.args, prof).config) for x in pair])
+        measured, simulated = mc.layer_pass_slope(rows)
+        assert simulated == pytest.approx(measured, rel=1e-3)
+    assert shipped["ratio"] == pytest.approx(statistics.fmean(s["ratio"] for s in shipped["solved"]), rel=1e-12)
+    assert {s["host_json"] for s in shipped["solved"]} == {"host_vm2.json", "host_vm2_repeat.json"}

@@ -17,13 +17,15 @@ refuses would be dropped and listed (:func:`read_run`); with these runs none is.
 
 Profile: the shipped ``h100-sxm`` with its ``[host]`` table rebuilt by ``profiles/build_public_profiles.py``
 ``host_values()`` from ``host_vm2.json`` -- the plain-PyTorch host figures of the SAME machine the Megatron runs
-ran on -- times the measured Megatron-LM/plain-block ratio (``megatron_module_scale()``, 1.93), instead of the
-first (faster) VM's ``host.json`` the shipped table is built from. Device tables, everything else: h100-sxm as
-shipped. Nothing is fitted here; the measured step times are only compared.
+ran on -- times the Megatron-LM ratio the shipped tables carry (``megatron_module_scale()``, read from
+``megatron_ratio.json``), instead of the first machine's ``host.json`` the shipped table is built from. Device
+tables, everything else: h100-sxm as shipped. The measured step times are only compared.
 
-In-sample: the ratio 1.93 is derived from runs ``a_mb8`` and ``d_mb8_24l`` (their step difference per layer
-pass over the plain block's) against ``host_vm2*.json``: those two rows informed the layer's host price.
-Held out: ``b1_mb1``, ``c_mb8_nosync``, ``e_h2048``, ``f_mb8_bf16`` (and the ``timers2`` rows).
+The ratio: ``--solve`` (:func:`solve_ratio`, :func:`write_ratio`) finds, on each of ``host_vm2.json`` and
+``host_vm2_repeat.json``, the ratio at which dcpsim's step grows per added layer pass as Megatron-LM's did
+(runs ``a_mb8`` and ``d_mb8_24l``: 24 vs 12 layers at 8 microbatches), and writes their mean to
+``megatron_ratio.json``. So those two rows are in-sample; held out: ``b1_mb1``, ``c_mb8_nosync``, ``e_h2048``,
+``f_mb8_bf16`` (and the ``timers2`` rows).
 Error = simulated / measured - 1 (negative: dcpsim's step is shorter).
 """
 
@@ -51,7 +53,7 @@ LAUNCHER_FLAGS = ("--no-masked-softmax-fusion", "--no-persist-layer-norm")
 # The launcher's environment the reader looks at (benchmarks/device/megatron_ci_1gpu.sh)
 LAUNCHER_ENV = {"NVTE_ALLOW_NONDETERMINISTIC_ALGO": "0", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 GPUS = 1
-# Runs whose step times derived the Megatron-LM/plain-block host ratio (build_public_profiles.megatron_module_scale)
+# Runs the Megatron-LM host ratio is solved on (solve_ratio; build_public_profiles.megatron_module_scale)
 IN_SAMPLE = ("a_mb8", "d_mb8_24l")
 CHANGES = {  # each run's change from the CI flags (benchmarks/device/megatron_ci_1gpu.sh, MEASURED.md)
     "b1_mb1": "global batch 4: one microbatch (the CI's DP8 per-rank work)",
