@@ -82,6 +82,7 @@ from typing import Any
 import numpy as np
 
 from dcpsim.choices import CUDA_GRAPH_IMPLS
+from dcpsim.cost import determinism
 from dcpsim.hardware.host import HostCosts
 
 # Kernels the step's end launches besides per-tensor loops: multi-tensor L2 norm and scale, Adam, the
@@ -262,6 +263,8 @@ class StepFlags:
     grad_accumulation_fusion: bool = True  # off: one extra add kernel per weight gradient per microbatch
     thd: bool = False  # per-microbatch metadata read on the host (Dynamic-CP's local CP size)
     dynamic_cp: bool = False  # Dynamic-CP: the scheduler's exchange of lengths before the step
+    deterministic: bool = False  # --deterministic-mode: NaN fill of every uninitialised allocation (cost/determinism.py)
+    transformer_impl: str = "transformer_engine"  # --transformer-impl: which allocations a layer fills
 
     @classmethod
     def from_settings(cls, s, **kw) -> StepFlags:
@@ -279,7 +282,9 @@ class StepFlags:
                     log_timers=bool(getattr(s, "log_timers", d.log_timers)),
                     timing_log_level=int(getattr(s, "timing_log_level", d.timing_log_level)),
                     grad_accumulation_fusion=bool(getattr(s, "grad_accumulation_fusion", d.grad_accumulation_fusion)),
-                    test_mode_qk_checks=bool(getattr(s, "test_mode_qk_checks", d.test_mode_qk_checks)))
+                    test_mode_qk_checks=bool(getattr(s, "test_mode_qk_checks", d.test_mode_qk_checks)),
+                    deterministic=bool(getattr(s, "deterministic", d.deterministic)),
+                    transformer_impl=str(getattr(s, "transformer_impl", d.transformer_impl)))
         vals.update(kw)
         return cls(**vals)
 
@@ -445,6 +450,8 @@ def layer_pass_host(shape: PassShape, host: HostCosts, flags: StepFlags):
         f_host = (kf - cf) * host.kernel_fwd_s + cf * host.collective_call_s
         b_host = (kb - cb) * host.kernel_bwd_s + cb * host.collective_call_s
     f_k, b_k = kf, kb
+    if flags.deterministic:
+        f_host, b_host, f_k, b_k = _fill_host(f_host, b_host, f_k, b_k, host, flags, graphs)
     if flags.test_mode_qk_checks and not graphs:
         # run_realtime_tests (megatron/core/transformer/attention.py at d98e8a64), every attention forward: the q/k
         # norm parameters stacked, all-gathered over the DP group and over the TP group, and each rank's copy
@@ -460,6 +467,16 @@ def layer_pass_host(shape: PassShape, host: HostCosts, flags: StepFlags):
     elif shape.recompute == "selective" and not graphs:
         b_host = b_host + host.kernel_fwd_s
     return f_host, b_host, f_k, b_k
+
+
+def _fill_host(f_host, b_host, f_k, b_k, host: HostCosts, flags: StepFlags, graphs: bool):
+    """A layer pass's host seconds and kernels with ``--deterministic-mode``'s fill kernels added
+    (:mod:`dcpsim.cost.determinism`: ``fills_per_layer`` launches at ``kernel_launch_s`` each; inside a CUDA graph
+    the fills are captured kernels, at ``graph_kernel_s``)."""
+    n_f, n_b = determinism.fills_per_layer(flags.transformer_impl)
+    each = host.graph_kernel_s if graphs else host.kernel_launch_s
+    return (f_host + determinism.fill_host_s(n_f, each), b_host + determinism.fill_host_s(n_b, each),
+            f_k + n_f, b_k + n_b)
 
 
 def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
@@ -510,6 +527,9 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
             hs[s, 0] += shape.kernels_head[0] * host.kernel_fwd_s
             hs[s, 1] += shape.kernels_head[1] * host.kernel_bwd_s
             ks[s] += np.asarray(shape.kernels_head, dtype=np.float64)[:, None]
+            if flags.deterministic:  # the logits' FP32 copy and its gradient, filled (cost/determinism.py)
+                hs[s] += determinism.fill_host_s(determinism.FILLS_HEAD, host.kernel_launch_s)[:, None]
+                ks[s] += np.asarray(determinism.FILLS_HEAD, dtype=np.float64)[:, None]
             sa[s, 0] = flags.check_nan
         if pp > 1 and (vp == 1 or not flags.overlap_p2p_comm):
             sb[s, 0] = s > 0

@@ -51,6 +51,7 @@ import numpy as np
 
 import dcpsim.cost.communication as communication
 import dcpsim.cost.compute as compute
+import dcpsim.cost.determinism as determinism
 import dcpsim.cost.fixed as fixed
 import dcpsim.cost.memory as memory
 from dcpsim.cost.breakdown import BatchCost, PackCost
@@ -193,6 +194,9 @@ class CostModel:
         cp_fwd, cp_bwd, cp_total, cp_fwd_comm = communication.cp_terms(st, s, cp, spans, attn_fwd, attn_bwd)
         tp_fwd, tp_bwd = communication.tp_terms(st, s, gemm_fwd, gemm_bwd)
         ew_fwd, ew_bwd = compute.elementwise_terms(st, s)
+        sq = np.bincount(pack_ids, weights=padded * padded, minlength=npk) if st.attention == "unfused" else None
+        if st.deterministic_fill:  # --deterministic-mode's NaN fill of uninitialised allocations (device bytes)
+            ew_fwd, ew_bwd, head_fwd, head_bwd = _with_fills(st, s, sq, ew_fwd, ew_bwd, head_fwd, head_bwd)
         if st.recompute == "full":
             recompute = gemm_fwd + attn_fwd + cp_fwd + tp_fwd + ew_fwd + cast_fwd
         elif st.recompute == "selective":
@@ -205,7 +209,6 @@ class CostModel:
         launch_fwd, launch_bwd = fixed.launch_terms(st, cp, gpu_fwd, gpu_bwd)
         overhead = fixed.microbatch_overhead(st, npk)
 
-        sq = np.bincount(pack_ids, weights=padded * padded, minlength=npk) if st.attention == "unfused" else None
         mem = self.peak_memory_bytes(s, sq)
         return BatchCost(
             local_tokens=s,
@@ -292,3 +295,11 @@ class CostModel:
             "memory_limit_bytes": self.memory_limit_bytes,
             "grad_bytes_per_param": self.grad_bytes_per_param,
         }
+
+
+def _with_fills(st: CostSettings, s, sq, ew_fwd, ew_bwd, head_fwd, head_bwd):
+    """Element-wise and head device seconds with ``--deterministic-mode``'s fills added (seconds per pack;
+    :func:`dcpsim.cost.determinism.fill_device_terms` per layer, ``fill_head_device_terms`` per microbatch)."""
+    f_f, f_b = determinism.fill_device_terms(st, s, sq)
+    h_f, h_b = determinism.fill_head_device_terms(st, s)
+    return ew_fwd + f_f, ew_bwd + f_b, head_fwd + h_f, head_bwd + h_b

@@ -65,6 +65,9 @@ class CostSettings:
     grad_bytes_per_param:
         bytes per element of the gradient buffer (memory only): 4 = FP32 (Megatron-LM's default for BF16),
         2 = BF16 (a run's ``sim.grad_reduce_bytes_per_param``).
+    deterministic_fill:
+        Megatron --deterministic-mode at d98e8a64: every uninitialised allocation is filled with NaN on the device
+        (:mod:`dcpsim.cost.determinism`; a run's ``step.deterministic``).
     """
 
     profile: HardwareProfile
@@ -83,6 +86,7 @@ class CostSettings:
     microbatches_in_flight: float | None = None
     cross_entropy: str = "fused"
     grad_bytes_per_param: float = 4.0
+    deterministic_fill: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp_cp"):
@@ -107,6 +111,7 @@ class CostSettings:
             raise ConfigError("grad_bytes_per_param", self.grad_bytes_per_param, "a positive number of bytes")
         object.__setattr__(self, "grad_bytes_per_param", float(self.grad_bytes_per_param))
         object.__setattr__(self, "tp_comm_overlap", bool(self.tp_comm_overlap))
+        object.__setattr__(self, "deterministic_fill", bool(self.deterministic_fill))
         if self.memory_limit_bytes is not None:
             if not float(self.memory_limit_bytes) > 0:
                 raise ConfigError("memory_limit_bytes", self.memory_limit_bytes, "a positive number of bytes")

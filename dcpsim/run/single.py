@@ -70,7 +70,7 @@ def cost_settings(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> 
         precision=p.precision, tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
         last_stage_layers=p.last_stage_layers, attention=p.attention, cross_entropy=p.cross_entropy,
         microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None,
-        grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param)
+        grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param, deterministic_fill=bool(cfg.step.deterministic))
 
 
 def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> CostModel:
