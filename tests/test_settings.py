@@ -21,7 +21,8 @@ from dcpsim.sim.settings import SimSettings
 # re-built the settings and dropped a field would silently fall back to the default and be caught.
 NON_DEFAULT = dict(tp=2, pp=4, dp_cp=8, cp_comm="all_gather", recompute="selective", memory_limit_bytes=60e9,
                    precision="fp8", tp_comm_overlap=True, first_stage_layers=8, last_stage_layers=8,
-                   attention="unfused", microbatches_in_flight=5.0, cross_entropy="unfused", grad_bytes_per_param=2.0)
+                   attention="unfused", microbatches_in_flight=5.0, cross_entropy="unfused", grad_bytes_per_param=2.0,
+                   deterministic_fill=True)
 
 
 def _full_settings() -> CostSettings:
@@ -71,7 +72,8 @@ def test_planning_dp_variant_carries_every_setting():
     cfg = config_from_dict({"model": {"name": "llama-13b"}, "cluster": {"gpus": 64},
                             "parallel": {"tp": 2, "pp": 4, "cp": 2, "recompute": "selective", "precision": "fp8",
                                          "cross_entropy": "unfused", "first_stage_layers": 8, "last_stage_layers": 8},
-                            "sim": {"grad_reduce_bytes_per_param": 2, "tp_comm_overlap": True}})
+                            "sim": {"grad_reduce_bytes_per_param": 2, "tp_comm_overlap": True},
+                            "step": {"deterministic": True}})
     from dcpsim.run.single import build_cost_model
 
     full = build_cost_model(cfg)
@@ -79,6 +81,7 @@ def test_planning_dp_variant_carries_every_setting():
     assert other.dp_cp == full.dp_cp * 2
     _assert_carried(other, full, {"dp_cp"})
     assert other.grad_bytes_per_param == 2.0 and other.tp_comm_overlap and other.cross_entropy == "unfused"
+    assert full.settings.deterministic_fill and other.settings.deterministic_fill
 
 
 def test_derive_validates_and_carries():
