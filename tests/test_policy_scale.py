@@ -871,3 +871,34 @@ def test_dynamic_first_free_is_the_lowest_free_aligned_slice():
                 s = int(rng.choice(starts))
                 mb.used[s:s + c] = b"\x01" * c
                 mb.n_free -= c
+
+
+def test_solver_order_from_ranks_equals_the_lexsort():
+    """dynamic-solver's placement order from per-size time ranks and a stable (radix) sort
+    (:meth:`_Placer._order`) is ``np.lexsort((arange(n), -t, -choice))`` of the per-sequence times: ties in
+    time within and across sizes, subsets of the distinct lengths' columns (the screen), and more than
+    2**16 distinct keys (no 16-bit sort)."""
+    from types import SimpleNamespace
+
+    from dcpsim.policies.solver_placer import _Placer
+
+    rng = np.random.default_rng(31)
+    for j in range(40):
+        ns = int(rng.integers(1, 6))
+        nu = 70000 if j == 0 else int(rng.integers(1, 400))
+        n = 140000 if j == 0 else int(rng.integers(0, 3000))
+        time_u = rng.random((ns, 2, nu)) if j % 3 == 0 else rng.integers(0, 4, (ns, 2, nu)).astype(np.float64)
+        inv = rng.integers(0, nu, n) if j else np.concatenate([np.arange(nu), rng.integers(0, nu, n - nu)])
+        choice_u = rng.integers(0, ns, nu)
+        choice = choice_u[inv] if j % 2 else rng.integers(0, ns, n)  # a function of the length, or not
+        span0 = rng.integers(0, 2, ns).tolist()
+        pl = _Placer.__new__(_Placer)
+        pl.choice, pl.sizes, pl.span0 = choice, [1 << k for k in range(ns)], span0
+        sc = SimpleNamespace(time_u=time_u, inv=inv)
+        tab = SimpleNamespace(ranks={})
+        t = time_u[choice, np.asarray(span0)[choice], inv]
+        want = np.lexsort((np.arange(n), -t, -choice))
+        if j == 0:
+            assert np.unique(t).size > 1 << 16  # keys past 16 bits
+        assert np.array_equal(pl._order(sc, tab), want)
+        assert np.array_equal(pl._order(sc, tab), want)  # the ranks kept in the table

@@ -118,6 +118,7 @@ from dcpsim.policies.costs import SeqCosts, evaluate_plan
 from dcpsim.policies.fit import dynamic_fit, smallest_fitting_size
 from dcpsim.policies.plan import Layout, Plan, groups_per_size
 from dcpsim.policies.solver_placer import _Placer, _Table
+from dcpsim.policies.static import _distinct_ints
 
 
 class DynamicSolverPolicy(Policy):
@@ -173,7 +174,7 @@ class DynamicSolverPolicy(Policy):
             self._token_cap(lengths, layout, cost, sizes, need)
             return Plan(self.name, layout, lengths, [], True, meta={"microbatches": 0})
         # the fits are elementwise in the length: computed on the distinct lengths and spread
-        distinct = np.unique(lengths, return_index=True, return_inverse=True)
+        distinct = _distinct_ints(lengths)  # np.unique(lengths, return_index=True, return_inverse=True)
         u, _, inv = distinct
         try:
             sizes, need = dynamic_fit(u, layout)

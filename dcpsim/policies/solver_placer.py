@@ -140,6 +140,8 @@ class _Table:
         self.fam: list[list[int]] = [row[:c] for row, c in zip(by_gpu.tolist(), n_fin, strict=True)]
         # per set of chosen sizes (bit mask of codes), each length's codes of those sizes, built on first use
         self.fams: dict[int, list[list[int] | None]] = {}
+        # per size index, (the time table, its distinct lengths' time ranks) for :meth:`_Placer._order`
+        self.ranks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 class _Placer(_Follow):
@@ -171,11 +173,8 @@ class _Placer(_Follow):
     def run(self, name: str, lengths: np.ndarray) -> Plan:
         sc, n = self.sc, lengths.size
         tab = self.table if self.table is not None else _Table(lengths, sc, self.need)
-        ar = np.arange(n)
-        span0 = np.asarray(self.span0, dtype=np.int64)
-        t_choice = sc.time_u[self.choice, span0[self.choice], sc.inv]  # sc.time_s[choice, span0[choice], ar]
         # larger CP groups first (aligned blocks before the ranks fragment), then longest first
-        order = np.lexsort((ar, -t_choice, -self.choice))
+        order = self._order(sc, tab)
         self._start()
         uid, time_rows, tok_rows, fam = tab.uid, tab.time_rows, tab.tok_rows, tab.fam
         choice = self.choice.tolist()
@@ -215,6 +214,30 @@ class _Placer(_Follow):
             if follow:
                 pos = self._follow(act[1], best[1], ids, pos, u, k)
         return self._plan(name, lengths)
+
+    def _order(self, sc: SeqCosts, tab: _Table) -> np.ndarray:
+        """The placement order ``np.lexsort((arange(n), -t, -choice))`` (``t``: each sequence's time at its
+        chosen size on its first aligned slice, ``sc.time_s[choice, span0[choice], i]``), the same permutation
+        from ranks: per chosen size, the ranks of the distinct lengths' times (equal times, equal rank; larger
+        time, lower rank; kept in ``tab`` for the other candidates), a key per sequence of (size descending,
+        that rank), the keys present renumbered densely, and a stable sort of them (16-bit where they fit:
+        numpy sorts those by radix; a stable order is unique)."""
+        ns, nu, n = len(self.sizes), sc.time_u.shape[2], self.choice.size
+        if n == 0 or nu == 0:
+            return np.zeros(0, dtype=np.int64)
+        ranks = np.zeros((ns, nu), dtype=np.int64)
+        for k in np.unique(self.choice).tolist():
+            got = tab.ranks.get(k)
+            if got is None or got[0] is not sc.time_u:
+                r = np.unique(-sc.time_u[k, self.span0[k]], return_inverse=True)[1].reshape(-1)
+                got = tab.ranks[k] = (sc.time_u, r)
+            ranks[k] = got[1]
+        key = (ns - 1 - self.choice) * nu + ranks[self.choice, sc.inv]
+        present = np.bincount(key, minlength=ns * nu) > 0
+        dense = np.cumsum(present) - 1
+        top = int(dense[-1]) + 1
+        key = dense[key]
+        return np.argsort(key.astype(np.uint16) if top <= 1 << 16 else key, kind="stable")
 
     # ------------------------------------------------------------ state
     def _start(self) -> None:
