@@ -246,7 +246,7 @@ NON_DEFAULT = {
     "model.name": "llama3-8b", "parallel.tp": 2, "parallel.pp": 2, "parallel.cp": 4, "parallel.min_cp": 2,
     "parallel.max_tokens_per_rank": 16384, "parallel.cp_comm": "all_gather", "parallel.recompute": "selective",
     "parallel.vp": 2, "parallel.precision": "fp8", "parallel.first_stage_layers": 8,
-    "parallel.last_stage_layers": 8, "parallel.cross_entropy": "unfused", "parallel.attention": "unfused", "workload.gbs": 64,
+    "parallel.last_stage_layers": 8, "parallel.cross_entropy": "unfused", "parallel.attention": "unfused", "parallel.rope_fusion": False, "workload.gbs": 64,
     "workload.max_len": 8192, "policy.name": "packing", "sim.overlap_grad_sync": False,
     "sim.overlap_param_gather": False, "sim.tp_comm_overlap": True, "sim.grad_bucket_params": 10**8,
     "sim.grad_reduce_bytes_per_param": 2, "sim.fp8_param_gather": False,

@@ -128,13 +128,15 @@ def _examples() -> list[Path]:
 
 
 VARIANTS = [{}, {"parallel.vp": 2}, {"parallel.precision": "fp8", "hardware.gpu": "h100-sxm"},
-            {"parallel.recompute": "selective", "parallel.cross_entropy": "unfused", "sim.overlap_grad_sync": False},
+            {"parallel.recompute": "selective", "parallel.cross_entropy": "unfused", "sim.overlap_grad_sync": False,
+             "parallel.rope_fusion": False},
             {"policy.name": "packing", "parallel.cp_comm": "all_gather", "sim.grad_reduce_bytes_per_param": 2},
             {"parallel.tp": 2, "cluster.gpus": 128, "sim.tp_comm_overlap": True, "sim.grad_bucket_params": 50_000_000},
             {"step.log_interval": 1, "step.log_params_norm": True, "step.log_num_zeros_in_grad": True,
              "step.log_memory": True, "step.log_timers": True, "step.timing_log_level": 2, "step.deterministic": True,
              "step.cuda_graphs": "transformer_engine", "step.clip_grad": 0.5, "step.grad_accumulation_fusion": False,
-             "step.manual_gc": True, "step.check_for_nan_in_loss_and_grad": False, "step.overlap_p2p_comm": False}]
+             "step.manual_gc": True, "step.check_for_nan_in_loss_and_grad": False, "step.overlap_p2p_comm": False,
+             "step.attention_mask_in_dataloader": False}]
 
 
 @pytest.mark.parametrize("path", _examples(), ids=lambda p: p.name)

@@ -190,6 +190,25 @@ def elementwise_bytes_per_token_layer(st: CostSettings) -> float:
     return (20.0 * m.hidden + 6.0 * m.ffn_hidden + 4.0 * (m.q_dim + m.kv_dim)) / st.tp
 
 
+# HBM bytes per element of the query and key tensors that Megatron-Core's unfused RoPE (--no-rope-fusion) moves beyond
+# the fused kernel's read + write (2 + 2 B; bf16), counted from the kernels of dcpsim.cost.fixed.KERNELS_ROPE_UNFUSED:
+# forward t * cos (4), the negated half (2), the rotate-half concatenation (4), * sin (4), the add (read 4, write 2),
+# the final concatenation (4) = 24, 20 beyond the fused 4; backward the two products' gradients (8), the negation (2),
+# the split's concatenation (4), the sum of the paths (6), the slice's zeros + copy (6) = 26, 18 beyond the fused
+# backward's 8 (ELEMENTWISE_BWD_FACTOR x 4). The cos/sin tables ([s, 1, 1, d], fp32) are not counted.
+ROPE_UNFUSED_EXTRA_BYTES = (20.0, 18.0)
+
+
+def rope_unfused_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Extra element-wise seconds (forward, backward; per pack, one layer) of Megatron-Core's unfused RoPE over the
+    fused kernel (``ROPE_UNFUSED_EXTRA_BYTES``); zero with ``rope_fusion``."""
+    if st.rope_fusion:
+        return np.zeros(np.shape(s)), np.zeros(np.shape(s))
+    elems = s * (st.model.q_dim + st.model.kv_dim) / st.tp
+    bw = st.profile.hbm_bw_bytes_per_s
+    return ROPE_UNFUSED_EXTRA_BYTES[0] * elems / bw, ROPE_UNFUSED_EXTRA_BYTES[1] * elems / bw
+
+
 def elementwise_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Memory-bound element-wise work forward and backward (seconds per pack, one layer). In FP8 the two
     norms write their outputs in FP8, 1 B per element instead of 2 (module docstring): 2h/TP bytes per token
@@ -199,6 +218,9 @@ def elementwise_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.n
     bwd = ELEMENTWISE_BWD_FACTOR * fwd
     if st.precision == "fp8":
         fwd = fwd - s * 2.0 * st.model.hidden / st.tp / bw
+    if not st.rope_fusion:
+        rf, rb = rope_unfused_terms(st, s)
+        fwd, bwd = fwd + rf, bwd + rb
     return fwd, bwd
 
 

@@ -30,6 +30,21 @@ KERNELS_CP_COLLECTIVE = {"all_gather": 1, "a2a": 4}  # per pass
 KERNELS_MICROBATCH = 2  # pipeline send + receive, each way, every stage
 KERNELS_EMBED = (1, 2)  # first stage: embedding lookup fwd; bwd (gradient scatter-add, zeroing)
 KERNELS_UNFUSED_ATTENTION = (5, 8)  # extra over one flash kernel: scores GEMM, softmax, dropout, context GEMM, copies; bwd: 4 GEMMs, 2 elementwise, copies
+# Megatron-Core's unfused RoPE (--no-rope-fusion; megatron/core/models/common/embeddings/rope_utils.py
+# ``_apply_rotary_pos_emb_bshd`` at d98e8a64, mscale 1, not MLA), per query and key tensor, counted from the code:
+# forward cos, * mscale, cast; sin, * mscale, cast; t * cos; rotate-half (negate, concatenate); * sin; add; the final
+# concatenate with the (empty) pass-through part: 12 kernels where TE's fused RoPE launches 1; backward (autograd of
+# the same): the two products' gradients (2), the negation's (1), the rotate-half split's concatenation (1), the sum of
+# the two paths (1) and the rot_dim slice's backward (zeros + copy, 2): 7 where the fused RoPE launches 1.
+# Extra over the fused kernels, for the two tensors of a layer:
+KERNELS_ROPE_UNFUSED = (2 * (12 - 1), 2 * (7 - 1))
+# Transformer Engine's unfused attention backend (--attention-backend unfused; transformer_engine/pytorch/attention/
+# dot_product_attention/utils.py ``get_full_mask``, read in NVIDIA/TransformerEngine at d0067d0d, 2026-08-22) builds
+# the causal mask on the device every forward: two aranges and their difference, the left and right window bounds,
+# two comparisons, a negation, an AND and a NOT (10 kernels), plus a logical OR with the dataloader's mask when
+# Megatron passes one (KERNELS_TE_UNFUSED_DATALOADER_MASK). Megatron's local attention does not build it.
+KERNELS_TE_UNFUSED_MASK = 10
+KERNELS_TE_UNFUSED_DATALOADER_MASK = 1
 KERNELS_CROSS_ENTROPY_UNFUSED = (6, 2)  # extra launches over the fused kernel (cast, max, sub, exp, sum, div; mul, cast)
 KERNELS_HEAD = (9, 8)  # last stage fwd: final norm, logits GEMM, cross-entropy (max, exp-sum, 2 TP all-reduces, target logit, loss), loss average; bwd: CE grad, 2 GEMMs, 2 norm, scale, 2 misc
 
@@ -46,8 +61,11 @@ def kernels_per_layer(st: CostSettings, cp) -> tuple[np.ndarray, np.ndarray]:
         kf += KERNELS_FP8[0] + (KERNELS_FP8_SP[0] if st.tp > 1 else 0)
         kb += KERNELS_FP8[1] + (KERNELS_FP8_SP[1] if st.tp > 1 else 0)
     if st.attention == "unfused":
-        kf += KERNELS_UNFUSED_ATTENTION[0]
+        kf += KERNELS_UNFUSED_ATTENTION[0] + te_unfused_mask_kernels(st)
         kb += KERNELS_UNFUSED_ATTENTION[1]
+    if not st.rope_fusion:
+        kf += KERNELS_ROPE_UNFUSED[0]
+        kb += KERNELS_ROPE_UNFUSED[1]
     multi = cp > 1
     if st.cp_comm == "p2p":
         kf += np.where(multi, (cp - 1) * KERNELS_RING_STEP_FWD, 0.0)
@@ -56,6 +74,15 @@ def kernels_per_layer(st: CostSettings, cp) -> tuple[np.ndarray, np.ndarray]:
         kf += np.where(multi, KERNELS_CP_COLLECTIVE[st.cp_comm], 0.0)
         kb += np.where(multi, KERNELS_CP_COLLECTIVE[st.cp_comm], 0.0)
     return kf, kb
+
+
+def te_unfused_mask_kernels(st: CostSettings) -> int:
+    """Kernels Transformer Engine's unfused attention spends per forward building its mask (0 for flash attention
+    or Megatron's local modules): :data:`KERNELS_TE_UNFUSED_MASK`, and one OR with the dataloader's mask when the
+    run creates one (``attention_mask``)."""
+    if st.attention != "unfused" or st.transformer_impl != "transformer_engine":
+        return 0
+    return KERNELS_TE_UNFUSED_MASK + (KERNELS_TE_UNFUSED_DATALOADER_MASK if st.attention_mask else 0)
 
 
 def launch_terms(st: CostSettings, cp: np.ndarray, gpu_fwd: np.ndarray,

@@ -261,6 +261,8 @@ class StepFlags:
     log_timers: bool = False  # --log-timers-to-tensorboard: timer values written each logged step
     timing_log_level: int = 0  # --timing-log-level: 1 adds synced timers around the step's phases, 2 per op
     grad_accumulation_fusion: bool = True  # off: one extra add kernel per weight gradient per microbatch
+    attention_mask_in_dataloader: bool = True  # default; off with --no-create-attention-mask-in-dataloader
+    packed: bool = False  # variable-length (THD) batches: get_batch's cu_seqlens path, not the fixed one priced here
     thd: bool = False  # per-microbatch metadata read on the host (Dynamic-CP's local CP size)
     dynamic_cp: bool = False  # Dynamic-CP: the scheduler's exchange of lengths before the step
     deterministic: bool = False  # --deterministic-mode: NaN fill of every uninitialised allocation (cost/determinism.py)
@@ -284,7 +286,9 @@ class StepFlags:
                     grad_accumulation_fusion=bool(getattr(s, "grad_accumulation_fusion", d.grad_accumulation_fusion)),
                     test_mode_qk_checks=bool(getattr(s, "test_mode_qk_checks", d.test_mode_qk_checks)),
                     deterministic=bool(getattr(s, "deterministic", d.deterministic)),
-                    transformer_impl=str(getattr(s, "transformer_impl", d.transformer_impl)))
+                    transformer_impl=str(getattr(s, "transformer_impl", d.transformer_impl)),
+                    attention_mask_in_dataloader=bool(getattr(s, "attention_mask_in_dataloader",
+                                                              d.attention_mask_in_dataloader)))
         vals.update(kw)
         return cls(**vals)
 
@@ -346,6 +350,35 @@ def step_end_ops(work: StepEndWork, flags: StepFlags, host: HostCosts) -> list[O
     if flags.timing_log_level >= 1:  # the level-1 timers (forward-backward, optimizer, ...) sync at start and stop
         ops = [replace(o, sync_before=True) if o.name == "optimizer" else o for o in ops]
     return ops
+
+
+# get_batch per microbatch on a stage that reads data (pretrain_gpt.py ``get_batch`` and megatron/core/utils.py
+# ``get_batch_on_this_tp_rank`` / ``_get_batch_on_this_cp_rank_per_sequence_balancing`` at d98e8a64), fixed-length
+# (not THD) batches, priced for TP rank 0 (the rank that loads): every tensor of the loader's batch is copied to the
+# GPU (``.cuda(non_blocking=True)``: tokens, labels, loss mask, position ids, and the attention mask unless
+# --no-create-attention-mask-in-dataloader), then broadcast over the TP group (a call even in a one-rank group): with
+# pp = 1 all of them, on the first stage tokens and position ids, on the last labels and loss mask, the mask on
+# both; with CP each tensor left is cut to the rank's two zigzag chunks (``torch.zeros``, two ``fill_``,
+# ``index_select``). Middle stages return before any of it. The next(data_iterator) call, the TransformerConfig
+# get_batch builds, and the copies' and broadcasts' device time (the mask is mbs x s x s bytes over PCIe and NVLink)
+# are not priced.
+BATCH_TENSORS = 4  # tokens, labels, loss_mask, position_ids
+BATCH_TENSORS_END_STAGE = 2  # first stage: tokens, position_ids; last stage: labels, loss_mask
+CP_SLICE_KERNELS = 4
+
+
+def get_batch_host_s(host: HostCosts, flags: StepFlags, first: bool, last: bool, cps) -> np.ndarray:
+    """Host seconds of one ``get_batch`` call (per microbatch, on a stage that reads data: ``first`` and/or ``last``
+    pipeline stage), per group of CP size ``cps`` (array): the copies, TP broadcasts and CP slicing counted above.
+    Zero on a middle stage and for packed (THD) batches, whose get_batch path differs (``packed``, ``thd``)."""
+    cps = np.asarray(cps, dtype=np.float64)
+    if not (first or last) or flags.thd or flags.packed:
+        return np.zeros(cps.shape)
+    mask = 1 if flags.attention_mask_in_dataloader else 0
+    copies = BATCH_TENSORS + mask
+    kept = (BATCH_TENSORS if (first and last) else BATCH_TENSORS_END_STAGE) + mask
+    h = copies * (host.module_call_s + host.kernel_launch_s) + kept * host.collective_call_s
+    return h + np.where(cps > 1, kept * (host.module_call_s + CP_SLICE_KERNELS * host.kernel_launch_s), 0.0)
 
 
 def layer_collectives(tp: int, cp, cp_comm: str) -> tuple[np.ndarray, np.ndarray]:
@@ -519,6 +552,9 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
         hs[s, 1] = n * b_host + p2p_b + step_b + mb
         ks[s, 0] = np.maximum(n * f_k, 1.0)
         ks[s, 1] = np.maximum(n * b_k, 1.0)
+        if s == 0 or s == V - 1:  # the chunks that read data (is_first_or_last_pipeline_stage)
+            cps = np.ones(G) if shape.cps is None else shape.cps
+            hs[s, 0] += get_batch_host_s(host, flags, s == 0, s == V - 1, cps)
         if s == 0:
             hs[s, 0] += shape.kernels_embed[0] * host.kernel_fwd_s
             hs[s, 1] += shape.kernels_embed[1] * host.kernel_bwd_s

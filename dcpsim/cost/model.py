@@ -133,6 +133,18 @@ class CostModel:
         return self.settings.cross_entropy
 
     @property
+    def rope_fusion(self) -> bool:
+        return self.settings.rope_fusion
+
+    @property
+    def transformer_impl(self) -> str:
+        return self.settings.transformer_impl
+
+    @property
+    def attention_mask(self) -> bool:
+        return self.settings.attention_mask
+
+    @property
     def microbatches_in_flight(self) -> float | None:
         return self.settings.microbatches_in_flight
 
@@ -292,6 +304,9 @@ class CostModel:
             "tp_comm_overlap": self.tp_comm_overlap,
             "attention": self.attention,
             "cross_entropy": self.cross_entropy,
+            "rope_fusion": self.rope_fusion,
+            "transformer_impl": self.transformer_impl,
+            "attention_mask": self.attention_mask,
             "memory_limit_bytes": self.memory_limit_bytes,
             "grad_bytes_per_param": self.grad_bytes_per_param,
         }

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dcpsim.choices import ATTENTION_KERNELS, CP_COMM_TYPES, CROSS_ENTROPY_KINDS, PRECISIONS, RECOMPUTE_MODES
+from dcpsim.choices import (
+    ATTENTION_KERNELS,
+    CP_COMM_TYPES,
+    CROSS_ENTROPY_KINDS,
+    PRECISIONS,
+    RECOMPUTE_MODES,
+    TRANSFORMER_IMPLS,
+)
 from dcpsim.errors import ConfigError
 from dcpsim.hardware import HardwareProfile
 from dcpsim.hardware.placement import check_tp_in_domain
@@ -68,6 +75,16 @@ class CostSettings:
     deterministic_fill:
         Megatron --deterministic-mode at d98e8a64: every uninitialised allocation is filled with NaN on the device
         (:mod:`dcpsim.cost.determinism`; a run's ``step.deterministic``).
+    rope_fusion:
+        Transformer Engine's fused RoPE (True, Megatron's default) or Megatron-Core's unfused RoPE kernels
+        (``--no-rope-fusion``; :data:`dcpsim.cost.fixed.KERNELS_ROPE_UNFUSED`).
+    transformer_impl:
+        ``transformer_engine`` or ``local`` modules (a run's ``step.transformer_impl``): with ``unfused`` attention,
+        Transformer Engine's unfused backend builds its causal mask on the device every forward
+        (:data:`dcpsim.cost.fixed.KERNELS_TE_UNFUSED_MASK`); Megatron's local attention does not.
+    attention_mask:
+        the dataloader's attention mask reaches the attention (a run's ``step.attention_mask_in_dataloader``):
+        Transformer Engine's unfused backend ORs it into its own mask (one kernel more per forward).
     """
 
     profile: HardwareProfile
@@ -87,6 +104,9 @@ class CostSettings:
     cross_entropy: str = "fused"
     grad_bytes_per_param: float = 4.0
     deterministic_fill: bool = False
+    rope_fusion: bool = True
+    transformer_impl: str = "transformer_engine"
+    attention_mask: bool = True
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp_cp"):
@@ -112,6 +132,8 @@ class CostSettings:
         object.__setattr__(self, "grad_bytes_per_param", float(self.grad_bytes_per_param))
         object.__setattr__(self, "tp_comm_overlap", bool(self.tp_comm_overlap))
         object.__setattr__(self, "deterministic_fill", bool(self.deterministic_fill))
+        object.__setattr__(self, "rope_fusion", bool(self.rope_fusion))
+        object.__setattr__(self, "attention_mask", bool(self.attention_mask))
         if self.memory_limit_bytes is not None:
             if not float(self.memory_limit_bytes) > 0:
                 raise ConfigError("memory_limit_bytes", self.memory_limit_bytes, "a positive number of bytes")
@@ -129,6 +151,8 @@ class CostSettings:
             raise ConfigError("parallel.attention", self.attention, f"one of {ATTENTION_KERNELS}")
         if self.cross_entropy not in CROSS_ENTROPY_KINDS:
             raise ConfigError("parallel.cross_entropy", self.cross_entropy, f"one of {CROSS_ENTROPY_KINDS}")
+        if self.transformer_impl not in TRANSFORMER_IMPLS:
+            raise ConfigError("step.transformer_impl", self.transformer_impl, f"one of {TRANSFORMER_IMPLS}")
 
     @property
     def usable_memory_bytes(self) -> float:

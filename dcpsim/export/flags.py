@@ -33,7 +33,7 @@ MODELLED = {
     "--min-dynamic-context-parallel-size", "--use-varlen-dataset", "--varlen-mock-dataset-config-json",
     "--mock-data", "--data-path", "--train-iters", "--eval-interval",
     "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--no-overlap-p2p-communication",
-    "--test-mode",
+    "--test-mode", "--no-rope-fusion", "--no-create-attention-mask-in-dataloader",
 }
 """Flags mapped to a RunConfig field."""
 
@@ -43,8 +43,8 @@ APPROXIMATED = {
     "--use-rotary-position-embeddings": "position embeddings (RoPE) are not priced",
     "--rotary-percent": "position embeddings (RoPE) are not priced",
     "--rotary-base": "position embeddings (RoPE) are not priced",
-    "--rotary-interleaved": "position embeddings (RoPE) are not priced",
-    "--no-rope-fusion": "the unfused RoPE kernels are not priced",
+    "--rotary-interleaved": "position embeddings (RoPE) are not priced (the unfused RoPE of --no-rope-fusion is "
+                            "priced with the default rotate-half's kernels)",
     "--disable-bias-linear": "linear-layer biases are not priced (with or without them)",
     "--no-bias-gelu-fusion": "the unfused bias-GeLU kernels are not priced",
     "--no-masked-softmax-fusion": "the unfused softmax kernels are not priced",
@@ -88,7 +88,7 @@ IGNORABLE = {
     "--non-persistent-save-interval", "--non-persistent-ckpt-type", "--pretrained-checkpoint", "--verify-integrity",
     # data files and loader (the token stream's content, not its shape)
     "--data-cache-path", "--split", "--num-workers", "--no-mmap-bin-files", "--dataloader-type",
-    "--no-create-attention-mask-in-dataloader", "--null-tokenizer-pad-id", "--tokenizer-model", "--tiktoken-pattern",
+    "--null-tokenizer-pad-id", "--tokenizer-model", "--tiktoken-pattern",
     "--no-use-tokenizer-model-from-checkpoint-args", "--fim-data", "--fim-rate", "--fim-spm-rate", "--reset-position-ids",
     "--reset-attention-mask", "--eod-mask-loss", "--train-samples", "--eval-iters", "--eval-global-batch-size",
     # optimiser constants and the learning-rate schedule (values, not work)

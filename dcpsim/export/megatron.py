@@ -219,7 +219,7 @@ EXPORT_FIELDS: dict[str, str] = {
     "parallel.max_tokens_per_rank": "flag", "parallel.cp_comm": "flag", "parallel.recompute": "flag",
     "parallel.mbs": "check", "parallel.vp": "flag", "parallel.precision": "flag",
     "parallel.first_stage_layers": "flag", "parallel.last_stage_layers": "flag", "parallel.cross_entropy": "flag",
-    "parallel.attention": "flag",
+    "parallel.attention": "flag", "parallel.rope_fusion": "flag",
     "workload.name": "data", "workload.gbs": "flag", "workload.min_len": "data", "workload.max_len": "flag",
     "workload.clip": "data", "workload.seq_len": "check", "workload.documents": "check",
     "policy.name": "flag", "policy.options": "check",
@@ -238,6 +238,9 @@ EXPORT_FIELDS: dict[str, str] = {
                                      "log_timers", "timing_log_level", "deterministic", "cuda_graphs", "clip_grad",
                                      "transformer_impl", "grad_accumulation_fusion", "manual_gc",
                                      "check_for_nan_in_loss_and_grad", "overlap_p2p_comm", "test_mode_qk_checks")},
+    # the export is a packed (variable-length) run, which always sets --no-create-attention-mask-in-dataloader; the
+    # time model reads the dataloader mask of fixed-length runs only (cost_settings, StepFlags.packed)
+    "step.attention_mask_in_dataloader": "none",
 }
 
 
@@ -253,6 +256,8 @@ def cost_mechanism_flags(cfg: RunConfig) -> list[str]:
             a += ["--fp8-param-gather"]
     if p.cross_entropy == "fused":
         a += ["--cross-entropy-loss-fusion"]
+    if not p.rope_fusion:  # the export writes --position-embedding-type rope (Llama family)
+        a += ["--no-rope-fusion"]
     if p.first_stage_layers:
         a += ["--decoder-first-pipeline-num-layers", str(p.first_stage_layers)]
     if p.last_stage_layers:

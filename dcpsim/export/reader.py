@@ -217,6 +217,8 @@ def _step(flags: dict) -> dict[str, Any]:
         "overlap_p2p_comm": not _bool(flags, "--no-overlap-p2p-communication"),
         # run_realtime_tests (megatron/core/transformer/attention.py at d98e8a64) returns at once without q/k norms
         "test_mode_qk_checks": _bool(flags, "--test-mode") and _bool(flags, "--qk-layernorm"),
+        # pretrain_gpt.py get_batch / core.utils.get_batch_on_this_tp_rank at d98e8a64 (dcpsim.cost.host)
+        "attention_mask_in_dataloader": not _bool(flags, "--no-create-attention-mask-in-dataloader"),
     }
 
 
@@ -253,6 +255,19 @@ def _attention(flags: dict, notes: list[str]) -> str:
     if attention == "flash" and _one(flags, "--attention-backend") == "fused":
         notes.append("--attention-backend fused (cuDNN) priced as the profile's fused attention")
     return attention
+
+
+def _rope_fusion(flags: dict, notes: list[str]) -> bool:
+    """Megatron's fused RoPE (default) unless ``--no-rope-fusion`` with RoPE position embeddings (Megatron's default
+    ``--position-embedding-type`` is ``learned_absolute``, which has no RoPE kernels to fuse)."""
+    if not _bool(flags, "--no-rope-fusion"):
+        return True
+    rope = _one(flags, "--position-embedding-type") in ("rope", "mrope") or _bool(flags, "--use-rotary-position-embeddings")
+    if not rope:
+        notes.append("--no-rope-fusion without RoPE position embeddings: no effect")
+        return True
+    notes.append("--no-rope-fusion: Megatron-Core's unfused RoPE kernels (dcpsim.cost.fixed.KERNELS_ROPE_UNFUSED)")
+    return False
 
 
 def _sim(flags: dict, precision: str) -> dict[str, Any]:
@@ -314,6 +329,7 @@ def megatron_dict(flags: dict[str, Any], *, gpus: int, gpu: str, notes: list[str
         "recompute": _recompute(flags, max(1, model["n_layers"] // pp), notes), "precision": precision,
         "cross_entropy": "fused" if _bool(flags, "--cross-entropy-loss-fusion") else "unfused",
         "attention": _attention(flags, notes),
+        "rope_fusion": _rope_fusion(flags, notes),
         "first_stage_layers": _int(flags, "--decoder-first-pipeline-num-layers", 0, lo=0),
         "last_stage_layers": _int(flags, "--decoder-last-pipeline-num-layers", 0, lo=0),
         **extra,
@@ -377,6 +393,9 @@ ROUNDTRIP_NOT_CARRIED = {
     "workload.name, min_len, clip": "the export writes one sampled batch of lengths (lengths.csv), read back as a file",
     "sim.* other than overlap, buckets, gradient bytes, FP8 gather, seed": "simulation settings with no Megatron flag",
     "parallel.min_cp under static packing": "no meaning for static CP (the export notes it)",
+    "step.attention_mask_in_dataloader of a packed run": "packed (variable-length) batches carry no s x s mask: the "
+                                                          "export sets --no-create-attention-mask-in-dataloader and the "
+                                                          "time model reads the setting for fixed-length runs only",
 }
 """What an export cannot carry (and :func:`roundtrip_differences` does not compare), with the reason."""
 
@@ -422,7 +441,13 @@ def roundtrip_differences(original, readback) -> list[str]:
         cmp("sim.fp8_param_gather", sa.fp8_param_gather, sb.fp8_param_gather)
     for f in ("grad_bucket_params", "grad_reduce_bytes_per_param", "seed"):
         cmp(f"sim.{f}", getattr(sa, f), getattr(sb, f))
-    ta, tb = original.step.model_dump(), readback.step.model_dump()
-    for f in ta:
-        cmp(f"step.{f}", ta[f], tb[f])
+    diffs += _step_differences(original, readback)
     return diffs
+
+
+def _step_differences(original, readback) -> list[str]:
+    """The ``[step]`` fields that differ (a packed run's dataloader mask is not carried: ROUNDTRIP_NOT_CARRIED)."""
+    ta, tb = original.step.model_dump(), readback.step.model_dump()
+    if not original.is_fixed:
+        ta.pop("attention_mask_in_dataloader")
+    return [f"step.{f}: {ta[f]!r} -> {tb[f]!r}" for f in ta if ta[f] != tb[f]]

@@ -99,7 +99,7 @@ def _host_ops(cfg: RunConfig, cost, mbs: int):
 
     p = cfg.parallel
     vp = int(getattr(p, "vp", 1) or 1)
-    flags = StepFlags.from_settings(cfg.step)
+    flags = StepFlags.from_settings(cfg.step, packed=not cfg.is_fixed)
     st = cost.settings  # pass_shape reads the cost model's settings, DP×CP only into the shape's dp_cp
     values = tuple(getattr(st, f) for f in _setting_names(type(st))
                    if f not in ("profile", "model") and (f != "dp_cp" or flags.test_mode_qk_checks))

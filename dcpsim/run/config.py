@@ -29,6 +29,7 @@ Example (every field optional; these are the defaults)::
     last_stage_layers = 0       # Megatron --decoder-last-pipeline-num-layers; 0 = even split
     cross_entropy = "fused"     # fused (--cross-entropy-loss-fusion) | unfused (Megatron-Core's default fp32 cross-entropy)
     attention = "flash"         # flash (fused kernels) | unfused (Megatron before fused attention: GEMMs + softmax + dropout; cp = 1)
+    rope_fusion = true          # Megatron's fused RoPE (default); false = --no-rope-fusion (unfused RoPE kernels)
 
     [workload]
     name = "github"             # preset, lengths file, or distribution table
@@ -156,6 +157,9 @@ class ParallelSection(_Section):
     attention: AttentionKernel = Field(
         "flash", description="attention kernels: flash (fused) or unfused (batched GEMMs + softmax + dropout over "
                              "the L x L scores, Megatron before fused attention; cp = 1 only)")
+    rope_fusion: bool = Field(True, description="RoPE kernels: Transformer Engine's fused RoPE, one kernel per "
+                              "query and key each way (Megatron's default), or with --no-rope-fusion Megatron-Core's "
+                              "unfused rope_utils path (cos, sin, scale, casts, rotate-half, multiply-adds, concat)")
 
 
 class WorkloadSection(_Section):
@@ -289,6 +293,10 @@ class StepSection(_Section):
     test_mode_qk_checks: bool = Field(False, description="Megatron --test-mode with --qk-layernorm: every "
                                       "self-attention forward all-gathers the q/k norm parameters over the DP and TP "
                                       "groups and compares them on the host (4 syncs per rank of each group)")
+    attention_mask_in_dataloader: bool = Field(
+        True, description="Megatron's default (off with --no-create-attention-mask-in-dataloader): each sample carries "
+                          "an s x s attention mask that get_batch copies to the GPU and broadcasts over the TP group, "
+                          "and Transformer Engine's unfused attention ORs into its causal mask")
     overlap_p2p_comm: bool = Field(True, description="Megatron's overlap of pipeline p2p with compute (default on, "
                                    "interleaved schedules only; --no-overlap-p2p-communication): off, and always with "
                                    "vp = 1, pipeline sends/receives are batched and followed by a device sync "

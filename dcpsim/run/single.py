@@ -70,7 +70,10 @@ def cost_settings(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> 
         precision=p.precision, tp_comm_overlap=cfg.sim.tp_comm_overlap, first_stage_layers=p.first_stage_layers,
         last_stage_layers=p.last_stage_layers, attention=p.attention, cross_entropy=p.cross_entropy,
         microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None,
-        grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param, deterministic_fill=bool(cfg.step.deterministic))
+        grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param, deterministic_fill=bool(cfg.step.deterministic),
+        rope_fusion=p.rope_fusion,
+        transformer_impl=cfg.step.transformer_impl,
+        attention_mask=cfg.step.attention_mask_in_dataloader and cfg.is_fixed)
 
 
 def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> CostModel:
@@ -150,7 +153,7 @@ def _simulator_parts(cfg: RunConfig, cost: CostModel, fault_rng: np.random.Gener
                     degraded_link_scale=s.degraded_link_scale, vp=p.vp)
     from dcpsim.cost.host import StepFlags
 
-    host = StepFlags.from_settings(cfg.step) if cfg.sim.host_timeline else None
+    host = StepFlags.from_settings(cfg.step, packed=not cfg.is_fixed) if cfg.sim.host_timeline else None
     return topo, faults, sim_settings(cfg), host
 
 
