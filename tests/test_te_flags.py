@@ -149,7 +149,8 @@ def test_each_flag_changes_the_time_only_when_set(update):
 
 
 def test_unfused_attention_mask_kernels_only_with_transformer_engine():
-    cfg = _run("gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files").config
+    # deterministic mode off: its fills differ between the implementations (dcpsim.cost.determinism)
+    cfg = _run("gpt3_mcore_te_tp1_pp1_dist_optimizer_no_mmap_bin_files").config.with_updates({"step.deterministic": False})
     assert cfg.parallel.attention == "unfused" and cfg.step.transformer_impl == "transformer_engine"
     assert _t(cfg) > _t(cfg.with_updates({"step.transformer_impl": "local"}))
     flash = cfg.with_updates({"parallel.attention": "flash"})
