@@ -26,8 +26,9 @@ def _shape(**kw):
 
 
 def test_fill_counts_are_the_ones_counted_from_the_source():
-    assert determinism.fills_per_layer("transformer_engine") == (18, 29)
-    assert determinism.fills_per_layer("local") == (14, 14)
+    assert determinism.fills_per_layer("transformer_engine") == (19, 29)
+    assert determinism.fills_per_layer("local") == (15, 14)
+    assert determinism.FILLS_CHUNK_FWD == 2 and determinism.FILLS_P2P == (2, 1) and determinism.FILLS_HEAD == (1, 1)
     assert determinism.fills_per_layer("anything else") == determinism.fills_per_layer("transformer_engine")
     assert determinism.fill_host_s(10, 6.5e-6) == pytest.approx(65e-6)
 
@@ -50,15 +51,20 @@ def test_a_deterministic_layer_pass_issues_one_launch_per_fill(impl):
     assert dg[0] - g[0] == pytest.approx(n_f * 0.9e-6)
 
 
-def test_host_ops_add_the_fills_per_layer_and_the_logits_copy_on_the_last_stage():
+def test_host_ops_add_the_fills_per_layer_chunk_pipeline_buffer_and_logits_copy():
+    """Two stages of two layers: per op the layers' fills, the chunk's two viewless tensors (forward), the pipeline
+    buffers (2 forward, 1 backward), and on the last stage the logits' FP32 copy and its gradient."""
     plain, det = host_ops(_shape(), X86, StepFlags()), host_ops(_shape(), X86, StepFlags(deterministic=True))
     n_f, n_b = determinism.fills_per_layer("transformer_engine")
+    la = 6.5e-6
     extra = det.host_s - plain.host_s
-    assert extra[0, 0, 0] == pytest.approx(2 * n_f * 6.5e-6) and extra[0, 1, 0] == pytest.approx(2 * n_b * 6.5e-6)
-    head = np.asarray(determinism.FILLS_HEAD) * 6.5e-6
-    assert extra[1, 0, 0] == pytest.approx(2 * n_f * 6.5e-6 + head[0])
-    assert extra[1, 1, 0] == pytest.approx(2 * n_b * 6.5e-6 + head[1])
+    fwd, bwd = (2 * n_f + 2 + 2) * la, (2 * n_b + 1) * la
+    assert extra[0, 0, 0] == pytest.approx(fwd) and extra[0, 1, 0] == pytest.approx(bwd)
+    assert extra[1, 0, 0] == pytest.approx(fwd + la) and extra[1, 1, 0] == pytest.approx(bwd + la)
     assert (det.sync_before == plain.sync_before).all() and (det.sync_after == plain.sync_after).all()
+    one = _shape(stage_layers=np.array([2]))  # no pipeline: no buffers
+    e1 = host_ops(one, X86, StepFlags(deterministic=True)).host_s - host_ops(one, X86, StepFlags()).host_s
+    assert e1[0, 0, 0] == pytest.approx((2 * n_f + 2 + 1) * la) and e1[0, 1, 0] == pytest.approx((2 * n_b + 1) * la)
 
 
 def test_step_flags_read_the_run_settings():

@@ -33,27 +33,37 @@ outputs without the dispatched ``empty`` and are not filled; ``native_layer_norm
 backward output), ``clone``/``contiguous`` and every Transformer Engine C++
 output are.
 
-* ``transformer_engine`` (Megatron-Core's TE spec), forward 18: two
+Every layer's forward also ends in ``make_viewless_tensor`` (``transformer_layer.py``), whose
+``torch.empty((1,))`` is filled: one more fill forward, counted in both rows below.
+
+* ``transformer_engine`` (Megatron-Core's TE spec), forward 19: two
   LayerNorm+Linear modules (norm output, mean, rsigma, GEMM output: 4 each),
   fused attention (output, softmax statistics, RNG state: 3), the projection and
   fc2 GEMM outputs (1 each), the activation output (1), two bias-dropout-adds
-  (dropout output and mask: 2 each). Backward 29: two LayerNorm+Linear
+  (dropout output and mask: 2 each), the viewless output (1). Backward 29: two LayerNorm+Linear
   (dgrad, wgrad, bias grad, norm dx, dgamma, dbeta and their two partial-sum
   workspaces: 8 each), the projection and fc2 (dgrad, wgrad, bias grad: 3 each),
   attention (dq, dk, dv and a workspace: 4), the activation gradient (1), two
   dropout gradients (1 each). Weight gradients are allocated (not fused into
   ``main_grad``) under ``--no-gradient-accumulation-fusion``, which every CI
   case sets; counted either way.
-* ``local`` (plain torch modules, unfused attention), forward 14: two
+* ``local`` (plain torch modules, unfused attention), forward 15: two
   LayerNorms (output, mean, rstd: 3 each), three dropouts (attention
   probabilities and two bias-dropout-adds; ``native_dropout``'s output and mask:
-  2 each), the context's ``permute(...).contiguous()`` and one layout copy (2).
+  2 each), the context's ``permute(...).contiguous()`` and one layout copy (2),
+  the viewless output (1).
   Backward 14: two LayerNorm gradients (dx, dgamma, dbeta and two partial-sum
   buffers: 5 each), three dropout gradients (1 each), one layout copy (1).
   Cross-check: ``experiments/host/determinism_fills.py`` counts the fills of a
   layer of that structure with PyTorch's CPU profiler (torch 2.13, CPU kernels,
-  whose dropout and LayerNorm backward allocate differently): 14 forward and 15
-  backward beyond the non-deterministic run.
+  whose dropout and LayerNorm backward allocate differently; without Megatron's
+  viewless-tensor wrapper): 14 forward and 15 backward beyond the non-deterministic run.
+
+Outside the layers, per model-chunk op (read at d98e8a64): ``TransformerBlock.forward``'s two
+``make_viewless_tensor`` calls (``FILLS_CHUNK_FWD``), and with a pipeline the received tensor's
+``torch.empty`` buffer and, after a forward, ``deallocate_output_tensor``'s ``torch.empty((1,))``
+(``FILLS_P2P``, the buffers ``dcpsim.cost.host.P2P_CALLS_*`` count): one launch each on the host; their
+device bytes (one activation per receive) are not priced.
 
 Costs. Host: each fill is one kernel issued from C++ (the dispatcher, a
 ``TensorIterator`` and a launch), priced at the host table's ``kernel_launch_s``
@@ -72,11 +82,18 @@ from __future__ import annotations
 import numpy as np
 
 # Filled allocations per transformer layer (forward, backward), counted above.
-FILLS_LAYER = {"transformer_engine": (18, 29), "local": (14, 14)}
+FILLS_LAYER = {"transformer_engine": (19, 29), "local": (15, 14)}
 # Filled allocations of the last stage's output layer + loss per microbatch (forward, backward), unfused
 # cross-entropy (--cross-entropy-loss-fusion is refused under --deterministic-mode at d98e8a64:
 # ARG_VALUES_REQUIRED_FOR_DETERMINISM): the logits' FP32 copy and its gradient.
 FILLS_HEAD = (1, 1)
+
+
+# Per model-chunk op: TransformerBlock.forward's two viewless tensors (forward only).
+FILLS_CHUNK_FWD = 2
+# Per pipeline exchange (forward, backward) with pp > 1: the receive buffer, and the deallocated output's stub after
+# a forward (core/pipeline_parallel/p2p_communication.py, schedules.py at d98e8a64; dcpsim.cost.host.P2P_CALLS_*).
+FILLS_P2P = (2, 1)
 
 
 def fills_per_layer(transformer_impl: str) -> tuple[int, int]:

@@ -545,6 +545,11 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
     # the per-microbatch Python (loss.backward() entry, embedding and output Python: measured per microbatch of
     # the whole model) is paid once per microbatch per rank, half each way, spread over the rank's vp chunks
     mb = 0.5 * host.microbatch_s / vp
+    if flags.deterministic:  # the chunk's and the pipeline buffers' filled allocations (cost/determinism.py)
+        step_f += determinism.FILLS_CHUNK_FWD * host.kernel_launch_s
+        if pp > 1:
+            p2p_f += determinism.FILLS_P2P[0] * host.kernel_launch_s
+            p2p_b += determinism.FILLS_P2P[1] * host.kernel_launch_s
     for s in range(V):
         p = s % pp
         n = layers[p] / vp
