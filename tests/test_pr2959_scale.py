@@ -406,3 +406,27 @@ def test_token_table_run_picks_are_the_one_by_one_picks():
             toks[k] += Li
             ref.move(k, toks[k] - Li, toks[k])
     assert used > 300
+
+
+def test_token_table_move_run_equals_the_moves_one_by_one():
+    """A run's picks moved in bulk (move_run) leave the table as moving them one by one (move) does: the
+    same token counts, each with the same buckets' ranks in a valid heap, so later queries agree."""
+    rng = np.random.default_rng(12)
+    moved = 0
+    for _ in range(300):
+        bl = rng.integers(0, 12, int(rng.integers(1, 60))).tolist()
+        Li, T = int(rng.integers(1, 6)), float(rng.integers(0, 40)) / 2
+        limit = None if rng.random() < 0.6 else int(rng.integers(0, 14))
+        table, ref = pr._TokenTable(list(bl)), pr._TokenTable(list(bl))
+        for _ in range(int(rng.integers(1, 4))):  # a few runs in a row, the heaps no longer sorted lists
+            picks = table.run_picks(Li, T, limit, int(rng.integers(2, 20)))
+            table.move_run(picks, [bl[k] for k in picks], Li)
+            for k in picks:
+                ref.move(k, bl[k], bl[k] + Li)
+                bl[k] += Li
+            moved += len(picks)
+            assert table.vals == ref.vals
+            assert {v: sorted(h) for v, h in table.at.items()} == {v: sorted(h) for v, h in ref.at.items()}
+            assert all(h[(i - 1) // 2] <= h[i] for h in table.at.values() for i in range(1, len(h)))
+            Li = int(rng.integers(1, 6))
+    assert moved > 1000

@@ -27,6 +27,16 @@ from dcpsim.policies.pr2959_model import (
 from dcpsim.policies.pr2959_tables import _BULK_MIN, _bulk_deal, _long_blocks, _NormalPool, _np_sum, _TokenTable
 
 
+def _run_ends(lengths: np.ndarray, limits: np.ndarray | None) -> list[int]:
+    """For each position, the end (exclusive) of its run of equal (length, limit) entries."""
+    n = lengths.size
+    change = lengths[1:] != lengths[:-1]
+    if limits is not None:
+        change |= limits[1:] != limits[:-1]
+    ends = np.append(np.flatnonzero(change) + 1, n)
+    return np.repeat(ends, np.diff(np.concatenate([[0], ends]))).tolist()
+
+
 class _Batch:
     """Per-batch tables shared by the candidates: lengths, FLOPs and the code's sample order."""
 
@@ -240,6 +250,10 @@ class _Candidate:
         pool.n_alive = n_alive
         self.groups = groups
         self.normal = pool.alive()
+        cs_a = np.asarray(sizes, dtype=np.int64)
+        self._garr = (np.asarray(blocks, dtype=np.int64) * cs_a, cs_a, np.array([g.fwd for g in groups], dtype=np.float64),
+                      np.array([g.bwd for g in groups], dtype=np.float64),
+                      np.array([g.tokens for g in groups], dtype=np.int64))
 
     def fill_normal(self, n_nb: int) -> None:
         """Phase 3: normal buckets, FLOPs-first under the mean-token target, then leftovers by tokens."""
@@ -382,12 +396,7 @@ class _Candidate:
         limits = [None] * len(left) if cap == math.inf else (int(cap) - self.batch.tok1[left]).tolist()
         bf, bl, seq, dest = self.bf, self.bl, self.seq, self.dest
         n = len(left)
-        end = [n] * n  # end of each position's run of equal (length, limit): they are sorted by length
-        for p in range(n - 2, -1, -1):
-            if Ls[left[p + 1]] == Ls[left[p]] and limits[p + 1] == limits[p]:
-                end[p] = end[p + 1]
-            else:
-                end[p] = p + 1
+        end = _run_ends(self.batch.L[left], None if cap == math.inf else int(cap) - self.batch.tok1[left])
         pos = 0
         while pos < n:
             i, limit = left[pos], limits[pos]
@@ -436,8 +445,8 @@ class _Candidate:
         pos = np.empty_like(slot)
         pos[order] = np.arange(slot.size) - np.repeat(np.cumsum(counts) - counts, counts)
         self._table = slot, pos, code
-        toks = [g.tokens for g in self.groups] + self._normal_tokens().tolist()
-        self.max_tokens = int(max(toks, default=0))
+        gtok, ntok = self._garr[4], self._normal_tokens()
+        self.max_tokens = max(int(gtok.max()) if gtok.size else 0, int(ntok.max()) if ntok.size else 0)
         if self.max_tokens > bt.M:
             self._reject(f"a group holds {self.max_tokens} tokens per rank > max_tokens_per_rank {bt.M}")
 
@@ -448,9 +457,8 @@ class _Candidate:
         K, ng = self.batch.K, len(self.groups)
         if not ng:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [0.0] * K
-        starts = np.fromiter((g.start for g in self.groups), dtype=np.int64, count=ng)
-        width = np.fromiter((g.slots for g in self.groups), dtype=np.int64, count=ng)
-        share = np.fromiter((g.fwd for g in self.groups), dtype=np.float64, count=ng) / width
+        starts, width, fwd = self._garr[:3]
+        share = fwd / width
         gid = np.repeat(np.arange(ng), width)
         slot = np.repeat(starts, width) + (np.arange(gid.size) - np.repeat(np.cumsum(width) - width, width))
         fsum = np.zeros(K)
@@ -522,10 +530,11 @@ class _Candidate:
         bw = np.zeros((n, self.batch.K))
         g = code < 0
         if g.any():
-            per = np.array([x.slots for x in self.groups], dtype=np.float64)
+            _, width, gf, gb, _ = self._garr
+            per = width.astype(np.float64)
             gid = ~code[g]
-            fw[pos[g], slot[g]] = (np.array([x.fwd for x in self.groups]) / per)[gid]
-            bw[pos[g], slot[g]] = (np.array([x.bwd for x in self.groups]) / per)[gid]
+            fw[pos[g], slot[g]] = (gf / per)[gid]
+            bw[pos[g], slot[g]] = (gb / per)[gid]
         b = ~g
         fw[pos[b], slot[b]] = self.bf[code[b]]
         bw[pos[b], slot[b]] = self.bb[code[b]]
@@ -544,21 +553,28 @@ class _Candidate:
         if self.misaligned:
             return self._realigned_steps()
         # every long group sits at one list index on all its slots, so each entry runs at its index
-        first = np.array([gr.start for gr in self.groups], dtype=np.int64)[~code[g]] == slot[g]
+        gs, widths = self._garr[:2]
+        first = gs[~code[g]] == slot[g]
         keep = np.flatnonzero(~g)
         keep = np.sort(np.concatenate([keep, np.flatnonzero(g)[first]]))
         order = keep[np.lexsort((slot[keep], pos[keep]))]
-        u, groups, members = self.batch.u, self.groups, self.members()
         if not order.size:
             return []
-        ps = pos[order]
+        u, groups = self.batch.u, self.groups
+        ps, codes = pos[order], code[order]
         bounds = [0, *(np.flatnonzero(ps[1:] != ps[:-1]) + 1).tolist(), order.size]
-        codes, slots = code[order].tolist(), slot[order].tolist()
+        # one group per entry: a normal bucket on its slot, a long group on its block
+        is_b = codes >= 0
+        gid = np.where(is_b, 0, ~codes)
+        if not groups:
+            gs = widths = np.zeros(1, dtype=np.int64)
+        starts = (np.where(is_b, slot[order], gs[gid]) * u).tolist()
+        sizes = (np.where(is_b, 1, widths[gid]) * u).tolist()
+        members = self.members()
+        mems = [members[c] if c >= 0 else list(groups[~c].members) for c in codes.tolist()]
+        flat = list(map(Group, starts, sizes, mems))
         out: list[Step] = [Step([])] if ps[0] != 0 else []  # entries start at list index 0 (else an empty step)
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):  # one step per list index, entries by slot
-            out.append(Step([Group(s * u, u, members[c]) if c >= 0 else
-                             Group(groups[~c].start * u, groups[~c].slots * u, list(groups[~c].members))
-                             for c, s in zip(codes[a:b], slots[a:b], strict=True)]))
+        out.extend(Step(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True))  # one step per index
         return out
 
     def _realigned_steps(self) -> list[Step]:

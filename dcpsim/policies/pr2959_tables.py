@@ -165,22 +165,34 @@ class _TokenTable:
 
     def move_run(self, picks: list[int], olds: list[int], Li: int) -> None:
         """:meth:`move` of each bucket of ``picks`` in turn, from its token count ``olds[j]`` to ``olds[j] + Li``
-        (the buckets of :meth:`run_picks`: no bucket lands on a count a later one leaves)."""
+        (the buckets of :meth:`run_picks`: no bucket lands on a count a later one leaves, so every count's
+        buckets leave before any arrives, in bulk; each count loses its first-ranked buckets)."""
         at, vals, rank = self.at, self.vals, self.rank
         pop, push = heapq.heappop, heapq.heappush
+        by: dict[int, list[int]] = {}
         for k, v in zip(picks, olds, strict=True):
+            r = by.get(v)
+            if r is None:
+                by[v] = [rank[k]]
+            else:
+                r.append(rank[k])
+        for v, rs in by.items():
             heap = at[v]
-            pop(heap)
-            if not heap:
+            if len(rs) == len(heap):
                 del at[v]
                 del vals[bisect_left(vals, v)]
+            else:
+                for _ in rs:
+                    pop(heap)
+        for v, rs in by.items():
             w = v + Li
             dst = at.get(w)
             if dst is None:
-                at[w] = [rank[k]]
+                at[w] = sorted(rs)  # a sorted list is a heap
                 insort(vals, w)
             else:
-                push(dst, rank[k])
+                for r in rs:
+                    push(dst, r)
 
     def add(self, k: int, tokens: int) -> None:
         """A new bucket, ranked last."""
