@@ -181,3 +181,22 @@ def test_round_trip_still_compares_the_mask_of_fixed_runs():
 def test_packed_runs_ignore_the_dataloader_mask():
     cfg = load_config(ROOT / "examples" / "simulate_default.toml").with_updates({"sim.iterations": 1})
     assert _t(cfg) == _t(cfg.with_updates({"step.attention_mask_in_dataloader": False}))
+
+
+# ------------------------------------------------------------------ Transformer Engine's CP ring
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_cp_ring_counts_its_fixed_and_per_step_kernels_and_nccl_ops(cp):
+    """cp_comm p2p (TE AttnFuncWithCPAndKVP2P): forward 4 once + 3 per extra step and an isend/irecv pair; backward
+    2 once + attention bwd, dQ, dK, dV per extra step and two pairs (K/V on, dK/dV back)."""
+    from dcpsim.cost.fixed import KERNELS_RING_FIXED, NCCL_RING_STEP
+    from dcpsim.cost.host import layer_collectives
+
+    st = _settings()
+    kf1, kb1 = kernels_per_layer(st, np.array([1.0]))
+    kf, kb = kernels_per_layer(st, np.array([float(cp)]))
+    assert KERNELS_RING_FIXED == (4, 2) and NCCL_RING_STEP == (2, 4)
+    assert (kf - kf1)[0] == 4 + (cp - 1) * (3 + 2) and (kb - kb1)[0] == 2 + (cp - 1) * (6 + 4)
+    cf, cb = layer_collectives(1, np.array([1.0, float(cp)]), "p2p")
+    assert cf.tolist() == [0.0, 2.0 * (cp - 1)] and cb.tolist() == [0.0, 4.0 * (cp - 1)]
+    cf2, _ = layer_collectives(2, np.array([float(cp)]), "p2p")
+    assert cf2[0] == 4 + 2 * (cp - 1)  # sequence-parallel TP's four calls besides

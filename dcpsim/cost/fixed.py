@@ -24,8 +24,21 @@ KERNELS_BWD = 20  # 4 GEMMs x (dgrad + wgrad), 2 norms x (dx + dgamma), SwiGLU, 
 KERNELS_TP = 4  # sequence parallel: 2 all-gathers + 2 reduce-scatters, each way
 KERNELS_FP8 = (2, 6)  # TE casts (compute.py): fwd proj and fc2 inputs (QKV and fc1 inputs written by the norm); bwd 2 input transposes (QKV, fc1) + 4 output-gradient cast-transposes
 KERNELS_FP8_SP = (0, 4)  # with sequence parallelism: bwd proj and fc2 input transposes, and their output gradients cast and transposed apart (2 each instead of 1)
-KERNELS_RING_STEP_FWD = 3  # per extra ring step: attention block, output/LSE correction, send/recv
-KERNELS_RING_STEP_BWD = 5  # per extra ring step: attention bwd (3), dK/dV accumulate, send/recv
+# Transformer Engine's CP ring (cp_comm p2p: AttnFuncWithCPAndKVP2P, transformer_engine/pytorch/attention/
+# dot_product_attention/context_parallel.py, read in NVIDIA/TransformerEngine at d0067d0d, 2026-08-22; causal, BF16,
+# sbhd/bshd), counted per layer beyond the one attention kernel (3 backward) of cp = 1:
+# * forward, once: K and V concatenated into the send buffer, the first step's LSE cloned, the output initialised
+#   from the first step (out_correction_init), the second half of the LSE kept for the backward: 4 kernels;
+#   per extra step: its attention block, the LSE correction and the output correction (3) and one batched
+#   isend/irecv pair (2 NCCL ops);
+# * backward, once: the second-half LSE made contiguous and K/V copied into the first send buffer (2);
+#   per step (every one of the cp steps, the first replacing cp = 1's attention backward): the attention backward
+#   (3), dQ copied or accumulated (1, 2 on some ranks' split halves: 1 taken) and dK, dV (2); per extra step the K/V
+#   pair sent on and the dK/dV pair returned (4 NCCL ops).
+KERNELS_RING_FIXED = (4, 2)
+KERNELS_RING_STEP_FWD = 3 + 2  # per extra ring step: attention block, LSE and output corrections; isend + irecv
+KERNELS_RING_STEP_BWD = 6 + 4  # per extra ring step: attention bwd (3), dQ, dK, dV; K/V and dK/dV isend + irecv
+NCCL_RING_STEP = (2, 4)  # NCCL ops per extra ring step (forward, backward), included in the counts above
 KERNELS_CP_COLLECTIVE = {"all_gather": 1, "a2a": 4}  # per pass
 KERNELS_MICROBATCH = 2  # pipeline send + receive, each way, every stage
 KERNELS_EMBED = (1, 2)  # first stage: embedding lookup fwd; bwd (gradient scatter-add, zeroing)
@@ -68,8 +81,8 @@ def kernels_per_layer(st: CostSettings, cp) -> tuple[np.ndarray, np.ndarray]:
         kb += KERNELS_ROPE_UNFUSED[1]
     multi = cp > 1
     if st.cp_comm == "p2p":
-        kf += np.where(multi, (cp - 1) * KERNELS_RING_STEP_FWD, 0.0)
-        kb += np.where(multi, (cp - 1) * KERNELS_RING_STEP_BWD, 0.0)
+        kf += np.where(multi, KERNELS_RING_FIXED[0] + (cp - 1) * KERNELS_RING_STEP_FWD, 0.0)
+        kb += np.where(multi, KERNELS_RING_FIXED[1] + (cp - 1) * KERNELS_RING_STEP_BWD, 0.0)
     else:
         kf += np.where(multi, KERNELS_CP_COLLECTIVE[st.cp_comm], 0.0)
         kb += np.where(multi, KERNELS_CP_COLLECTIVE[st.cp_comm], 0.0)

@@ -383,14 +383,18 @@ def get_batch_host_s(host: HostCosts, flags: StepFlags, first: bool, last: bool,
 
 def layer_collectives(tp: int, cp, cp_comm: str) -> tuple[np.ndarray, np.ndarray]:
     """NCCL calls per layer (forward, backward) per pack of CP size ``cp``: sequence-parallel TP (two
-    all-gathers and two reduce-scatters each way), the CP ring's send/receive per step (``p2p``) or the CP
-    collectives (``all_gather`` 1, ``a2a`` 4 each way)."""
+    all-gathers and two reduce-scatters each way), the CP ring's sends and receives per extra step (``p2p``: the
+    K/V pair forward, the K/V and dK/dV pairs backward) or the CP collectives (``all_gather`` 1, ``a2a`` 4 each
+    way)."""
     cp = np.asarray(cp, dtype=np.float64)
     n = np.full(cp.shape, 4.0 if tp > 1 else 0.0)
     multi = cp > 1
-    if cp_comm == "p2p":
-        extra = np.where(multi, cp - 1, 0.0)
-    elif cp_comm == "a2a+p2p":
+    if cp_comm == "p2p":  # Transformer Engine's ring: NCCL ops per extra step (dcpsim.cost.fixed.NCCL_RING_STEP)
+        from dcpsim.cost.fixed import NCCL_RING_STEP
+
+        return (n + np.where(multi, (cp - 1) * NCCL_RING_STEP[0], 0.0),
+                n + np.where(multi, (cp - 1) * NCCL_RING_STEP[1], 0.0))
+    if cp_comm == "a2a+p2p":
         extra = np.where(multi, 4.0 + np.maximum(cp / 8.0 - 1.0, 0.0), 0.0)
     else:
         extra = np.where(multi, {"all_gather": 1.0, "a2a": 4.0}.get(cp_comm, 1.0), 0.0)
