@@ -430,3 +430,31 @@ def test_token_table_move_run_equals_the_moves_one_by_one():
             assert all(h[(i - 1) // 2] <= h[i] for h in table.at.values() for i in range(1, len(h)))
             Li = int(rng.integers(1, 6))
     assert moved > 1000
+
+
+def test_long_groups_table_equals_the_scans_groups():
+    """The long groups summed after the filling loop (_Candidate._group_table: FLOPs left to right below 8
+    members, numpy's sums from 8; tokens per rank) equal the groups the scan builds member by member, in
+    safe mode too, with groups of 1 to many members."""
+    rng = np.random.default_rng(4)
+    sizes = set()
+    for _ in range(12):
+        layout = Layout(dp=int(rng.choice([2, 4, 8])), cp=4, max_tokens_per_rank=4096, pp=int(rng.choice([1, 2])),
+                        min_cp=int(rng.choice([1, 2])))
+        lengths = np.minimum(rng.lognormal(np.log(4096 / 8), 1.5, 600).astype(np.int64) + 1, 4096 * 16 - 64)
+        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+        fwd, bwd = pr.Pr2959Flops.from_cost(cost).stage_fwd_bwd(lengths)
+        scale = 1.0 + rng.random(2) / 7  # full mantissas: the order of the additions shows in the sums
+        batch = pr._Batch(lengths, layout, fwd * scale[0], bwd * scale[1])
+        for m in (1, 2):
+            for safe in (False, True):
+                fast = pr._Candidate(batch, m, 1.3, float(rng.choice([1.05, 3.0, 8.0])), "mean", safe)
+                ref = _ScanCandidate(batch, m, 1.3, fast.fill_slack, "mean", safe)
+                fast.build()
+                ref.build()
+                assert fast.valid == ref.valid
+                got = fast._long_groups()
+                assert [(g.start, g.slots, g.members, g.fwd, g.bwd, g.tokens) for g in got] == \
+                       [(g.start, g.slots, g.members, g.fwd, g.bwd, g.tokens) for g in ref.groups]
+                sizes.update(len(g.members) for g in ref.groups)
+    assert {1, 2, 7, 8} <= sizes and max(sizes) >= 9, sorted(sizes)

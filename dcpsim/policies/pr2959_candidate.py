@@ -184,7 +184,9 @@ class _Candidate:
         Each long sample's group takes normal samples, largest first, under the code's three limits; it
         ends with its tokens per rank and the solver's FLOPs of the group. One loop over the long samples
         with the pool's lists at hand: the search for the first remaining sample below the room and the
-        removal (:class:`_NormalPool`'s pointers) are done here.
+        removal (:class:`_NormalPool`'s pointers) are done here; the loop only finds the fillers (and
+        stops at once when the room is below the smallest sample left), :meth:`_group_table` then sums
+        each group's FLOPs and tokens as the code adds them.
         """
         bt = self.batch
         blocks, self.overflow_blocks = _long_blocks(sizes, bt.K, bt.layout.pp * self.m)
@@ -195,26 +197,25 @@ class _Candidate:
             ids, lens, negf = bt.order_lists()
             lists = ids[self._suffix:], lens[self._suffix:], negf[self._suffix:]
         pool = _NormalPool(self.normal, bt.f, bt.L, lists)
-        negf, nxt, size, p_len, p_ids, removed = pool.negf, pool.nxt, pool.size, pool.lengths, pool.ids, pool.removed
+        negf, nxt, size, p_len, removed = pool.negf, pool.nxt, pool.size, pool.lengths, pool.removed
         n_alive = pool.n_alive
-        f_list, L_list, b_list = bt.f_list, bt.L_list, bt.b_list
-        tau, slack, safe, M, u = self.tau, self.fill_slack, self.safe, bt.M, bt.u
-        groups = []
-        append = groups.append
-        for i, cs, blk in zip(self.long_ids, sizes, blocks, strict=True):
-            fi = f_list[i]
-            room = cs * tau - fi
-            length_sum = L_list[i]
+        slack, safe, M, u = self.fill_slack, self.safe, bt.M, bt.u
+        li = np.asarray(self.long_ids, dtype=np.int64)
+        cs_a = np.asarray(sizes, dtype=np.int64)
+        room_a = cs_a * self.tau - bt.f[li]  # c·τ − f, as the code computes it
+        tok_a = per_rank_tokens(bt.L[li], cs_a * u)  # the long sample's own tokens per rank
+        ends: list[int] = []
+        last = size - 1  # the last remaining sample of the pool (the smallest) and its FLOPs
+        fmin = -negf[last] if size else math.inf
+        for cs, room, length_sum, tok in zip(sizes, room_a.tolist(), bt.L[li].tolist(), tok_a.tolist(), strict=True):
             ranks = cs * u
             pad = 2 * ranks if ranks > 1 else 1  # the padding rule (dcpsim.cost.padding), inlined
-            tok = -(-length_sum // pad) * pad // ranks
             cap = M * cs
-            members, fsum, bsum = [i], 0.0 + fi, 0.0  # numpy sums fewer than 8 numbers left to right from 0.0
             p = 0  # position in the pool's fixed order (the code's index into its shrinking list)
             taken = False  # whether the last pass removed the sample at p
             while flag_all or (n_alive > total_num and length_sum < cap):
                 x = room * slack
-                if x <= 0:
+                if x <= fmin:  # no sample left below x (x <= 0 included): the code's search finds none
                     break
                 # first remaining normal sample (from p) with forward FLOPs < x; right after p is taken,
                 # p + 1 when it remains and is below x (the search and the path halving would find it and
@@ -229,31 +230,72 @@ class _Candidate:
                         break
                 taken = False
                 Lk = p_len[p]
-                t = -(-Lk // pad) * pad // ranks
-                if safe and tok + t > M:
-                    p += 1
-                    continue
+                if safe:
+                    t = -(-Lk // pad) * pad // ranks
+                    if tok + t > M:
+                        p += 1
+                        continue
+                    tok += t
                 nxt[p] = p + 1  # removed
                 n_alive -= 1
                 removed.append(p)
                 taken = True
-                k, fk = p_ids[p], -negf[p]
-                room -= fk
+                room += negf[p]  # room − f
                 length_sum += Lk
-                tok += t
-                members.append(k)
-                fsum += fk
-                bsum += b_list[k]
-            if len(members) >= 8:  # numpy's pairwise summation
-                fsum, bsum = bt.f_sum(members), bt.b_sum(members[1:])
-            append(_LongGroup(blk * cs, cs, members, fsum, LONG_BWD_FACTOR * fi + bsum, tok))
+                if p == last:
+                    while last >= 0 and nxt[last] != last:
+                        last -= 1
+                    fmin = -negf[last] if last >= 0 else math.inf
+            ends.append(len(removed))
         pool.n_alive = n_alive
-        self.groups = groups
+        self._fillers = pool.arr[np.asarray(removed, dtype=np.int64)]
         self.normal = pool.alive()
-        cs_a = np.asarray(sizes, dtype=np.int64)
-        self._garr = (np.asarray(blocks, dtype=np.int64) * cs_a, cs_a, np.array([g.fwd for g in groups], dtype=np.float64),
-                      np.array([g.bwd for g in groups], dtype=np.float64),
-                      np.array([g.tokens for g in groups], dtype=np.int64))
+        self._garr = self._group_table(li, cs_a, np.asarray(blocks, dtype=np.int64) * cs_a, tok_a,
+                                       np.asarray(ends, dtype=np.int64))
+
+    def _group_table(self, li: np.ndarray, cs_a: np.ndarray, starts: np.ndarray, tok_a: np.ndarray,
+                     ends: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per long group (``li``: its long sample; fillers ``self._fillers[ends[g−1]:ends[g]]``): first slot,
+        slots, the solver's forward FLOPs (the members' sum: left to right from 0.0 below 8 members, as
+        numpy sums fewer than 8 numbers; numpy's sum from 8), backward estimate (3·f of the long sample +
+        the fillers' backward, summed alike) and tokens per rank."""
+        bt, fill = self.batch, self._fillers
+        ng = li.size
+        self._gends = ends
+        begin = np.concatenate([[0], ends[:-1]]).astype(np.int64) if ng else ends
+        nf = ends - begin
+        ranks = np.repeat(cs_a * bt.u, nf)
+        tsum = np.concatenate([[0], np.cumsum(per_rank_tokens(bt.L[fill], ranks))]).astype(np.int64)
+        tokens = tok_a + (tsum[ends] - tsum[begin]) if ng else tok_a
+        fwd = np.empty(ng)
+        bsum = np.empty(ng)
+        small = nf <= 6  # fewer than 8 members: sums one addition at a time
+        if small.any():
+            rows = np.flatnonzero(small)
+            col = np.arange(fill.size) - np.repeat(begin, nf)
+            grp = np.repeat(np.arange(ng), nf)
+            keep = small[grp]
+            F = np.zeros((ng, 8))
+            F[:, 0] = bt.f[li]
+            F[grp[keep], 1 + col[keep]] = bt.f[fill[keep]]
+            fwd[rows] = np.add.accumulate(F[rows], axis=1)[:, -1]
+            B = np.zeros((ng, 8))
+            B[grp[keep], 1 + col[keep]] = bt.b[fill[keep]]
+            bsum[rows] = np.add.accumulate(B[rows], axis=1)[:, -1]
+        for g in np.flatnonzero(~small).tolist():  # 8 members or more: numpy's sums, as the code's
+            fl = fill[begin[g]:ends[g]]
+            fwd[g] = float(bt.f[np.concatenate([li[g:g + 1], fl])].sum())
+            bsum[g] = _np_sum(bt.b, bt.b_list, fl.tolist())
+        return starts, cs_a, fwd, LONG_BWD_FACTOR * bt.f[li] + bsum, tokens
+
+    def _long_groups(self) -> list[_LongGroup]:
+        """The long groups as objects (made when the steps are laid out)."""
+        if len(self.groups) != len(self.long_ids):
+            starts, width, fwd, bwd, tokens = (a.tolist() for a in self._garr)
+            fill, ends = self._fillers.tolist(), self._gends.tolist()
+            self.groups = [_LongGroup(s, c, [i, *fill[a:b]], f, bw, t) for s, c, i, a, b, f, bw, t in
+                           zip(starts, width, self.long_ids, [0, *ends[:-1]], ends, fwd, bwd, tokens, strict=True)]
+        return self.groups
 
     def fill_normal(self, n_nb: int) -> None:
         """Phase 3: normal buckets, FLOPs-first under the mean-token target, then leftovers by tokens."""
@@ -454,7 +496,7 @@ class _Candidate:
         """The long groups' entries of the slots' lists (slot and code ``~g``, in placement order) and each
         slot's forward FLOPs from them (each group's share added slot by slot in placement order, as the
         code adds them)."""
-        K, ng = self.batch.K, len(self.groups)
+        K, ng = self.batch.K, len(self.long_ids)
         if not ng:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [0.0] * K
         starts, width, fwd = self._garr[:3]
@@ -545,8 +587,8 @@ class _Candidate:
         slot, pos, code = self._slot_table()
         g = code < 0
         if g.any():  # a long group the code has at different list positions on its slots
-            lo = np.full(len(self.groups), np.iinfo(np.int64).max)
-            hi = np.full(len(self.groups), -1)
+            lo = np.full(len(self.long_ids), np.iinfo(np.int64).max)
+            hi = np.full(len(self.long_ids), -1)
             np.minimum.at(lo, ~code[g], pos[g])
             np.maximum.at(hi, ~code[g], pos[g])
             self.misaligned += int(np.count_nonzero(lo != hi))
@@ -560,7 +602,7 @@ class _Candidate:
         order = keep[np.lexsort((slot[keep], pos[keep]))]
         if not order.size:
             return []
-        u, groups = self.batch.u, self.groups
+        u, groups = self.batch.u, self._long_groups()
         ps, codes = pos[order], code[order]
         bounds = [0, *(np.flatnonzero(ps[1:] != ps[:-1]) + 1).tolist(), order.size]
         # one group per entry: a normal bucket on its slot, a long group on its block
@@ -585,7 +627,7 @@ class _Candidate:
         nxt = np.zeros(bt.K, dtype=np.int64)
         taken: list[set[int]] = [set() for _ in range(bt.K)]
         at: dict[int, list[Group]] = {}
-        for gr in self.groups:
+        for gr in self._long_groups():
             sl = slice(gr.start, gr.start + gr.slots)
             p = int(nxt[sl].max())
             nxt[sl] = p + 1
