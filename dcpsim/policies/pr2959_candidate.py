@@ -294,8 +294,13 @@ class _Candidate:
             starts, width, fwd, bwd, tokens = (a.tolist() for a in self._garr)
             fill, ends = self._fillers.tolist(), self._gends.tolist()
             self.groups = [_LongGroup(s, c, [i, *fill[a:b]], f, bw, t) for s, c, i, a, b, f, bw, t in
-                           zip(starts, width, self.long_ids, [0, *ends[:-1]], ends, fwd, bwd, tokens, strict=True)]
+                           zip(starts, width, self.long_ids, [0, *ends][:len(ends)], ends, fwd, bwd, tokens, strict=True)]
         return self.groups
+
+    def _long_members(self) -> list[list[int]]:
+        """The members of every long group (its long sample, then its fillers in the order taken)."""
+        fill, ends = self._fillers.tolist(), self._gends.tolist()
+        return [[i, *fill[a:b]] for i, a, b in zip(self.long_ids, [0, *ends][:len(ends)], ends, strict=True)]
 
     def fill_normal(self, n_nb: int) -> None:
         """Phase 3: normal buckets, FLOPs-first under the mean-token target, then leftovers by tokens."""
@@ -602,18 +607,18 @@ class _Candidate:
         order = keep[np.lexsort((slot[keep], pos[keep]))]
         if not order.size:
             return []
-        u, groups = self.batch.u, self._long_groups()
+        u, n_long = self.batch.u, len(self.long_ids)
         ps, codes = pos[order], code[order]
         bounds = [0, *(np.flatnonzero(ps[1:] != ps[:-1]) + 1).tolist(), order.size]
         # one group per entry: a normal bucket on its slot, a long group on its block
         is_b = codes >= 0
         gid = np.where(is_b, 0, ~codes)
-        if not groups:
+        if not n_long:
             gs = widths = np.zeros(1, dtype=np.int64)
         starts = (np.where(is_b, slot[order], gs[gid]) * u).tolist()
         sizes = (np.where(is_b, 1, widths[gid]) * u).tolist()
-        members = self.members()
-        mems = [members[c] if c >= 0 else list(groups[~c].members) for c in codes.tolist()]
+        members, lm = self.members(), self._long_members()
+        mems = [members[c] if c >= 0 else lm[~c] for c in codes.tolist()]  # a long group once: on its first slot
         flat = list(map(Group, starts, sizes, mems))
         out: list[Step] = [Step([])] if ps[0] != 0 else []  # entries start at list index 0 (else an empty step)
         out.extend(Step(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True))  # one step per index
