@@ -200,3 +200,20 @@ def test_cp_ring_counts_its_fixed_and_per_step_kernels_and_nccl_ops(cp):
     assert cf.tolist() == [0.0, 2.0 * (cp - 1)] and cb.tolist() == [0.0, 4.0 * (cp - 1)]
     cf2, _ = layer_collectives(2, np.array([float(cp)]), "p2p")
     assert cf2[0] == 4 + 2 * (cp - 1)  # sequence-parallel TP's four calls besides
+
+
+def test_full_recompute_prices_the_checkpoint_wrapper_per_layer():
+    """CheckpointFunction per recomputed layer: 20 dispatcher calls (RNG states, saved tensors, grad modes, detached
+    inputs) and 2 entries (the Function, the nested backward); none when CUDA graphs replay the layer."""
+    from dcpsim.cost.host import checkpoint_host_s, layer_pass_host
+
+    shape = PassShape(stage_layers=np.array([2]), vp=1, tp=1, kernels_fwd=np.array([12.0]),
+                      kernels_bwd=np.array([20.0]), collectives_fwd=np.array([0.0]), collectives_bwd=np.array([0.0]))
+    f, b, _, _ = layer_pass_host(shape, X86, StepFlags())
+    _, rb, _, _ = layer_pass_host(replace(shape, recompute="full"), X86, StepFlags())
+    assert checkpoint_host_s(X86) == pytest.approx(20 * X86.kernel_launch_s + 2 * X86.module_call_s)
+    assert rb[0] - b[0] - f[0] == pytest.approx(checkpoint_host_s(X86))
+    g = StepFlags(cuda_graphs="local")
+    gf, gb, _, _ = layer_pass_host(shape, X86, g)
+    _, grb, _, _ = layer_pass_host(replace(shape, recompute="full"), X86, g)
+    assert grb[0] == pytest.approx(gb[0] + gf[0])

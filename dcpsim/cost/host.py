@@ -83,6 +83,15 @@ import numpy as np
 
 from dcpsim.choices import CUDA_GRAPH_IMPLS
 from dcpsim.cost import determinism
+from dcpsim.cost.host_calls import (  # noqa: F401  (re-exported: priced where host_ops and layer_pass_host add them)
+    BATCH_TENSORS,
+    BATCH_TENSORS_END_STAGE,
+    CHECKPOINT_MODULE_CALLS,
+    CHECKPOINT_TORCH_CALLS,
+    CP_SLICE_KERNELS,
+    checkpoint_host_s,
+    get_batch_host_s,
+)
 from dcpsim.hardware.host import HostCosts
 
 # Kernels the step's end launches besides per-tensor loops: multi-tensor L2 norm and scale, Adam, the
@@ -352,35 +361,6 @@ def step_end_ops(work: StepEndWork, flags: StepFlags, host: HostCosts) -> list[O
     return ops
 
 
-# get_batch per microbatch on a stage that reads data (pretrain_gpt.py ``get_batch`` and megatron/core/utils.py
-# ``get_batch_on_this_tp_rank`` / ``_get_batch_on_this_cp_rank_per_sequence_balancing`` at d98e8a64), fixed-length
-# (not THD) batches, priced for TP rank 0 (the rank that loads): every tensor of the loader's batch is copied to the
-# GPU (``.cuda(non_blocking=True)``: tokens, labels, loss mask, position ids, and the attention mask unless
-# --no-create-attention-mask-in-dataloader), then broadcast over the TP group (a call even in a one-rank group): with
-# pp = 1 all of them, on the first stage tokens and position ids, on the last labels and loss mask, the mask on
-# both; with CP each tensor left is cut to the rank's two zigzag chunks (``torch.zeros``, two ``fill_``,
-# ``index_select``). Middle stages return before any of it. The next(data_iterator) call, the TransformerConfig
-# get_batch builds, and the copies' and broadcasts' device time (the mask is mbs x s x s bytes over PCIe and NVLink)
-# are not priced.
-BATCH_TENSORS = 4  # tokens, labels, loss_mask, position_ids
-BATCH_TENSORS_END_STAGE = 2  # first stage: tokens, position_ids; last stage: labels, loss_mask
-CP_SLICE_KERNELS = 4
-
-
-def get_batch_host_s(host: HostCosts, flags: StepFlags, first: bool, last: bool, cps) -> np.ndarray:
-    """Host seconds of one ``get_batch`` call (per microbatch, on a stage that reads data: ``first`` and/or ``last``
-    pipeline stage), per group of CP size ``cps`` (array): the copies, TP broadcasts and CP slicing counted above.
-    Zero on a middle stage and for packed (THD) batches, whose get_batch path differs (``packed``, ``thd``)."""
-    cps = np.asarray(cps, dtype=np.float64)
-    if not (first or last) or flags.thd or flags.packed:
-        return np.zeros(cps.shape)
-    mask = 1 if flags.attention_mask_in_dataloader else 0
-    copies = BATCH_TENSORS + mask
-    kept = (BATCH_TENSORS if (first and last) else BATCH_TENSORS_END_STAGE) + mask
-    h = copies * (host.module_call_s + host.kernel_launch_s) + kept * host.collective_call_s
-    return h + np.where(cps > 1, kept * (host.module_call_s + CP_SLICE_KERNELS * host.kernel_launch_s), 0.0)
-
-
 def layer_collectives(tp: int, cp, cp_comm: str) -> tuple[np.ndarray, np.ndarray]:
     """NCCL calls per layer (forward, backward) per pack of CP size ``cp``: sequence-parallel TP (two
     all-gathers and two reduce-scatters each way), the CP ring's sends and receives per extra step (``p2p``: the
@@ -500,7 +480,7 @@ def layer_pass_host(shape: PassShape, host: HostCosts, flags: StepFlags):
                   + 4 * ranks * (2 * host.kernel_launch_s + host.sync_s))
         f_k = f_k + 1 + 8 * ranks
     if shape.recompute == "full":
-        b_host, b_k = b_host + f_host, b_k + f_k
+        b_host, b_k = b_host + f_host + (0.0 if graphs else checkpoint_host_s(host)), b_k + f_k
     elif shape.recompute == "selective" and not graphs:
         b_host = b_host + host.kernel_fwd_s
     return f_host, b_host, f_k, b_k
