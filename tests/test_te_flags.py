@@ -92,14 +92,13 @@ def test_get_batch_counts_copies_broadcasts_and_cp_slices():
     middle stages nothing; CP cuts each broadcast tensor (zeros, two fills, index_select); THD batches: not here."""
     one = np.array([1.0])
     copy, bc = X86.module_call_s + X86.kernel_launch_s, X86.collective_call_s
-    on, off = StepFlags(), StepFlags(attention_mask_in_dataloader=False)
-    assert get_batch_host_s(X86, on, True, True, one)[0] == pytest.approx(5 * copy + 5 * bc)
-    assert get_batch_host_s(X86, off, True, True, one)[0] == pytest.approx(BATCH_TENSORS * (copy + bc))
-    assert get_batch_host_s(X86, on, True, False, one)[0] == pytest.approx(5 * copy + 3 * bc)
-    assert get_batch_host_s(X86, off, False, True, one)[0] == pytest.approx(4 * copy + BATCH_TENSORS_END_STAGE * bc)
-    assert get_batch_host_s(X86, on, False, False, one)[0] == 0.0
-    assert get_batch_host_s(X86, replace(on, thd=True), True, True, one)[0] == 0.0
-    cp = get_batch_host_s(X86, on, True, False, np.array([1.0, 2.0]))
+    gb = get_batch_host_s
+    assert gb(X86, True, True, one)[0] == pytest.approx(5 * copy + 5 * bc)
+    assert gb(X86, True, True, one, mask=False)[0] == pytest.approx(BATCH_TENSORS * (copy + bc))
+    assert gb(X86, True, False, one)[0] == pytest.approx(5 * copy + 3 * bc)
+    assert gb(X86, False, True, one, mask=False)[0] == pytest.approx(4 * copy + BATCH_TENSORS_END_STAGE * bc)
+    assert gb(X86, False, False, one)[0] == 0.0
+    cp = gb(X86, True, False, np.array([1.0, 2.0]))
     assert cp[1] - cp[0] == pytest.approx(3 * (X86.module_call_s + CP_SLICE_KERNELS * X86.kernel_launch_s))
 
 
@@ -112,6 +111,9 @@ def test_get_batch_lands_on_the_data_stages_forwards_only():
     mask = X86.module_call_s + X86.kernel_launch_s + X86.collective_call_s
     assert d[0, 0, 0] == pytest.approx(mask) and d[3, 0, 0] == pytest.approx(mask)
     assert np.all(d[1:3] == 0.0) and np.all(d[:, 1] == 0.0)
+    for packed in (StepFlags(packed=True), StepFlags(thd=True)):  # THD batches: get_batch's other path, not here
+        p = host_ops(shape, X86, packed)
+        assert p.host_s[0, 0, 0] < b.host_s[0, 0, 0]
 
 
 # ------------------------------------------------------------------ flags -> settings -> time

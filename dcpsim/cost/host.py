@@ -541,9 +541,9 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
         hs[s, 1] = n * b_host + p2p_b + step_b + mb
         ks[s, 0] = np.maximum(n * f_k, 1.0)
         ks[s, 1] = np.maximum(n * b_k, 1.0)
-        if s == 0 or s == V - 1:  # the chunks that read data (is_first_or_last_pipeline_stage)
+        if (s == 0 or s == V - 1) and not (flags.packed or flags.thd):  # is_first_or_last_pipeline_stage
             cps = np.ones(G) if shape.cps is None else shape.cps
-            hs[s, 0] += get_batch_host_s(host, flags, s == 0, s == V - 1, cps)
+            hs[s, 0] += get_batch_host_s(host, s == 0, s == V - 1, cps, mask=flags.attention_mask_in_dataloader)
         if s == 0:
             hs[s, 0] += shape.kernels_embed[0] * host.kernel_fwd_s
             hs[s, 1] += shape.kernels_embed[1] * host.kernel_bwd_s

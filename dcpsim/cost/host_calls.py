@@ -8,14 +8,9 @@ Python module/function entry, ``collective_call_s`` per NCCL call). :mod:`dcpsim
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from dcpsim.hardware.host import HostCosts
-
-if TYPE_CHECKING:
-    from dcpsim.cost.host import StepFlags
 
 # get_batch per microbatch on a stage that reads data (pretrain_gpt.py ``get_batch`` and megatron/core/utils.py
 # ``get_batch_on_this_tp_rank`` / ``_get_batch_on_this_cp_rank_per_sequence_balancing`` at d98e8a64), fixed-length
@@ -32,16 +27,17 @@ BATCH_TENSORS_END_STAGE = 2  # first stage: tokens, position_ids; last stage: la
 CP_SLICE_KERNELS = 4
 
 
-def get_batch_host_s(host: HostCosts, flags: StepFlags, first: bool, last: bool, cps) -> np.ndarray:
-    """Host seconds of one ``get_batch`` call (per microbatch, on a stage that reads data: ``first`` and/or ``last``
-    pipeline stage), per group of CP size ``cps`` (array): the copies, TP broadcasts and CP slicing counted above.
-    Zero on a middle stage and for packed (THD) batches, whose get_batch path differs (``packed``, ``thd``)."""
+def get_batch_host_s(host: HostCosts, first: bool, last: bool, cps, *, mask: bool = True) -> np.ndarray:
+    """Host seconds of one fixed-length ``get_batch`` call (per microbatch, on a stage that reads data: ``first``
+    and/or ``last`` pipeline stage), per group of CP size ``cps`` (array): the copies, TP broadcasts and CP slicing
+    counted above, with the dataloader's attention mask when ``mask``. Zero on a middle stage. (Packed, THD,
+    batches take get_batch's cu_seqlens path, not priced here: the caller skips them.)"""
     cps = np.asarray(cps, dtype=np.float64)
-    if not (first or last) or flags.thd or flags.packed:
+    if not (first or last):
         return np.zeros(cps.shape)
-    mask = 1 if flags.attention_mask_in_dataloader else 0
-    copies = BATCH_TENSORS + mask
-    kept = (BATCH_TENSORS if (first and last) else BATCH_TENSORS_END_STAGE) + mask
+    m = 1 if mask else 0
+    copies = BATCH_TENSORS + m
+    kept = (BATCH_TENSORS if (first and last) else BATCH_TENSORS_END_STAGE) + m
     h = copies * (host.module_call_s + host.kernel_launch_s) + kept * host.collective_call_s
     return h + np.where(cps > 1, kept * (host.module_call_s + CP_SLICE_KERNELS * host.kernel_launch_s), 0.0)
 
