@@ -210,27 +210,61 @@ def _topological(preds: dict[int, set[int]]) -> list[int]:
     return out
 
 
+@lru_cache(maxsize=256)
+def _pr_pipeline_program(n: int, pp: int) -> tuple[tuple[tuple[int, int, tuple[int, ...], int], ...], int, tuple[int, ...]]:
+    """:func:`_pr_pipeline_graph`'s ops on a few buffer rows: ``(is_backward, microbatch, predecessor rows,
+    row)`` per op in the same order, the number of rows, and the rows of the ops no op follows. An op's
+    row is reused once its last reader has run (the row of an op is taken before its predecessors' are
+    given back, so no op writes a row it still reads)."""
+    ops = _pr_pipeline_graph(n, pp)
+    last: dict[int, int] = {}
+    for i, (_, _, _, preds) in enumerate(ops):
+        for q in preds:
+            last[q] = i
+    row_of: dict[int, int] = {}
+    free: list[int] = []
+    rows = 0
+    prog = []
+    sinks = []
+    for i, (v, d, k, preds) in enumerate(ops):
+        prow = tuple(row_of[q] for q in preds)
+        if free:
+            r = free.pop()
+        else:
+            r, rows = rows, rows + 1
+        prog.append((d, k, prow, r))
+        free.extend(row_of[q] for q in preds if last[q] == i)
+        row_of[v] = r
+        if v not in last:
+            sinks.append(r)
+    return tuple(prog), rows, tuple(sinks)
+
+
 def pr_pipeline_makespan(fwd, bwd, pp: int) -> np.ndarray:
     """Makespan of the PR's simulated pipeline for each column (slot) independently (see :func:`_pr_pipeline_graph`).
 
-    ``fwd``, ``bwd``: ``(n_microbatches, n_columns)`` durations of one stage (every stage alike).
+    ``fwd``, ``bwd``: ``(n_microbatches, n_columns)`` durations (``>= 0``) of one stage (every stage alike).
+    The ends live in a few rows reused along the sweep (:func:`_pr_pipeline_program`), so the work stays
+    in cache at thousands of columns.
     """
     fwd = np.asarray(fwd, dtype=np.float64)
     bwd = np.asarray(bwd, dtype=np.float64)
     n, cols = fwd.shape
     if n == 0:
         return np.zeros(cols)
-    ops = _pr_pipeline_graph(n, int(pp))
-    end = np.zeros((len(ops), cols))
+    prog, rows, sinks = _pr_pipeline_program(n, int(pp))
+    buf = np.empty((rows, cols))
     maximum, add = np.maximum, np.add
-    for v, d, k, preds in ops:  # each op ends at its latest predecessor's end + its duration
-        row = end[v]
+    for d, k, preds, r in prog:  # each op ends at its latest predecessor's end + its duration
+        row = buf[r]
         if len(preds) == 1:
-            row[:] = end[preds[0]]
+            row[:] = buf[preds[0]]
         elif preds:
-            maximum(end[preds[0]], end[preds[1]], out=row)
+            maximum(buf[preds[0]], buf[preds[1]], out=row)
             for q in preds[2:]:
-                maximum(row, end[q], out=row)
+                maximum(row, buf[q], out=row)
+        else:
+            row[:] = 0.0
         add(row, bwd[k] if d else fwd[k], out=row)
-    return end.max(axis=0)
-
+    # every op's end is at most its successors' (durations are >= 0): the latest is an op no op follows
+    return buf[list(sinks)].max(axis=0)
