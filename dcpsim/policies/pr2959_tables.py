@@ -170,12 +170,17 @@ class _TokenTable:
         at, vals, rank = self.at, self.vals, self.rank
         pop, push = heapq.heappop, heapq.heappush
         by: dict[int, list[int]] = {}
-        for k, v in zip(picks, olds, strict=True):
-            r = by.get(v)
-            if r is None:
-                by[v] = [rank[k]]
-            else:
-                r.append(rank[k])
+        if not picks:
+            return
+        if olds.count(olds[0]) == len(olds):  # the usual run: one token count
+            by[olds[0]] = [rank[k] for k in picks]
+        else:
+            for k, v in zip(picks, olds, strict=True):
+                r = by.get(v)
+                if r is None:
+                    by[v] = [rank[k]]
+                else:
+                    r.append(rank[k])
         for v, rs in by.items():
             heap = at[v]
             if len(rs) == len(heap):
