@@ -23,7 +23,7 @@ NON_DEFAULT = dict(tp=2, pp=4, dp_cp=8, cp_comm="all_gather", recompute="selecti
                    precision="fp8", tp_comm_overlap=True, first_stage_layers=8, last_stage_layers=8,
                    attention="unfused", microbatches_in_flight=5.0, cross_entropy="unfused", grad_bytes_per_param=2.0,
                    deterministic_fill=True,
-                   rope_fusion=False, transformer_impl="local", attention_mask=False)
+                   rope_fusion=False, transformer_impl="local", attention_mask=False, test_mode_qk_checks=True)
 
 
 def _full_settings() -> CostSettings:

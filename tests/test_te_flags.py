@@ -219,3 +219,39 @@ def test_full_recompute_prices_the_checkpoint_wrapper_per_layer():
     gf, gb, _, _ = layer_pass_host(shape, X86, g)
     _, grb, _, _ = layer_pass_host(replace(shape, recompute="full"), X86, g)
     assert grb[0] == pytest.approx(gb[0] + gf[0])
+
+
+# ------------------------------------------------------------------ --qk-layernorm
+def test_qk_norms_add_two_norm_kernels_and_their_bytes():
+    """--qk-layernorm (model.qk_layernorm): a norm over the queries and one over the keys, +2 kernels forward and +4
+    backward (input gradient and weight-gradient reduction each), 4 B per q/k element forward, twice backward."""
+    from dcpsim.cost.fixed import KERNELS_QK_NORM
+
+    plain, qk = _settings(), CostModel.build(get_profile("h100-sxm"), get_model({**TINY, "qk_layernorm": True}),
+                                             recompute="none").settings
+    assert not plain.qk_norms and qk.qk_norms and KERNELS_QK_NORM == (2, 4)
+    kf0, kb0 = kernels_per_layer(plain, np.array([1.0]))
+    kf1, kb1 = kernels_per_layer(qk, np.array([1.0]))
+    assert (kf1 - kf0)[0] == 2 and (kb1 - kb0)[0] == 4
+    s = np.array([4096.0])
+    (f0, b0), (f1, b1) = elementwise_terms(plain, s), elementwise_terms(qk, s)
+    per = 4096.0 * 4.0 * (512 + 512) / plain.profile.hbm_bw_bytes_per_s
+    assert f1[0] - f0[0] == pytest.approx(per) and b1[0] - b0[0] == pytest.approx(2 * per)
+    # --test-mode's q/k checks imply the norms (Megatron runs them only with --qk-layernorm)
+    assert replace(plain, test_mode_qk_checks=True).qk_norms
+
+
+def test_qk_layernorm_is_read_priced_and_exported():
+    run = _run("gpt3_mcore_te_tp4_pp1_resume_torch_dist_qk_layernorm_test_mode")
+    assert run.config.model.name["qk_layernorm"] and run.config.step.test_mode_qk_checks
+    cfg = _run("gpt3_mcore_te_tp4_pp1_resume_torch_dist_dist_optimizer_overlap_grad_reduce").config
+    spec = dict(cfg.model.name)
+    assert not spec["qk_layernorm"]
+    assert _t(cfg.with_updates({"model.name": {**spec, "qk_layernorm": True}})) > _t(cfg)
+    base = load_config(ROOT / "examples" / "simulate_default.toml")
+    for upd in ({}, {"step.test_mode_qk_checks": True}):
+        c = base.with_updates(upd)
+        args = megatron_args(c, policy=resolve_policy(c, allow_approximate=True)[0])
+        assert args.count("--qk-layernorm") == (1 if upd else 0)
+        back = megatron_config(parse_flags(args), gpus=c.cluster.gpus, gpu=c.hardware.gpu).config
+        assert roundtrip_differences(c, back) == []

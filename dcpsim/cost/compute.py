@@ -218,6 +218,9 @@ def elementwise_terms(st: CostSettings, s: np.ndarray) -> tuple[np.ndarray, np.n
     bwd = ELEMENTWISE_BWD_FACTOR * fwd
     if st.precision == "fp8":
         fwd = fwd - s * 2.0 * st.model.hidden / st.tp / bw
+    if st.qk_norms:  # two more norms over the queries and keys: read + write, bf16 (the block's norms' 4 B)
+        qk = s * 4.0 * (st.model.q_dim + st.model.kv_dim) / st.tp / bw
+        fwd, bwd = fwd + qk, bwd + ELEMENTWISE_BWD_FACTOR * qk
     if not st.rope_fusion:
         rf, rb = rope_unfused_terms(st, s)
         fwd, bwd = fwd + rf, bwd + rb

@@ -58,6 +58,11 @@ KERNELS_ROPE_UNFUSED = (2 * (12 - 1), 2 * (7 - 1))
 # Megatron passes one (KERNELS_TE_UNFUSED_DATALOADER_MASK). Megatron's local attention does not build it.
 KERNELS_TE_UNFUSED_MASK = 10
 KERNELS_TE_UNFUSED_DATALOADER_MASK = 1
+# --qk-layernorm (Megatron-Core's TE layer spec: q_layernorm and k_layernorm are TENorm modules applied to the queries
+# and keys in SelfAttention.get_query_key_value_tensors, megatron/core/transformer/attention.py at d98e8a64): a norm
+# kernel each forward, and each backward the input gradient and the weight-gradient reduction, as the block's own
+# norms are counted in KERNELS_BWD.
+KERNELS_QK_NORM = (2, 4)
 KERNELS_CROSS_ENTROPY_UNFUSED = (6, 2)  # extra launches over the fused kernel (cast, max, sub, exp, sum, div; mul, cast)
 KERNELS_HEAD = (9, 8)  # last stage fwd: final norm, logits GEMM, cross-entropy (max, exp-sum, 2 TP all-reduces, target logit, loss), loss average; bwd: CE grad, 2 GEMMs, 2 norm, scale, 2 misc
 
@@ -76,6 +81,9 @@ def kernels_per_layer(st: CostSettings, cp) -> tuple[np.ndarray, np.ndarray]:
     if st.attention == "unfused":
         kf += KERNELS_UNFUSED_ATTENTION[0] + te_unfused_mask_kernels(st)
         kb += KERNELS_UNFUSED_ATTENTION[1]
+    if st.qk_norms:
+        kf += KERNELS_QK_NORM[0]
+        kb += KERNELS_QK_NORM[1]
     if not st.rope_fusion:
         kf += KERNELS_ROPE_UNFUSED[0]
         kb += KERNELS_ROPE_UNFUSED[1]

@@ -82,6 +82,9 @@ class CostSettings:
         ``transformer_engine`` or ``local`` modules (a run's ``step.transformer_impl``): with ``unfused`` attention,
         Transformer Engine's unfused backend builds its causal mask on the device every forward
         (:data:`dcpsim.cost.fixed.KERNELS_TE_UNFUSED_MASK`); Megatron's local attention does not.
+    test_mode_qk_checks:
+        a run's ``step.test_mode_qk_checks`` (Megatron --test-mode with --qk-layernorm): the q/k norms are there
+        (:attr:`qk_norms`) whatever the model spec says.
     attention_mask:
         the dataloader's attention mask reaches the attention (a run's ``step.attention_mask_in_dataloader``):
         Transformer Engine's unfused backend ORs it into its own mask (one kernel more per forward).
@@ -107,6 +110,7 @@ class CostSettings:
     rope_fusion: bool = True
     transformer_impl: str = "transformer_engine"
     attention_mask: bool = True
+    test_mode_qk_checks: bool = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp_cp"):
@@ -134,6 +138,7 @@ class CostSettings:
         object.__setattr__(self, "deterministic_fill", bool(self.deterministic_fill))
         object.__setattr__(self, "rope_fusion", bool(self.rope_fusion))
         object.__setattr__(self, "attention_mask", bool(self.attention_mask))
+        object.__setattr__(self, "test_mode_qk_checks", bool(self.test_mode_qk_checks))
         if self.memory_limit_bytes is not None:
             if not float(self.memory_limit_bytes) > 0:
                 raise ConfigError("memory_limit_bytes", self.memory_limit_bytes, "a positive number of bytes")
@@ -153,6 +158,12 @@ class CostSettings:
             raise ConfigError("parallel.cross_entropy", self.cross_entropy, f"one of {CROSS_ENTROPY_KINDS}")
         if self.transformer_impl not in TRANSFORMER_IMPLS:
             raise ConfigError("step.transformer_impl", self.transformer_impl, f"one of {TRANSFORMER_IMPLS}")
+
+    @property
+    def qk_norms(self) -> bool:
+        """Norms on the queries and keys: the model's ``qk_layernorm``, or a run whose ``--test-mode`` checks compare
+        them (``test_mode_qk_checks``, which Megatron runs only with ``--qk-layernorm``)."""
+        return bool(self.model.qk_layernorm or self.test_mode_qk_checks)
 
     @property
     def usable_memory_bytes(self) -> float:

@@ -33,7 +33,7 @@ MODELLED = {
     "--min-dynamic-context-parallel-size", "--use-varlen-dataset", "--varlen-mock-dataset-config-json",
     "--mock-data", "--data-path", "--train-iters", "--eval-interval",
     "--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad", "--no-overlap-p2p-communication",
-    "--test-mode", "--no-rope-fusion", "--no-create-attention-mask-in-dataloader",
+    "--test-mode", "--qk-layernorm", "--no-rope-fusion", "--no-create-attention-mask-in-dataloader",
 }
 """Flags mapped to a RunConfig field."""
 
@@ -50,7 +50,6 @@ APPROXIMATED = {
     "--no-masked-softmax-fusion": "the unfused softmax kernels are not priced",
     "--no-persist-layer-norm": "the LayerNorm kernel choice is not priced",
     "--apply-layernorm-1p": "the LayerNorm variant is not priced",
-    "--qk-layernorm": "the query/key norms are not priced",
     "--norm-epsilon": "a constant of the norm (no time)",
     "--attention-softmax-in-fp32": "softmax precision of unfused attention is not priced",
     "--apply-query-key-layer-scaling": "a scale constant (no time)",

@@ -284,9 +284,13 @@ def step_flags(cfg: RunConfig) -> list[str]:
                      (st.manual_gc, "--manual-gc"),
                      (not st.check_for_nan_in_loss_and_grad, "--no-check-for-nan-in-loss-and-grad"),
                      (not st.overlap_p2p_comm, "--no-overlap-p2p-communication"),
-                     (st.test_mode_qk_checks, "--test-mode"), (st.test_mode_qk_checks, "--qk-layernorm")):
+                     (st.test_mode_qk_checks, "--test-mode")):
         if on:
             a.append(name)
+    from dcpsim.model import get_model
+
+    if get_model(cfg.model.name).qk_layernorm or st.test_mode_qk_checks:  # --test-mode's checks compare q/k norms
+        a.append("--qk-layernorm")
     if st.timing_log_level:
         a += ["--timing-log-level", str(st.timing_log_level)]
     if st.cuda_graphs != "none":

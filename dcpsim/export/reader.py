@@ -93,6 +93,7 @@ def _model(flags: dict, tp: int, notes: list[str]) -> dict[str, Any]:
         "name": "megatron-args", "n_layers": layers, "hidden": hidden, "n_heads": heads, "ffn_hidden": ffn,
         "vocab": vocab, "gated_mlp": gated, "tied_embeddings": not _bool(flags, "--untie-embeddings-and-output-weights"),
         "hidden_dropout": _float(flags, "--hidden-dropout", 0.1),
+        "qk_layernorm": _bool(flags, "--qk-layernorm"),
         "source": "Megatron-LM arguments (dcpsim.export.reader)",
     }
     if kv is not None:
@@ -419,6 +420,8 @@ def roundtrip_differences(original, readback) -> list[str]:
     for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden", "vocab", "gated_mlp",
               "tied_embeddings", "hidden_dropout"):
         cmp(f"model.{f}", getattr(ma, f), getattr(mb, f))
+    # q/k norms as priced: the model's, or implied by --test-mode's checks (CostSettings.qk_norms)
+    cmp("model.qk_layernorm", ma.qk_layernorm or original.step.test_mode_qk_checks, mb.qk_layernorm)
     policy, _ = resolve_policy(original, allow_approximate=True)
     cmp("policy.name", policy, readback.policy.name)
     pa, pb = original.parallel.model_dump(), readback.parallel.model_dump()

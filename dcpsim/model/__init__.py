@@ -34,6 +34,7 @@ class ModelSpec:
     gated_mlp: bool = True
     tied_embeddings: bool = False
     hidden_dropout: float = 0.0
+    qk_layernorm: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -119,6 +120,8 @@ class ModelSpecInput(InputModel):
     tied_embeddings: bool = Field(False, description="input and output embeddings share weights")
     hidden_dropout: float = Field(0.0, ge=0.0, lt=1.0, description="dropout probability after attention and MLP "
                                   "(> 0 stores a 1-byte mask per element: memory only)")
+    qk_layernorm: bool = Field(False, description="a norm on the queries and one on the keys in every layer "
+                               "(Megatron --qk-layernorm): two more norm kernels each way")
     source: str = Field("", description="where the dimensions come from")
 
 

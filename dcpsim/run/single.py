@@ -72,7 +72,8 @@ def cost_settings(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> 
         microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None,
         grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param, deterministic_fill=bool(cfg.step.deterministic),
         rope_fusion=p.rope_fusion, transformer_impl=cfg.step.transformer_impl,
-        attention_mask=cfg.step.attention_mask_in_dataloader and cfg.is_fixed)
+        attention_mask=cfg.step.attention_mask_in_dataloader and cfg.is_fixed,
+        test_mode_qk_checks=cfg.step.test_mode_qk_checks)
 
 
 def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> CostModel:
