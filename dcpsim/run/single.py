@@ -71,9 +71,8 @@ def cost_settings(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> 
         last_stage_layers=p.last_stage_layers, attention=p.attention, cross_entropy=p.cross_entropy,
         microbatches_in_flight=activations_in_flight(p.pp, p.vp) if p.vp > 1 else None,
         grad_bytes_per_param=cfg.sim.grad_reduce_bytes_per_param, deterministic_fill=bool(cfg.step.deterministic),
-        rope_fusion=p.rope_fusion, transformer_impl=cfg.step.transformer_impl,
-        attention_mask=cfg.step.attention_mask_in_dataloader and cfg.is_fixed,
-        test_mode_qk_checks=cfg.step.test_mode_qk_checks)
+        rope_fusion=p.rope_fusion, transformer_impl=cfg.step.transformer_impl, test_mode_qk_checks=cfg.step.test_mode_qk_checks,
+        attention_mask=cfg.step.attention_mask_in_dataloader and cfg.is_fixed)
 
 
 def build_cost_model(cfg: RunConfig, *, dp_cp: int | None = None, profile=None) -> CostModel:
