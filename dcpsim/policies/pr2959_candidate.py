@@ -205,35 +205,40 @@ class _Candidate:
         room_a = cs_a * self.tau - bt.f[li]  # c·τ − f, as the code computes it
         tok_a = per_rank_tokens(bt.L[li], cs_a * u)  # the long sample's own tokens per rank
         ends: list[int] = []
-        last = size - 1  # the last remaining sample of the pool (the smallest) and its FLOPs
-        fmin = -negf[last] if size else math.inf
-        for cs, room, length_sum, tok in zip(sizes, room_a.tolist(), bt.L[li].tolist(), tok_a.tolist(), strict=True):
-            ranks = cs * u
-            pad = 2 * ranks if ranks > 1 else 1  # the padding rule (dcpsim.cost.padding), inlined
-            cap = M * cs
+        # negated FLOPs throughout (nx = −x); a sentinel after the pool, below no x, spares the bound check
+        nslack = -slack
+        negf.append(-math.inf)
+        last = size - 1  # the last remaining sample of the pool (the smallest) and its negated FLOPs
+        nfmin = negf[last] if size else -math.inf
+        ranks_a = cs_a * u
+        pad_a = np.where(ranks_a > 1, 2 * ranks_a, 1)  # the padding rule (dcpsim.cost.padding)
+        for room, length_sum, tok, cap, ranks, pad in zip(room_a.tolist(), bt.L[li].tolist(), tok_a.tolist(),
+                                                          (M * cs_a).tolist(), ranks_a.tolist(), pad_a.tolist(),
+                                                          strict=True):
             p = 0  # position in the pool's fixed order (the code's index into its shrinking list)
             taken = False  # whether the last pass removed the sample at p
             while flag_all or (n_alive > total_num and length_sum < cap):
-                x = room * slack
-                if x <= fmin:  # no sample left below x (x <= 0 included): the code's search finds none
+                nx = room * nslack
+                if nx >= nfmin:  # no sample left below x (x <= 0 included): the code's search finds none
                     break
                 # first remaining normal sample (from p) with forward FLOPs < x; right after p is taken,
                 # p + 1 when it remains and is below x (the search and the path halving would find it and
                 # change nothing else)
-                if taken and p + 1 < size and nxt[p + 1] == p + 1 and -negf[p + 1] < x:
-                    p += 1
+                q = p + 1
+                if taken and nxt[q] == q and negf[q] > nx:
+                    p = q
                 else:
-                    p = max(p, bisect_right(negf, -x))
+                    p = bisect_right(negf, nx, p, size)
                     while nxt[p] != p:
                         nxt[p] = p = nxt[nxt[p]]  # path halving
                     if p >= size:
                         break
-                taken = False
                 Lk = p_len[p]
                 if safe:
                     t = -(-Lk // pad) * pad // ranks
                     if tok + t > M:
                         p += 1
+                        taken = False
                         continue
                     tok += t
                 nxt[p] = p + 1  # removed
@@ -245,8 +250,9 @@ class _Candidate:
                 if p == last:
                     while last >= 0 and nxt[last] != last:
                         last -= 1
-                    fmin = -negf[last] if last >= 0 else math.inf
+                    nfmin = negf[last] if last >= 0 else -math.inf
             ends.append(len(removed))
+        negf.pop()
         pool.n_alive = n_alive
         self._fillers = pool.arr[np.asarray(removed, dtype=np.int64)]
         self.normal = pool.alive()
