@@ -902,3 +902,83 @@ def test_solver_order_from_ranks_equals_the_lexsort():
             assert np.unique(t).size > 1 << 16  # keys past 16 bits
         assert np.array_equal(pl._order(sc, tab), want)
         assert np.array_equal(pl._order(sc, tab), want)  # the ranks kept in the table
+
+
+def _best_outside_scan(pl, trow, tokrow, fam, thr, gmin, skip_code, skip_step):
+    """The best (new time, -group) that the zero-increase join search finds outside one cell, over the codes
+    it searches when its fewest GPU-seconds is ``gmin`` (a fresh query of every other cell; (-inf, 0) if
+    none): the definition of the search's kept ``_outside``."""
+    best = (-np.inf, 0)
+    top = gmin * (1 + 1e-9)
+    for code in fam:
+        cells = pl.buckets.by_code.get(code)
+        if cells is None:
+            continue
+        add = trow[code]
+        if pl.sizes[code >> 1] * add > top:
+            break
+        for st, cell in cells.items():
+            if code == skip_code and st == skip_step:
+                continue
+            s_k = pl.S[st]
+            hit = pl._fullest_in_cell(cell, s_k, add, max(s_k, pl.height) * (1 + 1e-12), tokrow[code >> 1], thr, best)
+            if hit is not None and hit[1]:
+                best = hit[1]
+    return best
+
+
+def _edge_batches():
+    """Edge cases for dynamic-solver: all lengths equal, one sequence of the largest group's capacity among
+    tiny ones, all tiny, two lengths, and random log-normal batches, small and large (screened)."""
+    rng = np.random.default_rng(41)
+    for j in range(10):
+        dp, cp = int(rng.choice([2, 4, 8, 16])), int(rng.choice([1, 2, 4, 8]))
+        pp = int(rng.choice([1, 2, 4, 8]))
+        M = int(rng.choice([1024, 4096, 16384]))
+        layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=M, pp=pp, gpus_per_domain=int(rng.choice([4, 8])))
+        cap = M * layout.max_dynamic_cp - 2 * layout.max_dynamic_cp
+        n = int(rng.integers(150, 1200)) if j < 8 else 1600
+        kind = j % 6 if j < 8 else 4
+        if kind == 0:
+            lengths = np.full(n, int(rng.integers(1, cap)))
+        elif kind == 1:
+            lengths = np.concatenate([[cap], rng.integers(1, 64, n - 1)])
+        elif kind == 2:
+            lengths = rng.integers(1, 16, n)
+        elif kind == 3:  # (many steps of long ones: slow to plan, so fewer)
+            lengths = rng.choice(np.array([int(rng.integers(1, cap)), int(rng.integers(1, M))]), min(n, 200))
+        else:
+            lengths = np.minimum(rng.lognormal(np.log(M / 3), 1.3, n).astype(np.int64) + 1, cap)
+        yield layout, lengths, ({"screen_above": 1000, "screen_sample": n // 4} if j >= 8 else {})
+
+
+def test_solver_edge_batches_give_the_per_sequence_plans(monkeypatch):
+    """On edge-case batches the placement (bulk runs included) gives the plans of one full decision per
+    sequence, meta included (and of the scan of every group on the small ones), and the outside best that
+    each bulk run starts from is a fresh query of every other cell."""
+    from dcpsim.policies import solver, solver_follow, solver_placer
+
+    follow = solver_follow._Follow._follow
+    checked = []
+
+    def checked_follow(self, g, gmin, ids, pos, u, k):
+        trow, tokrow, fam = self._rows[0][u], self._rows[1][u], self._rows[2][u]
+        ref = _best_outside_scan(self, trow, tokrow, fam, 1e-9 * (self.gmax + 0.0), gmin, self.g_code[g],
+                                 self.g_step[g])
+        assert self._outside == ref
+        checked.append(1)
+        return follow(self, g, gmin, ids, pos, u, k)
+
+    for j, (layout, lengths, opts) in enumerate(_edge_batches()):
+        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+        with monkeypatch.context() as m:
+            m.setattr(solver_placer._Placer, "bulk", False)
+            ref = comparable(get_policy("dynamic-solver", **opts).plan(lengths, layout, cost))
+        if lengths.size <= 300 and not opts:
+            with monkeypatch.context() as m:
+                m.setattr(solver, "_Placer", _ScanPlacer)
+                assert comparable(get_policy("dynamic-solver", **opts).plan(lengths, layout, cost)) == ref, j
+        with monkeypatch.context() as m:
+            m.setattr(solver_follow._Follow, "_follow", checked_follow)
+            assert comparable(get_policy("dynamic-solver", **opts).plan(lengths, layout, cost)) == ref, j
+    assert len(checked) > 50

@@ -11,9 +11,11 @@ of a scan of every group. Times in seconds.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 
 import numpy as np
+
+_INF = float("inf")
 
 
 class _Follow:
@@ -34,7 +36,7 @@ class _Follow:
         nothing here changes (computed once). A pick that raises its step, or lies outside ``g``'s cell,
         ends the run.
         """
-        trow, tokrow, fam = self._rows[0][u], self._rows[1][u], self._rows[2][u]
+        trow, tokrow = self._rows[0][u], self._rows[1][u]
         code, st = self.g_code[g], self.g_step[g]
         s_k = self.S[st]
         floor = self._others_lose(k, trow, s_k, gmin)
@@ -45,7 +47,7 @@ class _Follow:
         add, tok = trow[code], tokrow[code >> 1]
         thr = 1e-9 * (self.gmax + 0.0)
         lim = max(s_k, self.height) * (1 + 1e-12)
-        outside = self._best_outside(trow, tokrow, fam, thr, gmin, code, st)
+        outside = self._outside  # the zero-increase search's best outside g's cell, which g's join left as it was
         g_time, g_room, members = self.g_time, self.g_room, self.members
         listed = g_time[g]  # g's time in its cell's sorted list (moves are deferred while g keeps the picks)
         twins: list[int] = []  # the next picks, in order (see :meth:`_twins`)
@@ -102,11 +104,19 @@ class _Follow:
         (add, tok), (pos, end) = step, at
         rest = end - pos
         if rest > c * len(twins):  # every twin takes c, and the run goes on
-            for tw in reversed(twins):
-                members[tw].extend(ids[pos:pos + c])
-                g_time[tw], g_room[tw] = t, r
-                pos += c
-                block.append(tw)
+            twins.reverse()
+            if c == 1:
+                for tw, i in zip(twins, ids[pos:pos + len(twins)], strict=True):
+                    members[tw].append(i)
+                    g_time[tw] = t
+                    g_room[tw] = r
+            else:
+                for tw in twins:
+                    members[tw].extend(ids[pos:pos + c])
+                    g_time[tw] = t
+                    g_room[tw] = r
+                    pos += c
+            block.extend(twins)
             twins.clear()
             return None
         full = rest // c
@@ -155,20 +165,25 @@ class _Follow:
         pos = bisect_left(groups, (g_t := self.g_time[g], -g))
         room = self.g_room
         r = room[g]
-        up = pos + 1
-        while up < len(groups) and groups[up][0] == g_t:
-            up += 1
+        up = bisect_right(groups, (g_t, _INF), pos + 1)  # past the groups of g's time above it
         if up < len(groups) and not groups[up][0] + add > newt:
             return []
-        out = []
-        lo = pos - 1
-        while lo >= 0 and groups[lo][0] == g_t and room[-groups[lo][1]] == r and (newt, groups[lo][1]) > outside:
-            out.append(-groups[lo][1])
-            lo -= 1
-        while lo >= 0 and groups[lo][0] == g_t:
-            lo -= 1
-        if lo >= 0 and not groups[lo][0] + add < newt:
+        lo = bisect_left(groups, (g_t, -_INF), 0, pos)  # the first group of g's time
+        if lo and not groups[lo - 1][0] + add < newt:
             return []
+        # below g, ids ascending: each one while it has g's room and (newt, -id) beats ``outside``
+        o_t, o_neg = outside
+        out = []
+        if newt > o_t:  # every one beats ``outside``
+            for _, neg in reversed(groups[lo:pos]):
+                if room[-neg] != r:
+                    break
+                out.append(-neg)
+        else:
+            for _, neg in reversed(groups[lo:pos]):
+                if room[-neg] != r or not (newt == o_t and neg > o_neg):
+                    break
+                out.append(-neg)
         out.reverse()
         return out
 
@@ -215,27 +230,3 @@ class _Follow:
                 floor = max(floor, a1)  # equal on both: the fuller (larger time) wins, the join on a tie
         a1 = float(trow[2 * k + self.span0[k]])
         return floor if a1 + pp1 * max(0.0, a1 - gmax) > 1e-9 * (gmax + a1 + s_k) else None
-
-    def _best_outside(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float, gmin: float,
-                      skip_code: int, skip_step: int) -> tuple:
-        """The best (new time, -group) that :meth:`_search` with ``thr`` finds outside one cell, over the
-        codes it searches when its fewest GPU-seconds is ``gmin``; (-inf, 0) if none."""
-        best = (-np.inf, 0)
-        top = gmin * (1 + 1e-9)
-        by_code = self.buckets.by_code
-        for code in fam:
-            cells = by_code.get(code)
-            if cells is None:
-                continue
-            add = trow[code]
-            if self.sizes[code >> 1] * add > top:
-                break
-            tok = tokrow[code >> 1]
-            for st, cell in cells.items():
-                if code == skip_code and st == skip_step:
-                    continue
-                s_k = self.S[st]
-                hit = self._fullest_in_cell(cell, s_k, add, max(s_k, self.height) * (1 + 1e-12), tok, thr, best)
-                if hit is not None and hit[1]:
-                    best = hit[1]
-        return best

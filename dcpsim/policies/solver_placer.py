@@ -76,7 +76,8 @@ class _Buckets:
         groups = cell[0]
         hi = bisect_right(groups, (old, -gs[0]))
         lo = hi - len(gs)
-        if lo < 0 or groups[lo:hi] != [(old, -g) for g in reversed(gs)]:
+        # the ends in place: the keys between them are those of gs (the caller's run of consecutive entries)
+        if lo < 0 or groups[hi - 1] != (old, -gs[0]) or groups[lo] != (old, -gs[-1]):
             for g in gs:  # not one slice (never expected): one move each
                 self.move(code, step, old, new, g, room)
             return
@@ -356,47 +357,74 @@ class _Placer(_Follow):
 
         Codes go by increasing GPU-seconds; the first with such a group sets the least, and only codes
         within the tolerance of it can hold the pick. Returns (GPU-seconds, new time, -group, whether a
-        group found adds exactly nothing) or None.
+        group found adds exactly nothing) or None. Keeps the best (new time, -group) of the cells other than
+        the pick's as ``_outside`` (each cell's own pick is the same whatever it is compared with: a cell
+        is asked for a pick that beats the other cells' best so far, and the larger of the two is the best).
         """
-        best = (-np.inf, 0)  # (new time, -group)
-        gmin = np.inf
+        best = other = (-_INF, 0)  # (new time, -group): the best pick, and the best of the other cells
+        gmin = top = _INF  # top: gmin * (1 + 1e-9)
         zero = False
         by_code = self.buckets.by_code
+        sizes, S, H, fullest = self.sizes, self.S, self.height, self._fullest_in_cell
         for code in fam:
             cells = by_code.get(code)
             if cells is None:
                 continue
             add = trow[code]
-            gpu = self.sizes[code >> 1] * add
-            if gpu > gmin * (1 + 1e-9):
+            gpu = sizes[code >> 1] * add
+            if gpu > top:
                 break
             tok = tokrow[code >> 1]
             for st, cell in cells.items():
-                s_k = self.S[st]
-                lim = max(s_k, self.height) * (1 + 1e-12)
-                hit = self._fullest_in_cell(cell, s_k, add, lim, tok, thr, best)
+                s_k = S[st]
+                hit = fullest(cell, s_k, add, (s_k if s_k >= H else H) * (1 + 1e-12), tok, thr, other)
                 if hit is None:
                     continue
-                gmin = min(gmin, gpu)
-                if hit[1]:
-                    best = hit[1]
+                if gpu < gmin:
+                    gmin, top = gpu, gpu * (1 + 1e-9)
+                pick = hit[1]
+                if pick:  # the cell's pick beats the other cells' best
+                    if pick > best:
+                        best, other = pick, best
+                    else:
+                        other = pick
                 zero = zero or hit[0]
-        if gmin == np.inf:
+        self._outside = other
+        if gmin == _INF:
             return None
         return (float(gmin), float(best[0]), best[1], zero)
 
-    def _within(self, t: float, s_k: float, add: float, lim: float, thr: float) -> bool:
-        """Whether joining a group of time ``t`` raises the makespan by at most ``thr`` (and stays under ``lim``)."""
-        newt = t + add
-        if newt > lim:
-            return False
-        sn = newt if newt > s_k else s_k
-        d = sn - s_k
-        if self.pp > 1:
-            over = sn - self.gmax
-            if over > 0.0:
-                d += (self.pp - 1) * over
-        return d <= thr
+    def _prefix_end(self, keys: list, p: int, s_k: float, add: float, lim: float, thr: float) -> int:
+        """The end of the prefix of ``keys`` (a cell's sorted (time, -group)) whose groups are *within*: joining
+        one (a new time ``newt = time + add``) stays under ``lim`` and raises the makespan by at most ``thr``
+        (by ``sn - s_k``, ``sn = max(s_k, newt)``, plus ``pp - 1`` times the excess of ``sn`` over ``gmax``).
+        From ``p``, a binary search's guess: moved up past the groups within, then down past those not within
+        (a group whose new time is at most ``s_k`` and ``lim`` adds nothing: within)."""
+        n = len(keys)
+        pp1, gmax = self.pp - 1, self.gmax
+        while p < n:
+            newt = keys[p][0] + add
+            if newt > lim:
+                break
+            sn = newt if newt > s_k else s_k
+            d = sn - s_k
+            if pp1 > 0 and sn - gmax > 0.0:
+                d += pp1 * (sn - gmax)
+            if not d <= thr:
+                break
+            p += 1
+        while p > 0:
+            newt = keys[p - 1][0] + add
+            if newt <= lim:
+                if newt <= s_k:
+                    break
+                d = newt - s_k
+                if pp1 > 0 and newt - gmax > 0.0:
+                    d += pp1 * (newt - gmax)
+                if d <= thr:
+                    break
+            p -= 1
+        return p
 
     def _fullest_in_cell(self, cell, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
         """A cell's groups with token room within ``thr``: (whether one adds nothing, the pick if it beats
@@ -414,17 +442,8 @@ class _Placer(_Follow):
         if heap and -heap[0][0] >= tok:
             self.buckets.unpark(cell, tok, self.g_time, room)
         keys = cell[0]
-        n = len(keys)
         x = (lim if lim < s_k + thr else s_k + thr) - add
-        p = bisect_right(keys, (x, _INF))
-        within = self._within
-        while p < n and keys[p][0] + add <= lim and within(keys[p][0], s_k, add, lim, thr):
-            p += 1
-        while p > 0:
-            newt = keys[p - 1][0] + add
-            if (newt <= s_k and newt <= lim) or within(keys[p - 1][0], s_k, add, lim, thr):
-                break
-            p -= 1
+        p = self._prefix_end(keys, bisect_right(keys, (x, _INF)), s_k, add, lim, thr)
         pos = p - 1
         while pos >= 0 and room[-keys[pos][1]] < tok:
             pos -= 1
