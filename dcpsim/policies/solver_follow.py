@@ -71,7 +71,13 @@ class _Follow:
                 self._move_block(block, code, st, t0)
                 self._move(g, code, st, listed)
                 return pos
-            # g can take no more: its next twin, else the cell's pick as the join search finds it
+            # g can take no more. If it still has room and its next addition raises the step by no more than
+            # the search's tolerance, g stays the join search's pick (one that raises its step): the full
+            # decision's, not a twin's
+            if r >= tok and s_k < t + add <= lim and self._raise(t + add, s_k) <= thr:
+                self._move(g, code, st, listed)
+                return pos
+            # else its next twin, else the cell's pick as the join search finds it
             if in_block:  # a pick with twins: it ends as they all do (moved together)
                 block.append(g)
                 n_twins = len(twins)
@@ -91,6 +97,13 @@ class _Follow:
             g, twins = pick
             listed = g_time[g]
             in_block, t0 = bool(twins), listed
+
+    def _raise(self, newt: float, s_k: float) -> float:
+        """Makespan increase of a join that lifts a step of height ``s_k`` to ``newt > s_k`` (:meth:`_delta`)."""
+        d = newt - s_k
+        if self.pp > 1 and newt - self.gmax > 0.0:
+            d += (self.pp - 1) * (newt - self.gmax)
+        return d
 
     def _fill_twins(self, twins: list[int], g: int, c: int, t0: float, step: tuple[float, int], ids: list[int],
                     at: tuple[int, int], block: list[int]) -> int | None:
