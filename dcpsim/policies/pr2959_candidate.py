@@ -16,7 +16,6 @@ import numpy as np
 from dcpsim.cost.padding import per_rank_tokens, per_rank_tokens_int
 from dcpsim.policies.plan import Group, Layout, Step
 from dcpsim.policies.pr2959_model import (
-    LONG_BWD_FACTOR,
     NORMAL_BWD_FACTOR,
     _nearest_pow2_array,
     _pow2_floor,
@@ -24,17 +23,15 @@ from dcpsim.policies.pr2959_model import (
     pipeline_ratio,
     pr_pipeline_makespan,
 )
-from dcpsim.policies.pr2959_tables import _BULK_MIN, _bulk_deal, _long_blocks, _NormalPool, _np_sum, _TokenTable
-
-
-def _run_ends(lengths: np.ndarray, limits: np.ndarray | None) -> list[int]:
-    """For each position, the end (exclusive) of its run of equal (length, limit) entries."""
-    n = lengths.size
-    change = lengths[1:] != lengths[:-1]
-    if limits is not None:
-        change |= limits[1:] != limits[:-1]
-    ends = np.append(np.flatnonzero(change) + 1, n)
-    return np.repeat(ends, np.diff(np.concatenate([[0], ends]))).tolist()
+from dcpsim.policies.pr2959_tables import (
+    _bulk_deal,
+    _bulk_lowest,
+    _group_sums,
+    _long_blocks,
+    _NormalPool,
+    _run_ends,
+    _TokenTable,
+)
 
 
 class _Batch:
@@ -63,14 +60,6 @@ class _Batch:
             o = self.order
             self._order_lists = o.tolist(), self.L[o].tolist(), (-self.f[o]).tolist()
         return self._order_lists
-
-    def f_sum(self, idx: list[int]) -> float:
-        """``float(f[idx].sum())``, bit for bit (see :func:`_np_sum`)."""
-        return _np_sum(self.f, self.f_list, idx)
-
-    def b_sum(self, idx: list[int]) -> float:
-        """``float(b[idx].sum())``, bit for bit."""
-        return _np_sum(self.b, self.b_list, idx)
 
     def tokens(self, i: int, slots: int) -> int:
         """Tokens per rank of sample ``i`` on a group of ``slots`` slots (padding counted)."""
@@ -262,37 +251,9 @@ class _Candidate:
     def _group_table(self, li: np.ndarray, cs_a: np.ndarray, starts: np.ndarray, tok_a: np.ndarray,
                      ends: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per long group (``li``: its long sample; fillers ``self._fillers[ends[g−1]:ends[g]]``): first slot,
-        slots, the solver's forward FLOPs (the members' sum: left to right from 0.0 below 8 members, as
-        numpy sums fewer than 8 numbers; numpy's sum from 8), backward estimate (3·f of the long sample +
-        the fillers' backward, summed alike) and tokens per rank."""
-        bt, fill = self.batch, self._fillers
-        ng = li.size
+        slots, the solver's forward FLOPs, backward estimate and tokens per rank (:func:`_group_sums`)."""
         self._gends = ends
-        begin = np.concatenate([[0], ends[:-1]]).astype(np.int64) if ng else ends
-        nf = ends - begin
-        ranks = np.repeat(cs_a * bt.u, nf)
-        tsum = np.concatenate([[0], np.cumsum(per_rank_tokens(bt.L[fill], ranks))]).astype(np.int64)
-        tokens = tok_a + (tsum[ends] - tsum[begin]) if ng else tok_a
-        fwd = np.empty(ng)
-        bsum = np.empty(ng)
-        small = nf <= 6  # fewer than 8 members: sums one addition at a time
-        if small.any():
-            rows = np.flatnonzero(small)
-            col = np.arange(fill.size) - np.repeat(begin, nf)
-            grp = np.repeat(np.arange(ng), nf)
-            keep = small[grp]
-            F = np.zeros((ng, 8))
-            F[:, 0] = bt.f[li]
-            F[grp[keep], 1 + col[keep]] = bt.f[fill[keep]]
-            fwd[rows] = np.add.accumulate(F[rows], axis=1)[:, -1]
-            B = np.zeros((ng, 8))
-            B[grp[keep], 1 + col[keep]] = bt.b[fill[keep]]
-            bsum[rows] = np.add.accumulate(B[rows], axis=1)[:, -1]
-        for g in np.flatnonzero(~small).tolist():  # 8 members or more: numpy's sums, as the code's
-            fl = fill[begin[g]:ends[g]]
-            fwd[g] = float(bt.f[np.concatenate([li[g:g + 1], fl])].sum())
-            bsum[g] = _np_sum(bt.b, bt.b_list, fl.tolist())
-        return starts, cs_a, fwd, LONG_BWD_FACTOR * bt.f[li] + bsum, tokens
+        return (starts, cs_a, *_group_sums(self.batch, li, cs_a, tok_a, self._fillers, ends))
 
     def _long_groups(self) -> list[_LongGroup]:
         """The long groups as objects (made when the steps are laid out)."""
@@ -394,44 +355,17 @@ class _Candidate:
         return left
 
     def _bulk_lowest_flops(self, ids: np.ndarray, lims: np.ndarray) -> int:
-        """:meth:`_lowest_flops_first`'s placements in runs while provably its decision; returns how many of
-        ``ids`` (their ``lims``) were placed.
-
-        The next ``k`` samples go to the ``k`` buckets of lowest (FLOPs, index) in that order when each
-        of those buckets fits its sample (tokens ``<= lim``) and every bucket given one in the run ends
-        above the next bucket's FLOPs (so that bucket is still the lowest that fits). The sums are the
-        heap loop's (one addition per sample, in order). Stops at the first run shorter than
-        ``_BULK_MIN`` (the heap loop takes over from there, from the same state).
-        """
+        """:meth:`_lowest_flops_first`'s placements in runs while provably its decision (:func:`_bulk_lowest`);
+        returns how many of ``ids`` (their ``lims``) were placed."""
         bt = self.batch
-        n, nb = ids.size, len(self.bf)
-        if n == 0 or nb == 0:
+        if ids.size == 0 or not self.bf:
             return 0
         bf, bl = np.asarray(self.bf, dtype=np.float64), np.asarray(self.bl, dtype=np.int64)
-        fs, Ls = bt.f[ids].astype(np.float64), bt.L[ids].astype(np.int64)
-        lims = np.asarray(lims, dtype=np.int64)
-        ks = np.arange(nb)
-        pos = 0
-        placed: list[np.ndarray] = []
-        while pos < n:
-            k = min(nb, n - pos)
-            e = np.lexsort((ks, bf))[:k]  # lowest FLOPs first, ties to the lowest bucket
-            new = bf[e] + fs[pos:pos + k]
-            good = bl[e] <= lims[pos:pos + k]
-            good[1:] &= np.minimum.accumulate(new)[:-1] > bf[e[1:]]
-            bad = np.flatnonzero(~good)
-            run = k if bad.size == 0 else int(bad[0])
-            if run:
-                e = e[:run]
-                bf[e] = new[:run]
-                bl[e] += Ls[pos:pos + run]
-                placed.append(e)
-                pos += run
-            if run < _BULK_MIN:
-                break
+        pos, placed = _bulk_lowest(bf, bl, bt.f[ids].astype(np.float64), bt.L[ids].astype(np.int64),
+                                   np.asarray(lims, dtype=np.int64))
         if pos:
             self.bf[:], self.bl[:] = bf.tolist(), bl.tolist()
-            self._head.append((ids[:pos], np.concatenate(placed)))
+            self._head.append((ids[:pos], placed))
         return pos
 
     def _leftovers(self, left: list[int], T: float, cap: float) -> None:

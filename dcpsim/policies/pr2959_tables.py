@@ -14,6 +14,9 @@ from bisect import bisect_left, bisect_right, insort
 
 import numpy as np
 
+from dcpsim.padding import per_rank_tokens
+from dcpsim.policies.pr2959_model import LONG_BWD_FACTOR
+
 _BULK_MIN = 64  # _Candidate._bulk_lowest_flops: runs shorter than this hand over to the heap loop
 
 
@@ -257,3 +260,83 @@ def _bulk_deal(ks: np.ndarray, fks: np.ndarray, slots: list[np.ndarray], fsum: l
     if pos:
         fsum[:], count[:] = f.tolist(), cnt.tolist()
     return pos
+
+
+def _run_ends(lengths: np.ndarray, limits: np.ndarray | None) -> list[int]:
+    """For each position, the end (exclusive) of its run of equal (length, limit) entries."""
+    n = lengths.size
+    change = lengths[1:] != lengths[:-1]
+    if limits is not None:
+        change |= limits[1:] != limits[:-1]
+    ends = np.append(np.flatnonzero(change) + 1, n)
+    return np.repeat(ends, np.diff(np.concatenate([[0], ends]))).tolist()
+
+
+def _group_sums(bt, li: np.ndarray, cs_a: np.ndarray, tok_a: np.ndarray, fill: np.ndarray,
+                ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per long group of :meth:`_Candidate.place_long` (long sample ``li[g]`` on ``cs_a[g]`` slots, own tokens
+    per rank ``tok_a[g]``; fillers ``fill[ends[g−1]:ends[g]]``, in the order taken): the solver's forward
+    FLOPs (the members' sum: left to right from 0.0 below 8 members, as numpy sums fewer than 8 numbers;
+    numpy's sum from 8), backward estimate (3·f of the long sample + the fillers' backward, summed alike)
+    and tokens per rank (``bt``: the :class:`_Batch`)."""
+    ng = li.size
+    begin = np.concatenate([[0], ends[:-1]]).astype(np.int64) if ng else ends
+    nf = ends - begin
+    ranks = np.repeat(cs_a * bt.u, nf)
+    tsum = np.concatenate([[0], np.cumsum(per_rank_tokens(bt.L[fill], ranks))]).astype(np.int64)
+    tokens = tok_a + (tsum[ends] - tsum[begin]) if ng else tok_a
+    fwd = np.empty(ng)
+    bsum = np.empty(ng)
+    small = nf <= 6  # fewer than 8 members: sums one addition at a time
+    if small.any():
+        rows = np.flatnonzero(small)
+        col = np.arange(fill.size) - np.repeat(begin, nf)
+        grp = np.repeat(np.arange(ng), nf)
+        keep = small[grp]
+        F = np.zeros((ng, 8))
+        F[:, 0] = bt.f[li]
+        F[grp[keep], 1 + col[keep]] = bt.f[fill[keep]]
+        fwd[rows] = np.add.accumulate(F[rows], axis=1)[:, -1]
+        B = np.zeros((ng, 8))
+        B[grp[keep], 1 + col[keep]] = bt.b[fill[keep]]
+        bsum[rows] = np.add.accumulate(B[rows], axis=1)[:, -1]
+    for g in np.flatnonzero(~small).tolist():  # 8 members or more: numpy's sums, as the code's
+        fl = fill[begin[g]:ends[g]]
+        fwd[g] = float(bt.f[np.concatenate([li[g:g + 1], fl])].sum())
+        bsum[g] = _np_sum(bt.b, bt.b_list, fl.tolist())
+    return fwd, LONG_BWD_FACTOR * bt.f[li] + bsum, tokens
+
+
+def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
+                 lims: np.ndarray) -> tuple[int, np.ndarray]:
+    """:meth:`_Candidate._lowest_flops_first`'s placements of the samples (FLOPs ``fs``, tokens ``Ls``, limits
+    ``lims``) in runs while provably its decision; returns how many were placed and their buckets, ``bf`` and
+    ``bl`` (the buckets' FLOPs and tokens) updated in place.
+
+    The next ``k`` samples go to the ``k`` buckets of lowest (FLOPs, index) in that order when each
+    of those buckets fits its sample (tokens ``<= lim``) and every bucket given one in the run ends
+    above the next bucket's FLOPs (so that bucket is still the lowest that fits). The sums are the
+    heap loop's (one addition per sample, in order). Stops at the first run shorter than
+    ``_BULK_MIN`` (the heap loop takes over from there, from the same state).
+    """
+    n, nb = fs.size, bf.size
+    ks = np.arange(nb)
+    pos = 0
+    placed: list[np.ndarray] = []
+    while pos < n:
+        k = min(nb, n - pos)
+        e = np.lexsort((ks, bf))[:k]  # lowest FLOPs first, ties to the lowest bucket
+        new = bf[e] + fs[pos:pos + k]
+        good = bl[e] <= lims[pos:pos + k]
+        good[1:] &= np.minimum.accumulate(new)[:-1] > bf[e[1:]]
+        bad = np.flatnonzero(~good)
+        run = k if bad.size == 0 else int(bad[0])
+        if run:
+            e = e[:run]
+            bf[e] = new[:run]
+            bl[e] += Ls[pos:pos + run]
+            placed.append(e)
+            pos += run
+        if run < _BULK_MIN:
+            break
+    return pos, (np.concatenate(placed) if placed else np.zeros(0, dtype=np.int64))
