@@ -969,13 +969,13 @@ def test_solver_edge_batches_give_the_per_sequence_plans(monkeypatch):
     follow = solver_follow._Follow._follow
     checked = []
 
-    def checked_follow(self, g, gmin, ids, pos, u, k):
+    def checked_follow(self, g, gmin, ids, pos, u, k, *a):
         trow, tokrow, fam = self._rows[0][u], self._rows[1][u], self._rows[2][u]
         ref = _best_outside_scan(self, trow, tokrow, fam, 1e-9 * (self.gmax + 0.0), gmin, self.g_code[g],
                                  self.g_step[g])
         assert self._outside == ref
         checked.append(1)
-        return follow(self, g, gmin, ids, pos, u, k)
+        return follow(self, g, gmin, ids, pos, u, k, *a)
 
     for j, (layout, lengths, opts) in enumerate(_edge_batches()):
         cost = cost_model(1, layout.pp, layout.dp * layout.cp)
@@ -990,3 +990,28 @@ def test_solver_edge_batches_give_the_per_sequence_plans(monkeypatch):
             m.setattr(solver_follow._Follow, "_follow", checked_follow)
             assert comparable(get_policy("dynamic-solver", **opts).plan(lengths, layout, cost)) == ref, j
     assert len(checked) > 50
+
+
+def test_solver_screen_sample_from_the_distinct_index_equals_the_lexsort():
+    """The screen's stratified sample (every k-th sequence by length, rotating offset) taken from a radix
+    sort of the distinct lengths' indices is the one taken from ``np.lexsort((arange(n), -lengths))``."""
+    from dcpsim.policies.fit import dynamic_fit
+    from dcpsim.policies.solver import _Screen, _Search
+    from dcpsim.policies.static import _distinct_ints
+
+    rng = np.random.default_rng(43)
+    layout = Layout(dp=16, cp=2, max_tokens_per_rank=2048, pp=2)
+    cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+    for j in range(6):
+        n = int(rng.integers(50, 3000))
+        lengths = rng.integers(1, [8, 200, 4000][j % 3], n).astype(np.int64)
+        distinct = _distinct_ints(lengths)
+        sizes, need = dynamic_fit(distinct[0], layout)
+        sc = SeqCosts(lengths, layout, cost, sizes, distinct=distinct)
+        need = need[distinct[2]]
+        table = _Search(sc, layout, layout.max_tokens_per_rank, need, 2).table
+        for k in (2, 4, 8):
+            order = np.lexsort((np.arange(n), -lengths))
+            blocks = n // k
+            want = np.sort(order[np.arange(blocks) * k + np.arange(blocks) % k])
+            assert np.array_equal(_Screen(lengths, layout, sc, need, k, table).idx, want)

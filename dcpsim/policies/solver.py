@@ -323,7 +323,13 @@ class _Screen:
     def __init__(self, lengths: np.ndarray, layout: Layout, sc: SeqCosts, need: np.ndarray, k: int,
                  table: _Table) -> None:
         n = lengths.size
-        order = np.lexsort((np.arange(n), -lengths))
+        # np.lexsort((np.arange(n), -lengths)): the distinct lengths' indices (ascending in the length) reversed,
+        # stably sorted (16-bit where they fit: by radix)
+        nu = int(table.inv.max()) + 1 if n else 0
+        if lengths is sc.lengths and sc.distinct_table and nu <= 1 << 16:
+            order = np.argsort((nu - 1 - table.inv).astype(np.uint16), kind="stable")
+        else:
+            order = np.lexsort((np.arange(n), -lengths))
         blocks = n // k
         self.idx = np.sort(order[np.arange(blocks) * k + np.arange(blocks) % k])
         self.k = k

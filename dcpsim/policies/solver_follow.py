@@ -21,7 +21,7 @@ _INF = float("inf")
 class _Follow:
     """The bulk path of :class:`~dcpsim.policies.solver_placer._Placer` (a mixin: it uses the placer's state)."""
 
-    def _follow(self, g: int, gmin: float, ids: list[int], pos: int, u: int, k: int) -> int:
+    def _follow(self, g: int, gmin: float, ids: list[int], pos: int, u: int, k: int, listed: float) -> int:
         """Sequence ``ids[pos - 1]`` has just joined group ``g`` adding nothing to its step (the zero-increase
         join search's pick): place the next sequences of the same length while each one's pick is provably
         a group of ``g``'s cell that adds nothing; return the position of the first one left to the full
@@ -34,22 +34,22 @@ class _Follow:
         sequence while ``g``'s cell holds a hit; so the pick is the larger (new time, -group) of ``g``'s
         cell's pick (:meth:`_fullest_in_cell`, exact) and the best of every other cell searched, which
         nothing here changes (computed once). A pick that raises its step, or lies outside ``g``'s cell,
-        ends the run.
+        ends the run. ``g`` is still listed in its cell at time ``listed`` (its time before that join): its
+        move is made here, once, with those of the sequences it takes next.
         """
         trow, tokrow = self._rows[0][u], self._rows[1][u]
         code, st = self.g_code[g], self.g_step[g]
         s_k = self.S[st]
         floor = self._others_lose(k, trow, s_k, gmin)
         if floor is None:
+            self._move(g, code, st, listed)
             return pos
-        if st not in self.buckets.by_code.get(code, {}):
-            return pos  # g's cell closed (no room left for any sequence at its size)
         add, tok = trow[code], tokrow[code >> 1]
         thr = 1e-9 * (self.gmax + 0.0)
         lim = max(s_k, self.height) * (1 + 1e-12)
         outside = self._outside  # the zero-increase search's best outside g's cell, which g's join left as it was
         g_time, g_room, members = self.g_time, self.g_room, self.members
-        listed = g_time[g]  # g's time in its cell's sorted list (moves are deferred while g keeps the picks)
+        # listed: g's time in its cell's sorted list (moves are deferred while g keeps the picks)
         twins: list[int] = []  # the next picks, in order (see :meth:`_twins`)
         end = self._run_end[pos]  # the run of this length (and CP size) ends there
         block: list[int] = []  # exhausted groups of a twin run, their moves deferred (:meth:`_move_block`)
@@ -222,19 +222,12 @@ class _Follow:
         join time (the tolerance grows with it), or when it adds exactly nothing too and takes more
         GPU-seconds beyond the tolerance, or the same GPU-seconds and a time not above the join's (the
         fuller group wins, the join on a tie); so neither :meth:`_new_group_option` nor
-        :meth:`_new_step_option` replaces the join."""
-        c, H, pp1, gmax = self.sizes[k], self.height, self.pp - 1, self.gmax
+        :meth:`_new_step_option` replaces the join. The new-group options are those
+        :meth:`_new_group_option` kept for this sequence (a join that adds nothing changes no free rank, step
+        height or ``gmax``)."""
+        c, pp1, gmax = self.sizes[k], self.pp - 1, self.gmax
         floor = -np.inf
-        for kk in self.open_steps:
-            start = self._free_start(kk, c)
-            if start < 0:
-                continue
-            a1 = trow[2 * k + self._spans(start, c)]
-            s = self.S[kk]
-            if a1 > max(s, H):
-                continue
-            Sn = max(s, a1)
-            delta = (Sn - s) + pp1 * max(0.0, Sn - gmax)
+        for a1, delta in self._new_opts:
             if delta > 1e-9 * (gmax + a1 + s_k):
                 continue  # a larger increase, whatever the join's time
             if delta != 0.0 or c * a1 < gmin * (1 - 1e-9):

@@ -179,11 +179,15 @@ class _Placer(_Follow):
         self._start()
         uid, time_rows, tok_rows, fam = tab.uid, tab.time_rows, tab.tok_rows, tab.fam
         choice = self.choice.tolist()
-        # only the codes of chosen sizes ever hold groups (groups open at a sequence's chosen size): each
-        # distinct length's codes without the others (which the join searches pass over, finding no cell)
+        # only the codes of chosen sizes ever hold groups (groups open at a sequence's chosen size), and of
+        # those only the spans some aligned slice of that size has: each distinct length's codes without the
+        # others (which the join searches pass over, finding no cell)
         allowed = 0
         for kk in np.unique(self.choice).tolist():
-            allowed |= 3 << (2 * kk)
+            c = self.sizes[kk]
+            spans = {self._spans(start, c) for start in range(0, self.R - c + 1, c)} or {0, 1}
+            for b in spans:
+                allowed |= 1 << (2 * kk + b)
         fams = tab.fams.get(allowed)  # shared by the candidates with the same chosen sizes
         if fams is None:
             fams = tab.fams[allowed] = [None] * len(fam)
@@ -211,9 +215,15 @@ class _Placer(_Follow):
             # a join that adds nothing (the step keeps its height), and the next sequence has this length
             follow = (self.bulk and self.zero_join and act[0] == "join" and pos < n and self._run_end[pos - 1] > pos
                       and self.g_time[act[1]] + trow[self.g_code[act[1]]] <= self.S[self.g_step[act[1]]])
-            self._apply(act, i, k, trow, tokrow)
-            if follow:
-                pos = self._follow(act[1], best[1], ids, pos, u, k)
+            if follow:  # the join (it adds nothing), its move in its cell left to the bulk run
+                g = act[1]
+                listed = self.g_time[g]
+                self.g_time[g] = listed + trow[self.g_code[g]]
+                self.g_room[g] -= tokrow[self.g_sidx[g]]
+                self.members[g].append(i)
+                pos = self._follow(g, best[1], ids, pos, u, k, listed)
+            else:
+                self._apply(act, i, k, trow, tokrow)
         return self._plan(name, lengths)
 
     def _order(self, sc: SeqCosts, tab: _Table) -> np.ndarray:
@@ -467,8 +477,10 @@ class _Placer(_Follow):
         return (zero, pick if pick > best else None)
 
     def _new_group_option(self, trow: list[float], k: int, best):
-        """A new group of the sequence's size on free ranks of an open step, if one beats ``best``."""
+        """A new group of the sequence's size on free ranks of an open step, if one beats ``best``. Keeps
+        each open step's option as (time, increase) in ``_new_opts`` (for :meth:`_others_lose`)."""
         c, H, pp1 = self.sizes[k], self.height, self.pp - 1
+        self._new_opts = kept = []
         for kk in self.open_steps:
             start = self._free_start(kk, c)
             if start < 0:
@@ -480,6 +492,7 @@ class _Placer(_Follow):
                 continue
             Sn = max(s_k, a1)
             delta = (Sn - s_k) + pp1 * max(0.0, Sn - self.gmax)
+            kept.append((a1, delta))
             opt = (delta, c * a1, -a1, 1, ("new", kk, start, b))
             if best is None or _better(opt, best, self.gmax):
                 best = opt
