@@ -21,6 +21,25 @@ def repo_root() -> Path:
     return REPO
 
 
+def _load_script(path: Path, name: str):
+    """The module of a script that is not on the import path (``experiments/``): loaded from ``path`` as ``name``
+    and registered in ``sys.modules`` (a script's dataclasses resolve their module by name)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="session")
+def load_script():
+    """:func:`_load_script`: ``load_script(path, name)`` gives the module of an experiment script."""
+    return _load_script
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _state_dir(tmp_path_factory):
     """dcpsim's per-user state (the single-file registry, dcpsim.outdir) goes to a temporary folder, not ~."""

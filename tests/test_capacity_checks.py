@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,8 @@ SCRIPT = ROOT / "experiments" / "capacity_checks" / "checks.py"
 
 
 @pytest.fixture(scope="module")
-def checks():
-    spec = importlib.util.spec_from_file_location("capacity_checks", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def checks(load_script):
+    return load_script(SCRIPT, "capacity_checks")
 
 
 def test_llama2_ratio_is_computed_not_fed(checks, monkeypatch):

@@ -3,10 +3,8 @@ H100 measurements (profiles/h100-sxm-measured/host.json, host_check.json) and a 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,12 +26,8 @@ GUARD_IN_SAMPLE_MICRO_HOST = 0.10
 
 
 @pytest.fixture(scope="module")
-def hc():
-    spec = importlib.util.spec_from_file_location("heldout_check", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["heldout_check"] = mod  # dataclasses resolve their module by name
-    spec.loader.exec_module(mod)
-    return mod
+def hc(load_script):
+    return load_script(SCRIPT, "heldout_check")
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,8 @@ machine enters any assertion (the simulation is deterministic; nothing is measur
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,12 +16,8 @@ SCRIPT = ROOT / "experiments" / "host" / "megatron_1gpu_check.py"
 
 
 @pytest.fixture(scope="module")
-def mc():
-    spec = importlib.util.spec_from_file_location("megatron_1gpu_check", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["megatron_1gpu_check"] = mod  # dataclasses resolve their module by name
-    spec.loader.exec_module(mod)
-    return mod
+def mc(load_script):
+    return load_script(SCRIPT, "megatron_1gpu_check")
 
 
 def test_runs_are_the_committed_json_with_the_declared_split(mc):

@@ -35,12 +35,8 @@ def test_every_row_names_its_source() -> None:
             assert int(r["gpus"]) == int(r["nodes"]) * int(r["gpus_per_node"]) and r["recipe_path"]
 
 
-def test_window_rule() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build_cases", CI / "build_cases.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+def test_window_rule(load_script) -> None:
+    mod = load_script(CI / "build_cases.py", "build_cases")
     series = {s: 1.0 for s in range(2, 51)} | {s: 2.0 for s in range(30, 38)} | {2: 9.0}
     med, window, steps, _ = mod.window_median(series)
     assert window == "30-45" and steps == list(range(30, 46)) and med == 1.5

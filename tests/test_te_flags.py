@@ -19,15 +19,8 @@ from dcpsim.cost.fixed import (
     KERNELS_TE_UNFUSED_MASK,
     kernels_per_layer,
 )
-from dcpsim.cost.host import (
-    BATCH_TENSORS,
-    BATCH_TENSORS_END_STAGE,
-    CP_SLICE_KERNELS,
-    PassShape,
-    StepFlags,
-    get_batch_host_s,
-    host_ops,
-)
+from dcpsim.cost.host import PassShape, StepFlags, host_ops
+from dcpsim.cost.host_calls import BATCH_TENSORS, BATCH_TENSORS_END_STAGE, CP_SLICE_KERNELS, get_batch_host_s
 from dcpsim.errors import ConfigError
 from dcpsim.export.megatron import megatron_args, resolve_policy
 from dcpsim.export.reader import megatron_config, parse_flags, read_megatron, roundtrip_differences

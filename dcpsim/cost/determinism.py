@@ -126,7 +126,7 @@ def fill_device_terms(st, s, sq=None) -> tuple[np.ndarray, np.ndarray]:
     pack), the attention dropout's output (2 B) and mask (1 B) forward and its gradient (2 B) backward over
     ``heads / tp`` score matrices, at the profile's HBM bandwidth. Zeros unless ``st.deterministic_fill``."""
     s = np.asarray(s, dtype=np.float64)
-    if not getattr(st, "deterministic_fill", False):
+    if not st.deterministic_fill:
         return np.zeros(s.shape), np.zeros(s.shape)
     bw = float(st.profile.hbm_bw_bytes_per_s)
     bf, bb = fill_bytes_per_token_layer(st.model, st.tp)
@@ -142,7 +142,7 @@ def fill_head_device_terms(st, s) -> tuple[np.ndarray, np.ndarray]:
     """Device seconds of the last stage's logits fills per pack (forward, backward): ``FILLS_HEAD`` FP32 copies of
     ``s x vocab / tp`` logits at HBM bandwidth. Zeros unless ``st.deterministic_fill``."""
     s = np.asarray(s, dtype=np.float64)
-    if not getattr(st, "deterministic_fill", False):
+    if not st.deterministic_fill:
         return np.zeros(s.shape), np.zeros(s.shape)
     per = s * 4.0 * st.model.vocab / st.tp / float(st.profile.hbm_bw_bytes_per_s)
     return FILLS_HEAD[0] * per, FILLS_HEAD[1] * per

@@ -83,15 +83,7 @@ import numpy as np
 
 from dcpsim.choices import CUDA_GRAPH_IMPLS
 from dcpsim.cost import determinism
-from dcpsim.cost.host_calls import (  # noqa: F401  (re-exported: priced where host_ops and layer_pass_host add them)
-    BATCH_TENSORS,
-    BATCH_TENSORS_END_STAGE,
-    CHECKPOINT_MODULE_CALLS,
-    CHECKPOINT_TORCH_CALLS,
-    CP_SLICE_KERNELS,
-    checkpoint_host_s,
-    get_batch_host_s,
-)
+from dcpsim.cost.host_calls import checkpoint_host_s, get_batch_host_s
 from dcpsim.hardware.host import HostCosts
 
 # Kernels the step's end launches besides per-tensor loops: multi-tensor L2 norm and scale, Adam, the

@@ -150,10 +150,6 @@ class SearchSpace:
         return self.tp is not None and self.pp is not None and len(self.tp) == 1 and len(self.pp) == 1
 
 
-def _divisors(n: int, options: Sequence[int]) -> list[int]:
-    return [x for x in options if n % x == 0]
-
-
 def _gpu_domain(gpu: str) -> int:
     from dcpsim.hardware import get_profile
 
