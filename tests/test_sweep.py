@@ -340,6 +340,49 @@ def _busy(seconds: float) -> int:
     return n
 
 
+def _parent_and_busy(seconds: float) -> tuple[int, int]:
+    import os
+
+    return os.getppid(), _busy(seconds)
+
+
+def test_fork_pool_workers_are_children_of_this_process():
+    """``LocalExecutor(fork=True)`` (what `dcpsim plan` asks for): in a one-thread process its workers are forked
+    from this process (no fork server), so closing the pool reaps them here and their CPU time counts in this
+    process's children's time; with another thread running it falls back to the fork server."""
+    import os
+    import resource
+    import threading
+
+    from dcpsim.run.executors import LocalExecutor
+    from dcpsim.run.pool import fork_safe
+
+    if not fork_safe():
+        pytest.skip("this test process runs more than one thread or has no fork")
+    def children_cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    before = children_cpu()
+    ex = LocalExecutor(jobs=1, fork=True)
+    parent, n = ex.submit(_parent_and_busy, 0.3).result()
+    ex.close()
+    assert parent == os.getpid() and n > 0
+    assert children_cpu() - before >= 0.25
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not fork_safe()
+        ex = LocalExecutor(jobs=1, fork=True)
+        parent, _ = ex.submit(_parent_and_busy, 0.01).result()
+        ex.close()
+        assert parent != os.getpid()  # the fork server's child
+    finally:
+        stop.set()
+        t.join()
+
+
 def test_fork_server_reaped_once_no_pool_runs():
     """reap_fork_server (what `dcpsim plan` calls after its pool): refused while a pool runs; once none does,
     the fork server is stopped and reaped by this process, so the workers' CPU time (reaped by it) counts

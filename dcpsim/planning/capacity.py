@@ -153,7 +153,7 @@ def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, pr
     # a worker pool costs each worker a fresh interpreter and imports (~1-2 s): not worth it for a few tasks
     n_workers = 1 if jobs == 1 or len(tasks) <= SERIAL_TASKS else min(jobs or 2, len(tasks))
     groups = [[i] for i in range(len(tasks))] if n_workers == 1 else task_groups(tasks, n_workers)
-    ex = make_executor(jobs=n_workers)
+    ex = make_executor(jobs=n_workers, fork=True)  # forked from here: no fork server importing everything again
     futs: dict[Any, tuple[int, int, int]] = {}  # future -> (group, attempt, pool generation)
 
     def submit(g: int, attempt: int = 1) -> None:

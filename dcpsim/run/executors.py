@@ -95,15 +95,16 @@ class LocalExecutor(SerialExecutor):
 
     name = "local"
 
-    def __init__(self, jobs: int | None = None):
+    def __init__(self, jobs: int | None = None, *, fork: bool = False):
         self.n_workers = cap_jobs(jobs)
         self.generation = 0
-        self._pool = worker_pool(self.n_workers, preload=_PRELOAD)
+        self._fork = fork
+        self._pool = worker_pool(self.n_workers, preload=_PRELOAD, fork=fork)
 
     def restart(self) -> None:
         """Replace a broken pool (a worker was killed) with a fresh one; ``generation`` counts up."""
         self._pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = worker_pool(self.n_workers, preload=_PRELOAD)
+        self._pool = worker_pool(self.n_workers, preload=_PRELOAD, fork=self._fork)
         self.generation += 1
 
     def submit(self, fn, *args) -> cf.Future:
@@ -282,8 +283,11 @@ def make_executor(
     dask_local: int | None = None,
     slurm: SlurmOptions | None = None,
     dask_wait_s: float | None = None,
+    fork: bool = False,
 ):
     """The executor for the given options (at most one of ``dask_address``, ``dask_local``, ``slurm``).
+
+    ``fork``: local workers forked from this process where safe (:func:`dcpsim.run.pool.worker_pool`).
 
     ``dask_wait_s``: seconds to wait for a worker to join the scheduler at
     ``dask_address`` (default :data:`DASK_WORKER_WAIT_S`); a scheduler
@@ -309,7 +313,7 @@ def make_executor(
     if slurm is not None:
         return _slurm_executor(slurm)
     n = cap_jobs(jobs)
-    return SerialExecutor() if n == 1 else LocalExecutor(n)
+    return SerialExecutor() if n == 1 else LocalExecutor(n, fork=fork)
 
 
 def _import_dask(flag: str):

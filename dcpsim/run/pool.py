@@ -4,7 +4,8 @@
 ``dcpsim reproduce``, ``dcpsim plan`` through the executors).
 
 Workers are started with ``forkserver`` (``spawn`` where that is missing), so
-their parent is the fork server, not the driver. Each worker therefore
+their parent is the fork server, not the driver (a one-off pool may ask for
+workers forked from the driver itself, ``fork=True``, when it runs one thread). Each worker therefore
 watches the driver itself: on Linux the kernel sends it SIGKILL when its
 parent (the fork server, which exits when the driver is gone) dies
 (``PR_SET_PDEATHSIG``), and a watchdog thread checks every
@@ -43,7 +44,8 @@ from dcpsim.errors import ConfigError, DcpsimWarning
 
 T = TypeVar("T")
 
-__all__ = ["WATCH_INTERVAL_S", "WORKER_ATTEMPTS", "available_cores", "cap_jobs", "is_worker_death", "reap_fork_server",
+__all__ = ["WATCH_INTERVAL_S", "WORKER_ATTEMPTS", "available_cores", "cap_jobs", "fork_safe", "is_worker_death",
+           "reap_fork_server",
            "restart_broken", "retry_alone", "worker_pool"]
 
 WATCH_INTERVAL_S = 1.0
@@ -113,17 +115,27 @@ def _worker_init(driver_pid: int, user_init=None, user_args: tuple = ()) -> None
 
 
 def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None,
-                initargs: tuple = ()) -> cf.ProcessPoolExecutor:
+                initargs: tuple = (), fork: bool = False) -> cf.ProcessPoolExecutor:
     """A ``ProcessPoolExecutor`` of ``workers`` processes that die with this process (see the module docstring).
 
     ``preload``: modules imported once in the fork server so each worker starts
     warm. ``initializer(*initargs)`` runs in each worker after the safety set-up.
+    ``fork``: the workers are forked from this process itself where that is safe (see :func:`fork_safe`),
+    ``preload`` imported here first: no fork server, whose fresh interpreter imports numpy, pydantic and the
+    configuration again (~0.5-1 CPU s; worth it for a one-off pool such as ``dcpsim plan``'s). The workers'
+    parent is then this process, so ``PR_SET_PDEATHSIG`` alone ends them with it.
     """
     import multiprocessing as mp
 
     if workers < 1:
         raise ConfigError("jobs", workers, "a positive number of worker processes")
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    if fork and fork_safe():
+        import importlib
+
+        for name in preload:
+            importlib.import_module(name)
+        method = "fork"
     ctx = mp.get_context(method)
     if method == "forkserver" and preload:
         ctx.set_forkserver_preload(list(preload))
@@ -131,6 +143,15 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
                                   initargs=(os.getpid(), initializer, initargs))
     _POOLS.add(pool)
     return pool
+
+
+def fork_safe() -> bool:
+    """Whether workers may be forked from this process: the platform has ``fork`` and this process runs one
+    thread (forking a threaded process can copy a lock another thread holds; a pool started with
+    ``fork`` launches its workers before its own management thread)."""
+    import multiprocessing as mp
+
+    return "fork" in mp.get_all_start_methods() and threading.active_count() == 1
 
 
 def reap_fork_server() -> bool:
