@@ -187,12 +187,12 @@ class DynamicSolverPolicy(Policy):
         ctx = _Search(sc, layout, cap, need, self.max_extra_microbatches)
         screen = self._screen(lengths, layout, sc, need, ctx.table) if self.screen and n > self.screen_above else None
         cands = []
+        full = _Full(sc, layout, cap, need, ctx.table, self.name, lengths, cost)
         for m, choice, height in ctx.candidates():
             if screen is not None and screen.takes(sc.sizes, choice):
                 plan, ev = screen.place(self.name, ctx, choice, height, cost)
             else:
-                plan = _Placer(sc, layout, cap, need, choice, height, ctx.table).run(self.name, lengths)
-                ev = evaluate_plan(plan, cost)
+                plan, ev = full.place(choice, height)
             cands.append([not ev.fits_memory, ev.makespan_s, m, plan, ev, choice, height])
             ctx.scored(ev.makespan_s)
         cands.sort(key=lambda x: (x[0], x[1], x[2]))
@@ -202,8 +202,7 @@ class DynamicSolverPolicy(Policy):
             screened = [c for j, c in enumerate(screened) if j < self.screen_full or (c[0], c[1]) <= top]
         for c in screened:
             c.append((c[1], c[0]))  # the screened (makespan, misfit)
-            c[3] = _Placer(sc, layout, cap, need, c[5], c[6], ctx.table).run(self.name, lengths)
-            c[4] = evaluate_plan(c[3], cost)
+            c[3], c[4] = full.place(c[5], c[6])
             c[0], c[1] = not c[4].fits_memory, c[4].makespan_s
         placed = sorted((c for c in cands if c[3].layout is layout), key=lambda x: (x[0], x[1], x[2]))
         _, _, best_m, plan, ev = placed[0][:5]
@@ -239,6 +238,36 @@ class DynamicSolverPolicy(Policy):
         if screen is not None:
             meta["screen"] = screen.describe()
         return meta
+
+
+class _Full:
+    """Candidates placed on the whole batch, each with its exact score.
+
+    A candidate without a height limit (``m = m0``) whose CP choice a candidate with a limit had before is
+    not placed again when that placement made every decision the unlimited one makes
+    (:meth:`_Placer.unbounded_same`): its plan and score are that one's (with ``m0 = 1`` the coarse
+    choice for ``m0 + 1`` is the plain one for ``m0``, and where the tallest sequence goes first its
+    step reaches the limit at once).
+    """
+
+    def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, table: _Table, name: str,
+                 lengths: np.ndarray, cost) -> None:
+        self.args = (sc, layout, cap, need)
+        self.table, self.name, self.lengths, self.cost = table, name, lengths, cost
+        self.unbounded: dict[bytes, tuple[Plan, object]] = {}  # choice -> (plan, score) valid without a limit
+
+    def place(self, choice: np.ndarray, height: float) -> tuple[Plan, object]:
+        """(plan, :func:`evaluate_plan` score) of the candidate (CP size index per sequence, height limit)."""
+        key = choice.tobytes()
+        if not np.isfinite(height) and key in self.unbounded:
+            plan, ev = self.unbounded[key]
+            return copy(plan), ev
+        placer = _Placer(*self.args, choice, height, self.table)
+        plan = placer.run(self.name, self.lengths)
+        ev = evaluate_plan(plan, self.cost)
+        if np.isfinite(height) and getattr(placer, "unbounded_same", None) is not None and placer.unbounded_same():
+            self.unbounded.setdefault(key, (plan, ev))
+        return plan, ev
 
 
 class _Search:

@@ -74,9 +74,11 @@ class _Follow:
             # g can take no more. If it still has room and its next addition raises the step by no more than
             # the search's tolerance, g stays the join search's pick (one that raises its step): the full
             # decision's, not a twin's
-            if r >= tok and s_k < t + add <= lim and self._raise(t + add, s_k) <= thr:
-                self._move(g, code, st, listed)
-                return pos
+            if r >= tok and s_k < t + add and self._raise(t + add, s_k) <= thr:
+                if t + add <= lim:
+                    self._move(g, code, st, listed)
+                    return pos
+                self.bit = True  # g would stay the pick without the height limit
             # else its next twin, else the cell's pick as the join search finds it
             if in_block:  # a pick with twins: it ends as they all do (moved together)
                 block.append(g)

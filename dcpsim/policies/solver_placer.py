@@ -7,114 +7,16 @@ least-increase search) and :class:`_Table` (per-sequence costs as Python lists).
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
-from heapq import heappop, heappush
+from bisect import bisect_left, bisect_right
 
 import numpy as np
 
 from dcpsim.policies.costs import SeqCosts
 from dcpsim.policies.plan import Group, Layout, Plan, Step
+from dcpsim.policies.solver_buckets import _Buckets
 from dcpsim.policies.solver_follow import _Follow
 
 _INF = float("inf")
-
-
-class _Buckets:
-    """Open groups by code and step: the join candidates.
-
-    ``code`` = size index·2 + leaves-the-domain, so every group of a
-    (code, step) *cell* adds the same time for a given sequence and shares
-    its step's height. A cell is ``[groups, parked, count]``: ``groups``
-    sorted by (time, -group id), so the fullest group below a height limit
-    is found by a binary search; a group a query passes without token room
-    for its sequence is *parked* out of that list into a heap by room
-    (``parked``) until a query's tokens fit it again (sequences come longest
-    first, so mostly it stays parked), and every query first brings back the
-    parked groups with room for it: the list always holds every group with
-    room for the current sequence, and few without. A group is dropped
-    (closed) once its token room is below the smallest share any sequence has
-    at its size.
-    """
-
-    def __init__(self, min_tok: list[int]) -> None:
-        self.by_code: dict[int, dict[int, list]] = {}
-        self.min_tok = min_tok
-        self.parked: set[int] = set()
-
-    def add(self, code: int, step: int, time: float, g: int, room: int) -> None:
-        if room >= self.min_tok[code >> 1]:
-            cells = self.by_code.get(code)
-            if cells is None:
-                cells = self.by_code[code] = {}
-            cell = cells.get(step)
-            if cell is None:
-                cell = cells[step] = [[], [], 0]
-            insort(cell[0], (time, -g))
-            cell[2] += 1
-
-    def move(self, code: int, step: int, old: float, new: float, g: int, room: int) -> None:
-        cells = self.by_code[code]
-        cell = cells[step]
-        if g in self.parked:
-            self.parked.discard(g)  # its heap entry goes stale
-        else:
-            groups = cell[0]
-            del groups[bisect_left(groups, (old, -g))]
-        cell[2] -= 1
-        if not cell[2]:
-            del cells[step]
-            if not cells:
-                del self.by_code[code]
-        self.add(code, step, new, g, room)
-
-    def move_block(self, code: int, step: int, old: float, new: float, gs: list[int], room: int) -> None:
-        """:meth:`move` of every group of ``gs`` (ids ascending, listed at ``old`` next to each other, none
-        parked) to time ``new`` and ``room``, in one slice; the same lists, counts and cells as one move
-        after another (the cell is not emptied between them unless they leave it for good)."""
-        cells = self.by_code[code]
-        cell = cells[step]
-        groups = cell[0]
-        hi = bisect_right(groups, (old, -gs[0]))
-        lo = hi - len(gs)
-        # the ends in place: the keys between them are those of gs (the caller's run of consecutive entries)
-        if lo < 0 or groups[hi - 1] != (old, -gs[0]) or groups[lo] != (old, -gs[-1]):
-            for g in gs:  # not one slice (never expected): one move each
-                self.move(code, step, old, new, g, room)
-            return
-        del groups[lo:hi]
-        if room >= self.min_tok[code >> 1]:
-            keys = [(new, -g) for g in reversed(gs)]
-            p = bisect_left(groups, keys[0])
-            if p == len(groups) or groups[p] > keys[-1]:
-                groups[p:p] = keys
-            else:
-                for key in keys:
-                    insort(groups, key)
-        else:
-            cell[2] -= len(gs)
-            if not cell[2]:
-                del cells[step]
-                if not cells:
-                    del self.by_code[code]
-
-    def park(self, cell: list, positions, g_room: list[int]) -> None:
-        """Move the groups at ``positions`` (descending) of the cell's list to its heap by room."""
-        groups, heap = cell[0], cell[1]
-        for pos in positions:
-            t, neg_g = groups[pos]
-            del groups[pos]
-            heappush(heap, (-g_room[-neg_g], t, neg_g))
-            self.parked.add(-neg_g)
-
-    def unpark(self, cell: list, tok: int, g_time: list[float], g_room: list[int]) -> None:
-        """Bring back every parked group with room for ``tok`` tokens (skipping stale heap entries)."""
-        heap = cell[1]
-        while heap and -heap[0][0] >= tok:
-            neg_room, t, neg_g = heappop(heap)
-            g = -neg_g
-            if g in self.parked and g_time[g] == t and g_room[g] == -neg_room:
-                self.parked.discard(g)
-                insort(cell[0], (t, neg_g))
 
 
 class _Table:
@@ -198,6 +100,9 @@ class _Placer(_Follow):
             cut = np.flatnonzero((key_u[1:] != key_u[:-1]) | (key_k[1:] != key_k[:-1])) + 1
             ends = np.append(cut, n)
             self._run_end = np.repeat(ends, np.diff(np.concatenate(([0], ends)))).tolist()
+        if n:  # the first sequence opens the first step alone (see :meth:`unbounded_same`)
+            k0 = choice[ids[0]]
+            self.t_first = time_rows[uid[ids[0]]][2 * k0 + self.span0[k0]]
         pos = 0
         while pos < n:
             i = ids[pos]
@@ -210,6 +115,8 @@ class _Placer(_Follow):
             best = self._join_option(trow, tokrow, fu)
             best = self._new_group_option(trow, k, best)
             best = self._new_step_option(trow, k, best)
+            if self._pending is not None:
+                self._settle(trow, k)
             act = best[4]
             pos += 1
             # a join that adds nothing (the step keeps its height), and the next sequence has this length
@@ -225,6 +132,36 @@ class _Placer(_Follow):
             else:
                 self._apply(act, i, k, trow, tokrow)
         return self._plan(name, lengths)
+
+    def unbounded_same(self) -> bool:
+        """Whether :meth:`run` (done) made every decision that a placer of the same candidate without the
+        height limit (``height = inf``) makes, so that its plan is that placer's.
+
+        The height enters only as the limit of a join's new time (``lim``), the skip of a new group taller
+        than it, and ``gmax``'s start value. ``bit`` records any option the limit excluded (a join within
+        the search's tolerance but past ``lim``, a join adding less than the least increase found, a new
+        group past the height; a join past it where no join was found unless the other options beat it
+        for sure, :meth:`_settle`); without one, each decision is the one made without the limit. ``gmax``
+        starts at the height (PP only) and then follows the tallest step, so it is the same after the first
+        decision (which opens a step alone whatever ``gmax`` is) when that step is at least the height."""
+        if not np.isfinite(self.height) or not self.S:
+            return True
+        return not self.bit and (self.pp == 1 or self.t_first >= self.height)
+
+    def _settle(self, trow: list[float], k: int) -> None:
+        """The decision just made had no join, and without the height limit it would have had one that
+        raises the makespan by ``_pending``: keep ``bit`` clear only if the first option compared after that
+        join (the first new group :meth:`_new_group_option` kept, else the new step) beats it whatever its
+        GPU-seconds and time, so the comparisons go on as they went (:func:`_better`; the join's new time is
+        at most ``gmax + _pending``)."""
+        d_join, self._pending = self._pending, None
+        if self._new_opts:
+            a1, d = self._new_opts[0]
+        else:
+            a1 = float(trow[2 * k + self.span0[k]])
+            d = a1 + (self.pp - 1) * max(0.0, a1 - self.gmax)
+        if not d < d_join - 1e-9 * (2 * self.gmax + a1 + 2 * d_join):
+            self.bit = True
 
     def _order(self, sc: SeqCosts, tab: _Table) -> np.ndarray:
         """The placement order ``np.lexsort((arange(n), -t, -choice))`` (``t``: each sequence's time at its
@@ -269,6 +206,8 @@ class _Placer(_Follow):
         # no step grows past the target height H (unless a sequence alone is taller); steps may grow
         # to H before the (pp-1)·max term counts
         self.gmax = H if (self.pp > 1 and np.isfinite(H)) else 0.0
+        self._pending: float | None = None  # see :meth:`_settle`
+        self.bit = False  # whether the height limit ever excluded an option (see :meth:`unbounded_same`)
         self.buckets = _Buckets(self.sc.min_tokens().tolist())
 
     def _free_start(self, kk: int, c: int) -> int:
@@ -317,7 +256,13 @@ class _Placer(_Follow):
         if found is not None and found[3]:
             self.zero_join = True
             return (0.0, found[0], -found[1], 0, ("join", -found[2]))
+        self._excl = _INF
         d0 = self._least_increase_all(trow, tokrow, fam)
+        if self._excl < d0:  # the height limit excluded a join that adds less (see :meth:`unbounded_same`)
+            if not d0 < np.inf:
+                self._pending = self._excl  # no join at all: settled by :meth:`_settle` against the others
+                return None
+            self.bit = True
         if not d0 < np.inf:
             return None
         if d0 != 0.0 or found is None:
@@ -357,7 +302,12 @@ class _Placer(_Follow):
         out = np.inf
         if pos < n:
             t = groups[pos][0]
-            out = self._delta(s_k, t + add) if t + add <= lim else np.inf
+            if t + add <= lim:
+                out = self._delta(s_k, t + add)
+            else:  # excluded by the height limit: the least such increase, for :meth:`_join_option`
+                d = self._delta(s_k, t + add)
+                if d < self._excl:
+                    self._excl = d
         if pos:
             self.buckets.park(cell, range(pos - 1, -1, -1), room)
         return out
@@ -454,6 +404,8 @@ class _Placer(_Follow):
         keys = cell[0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
         p = self._prefix_end(keys, bisect_right(keys, (x, _INF)), s_k, add, lim, thr)
+        if p < len(keys) and keys[p][0] + add > lim and self._delta(s_k, keys[p][0] + add) <= thr:
+            self.bit = True  # within without the limit: the prefix would go on
         pos = p - 1
         while pos >= 0 and room[-keys[pos][1]] < tok:
             pos -= 1
@@ -489,6 +441,7 @@ class _Placer(_Follow):
             a1 = trow[2 * k + b]
             s_k = self.S[kk]
             if a1 > max(s_k, H):
+                self.bit = True
                 continue
             Sn = max(s_k, a1)
             delta = (Sn - s_k) + pp1 * max(0.0, Sn - self.gmax)

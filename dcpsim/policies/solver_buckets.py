@@ -1,0 +1,105 @@
+"""``dynamic-solver``'s open groups by code and step (:class:`_Buckets`), the join candidates of
+:class:`~dcpsim.policies.solver_placer._Placer`. Times in seconds, rooms in tokens per rank."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+from heapq import heappop, heappush
+
+
+class _Buckets:
+    """Open groups by code and step: the join candidates.
+
+    ``code`` = size index·2 + leaves-the-domain, so every group of a
+    (code, step) *cell* adds the same time for a given sequence and shares
+    its step's height. A cell is ``[groups, parked, count]``: ``groups``
+    sorted by (time, -group id), so the fullest group below a height limit
+    is found by a binary search; a group a query passes without token room
+    for its sequence is *parked* out of that list into a heap by room
+    (``parked``) until a query's tokens fit it again (sequences come longest
+    first, so mostly it stays parked), and every query first brings back the
+    parked groups with room for it: the list always holds every group with
+    room for the current sequence, and few without. A group is dropped
+    (closed) once its token room is below the smallest share any sequence has
+    at its size.
+    """
+
+    def __init__(self, min_tok: list[int]) -> None:
+        self.by_code: dict[int, dict[int, list]] = {}
+        self.min_tok = min_tok
+        self.parked: set[int] = set()
+
+    def add(self, code: int, step: int, time: float, g: int, room: int) -> None:
+        if room >= self.min_tok[code >> 1]:
+            cells = self.by_code.get(code)
+            if cells is None:
+                cells = self.by_code[code] = {}
+            cell = cells.get(step)
+            if cell is None:
+                cell = cells[step] = [[], [], 0]
+            insort(cell[0], (time, -g))
+            cell[2] += 1
+
+    def move(self, code: int, step: int, old: float, new: float, g: int, room: int) -> None:
+        cells = self.by_code[code]
+        cell = cells[step]
+        if g in self.parked:
+            self.parked.discard(g)  # its heap entry goes stale
+        else:
+            groups = cell[0]
+            del groups[bisect_left(groups, (old, -g))]
+        cell[2] -= 1
+        if not cell[2]:
+            del cells[step]
+            if not cells:
+                del self.by_code[code]
+        self.add(code, step, new, g, room)
+
+    def move_block(self, code: int, step: int, old: float, new: float, gs: list[int], room: int) -> None:
+        """:meth:`move` of every group of ``gs`` (ids ascending, listed at ``old`` next to each other, none
+        parked) to time ``new`` and ``room``, in one slice; the same lists, counts and cells as one move
+        after another (the cell is not emptied between them unless they leave it for good)."""
+        cells = self.by_code[code]
+        cell = cells[step]
+        groups = cell[0]
+        hi = bisect_right(groups, (old, -gs[0]))
+        lo = hi - len(gs)
+        # the ends in place: the keys between them are those of gs (the caller's run of consecutive entries)
+        if lo < 0 or groups[hi - 1] != (old, -gs[0]) or groups[lo] != (old, -gs[-1]):
+            for g in gs:  # not one slice (never expected): one move each
+                self.move(code, step, old, new, g, room)
+            return
+        del groups[lo:hi]
+        if room >= self.min_tok[code >> 1]:
+            keys = [(new, -g) for g in reversed(gs)]
+            p = bisect_left(groups, keys[0])
+            if p == len(groups) or groups[p] > keys[-1]:
+                groups[p:p] = keys
+            else:
+                for key in keys:
+                    insort(groups, key)
+        else:
+            cell[2] -= len(gs)
+            if not cell[2]:
+                del cells[step]
+                if not cells:
+                    del self.by_code[code]
+
+    def park(self, cell: list, positions, g_room: list[int]) -> None:
+        """Move the groups at ``positions`` (descending) of the cell's list to its heap by room."""
+        groups, heap = cell[0], cell[1]
+        for pos in positions:
+            t, neg_g = groups[pos]
+            del groups[pos]
+            heappush(heap, (-g_room[-neg_g], t, neg_g))
+            self.parked.add(-neg_g)
+
+    def unpark(self, cell: list, tok: int, g_time: list[float], g_room: list[int]) -> None:
+        """Bring back every parked group with room for ``tok`` tokens (skipping stale heap entries)."""
+        heap = cell[1]
+        while heap and -heap[0][0] >= tok:
+            neg_room, t, neg_g = heappop(heap)
+            g = -neg_g
+            if g in self.parked and g_time[g] == t and g_room[g] == -neg_room:
+                self.parked.discard(g)
+                insort(cell[0], (t, neg_g))

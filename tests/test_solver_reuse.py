@@ -1,0 +1,125 @@
+"""``dynamic-solver`` shortcuts that skip work give exactly the plans of doing it.
+
+A candidate without a height limit is not placed again when a candidate with the same CP choice and a
+limit made every decision the unlimited placement makes (``_Placer.unbounded_same``); these tests place
+both and compare, on random batches and layouts (PP and not, several CP sizes, runs of equal lengths).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from policy_cases import comparable, cost_model
+
+from dcpsim.policies import Layout, get_policy
+from dcpsim.policies.costs import SeqCosts
+from dcpsim.policies.fit import dynamic_fit
+
+
+def _batches(seed: int, count: int, big: bool = False):
+    """Random layouts (pp 1/2/4/8, dp×cp up to 64 ranks, NVLink domains of 4/8) and batches: log-normal
+    lengths, some with few distinct lengths (long runs of equal sequences), some with one very long
+    sequence (the tallest goes first)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        dp, cp = int(rng.choice([1, 2, 4, 8, 16])), int(rng.choice([1, 2, 4, 8]))
+        pp = int(rng.choice([1, 2, 4, 8]))
+        M = int(rng.choice([1024, 4096, 16384]))
+        layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=M, pp=pp, gpus_per_domain=int(rng.choice([4, 8])))
+        cap = M * layout.max_dynamic_cp - 2 * layout.max_dynamic_cp
+        n = int(rng.integers(20, 1500 if big else 400))
+        lengths = np.minimum(rng.lognormal(np.log(M / 3), float(rng.choice([0.6, 1.3, 2.0])), n).astype(np.int64) + 1,
+                             cap)
+        if rng.random() < 0.6:  # one microbatch's worth (m0 = 1: the coarse m0 + 1 choice is the plain m0 one)
+            fill = rng.uniform(0.3, 0.95) * layout.ranks_per_stage * M
+            lengths = lengths[: max(2, int(np.searchsorted(np.cumsum(lengths), fill)))]
+            n = lengths.size
+        r = rng.random()
+        if r < 0.3:
+            lengths = rng.choice(lengths[: int(rng.integers(2, 12))], n)  # runs of equal lengths
+        elif r < 0.6:
+            lengths[int(rng.integers(n))] = cap  # one sequence far taller than the rest
+        yield layout, lengths
+
+
+def _candidates(layout, lengths):
+    """(search context, SeqCosts, cap, need, candidates) as ``DynamicSolverPolicy._plan`` builds them."""
+    from dcpsim.policies.solver import _Search
+
+    cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+    sizes, need = dynamic_fit(lengths, layout)
+    sc = SeqCosts(lengths, layout, cost, sizes)
+    cap = layout.max_tokens_per_rank
+    ctx = _Search(sc, layout, cap, need, 6)
+    cands = []
+    for m, choice, height in ctx.candidates():
+        ctx.scored(float(-m))  # always improving: every candidate of the grid
+        cands.append((choice, height))
+    return ctx, sc, cap, need, cands
+
+
+def _check_reuse(layout, lengths, bulk: bool) -> tuple[int, int]:
+    """Place every finite-height candidate and, where it says it is the unlimited placement's, that one too;
+    the plans must be equal. Returns (candidates that said so, finite-height candidates)."""
+    from dcpsim.policies.solver_placer import _Placer
+
+    ctx, sc, cap, need, cands = _candidates(layout, lengths)
+    same = total = 0
+    for choice, height in cands:
+        if not np.isfinite(height):
+            continue
+        total += 1
+        p = _Placer(sc, layout, cap, need, choice, height, ctx.table)
+        p.bulk = bulk
+        plan = p.run("dynamic-solver", lengths)
+        if p.unbounded_same():
+            same += 1
+            q = _Placer(sc, layout, cap, need, choice, np.inf, ctx.table)
+            q.bulk = bulk
+            assert comparable(q.run("dynamic-solver", lengths)) == comparable(plan)
+    return same, total
+
+
+def test_unbounded_same_placements_equal_the_unlimited_ones():
+    """Where a placement with a height limit says it made the unlimited placement's decisions, placing the
+    same choice without the limit gives the same plan (bulk runs and one full decision per sequence)."""
+    same = total = 0
+    for j, (layout, lengths) in enumerate(_batches(3, 24)):
+        s, t = _check_reuse(layout, lengths, bulk=j % 3 != 0)
+        same, total = same + s, total + t
+    assert same >= 5 and total - same >= 1  # the shortcut is taken, and refused too
+
+
+@pytest.mark.slow
+def test_unbounded_same_placements_equal_the_unlimited_ones_many():
+    same = total = 0
+    for seed in range(4, 10):
+        for j, (layout, lengths) in enumerate(_batches(seed, 30, big=True)):
+            s, t = _check_reuse(layout, lengths, bulk=j % 3 != 0)
+            same, total = same + s, total + t
+    assert same >= 20
+
+
+def test_reused_candidates_give_the_plans_of_placing_each(monkeypatch):
+    """The policy's plans (meta included: every candidate's makespan and steps) are those it makes when
+    every candidate is placed, and the reuse does happen on some of these batches."""
+    from dcpsim.policies import solver, solver_placer
+
+    reused = []
+    place = solver._Full.place
+
+    def counted(self, choice, height):
+        before = len(self.unbounded)
+        out = place(self, choice, height)
+        reused.append(not np.isfinite(height) and choice.tobytes() in self.unbounded and before == len(self.unbounded))
+        return out
+
+    for layout, lengths in _batches(11, 16):
+        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+        with monkeypatch.context() as m:
+            m.setattr(solver_placer._Placer, "unbounded_same", lambda self: False)
+            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
+        with monkeypatch.context() as m:
+            m.setattr(solver._Full, "place", counted)
+            assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+    assert any(reused)
