@@ -334,7 +334,7 @@ def test_token_table_finds_the_codes_closest_bucket():
 
 
 def test_bulk_normal_filling_gives_the_scan_plans(monkeypatch):
-    """Phase 3 placing runs of normal samples in bulk (_Candidate._bulk_lowest_flops, then the heap loop)
+    """Phase 3 placing runs of normal samples in bulk (_Candidate._bulk_lowest_flops, then _merge_runs)
     gives the scan's plans on batches with enough buckets and samples for runs of 64 and more."""
     rng = np.random.default_rng(5)
     placed = []
@@ -486,3 +486,42 @@ def test_pr_pipeline_on_reused_rows_equals_every_op_kept():
         f[rng.random((n, cols)) < 0.1] = 0.0
         got = pr.pr_pipeline_makespan(f, b, pp)
         assert got.tolist() == _pr_pipeline_every_op(f, b, pp).tolist()
+
+
+def test_merge_runs_equal_the_one_by_one_rule():
+    """_merge_runs (a run of equal samples takes the least offers of a merge) places every sample where the
+    one-by-one rule does (the bucket of least (FLOPs, index) among those within its limit, FLOPs added one
+    sample at a time), leaves the same samples over and ends with the same FLOPs and tokens, bit for bit:
+    full-mantissa and tied FLOPs, runs of 1 to many equal samples, buckets taking several of a run."""
+    from dcpsim.policies.pr2959_tables import _merge_runs
+
+    rng = np.random.default_rng(31)
+    placed = multi = 0
+    for _ in range(200):
+        nb = int(rng.integers(1, 40))
+        bf = rng.choice([rng.random(nb) * 1e13, np.round(rng.random(nb) * 4) * 1e12])  # ties in the second
+        bl = rng.integers(0, 60, nb).astype(np.int64)
+        n = int(rng.integers(1, 80))
+        Ls = np.sort(rng.integers(1, 12, n))[::-1].astype(np.int64)
+        Ls = np.repeat(Ls[: max(1, n // int(rng.integers(1, 10)))], int(rng.integers(1, 10)))[:n]
+        unit = float(rng.choice([1.0, 1e9 + 0.123, 3.3e11]))
+        fs = Ls * unit
+        lims = np.maximum.accumulate(int(rng.integers(30, 90)) - Ls)
+        rb, rl = bf.copy(), bl.copy()
+        want = []
+        for f, L, lim in zip(fs.tolist(), Ls.tolist(), lims.tolist(), strict=True):
+            ok = np.flatnonzero(rl <= lim)
+            if not ok.size:
+                want.append(-1)
+                continue
+            k = int(ok[np.lexsort((ok, rb[ok]))[0]])
+            want.append(k)
+            rb[k] = rb[k] + f
+            rl[k] += L
+        gb, gl = bf.copy(), bl.copy()
+        got = _merge_runs(gb, gl, fs.astype(np.float64), Ls, lims.astype(np.int64))
+        assert got.tolist() == want
+        assert gb.tolist() == rb.tolist() and gl.tolist() == rl.tolist()
+        placed += sum(k >= 0 for k in want)
+        multi += any(np.bincount([k for k in want if k >= 0] or [0]) > 1)
+    assert placed > 2000 and multi > 50, (placed, multi)

@@ -84,7 +84,8 @@ other rules: a run of long samples of one size takes its blocks at once
 (:func:`_long_blocks`), fillers come from a list with O(α) removal
 (:class:`_NormalPool`; the loop only finds them, the groups' FLOPs and tokens
 are summed after it in numpy, in the code's order of additions), normal
-buckets sit in heaps by FLOPs and by tokens, leftovers in a table sorted by
+samples go to the buckets in runs (:func:`_bulk_lowest`, then a run of equal samples at a time as a merge
+of the buckets' rising FLOPs, :func:`_merge_runs`), leftovers in a table sorted by
 tokens (:class:`_TokenTable`, runs moved in bulk), slots in a heap by FLOPs;
 the pipeline simulation keeps its ends in a few reused rows.
 ``tests/test_pr2959_scale.py`` keeps the plain scans as the definition and

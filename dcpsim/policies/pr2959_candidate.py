@@ -28,6 +28,7 @@ from dcpsim.policies.pr2959_tables import (
     _bulk_lowest,
     _group_sums,
     _long_blocks,
+    _merge_runs,
     _NormalPool,
     _run_ends,
     _TokenTable,
@@ -276,7 +277,7 @@ class _Candidate:
             if self.normal.size and not self.safe:
                 self._reject("no normal bucket left for the normal samples")
             n_nb = 1 if self.normal.size else 0
-        self.bf, self.bl = [0.0] * n_nb, [0] * n_nb
+        self.bf, self.bl = np.zeros(n_nb), np.zeros(n_nb, dtype=np.int64)
         self.seq: list[int] = []  # normal samples in the order they joined a bucket (an array once filled)
         self.dest: list[int] = []  # the bucket each joined
         self._head: list[tuple[np.ndarray, np.ndarray]] = []  # (samples, buckets) placed in bulk before ``seq``
@@ -286,8 +287,10 @@ class _Candidate:
             cap = bt.M if self.safe else math.inf
             left = self._lowest_flops_first(ids, T, cap)
             self.n_leftovers = len(left)
-            self._leftovers(sorted(left, key=bt.L_list.__getitem__, reverse=True), T, cap)
-        self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
+            if left:
+                self.bf, self.bl = self.bf.tolist(), self.bl.tolist()  # lists for the one-by-one leftovers
+                self._leftovers(sorted(left, key=bt.L_list.__getitem__, reverse=True), T, cap)
+                self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
         self.seq = np.concatenate([*(a for a, _ in self._head), np.array(self.seq, dtype=np.int64)]).astype(np.int64)
         self.dest = np.concatenate([*(b for _, b in self._head), np.array(self.dest, dtype=np.int64)]).astype(np.int64)
         # the code adds 2·f to a bucket's backward estimate with every f it adds to its forward; doubling
@@ -300,71 +303,42 @@ class _Candidate:
         samples none takes.
 
         A bucket fits sample ``i`` when its tokens are at most ``lim_i = min(floor(T) − L_i, cap − t_i)``
-        (integers), which only grows as the samples shrink. The buckets that may fit sit in a heap by
-        (FLOPs, index); one found too full is parked in a heap by tokens until ``lim`` reaches it, and
-        one above the last sample's ``lim`` is dropped for good.
+        (integers), which only grows as the samples shrink. The samples no bucket can hold come first
+        (leftovers), the next ones open the empty buckets, then :func:`_bulk_lowest` places runs of
+        samples on the lightest buckets while provably the rule's choice, and :func:`_merge_runs` the
+        rest, a run of equal samples at a time.
         """
-        bt, bf, bl, seq, dest = self.batch, self.bf, self.bl, self.seq, self.dest
+        bt, bf, bl = self.batch, self.bf, self.bl
         lims = math.floor(T) - bt.L[ids]
         if cap != math.inf:
             lims = np.minimum(lims, int(cap) - bt.tok1[ids])
-        dead = int(lims[-1])
-        never = dead + 1
         # samples no bucket can hold (lim < 0) come first: leftovers; then each of the next samples opens
         # the lowest empty bucket (FLOPs 0, below any other) while one is left
         n0 = int(np.searchsorted(lims, 0))
         left = ids[:n0].tolist()
-        E = min(len(bf), ids.size - n0)
+        E = min(bf.size, ids.size - n0)
         first = ids[n0:n0 + E]
-        bf[:E], bl[:E] = bt.f[first].tolist(), bt.L[first].tolist()
+        bf[:E], bl[:E] = bt.f[first], bt.L[first]
         self._head.append((first, np.arange(E)))
         rest, rest_lims = ids[n0 + E:], lims[n0 + E:]
-        done = self._bulk_lowest_flops(rest, rest_lims)  # in runs while provably the same, then one by one
+        done = self._bulk_lowest_flops(rest, rest_lims)  # in runs while provably the same, then run by run
         rest, rest_lims = rest[done:], rest_lims[done:]
-        active = [(bf[k], k) for k in range(len(bf)) if bl[k] <= dead]
-        heapq.heapify(active)
-        parked: list[tuple[int, int]] = []
-        pmin = never  # tokens of the emptiest parked bucket
-        pop, push, replace = heapq.heappop, heapq.heappush, heapq.heapreplace
-        for i, lim, Li, fi in zip(rest.tolist(), rest_lims.tolist(), bt.L[rest].tolist(), bt.f[rest].tolist(),
-                                  strict=True):
-            while pmin <= lim:
-                k = pop(parked)[1]
-                push(active, (bf[k], k))
-                pmin = parked[0][0] if parked else never
-            while active:
-                v, k = active[0]
-                b = bl[k]
-                if b <= lim:
-                    break
-                pop(active)
-                push(parked, (b, k))
-                if b < pmin:
-                    pmin = b
-            else:
-                left.append(i)
-                continue
-            bf[k] = v = v + fi  # the heap key is the bucket's FLOPs
-            bl[k] = b = b + Li
-            seq.append(i)
-            dest.append(k)
-            if b > dead:
-                pop(active)
-            else:
-                replace(active, (v, k))
+        dest = _merge_runs(bf, bl, bt.f[rest].astype(np.float64), bt.L[rest].astype(np.int64),
+                           np.asarray(rest_lims, dtype=np.int64))
+        ok = dest >= 0
+        self._head.append((rest[ok], dest[ok]))
+        left.extend(rest[~ok].tolist())
         return left
 
     def _bulk_lowest_flops(self, ids: np.ndarray, lims: np.ndarray) -> int:
         """:meth:`_lowest_flops_first`'s placements in runs while provably its decision (:func:`_bulk_lowest`);
         returns how many of ``ids`` (their ``lims``) were placed."""
         bt = self.batch
-        if ids.size == 0 or not self.bf:
+        if ids.size == 0 or not self.bf.size:
             return 0
-        bf, bl = np.asarray(self.bf, dtype=np.float64), np.asarray(self.bl, dtype=np.int64)
-        pos, placed = _bulk_lowest(bf, bl, bt.f[ids].astype(np.float64), bt.L[ids].astype(np.int64),
+        pos, placed = _bulk_lowest(self.bf, self.bl, bt.f[ids].astype(np.float64), bt.L[ids].astype(np.int64),
                                    np.asarray(lims, dtype=np.int64))
         if pos:
-            self.bf[:], self.bl[:] = bf.tolist(), bl.tolist()
             self._head.append((ids[:pos], placed))
         return pos
 

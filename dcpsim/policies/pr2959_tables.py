@@ -17,7 +17,7 @@ import numpy as np
 from dcpsim.padding import per_rank_tokens
 from dcpsim.policies.pr2959_model import LONG_BWD_FACTOR
 
-_BULK_MIN = 64  # _Candidate._bulk_lowest_flops: runs shorter than this hand over to the heap loop
+_BULK_MIN = 64  # _bulk_lowest and _bulk_deal: runs shorter than this hand over to the next rule
 
 
 def _sq(x: float) -> float:
@@ -316,8 +316,8 @@ def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
     The next ``k`` samples go to the ``k`` buckets of lowest (FLOPs, index) in that order when each
     of those buckets fits its sample (tokens ``<= lim``) and every bucket given one in the run ends
     above the next bucket's FLOPs (so that bucket is still the lowest that fits). The sums are the
-    heap loop's (one addition per sample, in order). Stops at the first run shorter than
-    ``_BULK_MIN`` (the heap loop takes over from there, from the same state).
+    one-by-one rule's (one addition per sample, in order). Stops at the first run shorter than
+    ``_BULK_MIN`` (:func:`_merge_runs` takes over from there, from the same state).
     """
     n, nb = fs.size, bf.size
     ks = np.arange(nb)
@@ -340,3 +340,70 @@ def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
         if run < _BULK_MIN:
             break
     return pos, (np.concatenate(placed) if placed else np.zeros(0, dtype=np.int64))
+
+
+def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
+                lims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`_Candidate._lowest_flops_first`'s placements of the samples (FLOPs ``fs``, tokens ``Ls``, limits
+    ``lims`` nondecreasing) one run of equal (FLOPs, tokens, limit) at a time; returns each sample's bucket
+    (−1: none fits, a leftover), ``bf`` and ``bl`` (the buckets' FLOPs and tokens) updated in place.
+
+    Each sample goes to the bucket of lowest (FLOPs, index) among those with tokens ``<= lim``. Over a run
+    of ``r`` equal samples (FLOPs ``f``, tokens ``L``) bucket ``k`` is offered at the FLOPs ``bf_k``,
+    ``bf_k + f``, ``(bf_k + f) + f``, ... (one addition per sample taken, as the one-by-one rule adds) for as
+    long as its tokens stay ``<= lim`` (``(lim − bl_k) // L + 1`` times), and each sample takes the least
+    offer left: the run takes the ``r`` least offers in (FLOPs, index, order) order, a merge of the
+    buckets' rising offers. Offers above the ``r``-th least one found so far are never made.
+    """
+    n = fs.size
+    out = np.full(n, -1, dtype=np.int64)
+    if n == 0 or bf.size == 0:
+        return out
+    alive = np.flatnonzero(bl <= lims[-1])  # a bucket above the last limit takes nothing more
+    change = (fs[1:] != fs[:-1]) | (Ls[1:] != Ls[:-1]) | (lims[1:] != lims[:-1])
+    starts = np.concatenate([[0], np.flatnonzero(change) + 1, [n]]).tolist()
+    for a, z in zip(starts[:-1], starts[1:], strict=True):
+        f, L, lim, r = float(fs[a]), int(Ls[a]), int(lims[a]), z - a
+        E = alive[bl[alive] <= lim]
+        if E.size == 0:
+            continue
+        if r == 1:
+            k = int(E[np.argmin(bf[E])])  # the first least: the lowest index among equal FLOPs
+            out[a] = k
+            bf[k] = bf[k] + f
+            bl[k] += L
+            continue
+        cap = (lim - bl[E]) // L + 1  # offers per bucket
+        key = bf[E]
+        keys, ids, cols = [key], [E], [np.zeros(E.size, dtype=np.int64)]
+        total = E.size
+        theta = np.partition(key, r - 1)[r - 1] if total >= r else math.inf
+        j, sub, cur, capj = 1, E, key, cap
+        while True:
+            more = capj > j
+            nxt = cur[more] + f
+            keep = nxt <= theta
+            if not keep.any():
+                break
+            sub, cur, capj = sub[more][keep], nxt[keep], capj[more][keep]
+            keys.append(cur)
+            ids.append(sub)
+            cols.append(np.full(sub.size, j, dtype=np.int64))
+            total += sub.size
+            if total >= r:
+                allk = np.concatenate(keys)
+                theta = np.partition(allk, r - 1)[r - 1]
+            j += 1
+        offer, bucket, col = np.concatenate(keys), np.concatenate(ids), np.concatenate(cols)
+        take = np.lexsort((col, bucket, offer))[:r]
+        got = bucket[take]
+        out[a:a + got.size] = got
+        # a bucket's new FLOPs: its last offer taken plus f (its offers are taken in order); tokens: L per offer
+        tk = take[np.lexsort((col[take], got))]  # the offers taken, by bucket then order
+        gb = bucket[tk]
+        last = np.flatnonzero(np.append(gb[1:] != gb[:-1], True))
+        bf[gb[last]] = offer[tk[last]] + f
+        cnt = np.bincount(got, minlength=bf.size)
+        hit = np.flatnonzero(cnt)
+        bl[hit] += cnt[hit] * L
+    return out
