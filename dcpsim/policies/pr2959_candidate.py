@@ -265,11 +265,6 @@ class _Candidate:
                            zip(starts, width, self.long_ids, [0, *ends][:len(ends)], ends, fwd, bwd, tokens, strict=True)]
         return self.groups
 
-    def _long_members(self) -> list[list[int]]:
-        """The members of every long group (its long sample, then its fillers in the order taken)."""
-        fill, ends = self._fillers.tolist(), self._gends.tolist()
-        return [[i, *fill[a:b]] for i, a, b in zip(self.long_ids, [0, *ends][:len(ends)], ends, strict=True)]
-
     def fill_normal(self, n_nb: int) -> None:
         """Phase 3: normal buckets, FLOPs-first under the mean-token target, then leftovers by tokens."""
         bt = self.batch
@@ -479,6 +474,30 @@ class _Candidate:
         flat = by.tolist()
         return [flat[a:b] for a, b in zip([0, *ends][: len(ends)], ends, strict=True)]
 
+    def _entry_members(self, codes: np.ndarray) -> list[list[int]]:
+        """The members of each entry of ``codes`` (bucket ``k``: :meth:`members`; ``~g``: long group ``g``'s, its
+        long sample then its fillers), read from one array of every bucket's and group's members."""
+        dest = np.asarray(self.dest, dtype=np.int64)
+        nb, ng = len(self.bf), len(self.long_ids)
+        by = np.asarray(self.seq, dtype=np.int64)[np.argsort(dest, kind="stable")]  # bucket after bucket
+        ncnt = np.bincount(dest, minlength=nb)
+        fill = np.asarray(self._fillers, dtype=np.int64)
+        lcnt = 1 + np.diff(np.concatenate([[0], self._gends])).astype(np.int64) if ng else np.zeros(0, dtype=np.int64)
+        lstart = np.cumsum(lcnt) - lcnt  # group after group: its long sample, then its fillers
+        lflat = np.empty(ng + fill.size, dtype=np.int64)
+        is_long = np.zeros(lflat.size, dtype=bool)
+        is_long[lstart] = True
+        lflat[is_long] = self.long_ids
+        lflat[~is_long] = fill
+        src = np.concatenate([by, lflat])
+        first = np.concatenate([np.cumsum(ncnt) - ncnt, by.size + lstart])
+        count = np.concatenate([ncnt, lcnt])
+        row = np.where(codes >= 0, codes, nb + ~codes)
+        c, f = count[row], first[row]
+        ends = np.cumsum(c)
+        ids = src[np.repeat(f - (ends - c), c) + np.arange(int(ends[-1]) if ends.size else 0)].tolist()
+        return [ids[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True)]
+
     def _slot_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(slot, position, code) of every entry of the slots' lists (code: bucket ``k``, or ``~g`` for long group ``g``)."""
         return self._table
@@ -531,9 +550,7 @@ class _Candidate:
             gs = widths = np.zeros(1, dtype=np.int64)
         starts = (np.where(is_b, slot[order], gs[gid]) * u).tolist()
         sizes = (np.where(is_b, 1, widths[gid]) * u).tolist()
-        members, lm = self.members(), self._long_members()
-        mems = [members[c] if c >= 0 else lm[~c] for c in codes.tolist()]  # a long group once: on its first slot
-        flat = list(map(Group, starts, sizes, mems))
+        flat = list(map(Group, starts, sizes, self._entry_members(codes)))  # a long group once: on its first slot
         out: list[Step] = [Step([])] if ps[0] != 0 else []  # entries start at list index 0 (else an empty step)
         out.extend(Step(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True))  # one step per index
         return out
