@@ -402,8 +402,7 @@ def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
         tk = take[np.lexsort((col[take], got))]  # the offers taken, by bucket then order
         gb = bucket[tk]
         last = np.flatnonzero(np.append(gb[1:] != gb[:-1], True))
-        bf[gb[last]] = offer[tk[last]] + f
-        cnt = np.bincount(got, minlength=bf.size)
-        hit = np.flatnonzero(cnt)
-        bl[hit] += cnt[hit] * L
+        hit = gb[last]
+        bf[hit] = offer[tk[last]] + f
+        bl[hit] += np.diff(np.concatenate([[-1], last])) * L
     return out
