@@ -52,7 +52,6 @@ class _Batch:
         # the code sorts the batch longest first (stable); every later order is a stable sort of this one
         self.order = np.argsort(-self.L, kind="stable")
         self.tok1 = per_rank_tokens(self.L, self.u)  # tokens per rank of each sample on one slot
-        self.L_list, self.f_list, self.b_list = self.L.tolist(), fwd.tolist(), bwd.tolist()  # for per-sample loops
         self._order_lists: tuple[list[int], list[int], list[float]] | None = None
 
     def order_lists(self) -> tuple[list[int], list[int], list[float]]:
@@ -284,7 +283,8 @@ class _Candidate:
             self.n_leftovers = len(left)
             if left:
                 self.bf, self.bl = self.bf.tolist(), self.bl.tolist()  # lists for the one-by-one leftovers
-                self._leftovers(sorted(left, key=bt.L_list.__getitem__, reverse=True), T, cap)
+                left_a = np.asarray(left, dtype=np.int64)
+                self._leftovers(left_a[np.argsort(-bt.L[left_a], kind="stable")], T, cap)  # longest first, stable
                 self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
         self.seq = np.concatenate([*(a for a, _ in self._head), np.array(self.seq, dtype=np.int64)]).astype(np.int64)
         self.dest = np.concatenate([*(b for _, b in self._head), np.array(self.dest, dtype=np.int64)]).astype(np.int64)
@@ -337,29 +337,31 @@ class _Candidate:
             self._head.append((ids[:pos], placed))
         return pos
 
-    def _leftovers(self, left: list[int], T: float, cap: float) -> None:
-        """Samples no bucket took: to the bucket whose tokens end closest to ``T`` (safe mode: an extra bucket).
+    def _leftovers(self, left_a: np.ndarray, T: float, cap: float) -> None:
+        """Samples no bucket took (``left_a``, in order): to the bucket whose tokens end closest to ``T`` (safe
+        mode: an extra bucket).
 
         The code ranks the buckets by tokens once and takes the first of that ranking with the
         smallest ``(tokens + L − T)²``; here the buckets sit in a table sorted by token count, and a run
         of samples of one length takes the buckets :meth:`_TokenTable.run_picks` proves the one-by-one
         queries would give.
         """
-        if not left:
+        if not left_a.size:
             return
+        bt = self.batch
         table = _TokenTable(self.bl)
-        Ls, fs = self.batch.L_list, self.batch.f_list
-        limits = [None] * len(left) if cap == math.inf else (int(cap) - self.batch.tok1[left]).tolist()
+        left, Lp, fp = left_a.tolist(), bt.L[left_a].tolist(), bt.f[left_a].tolist()  # by position in ``left``
+        limits = [None] * len(left) if cap == math.inf else (int(cap) - bt.tok1[left_a]).tolist()
         bf, bl, seq, dest = self.bf, self.bl, self.seq, self.dest
         n = len(left)
-        end = _run_ends(self.batch.L[left], None if cap == math.inf else int(cap) - self.batch.tok1[left])
+        end = _run_ends(bt.L[left_a], None if cap == math.inf else int(cap) - bt.tok1[left_a])
         pos = 0
         while pos < n:
             i, limit = left[pos], limits[pos]
-            Li = Ls[i]
+            Li = Lp[pos]
             picks = table.run_picks(Li, T, limit, end[pos] - pos) if end[pos] - pos > 1 else []
             if picks:  # a run of one length (so one FLOPs figure) to buckets of the table
-                fi = fs[i]
+                fi = fp[pos]
                 olds = [bl[k] for k in picks]
                 for k in picks:
                     bf[k] += fi
@@ -372,11 +374,11 @@ class _Candidate:
             k = table.closest(Li, T, limit)
             if k < 0:  # safe mode: an extra bucket, ranked last
                 k = len(bl)
-                bf.append(0.0 + fs[i])
+                bf.append(0.0 + fp[pos])
                 bl.append(Li)
                 table.add(k, Li)
             else:
-                bf[k] += fs[i]
+                bf[k] += fp[pos]
                 bl[k] = b = bl[k] + Li
                 table.move(k, b - Li, b)
             seq.append(i)

@@ -25,15 +25,14 @@ def _sq(x: float) -> float:
     return x * x
 
 
-def _np_sum(values: np.ndarray, listed: list[float], idx: list[int]) -> float:
-    """``float(values[idx].sum())`` bit for bit (``listed`` = ``values.tolist()``): numpy adds fewer than
-    8 numbers left to right from 0.0 (its pairwise summation starts at 8), so a plain loop gives the
-    same float without numpy's call cost."""
-    if len(idx) >= 8:
-        return float(values[idx].sum())
+def _np_sum(values: np.ndarray) -> float:
+    """``float(values.sum())`` bit for bit: numpy adds fewer than 8 numbers left to right from 0.0 (its
+    pairwise summation starts at 8), so a plain loop gives the same float without numpy's call cost."""
+    if values.size >= 8:
+        return float(values.sum())
     s = 0.0
-    for i in idx:
-        s += listed[i]
+    for v in values.tolist():
+        s += v
     return s
 
 
@@ -303,7 +302,7 @@ def _group_sums(bt, li: np.ndarray, cs_a: np.ndarray, tok_a: np.ndarray, fill: n
     for g in np.flatnonzero(~small).tolist():  # 8 members or more: numpy's sums, as the code's
         fl = fill[begin[g]:ends[g]]
         fwd[g] = float(bt.f[np.concatenate([li[g:g + 1], fl])].sum())
-        bsum[g] = _np_sum(bt.b, bt.b_list, fl.tolist())
+        bsum[g] = _np_sum(bt.b[fl])
     return fwd, LONG_BWD_FACTOR * bt.f[li] + bsum, tokens
 
 
