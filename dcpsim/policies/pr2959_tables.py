@@ -7,7 +7,6 @@ target. ``tests/test_pr2959_scale.py`` checks each against the plain scan of :mo
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from bisect import bisect_left, bisect_right, insort
@@ -97,7 +96,8 @@ class _TokenTable:
     """Normal buckets by token count, for the code's leftover rule: the bucket with the smallest
     ``(tokens + L − T)²``, ties to the first in the code's one ranking by tokens (stable, made once).
 
-    Distinct token counts sit in a sorted list; each keeps a heap of its buckets' ranks.
+    Distinct token counts sit in a sorted list; each keeps its buckets' ranks in a sorted list (a run's
+    picks are a prefix of it).
     """
 
     def __init__(self, tokens: list[int]) -> None:
@@ -109,7 +109,7 @@ class _TokenTable:
         self.rank = inverse.tolist()  # bucket -> rank
         vals, first, count = np.unique(arr[rank], return_index=True, return_counts=True)
         self.vals = vals.tolist()
-        self.at: dict[int, list[int]] = {  # the ranks of each token count (consecutive: already heaps)
+        self.at: dict[int, list[int]] = {  # the ranks of each token count, ascending
             v: list(range(a, a + c)) for v, a, c in zip(self.vals, first.tolist(), count.tolist(), strict=True)}
 
     def closest(self, Li: int, T: float, limit: int | None) -> int:
@@ -162,15 +162,14 @@ class _TokenTable:
         counts = vals[lo:hi + 1]
         if any(not _sq(((v + Li) + Li) - T) > best for v in counts):
             return []
-        ranks = sorted(r for v in counts for r in self.at[v]) if hi > lo else sorted(self.at[counts[0]])
-        return [self.bucket[r] for r in ranks[:most]]
+        ranks = sorted(r for v in counts for r in self.at[v])[:most] if hi > lo else self.at[counts[0]][:most]
+        return [self.bucket[r] for r in ranks]
 
     def move_run(self, picks: list[int], olds: list[int], Li: int) -> None:
         """:meth:`move` of each bucket of ``picks`` in turn, from its token count ``olds[j]`` to ``olds[j] + Li``
         (the buckets of :meth:`run_picks`: no bucket lands on a count a later one leaves, so every count's
         buckets leave before any arrives, in bulk; each count loses its first-ranked buckets)."""
         at, vals, rank = self.at, self.vals, self.rank
-        pop, push = heapq.heappop, heapq.heappush
         by: dict[int, list[int]] = {}
         if not picks:
             return
@@ -184,22 +183,21 @@ class _TokenTable:
                 else:
                     r.append(rank[k])
         for v, rs in by.items():
-            heap = at[v]
-            if len(rs) == len(heap):
+            ranks = at[v]
+            if len(rs) == len(ranks):
                 del at[v]
                 del vals[bisect_left(vals, v)]
             else:
-                for _ in rs:
-                    pop(heap)
+                del ranks[:len(rs)]  # its first-ranked ones
         for v, rs in by.items():
             w = v + Li
             dst = at.get(w)
             if dst is None:
-                at[w] = sorted(rs)  # a sorted list is a heap
+                at[w] = sorted(rs)
                 insort(vals, w)
             else:
-                for r in rs:
-                    push(dst, r)
+                dst.extend(rs)
+                dst.sort()  # two sorted runs: one merge
 
     def add(self, k: int, tokens: int) -> None:
         """A new bucket, ranked last."""
@@ -209,9 +207,9 @@ class _TokenTable:
 
     def move(self, k: int, old: int, new: int) -> None:
         """Bucket ``k`` (the first-ranked of its token count ``old``) now holds ``new`` tokens."""
-        heap = self.at[old]
-        heapq.heappop(heap)
-        if not heap:
+        ranks = self.at[old]
+        del ranks[0]
+        if not ranks:
             del self.at[old]
             del self.vals[bisect_left(self.vals, old)]
         self._push(self.rank[k], new)
@@ -220,7 +218,7 @@ class _TokenTable:
         if tokens not in self.at:
             self.at[tokens] = []
             insort(self.vals, tokens)
-        heapq.heappush(self.at[tokens], r)
+        insort(self.at[tokens], r)
 
 
 def _bulk_deal(ks: np.ndarray, fks: np.ndarray, slots: list[np.ndarray], fsum: list[float], count: list[int],
