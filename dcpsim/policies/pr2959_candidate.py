@@ -52,6 +52,7 @@ class _Batch:
         # the code sorts the batch longest first (stable); every later order is a stable sort of this one
         self.order = np.argsort(-self.L, kind="stable")
         self.tok1 = per_rank_tokens(self.L, self.u)  # tokens per rank of each sample on one slot
+        self.tok1_is_length = bool(np.array_equal(self.tok1, self.L))
         self._order_lists: tuple[list[int], list[int], list[float]] | None = None
 
     def order_lists(self) -> tuple[list[int], list[int], list[float]]:
@@ -466,6 +467,8 @@ class _Candidate:
 
     def _normal_tokens(self) -> np.ndarray:
         """Tokens per rank of every normal bucket (``min_cp`` ranks, each sample padded on its own)."""
+        if self.batch.tok1_is_length:  # one rank, no padding: a bucket's tokens, summed as it was filled
+            return np.asarray(self.bl, dtype=np.int64)
         return np.bincount(self.dest, weights=self.batch.tok1[self.seq], minlength=len(self.bf)).astype(np.int64)
 
     def members(self) -> list[list[int]]:
