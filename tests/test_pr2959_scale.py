@@ -525,3 +525,55 @@ def test_merge_runs_equal_the_one_by_one_rule():
         placed += sum(k >= 0 for k in want)
         multi += any(np.bincount([k for k in want if k >= 0] or [0]) > 1)
     assert placed > 2000 and multi > 50, (placed, multi)
+
+
+def _scan_and_fast_runs(monkeypatch, gpus: int, workload: str, seed: int) -> tuple[dict, dict]:
+    """One simulated iteration of ``dynamic-pr2959`` (pp 8, cp 8, 4 sequences per GPU) with the fast phases
+    and with the scan reference: (plan, iteration time) of each."""
+    from dcpsim.run import RunConfig
+    from dcpsim.run.single import run_simulation
+
+    cfg = RunConfig().with_updates({"cluster.gpus": gpus, "parallel.pp": 8, "parallel.cp": 8, "parallel.tp": 1,
+                                    "policy.name": "dynamic-pr2959", "workload.name": workload,
+                                    "workload.gbs": 4 * gpus, "sim.iterations": 1, "sim.seed": seed,
+                                    "sim.planning": "ignore", "sim.engine": "fast"})
+    out = []
+    for scan in (False, True):
+        with monkeypatch.context() as m:
+            if scan:
+                m.setattr(pr, "_Candidate", _ScanCandidate)
+            res = run_simulation(cfg)
+        plan = res.plans[0]
+        plan.bound_evaluator = None
+        out.append({"plan": comparable(plan), "iteration_time_s": res.summary["iteration_time_s"]})
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("gpus,workload,seed", [(128, "github", 0), (256, "commoncrawl", 1)])
+def test_fast_and_scan_runs_are_identical(monkeypatch, gpus, workload, seed):
+    """A whole run (sampling, planning, fast engine) gives the same plan and the same iteration time, bit for
+    bit, with the fast phases as with the scan reference (the definition)."""
+    fast, ref = _scan_and_fast_runs(monkeypatch, gpus, workload, seed)
+    assert fast == ref
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(2, 10))
+def test_fast_phases_give_the_scan_plans_more_seeds(monkeypatch, seed):
+    """The random cases of test_fast_phases_give_the_scan_plans on eight more seeds."""
+    rng = np.random.default_rng(seed)
+    for _ in range(20):
+        lengths, layout, opts = _case(rng)
+        fast = _plans(lengths, layout, opts)
+        with monkeypatch.context() as m:
+            m.setattr(pr, "_Candidate", _ScanCandidate)
+            ref = _plans(lengths, layout, opts)
+        assert fast == ref
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpus,workload,seed", [(512, "github", 3), (1024, "commoncrawl", 4), (1024, "github", 5)])
+def test_fast_and_scan_runs_are_identical_larger(monkeypatch, gpus, workload, seed):
+    """test_fast_and_scan_runs_are_identical at 512 and 1,024 GPUs."""
+    fast, ref = _scan_and_fast_runs(monkeypatch, gpus, workload, seed)
+    assert fast == ref
