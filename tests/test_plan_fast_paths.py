@@ -51,6 +51,20 @@ def test_light_config_is_with_updates(policy):
     assert _outcome(lambda: light_config(base, bad)) == _outcome(lambda: base.with_updates(bad))
 
 
+def test_copy_with_is_model_copy():
+    """light_config's copy of the base with new sections is pydantic's ``model_copy(update=...)``: the same values,
+    fields set, extra and private values, and a copy (the base untouched)."""
+    from dcpsim.planning.configs import _copy_with
+
+    base = _base()
+    new = {"parallel": base.parallel.model_copy(update={"tp": 2}), "cluster": base.cluster.model_copy(update={"gpus": 64})}
+    fast, slow = _copy_with(base, new), base.model_copy(update=new)
+    assert type(fast) is type(slow) and fast.__dict__ == slow.__dict__ and fast == slow
+    assert fast.__pydantic_fields_set__ == slow.__pydantic_fields_set__
+    assert fast.__pydantic_extra__ == slow.__pydantic_extra__ and fast.__pydantic_private__ == slow.__pydantic_private__
+    assert fast.__dict__ is not base.__dict__ and base.parallel.tp != 2 and fast.parallel.tp == 2
+
+
 @pytest.mark.parametrize("gpus,policy,gpu", [pytest.param(64, "packing", "a100-sxm-80gb", marks=pytest.mark.slow),
                                               (256, "dynamic", "h100-sxm"), (128, "packing", "h100-sxm")])
 def test_bounded_screen_finds_what_the_full_screen_finds(monkeypatch, gpus, policy, gpu):

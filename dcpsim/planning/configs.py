@@ -180,11 +180,28 @@ def light_config(base: RunConfig, updates: dict[str, Any]) -> RunConfig:
         new = {**_base_sections(base), **_sections(base, rest_specs, rest_get(vals))}
         if par_leaves:
             new["parallel"] = _parallel_section(base, par_leaves, par_get(vals))
-        cfg = base.model_copy(update=new)
+        cfg = _copy_with(base, new)
         cfg._check_layout()
     except (ConfigError, ValueError, TypeError):
         return base.with_updates(updates)  # refused: with_updates raises its own one-line error
     return cfg
+
+
+def _copy_with(base: RunConfig, new: dict[str, Any]) -> RunConfig:
+    """``base.model_copy(update=new)`` (``new``: whole sections) without pydantic's generic copy: the same
+    ``__dict__``, fields set, extra and private values. pydantic's own ``model_copy`` where the model has extra
+    or private values (never for a RunConfig today)."""
+    if getattr(base, "__pydantic_extra__", None) is not None or getattr(base, "__pydantic_private__", None) is not None:
+        return base.model_copy(update=new)
+    cls = type(base)
+    m = cls.__new__(cls)
+    d = dict(base.__dict__)
+    d.update(new)
+    object.__setattr__(m, "__dict__", d)
+    object.__setattr__(m, "__pydantic_extra__", None)
+    object.__setattr__(m, "__pydantic_fields_set__", base.__pydantic_fields_set__ | new.keys())
+    object.__setattr__(m, "__pydantic_private__", None)
+    return m
 
 
 def validated(cfg: RunConfig) -> RunConfig:

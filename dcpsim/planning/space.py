@@ -86,7 +86,13 @@ class Candidate:
 
     def updates(self, gpus: int) -> dict[str, Any]:
         """``RunConfig.with_updates`` entries for this layout on ``gpus`` GPUs."""
-        u: dict[str, Any] = {"cluster.gpus": gpus, "parallel.tp": self.tp, "parallel.pp": self.pp,
+        return {"cluster.gpus": gpus, **self._layout_updates}
+
+    @cached_property
+    def _layout_updates(self) -> dict[str, Any]:
+        """:meth:`updates` less the GPU count, in its order; once per candidate (the searches of every cluster
+        size check the same candidate objects)."""
+        u: dict[str, Any] = {"parallel.tp": self.tp, "parallel.pp": self.pp,
                              "parallel.cp": self.cp, "parallel.max_tokens_per_rank": self.tokens_per_rank,
                              "parallel.recompute": self.recompute, "parallel.mbs": self.mbs or 1}
         vp = optional_field("vp")
