@@ -202,10 +202,14 @@ class _Candidate:
         nfmin = negf[last] if size else -math.inf
         ranks_a = cs_a * u
         pad_a = np.where(ranks_a > 1, 2 * ranks_a, 1)  # the padding rule (dcpsim.cost.padding)
-        for room, length_sum, tok, cap, ranks, pad in zip(room_a.tolist(), bt.L[li].tolist(), tok_a.tolist(),
-                                                          (M * cs_a).tolist(), ranks_a.tolist(), pad_a.tolist(),
-                                                          strict=True):
-            p = 0  # position in the pool's fixed order (the code's index into its shrinking list)
+        # each group's first search, over the whole pool (removed samples are skipped after it), for all at once
+        first_a = np.searchsorted(-bt.f[pool.arr], room_a * nslack, side="right")
+        for room, length_sum, tok, cap, ranks, pad, p in zip(room_a.tolist(), bt.L[li].tolist(), tok_a.tolist(),
+                                                             (M * cs_a).tolist(), ranks_a.tolist(), pad_a.tolist(),
+                                                             first_a.tolist(), strict=True):
+            # p: position in the pool's fixed order (the code's index into its shrinking list); the first
+            # search's answer is known, so it searches [p, hi) with hi = p, then the rest of the pool
+            hi = p
             taken = False  # whether the last pass removed the sample at p
             while flag_all or (n_alive > total_num and length_sum < cap):
                 nx = room * nslack
@@ -218,7 +222,7 @@ class _Candidate:
                 if taken and nxt[q] == q and negf[q] > nx:
                     p = q
                 else:
-                    p = bisect_right(negf, nx, p, size)
+                    p = bisect_right(negf, nx, p, hi)
                     while nxt[p] != p:
                         nxt[p] = p = nxt[nxt[p]]  # path halving
                     if p >= size:
@@ -229,12 +233,14 @@ class _Candidate:
                     if tok + t > M:
                         p += 1
                         taken = False
+                        hi = size
                         continue
                     tok += t
                 nxt[p] = p + 1  # removed
                 n_alive -= 1
                 removed.append(p)
                 taken = True
+                hi = size
                 room += negf[p]  # room − f
                 length_sum += Lk
                 if p == last:
