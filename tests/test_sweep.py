@@ -407,3 +407,30 @@ def test_fork_server_reaped_once_no_pool_runs():
     again = LocalExecutor(jobs=1)
     assert again.submit(_busy, 0.01).result() > 0
     again.close()
+
+
+def test_runs_of_a_task_share_parts_and_give_the_same_rows(monkeypatch):
+    """A task's runs reuse the cost model, layout and simulator of the runs before them (dcpsim.run.reuse) and
+    give the rows of runs built afresh; a run with faults has its own simulator, a run with an inline table none."""
+    import tomllib
+
+    import dcpsim.run.single as single
+    from dcpsim.run.sweep import execute_batch, execute_run
+
+    base = tomllib.loads(SMALL_BASE)["base"] | {"sim": {"iterations": 2}}
+    spec = sweep_spec_from_dict({"base": base, "axes": [
+        {"policy.name": ["packing", "dynamic"]}, {"sim.seed": [1, 2]},
+        {"mode": "zip", "sim.straggler_fraction": [0.0, 0.25], "sim.straggler_slowdown": [1.0, 1.5]}]})
+    runs = spec.runs()
+    host = {"wall_s", "cpu_s", "sim_wall_s", "planning_wall_s", "events_per_s"}
+    fresh = [{k: v for k, v in execute_run(rs).items() if k not in host} for rs in runs]
+    built = {"cost": 0, "sim": 0}
+    for name, what in (("build_cost_model", "cost"), ("build_simulator", "sim")):
+        real = getattr(single, name)
+        monkeypatch.setattr(single, name, lambda *a, _real=real, _w=what, **k: built.update({_w: built[_w] + 1})
+                            or _real(*a, **k))
+    shared = [{k: v for k, v in r.items() if k not in host} for r in execute_batch(runs)]
+    assert shared == fresh and {r["status"] for r in shared} == {"ok"}
+    # a cost model per configuration without seed and policy (with and without stragglers); a simulator for the
+    # runs without faults and one per seed for those with stragglers
+    assert built == {"cost": 2, "sim": 3}

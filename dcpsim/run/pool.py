@@ -123,7 +123,9 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
     ``fork``: the workers are forked from this process itself where that is safe (see :func:`fork_safe`),
     ``preload`` imported here first: no fork server, whose fresh interpreter imports numpy, pydantic and the
     configuration again (~0.5-1 CPU s; worth it for a one-off pool such as ``dcpsim plan``'s). The workers'
-    parent is then this process, so ``PR_SET_PDEATHSIG`` alone ends them with it.
+    parent is then this process, so ``PR_SET_PDEATHSIG`` alone ends them with it. Otherwise the fork server
+    is started here, in the background (its imports, ~1 s of one core on a cold start, overlap
+    whatever the caller does before its first ``submit``); the workers start at the first tasks.
     """
     import multiprocessing as mp
 
@@ -137,8 +139,10 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
             importlib.import_module(name)
         method = "fork"
     ctx = mp.get_context(method)
-    if method == "forkserver" and preload:
-        ctx.set_forkserver_preload(list(preload))
+    if method == "forkserver":
+        if preload:
+            ctx.set_forkserver_preload(list(preload))
+        _start_fork_server()
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                   initargs=(os.getpid(), initializer, initargs))
     _POOLS.add(pool)
@@ -152,6 +156,15 @@ def fork_safe() -> bool:
     import multiprocessing as mp
 
     return "fork" in mp.get_all_start_methods() and threading.active_count() == 1
+
+
+def _start_fork_server() -> None:
+    """Start the fork server now, in the background (no wait: it imports its preload modules while the caller
+    prepares its first tasks; the first worker's start waits for what is left of that). A no-op when it runs."""
+    from multiprocessing import forkserver
+
+    with contextlib.suppress(Exception):  # the first submit starts it anyway (and reports what went wrong)
+        forkserver.ensure_running()
 
 
 def reap_fork_server() -> bool:

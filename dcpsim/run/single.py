@@ -44,6 +44,7 @@ from dcpsim.model.accounting import throughput
 from dcpsim.pipeline import activations_in_flight
 from dcpsim.policies.plan import Layout, Plan, cp_histogram_of
 from dcpsim.run.config import RunConfig
+from dcpsim.run.reuse import reused, run_key, simulator_part
 from dcpsim.sim import (
     BREAKDOWN,
     ClusterSimulator,
@@ -189,8 +190,7 @@ def plan_batch(policy, lengths: np.ndarray, layout: Layout, cost: CostModel, rng
 
 
 def _workload_name(cfg: RunConfig) -> str:
-    w = cfg.workload.name
-    return w if isinstance(w, str) else "custom"
+    return cfg.workload.name if isinstance(cfg.workload.name, str) else "custom"
 
 
 @dataclass
@@ -272,10 +272,11 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
 
 def _prepare(cfg: RunConfig, batches, plans) -> _Run:
     """Cost model, layout, random streams, simulator, and the source of plans (policy + workload)."""
-    cost = build_cost_model(cfg)
+    key = run_key(cfg)  # inside a sweep task (dcpsim.run.reuse): the parts earlier runs built are reused
+    cost, layout = reused(key, "cost", lambda: (c := build_cost_model(cfg), build_layout(cfg, c)))
     streams = _streams(cfg.sim.seed)
-    run = _Run(cfg, cost, build_layout(cfg, cost), streams, build_simulator(cfg, cost, streams["faults"]),
-               len(plans) if plans is not None else cfg.sim.iterations, plans=plans, batches=batches)
+    sim = reused(key, simulator_part(cfg), lambda: build_simulator(cfg, cost, streams["faults"]))
+    run = _Run(cfg, cost, layout, streams, sim, cfg.sim.iterations if plans is None else len(plans), plans, batches)
     if plans is not None:
         return run
     run.policy = _get_policy(cfg)
@@ -296,8 +297,7 @@ def _gib(nbytes: float) -> str:
 
 
 def _capacity(cost: CostModel) -> str:
-    prof = cost.profile
-    return f"{_gib(cost.memory_limit_bytes)} usable of the {_gib(prof.hbm_bytes)} HBM of {prof.name}"
+    return f"{_gib(cost.memory_limit_bytes)} usable of the {_gib(cost.profile.hbm_bytes)} HBM of {cost.profile.name}"
 
 
 def microbatch_sum_sq(cfg: RunConfig) -> float:

@@ -121,8 +121,12 @@ def execute_run(rs: RunSpec, runner: Runner | str | None = None) -> dict[str, An
 
 
 def execute_batch(batch: list[RunSpec], runner: Runner | str | None = None) -> list[dict[str, Any]]:
-    """Run a batch of configurations in order (the unit of work sent to an executor)."""
-    return [execute_run(rs, runner) for rs in batch]
+    """Run a batch of configurations in order (the unit of work sent to an executor); the runs share the parts
+    that do not depend on their seed or policy (:func:`dcpsim.run.reuse.shared_parts`)."""
+    from dcpsim.run.reuse import shared_parts
+
+    with shared_parts():
+        return [execute_run(rs, runner) for rs in batch]
 
 
 # ====================================================================== running
@@ -207,7 +211,23 @@ class BatchSizer:
         return max(1, min(max(min(want, fair), least), remaining))
 
 
+class _NoProgress:
+    """What :func:`_progress` gives when it is off: the calls of a rich ``Progress`` that do nothing (rich not
+    imported)."""
+
+    def update(self, *args: Any, **kw: Any) -> None:
+        pass
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
 def _progress(enabled: bool | None, total: int, description: str):
+    if enabled is False:
+        return _NoProgress(), 0
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -287,26 +307,28 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, options: SweepO
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     with _dir_lock(out):
-        _clean_temporaries(out)
-        _warn_foreign(out)
-        runs = _write_spec(spec, out)
-        result, pending = _plan_session(out, runs)
-        session = _Session(out, result, uuid.uuid4().hex[:12])
         own_executor = executor is None
+        session = None
         try:
+            if own_executor:  # first: a local pool's fork server starts its imports while the runs are resolved
+                from dcpsim.run.executors import make_executor
+
+                executor = make_executor(jobs=o.jobs)
+            _clean_temporaries(out)
+            _warn_foreign(out)
+            runs = _write_spec(spec, out)
+            result, pending = _plan_session(out, runs)
+            session = _Session(out, result, uuid.uuid4().hex[:12])
             invalid = [r for r in pending if r.config is None]
             if invalid:
                 session.record(execute_batch(invalid))
             queue = deque(r for r in pending if r.config is not None)
-            if own_executor:
-                from dcpsim.run.executors import make_executor
-
-                executor = make_executor(jobs=o.jobs)
             _drive(session, executor, queue, runner, BatchSizer(executor.n_workers, target_s=o.target_task_s,
                                                                  fixed=o.batch_size), progress, spec.name)
         finally:
             try:
-                session.close()
+                if session is not None:
+                    session.close()
             finally:
                 if own_executor and executor is not None:
                     executor.close()

@@ -146,6 +146,8 @@ class PartWriter:
     """
 
     def __init__(self, out_dir: str | Path):
+        import pyarrow.parquet  # noqa: F401 - imported here, before the workers run (a cold import is ~0.5 s of CPU)
+
         self.out = Path(out_dir)
         self.parts = 0
         self._seq = _next_seq(self.out)
