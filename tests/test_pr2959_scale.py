@@ -577,3 +577,19 @@ def test_fast_and_scan_runs_are_identical_larger(monkeypatch, gpus, workload, se
     """test_fast_and_scan_runs_are_identical at 512 and 1,024 GPUs."""
     fast, ref = _scan_and_fast_runs(monkeypatch, gpus, workload, seed)
     assert fast == ref
+
+
+def test_stable_argsort_is_numpys_stable_argsort():
+    """The radix-pass argsort gives numpy's stable order index for index: spans below 2**16, below 2**32 and
+    above, negative values, many ties, int32/int64/uint, one element and none."""
+    from dcpsim.policies.pr2959_tables import stable_argsort
+
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        n = int(rng.integers(0, 3000))
+        span = int(rng.choice([1, 3, 1000, 70000, 2**31, 2**40]))
+        a = rng.integers(-span // 2 if rng.random() < 0.5 else 0, span, n)
+        a = a.astype(rng.choice([np.int64, np.int32])) if span < 2**31 else a
+        if rng.random() < 0.3:
+            a = np.abs(a).astype(np.uint64)
+        assert stable_argsort(a).tolist() == np.argsort(a, kind="stable").tolist()

@@ -32,6 +32,7 @@ from dcpsim.policies.pr2959_tables import (
     _NormalPool,
     _run_ends,
     _TokenTable,
+    stable_argsort,
 )
 
 
@@ -50,7 +51,7 @@ class _Batch:
         top = layout.max_dynamic_cp if max_cp is None else max(min(max_cp, layout.max_dynamic_cp), self.u)
         self.cmax_slots = max(1, top // self.u)
         # the code sorts the batch longest first (stable); every later order is a stable sort of this one
-        self.order = np.argsort(-self.L, kind="stable")
+        self.order = stable_argsort(-self.L)
         self.tok1 = per_rank_tokens(self.L, self.u)  # tokens per rank of each sample on one slot
         self.tok1_is_length = bool(np.array_equal(self.tok1, self.L))
         self._order_lists: tuple[list[int], list[int], list[float]] | None = None
@@ -291,7 +292,7 @@ class _Candidate:
             if left:
                 self.bf, self.bl = self.bf.tolist(), self.bl.tolist()  # lists for the one-by-one leftovers
                 left_a = np.asarray(left, dtype=np.int64)
-                self._leftovers(left_a[np.argsort(-bt.L[left_a], kind="stable")], T, cap)  # longest first, stable
+                self._leftovers(left_a[stable_argsort(-bt.L[left_a])], T, cap)  # longest first, stable
                 self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
         self.seq = np.concatenate([*(a for a, _ in self._head), np.array(self.seq, dtype=np.int64)]).astype(np.int64)
         self.dest = np.concatenate([*(b for _, b in self._head), np.array(self.dest, dtype=np.int64)]).astype(np.int64)
@@ -405,7 +406,7 @@ class _Candidate:
         if dealt is None:
             return
         slot, code = np.concatenate([slot, dealt[0]]), np.concatenate([code, dealt[1]])
-        order = np.argsort(slot, kind="stable")
+        order = stable_argsort(slot)
         counts = np.bincount(slot, minlength=bt.K)
         pos = np.empty_like(slot)
         pos[order] = np.arange(slot.size) - np.repeat(np.cumsum(counts) - counts, counts)
@@ -480,7 +481,7 @@ class _Candidate:
     def members(self) -> list[list[int]]:
         """The samples of every normal bucket, in the order they joined it."""
         dest = np.asarray(self.dest, dtype=np.int64)
-        by = np.asarray(self.seq, dtype=np.int64)[np.argsort(dest, kind="stable")]
+        by = np.asarray(self.seq, dtype=np.int64)[stable_argsort(dest)]
         ends = np.cumsum(np.bincount(dest, minlength=len(self.bf))).tolist()
         flat = by.tolist()
         return [flat[a:b] for a, b in zip([0, *ends][: len(ends)], ends, strict=True)]
@@ -490,7 +491,7 @@ class _Candidate:
         long sample then its fillers), read from one array of every bucket's and group's members."""
         dest = np.asarray(self.dest, dtype=np.int64)
         nb, ng = len(self.bf), len(self.long_ids)
-        by = np.asarray(self.seq, dtype=np.int64)[np.argsort(dest, kind="stable")]  # bucket after bucket
+        by = np.asarray(self.seq, dtype=np.int64)[stable_argsort(dest)]  # bucket after bucket
         ncnt = np.bincount(dest, minlength=nb)
         fill = np.asarray(self._fillers, dtype=np.int64)
         lcnt = 1 + np.diff(np.concatenate([[0], self._gends])).astype(np.int64) if ng else np.zeros(0, dtype=np.int64)

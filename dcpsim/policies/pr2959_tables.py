@@ -35,6 +35,24 @@ def _np_sum(values: np.ndarray) -> float:
     return s
 
 
+def stable_argsort(a: np.ndarray) -> np.ndarray:
+    """``np.argsort(a, kind="stable")`` of an integer array, index for index, by numpy's radix sort: one
+    pass on 16-bit keys when the values span less than 2**16, two (low then high 16 bits, each stable)
+    when less than 2**32; numpy's own stable sort otherwise."""
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu" or a.size < 2:
+        return np.argsort(a, kind="stable")
+    lo = int(a.min())
+    span = int(a.max()) - lo
+    if span >= 1 << 32:
+        return np.argsort(a, kind="stable")
+    b = (a.astype(np.int64) - lo).astype(np.uint32)
+    if span < 1 << 16:
+        return np.argsort(b.astype(np.uint16), kind="stable")
+    p = np.argsort((b & 0xFFFF).astype(np.uint16), kind="stable")
+    return p[np.argsort((b[p] >> 16).astype(np.uint16), kind="stable")]
+
+
 def _long_blocks(sizes: list[int], slots: int, per_slot: int) -> tuple[list[int], int]:
     """Aligned block (index among the blocks of its size) of every long sample, and how many found none free.
 
@@ -102,12 +120,14 @@ class _TokenTable:
 
     def __init__(self, tokens: list[int]) -> None:
         arr = np.asarray(tokens, dtype=np.int64)
-        rank = np.argsort(arr, kind="stable")
+        rank = stable_argsort(arr)
         inverse = np.empty_like(rank)
         inverse[rank] = np.arange(rank.size)
-        self.bucket = rank.tolist()  # rank -> bucket
-        self.rank = inverse.tolist()  # bucket -> rank
-        vals, first, count = np.unique(arr[rank], return_index=True, return_counts=True)
+        self.bucket = rank  # rank -> bucket (arrays: read for the few buckets moved)
+        self.rank = inverse  # bucket -> rank
+        ranked = arr[rank]
+        first = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]])) if ranked.size else rank
+        vals, count = ranked[first], np.diff(np.append(first, ranked.size))
         self.vals = vals.tolist()
         self.at: dict[int, list[int]] = {  # the ranks of each token count, ascending
             v: list(range(a, a + c)) for v, a, c in zip(self.vals, first.tolist(), count.tolist(), strict=True)}
@@ -125,8 +145,8 @@ class _TokenTable:
         lo, hi, _ = tie
         vals = self.vals
         if lo == hi:
-            return self.bucket[self.at[vals[lo]][0]]
-        return self.bucket[min(self.at[vals[x]][0] for x in range(lo, hi + 1))]
+            return int(self.bucket[self.at[vals[lo]][0]])
+        return int(self.bucket[min(self.at[vals[x]][0] for x in range(lo, hi + 1))])
 
     def tie(self, Li: int, T: float, limit: int | None) -> tuple[int, int, float] | None:
         """The positions ``lo..hi`` in ``vals`` of the token counts of least score (see :meth:`closest`) and
@@ -163,7 +183,7 @@ class _TokenTable:
         if any(not _sq(((v + Li) + Li) - T) > best for v in counts):
             return []
         ranks = sorted(r for v in counts for r in self.at[v])[:most] if hi > lo else self.at[counts[0]][:most]
-        return [self.bucket[r] for r in ranks]
+        return self.bucket[ranks].tolist()
 
     def move_run(self, picks: list[int], olds: list[int], Li: int) -> None:
         """:meth:`move` of each bucket of ``picks`` in turn, from its token count ``olds[j]`` to ``olds[j] + Li``
@@ -173,15 +193,16 @@ class _TokenTable:
         by: dict[int, list[int]] = {}
         if not picks:
             return
+        rks = rank[picks].tolist()
         if olds.count(olds[0]) == len(olds):  # the usual run: one token count
-            by[olds[0]] = [rank[k] for k in picks]
+            by[olds[0]] = rks
         else:
-            for k, v in zip(picks, olds, strict=True):
+            for rk, v in zip(rks, olds, strict=True):
                 r = by.get(v)
                 if r is None:
-                    by[v] = [rank[k]]
+                    by[v] = [rk]
                 else:
-                    r.append(rank[k])
+                    r.append(rk)
         for v, rs in by.items():
             ranks = at[v]
             if len(rs) == len(ranks):
@@ -201,9 +222,9 @@ class _TokenTable:
 
     def add(self, k: int, tokens: int) -> None:
         """A new bucket, ranked last."""
-        self.rank.append(len(self.bucket))
-        self.bucket.append(k)
-        self._push(self.rank[k], tokens)
+        self.rank = np.append(self.rank, self.bucket.size)
+        self.bucket = np.append(self.bucket, k)
+        self._push(int(self.rank[k]), tokens)
 
     def move(self, k: int, old: int, new: int) -> None:
         """Bucket ``k`` (the first-ranked of its token count ``old``) now holds ``new`` tokens."""
@@ -212,7 +233,7 @@ class _TokenTable:
         if not ranks:
             del self.at[old]
             del self.vals[bisect_left(self.vals, old)]
-        self._push(self.rank[k], new)
+        self._push(int(self.rank[k]), new)
 
     def _push(self, r: int, tokens: int) -> None:
         if tokens not in self.at:
