@@ -8,11 +8,26 @@
 # pretrain_gpt.py gpt_builders.py model_provider.py) with the dataset helpers built by megatron-core 0.19.2's
 # wheel from the same helpers.cpp (.devwork/whl). Logs come back in $OUT/logs.tgz; parse with
 # benchmarks/device/megatron_ci_1gpu_parse.py. Prepare .devwork with benchmarks/device/megatron_ci_1gpu_prepare.sh.
+# ONLY="a_mb8 g_mb8_nofill" runs just the named runs (default: all). g_mb8_nofill is a_mb8 with PyTorch's
+# deterministic NaN fill of empty tensors switched off (torch.utils.deterministic.fill_uninitialized_memory =
+# False right after Megatron's torch.use_deterministic_algorithms(True), through a sitecustomize written below):
+# the one switch Megatron-LM PR #7093 flips, so a - g is the fill's measured cost per step, which
+# dcpsim/cost/determinism.py prices from a count of allocations (experiments/megatron_ci/README.md).
 set -u
 OUT=${1:?output folder}
 R=$PWD
 W=$OUT/w
-mkdir -p "$W" /tmp/stub
+mkdir -p "$W" /tmp/stub "$W/site"
+cat > "$W/site/sitecustomize.py" <<'PY'
+import os
+if os.environ.get("DCPSIM_DET_FILL") == "0":
+    import torch
+    _use = torch.use_deterministic_algorithms
+    def _use_no_fill(mode, *, warn_only=False):
+        _use(mode, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = False
+    torch.use_deterministic_algorithms = _use_no_fill
+PY
 cp .devwork/whl/megatron/core/datasets/helpers_cpp*.so .devwork/mlm/megatron/core/datasets/
 printf '#!/bin/sh\nexit 0\n' > /tmp/stub/make; chmod +x /tmp/stub/make   # helpers already built: no compile
 export PATH=/tmp/stub:$PATH PYTHONUNBUFFERED=1 PYTHONPATH=$R/.devwork/mlm
@@ -20,23 +35,29 @@ export CUDA_DEVICE_MAX_CONNECTIONS=1 NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 NCCL_ALG
 export RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1
 { date -u; nvidia-smi; lscpu; python3 -c "import torch, numpy, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'numpy', numpy.__version__, 'triton', triton.__version__)"; } > "$W/env.txt" 2>&1
 BASE=$(grep -v '^#' "$R/benchmarks/device/megatron_ci_1gpu.args" | tr '\n' ' ')
-run() {  # name, extra sed edits on the base args
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+run() {  # name, extra sed edits on the base args (DCPSIM_DET_FILL=0 in the environment: fill off)
   local name=$1; shift
+  want "$name" || return 0
+  echo "DCPSIM_DET_FILL=${DCPSIM_DET_FILL:-1}" > "$W/$name.env"
   local args; args=$(echo "$BASE" | sed "$@")
   echo "$args" > "$W/$name.args"
   local t0=$(date +%s)
-  (cd .devwork/mlm && MASTER_PORT=$((29500 + RANDOM % 1000)) timeout "${RUN_TIMEOUT:-80}" python3 pretrain_gpt.py $args --train-iters "${ITERS:-60}" --no-masked-softmax-fusion --no-persist-layer-norm) > "$W/$name.log" 2>&1
+  (cd .devwork/mlm && PYTHONPATH=$W/site:$PYTHONPATH MASTER_PORT=$((29500 + RANDOM % 1000)) timeout "${RUN_TIMEOUT:-80}" python3 pretrain_gpt.py $args --train-iters "${ITERS:-60}" --no-masked-softmax-fusion --no-persist-layer-norm) > "$W/$name.log" 2>&1
   echo "$name rc $? $(( $(date +%s) - t0 )) s"
   tar czf "$OUT/logs.tgz" -C "$OUT" w
 }
 run b1_mb1 -e 's/--global-batch-size 32/--global-batch-size 4/'
-if ! grep -q "elapsed time per iteration" "$W/b1_mb1.log"; then SKIP=1; echo "b1 failed: later Megatron runs skipped"; fi
+if want b1_mb1 && ! grep -q "elapsed time per iteration" "$W/b1_mb1.log"; then SKIP=1; echo "b1 failed: later Megatron runs skipped"; fi
 [ -z "${SKIP:-}" ] && run a_mb8 -e 's/^//'
+[ -z "${SKIP:-}" ] && DCPSIM_DET_FILL=0 run g_mb8_nofill -e 's/^//'
 # the same machine's plain-torch host figures (dcpsim.profiling.host), so Megatron's host cost per layer can be
 # compared with plain modules measured on the same CPU
-( python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \
-  PYTHONPATH=/tmp/site:$R timeout 120 python3 -m dcpsim.profiling.host --out "$W/host" ) > "$W/host.log" 2>&1
-echo "host rc $?"; tar czf "$OUT/logs.tgz" -C "$OUT" w
+if want host; then
+  ( python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \
+    PYTHONPATH=/tmp/site:$R timeout 120 python3 -m dcpsim.profiling.host --out "$W/host" ) > "$W/host.log" 2>&1
+  echo "host rc $?"; tar czf "$OUT/logs.tgz" -C "$OUT" w
+fi
 [ -z "${SKIP:-}" ] && run c_mb8_nosync -e 's/--log-params-norm//; s/--log-num-zeros-in-grad//; s/--deterministic-mode//'
 [ -z "${SKIP:-}" ] && run d_mb8_24l -e 's/--num-layers 12/--num-layers 24/'
 [ -z "${SKIP:-}" ] && run f_mb8_bf16 -e 's/--fp16/--bf16/; s/--apply-query-key-layer-scaling//'

@@ -33,6 +33,9 @@ def parse_log(path: Path, skip: int) -> dict:
     args = path.with_suffix(".args")
     if args.exists():
         out["args"] = args.read_text().split()
+    env = path.with_suffix(".env")
+    if env.exists():  # environment switches of the run (DCPSIM_DET_FILL=0: deterministic NaN fill off)
+        out["env"] = env.read_text().split()
     out["timing_log_level"] = 2 if "--timing-log-level 2" in (args.read_text() if args.exists() else "") else 0
     return out
 
