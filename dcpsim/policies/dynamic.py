@@ -88,6 +88,7 @@ class DynamicPolicy(Policy):
 
 
 BULK_SAME = True  # tests: False chooses for every sequence of an equal-length run (the reference of the bulk paths)
+BULK_OPEN = True  # tests: False opens new_same's groups one apply at a time (the reference of _open_many)
 
 
 class _Ctx:
@@ -282,6 +283,23 @@ class _SizeTree:
             if t == tk[n] and v == ld[n]:
                 break
             tk[n], ld[n] = t, v
+
+    def set_many(self, slot: int, k: int, tok: int, load: float) -> None:
+        """Leaves ``slot`` .. ``slot + k - 1`` take (tok, load); every node above them is refreshed once, level by
+        level, to the minima of its children (what :meth:`set` of one leaf after another leaves: each keeps every
+        node the minimum of its children)."""
+        tk, ld = self.tok, self.load
+        lo, hi = slot + self.cap, slot + self.cap + k
+        tk[lo:hi] = [tok] * k
+        ld[lo:hi] = [load] * k
+        lo, hi = lo >> 1, (hi - 1) >> 1
+        while lo >= 1:
+            for n in range(lo, hi + 1):
+                a, b = tk[2 * n], tk[2 * n + 1]
+                tk[n] = b if b < a else a
+                x, y = ld[2 * n], ld[2 * n + 1]
+                ld[n] = y if y < x else x
+            lo, hi = lo >> 1, hi >> 1
 
     def first_fit(self, t: int, w: float, room: int, limit: float) -> int:
         """Lowest slot with ``tok + t <= room`` and ``load + w <= limit``; -1 if none.
@@ -486,11 +504,65 @@ class _Microbatch:
         t, w = ctx.tok_rows[ui][kk], ctx.work_rows[ui][kk]
         if t <= ctx.M - t and w + w <= self.cur_max:  # the first follower joins the new group, and so on
             return 1 + self.join_run(self.ng - 1, ids[pos], ids, pos + 1, end)
-        k = 0
-        new = ("new", kk)
-        while pos + k < end and self.first_free(kk) >= 0:
-            self.apply(new, ids[pos + k])
-            k += 1
+        if not BULK_OPEN:
+            k = 0
+            new = ("new", kk)
+            while pos + k < end and self.first_free(kk) >= 0:
+                self.apply(new, ids[pos + k])
+                k += 1
+            return k
+        return self._open_many(kk, ids[pos:end])
+
+    def _open_many(self, kk: int, seqs: list[int]) -> int:
+        """:meth:`apply` ``("new", kk)`` for each of ``seqs`` in order while a slice of that size is free, at once
+        (returns how many opened a group): the lowest free aligned slices in order (taking one leaves the other
+        slices of its size free: they are aligned, so they do not overlap), the groups' entries and the tree's
+        leaves set together, its minima refreshed once (:meth:`_SizeTree.set_many`). The same state as one apply
+        after another (the search cursor included); :data:`BULK_OPEN` off is that loop (the reference)."""
+        if not seqs:
+            return 0
+        ctx = self.ctx
+        c, R, used = ctx.size_list[kk], ctx.R, self.used
+        s, want = self.cursor[kk], len(seqs)
+        starts: list[int] = []
+        while len(starts) < want:
+            if c == 1:
+                s = used.find(0, s)
+                if s < 0:
+                    s = R  # where first_free's scan stops
+                    break
+            else:
+                while s + c <= R and not (used[s] == 0 and used.find(1, s, s + c) < 0):
+                    s += c
+                if s + c > R:
+                    break
+            starts.append(s)
+            s += c
+        k = len(starts)
+        self.cursor[kk] = starts[-1] if k == want else s
+        if not k:
+            return 0
+        ui = self.ui
+        tok, load = ctx.tok_rows[ui][kk], ctx.work_rows[ui][kk]
+        g0 = self.ng
+        self.g_sidx[g0 : g0 + k], self.g_load[g0 : g0 + k], self.g_tok[g0 : g0 + k] = kk, load, tok
+        self.g_k.extend([kk] * k)
+        self.g_start.extend(starts)
+        self.members.extend([i] for i in seqs[:k])
+        self.ng += k
+        one = b"\x01" * c
+        for st in starts:
+            used[st : st + c] = one
+        self.n_free -= c * k
+        if c > self.big:
+            self.big = c
+        tree = self.trees[kk]
+        slot = len(tree.gid)
+        tree.gid.extend(range(g0, g0 + k))
+        self.g_slot.extend(range(slot, slot + k))
+        tree.set_many(slot, k, tok, load)
+        if load > self.cur_max:
+            self.cur_max = load
         return k
 
     def apply(self, choice, i: int) -> None:
