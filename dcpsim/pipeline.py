@@ -405,6 +405,16 @@ class GroupTimes:
     host_end: np.ndarray | None = None  # ... and when its host was free again
 
 
+def _bounds_max(clock: np.ndarray, bounds: np.ndarray, take: np.ndarray | None):
+    """Per group of a step, the latest of its ranks' clocks (``clock``: ``(R,)``, or ``(2, R)`` for the device's
+    and the host's: one reduceat, maxima are the same values) by a reduceat over the step's bounds (``take``:
+    each group's segment, None when the segments are the groups); ``(device, host)``, host None for ``(R,)``."""
+    m = np.maximum.reduceat(clock, bounds, axis=-1)
+    if take is not None:
+        m = m[..., take]
+    return (m, None) if clock.ndim == 1 else (m[0], m[1])
+
+
 def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, bwd_s: np.ndarray,
                 xfer_s: np.ndarray | None = None,
                 first_forward: Callable[[int, np.ndarray, np.ndarray], np.ndarray] | None = None,
@@ -443,6 +453,8 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     rank_ix = [slice(None) if r.size == R and np.array_equal(r, every) else r for r in groups.ranks]
     per_group = [t.size == b.size and np.array_equal(t, np.arange(t.size)) for t, b in zip(groups.take, groups.bounds,
                                                                                          strict=True)]
+    # per step: each rank's group, an index (``v[spread[k]]`` is ``np.repeat(v, sizes)``, read by one take)
+    spread = [np.repeat(np.arange(off[k + 1] - off[k]), groups.size[off[k]:off[k + 1]]) for k in range(groups.n_steps)]
     ran = np.zeros((pp, groups.n_steps), dtype=bool)  # the steps each stage ran (``used`` after the loop)
     for p_, d, k, s in zip(sched.rank.tolist(), sched.direction.tolist(), sched.microbatch.tolist(),
                            sched.stage.tolist(), strict=True):
@@ -451,13 +463,9 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             continue
         ranks = rank_ix[k]
         fr = free[p_]
-        if host is None:
-            ready = np.maximum.reduceat(fr, groups.bounds[k])
-        else:  # the device's and the host's clocks in one reduceat (maxima: the same values)
-            ready, h0 = np.maximum.reduceat(clock[p_], groups.bounds[k], axis=1)
-        if not per_group[k]:
-            ready = ready[groups.take[k]]
-            h0 = h0[groups.take[k]] if host is not None else None
+        # each group's latest rank: the device's clocks and (with ``host``) the host's, in one pass
+        ready, h0 = _bounds_max(clock[p_] if host is not None else fr, groups.bounds[k],
+                                None if per_group[k] else groups.take[k])
         t = s - 1 if d == FWD else s + 1
         if 0 <= t < V:
             inp = finish[t, d, a:z]
@@ -469,7 +477,7 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             ready, fin_h, h_after, h_st = host.run(s, d, a, z, h0, ready, d_s)
             d_s = fin_h - ready
             h_start[s, d, a:z], h_end[s, d, a:z] = h_st, h_after
-            hfree[p_, ranks] = np.repeat(h_after, groups.size[a:z])
+            hfree[p_, ranks] = h_after[spread[k]]
         if first_forward is not None and d == FWD and s < pp and s not in gated:
             gated.add(s)
             fin = first_forward(s, ready, d_s)
@@ -477,9 +485,8 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             fin = ready + d_s
         start[s, d, a:z] = ready
         finish[s, d, a:z] = fin
-        sz = groups.size[a:z]
-        fr[ranks] = np.repeat(fin, sz)
-        last_start[p_, ranks] = np.repeat(ready, sz)
+        fr[ranks] = fin[spread[k]]
+        last_start[p_, ranks] = ready[spread[k]]
         ran[p_, k] = True
     for p_ in range(pp):
         for k in np.flatnonzero(ran[p_]).tolist():
