@@ -468,3 +468,28 @@ def test_candidate_prune_order_is_a_cache():
     assert a == b and hash(a) == hash(b)
     c = dataclasses.replace(a, recompute="full", flags=(("overlap_grad_sync", False),))
     assert c.prune_order == (RECOMPUTE.index("full"), (a.layout_key()[:-2], "bf16", (("overlap_grad_sync", False),)))
+
+
+@pytest.mark.parametrize("attention", ["flash", "unfused"])
+def test_peak_memory_one_is_peak_memory_bytes(attention):
+    """The prune's scalar memory figure (cost.memory.peak_memory_one) is exactly the cost model's
+    peak_memory_bytes of one microbatch, on every candidate of a search (fixed windows and variable lengths;
+    unfused attention adds the score matrices)."""
+    from dcpsim.cost.memory import peak_memory_one
+    from dcpsim.planning.search import search_updates
+    from dcpsim.planning.space import _cached_cost, check_candidate, enumerate_candidates
+    from dcpsim.run.single import microbatch_sum_sq
+
+    base = _base().with_updates({"hardware.gpu": "h100-sxm", "parallel.attention": attention})
+    n = 0
+    for data in (make_data_spec(seq_len=4096, gbs=64), make_data_spec(workload="github", gbs=64, max_len=65536)):
+        common = search_updates(data, "packing", 64)
+        for cand in enumerate_candidates(base, 64, data, SearchSpace(tp=[1, 2], pp=[1, 2], mbs=[1, 2], tokens_per_rank=[4096, 16384]), False):
+            cfg = check_candidate(base, cand, 64, data, 64, common).cfg
+            if cfg is None:
+                continue
+            cost, sq = _cached_cost(cfg), microbatch_sum_sq(cfg)
+            assert peak_memory_one(cost.settings, cfg.max_tokens_per_rank, sq) == float(
+                cost.peak_memory_bytes([cfg.max_tokens_per_rank], [sq])[0])
+            n += 1
+    assert n > 50

@@ -367,7 +367,10 @@ def run(args) -> int:
         space=space, base=base, batch_scaling=_get(args, "batch_scaling")[0], iterations=_iterations(args),
         seeds=_get(args, "seeds")[0], simulate=_get(args, "simulate")[0], max_gbs_tokens=max_gbs,
     )
-    plan = plan_capacity(request, jobs=args.jobs, progress=not args.no_progress and not args.json)
+    from dcpsim.policies.base import gc_paused
+
+    with gc_paused():  # long-lived objects only (as in the workers, planning.capacity.run_task_group)
+        plan = plan_capacity(request, jobs=args.jobs, progress=not args.no_progress and not args.json)
     df = plan.rows
     if not ((df["status"] == "ok") & df["trainable"]).any():
         reasons = [r for r in df["reason"] if r]

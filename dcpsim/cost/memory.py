@@ -35,6 +35,15 @@ def peak_memory_bytes(st: CostSettings, local_tokens, sum_sq_lengths=None) -> np
     return m0 + (m1 - m0) * s
 
 
+def peak_memory_one(st: CostSettings, local_tokens: float, sum_sq_length: float | None = None) -> float:
+    """:func:`peak_memory_bytes` of one microbatch, as a float, without building arrays (the planner checks
+    thousands of candidates one at a time): the same arithmetic on the same float64 numbers."""
+    ms, (m0, m1) = _terms_of(st)
+    if st.attention == "unfused" and sum_sq_length is not None:
+        return float(_peak_with_scores(st, np.array([float(local_tokens)]), np.array([float(sum_sq_length)]), ms)[0])
+    return float(m0 + (m1 - m0) * float(local_tokens))
+
+
 _TERMS: dict[int, tuple] = {}
 
 

@@ -355,9 +355,10 @@ def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec,
 
 def memory_of(cost, cfg: RunConfig) -> tuple[float, float]:
     """(peak bytes per GPU at the layout's tokens per rank, limit) from the simulator's cost model."""
+    from dcpsim.cost.memory import peak_memory_one
     from dcpsim.run.single import microbatch_sum_sq
 
-    mem = float(cost.peak_memory_bytes([cfg.max_tokens_per_rank], [microbatch_sum_sq(cfg)])[0])
+    mem = peak_memory_one(cost.settings, cfg.max_tokens_per_rank, microbatch_sum_sq(cfg))  # = peak_memory_bytes
     return mem, float(cost.memory_limit_bytes)
 
 

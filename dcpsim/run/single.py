@@ -163,8 +163,8 @@ def _streams(seed: int) -> dict[str, np.random.Generator]:
 
 
 def _fault_stream(seed: int) -> np.random.Generator:
-    """``_streams(seed)["faults"]`` alone (a spawned child depends only on the seed and its index)."""
-    return np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[3])
+    """``_streams(seed)["faults"]`` alone: the 4th spawned child is ``SeedSequence(seed, spawn_key=(3,))``."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(3,)))
 
 
 def _get_policy(cfg: RunConfig):
