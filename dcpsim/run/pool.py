@@ -4,8 +4,9 @@
 ``dcpsim reproduce``, ``dcpsim plan`` through the executors).
 
 Workers are started with ``forkserver`` (``spawn`` where that is missing), so
-their parent is the fork server, not the driver (a one-off pool may ask for
-workers forked from the driver itself, ``fork=True``, when it runs one thread). Each worker therefore
+their parent is the fork server, not the driver (a pool may ask for workers
+forked from the driver itself, ``fork=True``, when it runs one thread: ``dcpsim plan``,
+a sweep's own pool). Each worker therefore
 watches the driver itself: on Linux the kernel sends it SIGKILL when its
 parent (the fork server, which exits when the driver is gone) dies
 (``PR_SET_PDEATHSIG``), and a watchdog thread checks every
@@ -145,6 +146,8 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
         _start_fork_server()
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                                   initargs=(os.getpid(), initializer, initargs))
+    if method == "fork":  # every worker forked now, while this process runs one thread (a fork pool launches
+        pool.submit(int)  # all of its workers at its first task, here a no-op)
     _POOLS.add(pool)
     return pool
 

@@ -294,9 +294,9 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, options: SweepO
     Raises :class:`SweepInterrupted` after SIGINT/SIGTERM, once every
     finished batch is written.
 
-    Local worker processes start with ``forkserver``: a script that calls
-    this with ``jobs > 1`` needs the usual ``if __name__ == "__main__":``
-    guard, as any multiprocessing code.
+    Local worker processes are forked from this process when it runs one thread (before the sweep starts its
+    own threads), else started by the ``forkserver``: a script that calls this with ``jobs > 1`` needs the
+    usual ``if __name__ == "__main__":`` guard, as any multiprocessing code.
     """
     o = options
     executor, runner, progress, figures = o.executor, o.runner, o.progress, o.figures
@@ -306,40 +306,44 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, options: SweepO
     check_sweep_size(spec, confirmed=o.confirm_large)
     t_start = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    with _dir_lock(out):
-        own_executor = executor is None
-        session = None
-        try:
-            if own_executor:  # first: a local pool's fork server starts its imports while the runs are resolved
-                from dcpsim.run.executors import make_executor
+    own_executor = executor is None
+    if own_executor:  # first: local workers forked from this process while it runs one thread (else a fork
+        from dcpsim.run.executors import make_executor  # server's imports overlap the runs' resolution)
 
-                executor = make_executor(jobs=o.jobs)
-            _clean_temporaries(out)
-            _warn_foreign(out)
-            runs = _write_spec(spec, out)
-            result, pending = _plan_session(out, runs)
-            session = _Session(out, result, uuid.uuid4().hex[:12])
-            invalid = [r for r in pending if r.config is None]
-            if invalid:
-                session.record(execute_batch(invalid))
-            queue = deque(r for r in pending if r.config is not None)
-            _drive(session, executor, queue, runner, BatchSizer(executor.n_workers, target_s=o.target_task_s,
-                                                                 fixed=o.batch_size), progress, spec.name)
-        finally:
+        executor = make_executor(jobs=o.jobs, fork=True)
+    try:
+        with _dir_lock(out):
+            session = None
             try:
-                if session is not None:
-                    session.close()
+                _clean_temporaries(out)
+                _warn_foreign(out)
+                runs = _write_spec(spec, out)
+                result, pending = _plan_session(out, runs)
+                session = _Session(out, result, uuid.uuid4().hex[:12])
+                invalid = [r for r in pending if r.config is None]
+                if invalid:
+                    session.record(execute_batch(invalid))
+                queue = deque(r for r in pending if r.config is not None)
+                _drive(session, executor, queue, runner, BatchSizer(executor.n_workers, target_s=o.target_task_s,
+                                                                     fixed=o.batch_size), progress, spec.name)
             finally:
-                if own_executor and executor is not None:
-                    executor.close()
-        if result.interrupted:
+                try:
+                    if session is not None:
+                        session.close()
+                finally:
+                    if own_executor:
+                        executor.close()
+            if result.interrupted:
+                result.wall_s = time.perf_counter() - t_start
+                raise SweepInterrupted(result)
+            if o.compact:
+                compact_results(out)
+            if figures:
+                result.figures = _figures(out, spec, figures)
             result.wall_s = time.perf_counter() - t_start
-            raise SweepInterrupted(result)
-        if o.compact:
-            compact_results(out)
-        if figures:
-            result.figures = _figures(out, spec, figures)
-        result.wall_s = time.perf_counter() - t_start
+    finally:
+        if own_executor:  # a folder another sweep holds (its lock refused): the pool goes too (closing is idempotent)
+            executor.close()
     return result
 
 

@@ -146,8 +146,6 @@ class PartWriter:
     """
 
     def __init__(self, out_dir: str | Path):
-        import pyarrow.parquet  # noqa: F401 - imported here, before the workers run (a cold import is ~0.5 s of CPU)
-
         self.out = Path(out_dir)
         self.parts = 0
         self._seq = _next_seq(self.out)
@@ -170,6 +168,8 @@ class PartWriter:
             raise self._error
 
     def _loop(self) -> None:
+        with contextlib.suppress(ImportError):  # imported now, while the first tasks run (a cold import: ~0.5 CPU s)
+            import pyarrow.parquet  # noqa: F401
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
