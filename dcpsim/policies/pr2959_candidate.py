@@ -290,10 +290,10 @@ class _Candidate:
             left = self._lowest_flops_first(ids, T, cap)
             self.n_leftovers = len(left)
             if left:
-                self.bf, self.bl = self.bf.tolist(), self.bl.tolist()  # lists for the one-by-one leftovers
+                self.bl = self.bl.tolist()  # a list for the one-by-one leftovers
                 left_a = np.asarray(left, dtype=np.int64)
                 self._leftovers(left_a[stable_argsort(-bt.L[left_a])], T, cap)  # longest first, stable
-                self.bf, self.bl = np.array(self.bf), np.array(self.bl, dtype=np.int64)
+                self.bl = np.array(self.bl, dtype=np.int64)
         self.seq = np.concatenate([*(a for a, _ in self._head), np.array(self.seq, dtype=np.int64)]).astype(np.int64)
         self.dest = np.concatenate([*(b for _, b in self._head), np.array(self.dest, dtype=np.int64)]).astype(np.int64)
         # the code adds 2·f to a bucket's backward estimate with every f it adds to its forward; doubling
@@ -352,15 +352,16 @@ class _Candidate:
         The code ranks the buckets by tokens once and takes the first of that ranking with the
         smallest ``(tokens + L − T)²``; here the buckets sit in a table sorted by token count, and a run
         of samples of one length takes the buckets :meth:`_TokenTable.run_picks` proves the one-by-one
-        queries would give.
+        queries would give. The buckets' FLOPs are added after the loop, in its order (``np.add.at``: one
+        addition per sample, as the code adds them).
         """
         if not left_a.size:
             return
         bt = self.batch
         table = _TokenTable(self.bl)
-        left, Lp, fp = left_a.tolist(), bt.L[left_a].tolist(), bt.f[left_a].tolist()  # by position in ``left``
+        left, Lp = left_a.tolist(), bt.L[left_a].tolist()  # by position in ``left``
         limits = [None] * len(left) if cap == math.inf else (int(cap) - bt.tok1[left_a]).tolist()
-        bf, bl, seq, dest = self.bf, self.bl, self.seq, self.dest
+        bl, seq, dest = self.bl, self.seq, self.dest
         n = len(left)
         end = _run_ends(bt.L[left_a], None if cap == math.inf else int(cap) - bt.tok1[left_a])
         pos = 0
@@ -369,10 +370,8 @@ class _Candidate:
             Li = Lp[pos]
             picks = table.run_picks(Li, T, limit, end[pos] - pos) if end[pos] - pos > 1 else []
             if picks:  # a run of one length (so one FLOPs figure) to buckets of the table
-                fi = fp[pos]
                 olds = [bl[k] for k in picks]
                 for k in picks:
-                    bf[k] += fi
                     bl[k] += Li
                 table.move_run(picks, olds, Li)
                 seq.extend(left[pos:pos + len(picks)])
@@ -382,16 +381,17 @@ class _Candidate:
             k = table.closest(Li, T, limit)
             if k < 0:  # safe mode: an extra bucket, ranked last
                 k = len(bl)
-                bf.append(0.0 + fp[pos])
                 bl.append(Li)
                 table.add(k, Li)
             else:
-                bf[k] += fp[pos]
                 bl[k] = b = bl[k] + Li
                 table.move(k, b - Li, b)
             seq.append(i)
             dest.append(k)
             pos += 1
+        if len(bl) > self.bf.size:  # safe mode's extra buckets, from 0.0 as the code starts them
+            self.bf = np.concatenate([self.bf, np.zeros(len(bl) - self.bf.size)])
+        np.add.at(self.bf, np.asarray(dest, dtype=np.int64), bt.f[np.asarray(seq, dtype=np.int64)])
 
     def assign_slots(self) -> None:
         """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot.
