@@ -26,6 +26,7 @@ from dcpsim.policies.pr2959_model import (
 from dcpsim.policies.pr2959_tables import (
     _bulk_deal,
     _bulk_lowest,
+    _entry_members,
     _group_sums,
     _long_blocks,
     _merge_runs,
@@ -55,6 +56,7 @@ class _Batch:
         self.tok1 = per_rank_tokens(self.L, self.u)  # tokens per rank of each sample on one slot
         self.tok1_is_length = bool(np.array_equal(self.tok1, self.L))
         self._order_lists: tuple[list[int], list[int], list[float]] | None = None
+        self._positions: list[int] | None = None
 
     def order_lists(self) -> tuple[list[int], list[int], list[float]]:
         """The ids, lengths and negated forward FLOPs of the samples in the code's order, as lists (made once)."""
@@ -62,6 +64,12 @@ class _Batch:
             o = self.order
             self._order_lists = o.tolist(), self.L[o].tolist(), (-self.f[o]).tolist()
         return self._order_lists
+
+    def positions(self) -> list[int]:
+        """``[0, 1, ..., n]`` (made once; each candidate's pool copies its head)."""
+        if self._positions is None:
+            self._positions = list(range(self.n + 1))
+        return self._positions
 
     def tokens(self, i: int, slots: int) -> int:
         """Tokens per rank of sample ``i`` on a group of ``slots`` slots (padding counted)."""
@@ -187,7 +195,7 @@ class _Candidate:
         if self._suffix is not None:
             ids, lens, negf = bt.order_lists()
             lists = ids[self._suffix:], lens[self._suffix:], negf[self._suffix:]
-        pool = _NormalPool(self.normal, bt.f, bt.L, lists)
+        pool = _NormalPool(self.normal, bt.f, bt.L, lists, bt.positions())
         negf, nxt, size, p_len, removed = pool.negf, pool.nxt, pool.size, pool.lengths, pool.removed
         n_alive = pool.n_alive
         slack, safe, M, u = self.fill_slack, self.safe, bt.M, bt.u
@@ -486,30 +494,6 @@ class _Candidate:
         flat = by.tolist()
         return [flat[a:b] for a, b in zip([0, *ends][: len(ends)], ends, strict=True)]
 
-    def _entry_members(self, codes: np.ndarray) -> list[list[int]]:
-        """The members of each entry of ``codes`` (bucket ``k``: :meth:`members`; ``~g``: long group ``g``'s, its
-        long sample then its fillers), read from one array of every bucket's and group's members."""
-        dest = np.asarray(self.dest, dtype=np.int64)
-        nb, ng = len(self.bf), len(self.long_ids)
-        by = np.asarray(self.seq, dtype=np.int64)[stable_argsort(dest)]  # bucket after bucket
-        ncnt = np.bincount(dest, minlength=nb)
-        fill = np.asarray(self._fillers, dtype=np.int64)
-        lcnt = 1 + np.diff(np.concatenate([[0], self._gends])).astype(np.int64) if ng else np.zeros(0, dtype=np.int64)
-        lstart = np.cumsum(lcnt) - lcnt  # group after group: its long sample, then its fillers
-        lflat = np.empty(ng + fill.size, dtype=np.int64)
-        is_long = np.zeros(lflat.size, dtype=bool)
-        is_long[lstart] = True
-        lflat[is_long] = self.long_ids
-        lflat[~is_long] = fill
-        src = np.concatenate([by, lflat])
-        first = np.concatenate([np.cumsum(ncnt) - ncnt, by.size + lstart])
-        count = np.concatenate([ncnt, lcnt])
-        row = np.where(codes >= 0, codes, nb + ~codes)
-        c, f = count[row], first[row]
-        ends = np.cumsum(c)
-        ids = src[np.repeat(f - (ends - c), c) + np.arange(int(ends[-1]) if ends.size else 0)].tolist()
-        return [ids[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True)]
-
     def _slot_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(slot, position, code) of every entry of the slots' lists (code: bucket ``k``, or ``~g`` for long group ``g``)."""
         return self._table
@@ -562,7 +546,8 @@ class _Candidate:
             gs = widths = np.zeros(1, dtype=np.int64)
         starts = (np.where(is_b, slot[order], gs[gid]) * u).tolist()
         sizes = (np.where(is_b, 1, widths[gid]) * u).tolist()
-        flat = list(map(Group, starts, sizes, self._entry_members(codes)))  # a long group once: on its first slot
+        mems = _entry_members(self.seq, self.dest, len(self.bf), self.long_ids, self._fillers, self._gends, codes)
+        flat = list(map(Group, starts, sizes, mems))  # a long group once: on its first slot
         out: list[Step] = [Step([])] if ps[0] != 0 else []  # entries start at list index 0 (else an empty step)
         out.extend(Step(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True))  # one step per index
         return out

@@ -92,16 +92,19 @@ class _NormalPool:
     searches and removes on these lists itself.
 
     ``lists``: ``(ids, lengths, negf)`` of ``ids`` as Python lists when the caller has them (a slice of
-    the batch's, made once for every candidate).
+    the batch's, made once for every candidate); ``positions``: a list ``[0, 1, 2, ...]`` at least one
+    longer than ``ids`` when the caller has one (the pointers start as a copy of its head).
     """
 
     def __init__(self, ids: np.ndarray, f: np.ndarray, lengths: np.ndarray,
-                 lists: tuple[list[int], list[int], list[float]] | None = None) -> None:
+                 lists: tuple[list[int], list[int], list[float]] | None = None,
+                 positions: list[int] | None = None) -> None:
         self.arr = ids
         if lists is None:
             lists = ids.tolist(), lengths[ids].tolist(), (-f[ids]).tolist()
         self.ids, self.lengths, self.negf = lists  # negf ascending: the samples are longest first
-        self.nxt = list(range(len(ids) + 1))
+        n = len(ids)
+        self.nxt = positions[:n + 1] if positions is not None and len(positions) > n else list(range(n + 1))
         self.n_alive = self.size = len(ids)
         self.removed: list[int] = []
 
@@ -424,3 +427,31 @@ def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
         bf[hit] = offer[tk[last]] + f
         bl[hit] += np.diff(np.concatenate([[-1], last])) * L
     return out
+
+
+def _entry_members(seq: np.ndarray, dest: np.ndarray, nb: int, long_ids: list[int], fillers: np.ndarray,
+                   gends: np.ndarray, codes: np.ndarray) -> list[list[int]]:
+    """The members of each entry of ``codes`` (:meth:`_Candidate.steps`): bucket ``k`` (of ``nb``): the normal
+    samples ``seq`` with ``dest == k``, in the order they joined; ``~g``: long group ``g``'s long sample
+    ``long_ids[g]`` then its fillers ``fillers[gends[g−1]:gends[g]]``, in the order taken. Read from one
+    array of every bucket's and group's members, one slice per entry."""
+    dest = np.asarray(dest, dtype=np.int64)
+    ng = len(long_ids)
+    by = np.asarray(seq, dtype=np.int64)[stable_argsort(dest)]  # bucket after bucket
+    ncnt = np.bincount(dest, minlength=nb)
+    fill = np.asarray(fillers, dtype=np.int64)
+    lcnt = 1 + np.diff(np.concatenate([[0], gends])).astype(np.int64) if ng else np.zeros(0, dtype=np.int64)
+    lstart = np.cumsum(lcnt) - lcnt  # group after group: its long sample, then its fillers
+    lflat = np.empty(ng + fill.size, dtype=np.int64)
+    is_long = np.zeros(lflat.size, dtype=bool)
+    is_long[lstart] = True
+    lflat[is_long] = long_ids
+    lflat[~is_long] = fill
+    src = np.concatenate([by, lflat])
+    first = np.concatenate([np.cumsum(ncnt) - ncnt, by.size + lstart])
+    count = np.concatenate([ncnt, lcnt])
+    row = np.where(codes >= 0, codes, nb + ~codes)
+    c, f = count[row], first[row]
+    ends = np.cumsum(c)
+    ids = src[np.repeat(f - (ends - c), c) + np.arange(int(ends[-1]) if ends.size else 0)].tolist()
+    return [ids[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True)]
