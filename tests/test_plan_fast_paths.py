@@ -238,7 +238,8 @@ def test_screen_memo_is_the_per_candidate_screen(monkeypatch, step):
     rng = random.Random(7)
     sample = rng.sample(checked, min(120, len(checked)))
     sample += rng.sample(sample, 40)  # repeats: memo hits
-    for memo in (screen_mod._DEVICE_MAX, screen_mod._STAGES, screen_mod._SCREENS, screen_mod._LAYOUT_KEYS):
+    for memo in (screen_mod._DEVICE_MAX, screen_mod._STAGES, screen_mod._SCREENS, screen_mod._LAYOUT_KEYS,
+                 screen_mod._BOUND_BY_SECTIONS):
         memo.clear()
     got = [(screen_mod.screen_fixed(ch.cfg, data, ch.cand.mbs), screen_mod.fixed_lower_bound_s(ch.cfg, data, ch.cand.mbs))
            for ch in sample]

@@ -51,7 +51,8 @@ def annotate(df, model: Any, *, level: float | None = None) -> list[str]:
     labels: dict[str, str] = {}
     for r in df.to_dict("records"):
         gpu = str(r["gpu"])
-        labels.setdefault(gpu, profile_label(gpu))
+        if gpu not in labels:
+            labels[gpu] = profile_label(gpu)
         cols["profile_label"].append(labels[gpu])
         prec = str(r.get("precision") or "bf16")
         ok = r.get("status") == "ok"
