@@ -434,3 +434,36 @@ def test_runs_of_a_task_share_parts_and_give_the_same_rows(monkeypatch):
     # a cost model per configuration without seed and policy (with and without stragglers); a simulator for the
     # runs without faults and one per seed for those with stragglers
     assert built == {"cost": 2, "sim": 3}
+
+
+def test_sweep_runs_resolve_as_with_updates():
+    """SweepSpec.runs' resolver (the changed sections validated alone, the id from per-section JSON texts) gives
+    what ``check_config(base.with_updates(a))`` and ``config_hash()`` give: equal configurations, equal ids, the
+    same error where one is refused (types kept apart: True, 1 and 1.0; tables; policy options; bad paths)."""
+    import tomllib
+
+    from dcpsim.run.load import check_config, config_from_dict
+    from dcpsim.run.sweep_spec import _Resolver
+
+    base = config_from_dict(tomllib.loads(SMALL_BASE)["base"])
+    cases = [{"policy.name": p, "sim.seed": s} for p in ("packing", "dynamic") for s in (0, 2**32 - 1)] + [
+        {"parallel.cp": 3}, {"parallel.cp": 4, "cluster.gpus": 64}, {"sim.host_timeline": 1}, {"sim.host_timeline": True},
+        {"parallel.tp": True}, {"parallel.tp": 2}, {"hardware.network_scale": 1}, {"hardware.network_scale": 1.0},
+        {"policy.options": {"nope": 1}}, {"policy.options.nope": 1}, {"sim.bogus": 1}, {"workload.name": "fixed"},
+        {"workload.name": "fixed", "workload.seq_len": 4096, "workload.max_len": None, "workload.min_len": None},
+        {"parallel.min_cp": 3}, {"parallel.vp": 2}, {"workload.gbs": 2}, {"sim.engine": "nope"}, {"policy.name": "nope"},
+        {"model.name": "llama-70b"}, {"step.deterministic": True}, {"sim.seed": -1}, {"sim.noise_cv": float("nan")},
+        {"parallel.max_tokens_per_rank": "auto"}]
+    resolve = _Resolver(base)
+
+    def outcome(make, a):
+        try:
+            return check_config(make(a)), None
+        except ConfigError as exc:
+            return None, str(exc)
+
+    for a in cases * 2:  # twice: the second time from the resolver's cache of validated sections
+        (want, werr), (got, gerr) = outcome(base.with_updates, a), outcome(resolve.config, a)
+        assert (got, gerr) == (want, werr), a
+        if got is not None:
+            assert resolve.hash(got) == want.config_hash() == got.config_hash(), a

@@ -58,7 +58,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from dcpsim.errors import ConfigError, DcpsimError
-from dcpsim.run.config import RunConfig
+from dcpsim.run.config import RunConfig, StepSection
 from dcpsim.run.load import check_config, config_from_dict, load_config
 from dcpsim.schema import InputModel, parse_model
 from dcpsim.serialize import to_jsonable
@@ -135,14 +135,18 @@ class SweepSpec:
         return combos
 
     def runs(self) -> list[RunSpec]:
-        """The distinct runs, in spec order (combinations that resolve to the same configuration run once)."""
+        """The distinct runs, in spec order (combinations that resolve to the same configuration run once).
+
+        Each configuration is ``base.with_updates(assignment)`` (:class:`_Resolver`: only the sections an
+        assignment changes are validated again) checked by :func:`check_config`, its id ``config_hash()``."""
         base_hash = self.base.config_hash()
         seen: set[str] = set()
         out = []
+        resolve = _Resolver(self.base)
         for assign in self.assignments():
             try:
-                cfg = check_config(self.base.with_updates(assign))
-                rs = RunSpec(cfg.config_hash(), assign, cfg)
+                cfg = check_config(resolve.config(assign))
+                rs = RunSpec(resolve.hash(cfg), assign, cfg)
             except DcpsimError as exc:
                 blob = json.dumps([base_hash, _jsonable(assign)], sort_keys=True, default=str)
                 rs = RunSpec("invalid-" + hashlib.sha256(blob.encode()).hexdigest()[:12], assign, None, str(exc))
@@ -160,6 +164,75 @@ class SweepSpec:
             "base_hash": self.base.config_hash(),
             "axes": [g.to_dict() for g in self.groups],
         }
+
+
+class _Resolver:
+    """A sweep's configurations and their ids, as ``base.with_updates`` and ``config_hash()`` give them, faster.
+
+    :meth:`config`: the sections an assignment changes are validated by their own classes (the same field
+    checks) and the run's checks (``RunConfig._check_layout``) run on the result; the other sections are the
+    base's own objects. An equal configuration (tested). An assignment of anything else (policy options) or
+    one that is refused goes through ``with_updates`` itself, so a refusal is its error. :meth:`hash`: the
+    JSON text ``config_hash`` hashes, put together from each section's text (a section object serialised
+    once), the same bytes.
+    """
+
+    def __init__(self, base: RunConfig) -> None:
+        self.base = base
+        self._sections: dict[tuple, Any] = {}  # (section, updates) -> the validated section
+        self._text: dict[int, tuple[Any, str]] = {}  # id(section) -> (section, its part of the JSON text)
+
+    def config(self, assign: dict[str, Any]) -> RunConfig:
+        base = self.base
+        by_sec: dict[str, dict[str, Any]] = {}
+        for path, value in assign.items():
+            sec, _, leaf = path.partition(".")
+            if sec not in _SECTIONS or leaf not in _SECTIONS[sec].model_fields:
+                return base.with_updates(assign)  # policy options, a mistyped path: the full path and its error
+            by_sec.setdefault(sec, {})[leaf] = value
+        try:
+            new = {sec: self._section(sec, upd) for sec, upd in by_sec.items()}
+            cfg = RunConfig.model_construct(_fields_set=set(_SECTIONS), **{**base.__dict__, **new})
+            cfg._check_layout()
+        except (ConfigError, ValueError, TypeError):
+            return base.with_updates(assign)  # refused: with_updates raises its own one-line error
+        return cfg
+
+    def _section(self, sec: str, upd: dict[str, Any]) -> Any:
+        from dcpsim.schema import parse_model
+
+        old = getattr(self.base, sec)
+        try:
+            key: tuple | None = (sec, tuple((k, type(v), v) for k, v in upd.items()))  # True, 1, 1.0: apart
+            hit = self._sections.get(key)  # type: ignore[arg-type]
+        except TypeError:  # a list or table value: validated every time
+            key, hit = None, None
+        if hit is None:
+            hit = parse_model(type(old), {**old.model_dump(mode="python"), **upd})
+            if key is not None and len(self._sections) < 4096:
+                self._sections[key] = hit
+        return hit
+
+    def hash(self, cfg: RunConfig) -> str:
+        """``cfg.config_hash()``: the same JSON text (keys sorted, no spaces), one section at a time."""
+        skip = "step" if cfg.step == _DEFAULT_STEP else None
+        parts = []
+        for name in _SORTED:
+            if name == skip:
+                continue
+            sec = getattr(cfg, name)
+            got = self._text.get(id(sec))
+            if got is None or got[0] is not sec:
+                got = (sec, f'"{name}":' + json.dumps(sec.model_dump(mode="json"), sort_keys=True, separators=(",", ":")))
+                if len(self._text) < 4096:
+                    self._text[id(sec)] = got
+            parts.append(got[1])
+        return hashlib.sha256(("{" + ",".join(parts) + "}").encode()).hexdigest()[:12]
+
+
+_SECTIONS = {name: f.annotation for name, f in RunConfig.model_fields.items()}  # section name -> its class
+_SORTED = sorted(_SECTIONS)
+_DEFAULT_STEP = StepSection()
 
 
 def spec_hash(d: dict[str, Any]) -> str:
