@@ -123,3 +123,38 @@ def test_reused_candidates_give_the_plans_of_placing_each(monkeypatch):
             m.setattr(solver._Full, "place", counted)
             assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
     assert any(reused)
+
+
+def _take_loop(t, r, add, tok, floor, s_k, most):
+    """The follow's per-sequence loop (the definition of ``solver_follow._take``)."""
+    c = 0
+    while c < most:
+        nt = t + add
+        if not (r >= tok and floor <= nt <= s_k):
+            break
+        t, r, c = nt, r - tok, c + 1
+    return c, t, r
+
+
+def test_take_equals_the_per_sequence_loop():
+    """The bulk count of equal sequences a group takes (accumulated sums, binary search, estimate) equals the
+    loop's count, time and room exactly, on random groups, heights that the sums hit exactly, rooms that bind
+    first, floors above the first new time, and zero-length additions."""
+    from dcpsim.policies.solver_follow import _take
+
+    rng = np.random.default_rng(5)
+    for _ in range(3000):
+        add = float(rng.choice([0.0, rng.uniform(1e-6, 1e-3), rng.uniform(0.1, 3.0), 1 / 3]))
+        t = float(rng.uniform(0, 50))
+        most = int(rng.integers(0, 400))
+        tok = int(rng.choice([0, 1, rng.integers(1, 5000)]))
+        r = int(rng.integers(0, 400_000))
+        k = int(rng.integers(0, most + 2))
+        if rng.random() < 0.4:  # a height the sequential sums reach exactly
+            s_k = t
+            for _ in range(k):
+                s_k += add
+        else:
+            s_k = t + add * k * float(rng.uniform(0.9, 1.1))
+        floor = float(rng.choice([-np.inf, t, t + add, t + 2 * add + 1e-12]))
+        assert _take(t, r, add, tok, floor, s_k, most) == _take_loop(t, r, add, tok, floor, s_k, most)

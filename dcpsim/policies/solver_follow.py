@@ -12,10 +12,45 @@ of a scan of every group. Times in seconds.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import accumulate, repeat
 
 import numpy as np
 
 _INF = float("inf")
+
+
+def _take(t: float, r: int, add: float, tok: int, floor: float, s_k: float, most: int) -> tuple[int, float, int]:
+    """How many of ``most`` equal sequences (each adding ``add`` seconds and ``tok`` tokens) a group of time
+    ``t`` and room ``r`` takes one after another while it has room and its new time stays within
+    ``[floor, s_k]``; returns (that count, its time and room after them).
+
+    The loop's definition: ``while c < most: nt = t + add; if not (r >= tok and floor <= nt <= s_k): break;
+    t, r, c = nt, r - tok, c + 1``. The room allows ``r // tok`` of them; the new times only grow, so the floor
+    is checked once and the height ends a prefix: the times are the same sums, added one after another in
+    C (:func:`itertools.accumulate`), the end found by a binary search; a count capped by an estimate of the
+    height's room goes on by the loop."""
+    if tok <= 0 or most < 8:
+        c = 0
+        while c < most:
+            nt = t + add
+            if not (r >= tok and floor <= nt <= s_k):
+                break
+            t, r, c = nt, r - tok, c + 1
+        return c, t, r
+    cap = min(most, r // tok)
+    if cap <= 0 or not (floor <= t + add <= s_k):
+        return 0, t, r
+    est = (s_k - t) / add if add > 0.0 else float(cap)
+    n = cap if est >= cap else min(cap, int(est * (1 + 1e-9)) + 2)
+    sums = list(accumulate(repeat(add, n), initial=t))  # sums[j]: the time after j of them
+    c = bisect_right(sums, s_k, 1) - 1
+    t, r = sums[c], r - c * tok
+    while c < most:  # past the estimate (it was short): the loop from there
+        nt = t + add
+        if not (r >= tok and floor <= nt <= s_k):
+            break
+        t, r, c = nt, r - tok, c + 1
+    return c, t, r
 
 
 class _Follow:
@@ -57,12 +92,7 @@ class _Follow:
         while True:
             # g takes the next ones while it has room and adds nothing (it stays the pick: its (new time, -id)
             # only grows); the same additions as one :meth:`_apply` after another, the step's height unchanged
-            t, r, c, most = g_time[g], g_room[g], 0, end - pos
-            while c < most:
-                nt = t + add
-                if not (r >= tok and floor <= nt <= s_k):
-                    break
-                t, r, c = nt, r - tok, c + 1
+            c, t, r = _take(g_time[g], g_room[g], add, tok, floor, s_k, end - pos)
             if c:
                 members[g].extend(ids[pos:pos + c])
                 g_time[g], g_room[g] = t, r

@@ -39,10 +39,16 @@ class _Table:
         code_size = np.repeat(sc.sizes, 2)
         gpu = np.where(np.arange(t.shape[1])[None, :] // 2 >= need[first][:, None], code_size[None, :] * t, np.inf)
         by_gpu = np.argsort(gpu, axis=1, kind="stable")
-        n_fin = np.isfinite(gpu).sum(axis=1).tolist()  # the infinite (excluded) codes sort last
-        self.fam: list[list[int]] = [row[:c] for row, c in zip(by_gpu.tolist(), n_fin, strict=True)]
-        # per set of chosen sizes (bit mask of codes), each length's codes of those sizes, built on first use
-        self.fams: dict[int, list[list[int] | None]] = {}
+        # the infinite (excluded) codes sort last: -1 there; lengths with the same codes in the same order share
+        # one row (``fam_rows[fam_id[u]]``)
+        key = np.where(np.isfinite(np.take_along_axis(gpu, by_gpu, axis=1)), by_gpu, -1).astype(np.int8)
+        w, raw = key.shape[1], key.tobytes()
+        seen: dict[bytes, int] = {}
+        self.fam_id: list[int] = [seen.setdefault(raw[j:j + w], len(seen)) for j in range(0, len(raw), w)]
+        self.fam_rows: list[list[int]] = [[c for c in row if c >= 0] for row in
+                                          np.frombuffer(b"".join(seen), dtype=np.int8).reshape(-1, w).tolist()]
+        # per set of chosen sizes (bit mask of codes), each length's codes of those sizes
+        self.fams: dict[int, list[list[int]]] = {}
         # per size index, (the time table, its distinct lengths' time ranks) for :meth:`_Placer._order`
         self.ranks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -79,7 +85,7 @@ class _Placer(_Follow):
         # larger CP groups first (aligned blocks before the ranks fragment), then longest first
         order = self._order(sc, tab)
         self._start()
-        uid, time_rows, tok_rows, fam = tab.uid, tab.time_rows, tab.tok_rows, tab.fam
+        uid, time_rows, tok_rows = tab.uid, tab.time_rows, tab.tok_rows
         choice = self.choice.tolist()
         # only the codes of chosen sizes ever hold groups (groups open at a sequence's chosen size), and of
         # those only the spans some aligned slice of that size has: each distinct length's codes without the
@@ -87,12 +93,15 @@ class _Placer(_Follow):
         allowed = 0
         for kk in np.unique(self.choice).tolist():
             c = self.sizes[kk]
-            spans = {self._spans(start, c) for start in range(0, self.R - c + 1, c)} or {0, 1}
+            if c <= self.R:
+                self._spans(0, c)  # every aligned start's span, kept in span_rows
+            spans = set(self.span_rows.get(c, ())) or {0, 1}
             for b in spans:
                 allowed |= 1 << (2 * kk + b)
         fams = tab.fams.get(allowed)  # shared by the candidates with the same chosen sizes
         if fams is None:
-            fams = tab.fams[allowed] = [None] * len(fam)
+            rows = [[c for c in row if allowed >> c & 1] for row in tab.fam_rows]
+            fams = tab.fams[allowed] = [rows[j] for j in tab.fam_id]
         self._rows = (time_rows, tok_rows, fams)
         ids = order.tolist()
         if self.bulk and n:  # per position, the end of its run of equal length and CP size
@@ -109,10 +118,7 @@ class _Placer(_Follow):
             u, k = uid[i], choice[i]
             trow, tokrow = time_rows[u], tok_rows[u]
             self.zero_join = False
-            fu = fams[u]
-            if fu is None:
-                fu = fams[u] = [c for c in fam[u] if allowed >> c & 1]
-            best = self._join_option(trow, tokrow, fu)
+            best = self._join_option(trow, tokrow, fams[u])
             best = self._new_group_option(trow, k, best)
             best = self._new_step_option(trow, k, best)
             if self._pending is not None:
@@ -404,8 +410,9 @@ class _Placer(_Follow):
         keys = cell[0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
         p = self._prefix_end(keys, bisect_right(keys, (x, _INF)), s_k, add, lim, thr)
-        if p < len(keys) and keys[p][0] + add > lim and self._delta(s_k, keys[p][0] + add) <= thr:
-            self.bit = True  # within without the limit: the prefix would go on
+        if p < len(keys) and keys[p][0] + add > lim and keys[p][0] + add - s_k <= thr:  # (the increase's first term)
+            if self._delta(s_k, keys[p][0] + add) <= thr:  # within without the limit: the prefix would go on
+                self.bit = True
         pos = p - 1
         while pos >= 0 and room[-keys[pos][1]] < tok:
             pos -= 1
