@@ -217,8 +217,9 @@ def test_plan_with_two_jobs_reaps_its_workers():
 def test_screen_memo_is_the_per_candidate_screen(monkeypatch, step):
     """The memoised fixed-window screen (a layout's stage times shared by every cluster size, whole screens by
     equal configurations) gives exactly what screening each candidate from scratch gives, on random candidates
-    of three cluster sizes visited in random order; so does its lower bound. With the q/k checks of
-    ``--test-mode`` the host timeline reads DP (their all-gather), and the memo keeps DP apart."""
+    of three cluster sizes visited in random order; so do its lower bound and a simulated row's compute parts.
+    With the q/k checks of ``--test-mode`` the host timeline reads DP (their all-gather), and the memo keeps DP
+    apart."""
     import random
 
     import dcpsim.planning.screen as screen_mod
@@ -239,16 +240,18 @@ def test_screen_memo_is_the_per_candidate_screen(monkeypatch, step):
     sample = rng.sample(checked, min(120, len(checked)))
     sample += rng.sample(sample, 40)  # repeats: memo hits
     for memo in (screen_mod._DEVICE_MAX, screen_mod._STAGES, screen_mod._SCREENS, screen_mod._LAYOUT_KEYS,
-                 screen_mod._BOUND_BY_SECTIONS):
+                 screen_mod._BOUND_BY_SECTIONS, screen_mod._PARTS):
         memo.clear()
-    got = [(screen_mod.screen_fixed(ch.cfg, data, ch.cand.mbs), screen_mod.fixed_lower_bound_s(ch.cfg, data, ch.cand.mbs))
-           for ch in sample]
+    got = [(screen_mod.screen_fixed(ch.cfg, data, ch.cand.mbs), screen_mod.fixed_lower_bound_s(ch.cfg, data, ch.cand.mbs),
+            screen_mod.compute_parts_s(ch.cfg, data, ch.cand.mbs)) for ch in sample]
     shared = len(screen_mod._STAGES) < len({id(ch) for ch in sample})  # layouts shared across sizes
     assert shared == (not step)
     monkeypatch.setattr(screen_mod, "SCREEN_MEMO", False)
-    for ch, (parts, bound) in zip(sample, got, strict=True):
+    for ch, (parts, bound, compute) in zip(sample, got, strict=True):
         assert parts == screen_mod.screen_fixed_each(ch.cfg, data, ch.cand.mbs), ch.cand.label()
         assert bound == screen_mod.fixed_lower_bound_s(ch.cfg, data, ch.cand.mbs)
+        fresh = screen_mod.compute_parts_s(ch.cfg, data, ch.cand.mbs)  # the row's compute parts, memo off
+        assert list(compute.items()) == list(fresh.items())
         assert bound <= parts["time_s"] * (1 + 1e-12)  # a lower bound (what the bounded screen relies on)
 
 

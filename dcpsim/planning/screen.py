@@ -493,19 +493,26 @@ def compute_parts_s(cfg: RunConfig, data: DataSpec, mbs: int) -> dict[str, float
     layout's advantage be named (GEMM efficiency, TP communication, launch floors, ...).
     """
     cost = _cached_cost(cfg)
-    p = cfg.parallel
     L = int(data.seq_len)
-    bc = cost.batch_cost(np.full(mbs, L), np.zeros(mbs, dtype=np.int64), np.array([p.cp]), _spans(cfg, cost, [p.cp]))
+    lk = _layout_key(cfg, L, mbs) if SCREEN_MEMO else None
+    per = _PARTS.get(lk) if lk is not None else None
+    if per is None:  # one microbatch's parts: a layout's, whatever the DP (memoised by its layout key)
+        p = cfg.parallel
+        bc = cost.batch_cost(np.full(mbs, L), np.zeros(mbs, dtype=np.int64), np.array([p.cp]), _spans(cfg, cost, [p.cp]))
+        per = [(f"part_{name}_s", [float(getattr(bc, f)[0]) for f in fields if getattr(bc, f, None) is not None])
+               for name, fields in COMPUTE_PARTS.items()]
+        per.append(("part_embed_head_s", [float(getattr(bc, f)[0]) for f in ("embed_fwd_s", "embed_bwd_s", "head_fwd_s",
+                                                                           "head_bwd_s") if getattr(bc, f, None) is not None]))
+        if lk is not None:
+            _memo_put(_PARTS, lk, per)
     m = max(1, data.gbs // (cfg.dp * mbs))
-    out = {}
-    for name, fields in COMPUTE_PARTS.items():
-        vals = [float(getattr(bc, f)[0]) for f in fields if getattr(bc, f, None) is not None]
-        if vals:
-            out[f"part_{name}_s"] = m * sum(vals)
-    out["part_embed_head_s"] = m * sum(float(getattr(bc, f)[0]) for f in ("embed_fwd_s", "embed_bwd_s", "head_fwd_s",
-                                                                         "head_bwd_s") if getattr(bc, f, None) is not None)
+    out = {key: m * sum(vals) for key, vals in per[:-1] if vals}
+    out[per[-1][0]] = m * sum(per[-1][1])
     out["part_optimizer_s"] = float(np.max(_sync_cost(cfg, cost).optimizer_s))
     return out
+
+
+_PARTS: dict[tuple, list[tuple[str, list[float]]]] = {}  # compute_parts_s' per-microbatch parts by layout key
 
 
 def screen(cfg: RunConfig, data: DataSpec, *, mbs: int | None, dynamic: bool) -> dict[str, float]:
