@@ -467,3 +467,19 @@ def test_sweep_runs_resolve_as_with_updates():
         assert (got, gerr) == (want, werr), a
         if got is not None:
             assert resolve.hash(got) == want.config_hash() == got.config_hash(), a
+
+
+def test_run_streams_are_the_spawned_children():
+    """dcpsim.run.streams builds each stream alone, on first access: the generators of
+    ``SeedSequence(seed).spawn(4)`` (the same state, the same draws)."""
+    import numpy as np
+
+    from dcpsim.run.streams import NAMES, Streams
+
+    for seed in (0, 7, 2**32 - 1):
+        spawned = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(NAMES))]
+        lazy = Streams(seed)
+        assert not lazy
+        for name, ref in zip(reversed(NAMES), reversed(spawned), strict=True):
+            assert lazy[name].bit_generator.state == ref.bit_generator.state
+            assert np.array_equal(lazy[name].random(8), ref.random(8))

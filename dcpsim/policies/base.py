@@ -21,7 +21,7 @@ import inspect
 import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, ClassVar
 
 import numpy as np
@@ -111,8 +111,7 @@ class Policy(ABC):
 
     def options(self) -> dict[str, Any]:
         """The options this policy was built with (recorded in ``Plan.meta``)."""
-        sig = inspect.signature(type(self).__init__)
-        return {p: getattr(self, p) for p in sig.parameters if p != "self" and hasattr(self, p)}
+        return {p: getattr(self, p) for p in init_options(type(self)) if hasattr(self, p)}
 
     def plan(self, lengths, layout: Layout, cost, *, rng: np.random.Generator | None = None) -> Plan:
         """Plan one global batch.
@@ -183,6 +182,12 @@ def policy_class(name: str) -> type[Policy]:
     return _REGISTRY.get(name)
 
 
+@lru_cache(maxsize=256)
+def init_options(cls: type) -> tuple[str, ...]:
+    """The keyword options of a policy class: its ``__init__`` parameters but ``self`` (read once per class)."""
+    return tuple(p for p in inspect.signature(cls.__init__).parameters if p != "self")
+
+
 def get_policy(name: str, **options: Any) -> Policy:
     """An instance of the policy ``name`` built with ``options``.
 
@@ -190,7 +195,7 @@ def get_policy(name: str, **options: Any) -> Policy:
     is accepted.
     """
     cls = policy_class(name)
-    params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    params = list(init_options(cls))
     for key in options:
         if key not in params:
             raise ConfigError(f"policy.options.{key}", options[key], f"an option of policy {name!r} (one of {params})")

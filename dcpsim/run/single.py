@@ -45,6 +45,7 @@ from dcpsim.pipeline import activations_in_flight
 from dcpsim.policies.plan import Layout, Plan, cp_histogram_of
 from dcpsim.run.config import RunConfig
 from dcpsim.run.reuse import reused, run_key, simulator_part
+from dcpsim.run.streams import NAMES, Streams, stream
 from dcpsim.sim import (
     BREAKDOWN,
     ClusterSimulator,
@@ -158,13 +159,11 @@ def _simulator_parts(cfg: RunConfig, cost: CostModel, fault_rng: np.random.Gener
 
 
 def _streams(seed: int) -> dict[str, np.random.Generator]:
-    names = ("workload", "policy", "noise", "faults")
-    return {n: np.random.default_rng(s) for n, s in zip(names, np.random.SeedSequence(seed).spawn(len(names)), strict=True)}
+    return Streams(seed)  # dcpsim.run.streams: each stream made when first read
 
 
 def _fault_stream(seed: int) -> np.random.Generator:
-    """``_streams(seed)["faults"]`` alone: the 4th spawned child is ``SeedSequence(seed, spawn_key=(3,))``."""
-    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(3,)))
+    return stream(seed, NAMES.index("faults"))  # _streams(seed)["faults"] alone
 
 
 def _get_policy(cfg: RunConfig):
@@ -394,7 +393,8 @@ def _iterate(run: _Run) -> _Loop:
             stall = sampler.stall(i, offset) if sampler is not None else None
             # policies validate their plans (Policy.plan); hand-made plans are checked here
             rec = run.sim.simulate(plan, index=i, offset_s=offset, previous_iteration_s=prev,
-                                   rng=run.streams["noise"], validate=run.plans is not None, planning_stall_s=stall)
+                                   rng=run.streams["noise"] if cfg.sim.noise_cv > 0 else None,  # drawn from only with noise
+                                   validate=run.plans is not None, planning_stall_s=stall)
             _add_hist(loop.cp_hist, cp_histogram_of(rec.work.table.size, rec.work.table.n_seqs))  # the plan's groups
             ranks = rank_arrays(rec)
             row = iteration_row(rec, gpus, peak, ranks)
