@@ -156,7 +156,6 @@ def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, pr
     from dcpsim.run.executors import make_executor
     from dcpsim.run.pool import is_worker_death, reap_fork_server, restart_broken, retry_alone
 
-    bar = ProgressDisplay("searching", len(tasks), None if progress else False).__enter__()
     results: dict[int, dict[str, Any]] = {}
     # a worker pool costs each worker a fresh interpreter and imports (~1-2 s): not worth it for a few tasks
     n_workers = 1 if jobs == 1 or len(tasks) <= SERIAL_TASKS else min(jobs or 2, len(tasks))
@@ -173,9 +172,15 @@ def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, pr
         raise DcpsimError(f"a worker process died twice planning {t.gpu} x {t.gpus} "
                           f"({exc}); run again with fewer sizes or -j 1") from None
 
+    bar = None
     try:
-        for g in range(len(groups)):
-            submit(g)
+        if n_workers > 1:  # the workers fork now, before the progress bar's refresh thread runs (pool.fork_safe)
+            for g in range(len(groups)):
+                submit(g)
+        bar = ProgressDisplay("searching", len(tasks), None if progress else False).__enter__()
+        if n_workers == 1:  # each task runs here as it is submitted: under the bar
+            for g in range(len(groups)):
+                submit(g)
         while futs:
             done, _ = ex.wait_any(list(futs), timeout=0.5)
             for f in done:
@@ -191,7 +196,8 @@ def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, pr
                 results.update(zip(groups[g], out, strict=True))
                 bar.advance(len(out))
     finally:
-        bar.__exit__(None, None, None)
+        if bar is not None:
+            bar.__exit__(None, None, None)
         ex.close()
         reap_fork_server()  # the workers' processes end here, their CPU time counted as this process's children's
     return [results[i] for i in range(len(tasks))]
