@@ -82,14 +82,14 @@ is the time the real code was measured to take for such a batch
 **Speed.** The phases make the code's decisions with faster structures, not
 other rules: a run of long samples of one size takes its blocks at once
 (:func:`_long_blocks`), fillers come from a list with O(α) removal
-(:class:`_NormalPool`; the loop only finds them, the groups' FLOPs and tokens
-are summed after it in numpy, in the code's order of additions), normal
+(:class:`_NormalPool`; every group's first search is one ``searchsorted``, the loop only finds the
+fillers, the groups' FLOPs and tokens are summed after it in numpy, in the code's order of additions), normal
 samples go to the buckets in runs (:func:`_bulk_lowest`, then a run of equal samples at a time as a merge
 of the buckets' rising FLOPs, :func:`_merge_runs`), leftovers in a table sorted by
-tokens (:class:`_TokenTable`, runs moved in bulk), slots in a heap by FLOPs;
-the pipeline simulation keeps its ends in a few reused rows.
-``tests/test_pr2959_scale.py`` keeps the plain scans as the definition and
-checks identical plans (65,536 GPUs: ~138 s -> about 1 s of planning).
+tokens (:class:`_TokenTable`, runs moved in bulk; their FLOPs added after the loop, in its order), slots
+in a heap by FLOPs; the pipeline simulation keeps its ends in a few reused rows; integer sorts use numpy's
+radix sort (:func:`stable_argsort`). ``tests/test_pr2959_scale.py`` keeps the plain scans as the definition
+and checks identical plans and run times (65,536 GPUs: ~138 s -> about 0.8-1 s of planning on a 2-core Xeon).
 """
 
 from __future__ import annotations
