@@ -126,7 +126,8 @@ class _Candidate:
         is_long = bt.f[bt.order] > self.long_factor * self.mu
         if self.safe:  # safe mode: a sample one slot cannot hold is long
             is_long |= bt.tok1[bt.order] > bt.M
-        self.long_ids = bt.order[is_long].tolist()
+        self._long_arr = bt.order[is_long]  # ids, as an array (the phases index with it)
+        self.long_ids = self._long_arr.tolist()
         self.normal = bt.order[~is_long]  # ids, largest first (an int64 array)
         # the long samples are the first ones of the order (FLOPs and tokens grow with the length): the
         # normal ones are a suffix, whose lists are slices of the batch's
@@ -155,7 +156,7 @@ class _Candidate:
         out: list[int] = []
         n_long = len(self.long_ids)
         start = 0
-        q = np.ceil(bt.f[np.asarray(self.long_ids, dtype=np.int64)] / self.tau)  # math.ceil(f / τ), exactly
+        q = np.ceil(bt.f[self._long_arr] / self.tau)  # math.ceil(f / τ), exactly
         if n_long and not self.safe and q.max() < 2.0**52:  # whole numbers exact in float64 and int64
             c = np.minimum(np.minimum(_nearest_pow2_array(q), bt.cmax_slots), bt.K)
             c2 = _pow2_floor(np.maximum(c, 1))
@@ -199,7 +200,7 @@ class _Candidate:
         negf, nxt, size, p_len, removed = pool.negf, pool.nxt, pool.size, pool.lengths, pool.removed
         n_alive = pool.n_alive
         slack, safe, M, u = self.fill_slack, self.safe, bt.M, bt.u
-        li = np.asarray(self.long_ids, dtype=np.int64)
+        li = self._long_arr
         cs_a = np.asarray(sizes, dtype=np.int64)
         room_a = cs_a * self.tau - bt.f[li]  # c·τ − f, as the code computes it
         tok_a = per_rank_tokens(bt.L[li], cs_a * u)  # the long sample's own tokens per rank
@@ -298,7 +299,7 @@ class _Candidate:
             left = self._lowest_flops_first(ids, T, cap)
             self.n_leftovers = len(left)
             if left:
-                self.bl = self.bl.tolist()  # a list for the one-by-one leftovers
+                self._bl_arr, self.bl = self.bl, self.bl.tolist()  # a list for the one-by-one leftovers
                 left_a = np.asarray(left, dtype=np.int64)
                 self._leftovers(left_a[stable_argsort(-bt.L[left_a])], T, cap)  # longest first, stable
                 self.bl = np.array(self.bl, dtype=np.int64)
@@ -366,7 +367,7 @@ class _Candidate:
         if not left_a.size:
             return
         bt = self.batch
-        table = _TokenTable(self.bl)
+        table = _TokenTable(self._bl_arr)
         left, Lp = left_a.tolist(), bt.L[left_a].tolist()  # by position in ``left``
         limits = [None] * len(left) if cap == math.inf else (int(cap) - bt.tok1[left_a]).tolist()
         bl, seq, dest = self.bl, self.seq, self.dest
@@ -546,7 +547,7 @@ class _Candidate:
             gs = widths = np.zeros(1, dtype=np.int64)
         starts = (np.where(is_b, slot[order], gs[gid]) * u).tolist()
         sizes = (np.where(is_b, 1, widths[gid]) * u).tolist()
-        mems = _entry_members(self.seq, self.dest, len(self.bf), self.long_ids, self._fillers, self._gends, codes)
+        mems = _entry_members(self.seq, self.dest, len(self.bf), self._long_arr, self._fillers, self._gends, codes)
         flat = list(map(Group, starts, sizes, mems))  # a long group once: on its first slot
         out: list[Step] = [Step([])] if ps[0] != 0 else []  # entries start at list index 0 (else an empty step)
         out.extend(Step(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True))  # one step per index

@@ -429,7 +429,7 @@ def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
     return out
 
 
-def _entry_members(seq: np.ndarray, dest: np.ndarray, nb: int, long_ids: list[int], fillers: np.ndarray,
+def _entry_members(seq: np.ndarray, dest: np.ndarray, nb: int, long_ids: np.ndarray, fillers: np.ndarray,
                    gends: np.ndarray, codes: np.ndarray) -> list[list[int]]:
     """The members of each entry of ``codes`` (:meth:`_Candidate.steps`): bucket ``k`` (of ``nb``): the normal
     samples ``seq`` with ``dest == k``, in the order they joined; ``~g``: long group ``g``'s long sample
