@@ -534,7 +534,7 @@ class _Candidate:
         first = gs[~code[g]] == slot[g]
         keep = np.flatnonzero(~g)
         keep = np.sort(np.concatenate([keep, np.flatnonzero(g)[first]]))
-        order = keep[np.lexsort((slot[keep], pos[keep]))]
+        order = keep[stable_argsort(pos[keep] * self.batch.K + slot[keep])]  # by list index, then slot
         if not order.size:
             return []
         u, n_long = self.batch.u, len(self.long_ids)

@@ -265,7 +265,7 @@ def _bulk_deal(ks: np.ndarray, fks: np.ndarray, slots: list[np.ndarray], fsum: l
         k = min(elig.size, n - pos)
         if k == 0:
             break
-        e = elig[np.lexsort((elig, f[elig]))][:k]  # least FLOPs first, ties to the lowest slot
+        e = elig[np.argsort(f[elig], kind="stable")][:k]  # least FLOPs first, ties to the lowest slot
         new = f[e] + fks[pos:pos + k]
         good = np.ones(k, dtype=bool)
         good[1:] = np.minimum.accumulate(new)[:-1] > f[e[1:]]
@@ -341,12 +341,11 @@ def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
     ``_BULK_MIN`` (:func:`_merge_runs` takes over from there, from the same state).
     """
     n, nb = fs.size, bf.size
-    ks = np.arange(nb)
     pos = 0
     placed: list[np.ndarray] = []
     while pos < n:
         k = min(nb, n - pos)
-        e = np.lexsort((ks, bf))[:k]  # lowest FLOPs first, ties to the lowest bucket
+        e = np.argsort(bf, kind="stable")[:k]  # lowest FLOPs first, ties to the lowest bucket
         new = bf[e] + fs[pos:pos + k]
         good = bl[e] <= lims[pos:pos + k]
         good[1:] &= np.minimum.accumulate(new)[:-1] > bf[e[1:]]
