@@ -137,7 +137,8 @@ def worker_pool(workers: int, *, preload: tuple[str, ...] = (), initializer=None
         import importlib
 
         for name in preload:
-            importlib.import_module(name)
+            with contextlib.suppress(ImportError):  # as the fork server's preload does
+                importlib.import_module(name)
         method = "fork"
     ctx = mp.get_context(method)
     if method == "forkserver":
