@@ -526,3 +526,28 @@ def test_nvlink_span_one_rule_for_policies_and_sim():
             starts = np.arange(0, R - c + 1, c)
             per_stage = np.array([topo.group_spans_network(p, starts, c) for p in range(pp)])
             assert (lay.spans_network(starts, c) == per_stage.any(axis=0)).all()
+
+
+def test_layout_memo_of_a_reused_simulator_gives_fresh_results():
+    """A simulator keeps what depends on the group layout alone (CP spans and factors, pipeline links) per
+    layout, read-only: simulating plans again on it (a sweep task's runs) gives what a fresh simulator gives,
+    with pods, a degraded link and stragglers (factors below the network scale)."""
+    from dcpsim.run.single import _prepare
+
+    cfg = config_from_dict({"cluster": {"gpus": 64}, "parallel": {"tp": 1, "pp": 4, "cp": 2, "max_tokens_per_rank": 16384},
+                            "hardware": {"nvlink_domain_gpus": 4, "pod_gpus": 16, "oversubscription": 2.0},
+                            "workload": {"name": "github", "gbs": 64, "max_len": 32768},
+                            "sim": {"degraded_link_scale": 0.5, "straggler_fraction": 0.1, "straggler_slowdown": 1.5}})
+    plans = [_prepare(cfg.with_updates({"sim.seed": s, "policy.name": p}), None, None) for s in (1, 2) for p in
+             ("packing", "dynamic")]
+    plans = [r.policy.plan(r.dist.sample(64, r.streams["workload"]), r.layout, r.cost) for r in plans]
+    shared = _prepare(cfg, None, None).sim
+    for plan in plans + plans:  # the second pass from the memo
+        fresh = _prepare(cfg, None, None).sim.simulate(plan)
+        again = shared.simulate(plan)
+        for name in ("fwd_s", "bwd_s", "xfer_s", "spans_network", "p2p_network_alone_s", "p2p_nvlink_s"):
+            assert np.array_equal(getattr(again.work, name), getattr(fresh.work, name)), name
+        assert again.timeline.makespan_s == fresh.timeline.makespan_s
+        assert not again.work.spans_network.flags.writeable
+    assert len(shared.durations._by_layout) == 2 * len({p.arrays().start.tobytes() + p.arrays().size.tobytes()
+                                                        for p in plans})

@@ -231,6 +231,9 @@ class DurationModel:
             rank = (g % (topology.tp * R)) // topology.tp
             self._slow_rank[stage, rank] = True
         self._p2p_links: list | None = None  # per pipeline link (topology.p2p_links), on first use
+        # what depends on the groups' ranks alone (the group layout), per layout: a simulator reused by a sweep
+        # task's runs (dcpsim.run.reuse) sees the same layouts again (a static policy's, each step count)
+        self._by_layout: dict[tuple, tuple] = {}
 
     @property
     def _p2p(self) -> list:  # (crosses the network, factor) per pipeline link (a sync cost alone needs none)
@@ -476,16 +479,33 @@ class DurationModel:
             fwd[:, hit] += self.settings.cp_switch_s
             bwd[:, hit] += self.settings.cp_switch_s
 
+    def _layout_memo(self, kind: str, G: int, starts: np.ndarray, sizes: np.ndarray, make) -> tuple:
+        """``make()`` for these groups' ranks (``starts``/``sizes``, ``G`` groups), once per layout (read-only)."""
+        key = (kind, G, starts.dtype.str, starts.tobytes(), sizes.dtype.str, sizes.tobytes())
+        hit = self._by_layout.get(key)
+        if hit is None:
+            hit = make()
+            for a in (x for part in hit for x in (part if isinstance(part, tuple) else (part,))):
+                a.setflags(write=False)
+            if len(self._by_layout) >= 256:
+                self._by_layout.clear()
+            self._by_layout[key] = hit
+        return hit
+
     def _spans(self, table: GroupTable, starts: np.ndarray, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(whether each real group leaves its NVLink domain, its network factor), ``(PP, G)``."""
+        """(whether each real group leaves its NVLink domain, its network factor), ``(PP, G)`` (read-only)."""
         topo, G, P = self.topo, table.n_groups, table.n_real
-        spans = np.zeros((topo.pp, G), dtype=bool)
-        factor = np.ones((topo.pp, G))
-        for p in range(topo.pp):
-            spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1)
-            f = self.network.cp_factor(p, starts, cps)
-            factor[p, :P] = np.where(spans[p, :P], f, 1.0)
-        return spans, factor
+
+        def make() -> tuple[np.ndarray, np.ndarray]:
+            spans = np.zeros((topo.pp, G), dtype=bool)
+            factor = np.ones((topo.pp, G))
+            for p in range(topo.pp):
+                spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1)
+                f = self.network.cp_factor(p, starts, cps)
+                factor[p, :P] = np.where(spans[p, :P], f, 1.0)
+            return spans, factor
+
+        return self._layout_memo("spans", G, starts, cps, make)
 
     def _vary(self, table: GroupTable, fwd_parts, bwd_parts, extras, noise_cv: float,
               rng: np.random.Generator | None) -> None:
@@ -527,6 +547,17 @@ class DurationModel:
         nbytes = local * cost.model.hidden * 2.0 / cost.tp
         t_nvl = prof.collective_time_s("sendrecv", "nvlink", nbytes, 2)
         t_net = prof.collective_time_s("sendrecv", "network", nbytes, 2)
+        for p, (g_cross, g_fac) in enumerate(self._layout_memo("p2p", G, table.start, table.size,
+                                                               lambda: self._link_groups(table))):
+            xfer[p] = np.where(g_cross, t_net / g_fac, t_nvl)
+        self._p2p_alone = (np.asarray(t_net, dtype=float) / topo.network_scale + np.zeros(G),
+                           np.asarray(t_nvl, dtype=float) + np.zeros(G))
+        return xfer
+
+
+    def _link_groups(self, table: GroupTable) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+        """Per pipeline link: whether each group's send crosses the network, and its network factor, ``(G,)``."""
+        topo, G, out = self.topo, table.n_groups, []
         for p in range(topo.n_links):
             cross, fac = self._p2p[p]
             g_cross = slice_any(cross, table.start, table.size)
@@ -534,10 +565,8 @@ class DurationModel:
             for v in np.unique(fac[cross]):
                 if v < topo.network_scale:
                     g_fac = np.where(slice_any(cross & (fac <= v), table.start, table.size), np.minimum(g_fac, v), g_fac)
-            xfer[p] = np.where(g_cross, t_net / g_fac, t_nvl)
-        self._p2p_alone = (np.asarray(t_net, dtype=float) / topo.network_scale + np.zeros(G),
-                           np.asarray(t_nvl, dtype=float) + np.zeros(G))
-        return xfer
+            out.append((g_cross, g_fac))
+        return tuple(out)
 
 
 def pass_shape(cost, vp: int, cps, n_seqs=None, first_step=None) -> PassShape:
