@@ -70,7 +70,7 @@ def _check_reuse(layout, lengths, bulk: bool) -> tuple[int, int]:
             continue
         total += 1
         p = _Placer(sc, layout, cap, need, choice, height, ctx.table)
-        p.bulk = bulk
+        p.bulk, p.track = bulk, True
         plan = p.run("dynamic-solver", lengths)
         if p.unbounded_same():
             same += 1
@@ -158,3 +158,31 @@ def test_take_equals_the_per_sequence_loop():
             s_k = t + add * k * float(rng.uniform(0.9, 1.1))
         floor = float(rng.choice([-np.inf, t, t + add, t + 2 * add + 1e-12]))
         assert _take(t, r, add, tok, floor, s_k, most) == _take_loop(t, r, add, tok, floor, s_k, most)
+
+
+def test_join_search_cut_gives_the_plans_without_it(monkeypatch):
+    """The join search that stops at the codes dearer than a first new group adding nothing (and returns no
+    join where those codes hold nothing near zero) gives the plans of the full join search, meta included,
+    on random batches; the cut does return no join for many sequences."""
+    from dcpsim.policies import solver_placer
+
+    join = solver_placer._Placer._join_option
+    cut = []
+
+    def counted(self, trow, tokrow, fam, first=None):
+        out = join(self, trow, tokrow, fam, first)
+        cut.append(first is not None and out is None and self._cut)
+        return out
+
+    def uncut(self, trow, tokrow, fam, first=None):
+        return join(self, trow, tokrow, fam, None)
+
+    for layout, lengths in _batches(17, 12):
+        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+        with monkeypatch.context() as m:
+            m.setattr(solver_placer._Placer, "_join_option", uncut)
+            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
+        with monkeypatch.context() as m:
+            m.setattr(solver_placer._Placer, "_join_option", counted)
+            assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+    assert sum(cut) > 100

@@ -188,6 +188,7 @@ class DynamicSolverPolicy(Policy):
         screen = self._screen(lengths, layout, sc, need, ctx.table) if self.screen and n > self.screen_above else None
         cands = []
         full = _Full(sc, layout, cap, need, ctx.table, self.name, lengths, cost)
+        full.wanted = ctx.unbounded_choices()
         for m, choice, height in ctx.candidates():
             if screen is not None and screen.takes(sc.sizes, choice):
                 plan, ev = screen.place(self.name, ctx, choice, height, cost)
@@ -255,6 +256,7 @@ class _Full:
         self.args = (sc, layout, cap, need)
         self.table, self.name, self.lengths, self.cost = table, name, lengths, cost
         self.unbounded: dict[bytes, tuple[Plan, object]] = {}  # choice -> (plan, score) valid without a limit
+        self.wanted: set[bytes] | None = None  # the choices of the candidates without a limit (set by the caller)
 
     def place(self, choice: np.ndarray, height: float) -> tuple[Plan, object]:
         """(plan, :func:`evaluate_plan` score) of the candidate (CP size index per sequence, height limit)."""
@@ -263,9 +265,11 @@ class _Full:
             plan, ev = self.unbounded[key]
             return copy(plan), ev
         placer = _Placer(*self.args, choice, height, self.table)
+        # the limit's effect is tracked only where a candidate without one may have this choice
+        placer.track = np.isfinite(height) and (self.wanted is None or key in self.wanted)
         plan = placer.run(self.name, self.lengths)
         ev = evaluate_plan(plan, self.cost)
-        if np.isfinite(height) and getattr(placer, "unbounded_same", None) is not None and placer.unbounded_same():
+        if placer.track and getattr(placer, "unbounded_same", None) is not None and placer.unbounded_same():
             self.unbounded.setdefault(key, (plan, ev))
         return plan, ev
 
@@ -303,6 +307,18 @@ class _Search:
         else:
             self.worse += 1
 
+    def _choice_u(self, target: float) -> np.ndarray:
+        """Per distinct length, the smallest CP size index whose time is within ``target`` seconds (the
+        fastest if none)."""
+        under = self.tfeas <= target
+        return np.where(under.any(axis=0), np.argmax(under, axis=0), self.fastest)
+
+    def unbounded_choices(self) -> set[bytes]:
+        """The CP choices (per sequence, as bytes) of the candidates without a height limit (``m = m0``):
+        those a candidate with a limit may stand in for (:class:`_Full`)."""
+        R = self.layout.ranks_per_stage
+        return {self._choice_u(f * (self.W / (R * self.m0)))[self.inv].tobytes() for f in (1.0, 2.0)}
+
     def candidates(self):
         """(m, CP size index per sequence, step height cap) per distinct candidate."""
         m0, R, n, nu = self.m0, self.layout.ranks_per_stage, self.sc.lengths.size, self.tfeas.shape[1]
@@ -315,8 +331,7 @@ class _Search:
             tau = self.W / (R * m)
             if f == 1.0 and (self.worse >= 3 or (m > m0 + self.extra and tau < 0.5 * self.t_floor)):
                 return  # targets below the longest sequence's time, or no longer improving
-            under = self.tfeas <= f * tau
-            choice_u = np.where(under.any(axis=0), np.argmax(under, axis=0), self.fastest)
+            choice_u = self._choice_u(f * tau)
             height = max(tau, float(self.tfeas[choice_u, np.arange(nu)].max())) if m > m0 else np.inf
             choice = choice_u[self.inv]
             key = choice.astype(np.int16).tobytes() + np.float64(height).tobytes()

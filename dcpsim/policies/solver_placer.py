@@ -64,6 +64,7 @@ class _Placer(_Follow):
     """
 
     bulk = True  # place runs of equal sequences by :meth:`_follow` (False: one full decision each, the reference)
+    track = False  # record whether the height limit changed a decision (:meth:`unbounded_same`; set by the caller)
 
     def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, choice: np.ndarray, height: float,
                  table: _Table | None = None) -> None:
@@ -118,8 +119,9 @@ class _Placer(_Follow):
             u, k = uid[i], choice[i]
             trow, tokrow = time_rows[u], tok_rows[u]
             self.zero_join = False
-            best = self._join_option(trow, tokrow, fams[u])
-            best = self._new_group_option(trow, k, best)
+            opts = self._new_groups(trow, k)
+            best = self._join_option(trow, tokrow, fams[u], opts[0] if opts and opts[0][0] == 0.0 else None)
+            best = self._new_group_option(opts, best)
             best = self._new_step_option(trow, k, best)
             if self._pending is not None:
                 self._settle(trow, k)
@@ -152,7 +154,7 @@ class _Placer(_Follow):
         decision (which opens a step alone whatever ``gmax`` is) when that step is at least the height."""
         if not np.isfinite(self.height) or not self.S:
             return True
-        return not self.bit and (self.pp == 1 or self.t_first >= self.height)
+        return self.track and not self.bit and (self.pp == 1 or self.t_first >= self.height)
 
     def _settle(self, trow: list[float], k: int) -> None:
         """The decision just made had no join, and without the height limit it would have had one that
@@ -249,16 +251,31 @@ class _Placer(_Follow):
         return d
 
     # ---------------------------------------------------------- options
-    def _join_option(self, trow: list[float], tokrow: list[int], fam: list[int]):
+    def _join_option(self, trow: list[float], tokrow: list[int], fam: list[int], first: tuple | None = None):
         """The best open group to join: least makespan increase, then fewest GPU-seconds, then fullest
-        (lowest id on ties).
+        (lowest id on ties); None where there is none, or where the first new group compared after it
+        (``first``, an option that adds nothing) beats it for sure.
 
         Most sequences fit somewhere without raising a step: the search first assumes the least
         increase is 0 and keeps its answer if it found a group that adds exactly nothing; otherwise it
         computes the least increase over every open group and searches with that threshold.
+
+        With ``first`` (time ``a1``, GPU-seconds ``g1``), the searches stop at the first code above
+        ``g1·(1 + 2e-9)`` GPU-seconds while they have found nothing: :func:`_better` has ``first`` beat a
+        join whose GPU-seconds exceed that (they are equal in increase or ``first`` adds less), or whose
+        increase exceeds its tolerance ``1e-9·(gmax + a1 + new time)``; a join keeps ``first`` out only with
+        an increase within about ``3e-9·gmax + 1e-9·a1`` (the least increase within that tolerance, the
+        pick within ``1e-9·(gmax + d0)`` of it, its new time at most ``gmax`` plus its increase). So
+        where the codes as cheap as ``first`` hold no group within ``1e-8·(gmax + a1)``, no join is
+        returned: the comparisons then go on from ``first`` as they would after it beat the join.
         """
         thr0 = 1e-9 * (self.gmax + 0.0)
-        found = self._search(trow, tokrow, fam, thr0)
+        cut = _INF if first is None else first[1] * (1 + 2e-9)
+        found = self._search(trow, tokrow, fam, thr0, cut)
+        if self._cut:  # nothing within thr0 as cheap as ``first``: near zero, or ``first`` beats any join
+            if self._search(trow, tokrow, fam, 1e-8 * (self.gmax - first[2]), cut) is None:
+                return None
+            found = self._search(trow, tokrow, fam, thr0)
         if found is not None and found[3]:
             self.zero_join = True
             return (0.0, found[0], -found[1], 0, ("join", -found[2]))
@@ -318,7 +335,7 @@ class _Placer(_Follow):
             self.buckets.park(cell, range(pos - 1, -1, -1), room)
         return out
 
-    def _search(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float):
+    def _search(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float, cut: float = _INF):
         """Among groups whose increase is within ``thr``: the fewest GPU-seconds, then the fullest.
 
         Codes go by increasing GPU-seconds; the first with such a group sets the least, and only codes
@@ -326,10 +343,11 @@ class _Placer(_Follow):
         group found adds exactly nothing) or None. Keeps the best (new time, -group) of the cells other than
         the pick's as ``_outside`` (each cell's own pick is the same whatever it is compared with: a cell
         is asked for a pick that beats the other cells' best so far, and the larger of the two is the best).
+        While nothing is found, a code above ``cut`` GPU-seconds ends the search (``_cut``: it did).
         """
         best = other = (-_INF, 0)  # (new time, -group): the best pick, and the best of the other cells
         gmin = top = _INF  # top: gmin * (1 + 1e-9)
-        zero = False
+        zero = self._cut = False
         by_code = self.buckets.by_code
         sizes, S, H, fullest = self.sizes, self.S, self.height, self._fullest_in_cell
         for code in fam:
@@ -339,6 +357,9 @@ class _Placer(_Follow):
             add = trow[code]
             gpu = sizes[code >> 1] * add
             if gpu > top:
+                break
+            if gpu > cut and top == _INF:
+                self._cut = True
                 break
             tok = tokrow[code >> 1]
             for st, cell in cells.items():
@@ -410,7 +431,7 @@ class _Placer(_Follow):
         keys = cell[0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
         p = self._prefix_end(keys, bisect_right(keys, (x, _INF)), s_k, add, lim, thr)
-        if p < len(keys) and keys[p][0] + add > lim and keys[p][0] + add - s_k <= thr:  # (the increase's first term)
+        if self.track and p < len(keys) and keys[p][0] + add > lim and keys[p][0] + add - s_k <= thr:  # (1st term)
             if self._delta(s_k, keys[p][0] + add) <= thr:  # within without the limit: the prefix would go on
                 self.bit = True
         pos = p - 1
@@ -435,11 +456,13 @@ class _Placer(_Follow):
         pick = (newt, neg)
         return (zero, pick if pick > best else None)
 
-    def _new_group_option(self, trow: list[float], k: int, best):
-        """A new group of the sequence's size on free ranks of an open step, if one beats ``best``. Keeps
-        each open step's option as (time, increase) in ``_new_opts`` (for :meth:`_others_lose`)."""
+    def _new_groups(self, trow: list[float], k: int) -> list[tuple]:
+        """Each open step's new group of the sequence's size on its lowest free aligned slice (not past the
+        height), as an option (increase, GPU-seconds, -time, 1, action), in step order. Keeps each as
+        (time, increase) in ``_new_opts`` (for :meth:`_others_lose`)."""
         c, H, pp1 = self.sizes[k], self.height, self.pp - 1
         self._new_opts = kept = []
+        opts = []
         for kk in self.open_steps:
             start = self._free_start(kk, c)
             if start < 0:
@@ -453,7 +476,12 @@ class _Placer(_Follow):
             Sn = max(s_k, a1)
             delta = (Sn - s_k) + pp1 * max(0.0, Sn - self.gmax)
             kept.append((a1, delta))
-            opt = (delta, c * a1, -a1, 1, ("new", kk, start, b))
+            opts.append((delta, c * a1, -a1, 1, ("new", kk, start, b)))
+        return opts
+
+    def _new_group_option(self, opts: list[tuple], best):
+        """The best of ``best`` and the new groups ``opts`` (:meth:`_new_groups`), compared in turn."""
+        for opt in opts:
             if best is None or _better(opt, best, self.gmax):
                 best = opt
         return best
