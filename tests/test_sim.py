@@ -529,9 +529,9 @@ def test_nvlink_span_one_rule_for_policies_and_sim():
 
 
 def test_layout_memo_of_a_reused_simulator_gives_fresh_results():
-    """A simulator keeps what depends on the group layout alone (CP spans and factors, pipeline links) per
-    layout, read-only: simulating plans again on it (a sweep task's runs) gives what a fresh simulator gives,
-    with pods, a degraded link and stragglers (factors below the network scale)."""
+    """A simulator keeps what depends on the group layout alone (CP spans and factors, pipeline links, host ops)
+    per layout, read-only: simulating plans again on it (a sweep task's runs) gives what a fresh simulator
+    gives, with pods, a degraded link and stragglers (factors below the network scale), static and dynamic."""
     from dcpsim.run.single import _prepare
 
     cfg = config_from_dict({"cluster": {"gpus": 64}, "parallel": {"tp": 1, "pp": 4, "cp": 2, "max_tokens_per_rank": 16384},
@@ -547,7 +547,8 @@ def test_layout_memo_of_a_reused_simulator_gives_fresh_results():
         again = shared.simulate(plan)
         for name in ("fwd_s", "bwd_s", "xfer_s", "spans_network", "p2p_network_alone_s", "p2p_nvlink_s"):
             assert np.array_equal(getattr(again.work, name), getattr(fresh.work, name)), name
+        for name in ("host_s", "kernels", "sync_before", "sync_after"):  # the host ops (kept per CP sizes, flags)
+            assert np.array_equal(getattr(again.work.host, name), getattr(fresh.work.host, name)), name
         assert again.timeline.makespan_s == fresh.timeline.makespan_s
-        assert not again.work.spans_network.flags.writeable
-    assert len(shared.durations._by_layout) == 2 * len({p.arrays().start.tobytes() + p.arrays().size.tobytes()
-                                                        for p in plans})
+        assert not again.work.spans_network.flags.writeable and not again.work.host.host_s.flags.writeable
+    assert len(shared.durations._by_layout) <= 3 * len(plans)

@@ -54,7 +54,7 @@ embedding (``embed_*``), the last the output layer and loss (``head_*``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 import numpy as np
 
@@ -231,8 +231,7 @@ class DurationModel:
             rank = (g % (topology.tp * R)) // topology.tp
             self._slow_rank[stage, rank] = True
         self._p2p_links: list | None = None  # per pipeline link (topology.p2p_links), on first use
-        # what depends on the groups' ranks alone (the group layout), per layout: a simulator reused by a sweep
-        # task's runs (dcpsim.run.reuse) sees the same layouts again (a static policy's, each step count)
+        # per group layout, what depends on it alone (_layout_memo): a sweep task's runs share a simulator
         self._by_layout: dict[tuple, tuple] = {}
 
     @property
@@ -367,9 +366,12 @@ class DurationModel:
         if not host.enabled or self.host_flags is None:
             return None
         first = (table.step == table.step.min()) if table.n_groups else np.zeros(0, dtype=bool)
-        shape = pass_shape(self.cost, self.topo.vp, cps, n_seqs=table.n_seqs, first_step=first)
-        flags = replace(self.host_flags, thd=bool(plan.dynamic), dynamic_cp=bool(plan.dynamic))
-        return host_ops(shape, host, flags)
+        dyn, flags = bool(plan.dynamic), replace(self.host_flags, thd=bool(plan.dynamic), dynamic_cp=bool(plan.dynamic))
+        # host_ops reads a group's documents only as "more than one" under THD and the first step only under
+        # Dynamic CP (both: dynamic plans; dcpsim.cost.host), so the ops are kept per CP sizes and those flags
+        seen = np.concatenate([np.asarray(table.n_seqs) > 1, first]) if dyn else np.zeros(0, dtype=bool)
+        return self._layout_memo(f"host{int(dyn)}", table.n_groups, np.asarray(cps), seen, lambda: (host_ops(
+            pass_shape(self.cost, self.topo.vp, cps, n_seqs=table.n_seqs, first_step=first), host, flags),))[0]
 
     def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,
              rng: np.random.Generator | None = None, arrays: PlanArrays | None = None) -> IterationWork:
@@ -481,14 +483,10 @@ class DurationModel:
 
     def _layout_memo(self, kind: str, G: int, starts: np.ndarray, sizes: np.ndarray, make) -> tuple:
         """``make()`` for these groups' ranks (``starts``/``sizes``, ``G`` groups), once per layout (read-only)."""
-        key = (kind, G, starts.dtype.str, starts.tobytes(), sizes.dtype.str, sizes.tobytes())
-        hit = self._by_layout.get(key)
+        hit = self._by_layout.get(key := (kind, G, starts.dtype.str, starts.tobytes(), sizes.dtype.str, sizes.tobytes()))
         if hit is None:
-            hit = make()
-            for a in (x for part in hit for x in (part if isinstance(part, tuple) else (part,))):
-                a.setflags(write=False)
-            if len(self._by_layout) >= 256:
-                self._by_layout.clear()
+            _read_only(hit := make())
+            self._by_layout.clear() if len(self._by_layout) >= 256 else None
             self._by_layout[key] = hit
         return hit
 
@@ -497,8 +495,7 @@ class DurationModel:
         topo, G, P = self.topo, table.n_groups, table.n_real
 
         def make() -> tuple[np.ndarray, np.ndarray]:
-            spans = np.zeros((topo.pp, G), dtype=bool)
-            factor = np.ones((topo.pp, G))
+            spans, factor = np.zeros((topo.pp, G), dtype=bool), np.ones((topo.pp, G))
             for p in range(topo.pp):
                 spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1)
                 f = self.network.cp_factor(p, starts, cps)
@@ -567,6 +564,14 @@ class DurationModel:
                     g_fac = np.where(slice_any(cross & (fac <= v), table.start, table.size), np.minimum(g_fac, v), g_fac)
             out.append((g_cross, g_fac))
         return tuple(out)
+
+
+def _read_only(x) -> None:
+    """Every array of ``x`` (an array, a tuple or dataclass of them) made read-only (kept in a memo)."""
+    if isinstance(x, np.ndarray):
+        x.setflags(write=False)
+    for y in x if isinstance(x, tuple) else (getattr(x, f.name) for f in fields(x)) if is_dataclass(x) else ():
+        _read_only(y)
 
 
 def pass_shape(cost, vp: int, cps, n_seqs=None, first_step=None) -> PassShape:
