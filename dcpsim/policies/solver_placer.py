@@ -364,6 +364,11 @@ class _Placer(_Follow):
             tok = tokrow[code >> 1]
             for st, cell in cells.items():
                 s_k = S[st]
+                keys = cell[0]
+                # the cell's lowest listed group raises its step past thr (its increase is at least its new
+                # time less s_k), so every one does, and no parked one comes back: no hit, nothing to move
+                if keys and keys[0][0] + add - s_k > thr and not (cell[1] and -cell[1][0][0] >= tok):
+                    continue
                 hit = fullest(cell, s_k, add, (s_k if s_k >= H else H) * (1 + 1e-12), tok, thr, other)
                 if hit is None:
                     continue
