@@ -289,17 +289,23 @@ def _plans(lengths, layout, opts):
     return comparable(plan)
 
 
+def _fast_equals_scan(monkeypatch, rng):
+    """One random case planned by the fast phases and by the scan reference: equal plans (returned)."""
+    lengths, layout, opts = _case(rng)
+    fast = _plans(lengths, layout, opts)
+    with monkeypatch.context() as m:
+        m.setattr(pr, "_Candidate", _ScanCandidate)
+        ref = _plans(lengths, layout, opts)
+    assert fast == ref
+    return fast
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_fast_phases_give_the_scan_plans(monkeypatch, seed):
     rng = np.random.default_rng(seed)
     seen = {"safe_mode": 0, "leftovers": 0, "overflow_blocks": 0, "plain": 0}
     for _ in range(20):
-        lengths, layout, opts = _case(rng)
-        fast = _plans(lengths, layout, opts)
-        with monkeypatch.context() as m:
-            m.setattr(pr, "_Candidate", _ScanCandidate)
-            ref = _plans(lengths, layout, opts)
-        assert fast == ref
+        fast = _fast_equals_scan(monkeypatch, rng)
         if isinstance(fast, dict):
             meta = fast["meta"]
             for k in ("safe_mode", "leftovers", "overflow_blocks"):
@@ -563,12 +569,7 @@ def test_fast_phases_give_the_scan_plans_more_seeds(monkeypatch, seed):
     """The random cases of test_fast_phases_give_the_scan_plans on eight more seeds."""
     rng = np.random.default_rng(seed)
     for _ in range(20):
-        lengths, layout, opts = _case(rng)
-        fast = _plans(lengths, layout, opts)
-        with monkeypatch.context() as m:
-            m.setattr(pr, "_Candidate", _ScanCandidate)
-            ref = _plans(lengths, layout, opts)
-        assert fast == ref
+        _fast_equals_scan(monkeypatch, rng)
 
 
 @pytest.mark.slow
