@@ -38,6 +38,7 @@ from dcpsim.planning.inputs import DataSpec
 from dcpsim.planning.space import _cached_cost
 from dcpsim.planning.timeline import RankOps, bubble_stage_s, busy_floor_s, rank_busy_s, rank_ops
 from dcpsim.run.config import RunConfig
+from dcpsim.run.streams import NAMES, stream
 
 _SYNC_CACHE: dict[tuple, Any] = {}
 # the gradient sync does not depend on these parallel fields
@@ -403,15 +404,14 @@ def _microbatch_table(cfg: RunConfig, cost, L: int, combos=None) -> dict[tuple[i
 
 
 def first_batch(data: DataSpec, gbs: int, seed: int) -> np.ndarray:
-    """The first global batch ``run_simulation`` samples for ``seed`` (same stream: the first of four spawned)."""
+    """The first global batch ``run_simulation`` samples for ``seed`` (the same workload stream)."""
     key = (repr(data.workload), data.min_len, data.max_len, gbs, seed)
     lens = _BATCH_CACHE.get(key)
     if lens is None:
         from dcpsim.workload import get_workload, sample_global_batch
 
         dist = get_workload(data.workload, min_len=data.min_len, max_len=data.max_len)
-        rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(4)[0])
-        lens = _BATCH_CACHE[key] = sample_global_batch(dist, gbs, rng)
+        lens = _BATCH_CACHE[key] = sample_global_batch(dist, gbs, stream(seed, NAMES.index("workload")))
     return lens
 
 
