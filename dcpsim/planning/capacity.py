@@ -160,7 +160,9 @@ def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, pr
     # a worker pool costs each worker a fresh interpreter and imports (~1-2 s): not worth it for a few tasks
     n_workers = 1 if jobs == 1 or len(tasks) <= SERIAL_TASKS else min(jobs or 2, len(tasks))
     groups = [[i] for i in range(len(tasks))] if n_workers == 1 else task_groups(tasks, n_workers)
-    ex = make_executor(jobs=n_workers, fork=True)  # forked from here: no fork server importing everything again
+    # forked from here (no fork server importing everything again), every worker at once, before the progress
+    # bar's refresh thread runs (pool.worker_pool, pool.fork_safe)
+    ex = make_executor(jobs=n_workers, fork=True)
     futs: dict[Any, tuple[int, int, int]] = {}  # future -> (group, attempt, pool generation)
 
     def submit(g: int, attempt: int = 1) -> None:
@@ -174,13 +176,9 @@ def run_tasks(tasks: list[Task], settings: TaskSettings, *, jobs: int | None, pr
 
     bar = None
     try:
-        if n_workers > 1:  # the workers fork now, before the progress bar's refresh thread runs (pool.fork_safe)
-            for g in range(len(groups)):
-                submit(g)
         bar = ProgressDisplay("searching", len(tasks), None if progress else False).__enter__()
-        if n_workers == 1:  # each task runs here as it is submitted: under the bar
-            for g in range(len(groups)):
-                submit(g)
+        for g in range(len(groups)):  # with one worker each task runs here as it is submitted: under the bar
+            submit(g)
         while futs:
             done, _ = ex.wait_any(list(futs), timeout=0.5)
             for f in done:
