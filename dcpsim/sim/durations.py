@@ -486,8 +486,7 @@ class DurationModel:
         hit = self._by_layout.get(key := (kind, G, starts.dtype.str, starts.tobytes(), sizes.dtype.str, sizes.tobytes()))
         if hit is None:
             _read_only(hit := make())
-            if len(self._by_layout) >= 256:
-                self._by_layout.clear()
+            self._by_layout.clear() if len(self._by_layout) >= 256 else None
             self._by_layout[key] = hit
         return hit
 
