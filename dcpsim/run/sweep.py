@@ -535,7 +535,9 @@ def _drive(session: _Session, ex, queue: deque, runner, sizer: BatchSizer, progr
 
 def _figures(out: Path, spec: SweepSpec, writer: FigureWriter) -> dict[str, Any]:
     try:
-        return writer(load_results(out, warn=False), out / "figures", axes=spec.axis_fields)
+        from dcpsim.run.sweep_figures import sweep_figures
+
+        return sweep_figures(load_results(out, warn=False), out / "figures", spec.axis_fields, writer)
     except DcpsimError as exc:
         return {"all": f"failed: {exc} (run `dcpsim plot DIR --standard`)"}
     except Exception as exc:  # noqa: BLE001 - results are safe on disk; report, do not lose the sweep
