@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dcpsim.policies.plan import Layout
+from dcpsim.policies.plan import Group, Layout, Plan, Step, groups_per_size, steps_of_arrays
 from dcpsim.sim.metrics import _by_rank
 from tests.test_fastpath import random_dynamic_plan
 
@@ -34,6 +34,33 @@ def test_plan_arrays_packs_and_histogram_equal_the_group_loops(seed):
     assert list(plan.cp_histogram().items()) == sorted(ref.items())
     with pytest.raises(ValueError):
         a.start[0] = 1  # shared by the check, the group table and the durations: read-only
+
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_steps_of_arrays_are_the_plans_steps_until_edited(seed):
+    """A plan of ``steps_of_arrays`` steps (groups made when read) equals the plan of the same steps as objects;
+    untouched, its arrays are the ones it was made of; after an edit (a step appended, a step's groups
+    replaced) its arrays follow the edit; a pickled copy is equal and reads the same arrays."""
+    import pickle
+
+    rng = np.random.default_rng(seed)
+    lay = Layout(dp=4, cp=2, max_tokens_per_rank=1 << 20)
+    ref = random_dynamic_plan(rng.integers(1, 5000, int(rng.integers(1, 40))), lay, rng)
+    a = ref.arrays()
+    plan = Plan(ref.policy, lay, ref.lengths, steps_of_arrays(a), True)
+    assert plan.arrays() is a and plan.n_steps == ref.n_steps
+    assert groups_per_size(plan.steps) == groups_per_size(ref.steps) and plan.cp_histogram() == ref.cp_histogram()
+    copied = pickle.loads(pickle.dumps(plan))
+    assert copied.arrays().ids.tolist() == a.ids.tolist()
+    assert plan.steps == ref.steps and copied.steps == ref.steps  # the groups, made on this first read
+    assert plan.arrays() is not a and plan.arrays().ids.tolist() == a.ids.tolist()
+    fresh = Plan(ref.policy, lay, ref.lengths, steps_of_arrays(a), True)
+    fresh.steps.append(Step([]))
+    assert fresh.arrays().per_step.tolist() == [*a.per_step.tolist(), 0]
+    edited = Plan(ref.policy, lay, ref.lengths, steps_of_arrays(a), True)
+    edited.steps[0].groups = [Group(0, 1, [])]
+    assert edited.arrays().start[0] == 0 and edited.arrays().counts[0] == 0 and edited.arrays().per_step[0] == 1
 
 
 @pytest.mark.parametrize("lead,G,S,R", [(8, 101, 32, 64), (1, 5, 3, 1), (4, 7, 1, 9), (2, 3, 5, 1), (3, 50, 8, 2)])

@@ -107,12 +107,67 @@ class Group:
 
 @dataclass
 class Step:
-    """One microbatch step: a partition of (some of) the stage's ranks into groups."""
+    """One microbatch step: a partition of (some of) the stage's ranks into groups.
+
+    A step of :func:`steps_of_arrays` makes its :class:`Group` objects on the first read of ``groups``
+    (a plan's :meth:`Plan.arrays` reads such steps' arrays without making them)."""
 
     groups: list[Group]
 
     def to_dict(self) -> dict:
         return {"groups": [g.to_dict() for g in self.groups]}
+
+
+def _step_groups_get(self: Step) -> list[Group]:
+    d = self.__dict__
+    groups = d.get("_groups")
+    if groups is None:  # a step of steps_of_arrays, read for the first time
+        a, k, goff, moff = d.pop("_src")
+        g0, g1 = goff[k], goff[k + 1]
+        ids = a.ids[moff[g0]:moff[g1]].tolist()
+        b = [0, *a.counts[g0:g1].cumsum().tolist()]  # each group's members: ids[b[j]:b[j + 1]]
+        groups = d["_groups"] = list(map(Group, a.start[g0:g1].tolist(), a.size[g0:g1].tolist(),
+                                         [ids[x:y] for x, y in zip(b[:-1], b[1:], strict=True)]))
+    return groups
+
+
+def _step_groups_set(self: Step, groups: list[Group]) -> None:
+    self.__dict__.pop("_src", None)
+    self.__dict__["_groups"] = groups
+
+
+# The dataclass field gives the constructor its ``groups`` argument; the property makes a step of arrays lazy.
+Step.groups = property(_step_groups_get, _step_groups_set, doc="The step's CP groups, in list order.")  # type: ignore[assignment]
+
+
+def steps_of_arrays(a: PlanArrays) -> list[Step]:
+    """The steps whose groups are ``a`` (:class:`PlanArrays`), made without a Python loop over the groups:
+    each step makes its :class:`Group` objects when its ``groups`` is first read, and a plan of these
+    steps, untouched, gives ``a`` back as its :meth:`Plan.arrays`."""
+    goff = np.concatenate([[0], np.cumsum(a.per_step)]).tolist()
+    moff = np.concatenate([[0], np.cumsum(a.counts)]).tolist()
+    out = []
+    for k in range(a.per_step.size):
+        st = Step.__new__(Step)
+        st.__dict__["_src"] = (a, k, goff, moff)
+        out.append(st)
+    return out
+
+
+def _arrays_of_lazy(steps: list[Step]) -> PlanArrays | None:
+    """The arrays ``steps`` were made from by :func:`steps_of_arrays`, when they are those steps in order and
+    none has made its groups (so none can have been edited); else None."""
+    if not steps:
+        return None
+    src = steps[0].__dict__.get("_src")
+    if src is None or len(steps) != src[0].per_step.size:
+        return None
+    a = src[0]
+    for k, st in enumerate(steps):
+        x = st.__dict__.get("_src")
+        if x is None or x[0] is not a or x[1] != k:
+            return None
+    return a
 
 
 @dataclass(frozen=True)
@@ -191,8 +246,12 @@ class Plan:
         return {"step": arr[:, 0], "start": arr[:, 1], "size": arr[:, 2], "tokens": arr[:, 3], "n_seqs": arr[:, 4]}
 
     def arrays(self) -> PlanArrays:
-        """The groups of the steps as flat arrays (:class:`PlanArrays`), read in one pass."""
+        """The groups of the steps as flat arrays (:class:`PlanArrays`), read in one pass (the arrays the
+        steps were made from when they are :func:`steps_of_arrays`' steps, untouched)."""
         steps = self.steps
+        lazy = _arrays_of_lazy(steps)
+        if lazy is not None:
+            return lazy
         per_step = np.fromiter(map(len, map(_GROUPS, steps)), dtype=np.int64, count=len(steps))
         groups = list(chain.from_iterable(map(_GROUPS, steps)))
         n = len(groups)
@@ -216,10 +275,8 @@ class Plan:
 
     def cp_histogram(self) -> dict[int, int]:
         """Sequences per CP size (every size a group has, in increasing order)."""
-        groups = list(chain.from_iterable(map(_GROUPS, self.steps)))
-        n = len(groups)
-        return cp_histogram_of(np.fromiter(map(_SIZE, groups), dtype=np.int64, count=n),
-                               np.fromiter(map(len, map(_SEQ_IDS, groups)), dtype=np.int64, count=n))
+        a = self.arrays()
+        return cp_histogram_of(a.size, a.counts)
 
     # ----------------------------------------------------------- invariants
     def check(self, arrays: PlanArrays | None = None) -> Plan:
@@ -314,6 +371,10 @@ class Plan:
 def groups_per_size(steps: list[Step]) -> dict[str, int]:
     """How many groups of each CP size the steps hold, sizes ascending (keys as strings, for ``Plan.meta``);
     counted without a Python loop over the groups (a pr2959 plan at 65,536 GPUs has 105,871)."""
+    lazy = _arrays_of_lazy(steps)
+    if lazy is not None:
+        sizes, count = np.unique(lazy.size, return_counts=True)
+        return {str(c): v for c, v in zip(sizes.tolist(), count.tolist(), strict=True)}
     return {str(c): v for c, v in sorted(Counter(map(_SIZE, chain.from_iterable(map(_GROUPS, steps)))).items())}
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens, per_rank_tokens_int
-from dcpsim.policies.plan import Group, Layout, Step
+from dcpsim.policies.plan import Group, Layout, PlanArrays, Step, steps_of_arrays
 from dcpsim.policies.pr2959_model import (
     NORMAL_BWD_FACTOR,
     _nearest_pow2_array,
@@ -518,7 +518,8 @@ class _Candidate:
         self.makespan = float(pr_pipeline_makespan(fw, bw, self.batch.layout.pp).max())
 
     def steps(self) -> list[Step]:
-        """Phase 6: microbatch ``k`` of a slot is its ``k``-th bucket; a long group runs where all its slots reach it."""
+        """Phase 6: microbatch ``k`` of a slot is its ``k``-th bucket; a long group runs where all its slots reach it
+        (steps of arrays, :func:`~dcpsim.policies.plan.steps_of_arrays`: their groups are made when read)."""
         slot, pos, code = self._slot_table()
         g = code < 0
         if g.any():  # a long group the code has at different list positions on its slots
@@ -545,13 +546,15 @@ class _Candidate:
         gid = np.where(is_b, 0, ~codes)
         if not n_long:
             gs = widths = np.zeros(1, dtype=np.int64)
-        starts = (np.where(is_b, slot[order], gs[gid]) * u).tolist()
-        sizes = (np.where(is_b, 1, widths[gid]) * u).tolist()
-        mems = _entry_members(self.seq, self.dest, len(self.bf), self._long_arr, self._fillers, self._gends, codes)
-        flat = list(map(Group, starts, sizes, mems))  # a long group once: on its first slot
-        out: list[Step] = [Step([])] if ps[0] != 0 else []  # entries start at list index 0 (else an empty step)
-        out.extend(Step(flat[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True))  # one step per index
-        return out
+        starts = (np.where(is_b, slot[order], gs[gid]) * u).astype(np.int64)
+        sizes = (np.where(is_b, 1, widths[gid]) * u).astype(np.int64)
+        ids, counts = _entry_members(self.seq, self.dest, len(self.bf), self._long_arr, self._fillers, self._gends,
+                                     codes)
+        per_step = np.diff(np.asarray(bounds, dtype=np.int64))  # one step per list index (a long group once)
+        if ps[0] != 0:  # entries start at list index 0 (else an empty step)
+            per_step = np.concatenate([[0], per_step]).astype(np.int64)
+        return steps_of_arrays(PlanArrays(per_step=per_step, step=np.repeat(np.arange(per_step.size), per_step),
+                                          start=starts, size=sizes, counts=counts.astype(np.int64), ids=ids))
 
     def _realigned_steps(self) -> list[Step]:
         """:meth:`steps` when a long group is misaligned: it runs at the latest of its slots' next

@@ -429,11 +429,11 @@ def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
 
 
 def _entry_members(seq: np.ndarray, dest: np.ndarray, nb: int, long_ids: np.ndarray, fillers: np.ndarray,
-                   gends: np.ndarray, codes: np.ndarray) -> list[list[int]]:
-    """The members of each entry of ``codes`` (:meth:`_Candidate.steps`): bucket ``k`` (of ``nb``): the normal
-    samples ``seq`` with ``dest == k``, in the order they joined; ``~g``: long group ``g``'s long sample
-    ``long_ids[g]`` then its fillers ``fillers[gends[g−1]:gends[g]]``, in the order taken. Read from one
-    array of every bucket's and group's members, one slice per entry."""
+                   gends: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The members of the entries of ``codes`` (:meth:`_Candidate.steps`), entry after entry, and how many each
+    has: bucket ``k`` (of ``nb``): the normal samples ``seq`` with ``dest == k``, in the order they joined;
+    ``~g``: long group ``g``'s long sample ``long_ids[g]`` then its fillers ``fillers[gends[g−1]:gends[g]]``, in
+    the order taken. Read from one array of every bucket's and group's members, one slice per entry."""
     dest = np.asarray(dest, dtype=np.int64)
     ng = len(long_ids)
     by = np.asarray(seq, dtype=np.int64)[stable_argsort(dest)]  # bucket after bucket
@@ -448,9 +448,8 @@ def _entry_members(seq: np.ndarray, dest: np.ndarray, nb: int, long_ids: np.ndar
     lflat[~is_long] = fill
     src = np.concatenate([by, lflat])
     first = np.concatenate([np.cumsum(ncnt) - ncnt, by.size + lstart])
-    count = np.concatenate([ncnt, lcnt])
+    count = np.concatenate([ncnt, lcnt]).astype(np.int64)
     row = np.where(codes >= 0, codes, nb + ~codes)
     c, f = count[row], first[row]
     ends = np.cumsum(c)
-    ids = src[np.repeat(f - (ends - c), c) + np.arange(int(ends[-1]) if ends.size else 0)].tolist()
-    return [ids[a:b] for a, b in zip([0, *ends[:-1].tolist()], ends.tolist(), strict=True)]
+    return src[np.repeat(f - (ends - c), c) + np.arange(int(ends[-1]) if ends.size else 0)], c
