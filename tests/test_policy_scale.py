@@ -634,7 +634,8 @@ def _solver_run_cases():
 
 def test_solver_bulk_runs_give_the_per_sequence_plans(monkeypatch):
     """Runs of equal sequences placed in bulk (solver_follow) give the plans of one full decision per
-    sequence, meta included, and of the scan of every group; the bulk path does place most sequences."""
+    sequence, meta included, and of the scan of every group, by the walk (_Follow._walk) and by the run
+    loop (``walk = False``); the bulk path does place most sequences."""
     from dcpsim.policies import solver, solver_follow, solver_placer
 
     placed = []
@@ -646,6 +647,15 @@ def test_solver_bulk_runs_give_the_per_sequence_plans(monkeypatch):
         return end
 
     monkeypatch.setattr(solver_follow._Follow, "_follow", counted)
+    walked = []
+    walk = solver_follow._Follow._walk
+
+    def counted_walk(self, g, floor, ids, pos, *a):
+        end = walk(self, g, floor, ids, pos, *a)
+        walked.append(end - pos)
+        return end
+
+    monkeypatch.setattr(solver_follow._Follow, "_walk", counted_walk)
     total = 0
     for j, (layout, lengths) in enumerate(_solver_run_cases()):
         cost = cost_model(1, layout.pp, layout.dp * layout.cp)
@@ -656,10 +666,14 @@ def test_solver_bulk_runs_give_the_per_sequence_plans(monkeypatch):
             with monkeypatch.context() as m:
                 m.setattr(solver, "_Placer", _ScanPlacer)
                 assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+        with monkeypatch.context() as m:  # the run loop of _follow instead of the walk
+            m.setattr(solver_follow._Follow, "walk", False)
+            assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
         placed.clear()
         assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
         total += lengths.size
         assert sum(placed) > 0
+    assert walked and sum(walked) > 1000  # the walk placed sequences
 
 
 def test_solver_search_per_distinct_length_equals_per_sequence():

@@ -90,7 +90,10 @@ another; after one joins a group without raising its step, the next ones are
 placed in bulk (:mod:`dcpsim.policies.solver_follow`): the same group while
 it can take them, then the groups of identical time and room below it, in
 order, each decision provably the per-sequence one (at 65,536 GPUs about
-80% of the full placement's sequences go this way). Plans are identical to
+80% of the full placement's sequences go this way). Where the height limit's
+effect is not tracked (:meth:`_Placer.unbounded_same`), such a run is one walk
+down the cell's time-sorted list (the picks are its groups with room, in
+order), its list changes made once at the end. Plans are identical to
 the definition (a scan of every open group per sequence, kept in
 ``tests/test_policy_scale.py``) and to one full decision per sequence
 (``_Placer.bulk = False``), meta included.

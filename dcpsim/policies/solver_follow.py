@@ -11,7 +11,8 @@ of a scan of every group. Times in seconds.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
+from heapq import heappush
 from itertools import accumulate, repeat
 
 import numpy as np
@@ -56,6 +57,8 @@ def _take(t: float, r: int, add: float, tok: int, floor: float, s_k: float, most
 class _Follow:
     """The bulk path of :class:`~dcpsim.policies.solver_placer._Placer` (a mixin: it uses the placer's state)."""
 
+    walk = True  # :meth:`_walk` where the height limit's effect is not tracked (False: :meth:`_follow`'s loop)
+
     def _follow(self, g: int, gmin: float, ids: list[int], pos: int, u: int, k: int, listed: float) -> int:
         """Sequence ``ids[pos - 1]`` has just joined group ``g`` adding nothing to its step (the zero-increase
         join search's pick): place the next sequences of the same length while each one's pick is provably
@@ -79,6 +82,8 @@ class _Follow:
         if floor is None:
             self._move(g, code, st, listed)
             return pos
+        if self.walk and not self.track:
+            return self._walk(g, floor, ids, pos, trow, tokrow, listed)
         add, tok = trow[code], tokrow[code >> 1]
         thr = 1e-9 * (self.gmax + 0.0)
         lim = max(s_k, self.height) * (1 + 1e-12)
@@ -129,6 +134,123 @@ class _Follow:
             g, twins = pick
             listed = g_time[g]
             in_block, t0 = bool(twins), listed
+
+    def _walk(self, g0: int, floor: float, ids: list[int], pos: int, trow: list[float], tokrow: list[int],
+              listed: float) -> int:
+        """:meth:`_follow` as one walk down ``g0``'s cell's list (placers that do not track the height limit's
+        effect, :meth:`~dcpsim.policies.solver_placer._Placer.unbounded_same`): the same picks, the list
+        changed once at the end.
+
+        Each pick of :meth:`_follow` is the cell's :meth:`_fullest_in_cell` pick: the highest listed group
+        within the prefix (``s_k``, the added time, the height limit and the tolerance are those of the whole
+        run, so the prefix's test is fixed), with room, then the lowest id among the groups with room whose new
+        time rounds equal. A group that has taken what it can leaves the running for good (it has no room
+        left, or its next addition raises the step: past the tolerance or the limit, else the run ends), and
+        the groups passed without room keep none (the tokens are the run's); so the picks are the listed
+        groups with room, walked down from the prefix's end, with no list change in between. Where the group
+        below a pick's time has a new time that rounds equal to the pick's, the walk ends (the full decision
+        takes that sequence). At the end the groups passed without room are parked, the picks' keys move to
+        their new times (dropped below the least share, :meth:`_Buckets.move`), as the moves one after
+        another leave the list (parking is where a group waits: no decision depends on it)."""
+        code, st = self.g_code[g0], self.g_step[g0]
+        s_k, gmax, H = self.S[st], self.gmax, self.height
+        add, tok = trow[code], tokrow[code >> 1]
+        thr = 1e-9 * (gmax + 0.0)
+        lim = (s_k if s_k >= H else H) * (1 + 1e-12)
+        outside = self._outside
+        g_time, room, members = self.g_time, self.g_room, self.members
+        end = self._run_end[pos]
+        buckets = self.buckets
+        cells = buckets.by_code[code]
+        cell = cells[st]
+        keys = cell[0]
+        x = (lim if lim < s_k + thr else s_k + thr) - add
+        p = self._prefix_end(keys, bisect_right(keys, (x, _INF)), s_k, add, lim, thr)
+        q = p  # the walk's position: the listed entries from q to p - 1 are passed
+        picks, olds, at, passed = [g0], [listed], [], []  # picks, their listed times and positions; no room
+        g, t, r = g0, g_time[g0], room[g0]
+        t_c = r_c = None  # the previous pick's (time, room) before its additions: its twins take the same
+        c_c = t_e = r_e = 0
+        tie_t = None  # the last pick time whose lower neighbour's new time does not round equal
+        while True:
+            if t == t_c and r == r_c and end - pos >= c_c:
+                c, t, r = c_c, t_e, r_e
+            else:
+                t_c, r_c = t, r
+                c, t, r = _take(t, r, add, tok, floor, s_k, end - pos)
+                c_c, t_e, r_e = c, t, r
+            if c:
+                members[g].extend(ids[pos:pos + c])
+                g_time[g], room[g] = t, r
+                pos += c
+            if pos >= end:
+                break
+            # g has room, and its next addition raises the step within the tolerance: it stays the pick
+            if r >= tok and s_k < t + add and self._raise(t + add, s_k) <= thr:
+                if t + add <= lim:
+                    break
+                self.bit = True
+            q = self._scan(keys, q - 1, -g0, tok, passed)
+            if q < 0:
+                break
+            tq, neg = keys[q]
+            newt = tq + add
+            if newt > s_k or newt < floor or (newt, neg) <= outside:
+                break
+            if tq != tie_t:
+                lo = bisect_left(keys, (tq, -_INF), 0, q)
+                if lo and keys[lo - 1][0] + add == newt:
+                    break
+                tie_t = tq
+            g = -neg
+            picks.append(g)
+            olds.append(tq)
+            at.append(q)
+            t, r = tq, room[g]
+        self._settle_walk(cell, cells, code, st, (keys, p), picks, olds, at, passed)
+        return pos
+
+    def _scan(self, keys: list, q: int, neg0: int, tok: int, passed: list[int]) -> int:
+        """From position ``q`` down, the first entry of ``keys`` (not ``neg0``'s) with room for ``tok``
+        tokens (-1: none); the positions passed without room go to ``passed``."""
+        room = self.g_room
+        while q >= 0:
+            neg = keys[q][1]
+            if neg != neg0:
+                if room[-neg] >= tok:
+                    return q
+                passed.append(q)
+            q -= 1
+        return q
+
+    def _settle_walk(self, cell: list, cells: dict, code: int, st: int, kp: tuple, picks: list[int],
+                     olds: list[float], at: list[int], passed: list[int]) -> None:
+        """The list changes of :meth:`_walk`: the groups passed without room parked, the picks (listed at
+        ``olds``; all but the first at positions ``at``) moved to their new keys."""
+        keys, p = kp
+        buckets, g_time, room = self.buckets, self.g_time, self.g_room
+        heap, parked = cell[1], buckets.parked
+        drop = set(at)
+        for j in passed:
+            t, neg = keys[j]
+            heappush(heap, (-room[-neg], t, neg))
+            parked.add(-neg)
+            drop.add(j)
+        if drop:
+            lo = min(drop)
+            keys[lo:p] = [e for j, e in enumerate(keys[lo:p], lo) if j not in drop]
+        g0 = picks[0]
+        del keys[bisect_left(keys, (olds[0], -g0))]
+        least = buckets.min_tok[code >> 1]
+        for g in picks:
+            if room[g] >= least:
+                insort(keys, (g_time[g], -g))
+            else:
+                cell[2] -= 1
+        if not cell[2]:
+            del cells[st]
+            if not cells:
+                del buckets.by_code[code]
 
     def _raise(self, newt: float, s_k: float) -> float:
         """Makespan increase of a join that lifts a step of height ``s_k`` to ``newt > s_k`` (:meth:`_delta`)."""
