@@ -207,7 +207,7 @@ class _Follow:
             olds.append(tq)
             at.append(q)
             t, r = tq, room[g]
-        self._settle_walk(cell, cells, code, st, (keys, p), picks, olds, at, passed)
+        self._settle_walk(code, st, p, (picks, olds, at, passed))
         return pos
 
     def _scan(self, keys: list, q: int, neg0: int, tok: int, passed: list[int]) -> int:
@@ -223,12 +223,15 @@ class _Follow:
             q -= 1
         return q
 
-    def _settle_walk(self, cell: list, cells: dict, code: int, st: int, kp: tuple, picks: list[int],
-                     olds: list[float], at: list[int], passed: list[int]) -> None:
-        """The list changes of :meth:`_walk`: the groups passed without room parked, the picks (listed at
-        ``olds``; all but the first at positions ``at``) moved to their new keys."""
-        keys, p = kp
+    def _settle_walk(self, code: int, st: int, p: int, walked: tuple) -> None:
+        """The list changes of :meth:`_walk` in cell (code, step), whose prefix ends at ``p``: the groups passed
+        without room (positions ``passed``) parked, the picks (listed at ``olds``; all but the first at
+        positions ``at``) moved to their new keys; ``walked`` = (picks, olds, at, passed)."""
+        picks, olds, at, passed = walked
         buckets, g_time, room = self.buckets, self.g_time, self.g_room
+        cells = buckets.by_code[code]
+        cell = cells[st]
+        keys = cell[0]
         heap, parked = cell[1], buckets.parked
         drop = set(at)
         for j in passed:
