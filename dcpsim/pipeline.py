@@ -405,14 +405,76 @@ class GroupTimes:
     host_end: np.ndarray | None = None  # ... and when its host was free again
 
 
-def _bounds_max(clock: np.ndarray, bounds: np.ndarray, take: np.ndarray | None):
-    """Per group of a step, the latest of its ranks' clocks (``clock``: ``(R,)``, or ``(2, R)`` for the device's
-    and the host's: one reduceat, maxima are the same values) by a reduceat over the step's bounds (``take``:
-    each group's segment, None when the segments are the groups); ``(device, host)``, host None for ``(R,)``."""
+def _bounds_max(clock: np.ndarray, bounds: np.ndarray, take: np.ndarray | None) -> np.ndarray:
+    """Per group of a step, the latest of its ranks' clocks (``clock``: ``(n, R)``, one row per clock: the
+    device's, and the host's) by one reduceat over the step's bounds (``take``: each group's segment, None when
+    the segments are the groups); ``(n, groups)``."""
     m = np.maximum.reduceat(clock, bounds, axis=-1)
-    if take is not None:
-        m = m[..., take]
-    return (m, None) if clock.ndim == 1 else (m[0], m[1])
+    return m if take is None else m[..., take]
+
+
+def _tree_index(groups: StepGroups) -> tuple[np.ndarray, np.ndarray] | None:
+    """For groups that are aligned power-of-two slices of the ranks (``R`` divisible by each size): each
+    group's cell in a rank row of :func:`group_times`'s clock buffer (level ``j``, the maxima of aligned
+    blocks of ``2^j`` ranks, at ``2R − 2·(R >> j)``) and its level; None when some group is not such."""
+    R, st, sz = groups.n_ranks, groups.start, groups.size
+    if st.size == 0 or np.any(sz < 1) or np.any(sz & (sz - 1)) or np.any(st % sz) or np.any(R % sz):
+        return None
+    if np.any(st < 0) or np.any(st + sz > R):
+        return None
+    j = np.log2(sz).astype(np.int64)
+    return 2 * R - 2 * (R >> j) + (st >> j), j
+
+
+@dataclass
+class _Steps:
+    """Per step of a :class:`StepGroups`, how :func:`group_times` reads and writes its ranks' clocks."""
+
+    groups: StepGroups
+    tree: tuple[np.ndarray, np.ndarray] | None  # _tree_index
+    ranks: list  # the step's ranks, None when its groups tile every rank in order (a whole row)
+    spread: list  # each rank's group (``v[spread[k]]`` is ``np.repeat(v, sizes)``), None when that is ``v`` itself
+    top: list[int]  # its largest group's tree level (-1: no tree)
+    per_group: list[bool]  # its reduceat segments are its groups
+
+    @classmethod
+    def of(cls, groups: StepGroups) -> _Steps:
+        R, off, tree = groups.n_ranks, groups.offset.tolist(), _tree_index(groups)
+        every = np.arange(R)
+        tiles = [r.size == R and np.array_equal(r, every) for r in groups.ranks]
+        n = [z - a for a, z in zip(off[:-1], off[1:], strict=True)]
+        top = ([int(tree[1][a:z].max(initial=0)) for a, z in zip(off[:-1], off[1:], strict=True)] if tree is not None
+               else [-1] * groups.n_steps)
+        return cls(groups, tree, [None if t else r for t, r in zip(tiles, groups.ranks, strict=True)],
+                   [None if t and c == R else np.repeat(np.arange(c), groups.size[a:a + c])
+                    for t, c, a in zip(tiles, n, off, strict=False)], top,
+                   [t.size == b.size and np.array_equal(t, np.arange(t.size))
+                    for t, b in zip(groups.take, groups.bounds, strict=True)])
+
+    def latest(self, row: np.ndarray, k: int, a: int, z: int) -> np.ndarray:
+        """Each group of step ``k`` (groups ``a:z``): the latest of its ranks' clocks in ``row`` (``(rows, 2R)``,
+        a stage's clocks and tree levels, the levels it needs computed here), ``(rows, z − a)``."""
+        R = self.groups.n_ranks
+        if self.spread[k] is None:  # every group is one rank, in order: the clocks themselves (a view)
+            return row[:, :R]
+        if self.top[k] < 0:
+            return _bounds_max(row[:, :R], self.groups.bounds[k], None if self.per_group[k] else self.groups.take[k])
+        for j in range(1, self.top[k] + 1):
+            lo, n = 2 * R - 2 * (R >> (j - 1)), R >> j
+            np.maximum(row[:, lo:lo + 2 * n:2], row[:, lo + 1:lo + 2 * n:2], out=row[:, lo + 2 * n:lo + 3 * n])
+        return row[:, self.tree[0][a:z]]
+
+    def set_ranks(self, k: int, values, rows) -> None:
+        """Each rank of step ``k`` takes its group's value: ``values[i]`` (per group) into ``rows[i]`` (per rank,
+        ``(R,)``), in order (a value may be a view of a later row: read before that row is written)."""
+        ranks, sp = self.ranks[k], self.spread[k]
+        for v, r in zip(values, rows, strict=True):
+            if ranks is not None:
+                r[ranks] = v[sp]
+            elif sp is None:
+                r[:] = v
+            else:
+                np.take(v, sp, out=r, mode="clip")
 
 
 def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, bwd_s: np.ndarray,
@@ -428,44 +490,39 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     ``s < pp`` from its groups' ready times and durations (in place of ``ready + dur``: e.g. a wait for
     the stage's parameter all-gather). ``host`` (a :class:`dcpsim.cost.host.HostOps`, groups in this
     order), if given, adds the host timeline: each rank's host issues its ops in schedule order, and an
-    op's device start and end follow :func:`dcpsim.cost.host.issue` (its ``run``) from the group's host
-    clock (the latest of its ranks') and its device-ready time.
+    op's device start and end follow :func:`dcpsim.cost.host.issue` (:meth:`~dcpsim.cost.host.HostOps.runner`)
+    from the group's host clock (the latest of its ranks') and its device-ready time.
+
+    A group's latest rank comes from a tree of pairwise maxima over aligned blocks of its stage's ranks
+    (groups that are aligned power-of-two slices, as dynamic CP's) or a reduceat over its step's bounds.
     """
     if sched.m != groups.n_steps:
         raise ValueError(f"schedule of {sched.m} microbatches for a plan of {groups.n_steps} steps")
     V, G, R, pp = sched.n_stages, groups.n_groups, groups.n_ranks, sched.pp
     start = np.zeros((V, 2, G))
     finish = np.zeros((V, 2, G))
-    clock = np.zeros((pp, 2, R))  # per rank: when its device is free, and (with ``host``) its host
-    free = clock[:, 0]
+    # per rank of each stage: row 0 when its device is free, row 1 (with ``host``) its host, in cells 0..R-1;
+    # cells R..2R-1 hold the levels of maxima over aligned blocks of ranks (_tree_index)
+    buf = np.zeros((1 if host is None else 2, pp, 2 * R))
     last_start = np.zeros((pp, R))
     used = np.zeros((pp, R), dtype=bool)
-    hfree = clock[:, 1]  # each rank's host clock (used with ``host``)
     h_start = np.zeros((V, 2, G)) if host is not None else None
     h_end = np.zeros((V, 2, G)) if host is not None else None
     off = groups.offset.tolist()
     dur = (np.asarray(fwd_s, dtype=np.float64), np.asarray(bwd_s, dtype=np.float64))
     x = None if xfer_s is None or V == 1 else np.asarray(xfer_s, dtype=np.float64)
+    run = host.runner(*dur) if host is not None else None
     gated: set[int] = set()
-    # per step: its ranks as an index (a whole-row slice when its groups tile every rank in order) and whether
-    # the reduceat over its bounds already gives one value per group (no gaps between its groups)
-    every = np.arange(R)
-    rank_ix = [slice(None) if r.size == R and np.array_equal(r, every) else r for r in groups.ranks]
-    per_group = [t.size == b.size and np.array_equal(t, np.arange(t.size)) for t, b in zip(groups.take, groups.bounds,
-                                                                                         strict=True)]
-    # per step: each rank's group, an index (``v[spread[k]]`` is ``np.repeat(v, sizes)``, read by one take)
-    spread = [np.repeat(np.arange(off[k + 1] - off[k]), groups.size[off[k]:off[k + 1]]) for k in range(groups.n_steps)]
+    steps = _Steps.of(groups)
     ran = np.zeros((pp, groups.n_steps), dtype=bool)  # the steps each stage ran (``used`` after the loop)
     for p_, d, k, s in zip(sched.rank.tolist(), sched.direction.tolist(), sched.microbatch.tolist(),
                            sched.stage.tolist(), strict=True):
         a, z = off[k], off[k + 1]
         if a == z:
             continue
-        ranks = rank_ix[k]
-        fr = free[p_]
-        # each group's latest rank: the device's clocks and (with ``host``) the host's, in one pass
-        ready, h0 = _bounds_max(clock[p_] if host is not None else fr, groups.bounds[k],
-                                None if per_group[k] else groups.take[k])
+        row = buf[:, p_]
+        late = steps.latest(row, k, a, z)  # each group's latest rank: device and host clocks
+        ready = late[0]
         t = s - 1 if d == FWD else s + 1
         if 0 <= t < V:
             inp = finish[t, d, a:z]
@@ -473,11 +530,10 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
                 inp = inp + x[min(s, t), a:z]
             ready = np.maximum(ready, inp)
         d_s = dur[d][s, a:z]
-        if host is not None:
-            ready, fin_h, h_after, h_st = host.run(s, d, a, z, h0, ready, d_s)
+        if run is not None:
+            ready, fin_h, h_after, h_st = run(s, d, a, z, late[1], ready)
             d_s = fin_h - ready
             h_start[s, d, a:z], h_end[s, d, a:z] = h_st, h_after
-            hfree[p_, ranks] = h_after[spread[k]]
         if first_forward is not None and d == FWD and s < pp and s not in gated:
             gated.add(s)
             fin = first_forward(s, ready, d_s)
@@ -485,11 +541,13 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             fin = ready + d_s
         start[s, d, a:z] = ready
         finish[s, d, a:z] = fin
-        fr[ranks] = fin[spread[k]]
-        last_start[p_, ranks] = ready[spread[k]]
+        if run is None:
+            steps.set_ranks(k, (ready, fin), (last_start[p_], row[0, :R]))
+        else:
+            steps.set_ranks(k, (ready, fin, h_after), (last_start[p_], row[0, :R], row[1, :R]))
         ran[p_, k] = True
     for p_ in range(pp):
         for k in np.flatnonzero(ran[p_]).tolist():
-            used[p_, rank_ix[k]] = True
-    return GroupTimes(start=start, finish=finish, rank_end=np.ascontiguousarray(free), rank_last_start=last_start,
-                      rank_used=used, host_start=h_start, host_end=h_end)
+            used[p_, groups.ranks[k]] = True
+    return GroupTimes(start=start, finish=finish, rank_end=np.ascontiguousarray(buf[0, :, :R]),
+                      rank_last_start=last_start, rank_used=used, host_start=h_start, host_end=h_end)

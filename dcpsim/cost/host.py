@@ -402,6 +402,30 @@ class HostOps:
         H, start, end, host_after = issue(host_free, ready, ready, ops, self.sync_s)
         return start, end, host_after, H
 
+    def runner(self, fwd_s: np.ndarray, bwd_s: np.ndarray):
+        """:meth:`run` for ops of device times ``fwd_s``/``bwd_s`` (``(V, G)`` per direction), as a function
+        ``(s, d, a, z, host_free, ready) -> (device start, device end, host free after, issue start)``: the same
+        operations as :func:`issue` on the same values (``host_s / k`` and ``device_s / k`` computed once for
+        every op; a max of ``ready`` with itself, a ``where`` on no sync, left out: they give their input), so
+        the same float64 results."""
+        k = np.maximum(self.kernels, 1.0)
+        hk, dk = self.host_s / k, (fwd_s / k[:, 0], bwd_s / k[:, 1])
+        dur, sync_s = (fwd_s, bwd_s), self.sync_s
+        sb_any, sa_any = self.sync_before.any(axis=2).tolist(), self.sync_after.any(axis=2).tolist()
+
+        def run(s: int, d: int, a: int, z: int, host_free, ready):
+            H = host_free
+            if sb_any[s][d]:
+                H = np.where(self.sync_before[s, d, a:z], np.maximum(host_free, ready) + sync_s, host_free)
+            start = np.maximum(ready, H + hk[s, d, a:z])
+            busy = H + self.host_s[s, d, a:z]
+            end = np.maximum(start + dur[d][s, a:z], busy + dk[d][s, a:z])
+            if sa_any[s][d]:
+                return start, end, np.where(self.sync_after[s, d, a:z], np.maximum(busy, end) + sync_s, busy), H
+            return start, end, busy, H
+
+        return run
+
     def run_one(self, i: int, host_free: float, ready: float, dur: float) -> tuple[float, float, float, float]:
         """:meth:`run` for the one op at flat index ``i`` of the ``(V, 2, G)`` arrays (``(s * 2 + d) * G + g``: the
         event engine's node number) on Python floats (seconds): ``(device start, device end, host free after,
