@@ -81,9 +81,10 @@ is the time the real code was measured to take for such a batch
 
 **Speed.** The phases make the code's decisions with faster structures, not
 other rules: a run of long samples of one size takes its blocks at once
-(:func:`_long_blocks`), fillers come from a list with O(α) removal
-(:class:`_NormalPool`; every group's first search is one ``searchsorted``, the loop only finds the
-fillers, the groups' FLOPs and tokens are summed after it in numpy, in the code's order of additions), normal
+(:func:`_long_blocks`), fillers come from the pool's length classes (:mod:`dcpsim.policies.pr2959_fillers`:
+chunks of groups at once in numpy, kept up to the first group another one's takings change; safe mode: a
+list with O(α) removal, :class:`_NormalPool`), the groups' FLOPs and tokens are summed after it in numpy, in
+the code's order of additions, normal
 samples go to the buckets in runs (:func:`_bulk_lowest`, then a run of equal samples at a time as a merge
 of the buckets' rising FLOPs, :func:`_merge_runs`), leftovers in a table sorted by
 tokens (:class:`_TokenTable`, runs moved in bulk; their FLOPs added after the loop, in its order), slots

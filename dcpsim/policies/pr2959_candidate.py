@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens, per_rank_tokens_int
 from dcpsim.policies.plan import Group, Layout, PlanArrays, Step, steps_of_arrays
+from dcpsim.policies.pr2959_fillers import ClassFiller, fill_long_groups, fill_one_by_one
 from dcpsim.policies.pr2959_model import (
     NORMAL_BWD_FACTOR,
     _nearest_pow2_array,
@@ -30,7 +30,6 @@ from dcpsim.policies.pr2959_tables import (
     _group_sums,
     _long_blocks,
     _merge_runs,
-    _NormalPool,
     _run_ends,
     _TokenTable,
     stable_argsort,
@@ -182,86 +181,30 @@ class _Candidate:
         """Phase 2: an aligned block per long sample (most buckets left), filled with normal samples.
 
         Each long sample's group takes normal samples, largest first, under the code's three limits; it
-        ends with its tokens per rank and the solver's FLOPs of the group. One loop over the long samples
-        with the pool's lists at hand: the search for the first remaining sample below the room and the
-        removal (:class:`_NormalPool`'s pointers) are done here; the loop only finds the fillers (and
-        stops at once when the room is below the smallest sample left), :meth:`_group_table` then sums
-        each group's FLOPs and tokens as the code adds them.
+        ends with its tokens per rank and the solver's FLOPs of the group. Outside safe mode the pool's
+        samples of one length are one class (:mod:`dcpsim.policies.pr2959_fillers`: many groups at once
+        where no class runs out); in safe mode, where a sample can be skipped for its tokens, one sample
+        at a time (:func:`~dcpsim.policies.pr2959_fillers.fill_one_by_one`). :meth:`_group_table` then sums each group's FLOPs and
+        tokens as the code adds them.
         """
         bt = self.batch
         blocks, self.overflow_blocks = _long_blocks(sizes, bt.K, bt.layout.pp * self.m)
         flag_all = self.n_b - sum(sizes) <= 0
         total_num = bt.K * pipeline_ratio(self.m, bt.layout.pp)
-        lists = None
-        if self._suffix is not None:
-            ids, lens, negf = bt.order_lists()
-            lists = ids[self._suffix:], lens[self._suffix:], negf[self._suffix:]
-        pool = _NormalPool(self.normal, bt.f, bt.L, lists, bt.positions())
-        negf, nxt, size, p_len, removed = pool.negf, pool.nxt, pool.size, pool.lengths, pool.removed
-        n_alive = pool.n_alive
-        slack, safe, M, u = self.fill_slack, self.safe, bt.M, bt.u
         li = self._long_arr
         cs_a = np.asarray(sizes, dtype=np.int64)
         room_a = cs_a * self.tau - bt.f[li]  # c·τ − f, as the code computes it
-        tok_a = per_rank_tokens(bt.L[li], cs_a * u)  # the long sample's own tokens per rank
-        ends: list[int] = []
-        # negated FLOPs throughout (nx = −x); a sentinel after the pool, below no x, spares the bound check
-        nslack = -slack
-        negf.append(-math.inf)
-        last = size - 1  # the last remaining sample of the pool (the smallest) and its negated FLOPs
-        nfmin = negf[last] if size else -math.inf
-        ranks_a = cs_a * u
-        pad_a = np.where(ranks_a > 1, 2 * ranks_a, 1)  # the padding rule (dcpsim.cost.padding)
-        # each group's first search, over the whole pool (removed samples are skipped after it), for all at once
-        first_a = np.searchsorted(-bt.f[pool.arr], room_a * nslack, side="right")
-        for room, length_sum, tok, cap, ranks, pad, p in zip(room_a.tolist(), bt.L[li].tolist(), tok_a.tolist(),
-                                                             (M * cs_a).tolist(), ranks_a.tolist(), pad_a.tolist(),
-                                                             first_a.tolist(), strict=True):
-            # p: position in the pool's fixed order (the code's index into its shrinking list); the first
-            # search's answer is known, so it searches [p, hi) with hi = p, then the rest of the pool
-            hi = p
-            taken = False  # whether the last pass removed the sample at p
-            while flag_all or (n_alive > total_num and length_sum < cap):
-                nx = room * nslack
-                if nx >= nfmin:  # no sample left below x (x <= 0 included): the code's search finds none
-                    break
-                # first remaining normal sample (from p) with forward FLOPs < x; right after p is taken,
-                # p + 1 when it remains and is below x (the search and the path halving would find it and
-                # change nothing else)
-                q = p + 1
-                if taken and nxt[q] == q and negf[q] > nx:
-                    p = q
-                else:
-                    p = bisect_right(negf, nx, p, hi)
-                    while nxt[p] != p:
-                        nxt[p] = p = nxt[nxt[p]]  # path halving
-                    if p >= size:
-                        break
-                Lk = p_len[p]
-                if safe:
-                    t = -(-Lk // pad) * pad // ranks
-                    if tok + t > M:
-                        p += 1
-                        taken = False
-                        hi = size
-                        continue
-                    tok += t
-                nxt[p] = p + 1  # removed
-                n_alive -= 1
-                removed.append(p)
-                taken = True
-                hi = size
-                room += negf[p]  # room − f
-                length_sum += Lk
-                if p == last:
-                    while last >= 0 and nxt[last] != last:
-                        last -= 1
-                    nfmin = negf[last] if last >= 0 else -math.inf
-            ends.append(len(removed))
-        negf.pop()
-        pool.n_alive = n_alive
-        self._fillers = pool.arr[np.asarray(removed, dtype=np.int64)]
-        self.normal = pool.alive()
+        tok_a = per_rank_tokens(bt.L[li], cs_a * bt.u)  # the long sample's own tokens per rank
+        negf = -bt.f[self.normal]
+        if not self.safe and bool(np.all(negf[1:] >= negf[:-1])):  # the pool by FLOPs, largest first
+            filler = ClassFiller(negf, bt.L[self.normal], room_a, bt.L[li], bt.M * cs_a, self.fill_slack, total_num,
+                                 flag_all)
+            fill_long_groups(filler, li.size)
+            removed, ends = filler.positions(), filler.ends
+        else:
+            removed, ends = fill_one_by_one(self, room_a, tok_a, cs_a, flag_all, total_num)
+        self._fillers = self.normal[removed]
+        self.normal = np.delete(self.normal, removed) if removed.size else self.normal
         self._garr = self._group_table(li, cs_a, np.asarray(blocks, dtype=np.int64) * cs_a, tok_a,
                                        np.asarray(ends, dtype=np.int64))
 

@@ -1,0 +1,287 @@
+"""``dynamic-pr2959``'s long-group filling by length class (:meth:`_Candidate.place_long`, outside safe mode).
+
+Each long group, in placement order, takes normal samples one at a time: the first remaining sample of the
+pool (largest first) whose forward FLOPs ``f`` are below ``x = fill_slack · room``, ``room`` falling by each
+``f`` taken, while the code's limits hold. The pool's samples of one length share their FLOPs, so they form
+a *class* (a run of the pool); the first remaining sample below ``x`` is the first remaining one of the
+first class below ``x`` that still has samples, and a class gives its samples in pool order. The state is
+then each class's remaining count, and :class:`ClassFiller` plays the rule with it two ways:
+
+* one group at a time (:meth:`ClassFiller.scalar`): a search over the classes' FLOPs and a skip over the
+  emptied classes (union-find);
+* many groups at once (:meth:`ClassFiller.bulk`): every group of a chunk plays the rule against the
+  chunk's starting classes, in rounds over numpy arrays (the same float operations, element by element).
+  Another group's takings change a group's choices only by emptying a class it would take from (a class
+  left non-empty, or emptied in a class the group would not take from, changes no "first class below
+  x"), and the pool-size limit only by the count taken before it; so the chunk's groups are the rule's
+  up to the first taking from a class already emptied (counted in group order) or past the pool-size
+  limit, and only those groups are kept.
+
+Chunks grow while they are kept whole; where classes run out at nearly every group, groups go one at a
+time for a while (:func:`fill_long_groups`). Safe mode fills one sample at a time over the pool's positions
+(:func:`fill_one_by_one`). ``tests/test_pr2959_fillers.py`` checks the takings against the code's rule over
+its shrinking list, ``tests/test_pr2959_scale.py`` the plans against the scan of every sample.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+import numpy as np
+
+from dcpsim.policies.pr2959_tables import _NormalPool
+
+_CHUNK_MIN, _CHUNK_MAX = 32, 8192  # groups per bulk try
+_SCALAR_MIN, _SCALAR_MAX = 16, 2048  # groups one at a time after a bulk try kept few
+_ROUNDS = 8  # a bulk try's rounds (a group taking more samples goes one at a time)
+
+
+class ClassFiller:
+    """The pool as length classes and each class's remaining count; picks are recorded as class indices.
+
+    ``negf``, ``lengths``: the pool's negated forward FLOPs (ascending) and tokens, in pool order; per long
+    group ``room`` (``c·τ − f``), ``lsum`` (its tokens so far) and ``cap`` (``M·c``); ``slack`` the
+    code's ``fill_slack``; ``budget`` the pool-size limit (the code fills while more than it remain);
+    ``flag_all``: the code's flag that lifts the token and pool-size limits.
+    """
+
+    def __init__(self, negf: np.ndarray, lengths: np.ndarray, room: np.ndarray, lsum: np.ndarray, cap: np.ndarray,
+                 slack: float, budget: float, flag_all: bool) -> None:
+        n = negf.size
+        change = np.concatenate([[True], (negf[1:] != negf[:-1]) | (lengths[1:] != lengths[:-1])]) if n else negf > 0
+        self.cstart = np.flatnonzero(change)
+        self.cneg_a, self.cL_a = negf[self.cstart], lengths[self.cstart].astype(np.int64)
+        self.rem_a = np.diff(np.append(self.cstart, n)).astype(np.int64)  # remaining per class (bulk's copy)
+        self.cneg, self.cL, self.rem = self.cneg_a.tolist(), self.cL_a.tolist(), self.rem_a.tolist()
+        self.ncls = len(self.cneg)
+        self.cnxt = list(range(self.ncls + 1))  # union-find: cnxt[c] == c while class c has samples
+        self.last = self.ncls - 1  # the last class with samples (the smallest FLOPs left)
+        self.room, self.lsum, self.cap = room, lsum, cap
+        self.room_l, self.lsum_l, self.cap_l = room.tolist(), lsum.tolist(), cap.tolist()
+        self.nslack = -slack
+        self.budget, self.flag_all = budget, flag_all
+        self.n_alive = n
+        self.picks: list[int] = []  # class of every sample taken, in order
+        self.ends: list[int] = []  # per group: len(picks) after it
+        self.synced = 0  # picks[:synced] are in rem_a
+
+    # ------------------------------------------------------------ one group at a time
+    def scalar(self, a: int, b: int) -> None:
+        """Groups ``a..b−1``, one pick at a time (the code's loop on classes)."""
+        cneg, cL, rem, cnxt, picks, ends = self.cneg, self.cL, self.rem, self.cnxt, self.picks, self.ends
+        nslack, budget, flag_all, ncls = self.nslack, self.budget, self.flag_all, self.ncls
+        n_alive, last = self.n_alive, self.last
+        nfmin = cneg[last] if last >= 0 else -math.inf
+        for room, lsum, cap in zip(self.room_l[a:b], self.lsum_l[a:b], self.cap_l[a:b], strict=True):
+            c = 0  # classes before the last pick's have FLOPs >= x or are empty
+            while flag_all or (n_alive > budget and lsum < cap):
+                nx = room * nslack
+                if nx >= nfmin:  # no sample left below x
+                    break
+                c = bisect_right(cneg, nx, c)
+                while cnxt[c] != c:
+                    cnxt[c] = c = cnxt[cnxt[c]]  # path halving
+                if c >= ncls:
+                    break
+                picks.append(c)
+                n_alive -= 1
+                r = rem[c] = rem[c] - 1
+                if not r:
+                    cnxt[c] = c + 1
+                    if c == last:
+                        while last >= 0 and cnxt[last] != last:
+                            last -= 1
+                        nfmin = cneg[last] if last >= 0 else -math.inf
+                room += cneg[c]
+                lsum += cL[c]
+            ends.append(len(picks))
+        self.n_alive, self.last = n_alive, last
+
+    # ------------------------------------------------------------ many groups at once
+    def bulk(self, a: int, b: int) -> int:
+        """Groups ``a..b−1`` against the classes at ``a`` (see the module docstring); keeps the groups up to
+        the first that another one's takings would change and returns how many it kept."""
+        if self.synced < len(self.picks):  # the scalar picks since the last try
+            self.rem_a -= np.bincount(np.asarray(self.picks[self.synced:], dtype=np.int64), minlength=self.ncls)
+            self.synced = len(self.picks)
+        S = np.flatnonzero(self.rem_a > 0)
+        C = b - a
+        if not S.size or C <= 0:
+            return 0
+        negS, LS = self.cneg_a[S], self.cL_a[S]
+        room, lsum, cap = self.room[a:b].copy(), self.lsum[a:b].copy(), self.cap[a:b]
+        act = np.arange(C)
+        gs, ks = [], []
+        while act.size:
+            if len(gs) >= _ROUNDS:  # groups taking many samples: the chunk ends before the first of them
+                C = int(act[0])
+                break
+            if not self.flag_all:
+                act = act[lsum[act] < cap[act]]
+            k = np.searchsorted(negS, room[act] * self.nslack, side="right")
+            took = k < S.size
+            act, k = act[took], k[took]
+            if not act.size:
+                break
+            gs.append(act)
+            ks.append(k)
+            room[act] += negS[k]
+            lsum[act] += LS[k]
+        if gs:
+            g = np.concatenate(gs)
+            order = np.argsort(g, kind="stable")  # group order; the rounds keep each group's picks in order
+            g, cls = g[order], S[np.concatenate(ks)[order]]
+            bad = _rank_in_class(cls) >= self.rem_a[cls]  # a class emptied by the chunk's earlier takings
+            if not self.flag_all:
+                bad |= (self.n_alive - np.arange(cls.size)) <= self.budget
+            stop = min(int(g[np.argmax(bad)]), C) if bad.any() else C
+        else:
+            g = cls = np.zeros(0, dtype=np.int64)
+            stop = C
+        self._keep(g, cls, stop)
+        return stop
+
+    def _keep(self, g: np.ndarray, cls: np.ndarray, stop: int) -> None:
+        """Record a bulk try's groups before ``stop`` (their picks ``cls`` by group ``g``, in order)."""
+        keep = int(np.searchsorted(g, stop))  # the kept groups' picks: a prefix
+        kept = cls[:keep]
+        per = np.bincount(g[:keep], minlength=stop)
+        base = len(self.picks)
+        self.ends.extend((base + np.cumsum(per)).tolist())
+        self.picks.extend(kept.tolist())
+        self.synced = len(self.picks)
+        self.n_alive -= keep
+        if keep:
+            used = np.bincount(kept, minlength=self.ncls)
+            self.rem_a -= used
+            touched = np.flatnonzero(used)
+            rem, cnxt = self.rem, self.cnxt
+            for c, r in zip(touched.tolist(), self.rem_a[touched].tolist(), strict=True):
+                rem[c] = r
+                if not r:
+                    cnxt[c] = c + 1
+            last = self.last
+            while last >= 0 and cnxt[last] != last:
+                last -= 1
+            self.last = last
+
+    def positions(self) -> np.ndarray:
+        """The pool position of every sample taken, in order: a class gives its samples in pool order."""
+        cls = np.asarray(self.picks, dtype=np.int64)
+        return self.cstart[cls] + _rank_in_class(cls) if cls.size else cls
+
+
+def _rank_in_class(cls: np.ndarray) -> np.ndarray:
+    """For each entry of ``cls`` (class indices, in taking order), how many earlier entries have its class."""
+    by = np.argsort(cls, kind="stable")
+    sc = cls[by]
+    idx = np.arange(sc.size)
+    head = np.concatenate([[True], sc[1:] != sc[:-1]])
+    rank = np.empty_like(by)
+    rank[by] = idx - np.maximum.accumulate(np.where(head, idx, 0))
+    return rank
+
+
+def fill_long_groups(filler: ClassFiller, n_groups: int) -> None:
+    """Every group, in order: bulk tries of growing chunks while they are kept whole; after a try that kept
+    at least half its chunk, the group it stopped at one at a time; after one that kept less, the next
+    groups one at a time (more of them after each such try in a row)."""
+    g, chunk, scalar = 0, _CHUNK_MIN, _SCALAR_MIN
+    while g < n_groups:
+        b = min(n_groups, g + chunk)
+        kept = filler.bulk(g, b)
+        whole = g + kept == b
+        g += kept
+        if g >= n_groups:
+            break
+        if whole:
+            chunk = min(2 * chunk, _CHUNK_MAX)
+            scalar = _SCALAR_MIN
+        elif kept and 2 * kept >= chunk:
+            chunk = max(_CHUNK_MIN, kept)
+            filler.scalar(g, g + 1)  # the group another one's takings changed, or one taking many samples
+            g += 1
+        else:
+            chunk = _CHUNK_MIN
+            filler.scalar(g, min(n_groups, g + scalar))
+            g = min(n_groups, g + scalar)
+            scalar = min(2 * scalar, _SCALAR_MAX)
+
+
+def fill_one_by_one(cand, room_a: np.ndarray, tok_a: np.ndarray, cs_a: np.ndarray, flag_all: bool,
+                     total_num: float) -> tuple[np.ndarray, list[int]]:
+    """:meth:`_Candidate.place_long`'s filling of candidate ``cand`` one sample at a time (safe mode, where a
+    sample can be skipped for its tokens, so a class is not taken in pool order): the pool positions taken,
+    in order, and per group how many were taken up to it.
+
+    One loop over the long samples with the pool's lists at hand: the search for the first remaining
+    sample below the room and the removal (:class:`_NormalPool`'s pointers) are done here; the loop
+    stops at once when the room is below the smallest sample left.
+    """
+    bt = cand.batch
+    lists = None
+    if cand._suffix is not None:
+        ids, lens, negf = bt.order_lists()
+        lists = ids[cand._suffix:], lens[cand._suffix:], negf[cand._suffix:]
+    pool = _NormalPool(cand.normal, bt.f, bt.L, lists, bt.positions())
+    negf, nxt, size, p_len, removed = pool.negf, pool.nxt, pool.size, pool.lengths, pool.removed
+    n_alive = pool.n_alive
+    slack, safe, M, u = cand.fill_slack, cand.safe, bt.M, bt.u
+    li = cand._long_arr
+    ends: list[int] = []
+    # negated FLOPs throughout (nx = −x); a sentinel after the pool, below no x, spares the bound check
+    nslack = -slack
+    negf.append(-math.inf)
+    last = size - 1  # the last remaining sample of the pool (the smallest) and its negated FLOPs
+    nfmin = negf[last] if size else -math.inf
+    ranks_a = cs_a * u
+    pad_a = np.where(ranks_a > 1, 2 * ranks_a, 1)  # the padding rule (dcpsim.cost.padding)
+    # each group's first search, over the whole pool (removed samples are skipped after it), for all at once
+    first_a = np.searchsorted(-bt.f[pool.arr], room_a * nslack, side="right")
+    for room, length_sum, tok, cap, ranks, pad, p in zip(room_a.tolist(), bt.L[li].tolist(), tok_a.tolist(),
+                                                         (M * cs_a).tolist(), ranks_a.tolist(), pad_a.tolist(),
+                                                         first_a.tolist(), strict=True):
+        # p: position in the pool's fixed order (the code's index into its shrinking list); the first
+        # search's answer is known, so it searches [p, hi) with hi = p, then the rest of the pool
+        hi = p
+        taken = False  # whether the last pass removed the sample at p
+        while flag_all or (n_alive > total_num and length_sum < cap):
+            nx = room * nslack
+            if nx >= nfmin:  # no sample left below x (x <= 0 included): the code's search finds none
+                break
+            # first remaining normal sample (from p) with forward FLOPs < x; right after p is taken,
+            # p + 1 when it remains and is below x (the search and the path halving would find it and
+            # change nothing else)
+            q = p + 1
+            if taken and nxt[q] == q and negf[q] > nx:
+                p = q
+            else:
+                p = bisect_right(negf, nx, p, hi)
+                while nxt[p] != p:
+                    nxt[p] = p = nxt[nxt[p]]  # path halving
+                if p >= size:
+                    break
+            Lk = p_len[p]
+            if safe:
+                t = -(-Lk // pad) * pad // ranks
+                if tok + t > M:
+                    p += 1
+                    taken = False
+                    hi = size
+                    continue
+                tok += t
+            nxt[p] = p + 1  # removed
+            n_alive -= 1
+            removed.append(p)
+            taken = True
+            hi = size
+            room += negf[p]  # room − f
+            length_sum += Lk
+            if p == last:
+                while last >= 0 and nxt[last] != last:
+                    last -= 1
+                nfmin = negf[last] if last >= 0 else -math.inf
+        ends.append(len(removed))
+    negf.pop()
+    return np.asarray(removed, dtype=np.int64), ends

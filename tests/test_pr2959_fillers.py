@@ -1,0 +1,66 @@
+"""``dynamic-pr2959``'s long-group filling by length class (:mod:`dcpsim.policies.pr2959_fillers`) takes the
+samples the code's rule takes, one sample at a time over its shrinking list: the same samples, in the same
+order, for every group, in bulk tries and one group at a time alike."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dcpsim.policies import pr2959_fillers as pf
+
+
+def _rule(negf, lengths, room, lsum, cap, slack, budget, flag_all):
+    """The code's rule: each group in turn takes the first sample left (pool order) whose FLOPs are below
+    slack x room, while the limits hold; returns the positions taken, in order, and the running counts."""
+    alive = list(range(negf.size))
+    taken, ends = [], []
+    for r, s, c in zip(room.tolist(), lsum.tolist(), cap.tolist(), strict=True):
+        while flag_all or (len(alive) > budget and s < c):
+            nx = r * -slack
+            j = next((j for j, p in enumerate(alive) if negf[p] > nx), None)
+            if j is None:
+                break
+            p = alive.pop(j)
+            taken.append(p)
+            r += float(negf[p])
+            s += int(lengths[p])
+        ends.append(len(taken))
+    return taken, ends
+
+
+def test_class_filling_takes_the_rules_samples(monkeypatch):
+    rng = np.random.default_rng(7)
+    used = {"bulk": 0, "scalar": 0}
+    bulk, scalar = pf.ClassFiller.bulk, pf.ClassFiller.scalar
+
+    def counted_bulk(self, a, b):
+        kept = bulk(self, a, b)
+        used["bulk"] += kept
+        return kept
+
+    def counted_scalar(self, a, b):
+        used["scalar"] += b - a
+        scalar(self, a, b)
+
+    monkeypatch.setattr(pf.ClassFiller, "bulk", counted_bulk)
+    monkeypatch.setattr(pf.ClassFiller, "scalar", counted_scalar)
+    for _ in range(60):
+        n = int(rng.integers(0, 1500))
+        kinds = int(rng.choice([3, 20, 300]))  # few lengths: classes run out often; many: rarely
+        lengths = np.sort(rng.integers(1, kinds + 1, n))[::-1] * 7
+        f = lengths.astype(np.float64) ** 1.5 * (1.0 + rng.random() / 7)
+        negf = -f
+        G = int(rng.integers(1, 400))
+        room = rng.random(G) * float(rng.choice([10.0, 100.0, 2000.0])) * (kinds * 7) ** 1.5 / 10
+        room[rng.random(G) < 0.1] *= -1  # negative rooms take nothing
+        lsum = rng.integers(0, 50, G)
+        cap = lsum + rng.integers(1, 10**4 if rng.random() < 0.5 else 60, G)
+        budget = float(rng.integers(0, n + 1)) if rng.random() < 0.3 else 0.5 * n * rng.random()
+        flag_all = bool(rng.random() < 0.15)
+        slack = float(rng.choice([1.05, 1.0, 0.5]))
+        filler = pf.ClassFiller(negf, lengths, room, lsum, cap, slack, budget, flag_all)
+        pf.fill_long_groups(filler, G)
+        want, ends = _rule(negf, lengths, room, lsum, cap, slack, budget, flag_all)
+        assert filler.positions().tolist() == want
+        assert filler.ends == ends
+    assert used["bulk"] > 1000 and used["scalar"] > 1000, used  # both ways exercised
