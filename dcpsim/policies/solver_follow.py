@@ -11,7 +11,7 @@ of a scan of every group. Times in seconds.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from heapq import heappush
 from itertools import accumulate, repeat
 
@@ -153,103 +153,122 @@ class _Follow:
         their new times (dropped below the least share, :meth:`_Buckets.move`), as the moves one after
         another leave the list (parking is where a group waits: no decision depends on it)."""
         code, st = self.g_code[g0], self.g_step[g0]
-        s_k, gmax, H = self.S[st], self.gmax, self.height
+        s_k, H = self.S[st], self.height
         add, tok = trow[code], tokrow[code >> 1]
-        thr = 1e-9 * (gmax + 0.0)
+        thr = 1e-9 * (self.gmax + 0.0)
         lim = (s_k if s_k >= H else H) * (1 + 1e-12)
-        outside = self._outside
-        g_time, room, members = self.g_time, self.g_room, self.members
         end = self._run_end[pos]
-        buckets = self.buckets
-        cells = buckets.by_code[code]
-        cell = cells[st]
-        keys = cell[0]
+        keys = self.buckets.by_code[code][st][0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
         p = self._prefix_end(keys, bisect_right(keys, (x, _INF)), s_k, add, lim, thr)
-        q = p  # the walk's position: the listed entries from q to p - 1 are passed
-        picks, olds, at, passed = [g0], [listed], [], []  # picks, their listed times and positions; no room
-        g, t, r = g0, g_time[g0], room[g0]
-        t_c = r_c = None  # the previous pick's (time, room) before its additions: its twins take the same
-        c_c = t_e = r_e = 0
-        tie_t = None  # the last pick time whose lower neighbour's new time does not round equal
-        while True:
-            if t == t_c and r == r_c and end - pos >= c_c:
-                c, t, r = c_c, t_e, r_e
-            else:
-                t_c, r_c = t, r
-                c, t, r = _take(t, r, add, tok, floor, s_k, end - pos)
-                c_c, t_e, r_e = c, t, r
-            if c:
-                members[g].extend(ids[pos:pos + c])
-                g_time[g], room[g] = t, r
-                pos += c
-            if pos >= end:
-                break
-            # g has room, and its next addition raises the step within the tolerance: it stays the pick
-            if r >= tok and s_k < t + add and self._raise(t + add, s_k) <= thr:
-                if t + add <= lim:
-                    break
-                self.bit = True
-            q = self._scan(keys, q - 1, -g0, tok, passed)
-            if q < 0:
-                break
-            tq, neg = keys[q]
+        at: list[int] = []  # the positions of the picks after g0, in order
+        passed: list[int] = []  # the positions passed without room
+        g_time, room = self.g_time, self.g_room
+        c, t, r = _take(g_time[g0], room[g0], add, tok, floor, s_k, end - pos)
+        if c:
+            self.members[g0].extend(ids[pos:pos + c])
+            g_time[g0], room[g0] = t, r
+            pos += c
+        if pos < end and not (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
+            pos = self._walk_down(keys, p, -g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed))
+        self._settle_walk(code, st, p, (g0, listed, at, passed))
+        return pos
+
+    def _stays(self, newt: float, s_k: float, lim: float) -> bool:
+        """Whether a group with room whose next addition lifts its step to ``newt`` (within the tolerance of
+        ``s_k``) stays the join search's pick: its increase (:meth:`_raise`) within the tolerance, under the
+        limit (past it: the limit excluded it, ``bit``)."""
+        if self._raise(newt, s_k) <= 1e-9 * (self.gmax + 0.0):
+            if newt <= lim:
+                return True
+            self.bit = True
+        return False
+
+    def _walk_down(self, keys: list, p: int, neg0: int, ids: list[int], span: tuple[int, int], q: tuple,
+                   out: tuple[list[int], list[int]]) -> int:
+        """The picks of :meth:`_walk` after the first group (``-neg0``, skipped): down ``keys`` from the
+        prefix's end ``p``, each listed group with room takes what it can of ``ids[pos:end]`` (``span``);
+        ``q`` = (added time, tokens, floor, step height, limit, tolerance). Appends the picks' positions and
+        those passed without room to ``out``; returns the position of the first sequence left."""
+        (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed) = span, q, out
+        o_t, o_neg = self._outside
+        g_time, room, members = self.g_time, self.g_room, self.members
+        tie_t = t_c = r_c = None  # tie_t: the last pick time whose lower neighbour's new time differs
+        c_c = t_e = r_e = 0  # (t_c, r_c): the last pick's time and room before it took c_c, ending at (t_e, r_e)
+        for j in range(p - 1, -1, -1):
+            tq, neg = keys[j]
+            r = room[-neg]
+            if r < tok or neg == neg0:
+                if neg != neg0:
+                    passed.append(j)
+                continue
             newt = tq + add
-            if newt > s_k or newt < floor or (newt, neg) <= outside:
+            # the pick must add nothing, reach the floor and beat the best outside the cell ((newt, neg) > it)
+            if newt > s_k or newt < floor or newt < o_t or (newt == o_t and neg <= o_neg):
                 break
-            if tq != tie_t:
-                lo = bisect_left(keys, (tq, -_INF), 0, q)
+            if tq != tie_t:  # a lower time whose new time rounds equal: the full decision picks
+                lo = bisect_left(keys, (tq, -_INF), 0, j)
                 if lo and keys[lo - 1][0] + add == newt:
                     break
                 tie_t = tq
+            if tq == t_c and r == r_c and end - pos >= c_c:  # a twin of the last pick: the same additions
+                c, t, r = c_c, t_e, r_e
+            else:
+                t_c, r_c = tq, r
+                c, t, r = c_c, t_e, r_e = _take(tq, r, add, tok, floor, s_k, end - pos)
             g = -neg
-            picks.append(g)
-            olds.append(tq)
-            at.append(q)
-            t, r = tq, room[g]
-        self._settle_walk(code, st, p, (picks, olds, at, passed))
+            members[g].extend(ids[pos:pos + c])
+            g_time[g], room[g] = t, r
+            pos += c
+            at.append(j)
+            if pos >= end or (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
+                break
         return pos
 
-    def _scan(self, keys: list, q: int, neg0: int, tok: int, passed: list[int]) -> int:
-        """From position ``q`` down, the first entry of ``keys`` (not ``neg0``'s) with room for ``tok``
-        tokens (-1: none); the positions passed without room go to ``passed``."""
-        room = self.g_room
-        while q >= 0:
-            neg = keys[q][1]
-            if neg != neg0:
-                if room[-neg] >= tok:
-                    return q
-                passed.append(q)
-            q -= 1
-        return q
-
     def _settle_walk(self, code: int, st: int, p: int, walked: tuple) -> None:
-        """The list changes of :meth:`_walk` in cell (code, step), whose prefix ends at ``p``: the groups passed
-        without room (positions ``passed``) parked, the picks (listed at ``olds``; all but the first at
-        positions ``at``) moved to their new keys; ``walked`` = (picks, olds, at, passed)."""
-        picks, olds, at, passed = walked
+        """The list changes of :meth:`_walk` in cell (code, step), whose prefix ends at ``p``; ``walked`` =
+        (the first pick, its listed time, the other picks' positions, the positions passed without room):
+        the groups passed parked, the picks moved to their new keys (dropped below the least share)."""
+        g0, listed, at, passed = walked
         buckets, g_time, room = self.buckets, self.g_time, self.g_room
         cells = buckets.by_code[code]
         cell = cells[st]
         keys = cell[0]
         heap, parked = cell[1], buckets.parked
+        picks = [g0] + [-keys[j][1] for j in at]
         drop = set(at)
+        drop.add(bisect_left(keys, (listed, -g0)))
         for j in passed:
             t, neg = keys[j]
             heappush(heap, (-room[-neg], t, neg))
             parked.add(-neg)
             drop.add(j)
-        if drop:
-            lo = min(drop)
+        lo = min(drop)
+        if len(drop) == p - lo:  # the walked entries, each passed or picked: one slice
+            del keys[lo:p]
+        else:
             keys[lo:p] = [e for j, e in enumerate(keys[lo:p], lo) if j not in drop]
-        g0 = picks[0]
-        del keys[bisect_left(keys, (olds[0], -g0))]
         least = buckets.min_tok[code >> 1]
+        new = []
         for g in picks:
             if room[g] >= least:
-                insort(keys, (g_time[g], -g))
+                new.append((g_time[g], -g))
             else:
                 cell[2] -= 1
+        new.sort()
+        # the new keys in sorted runs, each run into its gap of the list at once
+        a, n = 0, len(new)
+        while a < n:
+            at_ = bisect_left(keys, new[a])
+            b = a + 1
+            if at_ < len(keys):
+                nxt = keys[at_]
+                while b < n and new[b] < nxt:
+                    b += 1
+            else:
+                b = n
+            keys[at_:at_] = new[a:b]
+            a = b
         if not cell[2]:
             del cells[st]
             if not cells:
