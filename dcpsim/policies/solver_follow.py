@@ -194,21 +194,24 @@ class _Follow:
         o_t, o_neg = self._outside
         g_time, room, members = self.g_time, self.g_room, self.members
         tie_t = t_c = r_c = None  # tie_t: the last pick time whose lower neighbour's new time differs
+        tie_lo = 0  # the first position of time tie_t
         c_c = t_e = r_e = 0  # (t_c, r_c): the last pick's time and room before it took c_c, ending at (t_e, r_e)
-        for j in range(p - 1, -1, -1):
+        j = p - 1
+        while j >= 0:
             tq, neg = keys[j]
             r = room[-neg]
             if r < tok or neg == neg0:
                 if neg != neg0:
                     passed.append(j)
+                j -= 1
                 continue
             newt = tq + add
             # the pick must add nothing, reach the floor and beat the best outside the cell ((newt, neg) > it)
             if newt > s_k or newt < floor or newt < o_t or (newt == o_t and neg <= o_neg):
                 break
             if tq != tie_t:  # a lower time whose new time rounds equal: the full decision picks
-                lo = bisect_left(keys, (tq, -_INF), 0, j)
-                if lo and keys[lo - 1][0] + add == newt:
+                tie_lo = bisect_left(keys, (tq, -_INF), 0, j)
+                if tie_lo and keys[tie_lo - 1][0] + add == newt:
                     break
                 tie_t = tq
             if tq == t_c and r == r_c and end - pos >= c_c:  # a twin of the last pick: the same additions
@@ -223,7 +226,39 @@ class _Follow:
             at.append(j)
             if pos >= end or (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
                 break
+            if c == 1 and j > tie_lo:  # its twins below take one each, as it did
+                lo = tie_lo if newt > o_t else bisect_right(keys, (tq, o_neg), tie_lo, j)
+                j, pos = self._twins_down(keys, (j, lo), neg0, (r_c, t, r), ids, (pos, end), at)
+                if pos >= end:
+                    break
+            else:
+                j -= 1
         return pos
+
+    def _twins_down(self, keys: list, span: tuple[int, int], neg0: int, rooms: tuple, ids: list[int],
+                    seqs: tuple[int, int], at: list[int]) -> tuple[int, int]:
+        """The twins of the pick at ``span[0]`` (time and room the same, each listed below it down to
+        ``span[1]``, the first of its time that beats the best outside the cell) each take one sequence of
+        ``ids[pos:end]`` (``seqs``) and end at the pick's time and room, as :meth:`_walk_down` would take them
+        one by one (the same tests on the same numbers: a twin of the last pick takes what it took, and its
+        next addition stays past the step). ``rooms`` = (room before, time after, room after). Stops at a
+        group of another room or at ``-neg0``; returns (the position to look at next, the first sequence
+        left), the twins' positions appended to ``at``."""
+        (j, lo), (r0, t1, r1), (pos, end) = span, rooms, seqs
+        room, g_time, members = self.g_room, self.g_time, self.members
+        jj = j - 1
+        while jj >= lo and pos < end:
+            neg = keys[jj][1]
+            if neg == neg0 or room[-neg] != r0:
+                break
+            g = -neg
+            members[g].append(ids[pos])
+            g_time[g] = t1
+            room[g] = r1
+            pos += 1
+            jj -= 1
+        at.extend(range(j - 1, jj, -1))
+        return jj, pos
 
     def _settle_walk(self, code: int, st: int, p: int, walked: tuple) -> None:
         """The list changes of :meth:`_walk` in cell (code, step), whose prefix ends at ``p``; ``walked`` =
