@@ -5,6 +5,9 @@ after another. After one of them joins a group without raising its step (the usu
 of that length are placed here, provably as the per-sequence decision would place them
 (:meth:`_Follow._follow` says why), at a few list operations each instead of a full search: the group
 keeps taking them while it can, then its *twins* (groups of the same time and room) take them in order.
+Where the placer does not track the height limit's effect, the run is one walk down the cell's sorted list
+(:meth:`_Follow._walk`: the picks are its groups with room, in order; twins take one each in a tight loop) and
+the list changes once at the end.
 ``tests/test_policy_scale.py`` checks the plans equal those of one full decision per sequence and those
 of a scan of every group. Times in seconds.
 """
