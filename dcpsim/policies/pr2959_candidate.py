@@ -242,10 +242,8 @@ class _Candidate:
             left = self._lowest_flops_first(ids, T, cap)
             self.n_leftovers = len(left)
             if left:
-                self._bl_arr, self.bl = self.bl, self.bl.tolist()  # a list for the one-by-one leftovers
                 left_a = np.asarray(left, dtype=np.int64)
                 self._leftovers(left_a[stable_argsort(-bt.L[left_a])], T, cap)  # longest first, stable
-                self.bl = np.array(self.bl, dtype=np.int64)
         self.seq = np.concatenate([*(a for a, _ in self._head), np.array(self.seq, dtype=np.int64)]).astype(np.int64)
         self.dest = np.concatenate([*(b for _, b in self._head), np.array(self.dest, dtype=np.int64)]).astype(np.int64)
         # the code adds 2·f to a bucket's backward estimate with every f it adds to its forward; doubling
@@ -310,40 +308,45 @@ class _Candidate:
         if not left_a.size:
             return
         bt = self.batch
-        table = _TokenTable(self._bl_arr)
-        left, Lp = left_a.tolist(), bt.L[left_a].tolist()  # by position in ``left``
-        limits = [None] * len(left) if cap == math.inf else (int(cap) - bt.tok1[left_a]).tolist()
-        bl, seq, dest = self.bl, self.seq, self.dest
-        n = len(left)
+        table = _TokenTable(self.bl)
+        nb = self.bl.size
+        bl = np.concatenate([self.bl, np.zeros(left_a.size, dtype=np.int64)])  # room for safe mode's extra buckets
+        Lp = bt.L[left_a].tolist()  # by position in ``left_a``
+        limits = [None] * left_a.size if cap == math.inf else (int(cap) - bt.tok1[left_a]).tolist()
+        n = left_a.size
         end = _run_ends(bt.L[left_a], None if cap == math.inf else int(cap) - bt.tok1[left_a])
+        seq, dest = [], []  # arrays of the samples and their buckets, in order
         pos = 0
         while pos < n:
-            i, limit = left[pos], limits[pos]
-            Li = Lp[pos]
+            limit, Li = limits[pos], Lp[pos]
             picks = table.run_picks(Li, T, limit, end[pos] - pos) if end[pos] - pos > 1 else []
             if picks:  # a run of one length (so one FLOPs figure) to buckets of the table
-                olds = [bl[k] for k in picks]
-                for k in picks:
-                    bl[k] += Li
-                table.move_run(picks, olds, Li)
-                seq.extend(left[pos:pos + len(picks)])
-                dest.extend(picks)
-                pos += len(picks)
+                pk = np.asarray(picks, dtype=np.int64)
+                olds = bl[pk]
+                bl[pk] = olds + Li
+                table.move_run(picks, olds.tolist(), Li)
+                seq.append(left_a[pos:pos + pk.size])
+                dest.append(pk)
+                pos += pk.size
                 continue
             k = table.closest(Li, T, limit)
             if k < 0:  # safe mode: an extra bucket, ranked last
-                k = len(bl)
-                bl.append(Li)
+                k, nb = nb, nb + 1
+                bl[k] = Li
                 table.add(k, Li)
             else:
-                bl[k] = b = bl[k] + Li
+                b = int(bl[k]) + Li
+                bl[k] = b
                 table.move(k, b - Li, b)
-            seq.append(i)
-            dest.append(k)
+            seq.append(left_a[pos:pos + 1])
+            dest.append(np.array([k], dtype=np.int64))
             pos += 1
-        if len(bl) > self.bf.size:  # safe mode's extra buckets, from 0.0 as the code starts them
-            self.bf = np.concatenate([self.bf, np.zeros(len(bl) - self.bf.size)])
-        np.add.at(self.bf, np.asarray(dest, dtype=np.int64), bt.f[np.asarray(seq, dtype=np.int64)])
+        self.bl = bl[:nb]
+        if nb > self.bf.size:  # safe mode's extra buckets, from 0.0 as the code starts them
+            self.bf = np.concatenate([self.bf, np.zeros(nb - self.bf.size)])
+        seq_a, dest_a = np.concatenate(seq), np.concatenate(dest)
+        self._head.append((seq_a, dest_a))
+        np.add.at(self.bf, dest_a, bt.f[seq_a])
 
     def assign_slots(self) -> None:
         """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot.
