@@ -30,10 +30,10 @@ from bisect import bisect_right
 
 import numpy as np
 
-from dcpsim.policies.pr2959_tables import _NormalPool
+from dcpsim.policies.pr2959_tables import _NormalPool, stable_argsort
 
-_CHUNK_MIN, _CHUNK_MAX = 32, 8192  # groups per bulk try
-_SCALAR_MIN, _SCALAR_MAX = 16, 2048  # groups one at a time after a bulk try kept few
+_CHUNK_MIN, _CHUNK_MAX = 64, 8192  # groups per bulk try
+_SCALAR_MIN, _SCALAR_MAX = 64, 2048  # groups one at a time after a bulk try kept few
 _ROUNDS = 8  # a bulk try's rounds (a group taking more samples goes one at a time)
 
 
@@ -130,7 +130,7 @@ class ClassFiller:
             lsum[act] += LS[k]
         if gs:
             g = np.concatenate(gs)
-            order = np.argsort(g, kind="stable")  # group order; the rounds keep each group's picks in order
+            order = stable_argsort(g)  # group order; the rounds keep each group's picks in order
             g, cls = g[order], S[np.concatenate(ks)[order]]
             bad = _rank_in_class(cls) >= self.rem_a[cls]  # a class emptied by the chunk's earlier takings
             if not self.flag_all:
@@ -174,7 +174,7 @@ class ClassFiller:
 
 def _rank_in_class(cls: np.ndarray) -> np.ndarray:
     """For each entry of ``cls`` (class indices, in taking order), how many earlier entries have its class."""
-    by = np.argsort(cls, kind="stable")
+    by = stable_argsort(cls)
     sc = cls[by]
     idx = np.arange(sc.size)
     head = np.concatenate([[True], sc[1:] != sc[:-1]])
