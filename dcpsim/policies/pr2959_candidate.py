@@ -56,6 +56,17 @@ class _Batch:
         self.tok1_is_length = bool(np.array_equal(self.tok1, self.L))
         self._order_lists: tuple[list[int], list[int], list[float]] | None = None
         self._positions: list[int] | None = None
+        self._classes: tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None = None
+
+    def classes(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+        """The negated forward FLOPs and lengths of the samples in the code's order, the first position of each
+        run of equal (FLOPs, length) in it, and whether the FLOPs never rise along it (made once)."""
+        if self._classes is None:
+            negf, lengths = -self.f[self.order], self.L[self.order]
+            change = (negf[1:] != negf[:-1]) | (lengths[1:] != lengths[:-1])
+            self._classes = (negf, lengths, np.flatnonzero(np.concatenate([[True], change])),
+                             bool(np.all(negf[1:] >= negf[:-1])))
+        return self._classes
 
     def order_lists(self) -> tuple[list[int], list[int], list[float]]:
         """The ids, lengths and negated forward FLOPs of the samples in the code's order, as lists (made once)."""
@@ -195,10 +206,18 @@ class _Candidate:
         cs_a = np.asarray(sizes, dtype=np.int64)
         room_a = cs_a * self.tau - bt.f[li]  # c·τ − f, as the code computes it
         tok_a = per_rank_tokens(bt.L[li], cs_a * bt.u)  # the long sample's own tokens per rank
-        negf = -bt.f[self.normal]
-        if not self.safe and bool(np.all(negf[1:] >= negf[:-1])):  # the pool by FLOPs, largest first
-            filler = ClassFiller(negf, bt.L[self.normal], room_a, bt.L[li], bt.M * cs_a, self.fill_slack, total_num,
-                                 flag_all)
+        if self._suffix is not None:  # the pool is a suffix of the code's order: its runs are the batch's
+            negf, lengths, starts, falls = bt.classes()
+            k = self._suffix
+            negf, lengths = negf[k:], lengths[k:]
+            starts = np.concatenate([[0] if negf.size else [], starts[np.searchsorted(starts, k, side="right"):] - k])
+            starts = starts.astype(np.int64)
+        else:
+            negf, lengths, starts = -bt.f[self.normal], bt.L[self.normal], None
+            falls = bool(np.all(negf[1:] >= negf[:-1]))
+        if not self.safe and falls:  # the pool by FLOPs, largest first
+            filler = ClassFiller(negf, lengths, room_a, bt.L[li], bt.M * cs_a, self.fill_slack, total_num, flag_all,
+                                 starts)
             fill_long_groups(filler, li.size)
             removed, ends = filler.positions(), filler.ends
         else:
@@ -402,6 +421,8 @@ class _Candidate:
         ks, fks = order[filled], self.bf[order[filled]]
         slots: list[np.ndarray] = []
         done = self._bulk_deal(ks, fks, slots, fsum, count, per_slot)  # in runs while provably the same
+        if done == ks.size:  # every bucket dealt in runs
+            return np.concatenate(slots).astype(np.int64) if slots else ks.astype(np.int64), ks.astype(np.int64)
         heap = [(f, s) for s, f in enumerate(fsum) if count[s] < per_slot]
         heapq.heapify(heap)
         overfull = False  # safe mode, every slot full: the lightest slot of all (the code's fallback)
@@ -478,9 +499,9 @@ class _Candidate:
             return self._realigned_steps()
         # every long group sits at one list index on all its slots, so each entry runs at its index
         gs, widths = self._garr[:2]
-        first = gs[~code[g]] == slot[g]
-        keep = np.flatnonzero(~g)
-        keep = np.sort(np.concatenate([keep, np.flatnonzero(g)[first]]))
+        kept = ~g  # normal buckets, and each long group on its first slot
+        kept[np.flatnonzero(g)[gs[~code[g]] == slot[g]]] = True
+        keep = np.flatnonzero(kept)
         order = keep[stable_argsort(pos[keep] * self.batch.K + slot[keep])]  # by list index, then slot
         if not order.size:
             return []

@@ -43,14 +43,17 @@ class ClassFiller:
     ``negf``, ``lengths``: the pool's negated forward FLOPs (ascending) and tokens, in pool order; per long
     group ``room`` (``c·τ − f``), ``lsum`` (its tokens so far) and ``cap`` (``M·c``); ``slack`` the
     code's ``fill_slack``; ``budget`` the pool-size limit (the code fills while more than it remain);
-    ``flag_all``: the code's flag that lifts the token and pool-size limits.
+    ``flag_all``: the code's flag that lifts the token and pool-size limits; ``starts``: the first position of
+    each class when the caller has them.
     """
 
     def __init__(self, negf: np.ndarray, lengths: np.ndarray, room: np.ndarray, lsum: np.ndarray, cap: np.ndarray,
-                 slack: float, budget: float, flag_all: bool) -> None:
+                 slack: float, budget: float, flag_all: bool, starts: np.ndarray | None = None) -> None:
         n = negf.size
-        change = np.concatenate([[True], (negf[1:] != negf[:-1]) | (lengths[1:] != lengths[:-1])]) if n else negf > 0
-        self.cstart = np.flatnonzero(change)
+        if starts is None:
+            change = (negf[1:] != negf[:-1]) | (lengths[1:] != lengths[:-1])
+            starts = np.flatnonzero(np.concatenate([[True], change])) if n else np.zeros(0, dtype=np.int64)
+        self.cstart = starts
         self.cneg_a, self.cL_a = negf[self.cstart], lengths[self.cstart].astype(np.int64)
         self.rem_a = np.diff(np.append(self.cstart, n)).astype(np.int64)  # remaining per class (bulk's copy)
         self.cneg, self.cL, self.rem = self.cneg_a.tolist(), self.cL_a.tolist(), self.rem_a.tolist()
