@@ -58,7 +58,7 @@ def test_class_filling_takes_the_rules_samples(monkeypatch):
         budget = float(rng.integers(0, n + 1)) if rng.random() < 0.3 else 0.5 * n * rng.random()
         flag_all = bool(rng.random() < 0.15)
         slack = float(rng.choice([1.05, 1.0, 0.5]))
-        filler = pf.ClassFiller(negf, lengths, room, lsum, cap, slack, budget, flag_all)
+        filler = pf.ClassFiller((negf, lengths, None), room, lsum, cap, slack, budget, flag_all)
         pf.fill_long_groups(filler, G)
         want, ends = _rule(negf, lengths, room, lsum, cap, slack, budget, flag_all)
         assert filler.positions().tolist() == want

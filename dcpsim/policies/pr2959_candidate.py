@@ -216,8 +216,8 @@ class _Candidate:
             negf, lengths, starts = -bt.f[self.normal], bt.L[self.normal], None
             falls = bool(np.all(negf[1:] >= negf[:-1]))
         if not self.safe and falls:  # the pool by FLOPs, largest first
-            filler = ClassFiller(negf, lengths, room_a, bt.L[li], bt.M * cs_a, self.fill_slack, total_num, flag_all,
-                                 starts)
+            filler = ClassFiller((negf, lengths, starts), room_a, bt.L[li], bt.M * cs_a, self.fill_slack, total_num,
+                                 flag_all)
             fill_long_groups(filler, li.size)
             removed, ends = filler.positions(), filler.ends
         else:

@@ -40,15 +40,16 @@ _ROUNDS = 8  # a bulk try's rounds (a group taking more samples goes one at a ti
 class ClassFiller:
     """The pool as length classes and each class's remaining count; picks are recorded as class indices.
 
-    ``negf``, ``lengths``: the pool's negated forward FLOPs (ascending) and tokens, in pool order; per long
+    ``pool``: ``(negf, lengths, starts)``, the pool's negated forward FLOPs (ascending) and tokens, in pool
+    order, and the first position of each class (None: found here); per long
     group ``room`` (``c·τ − f``), ``lsum`` (its tokens so far) and ``cap`` (``M·c``); ``slack`` the
     code's ``fill_slack``; ``budget`` the pool-size limit (the code fills while more than it remain);
-    ``flag_all``: the code's flag that lifts the token and pool-size limits; ``starts``: the first position of
-    each class when the caller has them.
+    ``flag_all``: the code's flag that lifts the token and pool-size limits.
     """
 
-    def __init__(self, negf: np.ndarray, lengths: np.ndarray, room: np.ndarray, lsum: np.ndarray, cap: np.ndarray,
-                 slack: float, budget: float, flag_all: bool, starts: np.ndarray | None = None) -> None:
+    def __init__(self, pool: tuple[np.ndarray, np.ndarray, np.ndarray | None], room: np.ndarray, lsum: np.ndarray,
+                 cap: np.ndarray, slack: float, budget: float, flag_all: bool) -> None:
+        negf, lengths, starts = pool
         n = negf.size
         if starts is None:
             change = (negf[1:] != negf[:-1]) | (lengths[1:] != lengths[:-1])
