@@ -172,9 +172,10 @@ class _Follow:
             self.members[g0].extend(ids[pos:pos + c])
             g_time[g0], room[g0] = t, r
             pos += c
+        lo = p  # the walked entries (each passed or picked) are those from lo to p - 1, and g0's
         if pos < end and not (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
-            pos = self._walk_down(keys, p, -g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed))
-        self._settle_walk(code, st, p, (g0, listed, at, passed))
+            pos, lo = self._walk_down(keys, p, -g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed))
+        self._settle_walk(code, st, (lo, p), (g0, listed, at, passed))
         return pos
 
     def _stays(self, newt: float, s_k: float, lim: float) -> bool:
@@ -188,11 +189,12 @@ class _Follow:
         return False
 
     def _walk_down(self, keys: list, p: int, neg0: int, ids: list[int], span: tuple[int, int], q: tuple,
-                   out: tuple[list[int], list[int]]) -> int:
+                   out: tuple[list[int], list[int]]) -> tuple[int, int]:
         """The picks of :meth:`_walk` after the first group (``-neg0``, skipped): down ``keys`` from the
         prefix's end ``p``, each listed group with room takes what it can of ``ids[pos:end]`` (``span``);
         ``q`` = (added time, tokens, floor, step height, limit, tolerance). Appends the picks' positions and
-        those passed without room to ``out``; returns the position of the first sequence left."""
+        those passed without room to ``out``; returns (the position of the first sequence left, the lowest
+        position walked past: from there to ``p`` every entry was passed, picked or is ``-neg0``'s)."""
         (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed) = span, q, out
         o_t, o_neg = self._outside
         g_time, room, members = self.g_time, self.g_room, self.members
@@ -228,15 +230,15 @@ class _Follow:
             pos += c
             at.append(j)
             if pos >= end or (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
-                break
+                return pos, j
             if c == 1 and j > tie_lo:  # its twins below take one each, as it did
                 lo = tie_lo if newt > o_t else bisect_right(keys, (tq, o_neg), tie_lo, j)
                 j, pos = self._twins_down(keys, (j, lo), neg0, (r_c, t, r), ids, (pos, end), at)
                 if pos >= end:
-                    break
+                    return pos, j + 1
             else:
                 j -= 1
-        return pos
+        return pos, j + 1
 
     def _twins_down(self, keys: list, span: tuple[int, int], neg0: int, rooms: tuple, ids: list[int],
                     seqs: tuple[int, int], at: list[int]) -> tuple[int, int]:
@@ -263,36 +265,34 @@ class _Follow:
         at.extend(range(j - 1, jj, -1))
         return jj, pos
 
-    def _settle_walk(self, code: int, st: int, p: int, walked: tuple) -> None:
-        """The list changes of :meth:`_walk` in cell (code, step), whose prefix ends at ``p``; ``walked`` =
-        (the first pick, its listed time, the other picks' positions, the positions passed without room):
-        the groups passed parked, the picks moved to their new keys (dropped below the least share)."""
-        g0, listed, at, passed = walked
+    def _settle_walk(self, code: int, st: int, span: tuple[int, int], walked: tuple) -> None:
+        """The list changes of :meth:`_walk` in cell (code, step): the entries from ``span`` = (lo, p) on to
+        the prefix's end ``p`` were walked past (``walked`` = (the first pick, its listed time, the other
+        picks' positions, the positions passed without room)): the groups passed are parked, the picks move
+        to their new keys (dropped below the least share)."""
+        (lo, p), (g0, listed, at, passed) = span, walked
         buckets, g_time, room = self.buckets, self.g_time, self.g_room
         cells = buckets.by_code[code]
         cell = cells[st]
-        keys = cell[0]
-        heap, parked = cell[1], buckets.parked
-        picks = [g0] + [-keys[j][1] for j in at]
-        drop = set(at)
-        drop.add(bisect_left(keys, (listed, -g0)))
-        for j in passed:
-            t, neg = keys[j]
-            heappush(heap, (-room[-neg], t, neg))
-            parked.add(-neg)
-            drop.add(j)
-        lo = min(drop)
-        if len(drop) == p - lo:  # the walked entries, each passed or picked: one slice
-            del keys[lo:p]
-        else:
-            keys[lo:p] = [e for j, e in enumerate(keys[lo:p], lo) if j not in drop]
+        keys, heap, parked = cell[0], cell[1], buckets.parked
         least = buckets.min_tok[code >> 1]
-        new = []
-        for g in picks:
-            if room[g] >= least:
-                new.append((g_time[g], -g))
-            else:
-                cell[2] -= 1
+        pos0 = bisect_left(keys, (listed, -g0))
+        if passed:
+            for j in passed:
+                t, neg = keys[j]
+                heappush(heap, (-room[-neg], t, neg))
+                parked.add(-neg)
+            picks = [g0] + [-keys[j][1] for j in at]
+            new = [(g_time[g], -g) for g in picks if room[g] >= least]
+        else:  # the walked entries are the picks (g0's among them, or below them)
+            new = [(g_time[-neg], neg) for _, neg in keys[lo:p] if room[-neg] >= least]
+            if pos0 < lo and room[g0] >= least:
+                new.append((g_time[g0], -g0))
+            picks = p - lo + (pos0 < lo)
+        cell[2] -= (len(picks) if passed else picks) - len(new)
+        del keys[lo:p]
+        if pos0 < lo:
+            del keys[pos0]
         new.sort()
         # the new keys in sorted runs, each run into its gap of the list at once
         a, n = 0, len(new)
