@@ -86,7 +86,10 @@ class _Follow:
             self._move(g, code, st, listed)
             return pos
         if self.walk and not self.track:
-            return self._walk(g, floor, ids, pos, trow, tokrow, listed)
+            pos = self._walk(g, floor, ids, pos, trow, tokrow, listed)
+            if self._exhausted and pos < self._run_end[pos - 1]:  # the run goes on: in the other cell?
+                pos = self._next_cell(code, gmin, ids, pos, u, k)
+            return pos
         add, tok = trow[code], tokrow[code >> 1]
         thr = 1e-9 * (self.gmax + 0.0)
         lim = max(s_k, self.height) * (1 + 1e-12)
@@ -173,10 +176,45 @@ class _Follow:
             g_time[g0], room[g0] = t, r
             pos += c
         lo = p  # the walked entries (each passed or picked) are those from lo to p - 1, and g0's
+        self._exhausted = False  # whether the cell is left with no pick (set by _walk_down)
         if pos < end and not (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
             pos, lo = self._walk_down(keys, p, -g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed))
         self._settle_walk(code, st, (lo, p), (g0, listed, at, passed))
         return pos
+
+    def _next_cell(self, code: int, gmin: float, ids: list[int], pos: int, u: int, k: int) -> int:
+        """After :meth:`_walk` left its cell with no group to pick, the run's next sequence goes to the pick
+        of the only other cell that had one (``_outside``, when the join search had two cells with a hit,
+        ``_hits``), of the same code, if it adds nothing there and the new-group and new-step options lose to
+        it (:meth:`_others_lose` on that cell's step); then the run goes on there (:meth:`_walk`, nothing
+        outside that cell having a hit). Returns the position of the first sequence left.
+
+        Why it is the full decision: the walk's joins added nothing, so every option but the first cell's
+        is as the search found it: the codes before this one held no hit, this code's GPU-seconds stay the
+        least (``gmin``), the codes after it within the tolerance held none, and the first cell holds no
+        group with room within the prefix (each one it listed there was picked or passed without room, and a
+        pick left with room raises its step past the tolerance or the limit). So the search's pick is that
+        other cell's (unchanged), and whether it adds nothing decides as it did."""
+        o_t, o_neg = self._outside
+        if self._hits != 2 or o_t == -_INF or self.g_code[-o_neg] != code:
+            return pos
+        g = -o_neg
+        st = self.g_step[g]
+        s_k = self.S[st]
+        trow, tokrow = self._rows[0][u], self._rows[1][u]
+        floor = self._others_lose(k, trow, s_k, gmin) if o_t <= s_k else None
+        if floor is None or o_t < floor:
+            return pos
+        listed = self.g_time[g]
+        self.g_time[g] = o_t  # listed + trow[code]: the search's new time
+        self.g_room[g] -= tokrow[code >> 1]
+        self.members[g].append(ids[pos])
+        pos += 1
+        self._outside, self._hits = (-_INF, 0), 1
+        if pos >= self._run_end[pos - 1]:  # the run ends with it: the join's move (:meth:`_apply`)
+            self._move(g, code, st, listed)
+            return pos
+        return self._walk(g, floor, ids, pos, trow, tokrow, listed)
 
     def _stays(self, newt: float, s_k: float, lim: float) -> bool:
         """Whether a group with room whose next addition lifts its step to ``newt`` (within the tolerance of
@@ -238,6 +276,7 @@ class _Follow:
                     return pos, j + 1
             else:
                 j -= 1
+        self._exhausted = j < 0
         return pos, j + 1
 
     def _twins_down(self, keys: list, span: tuple[int, int], neg0: int, rooms: tuple, ids: list[int],

@@ -341,13 +341,14 @@ class _Placer(_Follow):
         Codes go by increasing GPU-seconds; the first with such a group sets the least, and only codes
         within the tolerance of it can hold the pick. Returns (GPU-seconds, new time, -group, whether a
         group found adds exactly nothing) or None. Keeps the best (new time, -group) of the cells other than
-        the pick's as ``_outside`` (each cell's own pick is the same whatever it is compared with: a cell
+        the pick's as ``_outside`` and the number of cells with a hit as ``_hits`` (each cell's own pick is the same whatever it is compared with: a cell
         is asked for a pick that beats the other cells' best so far, and the larger of the two is the best).
         While nothing is found, a code above ``cut`` GPU-seconds ends the search (``_cut``: it did).
         """
         best = other = (-_INF, 0)  # (new time, -group): the best pick, and the best of the other cells
         gmin = top = _INF  # top: gmin * (1 + 1e-9)
         zero = self._cut = False
+        hits = 0  # cells with a hit
         by_code = self.buckets.by_code
         sizes, S, H, fullest = self.sizes, self.S, self.height, self._fullest_in_cell
         for code in fam:
@@ -381,7 +382,8 @@ class _Placer(_Follow):
                     else:
                         other = pick
                 zero = zero or hit[0]
-        self._outside = other
+                hits += 1
+        self._outside, self._hits = other, hits
         if gmin == _INF:
             return None
         return (float(gmin), float(best[0]), best[1], zero)
