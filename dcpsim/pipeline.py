@@ -263,8 +263,10 @@ def link_of_transfer(pp: int, vp: int) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ evaluation: independent pipelines
-def chain_times(sched: PipelineSchedule, fwd_s, bwd_s, xfer_s=None) -> tuple[np.ndarray, np.ndarray]:
-    """(start, finish) of every node, ``(n_nodes, N)``, for ``N`` independent pipelines.
+def chain_times(sched: PipelineSchedule, fwd_s, bwd_s, xfer_s=None, *,
+                starts: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+    """(start, finish) of every node, ``(n_nodes, N)``, for ``N`` independent pipelines (start None when not
+    ``starts``).
 
     ``fwd_s``, ``bwd_s``: broadcastable to ``(pp·vp, m, N)`` (virtual stage, microbatch, column);
     ``xfer_s``: broadcastable to ``(pp·vp − 1, m, N)``, the transfer between virtual stages ``s`` and
@@ -282,7 +284,7 @@ def chain_times(sched: PipelineSchedule, fwd_s, bwd_s, xfer_s=None) -> tuple[np.
     if xfer_s is not None and V > 1:
         x = np.broadcast_to(np.asarray(xfer_s, dtype=np.float64), (V - 1, m, n_col))
     n = sched.n_nodes
-    start = np.empty((n, n_col))
+    start = np.empty((n, n_col)) if starts else None
     finish = np.empty((n, n_col))
     zero = np.zeros(n_col)
     d_l, k_l, s_l = sched.direction.tolist(), sched.microbatch.tolist(), sched.stage.tolist()
@@ -295,7 +297,8 @@ def chain_times(sched: PipelineSchedule, fwd_s, bwd_s, xfer_s=None) -> tuple[np.
             if x is not None:
                 arr = arr + x[s - 1 if d == FWD else s, k]
             ready = np.maximum(ready, arr)
-        start[i] = ready
+        if start is not None:
+            start[i] = ready
         np.add(ready, f[s, k] if d == FWD else b[s, k], out=finish[i])
     return start, finish
 
@@ -418,8 +421,8 @@ def _tree_index(groups: StepGroups) -> tuple[np.ndarray, np.ndarray] | None:
     group's cell in a rank row of :func:`group_times`'s clock buffer (level ``j``, the maxima of aligned
     blocks of ``2^j`` ranks, at ``2R − 2·(R >> j)``) and its level; None when some group is not such."""
     R, st, sz = groups.n_ranks, groups.start, groups.size
-    if st.size == 0 or np.any(sz < 1) or np.any(sz & (sz - 1)) or np.any(st % sz) or np.any(R % sz):
-        return None
+    if st.size == 0 or np.any(sz < 1) or np.any(sz & (sz - 1)) or np.any(st & (sz - 1)) or np.any(R & (sz - 1)):
+        return None  # (``x & (size − 1)`` is ``x mod size`` for a power-of-two size)
     if np.any(st < 0) or np.any(st + sz > R):
         return None
     j = np.log2(sz).astype(np.int64)
@@ -451,9 +454,9 @@ class _Steps:
                    [t.size == b.size and np.array_equal(t, np.arange(t.size))
                     for t, b in zip(groups.take, groups.bounds, strict=True)])
 
-    def latest(self, row: np.ndarray, k: int, a: int, z: int) -> np.ndarray:
+    def latest(self, row: np.ndarray, k: int, a: int, z: int):
         """Each group of step ``k`` (groups ``a:z``): the latest of its ranks' clocks in ``row`` (``(rows, 2R)``,
-        a stage's clocks and tree levels, the levels it needs computed here), ``(rows, z − a)``."""
+        a stage's clocks and tree levels, the levels it needs computed here), one ``(z − a,)`` array per clock."""
         R = self.groups.n_ranks
         if self.spread[k] is None:  # every group is one rank, in order: the clocks themselves (a view)
             return row[:, :R]
@@ -462,11 +465,26 @@ class _Steps:
         for j in range(1, self.top[k] + 1):
             lo, n = 2 * R - 2 * (R >> (j - 1)), R >> j
             np.maximum(row[:, lo:lo + 2 * n:2], row[:, lo + 1:lo + 2 * n:2], out=row[:, lo + 2 * n:lo + 3 * n])
-        return row[:, self.tree[0][a:z]]
+        return [r.take(self.tree[0][a:z]) for r in row]  # a take per clock (numpy's fancy index is slower)
+
+    def finish(self, pending: list, ran: np.ndarray, start: np.ndarray, last_start: np.ndarray,
+               used: np.ndarray) -> None:
+        """Per stage ``p``, each rank's last start (``last_start[p]``) from the starts of the ops in ``pending[p]``
+        (``(step, virtual stage, direction, a, z)``, from its last whole-row step on, in order) and whether it
+        ran any op (``used[p]``, from the steps ``ran[p]``)."""
+        for p, ops in enumerate(pending):
+            for k, s, d, a, z in ops:
+                self.set_ranks(k, (start[s, d, a:z],), (last_start[p],))
+            ks = np.flatnonzero(ran[p]).tolist()
+            if any(self.ranks[k] is None for k in ks):  # a whole row: every rank ran
+                used[p] = True
+                continue
+            for k in ks:
+                used[p, self.groups.ranks[k]] = True
 
     def set_ranks(self, k: int, values, rows) -> None:
         """Each rank of step ``k`` takes its group's value: ``values[i]`` (per group) into ``rows[i]`` (per rank,
-        ``(R,)``), in order (a value may be a view of a later row: read before that row is written)."""
+        ``(R,)``)."""
         ranks, sp = self.ranks[k], self.spread[k]
         for v, r in zip(values, rows, strict=True):
             if ranks is not None:
@@ -515,6 +533,7 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     gated: set[int] = set()
     steps = _Steps.of(groups)
     ran = np.zeros((pp, groups.n_steps), dtype=bool)  # the steps each stage ran (``used`` after the loop)
+    pending: list[list[tuple[int, int, int, int, int]]] = [[] for _ in range(pp)]  # per stage: ops to read last starts of
     for p_, d, k, s in zip(sched.rank.tolist(), sched.direction.tolist(), sched.microbatch.tolist(),
                            sched.stage.tolist(), strict=True):
         a, z = off[k], off[k + 1]
@@ -534,20 +553,20 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             ready, fin_h, h_after, h_st = run(s, d, a, z, late[1], ready)
             d_s = fin_h - ready
             h_start[s, d, a:z], h_end[s, d, a:z] = h_st, h_after
+        start[s, d, a:z] = ready
         if first_forward is not None and d == FWD and s < pp and s not in gated:
             gated.add(s)
-            fin = first_forward(s, ready, d_s)
+            fin = finish[s, d, a:z] = first_forward(s, ready, d_s)
         else:
-            fin = ready + d_s
-        start[s, d, a:z] = ready
-        finish[s, d, a:z] = fin
+            fin = np.add(ready, d_s, out=finish[s, d, a:z])
         if run is None:
-            steps.set_ranks(k, (ready, fin), (last_start[p_], row[0, :R]))
+            steps.set_ranks(k, (fin,), (row[0, :R],))
         else:
-            steps.set_ranks(k, (ready, fin, h_after), (last_start[p_], row[0, :R], row[1, :R]))
+            steps.set_ranks(k, (fin, h_after), (row[0, :R], row[1, :R]))
+        if steps.ranks[k] is None:  # a whole row: the stage's earlier last starts are overwritten
+            pending[p_].clear()
+        pending[p_].append((k, s, d, a, z))
         ran[p_, k] = True
-    for p_ in range(pp):
-        for k in np.flatnonzero(ran[p_]).tolist():
-            used[p_, groups.ranks[k]] = True
+    steps.finish(pending, ran, start, last_start, used)
     return GroupTimes(start=start, finish=finish, rank_end=np.ascontiguousarray(buf[0, :, :R]),
                       rank_last_start=last_start, rank_used=used, host_start=h_start, host_end=h_end)

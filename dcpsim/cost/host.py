@@ -405,25 +405,25 @@ class HostOps:
     def runner(self, fwd_s: np.ndarray, bwd_s: np.ndarray):
         """:meth:`run` for ops of device times ``fwd_s``/``bwd_s`` (``(V, G)`` per direction), as a function
         ``(s, d, a, z, host_free, ready) -> (device start, device end, host free after, issue start)``: the same
-        operations as :func:`issue` on the same values (``host_s / k`` and ``device_s / k`` computed once for
-        every op; a max of ``ready`` with itself, a ``where`` on no sync, left out: they give their input), so
-        the same float64 results."""
-        k = np.maximum(self.kernels, 1.0)
-        hk, dk = self.host_s / k, (fwd_s / k[:, 0], bwd_s / k[:, 1])
-        dur, sync_s = (fwd_s, bwd_s), self.sync_s
-        sb_any, sa_any = self.sync_before.any(axis=2).tolist(), self.sync_after.any(axis=2).tolist()
+        operations as :func:`issue` on the same values (a max of ``ready`` with itself, a ``where`` of one condition
+        for every op of a (virtual stage, direction), left out: they give their input's values), so the same results."""
+        dur, sync_s, floor = (fwd_s, bwd_s), self.sync_s, not bool((self.kernels >= 1.0).all())  # else max(k, 1) is k
+        sb, sa = ((x.any(axis=2).astype(int) + x.all(axis=2)).tolist()  # per (s, d): 0 no op syncs, 1 some, 2 all
+                  for x in (self.sync_before, self.sync_after))
 
         def run(s: int, d: int, a: int, z: int, host_free, ready):
-            H = host_free
-            if sb_any[s][d]:
-                H = np.where(self.sync_before[s, d, a:z], np.maximum(host_free, ready) + sync_s, host_free)
-            start = np.maximum(ready, H + hk[s, d, a:z])
-            busy = H + self.host_s[s, d, a:z]
-            end = np.maximum(start + dur[d][s, a:z], busy + dk[d][s, a:z])
-            if sa_any[s][d]:
-                return start, end, np.where(self.sync_after[s, d, a:z], np.maximum(busy, end) + sync_s, busy), H
+            H, h, k, dev = host_free, self.host_s[s, d, a:z], self.kernels[s, d, a:z], dur[d][s, a:z]
+            k = np.maximum(k, 1.0) if floor else k
+            if sb[s][d]:
+                H = np.maximum(host_free, ready) + sync_s
+                H = H if sb[s][d] == 2 else np.where(self.sync_before[s, d, a:z], H, host_free)
+            start = np.maximum(ready, H + h / k)
+            busy = H + h
+            end = np.maximum(start + dev, busy + dev / k)
+            if sa[s][d]:
+                after = np.maximum(busy, end) + sync_s
+                return start, end, after if sa[s][d] == 2 else np.where(self.sync_after[s, d, a:z], after, busy), H
             return start, end, busy, H
-
         return run
 
     def run_one(self, i: int, host_free: float, ready: float, dur: float) -> tuple[float, float, float, float]:
@@ -512,6 +512,24 @@ def _fill_host(f_host, b_host, f_k, b_k, host: HostCosts, flags: StepFlags, grap
             f_k + n_f, b_k + n_b)
 
 
+def _pass_rows(hs: np.ndarray, ks: np.ndarray, n_layers: np.ndarray, layer: tuple, p2p: tuple, step: tuple,
+               mb: float) -> None:
+    """:func:`host_ops`'s per virtual stage ``s`` host seconds and kernels of its ``n_layers[s mod pp]`` layers' pass,
+    pipeline exchange, step entry and share of the microbatch Python, in place (``layer``: one layer's forward and
+    backward host seconds and kernels; ``p2p``, ``step``: forward and backward seconds); stages of equal layer
+    counts get the first one's rows (the same operations on the same values)."""
+    (f_host, b_host, f_k, b_k), pp, row_of = layer, n_layers.size, {}
+    for s in range(hs.shape[0]):
+        n = n_layers[s % pp]
+        if row_of.setdefault(n, s) != s:
+            hs[s], ks[s] = hs[row_of[n]], ks[row_of[n]]
+            continue
+        hs[s, 0] = n * f_host + p2p[0] + step[0] + mb
+        hs[s, 1] = n * b_host + p2p[1] + step[1] + mb
+        ks[s, 0] = np.maximum(n * f_k, 1.0)
+        ks[s, 1] = np.maximum(n * b_k, 1.0)
+
+
 def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
     """The host cost and syncs of every group op of an iteration (pure: what is issued, not when).
 
@@ -530,8 +548,8 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
     layers = np.asarray(shape.stage_layers, dtype=np.float64)
     pp, vp = layers.size, int(shape.vp)
     V, G = pp * vp, int(np.asarray(shape.kernels_fwd).size)
-    hs = np.zeros((V, 2, G))
-    ks = np.ones((V, 2, G))
+    hs = np.empty((V, 2, G))  # every row set by _pass_rows
+    ks = np.empty((V, 2, G))
     sb = np.zeros((V, 2, G), dtype=bool)
     sa = np.zeros((V, 2, G), dtype=bool)
     f_host, b_host, f_k, b_k = layer_pass_host(shape, host, flags)
@@ -550,13 +568,8 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
         if pp > 1:
             p2p_f += determinism.FILLS_P2P[0] * host.kernel_launch_s
             p2p_b += determinism.FILLS_P2P[1] * host.kernel_launch_s
+    _pass_rows(hs, ks, layers / vp, (f_host, b_host, f_k, b_k), (p2p_f, p2p_b), (step_f, step_b), mb)
     for s in range(V):
-        p = s % pp
-        n = layers[p] / vp
-        hs[s, 0] = n * f_host + p2p_f + step_f + mb
-        hs[s, 1] = n * b_host + p2p_b + step_b + mb
-        ks[s, 0] = np.maximum(n * f_k, 1.0)
-        ks[s, 1] = np.maximum(n * b_k, 1.0)
         if (s == 0 or s == V - 1) and not (flags.packed or flags.thd):  # is_first_or_last_pipeline_stage
             cps = np.ones(G) if shape.cps is None else shape.cps
             hs[s, 0] += get_batch_host_s(host, s == 0, s == V - 1, cps, mask=flags.attention_mask_in_dataloader)

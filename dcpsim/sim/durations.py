@@ -77,7 +77,7 @@ from dcpsim.pipeline import chunk_durations, link_of_transfer
 from dcpsim.policies.plan import Plan, PlanArrays
 from dcpsim.sim.graph import GroupTable
 from dcpsim.sim.networks import NetworkModel, get_network
-from dcpsim.sim.packcosts import pack_costs
+from dcpsim.sim.packcosts import pack_costs, ring_terms
 from dcpsim.sim.settings import SimSettings
 from dcpsim.sim.topology import Topology
 from dcpsim.sim.variability import Faults, lognormal_factors, slice_any
@@ -150,6 +150,10 @@ class IterationWork:
         stage and the embedding on the first; transfer ``s`` (virtual stage ``s`` → ``s + 1``) uses link ``s mod PP``.
         """
         pp = self.fwd_s.shape[0]
+        if self.vp == 1:  # a rank's times and links as they are (read-only views, not chunk_durations' copies)
+            f, b, x = (a.view() for a in (self.fwd_s, self.bwd_s, self.xfer_s[:max(pp - 1, 0)]))
+            _read_only((f, b, x))
+            return f, b, x
         f = chunk_durations(self.fwd_s, self.vp, self.head_fwd_s, self.embed_fwd_s)
         b = chunk_durations(self.bwd_s, self.vp, self.head_bwd_s, self.embed_bwd_s)
         x = self.xfer_s[link_of_transfer(pp, self.vp)] if pp * self.vp > 1 else np.zeros((0, self.fwd_s.shape[1]))
@@ -232,7 +236,7 @@ class DurationModel:
             self._slow_rank[stage, rank] = True
         self._p2p_links: list | None = None  # per pipeline link (topology.p2p_links), on first use
         # per group layout, what depends on it alone (_layout_memo): a sweep task's runs share a simulator
-        self._by_layout: dict[tuple, tuple] = {}
+        self._by_layout: dict[tuple, list] = {}
 
     @property
     def _p2p(self) -> list:  # (crosses the network, factor) per pipeline link (a sync cost alone needs none)
@@ -397,7 +401,7 @@ class DurationModel:
         bwd[pp - 1] += head_b
         cpf = per["cp_fwd_exposed_s"] * scale
         cpb = per["cp_bwd_exposed_s"] * scale
-        rings = self._rings(per, spans, scale, cps, G, table.n_real) if self.flows else (None,) * 4
+        rings = ring_terms(per, spans, scale, cps, G, cost.cp_comm) if self.flows else (None,) * 4
         if plan.dynamic:
             self._dynamic_cp_costs(plan, table, fwd, bwd, lens)
         if self.settings.microbatch_overhead_s > 0:
@@ -418,27 +422,6 @@ class DurationModel:
             host=self.host_ops(plan, table, cps),
             cp_recompute_ring=self.flows and cost.recompute == "full",
         )
-
-    def _rings(self, per, spans, scale, cps, G: int, P: int) -> tuple[np.ndarray, ...]:
-        """Shared network: (forward ring traffic, backward ring traffic, forward window, backward window) per
-        op, ``(PP, G)`` each, for the groups whose CP ring leaves its NVLink domain (0 elsewhere).
-
-        Traffic ``W`` is the ring's transfers of the op at the NIC's own speed (``(c − 1)`` steps per layer).
-        The window ``R`` is the time the op's ring steps take alone: with ``p2p`` each step overlaps that
-        step's attention block ``a`` (``attn/c``), so ``R = L·(c − 1)·max(tx, a)`` = exposed + ``attn·(c − 1)/c``;
-        the ``all_gather``/``a2a`` collectives overlap nothing (``R = W``). With ``recompute = "full"`` the
-        backward first repeats the forward ring (:attr:`IterationWork.cp_recompute_ring`).
-        """
-        ring_f = np.where(spans, per["cp_fwd_comm_s"] * scale, 0.0)
-        ring_b = np.where(spans, (per["cp_comm_total_s"] - per["cp_fwd_comm_s"]) * scale, 0.0)
-        win_f, win_b = ring_f.copy(), ring_b.copy()
-        if self.cost.cp_comm == "p2p":
-            c = np.ones(G)
-            c[:P] = cps
-            over = (c - 1.0) / c
-            win_f = np.where(spans, (per["cp_fwd_exposed_s"] + per["attn_fwd_s"] * over) * scale, 0.0)
-            win_b = np.where(spans, (per["cp_bwd_exposed_s"] + per["attn_bwd_s"] * over) * scale, 0.0)
-        return ring_f, ring_b, np.maximum(win_f, ring_f), np.maximum(win_b, ring_b)
 
     def exchange_s(self, n_samples: int, tokens: float) -> float:
         """Per-iteration scheduler communication of a dynamic plan before its first microbatch (seconds).
@@ -482,12 +465,15 @@ class DurationModel:
             bwd[:, hit] += self.settings.cp_switch_s
 
     def _layout_memo(self, kind: str, G: int, starts: np.ndarray, sizes: np.ndarray, make) -> tuple:
-        """``make()`` for these groups' ranks (``starts``/``sizes``, ``G`` groups), once per layout (read-only)."""
-        hit = self._by_layout.get(key := (kind, G, starts.dtype.str, starts.tobytes(), sizes.dtype.str, sizes.tobytes()))
-        if hit is None:
-            _read_only(hit := make())
-            self._by_layout.clear() if len(self._by_layout) >= 256 else None
-            self._by_layout[key] = hit
+        """``make()`` for these groups' ranks (``starts``/``sizes``, ``G`` groups), once per layout (read-only): kept
+        under a checksum of the arrays (their sums) with copies of them, an entry taken when they are equal."""
+        key = (kind, G, starts.dtype.str, sizes.dtype.str, starts.shape, sizes.shape, int(starts.sum()), int(sizes.sum()))
+        for s_, z_, hit in self._by_layout.get(key, ()):
+            if np.array_equal(s_, starts) and np.array_equal(z_, sizes):
+                return hit
+        _read_only(hit := make())
+        self._by_layout.clear() if len(self._by_layout) >= 256 else None
+        self._by_layout.setdefault(key, []).append((starts.copy(), sizes.copy(), hit))
         return hit
 
     def _spans(self, table: GroupTable, starts: np.ndarray, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -495,11 +481,12 @@ class DurationModel:
         topo, G, P = self.topo, table.n_groups, table.n_real
 
         def make() -> tuple[np.ndarray, np.ndarray]:
-            spans, factor = np.zeros((topo.pp, G), dtype=bool), np.ones((topo.pp, G))
-            for p in range(topo.pp):
-                spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1)
-                f = self.network.cp_factor(p, starts, cps)
-                factor[p, :P] = np.where(spans[p, :P], f, 1.0)
+            spans, factor, alike = np.zeros((topo.pp, G), dtype=bool), np.ones((topo.pp, G)), {}
+            for p in range(topo.pp):  # stages alike for the topology and the network: computed once, same rows
+                key = self.network.stage_class(p)
+                q = p if key is None else alike.setdefault((topo.stage_class(p), key), p)
+                spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1) if q == p else spans[q, :P]
+                factor[p, :P] = np.where(spans[p, :P], self.network.cp_factor(p, starts, cps), 1.0) if q == p else factor[q, :P]
             return spans, factor
 
         return self._layout_memo("spans", G, starts, cps, make)
@@ -544,19 +531,22 @@ class DurationModel:
         nbytes = local * cost.model.hidden * 2.0 / cost.tp
         t_nvl = prof.collective_time_s("sendrecv", "nvlink", nbytes, 2)
         t_net = prof.collective_time_s("sendrecv", "network", nbytes, 2)
-        for p, (g_cross, g_fac) in enumerate(self._layout_memo("p2p", G, table.start, table.size,
-                                                               lambda: self._link_groups(table))):
-            xfer[p] = np.where(g_cross, t_net / g_fac, t_nvl)
+        links = self._layout_memo("p2p", G, table.start, table.size, lambda: self._link_groups(table))
+        for p, (g_cross, g_fac) in enumerate(links):  # a link alike an earlier one (same arrays): the same row
+            q = next(q for q in range(p + 1) if links[q] is links[p])
+            xfer[p] = xfer[q] if q < p else np.where(g_cross, t_net / g_fac, t_nvl)
         self._p2p_alone = (np.asarray(t_net, dtype=float) / topo.network_scale + np.zeros(G),
                            np.asarray(t_nvl, dtype=float) + np.zeros(G))
         return xfer
 
-
     def _link_groups(self, table: GroupTable) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
         """Per pipeline link: whether each group's send crosses the network, and its network factor, ``(G,)``."""
-        topo, G, out = self.topo, table.n_groups, []
+        topo, G, out, alike = self.topo, table.n_groups, [], {}
         for p in range(topo.n_links):
             cross, fac = self._p2p[p]
+            if (q := alike.setdefault((cross.tobytes(), fac.tobytes()), p)) != p:  # a link alike an earlier one
+                out.append(out[q])
+                continue
             g_cross = slice_any(cross, table.start, table.size)
             g_fac = np.full(G, float(topo.network_scale))
             for v in np.unique(fac[cross]):

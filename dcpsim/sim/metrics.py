@@ -89,7 +89,7 @@ def _balanced_end(fwd_s: np.ndarray, bwd_s: np.ndarray, xfer_s: np.ndarray, n_st
     f = chunk_durations(fwd_s, vp)[:, None, :]
     b = chunk_durations(bwd_s, vp)[:, None, :]
     x = xfer_s[link_of_transfer(pp, vp)][:, None, :] if pp * vp > 1 else None
-    _, fin = chain_times(sched, f, b, x)
+    _, fin = chain_times(sched, f, b, x, starts=False)
     return fin[sched.last].max(axis=0)
 
 
@@ -111,15 +111,42 @@ def _by_rank(a: np.ndarray, gid: np.ndarray, fill: float = 0.0, flat: np.ndarray
     For a 1-D or 2-D ``a``: one ``np.take`` of whole rows, laid out in memory as numpy's fancy index lays
     its result out (``gid``'s axes first, then ``a``'s leading axis), so the same values in the same
     layout: the sums and means over it add in the same order."""
-    pad = np.concatenate([a, np.full(a.shape[:-1] + (1,), fill)], axis=-1)
     if flat is None:
         flat = np.where(gid < 0, a.shape[-1], gid).ravel()
+    if a.ndim == 2 and gid.ndim == 2:
+        table = np.empty((a.shape[1] + 1, a.shape[0]))  # the padded array's transpose, one copy
+        table[:-1], table[-1] = a.T, fill
+        rows = np.take(table, flat, axis=0)  # (S*R, L)
+        return rows.reshape(gid.shape + (a.shape[0],)).transpose(2, 0, 1)
+    pad = np.concatenate([a, np.full(a.shape[:-1] + (1,), fill)], axis=-1)
     if a.ndim == 1:
         return np.take(pad, flat).reshape(gid.shape)
-    if a.ndim == 2 and gid.ndim == 2:
-        rows = np.take(np.ascontiguousarray(pad.T), flat, axis=0)  # (S*R, L)
-        return rows.reshape(gid.shape + (a.shape[0],)).transpose(2, 0, 1)
     return pad[..., flat.reshape(gid.shape)]
+
+
+def _alike_rows(*arrays: np.ndarray) -> tuple[list[int], list[int]]:
+    """(the distinct rows, each row's index among them) of 2-D ``arrays`` with as many rows each: rows ``p`` and
+    ``q`` are alike when every array's rows ``p`` and ``q`` hold the same bits (a sum tells most others apart)."""
+    bits = [np.ascontiguousarray(a).view(np.int64) for a in arrays]
+    sums = [a.sum(axis=1).tolist() for a in arrays]
+    keep: list[int] = []
+    place: list[int] = []
+    for p in range(arrays[0].shape[0]):
+        j = next((i for i, q in enumerate(keep) if all(t[p] == t[q] for t in sums)
+                  and all(np.array_equal(x[p], x[q]) for x in bits)), None)
+        if j is None:
+            keep.append(p)
+            j = len(keep) - 1
+        place.append(j)
+    return keep, place
+
+
+def _spread_rows(u: np.ndarray, place: list[int]) -> np.ndarray:
+    """``(len(place), R)`` from ``u`` (``(kept rows, R)``: one row per distinct row), row ``p`` = ``u[place[p]]``,
+    laid out ranks major (as numpy lays out a sum over :func:`_by_rank`'s step axis)."""
+    out = np.empty((u.shape[1], len(place)))
+    out[...] = u.T[:, place]
+    return out.T
 
 
 def _last_op_end(finish_b: np.ndarray, gid: np.ndarray) -> np.ndarray:
@@ -138,16 +165,20 @@ def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
     S = gid.shape[0]
     pp = w.fwd_s.shape[0]
     flat = np.where(gid < 0, w.fwd_s.shape[-1], gid).ravel()
-    f, b = _by_rank(w.fwd_s, gid, flat=flat), _by_rank(w.bwd_s, gid, flat=flat)  # (pp, S, R)
-    busy = (f + b).sum(axis=1)  # (pp, R)
     # a rank's forward + backward exposed CP parts: summed per group, then gathered (the same sums; 0 + 0 off)
-    cp = _by_rank(w.cp_fwd_s + w.cp_bwd_s, gid, flat=flat).sum(axis=1)
+    cp_s = w.cp_fwd_s + w.cp_bwd_s
+    keep, place = _alike_rows(w.fwd_s, w.bwd_s, cp_s)  # stages of the same durations: each distinct one once
+    f, b = _by_rank(w.fwd_s[keep], gid, flat=flat), _by_rank(w.bwd_s[keep], gid, flat=flat)  # (stages kept, S, R)
+    busy = _spread_rows((f + b).sum(axis=1), place)  # (pp, R)
+    cp = _spread_rows(_by_rank(cp_s[keep], gid, flat=flat).sum(axis=1), place)
     grad = (tl.stage_end_s - tl.bwd_end_s)[:, None]
     if tl.param_gather_s is not None:  # the all-gather waited for at the first forwards (dcpsim.sim.engine)
         grad = grad + tl.param_gather_s[:, None]
     idle = np.maximum(tl.makespan_s - busy - grad, 0.0)
-    x = _by_rank(w.xfer_s, gid, flat=flat).mean(axis=1)
-    balanced = balanced_pipeline_end(f.mean(axis=1), b.mean(axis=1), x, S, w.vp)
+    links, at = _alike_rows(w.xfer_s)
+    x = _spread_rows(_by_rank(w.xfer_s[links], gid, flat=flat).mean(axis=1), at)
+    balanced = balanced_pipeline_end(_spread_rows(f.mean(axis=1), place), _spread_rows(b.mean(axis=1), place), x, S,
+                                     w.vp)
     bubble = np.clip(balanced[None, :] - busy, 0.0, idle)
     return {
         "compute_s": busy - cp,

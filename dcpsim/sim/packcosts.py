@@ -5,7 +5,9 @@ cells, then each network factor; see that module's docstring). The classes parti
 cell takes its row of its class's :class:`~dcpsim.cost.breakdown.BatchCost`. :class:`PackTerms` keeps
 the classes' costs and the cell-to-row map, and gathers a term's ``(PP, G)`` array (seconds) only when
 it is read (the shared network's ring terms are not read on the ideal one; the embedding and output
-layer terms are read on one stage), once per term. The values are the batch costs' own: no arithmetic.
+layer terms are read on one stage), once per term (one row broadcast over the stages where every group is in
+the same class on every stage). The values are the batch costs' own: no arithmetic. :func:`ring_terms`
+derives the shared network's CP ring traffic and windows from them.
 """
 
 from __future__ import annotations
@@ -38,14 +40,16 @@ class PackTerms:
         return np.concatenate([getattr(bc, name) for bc in self.costs])
 
     def __getitem__(self, name: str) -> np.ndarray:
-        """The term's ``(PP, G)`` array (gathered on first read; do not modify it)."""
+        """The term's ``(PP, G)`` array (gathered on first read, read-only; where every group is in the same
+        class on every stage, one row broadcast over the stages)."""
         out = self._full.get(name)
         if out is None:
             pp, P = self.row.shape
-            out = np.zeros((pp, self.G))
+            out = np.zeros(self.G if self.same_on_stages else (pp, self.G))
             if self.costs and P:
                 vals = self._values(name)
-                out[:, :P] = vals[self.row[0]] if self.same_on_stages else vals[self.row]
+                out[..., :P] = vals[self.row[0]] if self.same_on_stages else vals[self.row]
+            out = np.broadcast_to(out, (pp, self.G))  # read-only (a view when one row)
             self._full[name] = out
         return out
 
@@ -57,6 +61,20 @@ class PackTerms:
         if self.costs and self.row.shape[1]:
             out[:self.row.shape[1]] = self._values(name)[self.row[p]]
         return out
+
+
+def _distinct(x: np.ndarray) -> np.ndarray:
+    """``np.unique(x)`` of a float array with few distinct values (network factors), by one pass per value (a
+    sort past 8 of them)."""
+    if x.size < 4096 or np.isnan(x).any():
+        return np.unique(x)
+    out, rest = [], x
+    while rest.size:
+        if len(out) == 8:
+            return np.unique(x)
+        out.append(rest.min())
+        rest = rest[rest != out[-1]]
+    return np.asarray(out)
 
 
 def pack_costs(cost_for: Callable[[float], object], lens: np.ndarray, pids: np.ndarray, cps: np.ndarray,
@@ -73,7 +91,7 @@ def pack_costs(cost_for: Callable[[float], object], lens: np.ndarray, pids: np.n
     local = np.zeros(G)
     mem = np.full(G, float(idle_memory_bytes))
     classes: list[tuple[float, bool, np.ndarray]] = [(1.0, False, ~spans[:, :P])]
-    for f in np.unique(factor[:, :P][spans[:, :P]]):
+    for f in _distinct(factor[:, :P][spans[:, :P]]):
         classes.append((float(f), True, spans[:, :P] & (factor[:, :P] == f)))
     row, done = np.zeros((pp, P), dtype=np.int64), []
     for f, on_network, where in classes:
@@ -90,3 +108,27 @@ def pack_costs(cost_for: Callable[[float], object], lens: np.ndarray, pids: np.n
         local[sel] = bc.local_tokens
         mem[sel] = bc.peak_memory_bytes
     return PackTerms(done, row, G), local, mem, len(done)
+
+
+def ring_terms(per: PackTerms, spans: np.ndarray, scale: np.ndarray, cps: np.ndarray, G: int,
+               cp_comm: str) -> tuple[np.ndarray, ...]:
+    """Shared network: (forward ring traffic, backward ring traffic, forward window, backward window) per op,
+    ``(PP, G)`` each, for the groups whose CP ring leaves its NVLink domain (0 elsewhere; ``scale``: each stage's
+    layer scale, ``(PP, 1)``; ``cps``: the real groups' CP sizes).
+
+    Traffic ``W`` is the ring's transfers of the op at the NIC's own speed (``(c − 1)`` steps per layer).
+    The window ``R`` is the time the op's ring steps take alone: with ``p2p`` each step overlaps that
+    step's attention block ``a`` (``attn/c``), so ``R = L·(c − 1)·max(tx, a)`` = exposed + ``attn·(c − 1)/c``;
+    the ``all_gather``/``a2a`` collectives overlap nothing (``R = W``). With ``recompute = "full"`` the
+    backward first repeats the forward ring (:attr:`dcpsim.sim.durations.IterationWork.cp_recompute_ring`).
+    """
+    ring_f = np.where(spans, per["cp_fwd_comm_s"] * scale, 0.0)
+    ring_b = np.where(spans, (per["cp_comm_total_s"] - per["cp_fwd_comm_s"]) * scale, 0.0)
+    win_f, win_b = ring_f.copy(), ring_b.copy()
+    if cp_comm == "p2p":
+        c = np.ones(G)
+        c[:cps.size] = cps
+        over = (c - 1.0) / c
+        win_f = np.where(spans, (per["cp_fwd_exposed_s"] + per["attn_fwd_s"] * over) * scale, 0.0)
+        win_b = np.where(spans, (per["cp_bwd_exposed_s"] + per["attn_bwd_s"] * over) * scale, 0.0)
+    return ring_f, ring_b, np.maximum(win_f, ring_f), np.maximum(win_b, ring_b)

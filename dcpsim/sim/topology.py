@@ -92,6 +92,15 @@ class Topology:
         return group_spans_domain(start, size, tp=self.tp, ranks_per_stage=self.ranks_per_stage,
                                   domain_gpus=self.nvlink_domain_gpus, stage=stage)
 
+    def stage_class(self, stage: int) -> tuple[int, int, int]:
+        """Stages of one class have the same :meth:`group_spans_network` and :meth:`group_network_factor` for
+        every group: their first GPUs lie the same distance into an NVLink domain and into a pod (floor
+        divisions of GPU ids shifted by whole domains and pods shift alike), and neither holds the degraded GPU
+        (the stage itself is its class when a degraded link is set)."""
+        first = self.tp * self.ranks_per_stage * int(stage)
+        degraded = self.degraded_gpu is not None and self.degraded_link_scale < 1.0
+        return first % self.nvlink_domain_gpus, first % self.pod_gpus if self.pod_gpus else 0, stage if degraded else -1
+
     def group_network_factor(self, stage: int, start, size) -> np.ndarray:
         """Network bandwidth factor of CP group(s) of ``stage`` (only meaningful where they span the network)."""
         first, last = self._gpu_span(stage, start, size)

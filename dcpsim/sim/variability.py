@@ -52,5 +52,7 @@ def lognormal_factors(cv: float, shape: tuple[int, ...], rng: np.random.Generato
 
 def slice_any(flag: np.ndarray, start: np.ndarray, size: np.ndarray) -> np.ndarray:
     """Whether any of ``flag[start:start+size]`` is set, for many slices at once."""
+    if not flag.any():
+        return np.zeros(np.broadcast(start, size).shape, dtype=bool)
     c = np.concatenate([[0], np.cumsum(flag.astype(np.int64))])
     return (c[start + size] - c[start]) > 0

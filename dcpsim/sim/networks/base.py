@@ -39,6 +39,12 @@ class NetworkModel:
         at stage rank ``starts`` with sizes ``cps``), applied to the groups that leave their NVLink domain."""
         raise NotImplementedError
 
+    def stage_class(self, stage: int) -> object | None:
+        """A key such that stages of equal keys and equal :meth:`Topology.stage_class
+        <dcpsim.sim.topology.Topology.stage_class>` have the same :meth:`cp_factor` for every group (None: none
+        shared, each stage asked)."""
+        return None
+
     def flows(self, env: Any, work: Any, n_groups: int) -> Any:
         """The flows of one iteration in SimPy environment ``env`` (None: transfers keep their times)."""
         return None

@@ -21,3 +21,6 @@ class IdealNetwork(NetworkModel):
 
     def cp_factor(self, stage: int, starts: np.ndarray, cps: np.ndarray) -> np.ndarray:
         return self.topology.group_network_factor(stage, starts, cps)
+
+    def stage_class(self, stage: int) -> str:
+        return "topology"  # cp_factor is the topology's group_network_factor: its stage classes

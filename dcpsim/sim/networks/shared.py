@@ -34,5 +34,8 @@ class SharedNetwork(NetworkModel):
     def cp_factor(self, stage: int, starts: np.ndarray, cps: np.ndarray) -> float:
         return float(self.topology.network_scale)
 
+    def stage_class(self, stage: int) -> str:
+        return "every stage"  # one factor for every group
+
     def flows(self, env: Any, work: Any, n_groups: int) -> PipelineTransfers:
         return PipelineTransfers(env, self.fabric, self.topology, work, n_groups)
