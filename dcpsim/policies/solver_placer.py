@@ -295,7 +295,7 @@ class _Placer(_Follow):
     def _least_increase_all(self, trow: list[float], tokrow: list[int], fam: list[int]) -> float:
         """Least makespan increase of joining any open group that can take the sequence (``inf`` if none)."""
         d0 = np.inf
-        by_code = self.buckets.by_code
+        by_code, H = self.buckets.by_code, self.height
         for code in fam:
             cells = by_code.get(code)
             if cells is None:
@@ -303,7 +303,9 @@ class _Placer(_Follow):
             tok, add = tokrow[code >> 1], trow[code]
             for st, cell in cells.items():
                 s_k = self.S[st]
-                d0 = min(d0, self._least_increase(cell, s_k, add, max(s_k, self.height) * (1 + 1e-12), tok))
+                v = self._least_increase(cell, s_k, add, (s_k if s_k >= H else H) * (1 + 1e-12), tok)
+                if v < d0:
+                    d0 = v
                 if d0 == 0.0:
                     return d0
         return d0
@@ -467,21 +469,27 @@ class _Placer(_Follow):
         """Each open step's new group of the sequence's size on its lowest free aligned slice (not past the
         height), as an option (increase, GPU-seconds, -time, 1, action), in step order. Keeps each as
         (time, increase) in ``_new_opts`` (for :meth:`_others_lose`)."""
-        c, H, pp1 = self.sizes[k], self.height, self.pp - 1
+        c, H, pp1, gmax, R = self.sizes[k], self.height, self.pp - 1, self.gmax, self.R
         self._new_opts = kept = []
         opts = []
+        S, cursor, used = self.S, self.cursor, self.used
         for kk in self.open_steps:
-            start = self._free_start(kk, c)
-            if start < 0:
-                continue
+            # :meth:`_free_start`, its first test inline (the cursor's slice still free: the usual answer)
+            start = cursor[kk].get(c, 0)
+            u = used[kk]
+            if not (start + c <= R and u[start] == 0 and (c == 1 or u.find(1, start, start + c) < 0)):
+                start = self._free_start(kk, c)
+                if start < 0:
+                    continue
             b = self._spans(start, c)
             a1 = trow[2 * k + b]
-            s_k = self.S[kk]
-            if a1 > max(s_k, H):
+            s_k = S[kk]
+            if a1 > (s_k if s_k >= H else H):
                 self.bit = True
                 continue
-            Sn = max(s_k, a1)
-            delta = (Sn - s_k) + pp1 * max(0.0, Sn - self.gmax)
+            Sn = a1 if a1 > s_k else s_k
+            over = Sn - gmax
+            delta = (Sn - s_k) + pp1 * (over if over > 0.0 else 0.0)
             kept.append((a1, delta))
             opts.append((delta, c * a1, -a1, 1, ("new", kk, start, b)))
         return opts
@@ -497,7 +505,8 @@ class _Placer(_Follow):
         """A new step holding only this sequence's group, if it beats ``best``."""
         c, pp1 = self.sizes[k], self.pp - 1
         a1 = float(trow[2 * k + self.span0[k]])
-        d = a1 + pp1 * max(0.0, a1 - self.gmax)
+        over = a1 - self.gmax
+        d = a1 + pp1 * (over if over > 0.0 else 0.0)
         if best is not None and d > best[0] + 1e-9 * (self.gmax + a1 + abs(best[2])):
             return best  # :func:`_better`'s larger-increase test, without building the option
         opt = (d, c * a1, -a1, 2, ("step",))
