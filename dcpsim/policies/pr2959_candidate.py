@@ -14,7 +14,7 @@ import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens, per_rank_tokens_int
 from dcpsim.policies.plan import Group, Layout, PlanArrays, Step, steps_of_arrays
-from dcpsim.policies.pr2959_fillers import ClassFiller, fill_long_groups, fill_one_by_one
+from dcpsim.policies.pr2959_fillers import ClassFiller, _rank_in_class, fill_long_groups, fill_one_by_one
 from dcpsim.policies.pr2959_model import (
     NORMAL_BWD_FACTOR,
     _nearest_pow2_array,
@@ -376,14 +376,18 @@ class _Candidate:
         """
         bt = self.batch
         slot, code, fsum = self._long_entries()
-        dealt = self._deal_buckets(fsum, np.bincount(slot, minlength=bt.K).tolist(), bt.layout.pp * self.m)
+        places: list[np.ndarray] = [self._long_positions(slot)]
+        dealt = self._deal_buckets(fsum, np.bincount(slot, minlength=bt.K).tolist(), bt.layout.pp * self.m, places)
         if dealt is None:
             return
         slot, code = np.concatenate([slot, dealt[0]]), np.concatenate([code, dealt[1]])
-        order = stable_argsort(slot)
-        counts = np.bincount(slot, minlength=bt.K)
-        pos = np.empty_like(slot)
-        pos[order] = np.arange(slot.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        if places[0] is not None:  # each entry's count on its slot before it, made along the way
+            pos = np.concatenate(places).astype(np.int64)
+        else:
+            order = stable_argsort(slot)
+            counts = np.bincount(slot, minlength=bt.K)
+            pos = np.empty_like(slot)
+            pos[order] = np.arange(slot.size) - np.repeat(np.cumsum(counts) - counts, counts)
         self._table = slot, pos, code
         gtok, ntok = self._garr[4], self._normal_tokens()
         self.max_tokens = max(int(gtok.max()) if gtok.size else 0, int(ntok.max()) if ntok.size else 0)
@@ -405,10 +409,34 @@ class _Candidate:
         np.add.at(fsum, slot, share[gid])  # in order: each slot's adds as the code makes them
         return slot, ~gid, fsum.tolist()
 
-    def _deal_buckets(self, fsum: list[float], count: list[int], per_slot: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def _long_positions(self, slot: np.ndarray) -> np.ndarray | None:
+        """Each long entry's count of earlier entries on its slot (``slot``: :meth:`_long_entries`' slots), without
+        a sort: in a run of groups of one width the aligned blocks are disjoint or the same, so an entry's
+        count is its slot's count before the run plus the group's rank among the run's groups on its block.
+        None when the widths change too often for runs to pay."""
+        starts, width = self._garr[:2]
+        ng = width.size
+        cuts = np.flatnonzero(width[1:] != width[:-1]) + 1
+        if not ng or cuts.size > 64:
+            return np.zeros(0, dtype=np.int64) if not ng else None
+        base = np.zeros(self.batch.K, dtype=np.int64)
+        out = np.empty(slot.size, dtype=np.int64)
+        e0 = 0
+        for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), ng], strict=True):
+            c = int(width[a])
+            e1 = e0 + (b - a) * c
+            s = slot[e0:e1]
+            out[e0:e1] = base[s] + np.repeat(_rank_in_class(starts[a:b] // c), c)  # rank among the block's groups
+            base += np.bincount(s, minlength=base.size)
+            e0 = e1
+        return out
+
+    def _deal_buckets(self, fsum: list[float], count: list[int], per_slot: int,
+                      places: list) -> tuple[np.ndarray, np.ndarray] | None:
         """Normal buckets, ascending forward FLOPs, each to the slot with the least FLOPs among those with
         fewer than ``per_slot`` buckets (ties: lowest slot); the slot and bucket of every dealing in order,
-        None when the candidate is rejected.
+        None when the candidate is rejected. Each dealing's count on its slot before it is appended to
+        ``places`` (as arrays) unless ``places[0]`` is None.
 
         Empty buckets (FLOPs 0) come first in that order: outside safe mode the code rejects the
         candidate at the first one, in safe mode they are skipped.
@@ -420,7 +448,8 @@ class _Candidate:
             return None
         ks, fks = order[filled], self.bf[order[filled]]
         slots: list[np.ndarray] = []
-        done = self._bulk_deal(ks, fks, slots, fsum, count, per_slot)  # in runs while provably the same
+        track = places[0] is not None
+        done = self._bulk_deal(ks, fks, slots, fsum, count, per_slot, places if track else None)  # runs, provably the same
         if done == ks.size:  # every bucket dealt in runs
             return np.concatenate(slots).astype(np.int64) if slots else ks.astype(np.int64), ks.astype(np.int64)
         heap = [(f, s) for s, f in enumerate(fsum) if count[s] < per_slot]
@@ -438,6 +467,8 @@ class _Candidate:
                 heapq.heapify(heap)
             f, s = heap[0]
             rest.append(s)
+            if track:
+                places.append(np.array([count[s]], dtype=np.int64))
             fsum[s] = f = f + fk
             count[s] += 1
             if overfull or count[s] < per_slot:

@@ -246,10 +246,11 @@ class _TokenTable:
 
 
 def _bulk_deal(ks: np.ndarray, fks: np.ndarray, slots: list[np.ndarray], fsum: list[float], count: list[int],
-               per_slot: int) -> int:
+               per_slot: int, places: list[np.ndarray] | None = None) -> int:
     """:meth:`_Candidate._deal_buckets`'s dealing in runs while provably its heap's; returns how many of the
     buckets ``ks`` (FLOPs ``fks``, ascending) it dealt (their slots appended to ``slots`` as arrays, in
-    order; ``fsum`` and ``count`` updated).
+    order, and to ``places``, when given, each one's count on its slot before it; ``fsum`` and ``count``
+    updated).
 
     The next ``r`` buckets go to the ``r`` slots of lowest (FLOPs, index) among those not full, in
     that order, when every slot given one in the run ends above the next slot's FLOPs (so that slot is
@@ -273,6 +274,8 @@ def _bulk_deal(ks: np.ndarray, fks: np.ndarray, slots: list[np.ndarray], fsum: l
         run = k if bad.size == 0 else int(bad[0])
         e = e[:run]
         f[e] = new[:run]
+        if places is not None:
+            places.append(cnt[e])  # the slots of a run are distinct
         cnt[e] += 1
         slots.append(e)
         pos += run
