@@ -313,19 +313,22 @@ def _group_sums(bt, li: np.ndarray, cs_a: np.ndarray, tok_a: np.ndarray, fill: n
     bsum = np.empty(ng)
     small = nf <= 6  # fewer than 8 members: sums one addition at a time
     if small.any():
-        rows = np.flatnonzero(small)
+        width = int(nf[small].max()) + 1  # the long sample, then its fillers (one column per member)
         col = np.arange(fill.size) - np.repeat(begin, nf)
         grp = np.repeat(np.arange(ng), nf)
         keep = small[grp]
-        F = np.zeros((ng, 8))
-        F[:, 0] = bt.f[li]
-        F[grp[keep], 1 + col[keep]] = bt.f[fill[keep]]
-        fwd[rows] = np.add.accumulate(F[rows], axis=1)[:, -1]
-        B = np.zeros((ng, 8))
-        B[grp[keep], 1 + col[keep]] = bt.b[fill[keep]]
-        bsum[rows] = np.add.accumulate(B[rows], axis=1)[:, -1]
-    for g in np.flatnonzero(~small).tolist():  # 8 members or more: numpy's sums, as the code's
-        fl = fill[begin[g]:ends[g]]
+        F = np.zeros((width, ng))  # member j of every group in row j: the sums add whole rows, left to right
+        B = np.zeros((width, ng))
+        F[0] = bt.f[li]
+        F[1 + col[keep], grp[keep]] = bt.f[fill[keep]]
+        B[1 + col[keep], grp[keep]] = bt.b[fill[keep]]
+        fs, bs = F[0].copy(), B[0].copy()
+        for j in range(1, width):
+            fs += F[j]
+            bs += B[j]
+        fwd[small], bsum[small] = fs[small], bs[small]
+    for g, a, z in zip(np.flatnonzero(~small).tolist(), begin[~small].tolist(), ends[~small].tolist(), strict=True):
+        fl = fill[a:z]  # 8 members or more: numpy's sums, as the code's
         fwd[g] = float(bt.f[np.concatenate([li[g:g + 1], fl])].sum())
         bsum[g] = _np_sum(bt.b[fl])
     return fwd, LONG_BWD_FACTOR * bt.f[li] + bsum, tokens
