@@ -133,15 +133,18 @@ class _Candidate:
         self.mu = float(bt.f.sum()) / self.n_b
         bubble = (lay.pp * self.m + lay.pp - 1) / (lay.pp * self.m)
         self.tau = self.mu * {"mean": 1.0, "iteration": bubble, "timeline": 1.0 / bubble}[self.bucket_target]
-        is_long = bt.f[bt.order] > self.long_factor * self.mu
+        is_long = bt.classes()[0] < -(self.long_factor * self.mu)  # f > lf·μ, on the order's negated FLOPs
         if self.safe:  # safe mode: a sample one slot cannot hold is long
             is_long |= bt.tok1[bt.order] > bt.M
-        self._long_arr = bt.order[is_long]  # ids, as an array (the phases index with it)
-        self.long_ids = self._long_arr.tolist()
-        self.normal = bt.order[~is_long]  # ids, largest first (an int64 array)
+        n_long = int(np.count_nonzero(is_long))
         # the long samples are the first ones of the order (FLOPs and tokens grow with the length): the
         # normal ones are a suffix, whose lists are slices of the batch's
-        self._suffix = len(self.long_ids) if not is_long[len(self.long_ids):].any() else None
+        self._suffix = n_long if not is_long[n_long:].any() else None
+        if self._suffix is not None:
+            self._long_arr, self.normal = bt.order[:n_long], bt.order[n_long:]
+        else:
+            self._long_arr, self.normal = bt.order[is_long], bt.order[~is_long]
+        self.long_ids = self._long_arr.tolist()  # ids; the array for the phases to index with, ``normal`` largest first
         sizes = self.long_sizes()
         self.place_long(sizes)
         self.fill_normal(self.n_b - sum(sizes))
