@@ -421,10 +421,14 @@ def _first_group_error(plan: Plan, gt: dict[str, np.ndarray]) -> str | None:
         small = np.zeros(size.size, dtype=bool)
     ids, mg = gt["ids"], gt["member_group"]
     bad_id = (ids < 0) | (ids >= n)
-    id_range = np.bincount(mg[bad_id], minlength=size.size) > 0
-    ok = ~bad_id
-    tok = per_rank_tokens(plan.lengths[ids[ok]], size[mg[ok]])
-    per_rank = np.bincount(mg[ok], weights=tok, minlength=size.size)
+    if bad_id.any():
+        id_range = np.bincount(mg[bad_id], minlength=size.size) > 0
+        ok = ~bad_id
+        ids, mg = ids[ok], mg[ok]
+    else:  # the usual case: every id in range, nothing to filter
+        id_range = np.zeros(size.size, dtype=bool)
+    tok = per_rank_tokens(plan.lengths[ids], size[mg])
+    per_rank = np.bincount(mg, weights=tok, minlength=size.size)
     over = per_rank > lay.max_tokens_per_rank + 1e-9
     checks = (bounds, overlap, shape, small, id_range, over)
     any_bad = np.logical_or.reduce(checks) if size.size else np.zeros(0, dtype=bool)
