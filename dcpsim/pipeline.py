@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -347,7 +347,7 @@ class StepGroups:
 
     Groups are numbered step-major: step ``k`` holds groups ``offset[k] .. offset[k+1] − 1``, sorted by
     their first rank. ``ranks[k]`` lists the ranks of step ``k``'s groups (group after group);
-    ``bounds[k]``/``take[k]`` reduce a per-rank array to per-group maxima with one ``reduceat``.
+    ``bounds[k]``/``take[k]`` (made on first use) reduce a per-rank array to per-group maxima with one ``reduceat``.
     """
 
     n_ranks: int
@@ -356,12 +356,36 @@ class StepGroups:
     size: np.ndarray
     offset: np.ndarray
     ranks: tuple[np.ndarray, ...]
-    bounds: tuple[np.ndarray, ...]
-    take: tuple[np.ndarray, ...]
 
     @property
     def n_groups(self) -> int:
         return int(self.start.size)
+
+    @cached_property
+    def _segments(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+        """(bounds, take) per step: the sorted distinct starts and ends of its groups, and each group's segment."""
+        bounds, take = [], []
+        for a, z in zip(self.offset[:-1].tolist(), self.offset[1:].tolist(), strict=True):
+            st, sz = self.start[a:z], self.size[a:z]
+            ends = st + sz
+            if z > a and st[0] >= 0:  # the sorted distinct starts and ends, as np.union1d gives them
+                mark = np.zeros(max(self.n_ranks, int(st[-1]) + 1), dtype=bool)
+                mark[st] = True
+                mark[ends[ends < self.n_ranks]] = True
+                b = np.flatnonzero(mark)
+            else:
+                b = np.union1d(st, ends[ends < self.n_ranks])
+            bounds.append(b)
+            take.append(np.searchsorted(b, st))
+        return tuple(bounds), tuple(take)
+
+    @property
+    def bounds(self) -> tuple[np.ndarray, ...]:
+        return self._segments[0]
+
+    @property
+    def take(self) -> tuple[np.ndarray, ...]:
+        return self._segments[1]
 
     @classmethod
     def from_arrays(cls, step, start, size, n_steps: int, n_ranks: int) -> StepGroups:
@@ -372,23 +396,13 @@ class StepGroups:
         if step.size and (np.any(np.diff(step) < 0) or np.any((np.diff(step) == 0) & (np.diff(start) <= 0))):
             raise ValueError("groups must be sorted by (step, start)")
         offset = np.searchsorted(step, np.arange(n_steps + 1)).astype(np.int64)
-        ranks, bounds, take = [], [], []
+        ranks = []
         for k in range(n_steps):
             a, z = int(offset[k]), int(offset[k + 1])
             st, sz = start[a:z], size[a:z]
             ranks.append(np.repeat(st - np.cumsum(np.r_[0, sz[:-1]]), sz) + np.arange(int(sz.sum())) if z > a
                          else np.zeros(0, dtype=np.int64))
-            ends = st + sz
-            if z > a and st[0] >= 0:  # the sorted distinct starts and ends, as np.union1d gives them
-                mark = np.zeros(max(n_ranks, int(st[-1]) + 1), dtype=bool)
-                mark[st] = True
-                mark[ends[ends < n_ranks]] = True
-                b = np.flatnonzero(mark)
-            else:
-                b = np.union1d(st, ends[ends < n_ranks])
-            bounds.append(b)
-            take.append(np.searchsorted(b, st))
-        return cls(int(n_ranks), int(n_steps), start, size, offset, tuple(ranks), tuple(bounds), tuple(take))
+        return cls(int(n_ranks), int(n_steps), start, size, offset, tuple(ranks))
 
 
 @dataclass
@@ -438,7 +452,7 @@ class _Steps:
     ranks: list  # the step's ranks, None when its groups tile every rank in order (a whole row)
     spread: list  # each rank's group (``v[spread[k]]`` is ``np.repeat(v, sizes)``), None when that is ``v`` itself
     top: list[int]  # its largest group's tree level (-1: no tree)
-    per_group: list[bool]  # its reduceat segments are its groups
+    per_group: list[bool]  # its reduceat segments are its groups (empty with a tree: not read)
 
     @classmethod
     def of(cls, groups: StepGroups) -> _Steps:
@@ -451,8 +465,8 @@ class _Steps:
         return cls(groups, tree, [None if t else r for t, r in zip(tiles, groups.ranks, strict=True)],
                    [None if t and c == R else np.repeat(np.arange(c), groups.size[a:a + c])
                     for t, c, a in zip(tiles, n, off, strict=False)], top,
-                   [t.size == b.size and np.array_equal(t, np.arange(t.size))
-                    for t, b in zip(groups.take, groups.bounds, strict=True)])
+                   [t.size == b.size and np.array_equal(t, np.arange(t.size))  # (read without a tree only)
+                    for t, b in zip(groups.take, groups.bounds, strict=True)] if tree is None else [])
 
     def latest(self, row: np.ndarray, k: int, a: int, z: int):
         """Each group of step ``k`` (groups ``a:z``): the latest of its ranks' clocks in ``row`` (``(rows, 2R)``,
@@ -544,16 +558,15 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
         ready = late[0]
         t = s - 1 if d == FWD else s + 1
         if 0 <= t < V:
-            inp = finish[t, d, a:z]
-            if x is not None:
-                inp = inp + x[min(s, t), a:z]
-            ready = np.maximum(ready, inp)
+            inp = finish[t, d, a:z] if x is None else finish[t, d, a:z] + x[min(s, t), a:z]
+            ready = np.maximum(ready, inp, out=None if x is None else inp)
         d_s = dur[d][s, a:z]
         if run is not None:
-            ready, fin_h, h_after, h_st = run(s, d, a, z, late[1], ready)
-            d_s = fin_h - ready
-            h_start[s, d, a:z], h_end[s, d, a:z] = h_st, h_after
-        start[s, d, a:z] = ready
+            ready, fin_h, h_after, h_st = run(s, d, a, z, late[1], ready, (start[s, d, a:z], h_end[s, d, a:z]))
+            d_s = np.subtract(fin_h, ready, out=fin_h)
+            h_start[s, d, a:z] = h_st
+        else:
+            start[s, d, a:z] = ready
         if first_forward is not None and d == FWD and s < pp and s not in gated:
             gated.add(s)
             fin = finish[s, d, a:z] = first_forward(s, ready, d_s)

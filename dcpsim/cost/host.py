@@ -23,8 +23,9 @@ device is the bottleneck (its costs hide), and the device idles while the host
 is (``Σh`` shows). A sync drains the queue and throws the host's lead away.
 :func:`issue` is that rule, vectorised; :func:`evaluate` runs it over one op
 list (one rank's ops, or a step's end); the pipeline evaluators
-(:func:`dcpsim.pipeline.group_times` and the event engine) call :func:`issue`
-per op with the device's own dependencies.
+(:func:`dcpsim.pipeline.group_times`, through :meth:`HostOps.runner`, and the
+event engine, through :func:`issue_one`) run it per op with the device's own
+dependencies.
 
 Order apart from execution: :func:`host_ops` and :func:`step_end_ops` are
 pure functions saying what the host issues and what it costs; the evaluators
@@ -379,7 +380,7 @@ class HostOps:
 
     ``host_s``: issue cost; ``kernels``: kernels the op launches (>= 1); ``sync_before``/``sync_after``:
     the op's syncs (see the module docstring); ``sync_s``: the host's wake-up after a drain. The pipeline
-    evaluators call :meth:`run` for each op in schedule order with per-rank host clocks.
+    evaluators run each op in schedule order with per-rank host clocks (:meth:`runner`, :meth:`run_one`).
     """
 
     host_s: np.ndarray
@@ -404,27 +405,10 @@ class HostOps:
 
     def runner(self, fwd_s: np.ndarray, bwd_s: np.ndarray):
         """:meth:`run` for ops of device times ``fwd_s``/``bwd_s`` (``(V, G)`` per direction), as a function
-        ``(s, d, a, z, host_free, ready) -> (device start, device end, host free after, issue start)``: the same
-        operations as :func:`issue` on the same values (a max of ``ready`` with itself, a ``where`` of one condition
-        for every op of a (virtual stage, direction), left out: they give their input's values), so the same results."""
-        dur, sync_s, floor = (fwd_s, bwd_s), self.sync_s, not bool((self.kernels >= 1.0).all())  # else max(k, 1) is k
-        sb, sa = ((x.any(axis=2).astype(int) + x.all(axis=2)).tolist()  # per (s, d): 0 no op syncs, 1 some, 2 all
-                  for x in (self.sync_before, self.sync_after))
+        (:func:`dcpsim.cost.host_runner.runner`: the same operations as :func:`issue`, the same results)."""
+        from dcpsim.cost.host_runner import runner
 
-        def run(s: int, d: int, a: int, z: int, host_free, ready):
-            H, h, k, dev = host_free, self.host_s[s, d, a:z], self.kernels[s, d, a:z], dur[d][s, a:z]
-            k = np.maximum(k, 1.0) if floor else k
-            if sb[s][d]:
-                H = np.maximum(host_free, ready) + sync_s
-                H = H if sb[s][d] == 2 else np.where(self.sync_before[s, d, a:z], H, host_free)
-            start = np.maximum(ready, H + h / k)
-            busy = H + h
-            end = np.maximum(start + dev, busy + dev / k)
-            if sa[s][d]:
-                after = np.maximum(busy, end) + sync_s
-                return start, end, after if sa[s][d] == 2 else np.where(self.sync_after[s, d, a:z], after, busy), H
-            return start, end, busy, H
-        return run
+        return runner(self, fwd_s, bwd_s)
 
     def run_one(self, i: int, host_free: float, ready: float, dur: float) -> tuple[float, float, float, float]:
         """:meth:`run` for the one op at flat index ``i`` of the ``(V, 2, G)`` arrays (``(s * 2 + d) * G + g``: the

@@ -148,6 +148,7 @@ class IterationWork:
 
         A rank's layers split evenly over its ``vp`` chunks; the output layer runs on the last virtual
         stage and the embedding on the first; transfer ``s`` (virtual stage ``s`` → ``s + 1``) uses link ``s mod PP``.
+        With ``vp = 1`` they are read-only views of this work's arrays.
         """
         pp = self.fwd_s.shape[0]
         if self.vp == 1:  # a rank's times and links as they are (read-only views, not chunk_durations' copies)

@@ -6,7 +6,7 @@ the event simulation computes the longest path through the dependency graph
 of :mod:`dcpsim.sim.graph`. :func:`fast_iteration` evaluates the same
 graph directly with :func:`dcpsim.pipeline.group_times`: the schedule's ops in
 a topological order, each op vectorised over the groups of its microbatch
-(a group starts when all its ranks are free, a ``reduceat`` over the stage's
+(a group starts when all its ranks are free, a maximum over the stage's
 per-rank free times, and when its pipeline input has arrived; a stage's first
 forwards wait for its parameter all-gather with the engine's own
 :func:`~dcpsim.sim.stage_sync.param_gather_ends`), then the

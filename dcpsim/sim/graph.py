@@ -88,7 +88,8 @@ def build_group_table(plan: Plan, arrays: PlanArrays | None = None) -> GroupTabl
     step, start, size, nseq = a.step, a.start, a.size, a.counts
     table = GroupTable(n_steps=S, ranks=R, step=step, start=start, size=size, pack=np.arange(G, dtype=np.int64),
                        n_seqs=nseq, gid=np.full((S, R), -1, dtype=np.int64), n_real=G)
-    table.gid[np.repeat(step, size), table.member_ranks()] = np.repeat(np.arange(G, dtype=np.int64), size)
+    g = np.repeat(table.pack, size)  # each member's group (one repeat; the rest gathered by it)
+    table.gid.reshape(-1)[step.take(g) * R + (start - (np.cumsum(size) - size)).take(g) + np.arange(g.size)] = g
     return table
 
 
