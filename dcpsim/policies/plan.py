@@ -124,7 +124,7 @@ def _step_groups_get(self: Step) -> list[Group]:
     if groups is None:  # a step of steps_of_arrays, read for the first time
         a, k, goff, moff = d.pop("_src")
         g0, g1 = goff[k], goff[k + 1]
-        ids = a.ids[moff[g0]:moff[g1]].tolist()
+        ids = a.ids[int(moff[g0]):int(moff[g1])].tolist()
         b = [0, *a.counts[g0:g1].cumsum().tolist()]  # each group's members: ids[b[j]:b[j + 1]]
         groups = d["_groups"] = list(map(Group, a.start[g0:g1].tolist(), a.size[g0:g1].tolist(),
                                          [ids[x:y] for x, y in zip(b[:-1], b[1:], strict=True)]))
@@ -145,7 +145,7 @@ def steps_of_arrays(a: PlanArrays) -> list[Step]:
     each step makes its :class:`Group` objects when its ``groups`` is first read, and a plan of these
     steps, untouched, gives ``a`` back as its :meth:`Plan.arrays`."""
     goff = np.concatenate([[0], np.cumsum(a.per_step)]).tolist()
-    moff = np.concatenate([[0], np.cumsum(a.counts)]).tolist()
+    moff = np.concatenate([[0], np.cumsum(a.counts)])  # an array: a step reads two entries of it
     out = []
     for k in range(a.per_step.size):
         st = Step.__new__(Step)
