@@ -506,16 +506,19 @@ class _Candidate:
         n = int(pos.max()) + 1 if pos.size else 0
         fw = np.zeros((n, self.batch.K))
         bw = np.zeros((n, self.batch.K))
+        cell = pos * self.batch.K + slot  # the entry's (position, slot) in the flat matrices
+        fwf, bwf = fw.reshape(-1), bw.reshape(-1)
         g = code < 0
         if g.any():
             _, width, gf, gb, _ = self._garr
             per = width.astype(np.float64)
-            gid = ~code[g]
-            fw[pos[g], slot[g]] = (gf / per)[gid]
-            bw[pos[g], slot[g]] = (gb / per)[gid]
+            gid, cg = ~code[g], cell[g]
+            fwf[cg] = (gf / per)[gid]
+            bwf[cg] = (gb / per)[gid]
         b = ~g
-        fw[pos[b], slot[b]] = self.bf[code[b]]
-        bw[pos[b], slot[b]] = self.bb[code[b]]
+        cb, kb = cell[b], code[b]
+        fwf[cb] = self.bf[kb]
+        bwf[cb] = self.bb[kb]
         self.makespan = float(pr_pipeline_makespan(fw, bw, self.batch.layout.pp).max())
 
     def steps(self) -> list[Step]:
