@@ -53,7 +53,8 @@ def fast_iteration(work: IterationWork, sched: PipelineSchedule, sync: SyncCost,
     order = np.arange(G) if ident else np.lexsort((table.start, table.step))
     if not ident:
         f, b, x = f[:, order], b[:, order], x[:, order]
-    groups = StepGroups.from_arrays(table.step[order], table.start[order], table.size[order],
+    groups = StepGroups.from_arrays(*((table.step, table.start, table.size) if ident else
+                                      (table.step[order], table.start[order], table.size[order])),
                                     table.n_steps, table.ranks)
     gated = gathers_at_first_forward(overlap_param_gather, sched.vp)
     stall = np.zeros(sched.pp)

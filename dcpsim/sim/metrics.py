@@ -124,13 +124,14 @@ def _by_rank(a: np.ndarray, gid: np.ndarray, fill: float = 0.0, flat: np.ndarray
     return pad[..., flat.reshape(gid.shape)]
 
 
-def _rows_by_rank(a: np.ndarray, gid: np.ndarray, flat: np.ndarray) -> np.ndarray:
-    """:func:`_by_rank` of a 2-D ``a`` (fill 0) one row at a time, ``(rows, S, R)`` in C order: the same values, and
-    a sum over its step axis adds the steps in the same order (first to last) as over ``_by_rank``'s."""
-    out = np.empty((a.shape[0], flat.size))
-    for i in range(a.shape[0]):
-        np.take(np.append(a[i], 0.0), flat, out=out[i], mode="clip")
-    return out.reshape((a.shape[0],) + gid.shape)
+def _rows_by_rank(a: np.ndarray, rows: list[int], gid: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """:func:`_by_rank` of rows ``rows`` of a 2-D ``a`` (fill 0) one row at a time, ``(rows, S, R)`` in C order: the
+    same values, and a sum over its step axis adds the steps in the same order (first to last) as over
+    ``_by_rank``'s."""
+    out = np.empty((len(rows), flat.size))
+    for i, r in enumerate(rows):
+        np.take(np.append(a[r], 0.0), flat, out=out[i], mode="clip")
+    return out.reshape((len(rows),) + gid.shape)
 
 
 def _alike_rows(*arrays: np.ndarray) -> tuple[list[int], list[int]]:
@@ -177,15 +178,15 @@ def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
     # a rank's forward + backward exposed CP parts: summed per group, then gathered (the same sums; 0 + 0 off)
     cp_s = w.cp_fwd_s + w.cp_bwd_s
     keep, place = _alike_rows(w.fwd_s, w.bwd_s, cp_s)  # stages of the same durations: each distinct one once
-    f, b = _rows_by_rank(w.fwd_s[keep], gid, flat), _rows_by_rank(w.bwd_s[keep], gid, flat)  # (stages kept, S, R)
+    f, b = _rows_by_rank(w.fwd_s, keep, gid, flat), _rows_by_rank(w.bwd_s, keep, gid, flat)  # (stages kept, S, R)
     busy = _spread_rows((f + b).sum(axis=1), place)  # (pp, R)
-    cp = _spread_rows(_rows_by_rank(cp_s[keep], gid, flat).sum(axis=1), place)
+    cp = _spread_rows(_rows_by_rank(cp_s, keep, gid, flat).sum(axis=1), place)
     grad = (tl.stage_end_s - tl.bwd_end_s)[:, None]
     if tl.param_gather_s is not None:  # the all-gather waited for at the first forwards (dcpsim.sim.engine)
         grad = grad + tl.param_gather_s[:, None]
     idle = np.maximum(tl.makespan_s - busy - grad, 0.0)
     links, at = _alike_rows(w.xfer_s)
-    x = _spread_rows(_rows_by_rank(w.xfer_s[links], gid, flat).mean(axis=1), at)
+    x = _spread_rows(_rows_by_rank(w.xfer_s, links, gid, flat).mean(axis=1), at)
     balanced = balanced_pipeline_end(_spread_rows(f.mean(axis=1), place), _spread_rows(b.mean(axis=1), place), x, S,
                                      w.vp)
     bubble = np.clip(balanced[None, :] - busy, 0.0, idle)

@@ -101,8 +101,11 @@ def pack_costs(cost_for: Callable[[float], object], lens: np.ndarray, pids: np.n
         sel = np.nonzero(need)[0]
         remap = np.full(P, -1, dtype=np.int64)
         remap[sel] = np.arange(sel.size)
-        doc = need[pids]
-        bc: BatchCost = cost_for(f).batch_cost(lens[doc], remap[pids[doc]], cps[sel], np.full(sel.size, on_network))
+        if sel.size == P:  # every pack: the plan's own arrays (the same values)
+            bc: BatchCost = cost_for(f).batch_cost(lens, pids, cps, np.full(P, on_network))
+        else:
+            doc = need[pids]
+            bc = cost_for(f).batch_cost(lens[doc], remap[pids[doc]], cps[sel], np.full(sel.size, on_network))
         np.copyto(row, (remap + sum(len(b) for b in done))[None, :], where=where)
         done.append(bc)
         local[sel] = bc.local_tokens
