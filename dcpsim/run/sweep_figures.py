@@ -28,7 +28,7 @@ def figures_key(df, axes, writer: Callable) -> str | None:
 
     import pandas as pd
 
-    from dcpsim import __version__
+    from dcpsim._version import __version__
 
     try:
         mpl = version("matplotlib")
