@@ -8,11 +8,12 @@ least-increase search) and :class:`_Table` (per-sequence costs as Python lists).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from itertools import chain
 
 import numpy as np
 
 from dcpsim.policies.costs import SeqCosts
-from dcpsim.policies.plan import Group, Layout, Plan, Step
+from dcpsim.policies.plan import Layout, Plan, PlanArrays, steps_of_arrays
 from dcpsim.policies.solver_buckets import _Buckets
 from dcpsim.policies.solver_follow import _Follow
 
@@ -563,14 +564,23 @@ class _Placer(_Follow):
         return st, t_new
 
     def _plan(self, name: str, lengths: np.ndarray) -> Plan:
-        n_steps = len(self.S)
-        steps: list[list[Group]] = [[] for _ in range(n_steps)]
-        for g in range(len(self.g_step)):
-            steps[self.g_step[g]].append(Group(int(self.g_start[g]), self.sizes[self.g_sidx[g]], self.members[g]))
-        # longest steps first (any order has the same modelled makespan)
-        order_steps = sorted(range(n_steps), key=lambda s: (-self.S[s], s))
-        out = [Step(sorted(steps[s], key=lambda gr: gr.start)) for s in order_steps]
-        return Plan(name, self.layout, lengths, out, True)
+        """The plan: longest steps first (any order has the same modelled makespan), each step's groups by
+        first rank (distinct within a step), as :func:`steps_of_arrays` steps of the groups' arrays (so
+        :meth:`Plan.arrays` costs nothing until a step's groups are read)."""
+        n_steps, ng = len(self.S), len(self.g_step)
+        rank = np.empty(n_steps, dtype=np.int64)
+        rank[sorted(range(n_steps), key=lambda s: (-self.S[s], s))] = np.arange(n_steps)
+        step = rank[np.asarray(self.g_step, dtype=np.int64)] if ng else np.zeros(0, dtype=np.int64)
+        start = np.asarray(self.g_start, dtype=np.int64)
+        order = np.lexsort((start, step))
+        members = self.members
+        counts = np.fromiter(map(len, members), dtype=np.int64, count=ng)[order]
+        ids = np.fromiter(chain.from_iterable(members[g] for g in order.tolist()), dtype=np.int64,
+                          count=int(counts.sum()))
+        a = PlanArrays(per_step=np.bincount(step, minlength=n_steps), step=step[order], start=start[order],
+                       size=np.asarray(self.sizes, dtype=np.int64)[np.asarray(self.g_sidx, dtype=np.int64)][order]
+                       if ng else np.zeros(0, dtype=np.int64), counts=counts, ids=ids)
+        return Plan(name, self.layout, lengths, steps_of_arrays(a), True)
 
 
 def _better(a: tuple, b: tuple, scale: float) -> bool:
