@@ -196,7 +196,7 @@ class CostModel:
         spans = self._check_packs(cp, spans_network)
         L = self.layers_per_stage
 
-        padded, t_fwd_doc, t_bwd_doc = self.doc_terms(lengths, cp[pack_ids]) if docs is None else docs
+        padded, t_fwd_doc, t_bwd_doc = self.doc_terms(lengths, cp.take(pack_ids)) if docs is None else docs
         s = np.bincount(pack_ids, weights=padded, minlength=npk) / np.maximum(cp, 1)  # local tokens per rank
 
         gemm_fwd, cast_fwd, cast_bwd, head_fwd, head_bwd, emb_fwd, emb_bwd = compute.token_terms(st, s)

@@ -259,9 +259,10 @@ class _Candidate:
         self._head: list[tuple[np.ndarray, np.ndarray]] = []  # (samples, buckets) placed in bulk before ``seq``
         if self.normal.size:
             ids = self.normal
-            T = float(bt.L[ids].sum()) / n_nb
+            Ls = bt.L[ids]
+            T = float(Ls.sum()) / n_nb
             cap = bt.M if self.safe else math.inf
-            left = self._lowest_flops_first(ids, T, cap)
+            left = self._lowest_flops_first(ids, T, cap, Ls)
             self.n_leftovers = len(left)
             if left:
                 left_a = np.asarray(left, dtype=np.int64)
@@ -272,7 +273,7 @@ class _Candidate:
         # is exact in binary floating point, so those sums are exactly twice the forward sums
         self.bb = NORMAL_BWD_FACTOR * self.bf
 
-    def _lowest_flops_first(self, ids: np.ndarray, T: float, cap: float) -> list[int]:
+    def _lowest_flops_first(self, ids: np.ndarray, T: float, cap: float, Ls: np.ndarray | None = None) -> list[int]:
         """Each normal sample (largest first) to the bucket with the lowest forward FLOPs among those it
         keeps within ``T`` tokens (and ``cap`` tokens per rank), ties to the lowest bucket; returns the
         samples none takes.
@@ -281,10 +282,12 @@ class _Candidate:
         (integers), which only grows as the samples shrink. The samples no bucket can hold come first
         (leftovers), the next ones open the empty buckets, then :func:`_bulk_lowest` places runs of
         samples on the lightest buckets while provably the rule's choice, and :func:`_merge_runs` the
-        rest, a run of equal samples at a time.
+        rest, a run of equal samples at a time. ``Ls``: the samples' lengths when the caller has them.
         """
         bt, bf, bl = self.batch, self.bf, self.bl
-        lims = math.floor(T) - bt.L[ids]
+        Ls = bt.L[ids] if Ls is None else Ls
+        fs = np.asarray(bt.f[ids], dtype=np.float64)  # read once: the phases below take slices
+        lims = math.floor(T) - Ls
         if cap != math.inf:
             lims = np.minimum(lims, int(cap) - bt.tok1[ids])
         # samples no bucket can hold (lim < 0) come first: leftovers; then each of the next samples opens
@@ -293,26 +296,29 @@ class _Candidate:
         left = ids[:n0].tolist()
         E = min(bf.size, ids.size - n0)
         first = ids[n0:n0 + E]
-        bf[:E], bl[:E] = bt.f[first], bt.L[first]
+        bf[:E], bl[:E] = fs[n0:n0 + E], Ls[n0:n0 + E]
         self._head.append((first, np.arange(E)))
-        rest, rest_lims = ids[n0 + E:], lims[n0 + E:]
-        done = self._bulk_lowest_flops(rest, rest_lims)  # in runs while provably the same, then run by run
+        z = n0 + E
+        rest, rest_lims, fs, Ls = ids[z:], lims[z:], fs[z:], Ls[z:]
+        done = self._bulk_lowest_flops(rest, rest_lims, fs, Ls)  # in runs while provably the same, then run by run
         rest, rest_lims = rest[done:], rest_lims[done:]
-        dest = _merge_runs(bf, bl, bt.f[rest].astype(np.float64), bt.L[rest].astype(np.int64),
-                           np.asarray(rest_lims, dtype=np.int64))
+        dest = _merge_runs(bf, bl, fs[done:], np.asarray(Ls[done:], dtype=np.int64), np.asarray(rest_lims, dtype=np.int64))
         ok = dest >= 0
         self._head.append((rest[ok], dest[ok]))
         left.extend(rest[~ok].tolist())
         return left
 
-    def _bulk_lowest_flops(self, ids: np.ndarray, lims: np.ndarray) -> int:
+    def _bulk_lowest_flops(self, ids: np.ndarray, lims: np.ndarray, fs: np.ndarray | None = None,
+                           Ls: np.ndarray | None = None) -> int:
         """:meth:`_lowest_flops_first`'s placements in runs while provably its decision (:func:`_bulk_lowest`);
-        returns how many of ``ids`` (their ``lims``) were placed."""
+        returns how many of ``ids`` (their ``lims``; FLOPs ``fs`` and lengths ``Ls`` when the caller has them)
+        were placed."""
         bt = self.batch
         if ids.size == 0 or not self.bf.size:
             return 0
-        pos, placed = _bulk_lowest(self.bf, self.bl, bt.f[ids].astype(np.float64), bt.L[ids].astype(np.int64),
-                                   np.asarray(lims, dtype=np.int64))
+        fs = np.asarray(bt.f[ids] if fs is None else fs, dtype=np.float64)
+        Ls = np.asarray(bt.L[ids] if Ls is None else Ls, dtype=np.int64)
+        pos, placed = _bulk_lowest(self.bf, self.bl, fs, Ls, np.asarray(lims, dtype=np.int64))
         if pos:
             self._head.append((ids[:pos], placed))
         return pos

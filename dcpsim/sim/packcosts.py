@@ -37,7 +37,8 @@ class PackTerms:
         self._full: dict[str, np.ndarray] = {}
 
     def _values(self, name: str) -> np.ndarray:
-        return np.concatenate([getattr(bc, name) for bc in self.costs])
+        vals = [getattr(bc, name) for bc in self.costs]
+        return vals[0] if len(vals) == 1 else np.concatenate(vals)  # (read only: gathered from)
 
     def __getitem__(self, name: str) -> np.ndarray:
         """The term's ``(PP, G)`` array (gathered on first read, read-only; where every group is in the same
@@ -48,7 +49,7 @@ class PackTerms:
             out = np.zeros(self.G if self.same_on_stages else (pp, self.G))
             if self.costs and P:
                 vals = self._values(name)
-                out[..., :P] = vals[self.row[0]] if self.same_on_stages else vals[self.row]
+                out[..., :P] = vals.take(self.row[0] if self.same_on_stages else self.row)
             out = np.broadcast_to(out, (pp, self.G))  # read-only (a view when one row)
             self._full[name] = out
         return out
@@ -59,7 +60,7 @@ class PackTerms:
             return self._full[name][p].copy()
         out = np.zeros(self.G)
         if self.costs and self.row.shape[1]:
-            out[:self.row.shape[1]] = self._values(name)[self.row[p]]
+            out[:self.row.shape[1]] = self._values(name).take(self.row[p])
         return out
 
 
@@ -104,8 +105,8 @@ def pack_costs(cost_for: Callable[[float], object], lens: np.ndarray, pids: np.n
         if sel.size == P:  # every pack: the plan's own arrays (the same values)
             bc: BatchCost = cost_for(f).batch_cost(lens, pids, cps, np.full(P, on_network))
         else:
-            doc = need[pids]
-            bc = cost_for(f).batch_cost(lens[doc], remap[pids[doc]], cps[sel], np.full(sel.size, on_network))
+            doc = need.take(pids)
+            bc = cost_for(f).batch_cost(lens[doc], remap.take(pids[doc]), cps[sel], np.full(sel.size, on_network))
         np.copyto(row, (remap + sum(len(b) for b in done))[None, :], where=where)
         done.append(bc)
         local[sel] = bc.local_tokens
