@@ -267,8 +267,8 @@ class _Candidate:
             if left:
                 left_a = np.asarray(left, dtype=np.int64)
                 self._leftovers(left_a[stable_argsort(-bt.L[left_a])], T, cap)  # longest first, stable
-        self.seq = np.concatenate([*(a for a, _ in self._head), np.array(self.seq, dtype=np.int64)]).astype(np.int64)
-        self.dest = np.concatenate([*(b for _, b in self._head), np.array(self.dest, dtype=np.int64)]).astype(np.int64)
+        self.seq = np.concatenate([*(a for a, _ in self._head), np.array(self.seq, dtype=np.int64)]).astype(np.int64, copy=False)
+        self.dest = np.concatenate([*(b for _, b in self._head), np.array(self.dest, dtype=np.int64)]).astype(np.int64, copy=False)
         # the code adds 2·f to a bucket's backward estimate with every f it adds to its forward; doubling
         # is exact in binary floating point, so those sums are exactly twice the forward sums
         self.bb = NORMAL_BWD_FACTOR * self.bf
@@ -391,7 +391,7 @@ class _Candidate:
             return
         slot, code = np.concatenate([slot, dealt[0]]), np.concatenate([code, dealt[1]])
         if places[0] is not None:  # each entry's count on its slot before it, made along the way
-            pos = np.concatenate(places).astype(np.int64)
+            pos = np.concatenate(places).astype(np.int64, copy=False)
         else:
             order = stable_argsort(slot)
             counts = np.bincount(slot, minlength=bt.K)
@@ -556,8 +556,8 @@ class _Candidate:
         gid = np.where(is_b, 0, ~codes)
         if not n_long:
             gs = widths = np.zeros(1, dtype=np.int64)
-        starts = (np.where(is_b, slot[order], gs[gid]) * u).astype(np.int64)
-        sizes = (np.where(is_b, 1, widths[gid]) * u).astype(np.int64)
+        starts = (np.where(is_b, slot[order], gs[gid]) * u).astype(np.int64, copy=False)
+        sizes = (np.where(is_b, 1, widths[gid]) * u).astype(np.int64, copy=False)
         ids, counts = _entry_members(self.seq, self.dest, len(self.bf), self._long_arr, self._fillers, self._gends,
                                      codes)
         per_step = np.diff(np.asarray(bounds, dtype=np.int64))  # one step per list index (a long group once)
