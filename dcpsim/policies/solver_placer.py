@@ -93,7 +93,7 @@ class _Placer(_Follow):
         # those only the spans some aligned slice of that size has: each distinct length's codes without the
         # others (which the join searches pass over, finding no cell)
         allowed = 0
-        for kk in np.unique(self.choice).tolist():
+        for kk in self._chosen():
             c = self.sizes[kk]
             if c <= self.R:
                 self._spans(0, c)  # every aligned start's span, kept in span_rows
@@ -172,6 +172,9 @@ class _Placer(_Follow):
         if not d < d_join - 1e-9 * (2 * self.gmax + a1 + 2 * d_join):
             self.bit = True
 
+    def _chosen(self) -> list[int]:  # the size indices chosen, ascending: np.unique(choice) without a sort
+        return np.flatnonzero(np.bincount(self.choice, minlength=len(self.sizes))).tolist()
+
     def _order(self, sc: SeqCosts, tab: _Table) -> np.ndarray:
         """The placement order ``np.lexsort((arange(n), -t, -choice))`` (``t``: each sequence's time at its
         chosen size on its first aligned slice, ``sc.time_s[choice, span0[choice], i]``), the same permutation
@@ -183,7 +186,7 @@ class _Placer(_Follow):
         if n == 0 or nu == 0:
             return np.zeros(0, dtype=np.int64)
         ranks = np.zeros((ns, nu), dtype=np.int64)
-        for k in np.unique(self.choice).tolist():
+        for k in self._chosen():
             got = tab.ranks.get(k)
             if got is None or got[0] is not sc.time_u:
                 r = np.unique(-sc.time_u[k, self.span0[k]], return_inverse=True)[1].reshape(-1)
