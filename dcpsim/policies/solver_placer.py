@@ -8,7 +8,7 @@ least-increase search) and :class:`_Table` (per-sequence costs as Python lists).
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -110,7 +110,7 @@ class _Placer(_Follow):
             key_u, key_k = tab.inv[order], self.choice[order]
             cut = np.flatnonzero((key_u[1:] != key_u[:-1]) | (key_k[1:] != key_k[:-1])) + 1
             ends = np.append(cut, n)
-            self._run_end = np.repeat(ends, np.diff(np.concatenate(([0], ends)))).tolist()
+            self._run_end = list(chain.from_iterable(map(repeat, ends.tolist(), np.diff(ends, prepend=0).tolist())))
         if n:  # the first sequence opens the first step alone (see :meth:`unbounded_same`)
             k0 = choice[ids[0]]
             self.t_first = time_rows[uid[ids[0]]][2 * k0 + self.span0[k0]]
