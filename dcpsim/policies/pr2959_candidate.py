@@ -347,12 +347,12 @@ class _Candidate:
         pos = 0
         while pos < n:
             limit, Li = limits[pos], Lp[pos]
-            picks = table.run_picks(Li, T, limit, end[pos] - pos) if end[pos] - pos > 1 else []
-            if picks:  # a run of one length (so one FLOPs figure) to buckets of the table
-                pk = np.asarray(picks, dtype=np.int64)
+            rks = table.run_ranks(Li, T, limit, end[pos] - pos) if end[pos] - pos > 1 else []
+            if rks:  # a run of one length (so one FLOPs figure) to buckets of the table (run_picks' buckets)
+                pk = table.bucket[rks]
                 olds = bl[pk]
                 bl[pk] = olds + Li
-                table.move_run(picks, olds.tolist(), Li)
+                table.move_ranks(rks, olds.tolist(), Li)
                 seq.append(left_a[pos:pos + pk.size])
                 dest.append(pk)
                 pos += pk.size

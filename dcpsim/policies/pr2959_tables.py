@@ -132,8 +132,9 @@ class _TokenTable:
         first = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]])) if ranked.size else rank
         vals, count = ranked[first], np.diff(np.append(first, ranked.size))
         self.vals = vals.tolist()
+        every = list(range(ranked.size))
         self.at: dict[int, list[int]] = {  # the ranks of each token count, ascending
-            v: list(range(a, a + c)) for v, a, c in zip(self.vals, first.tolist(), count.tolist(), strict=True)}
+            v: every[a:a + c] for v, a, c in zip(self.vals, first.tolist(), count.tolist(), strict=True)}
 
     def closest(self, Li: int, T: float, limit: int | None) -> int:
         """Bucket (among those with tokens ``<= limit``) whose tokens + ``Li`` end closest to ``T``; −1 if none.
@@ -177,6 +178,11 @@ class _TokenTable:
         moved by ``Li`` tokens before the next query), as far as provably the same: the buckets of the
         least-score token counts by rank, while a moved bucket's new count scores worse than them (so the
         next query's least-score counts and their first-ranked bucket are those left). Empty if none."""
+        ranks = self.run_ranks(Li, T, limit, most)
+        return self.bucket[ranks].tolist() if ranks else []
+
+    def run_ranks(self, Li: int, T: float, limit: int | None, most: int) -> list[int]:
+        """The ranks of :meth:`run_picks`' buckets, in its order (a list the caller must not change)."""
         tie = self.tie(Li, T, limit)
         if tie is None:
             return []
@@ -185,19 +191,22 @@ class _TokenTable:
         counts = vals[lo:hi + 1]
         if any(not _sq(((v + Li) + Li) - T) > best for v in counts):
             return []
-        ranks = sorted(r for v in counts for r in self.at[v])[:most] if hi > lo else self.at[counts[0]][:most]
-        return self.bucket[ranks].tolist()
+        return sorted(r for v in counts for r in self.at[v])[:most] if hi > lo else self.at[counts[0]][:most]
 
     def move_run(self, picks: list[int], olds: list[int], Li: int) -> None:
         """:meth:`move` of each bucket of ``picks`` in turn, from its token count ``olds[j]`` to ``olds[j] + Li``
         (the buckets of :meth:`run_picks`: no bucket lands on a count a later one leaves, so every count's
         buckets leave before any arrives, in bulk; each count loses its first-ranked buckets)."""
-        at, vals, rank = self.at, self.vals, self.rank
+        if picks:
+            self.move_ranks(self.rank[picks].tolist(), olds, Li)
+
+    def move_ranks(self, rks: list[int], olds: list[int], Li: int) -> None:
+        """:meth:`move_run` of the buckets of ranks ``rks`` (:meth:`run_ranks`; ``olds``: their token counts)."""
+        at, vals = self.at, self.vals
         by: dict[int, list[int]] = {}
-        if not picks:
+        if not rks:
             return
-        rks = rank[picks].tolist()
-        if olds.count(olds[0]) == len(olds):  # the usual run: one token count
+        if olds[0] == olds[-1] and olds.count(olds[0]) == len(olds):  # the usual run: one token count
             by[olds[0]] = rks
         else:
             for rk, v in zip(rks, olds, strict=True):
