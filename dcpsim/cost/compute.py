@@ -122,17 +122,58 @@ def attention_doc_terms(st: CostSettings, padded: np.ndarray, c_int: np.ndarray)
         return unfused_attention(st, padded)
     inv = None
     if padded.size > _DISTINCT_MIN:  # many documents: time each distinct (length, CP size) once
-        top = int(c_int.max()) + 1
-        if float(padded.max(initial=0.0)) * top < 2.0**62:
-            key_u, inv = np.unique(padded.astype(np.int64) * top + c_int, return_inverse=True)
-            padded, c_int = (key_u // top).astype(np.float64), key_u % top
+        got = distinct_pairs(padded.astype(np.int64), c_int)
+        if got is not None:
+            p_u, c_int, inv = got
+            padded = p_u.astype(np.float64)
     t_fwd_doc, t_bwd_doc = _flash_attention_doc(st, padded, c_int.astype(np.float64))
     if inv is not None:
-        t_fwd_doc, t_bwd_doc = t_fwd_doc[inv], t_bwd_doc[inv]
+        t_fwd_doc, t_bwd_doc = t_fwd_doc.take(inv), t_bwd_doc.take(inv)
     return t_fwd_doc, t_bwd_doc
 
 
-_DISTINCT_MIN = 4096  # attention_doc_terms: above this many documents, each distinct (length, CP size) is timed once
+_DISTINCT_MIN = 4096  # above this many documents, each distinct (length, CP size) is padded and timed once
+_DENSE_SPAN = 1 << 22  # distinct_pairs: tables of up to this many cells (or 4 per entry) mark values; wider: a sort
+
+
+def distinct_pairs(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The distinct pairs ``(x[i], y[i])`` of two int64 arrays of one shape, ascending by ``(x, y)``, and each
+    entry's index among them: ``(x_u, y_u, inv)`` with ``x_u[inv] == x`` and ``y_u[inv] == y`` (what
+    ``np.unique`` of the pairs with ``return_inverse`` gives). Small value ranges (token counts, CP sizes) are
+    marked in a table, one pass each, without sorting; wide ones are sorted. None when the pairs are not
+    fewer than half the entries (nothing to gain) or an array is empty."""
+    if x.size == 0 or x.shape != y.shape:
+        return None
+    x, y = x.ravel(), y.ravel()
+    y_lo, y_hi = int(y.min()), int(y.max())
+    if y_hi - y_lo < _DENSE_SPAN:  # the distinct y, ascending, and each entry's index among them
+        y_code, y_u = _dense_codes(y - y_lo, y_hi - y_lo + 1)
+        y_u += y_lo
+    else:
+        y_u, y_code = np.unique(y, return_inverse=True)
+    x_lo, x_hi = int(x.min()), int(x.max())
+    span = (x_hi - x_lo + 1) * y_u.size
+    if span >= 1 << 62:  # the pair keys would overflow int64
+        return None
+    key = (x - x_lo) * y_u.size + y_code  # ascending in (x, y), one key per pair
+    if span <= max(_DENSE_SPAN, 4 * x.size):
+        inv, key_u = _dense_codes(key, span)
+    else:
+        key_u, inv = np.unique(key, return_inverse=True)
+    if 2 * key_u.size >= x.size:
+        return None
+    return key_u // y_u.size + x_lo, y_u.take(key_u % y_u.size), inv
+
+
+def _dense_codes(v: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each entry's index among the distinct values, the distinct values ascending) of the int array ``v``
+    whose values lie in ``0..span-1``: a table of ``span`` cells marks the values present."""
+    seen = np.zeros(span, dtype=bool)
+    seen[v] = True
+    u = np.flatnonzero(seen)
+    index = np.empty(span, dtype=np.int64)
+    index[u] = np.arange(u.size)
+    return index.take(v), u
 
 
 def _flash_attention_doc(st: CostSettings, padded: np.ndarray, c_doc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -176,9 +176,22 @@ class CostModel:
         """The per-document part of :meth:`batch_cost`: each document's padded length (tokens, float) and its
         attention forward and backward seconds (one layer), for documents of ``lengths`` tokens on ``cp_doc``
         ranks (one CP size per document). A caller that costs the same documents on groups of the same sizes
-        many times (a planner scoring candidate packings) computes these once and passes them as ``docs``."""
+        many times (a planner scoring candidate packings) computes these once and passes them as ``docs``.
+
+        Integer lengths of many documents are padded and timed once per distinct (length, CP size) and spread
+        (each document's numbers are computed by the same operations: the same values)."""
         cp_doc = np.asarray(cp_doc, dtype=np.int64)
-        padded = padded_lengths(np.asarray(lengths, dtype=np.float64), cp_doc).astype(np.float64)
+        lengths = np.asarray(lengths)
+        if lengths.dtype.kind not in "iu":  # (padded_lengths counts whole tokens: floats are truncated to int64)
+            lengths = lengths.astype(np.float64)
+        elif lengths.size > compute._DISTINCT_MIN and lengths.shape == cp_doc.shape:
+            got = compute.distinct_pairs(lengths.astype(np.int64, copy=False), cp_doc)
+            if got is not None:
+                len_u, cp_u, inv = got
+                padded = padded_lengths(len_u, cp_u).astype(np.float64)
+                t_fwd, t_bwd = compute.attention_doc_terms(self.settings, padded, cp_u)
+                return padded.take(inv), t_fwd.take(inv), t_bwd.take(inv)
+        padded = padded_lengths(lengths, cp_doc).astype(np.float64)
         return (padded, *compute.attention_doc_terms(self.settings, padded, cp_doc))
 
     def batch_cost(self, lengths, pack_ids, cp, spans_network=None, *, docs=None) -> BatchCost:
