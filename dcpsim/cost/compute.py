@@ -144,25 +144,40 @@ def distinct_pairs(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray
     fewer than half the entries (nothing to gain) or an array is empty."""
     if x.size == 0 or x.shape != y.shape:
         return None
-    x, y = x.ravel(), y.ravel()
-    y_lo, y_hi = int(y.min()), int(y.max())
-    if y_hi - y_lo < _DENSE_SPAN:  # the distinct y, ascending, and each entry's index among them
-        y_code, y_u = _dense_codes(y - y_lo, y_hi - y_lo + 1)
-        y_u += y_lo
-    else:
-        y_u, y_code = np.unique(y, return_inverse=True)
+    y_u, y_code = distinct_codes(y.ravel())
+    return coded_pairs(x.ravel(), y_u, y_code)
+
+
+def distinct_codes(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values ascending, each entry's index among them) of a non-empty 1-D int64 array: what
+    ``np.unique(v, return_inverse=True)`` gives; values within ``_DENSE_SPAN`` of each other are marked in a
+    table (no sort)."""
+    lo, hi = int(v.min()), int(v.max())
+    if hi - lo >= _DENSE_SPAN:
+        return np.unique(v, return_inverse=True)
+    code, u = _dense_codes(v - lo if lo else v, hi - lo + 1)
+    return u + lo, code
+
+
+def coded_pairs(x: np.ndarray, y_u: np.ndarray, y_code: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`distinct_pairs` of ``x`` and ``y = y_u[y_code]`` (``y_u`` ascending and distinct, ``y_code`` int
+    in ``0..y_u.size-1``, both as :func:`distinct_codes` gives them), 1-D arrays."""
+    ny = y_u.size
     x_lo, x_hi = int(x.min()), int(x.max())
-    span = (x_hi - x_lo + 1) * y_u.size
+    span = (x_hi - x_lo + 1) * ny
     if span >= 1 << 62:  # the pair keys would overflow int64
         return None
-    key = (x - x_lo) * y_u.size + y_code  # ascending in (x, y), one key per pair
+    key = x - x_lo  # ascending in (x, y), one key per pair: (x - x_lo) * ny + y's index
+    if ny > 1:
+        key *= ny
+        key += y_code
     if span <= max(_DENSE_SPAN, 4 * x.size):
         inv, key_u = _dense_codes(key, span)
     else:
         key_u, inv = np.unique(key, return_inverse=True)
     if 2 * key_u.size >= x.size:
         return None
-    return key_u // y_u.size + x_lo, y_u.take(key_u % y_u.size), inv
+    return key_u // ny + x_lo, y_u.take(key_u % ny), inv
 
 
 def _dense_codes(v: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
@@ -171,8 +186,8 @@ def _dense_codes(v: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
     seen = np.zeros(span, dtype=bool)
     seen[v] = True
     u = np.flatnonzero(seen)
-    index = np.empty(span, dtype=np.int64)
-    index[u] = np.arange(u.size)
+    index = np.empty(span, dtype=np.int32 if u.size < 2**31 else np.int64)  # (fewer pages written)
+    index[u] = np.arange(u.size, dtype=index.dtype)
     return index.take(v), u
 
 

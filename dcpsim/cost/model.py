@@ -187,12 +187,26 @@ class CostModel:
         elif lengths.size > compute._DISTINCT_MIN and lengths.shape == cp_doc.shape:
             got = compute.distinct_pairs(lengths.astype(np.int64, copy=False), cp_doc)
             if got is not None:
-                len_u, cp_u, inv = got
-                padded = padded_lengths(len_u, cp_u).astype(np.float64)
-                t_fwd, t_bwd = compute.attention_doc_terms(self.settings, padded, cp_u)
-                return padded.take(inv), t_fwd.take(inv), t_bwd.take(inv)
+                return self._spread_doc_terms(*got)
         padded = padded_lengths(lengths, cp_doc).astype(np.float64)
         return (padded, *compute.attention_doc_terms(self.settings, padded, cp_doc))
+
+    def _pack_doc_terms(self, lengths, pack_ids: np.ndarray, cp: np.ndarray) -> tuple[np.ndarray, ...]:
+        """:meth:`doc_terms` of ``lengths`` on ``cp[pack_ids]`` ranks, the CP sizes told apart on the packs."""
+        lengths = np.asarray(lengths)
+        if lengths.dtype.kind in "iu" and lengths.size > compute._DISTINCT_MIN and lengths.shape == pack_ids.shape:
+            cp_u, code = compute.distinct_codes(cp)
+            got = compute.coded_pairs(lengths.astype(np.int64, copy=False), cp_u, code.take(pack_ids))
+            if got is not None:
+                return self._spread_doc_terms(*got)
+        return self.doc_terms(lengths, cp.take(pack_ids))
+
+    def _spread_doc_terms(self, len_u: np.ndarray, cp_u: np.ndarray, inv: np.ndarray) -> tuple[np.ndarray, ...]:
+        """:meth:`doc_terms` of the documents ``(len_u[inv], cp_u[inv])``, computed on the distinct pairs
+        ``(len_u, cp_u)`` (int64) and spread."""
+        padded = padded_lengths(len_u, cp_u).astype(np.float64)
+        t_fwd, t_bwd = compute.attention_doc_terms(self.settings, padded, cp_u)
+        return padded.take(inv), t_fwd.take(inv), t_bwd.take(inv)
 
     def batch_cost(self, lengths, pack_ids, cp, spans_network=None, *, docs=None) -> BatchCost:
         """Vectorised cost of many packs.
@@ -209,7 +223,7 @@ class CostModel:
         spans = self._check_packs(cp, spans_network)
         L = self.layers_per_stage
 
-        padded, t_fwd_doc, t_bwd_doc = self.doc_terms(lengths, cp.take(pack_ids)) if docs is None else docs
+        padded, t_fwd_doc, t_bwd_doc = self._pack_doc_terms(lengths, pack_ids, cp) if docs is None else docs
         s = np.bincount(pack_ids, weights=padded, minlength=npk) / np.maximum(cp, 1)  # local tokens per rank
 
         gemm_fwd, cast_fwd, cast_bwd, head_fwd, head_bwd, emb_fwd, emb_bwd = compute.token_terms(st, s)
