@@ -424,7 +424,8 @@ def test_malformed_profile_tables_are_one_line(capsys, tmp_path):
 
 # ------------------------------------------------------------------ policy options
 @pytest.mark.parametrize("policy, option", [("dynamic", "cap_delta"), ("dynamic-solver", "respect_memory"),
-                                            ("packing-balanced", "extra_microbatches"), ("milp", "time_limit_s")])
+                                            ("packing-balanced", "extra_microbatches"), ("milp", "time_limit_s"),
+                                            ("milp", "node_limit")])
 def test_policy_options_refuse_nan_and_wrong_types(policy, option):
     from dcpsim.policies import get_policy
 

@@ -283,7 +283,7 @@ def test_milp_between_heuristics_and_bound(seed):  # seeds 1 and 2 (the longest 
     K = max(p.n_steps for p in plans.values())
     for mode in ("dynamic", "static"):
         # the limit only guards against a hang: "optimal" must not depend on how fast this host is (seconds here)
-        opt = get_policy("milp", mode=mode, max_steps=K, time_limit_s=3600).plan(lengths, lay, cost)
+        opt = get_policy("milp", mode=mode, max_steps=K, node_limit=None, time_limit_s=3600).plan(lengths, lay, cost)
         m = opt.meta
         assert m["status"] == "optimal"
         sizes = np.unique(np.r_[dynamic_sizes(lay), [cp]])
@@ -303,12 +303,29 @@ def test_milp_invariants_on_tiny_cases(case):
     cost = cost_model(layout.tp, layout.pp, layout.ranks_per_stage)
     # one step per sequence is always enough (every sequence fits the largest group), so the MILP is feasible
     steps = max(1, len(lengths))
-    opt = get_policy("milp", max_steps=steps, time_limit_s=3600).plan(lengths, layout, cost)  # validates
+    opt = get_policy("milp", max_steps=steps, node_limit=None, time_limit_s=3600).plan(lengths, layout, cost)  # validates
     assert opt.dynamic and not opt.dropped
     assert opt.meta["objective_s"] >= opt.meta["additive_lower_bound_s"] * (1 - 1e-9) - 1e-12
     assert evaluate_plan(opt, cost).makespan_s >= opt.lower_bound_s * (1 - 1e-9) - 1e-12
-    again = get_policy("milp", max_steps=steps, time_limit_s=3600).plan(lengths, layout, cost)
+    again = get_policy("milp", max_steps=steps, node_limit=None, time_limit_s=3600).plan(lengths, layout, cost)
     assert again.meta["objective_s"] == pytest.approx(opt.meta["objective_s"], rel=1e-6, abs=1e-12)
+
+
+def test_milp_budget_is_nodes_not_seconds():
+    """The default budget counts branch-and-bound nodes, so a stopped solve is the same plan on any host."""
+    rng = np.random.default_rng(102)
+    lay = Layout(dp=2, cp=1, max_tokens_per_rank=8192)
+    cost = cost_model(1, 1, 2)
+    lengths = np.clip(rng.lognormal(np.log(3000), 1.0, 6), 64, 8192).astype(np.int64)
+    pol = get_policy("milp", node_limit=1)
+    assert pol.time_limit_s is None and get_policy("milp").node_limit == 2000
+    a, b = pol.plan(lengths, lay, cost), pol.plan(lengths, lay, cost)
+    assert a.meta["status"] == "node limit (best found)" and a.meta["nodes"] == 1 and a.meta["node_limit"] == 1
+    assert comparable(a) == comparable(b) and a.meta["objective_s"] == b.meta["objective_s"]
+    assert a.meta["dual_bound_s"] <= a.meta["objective_s"]
+    for bad in (0, -3, 2.5, True, "10"):
+        with pytest.raises(ConfigError, match="policy.options.node_limit"):
+            get_policy("milp", node_limit=bad)
 
 
 def test_milp_refuses_large_problems():

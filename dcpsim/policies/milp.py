@@ -7,7 +7,15 @@ objective needs additive costs; the returned plan is also scored with the
 exact cost model by whoever evaluates it). Within that model the result is
 optimal over all plans with at most ``max_steps`` steps, and
 ``meta["dual_bound_s"]`` is a proven lower bound on that optimum even when
-the solver stops at its time limit.
+the solver stops at its node limit.
+
+The solver's budget is deterministic: ``node_limit`` branch-and-bound nodes
+(default 2,000: about 45 CPU s for a 32-sequence batch on 8 ranks per stage on
+a 2-core Xeon, where HiGHS needs tens of thousands of nodes to prove the
+optimum), so one input gives one plan on any host. A wall-clock
+``time_limit_s`` is off by default; where a user sets it and the solver
+stops on it, the plan depends on how fast the host is, and ``meta["status"]``
+says so.
 
 ``mode="dynamic"`` (default): every step partitions the stage's ranks into
 aligned power-of-two slices of sizes ``min_cp .. max_dynamic_cp``.
@@ -60,9 +68,10 @@ class MilpPolicy(Policy):
     """``milp`` (see the module docstring).
 
     Options: ``mode`` (``dynamic`` | ``static``), ``max_steps`` (default: the
-    capacity minimum + 3, at most the number of sequences), ``time_limit_s``
-    (default 60), ``max_sequences`` (64), ``max_ranks`` (16),
-    ``max_variables`` (20000).
+    capacity minimum + 3, at most the number of sequences), ``node_limit``
+    (branch-and-bound nodes, default 2,000; None: no limit), ``time_limit_s``
+    (wall-clock seconds, default None: none, see the module docstring),
+    ``max_sequences`` (64), ``max_ranks`` (16), ``max_variables`` (20000).
     """
 
     name = "milp"
@@ -72,7 +81,8 @@ class MilpPolicy(Policy):
         self,
         mode: str = "dynamic",
         max_steps: int | None = None,
-        time_limit_s: float = 60.0,
+        node_limit: int | None = 2000,
+        time_limit_s: float | None = None,
         max_sequences: int = 64,
         max_ranks: int = 16,
         max_variables: int = 20000,
@@ -81,11 +91,18 @@ class MilpPolicy(Policy):
             raise ConfigError("policy.options.mode", mode, f"one of {MODES}")
         if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
             raise ConfigError("policy.options.max_steps", max_steps, "a positive integer or None")
-        if not isinstance(time_limit_s, (int, float)) or time_limit_s <= 0:
-            raise ConfigError("policy.options.time_limit_s", time_limit_s, "a positive number of seconds")
+        if node_limit is not None and (not isinstance(node_limit, int) or isinstance(node_limit, bool)
+                                       or node_limit < 1):
+            raise ConfigError("policy.options.node_limit", node_limit,
+                              "a positive integer (branch-and-bound nodes), or None for no limit")
+        if time_limit_s is not None and (not isinstance(time_limit_s, (int, float)) or isinstance(time_limit_s, bool)
+                                         or not 0 < time_limit_s < float("inf")):
+            raise ConfigError("policy.options.time_limit_s", time_limit_s,
+                              "a positive finite number of seconds, or None (the default: no wall-clock limit)")
         self.mode = mode
         self.max_steps = max_steps
-        self.time_limit_s = float(time_limit_s)
+        self.node_limit = node_limit
+        self.time_limit_s = None if time_limit_s is None else float(time_limit_s)
         self.max_sequences = int(max_sequences)
         self.max_ranks = int(max_ranks)
         self.max_variables = int(max_variables)
@@ -112,6 +129,9 @@ class MilpPolicy(Policy):
             res, xi, meta = self._solve_dynamic(n, K, B, blocks, t, tok, feas, layout)
         else:
             res, xi, meta = self._solve_static(n, K, B, t, tok, feas, layout)
+        if res.x is None and self._stopped(res) == "node limit (best found)":
+            raise ConfigError("policy.options.node_limit", self.node_limit,
+                              f"enough branch-and-bound nodes to find a plan with {K} steps (none found; raise it)")
         if res.x is None:
             raise ConfigError(
                 "policy.options.max_steps", K, f"a step count with a feasible plan (solver: {res.message})"
@@ -123,7 +143,9 @@ class MilpPolicy(Policy):
                 "additive_lower_bound_s": lower_bound_s(lengths, layout, cost, standalone=False),
                 "mode": self.mode,
                 "max_steps": K,
-                "status": "optimal" if res.status == 0 else "time limit (best found)",
+                "status": self._stopped(res),
+                "nodes": int(getattr(res, "mip_node_count", 0) or 0),
+                "node_limit": self.node_limit,
                 "objective_s": float(res.fun),
                 "dual_bound_s": float(getattr(res, "mip_dual_bound", res.fun) if res.status != 0 else res.fun),
                 "mip_gap": float(getattr(res, "mip_gap", 0.0) or 0.0),
@@ -131,6 +153,16 @@ class MilpPolicy(Policy):
             }
         )
         return Plan(self.name, layout, lengths, steps, self.mode == "dynamic", meta=meta)
+
+    def _stopped(self, res) -> str:
+        """Why the solver stopped: ``optimal``, its node limit (deterministic) or its wall-clock limit."""
+        if res.status == 0:
+            return "optimal"
+        if res.status == 1:
+            return "time limit (best found; depends on the host's speed)"
+        if self.node_limit is not None and int(getattr(res, "mip_node_count", 0) or 0) >= self.node_limit:
+            return "node limit (best found)"
+        return f"stopped (best found): {res.message}"
 
     def _check_size(self, n: int, R: int) -> None:
         if n > self.max_sequences:
@@ -209,7 +241,7 @@ class MilpPolicy(Policy):
         lb = np.zeros(nvar)
         # the slowest step is at least the longest sequence's fastest time
         lb[gid] = float(np.where(feas, t, np.inf).min(axis=0).max())
-        res = rows.solve(cobj, integrality, lb, ub, self.time_limit_s)
+        res = rows.solve(cobj, integrality, lb, ub, (self.node_limit, self.time_limit_s))
         return res, xi, {"variables": nvar, "constraints": rows.r, "formulation": "slots" if same else "blocks"}
 
     @staticmethod
@@ -295,7 +327,7 @@ class MilpPolicy(Policy):
         integrality[:nx] = 1
         ub = np.full(nvar, np.inf)
         ub[:nx] = 1.0
-        res = rows.solve(cobj, integrality, np.zeros(nvar), ub, self.time_limit_s)
+        res = rows.solve(cobj, integrality, np.zeros(nvar), ub, (self.node_limit, self.time_limit_s))
         return res, xi, {"variables": nvar, "constraints": rows.r}
 
 
@@ -318,14 +350,21 @@ class _Rows:
         self.hi.append(ub)
         self.r += 1
 
-    def solve(self, cobj: np.ndarray, integrality: np.ndarray, lb: np.ndarray, ub: np.ndarray, time_limit_s: float):
+    def solve(self, cobj: np.ndarray, integrality: np.ndarray, lb: np.ndarray, ub: np.ndarray,
+              limits: tuple[int | None, float | None]):
+        """HiGHS on these rows; ``limits`` = (branch-and-bound nodes, wall-clock seconds), None for none."""
         A = sparse.csr_array((self.vals, (self.rows, self.cols)), shape=(self.r, cobj.size))
+        options = {"mip_rel_gap": 1e-6, "disp": False}
+        if limits[0] is not None:
+            options["node_limit"] = limits[0]
+        if limits[1] is not None:
+            options["time_limit"] = limits[1]
         return milp(
             cobj,
             constraints=LinearConstraint(A, self.lo, self.hi),
             integrality=integrality,
             bounds=Bounds(lb, ub),
-            options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6, "disp": False},
+            options=options,
         )
 
 
