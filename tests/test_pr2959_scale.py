@@ -366,6 +366,22 @@ def test_bulk_normal_filling_gives_the_scan_plans(monkeypatch):
     assert sum(placed) > 500, placed
 
 
+def test_in_order_is_the_stable_sort_of_ascending_values():
+    """_bulk_deal's next order without a sort (pr2959_tables._in_order): indices whose values do not fall, in
+    any order within equal values, come back as numpy's stable argsort orders them; None where values fall."""
+    from dcpsim.policies.pr2959_tables import _in_order
+
+    rng = np.random.default_rng(31)
+    for _ in range(400):
+        f = rng.integers(0, 6, int(rng.integers(1, 80))).astype(np.float64)
+        idx = np.sort(rng.choice(f.size, int(rng.integers(0, f.size + 1)), replace=False))
+        ref = idx[np.argsort(f[idx], kind="stable")]
+        shuffled = ref[np.lexsort((rng.random(ref.size), f[ref]))]  # ties in any order
+        assert np.array_equal(_in_order(shuffled, f), ref)
+        if ref.size >= 2 and f[ref[0]] < f[ref[-1]]:
+            assert _in_order(ref[::-1].copy(), f) is None
+
+
 def test_bulk_dealing_gives_the_scan_plans(monkeypatch):
     """Phase 4 dealing runs of normal buckets to the lightest slots in bulk (_Candidate._bulk_deal, then the
     heap loop) gives the scan's plans, on batches with enough buckets and slots for runs of 64 and more."""

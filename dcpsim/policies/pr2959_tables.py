@@ -270,12 +270,15 @@ def _bulk_deal(ks: np.ndarray, fks: np.ndarray, slots: list[np.ndarray], fsum: l
     n = ks.size
     f, cnt = np.asarray(fsum, dtype=np.float64), np.asarray(count, dtype=np.int64)
     pos = 0
+    order = None  # the slots not full by (FLOPs, index), when the last run left it known
     while pos < n:
-        elig = np.flatnonzero(cnt < per_slot)
-        k = min(elig.size, n - pos)
+        if order is None:
+            elig = np.flatnonzero(cnt < per_slot)
+            order = elig[np.argsort(f[elig], kind="stable")]  # least FLOPs first, ties to the lowest slot
+        k = min(order.size, n - pos)
         if k == 0:
             break
-        e = elig[np.argsort(f[elig], kind="stable")][:k]  # least FLOPs first, ties to the lowest slot
+        e = order[:k]
         new = f[e] + fks[pos:pos + k]
         good = np.ones(k, dtype=bool)
         good[1:] = np.minimum.accumulate(new)[:-1] > f[e[1:]]
@@ -290,9 +293,28 @@ def _bulk_deal(ks: np.ndarray, fks: np.ndarray, slots: list[np.ndarray], fsum: l
         pos += run
         if run < _BULK_MIN:
             break
+        # every slot not full took one: their FLOPs were ascending along the order and so were the buckets',
+        # so the new FLOPs are too (rounding is monotone); the next order is this one less the full slots
+        order = _in_order(e[cnt[e] < per_slot], f) if run == order.size else None
     if pos:
         fsum[:], count[:] = f.tolist(), cnt.tolist()
     return pos
+
+
+def _in_order(o: np.ndarray, f: np.ndarray) -> np.ndarray | None:
+    """``o`` (indices whose values ``f[o]`` do not fall) with each run of equal values in ascending index: the
+    order of ``np.argsort(f[sorted(o)], kind="stable")``; None when the values fall somewhere."""
+    if o.size < 2:
+        return o
+    v = f[o]
+    if (v[1:] < v[:-1]).any() or np.isnan(v).any():
+        return None
+    tie = v[1:] == v[:-1]
+    if not (tie & (o[1:] < o[:-1])).any():
+        return o
+    run = np.concatenate([[0], np.cumsum(~tie)]).astype(np.int64)
+    span = np.int64(int(o.max()) + 1)
+    return np.sort(run * span + o) - run * span  # runs stay in place: each one's indices ascending
 
 
 def _run_ends(lengths: np.ndarray, limits: np.ndarray | None) -> list[int]:
