@@ -249,33 +249,34 @@ class CostModel:
         overhead = fixed.microbatch_overhead(st, npk)
 
         mem = self.peak_memory_bytes(s, sq)
+        per_layer = _PerLayer(L)  # the per-layer terms times the stage's layers (each array once: the same values)
         return BatchCost(
             local_tokens=s,
-            gemm_fwd_s=gemm_fwd * L,
-            attn_fwd_s=attn_fwd * L,
-            cp_fwd_exposed_s=cp_fwd * L,
-            tp_fwd_s=tp_fwd * L,
-            gemm_bwd_s=gemm_bwd * L,
-            attn_bwd_s=attn_bwd * L,
-            cp_bwd_exposed_s=cp_bwd * L,
-            tp_bwd_s=tp_bwd * L,
-            elementwise_fwd_s=ew_fwd * L,
-            elementwise_bwd_s=ew_bwd * L,
-            recompute_s=recompute * L,
-            cp_comm_total_s=cp_total * L,
+            gemm_fwd_s=per_layer(gemm_fwd),
+            attn_fwd_s=per_layer(attn_fwd),
+            cp_fwd_exposed_s=per_layer(cp_fwd),
+            tp_fwd_s=per_layer(tp_fwd),
+            gemm_bwd_s=per_layer(gemm_bwd),
+            attn_bwd_s=per_layer(attn_bwd),
+            cp_bwd_exposed_s=per_layer(cp_bwd),
+            tp_bwd_s=per_layer(tp_bwd),
+            elementwise_fwd_s=per_layer(ew_fwd),
+            elementwise_bwd_s=per_layer(ew_bwd),
+            recompute_s=per_layer(recompute),
+            cp_comm_total_s=per_layer(cp_total),
             head_fwd_s=head_fwd,
             head_bwd_s=head_bwd,
             peak_memory_bytes=mem,
             fits_memory=mem <= self.memory_limit_bytes,
-            fp8_cast_fwd_s=cast_fwd * L,
-            fp8_cast_bwd_s=cast_bwd * L,
-            launch_fwd_s=launch_fwd * L,
-            launch_bwd_s=launch_bwd * L,
+            fp8_cast_fwd_s=per_layer(cast_fwd),
+            fp8_cast_bwd_s=per_layer(cast_bwd),
+            launch_fwd_s=per_layer(launch_fwd),
+            launch_bwd_s=per_layer(launch_bwd),
             overhead_fwd_s=overhead,
             overhead_bwd_s=overhead.copy(),
             embed_fwd_s=emb_fwd,
             embed_bwd_s=emb_bwd,
-            cp_fwd_comm_s=cp_fwd_comm * L,
+            cp_fwd_comm_s=per_layer(cp_fwd_comm),
         )
 
     def _check_packs(self, cp: np.ndarray, spans_network) -> np.ndarray:
@@ -345,3 +346,24 @@ def _with_fills(st: CostSettings, s, sq, ew_fwd, ew_bwd, head_fwd, head_bwd):
     f_f, f_b = determinism.fill_device_terms(st, s, sq)
     h_f, h_b = determinism.fill_head_device_terms(st, s)
     return ew_fwd + f_f, ew_bwd + f_b, head_fwd + h_f, head_bwd + h_b
+
+
+class _PerLayer:
+    """``x * L`` of the per-layer terms :meth:`CostModel.batch_cost` made (float64 arrays of its own, read
+    nowhere else after): each array multiplied in place the first time (the same operation, the same values,
+    no new array); an array met again (a term that is another's object) gets a copy of its product."""
+
+    def __init__(self, L: int) -> None:
+        self.L, self.done = L, {}
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        got = self.done.get(id(x))
+        if got is not None:
+            return got[1].copy()
+        if x.dtype != np.float64 or not x.flags.writeable or x.base is not None:
+            out = x * self.L
+        else:
+            x *= self.L
+            out = x
+        self.done[id(x)] = (x, out)  # (x kept: its id stays its own)
+        return out
