@@ -63,3 +63,37 @@ def test_doc_terms_per_distinct_pair_equal_the_per_document_terms(settings, monk
     for f in dataclasses.fields(ref_bc):
         a, b = np.asarray(getattr(fast_bc, f.name)), np.asarray(getattr(ref_bc, f.name))
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f.name
+
+
+@pytest.mark.parametrize("net_share", [0.0, 0.03, 0.5, 0.95, 1.0])
+def test_pack_costs_terms_are_each_cells_pack_cost_in_its_class(net_share):
+    """:func:`dcpsim.sim.packcosts.pack_costs` (classes costed on every pack or on their packs' documents, rows
+    written with or without a mask): each cell's term is the row of its pack in its class's cost of every pack,
+    bit for bit; local tokens and memory those of the group's last class."""
+    from dcpsim.sim.durations import scale_network
+    from dcpsim.sim.packcosts import TERMS, pack_costs
+
+    rng = np.random.default_rng(int(net_share * 100))
+    cost = CostModel.build("h100-sxm", "llama-13b", pp=4, dp_cp=64)
+    models = {1.0: cost, 0.5: cost.derive(profile=scale_network(cost.profile, 0.5))}
+    P, G, pp, n = 300, 310, 4, 6000
+    lens = rng.integers(1, 40_000, n)
+    pids = np.sort(np.concatenate([np.arange(P), rng.integers(0, P, n - P)]))
+    cps = rng.choice([1, 2, 4, 8], P)
+    spans = np.zeros((pp, G), dtype=bool)
+    spans[:, :P] = rng.random((pp, P)) < net_share
+    spans[:, :P] |= (rng.random(P) < net_share / 2)[None, :]  # some groups on the network on every stage
+    factor = np.where(rng.random((pp, G)) < 0.3, 0.5, 1.0)
+    per, local, mem, _ = pack_costs(models.__getitem__, lens, pids, cps, spans, factor, 1e9)
+    full = {(f, net): models[f].batch_cost(lens, pids, cps, np.full(P, net)) for f in models for net in (False, True)}
+    cls = [[(factor[p, g], True) if spans[p, g] else (1.0, False) for g in range(P)] for p in range(pp)]
+    for name in TERMS:
+        want = np.array([[getattr(full[cls[p][g]], name)[g] for g in range(P)] for p in range(pp)])
+        got = np.asarray(per[name])
+        assert got.shape == (pp, G) and not got[:, P:].any()
+        assert got[:, :P].tobytes() == want.tobytes(), name
+        assert all(per.stage(name, p).tobytes() == got[p].tobytes() for p in range(pp))
+    order = [(1.0, False)] + [(f, True) for f in sorted({float(x) for x in factor[:, :P][spans[:, :P]]})]
+    for g in range(P):
+        last = [c for c in order if any(cls[p][g] == c for p in range(pp))][-1]
+        assert local[g] == full[last].local_tokens[g] and mem[g] == full[last].peak_memory_bytes[g]
