@@ -97,3 +97,16 @@ def test_pack_costs_terms_are_each_cells_pack_cost_in_its_class(net_share):
     for g in range(P):
         last = [c for c in order if any(cls[p][g] == c for p in range(pp))][-1]
         assert local[g] == full[last].local_tokens[g] and mem[g] == full[last].peak_memory_bytes[g]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_gemm_shape_factor_on_distinct_ascending_counts_equals_it_in_pieces(precision):
+    """Over 4096 ascending token counts, mostly distinct (no sort: what a batch's distinct local token counts
+    are) or half repeated (sorted and spread): the same floats as the factor on small pieces."""
+    prof = CostModel.build("h100-sxm", "llama-13b").profile
+    rng = np.random.default_rng(3)
+    for m in (np.unique(rng.random(9000) * 60_000), np.sort(rng.choice(rng.random(3000) * 60_000, 9000))):
+        got = prof.gemm_shape_factor(m, 5120, 13824, precision=precision)
+        ref = np.concatenate([prof.gemm_shape_factor(m[i:i + 1000], 5120, 13824, precision=precision)
+                              for i in range(0, m.size, 1000)])
+        assert got.tobytes() == ref.tobytes()

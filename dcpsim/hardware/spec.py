@@ -217,20 +217,32 @@ class HardwareProfile:
         t = self.timing
         if not t.has_gemm_model:
             return np.ones_like(m)
-        if m.size > 4096:  # elementwise in m: computed once per distinct value (token counts repeat a lot)
-            u, inv = np.unique(m, return_inverse=True)
+        if m.size > 4096 and not _mostly_distinct_ascending(m):  # elementwise in m: computed once per distinct
+            u, inv = np.unique(m, return_inverse=True)  # value (token counts repeat a lot)
             if 2 * u.size < m.size:
                 return self.gemm_shape_factor(u, n, k, precision=precision)[inv.reshape(m.shape)]
         k_half = t.gemm_k_half * (t.peak_fp8_flops / self.peak_bf16_flops if precision == "fp8" and t.has_fp8 else 1.0)
         tm, tn, cn, rel, split, kp = self._shape_candidates(n, k, k_half)
         # every (tile, split) candidate at once, each element by the same operations in the same order as one
-        # candidate at a time (bit-identical); the best candidate per element, never below 0
+        # candidate at a time (bit-identical; in place, rel * util as util * rel); the best candidate per element,
+        # never below 0:  tiles = ceil(m / tm) * cn,  waves = ceil(tiles * split / sms),
+        # util = (m * n * split) / (waves * sms * tm * tn),  best = max(rel * util * kp / (kp + k_half))
         row = m.reshape(1, -1)
-        tiles = np.ceil(row / tm) * cn
-        waves = np.ceil(tiles * split / float(t.sms))
-        util = (row * n * split) / (waves * float(t.sms) * tm * tn)
-        best = (rel * util * kp / (kp + k_half)).max(axis=0, initial=0.0)
-        return best.reshape(m.shape)
+        x = row / tm
+        np.ceil(x, out=x)
+        x *= cn  # tiles
+        x *= split
+        x /= float(t.sms)
+        np.ceil(x, out=x)  # waves
+        x *= float(t.sms)
+        x *= tm
+        x *= tn
+        util = row * n * split
+        util /= x
+        util *= rel
+        util *= kp
+        util /= kp + k_half
+        return util.max(axis=0, initial=0.0).reshape(m.shape)
 
     def _shape_candidates(self, n: int, k: int, k_half: float) -> tuple[np.ndarray, ...]:
         """Columns (shape (C, 1)) of the shape factor's candidates: tile M, tile N, ceil(n / tile N), the tile's
@@ -389,3 +401,13 @@ class HardwareProfile:
             "timing": {f: getattr(self.timing, f) for f in TIMING_FIELDS},
             "host": dict(self.host.__dict__),
         }
+
+
+def _mostly_distinct_ascending(m: np.ndarray) -> bool:
+    """Whether ``m`` (1-D) is ascending with at least half its entries distinct (``np.unique`` would not shrink it
+    below half: :meth:`HardwareProfile.gemm_shape_factor` skips that sort, e.g. on the distinct token counts it
+    is given); False on anything else (NaN included)."""
+    if m.ndim != 1:
+        return False
+    step = m[1:] != m[:-1]
+    return bool((m[1:] >= m[:-1]).all()) and 2 * (1 + int(np.count_nonzero(step))) >= m.size
