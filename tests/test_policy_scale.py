@@ -363,6 +363,7 @@ def _solver_cases():
         yield layout, np.minimum(2 ** rng.integers(3, 11, 500), M * 8 - 16)
 
 
+@pytest.mark.slow  # the scan is also checked on the first run cases (bulk test) and small edge batches (edge test)
 def test_solver_placement_gives_the_scan_plans(monkeypatch):
     """Identical plans, meta included (every candidate's makespan)."""
     from dcpsim.policies import solver
