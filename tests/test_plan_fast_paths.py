@@ -338,7 +338,8 @@ def test_stage_dp_group_closed_form_is_the_listed_one(seed):
             assert topo.stage_dp_group(stage) == _stage_dp_group_reference(topo, stage)
 
 
-@pytest.mark.parametrize("iters", [[0.9], [0.9, 1.1], pytest.param([0.5, 0.7, 0.6], marks=pytest.mark.slow)])
+@pytest.mark.parametrize("iters", [[0.9], pytest.param([0.9, 1.1], marks=pytest.mark.slow),
+                                   pytest.param([0.5, 0.7, 0.6], marks=pytest.mark.slow)])
 def test_long_run_equal_segments_shortcut_is_exact(monkeypatch, iters):
     """Without slow episodes, segments that run the same iterations are summed once: the same long runs as
     pricing every segment from its iterations (goodput, failures, times to the last bit)."""
