@@ -80,7 +80,7 @@ def _mutate(plan, rng):
     return p
 
 
-@pytest.mark.parametrize("policy", ["dynamic", "packing", "dynamic-solver"])
+@pytest.mark.parametrize("policy", ["dynamic", pytest.param("packing", marks=pytest.mark.slow), "dynamic-solver"])
 def test_validate_matches_the_sequential_check(policy):
     rng = np.random.default_rng(3)
     lay = Layout(dp=6, cp=2, max_tokens_per_rank=4096, pp=2, min_cp=1)

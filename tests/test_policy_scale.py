@@ -107,7 +107,7 @@ def _batches():
         yield layout, lengths
 
 
-@pytest.mark.parametrize("delta", [0.05, 1.0])
+@pytest.mark.parametrize("delta", [pytest.param(0.05, marks=pytest.mark.slow), 1.0])
 def test_dynamic_trees_give_the_scan_plans(monkeypatch, delta):
     seen = {"doublings": 0, "full_group_fills": 0}
     for layout, lengths in _batches():

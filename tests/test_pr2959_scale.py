@@ -300,7 +300,7 @@ def _fast_equals_scan(monkeypatch, rng):
     return fast
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_fast_phases_give_the_scan_plans(monkeypatch, seed):
     rng = np.random.default_rng(seed)
     seen = {"safe_mode": 0, "leftovers": 0, "overflow_blocks": 0, "plain": 0}
