@@ -54,3 +54,14 @@ def test_paths_follow_the_folder_as_given(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     got = sweep_figures(df, Path("a") / "figures", None, w)
     assert w.calls == 1 and got["rows"] == [str(Path("a") / "figures" / "rows.txt")]
+
+
+def test_a_redraw_that_cannot_be_stored_drops_the_old_stamp(tmp_path):
+    figs = tmp_path / "figures"
+    df = pd.DataFrame({"x": [1, 2]})
+    w = _Writer()
+    sweep_figures(df, figs, None, w)
+    sweep_figures(pd.DataFrame({"x": [[1], [2]]}), figs, None, w)  # unhashable cells: drawn, not stored
+    assert w.calls == 2 and not (figs / STAMP).exists()
+    sweep_figures(df, figs, None, w)  # the first rows again: the figure on disk is the second's, so drawn again
+    assert w.calls == 3

@@ -88,12 +88,14 @@ def cached_figures(fig_dir: Path, key: str) -> dict[str, Any] | None:
 
 def sweep_figures(df, fig_dir: Path, axes, writer: Callable) -> dict[str, Any]:
     """``writer(df, fig_dir, axes=axes)``, or its stored answer when nothing it draws from changed."""
-    from dcpsim.outdir import write_json
+    from dcpsim.outdir import remove_owned, write_json
 
     key = figures_key(df, axes, writer)
     got = cached_figures(fig_dir, key) if key is not None else None
     if got is not None:
         return got
+    if (fig_dir / STAMP).is_file():  # drawn again: the old stamp no longer describes the figures
+        remove_owned(fig_dir / STAMP)
     answer = writer(df, fig_dir, axes=axes)
     if key is None:
         return answer
