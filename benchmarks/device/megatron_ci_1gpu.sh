@@ -8,7 +8,8 @@
 # pretrain_gpt.py gpt_builders.py model_provider.py) with the dataset helpers built by megatron-core 0.19.2's
 # wheel from the same helpers.cpp (.devwork/whl). Logs come back in $OUT/logs.tgz; parse with
 # benchmarks/device/megatron_ci_1gpu_parse.py. Prepare .devwork with benchmarks/device/megatron_ci_1gpu_prepare.sh.
-# ONLY="a_mb8 g_mb8_nofill" runs just the named runs (default: all). g_mb8_nofill is a_mb8 with PyTorch's
+# ONLY="a_mb8 g_mb8_nofill" runs just the named runs (default: all; h_mb8_altfill, the fill switched inside one
+# run, is described where it runs). g_mb8_nofill is a_mb8 with PyTorch's
 # deterministic NaN fill of empty tensors switched off (torch.utils.deterministic.fill_uninitialized_memory =
 # False right after Megatron's torch.use_deterministic_algorithms(True), through a sitecustomize written below):
 # the one switch Megatron-LM PR #7093 flips, so a - g is the fill's measured cost per step, which
@@ -27,6 +28,28 @@ if os.environ.get("DCPSIM_DET_FILL") == "0":
         _use(mode, warn_only=warn_only)
         torch.utils.deterministic.fill_uninitialized_memory = False
     torch.use_deterministic_algorithms = _use_no_fill
+elif os.environ.get("DCPSIM_DET_FILL") == "alt":  # fill switched on and off every DCPSIM_ALT_S seconds in ONE run
+    # One switching thread per process, started at the process's first call: torch.compile (dynamo) calls
+    # torch.use_deterministic_algorithms again on every frame it compiles, and compile workers are processes of
+    # their own, so each line of the log names its pid (the parser keeps the training process's lines only).
+    import datetime, threading, time, torch
+    _use = torch.use_deterministic_algorithms
+    _started = []
+    def _toggle(period, log):
+        on = True
+        while True:
+            torch.utils.deterministic.fill_uninitialized_memory = on
+            with open(log, "a") as f:  # the clock and format of Megatron's log lines
+                f.write(f"{datetime.datetime.now()} {int(on)} {os.getpid()}\n")
+            time.sleep(period)
+            on = not on
+    def _use_alt(mode, *, warn_only=False):
+        _use(mode, warn_only=warn_only)
+        if mode and os.getpid() not in _started:
+            _started.append(os.getpid())
+            threading.Thread(target=_toggle, daemon=True,
+                             args=(float(os.environ.get("DCPSIM_ALT_S", "4")), os.environ["DCPSIM_FILL_LOG"])).start()
+    torch.use_deterministic_algorithms = _use_alt
 PY
 cp .devwork/whl/megatron/core/datasets/helpers_cpp*.so .devwork/mlm/megatron/core/datasets/
 printf '#!/bin/sh\nexit 0\n' > /tmp/stub/make; chmod +x /tmp/stub/make   # helpers already built: no compile
@@ -51,6 +74,9 @@ run b1_mb1 -e 's/--global-batch-size 32/--global-batch-size 4/'
 if want b1_mb1 && ! grep -q "elapsed time per iteration" "$W/b1_mb1.log"; then SKIP=1; echo "b1 failed: later Megatron runs skipped"; fi
 [ -z "${SKIP:-}" ] && run a_mb8 -e 's/^//'
 [ -z "${SKIP:-}" ] && DCPSIM_DET_FILL=0 run g_mb8_nofill -e 's/^//'
+# h: a_mb8 with the fill switched on and off every DCPSIM_ALT_S s inside one run (switch times in h_mb8_altfill.fill,
+# local datetime as Megatron logs it, and state), so machine-to-machine and run-to-run drift cancel: megatron_ci_1gpu_parse.py --alt
+[ -z "${SKIP:-}" ] && DCPSIM_DET_FILL=alt DCPSIM_FILL_LOG=$W/h_mb8_altfill.fill run h_mb8_altfill -e 's/^//'
 # the same machine's plain-torch host figures (dcpsim.profiling.host), so Megatron's host cost per layer can be
 # compared with plain modules measured on the same CPU
 if want host; then

@@ -6,12 +6,15 @@ median and 10th/25th/75th/90th percentiles. Usage::
 
     python benchmarks/device/megatron_ci_1gpu_parse.py LOGDIR [LOGDIR ...] --out FILE.json
 
-A LOGDIR holds ``NAME.log`` and ``NAME.args`` per run (the script's ``$OUT/w``).
+A LOGDIR holds ``NAME.log`` and ``NAME.args`` per run (the script's ``$OUT/w``). A run with ``NAME.fill`` beside it
+(``DCPSIM_DET_FILL=alt``: the deterministic NaN fill switched on and off inside the run) is also split into the
+iterations that ran wholly with the fill on and wholly with it off (``alt_split``).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import re
 import sys
@@ -20,6 +23,48 @@ from pathlib import Path
 import numpy as np
 
 LINE = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?elapsed time per iteration \(ms\): ([0-9.]+)")
+STAMPED = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\] iteration\s+(\d+)/\s*\d+ \|.*?"
+                     r"elapsed time per iteration \(ms\): ([0-9.]+)")
+
+
+def _summary(times: list[float]) -> dict:
+    a = np.array(times)
+    if not a.size:
+        return {"n": 0}
+    p25, med, p75 = np.percentile(a, [25, 50, 75])
+    return {"n": int(a.size), "median_s": float(med), "p25_s": float(p25), "p75_s": float(p75)}
+
+
+def alt_split(log_text: str, fill_lines: list[str], skip: int) -> dict:
+    """Split a run whose NaN fill was switched during the run into fill-on and fill-off iterations.
+
+    ``fill_lines`` are the switch log's lines, ``DATE TIME STATE [PID]``; each iteration spans the time from the
+    previous iteration's log line to its own, and counts only when one state held all that time. Lines with a pid
+    are kept for the first pid only (the training process switches first; compile workers log their own); a log
+    without pids cannot tell the processes apart and is reported with ``"pids": false``.
+    """
+    events = []
+    for line in fill_lines:
+        f = line.split()
+        if len(f) >= 3:
+            events.append((dt.datetime.fromisoformat(f"{f[0]} {f[1]}"), int(f[2]), f[3] if len(f) > 3 else None))
+    pids = bool(events) and events[0][2] is not None
+    if pids:
+        events = [e for e in events if e[2] == events[0][2]]
+    events.sort()
+    its = [(int(m[2]), dt.datetime.fromisoformat(m[1]), float(m[3]) / 1e3) for m in STAMPED.finditer(log_text)]
+    split: dict[int, list[float]] = {0: [], 1: []}
+    mixed = 0
+    for (_, t0, _), (it, t1, sec) in zip(its, its[1:], strict=False):
+        if it <= skip:
+            continue
+        before = [s for t, s, _ in events if t <= t0]
+        states = set(before[-1:] + [s for t, s, _ in events if t0 < t < t1])
+        if len(states) == 1:
+            split[states.pop()].append(sec)
+        else:
+            mixed += 1
+    return {"pids": pids, "fill_on": _summary(split[1]), "fill_off": _summary(split[0]), "mixed_dropped": mixed}
 
 
 def parse_log(path: Path, skip: int) -> dict:
@@ -36,6 +81,9 @@ def parse_log(path: Path, skip: int) -> dict:
     env = path.with_suffix(".env")
     if env.exists():  # environment switches of the run (DCPSIM_DET_FILL=0: deterministic NaN fill off)
         out["env"] = env.read_text().split()
+    fill = path.with_suffix(".fill")
+    if fill.exists():
+        out["alt"] = alt_split(path.read_text(errors="replace"), fill.read_text().splitlines(), skip)
     out["timing_log_level"] = 2 if "--timing-log-level 2" in (args.read_text() if args.exists() else "") else 0
     return out
 
