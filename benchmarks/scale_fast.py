@@ -43,7 +43,7 @@ from bench_shared_network import _commit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
-POLICIES = ("packing", "packing-balanced", "dynamic", "dynamic-solver", "dynamic-pr2959", "bound")
+POLICIES = ("packing", "packing-balanced", "dynamic", "dynamic-solver", "dynamic-pr2959", "packing-pr2959", "bound")
 
 
 def one(gpus: int, policy: str, engine: str) -> dict:
