@@ -261,7 +261,12 @@ class _Follow:
                 c, t, r = c_c, t_e, r_e
             else:
                 t_c, r_c = tq, r
-                c, t, r = c_c, t_e, r_e = _take(tq, r, add, tok, floor, s_k, end - pos)
+                # :func:`_take`'s loop: its first step passes (the tests above); where its second fails, one
+                nt, r1 = newt + add, r - tok
+                if end - pos == 1 or not (r1 >= tok and floor <= nt <= s_k):
+                    c, t, r = c_c, t_e, r_e = 1, newt, r1
+                else:
+                    c, t, r = c_c, t_e, r_e = _take(tq, r, add, tok, floor, s_k, end - pos)
             g = -neg
             members[g].extend(ids[pos:pos + c])
             g_time[g], room[g] = t, r
@@ -290,19 +295,18 @@ class _Follow:
         left), the twins' positions appended to ``at``."""
         (j, lo), (r0, t1, r1), (pos, end) = span, rooms, seqs
         room, g_time, members = self.g_room, self.g_time, self.members
-        jj = j - 1
-        while jj >= lo and pos < end:
-            neg = keys[jj][1]
+        n = 0  # the twins taken: keys[j - 1] down to keys[lo], one sequence each of ids[pos:end], in order
+        for (_, neg), i in zip(reversed(keys[lo:j]), ids[pos:end]):
             if neg == neg0 or room[-neg] != r0:
                 break
             g = -neg
-            members[g].append(ids[pos])
+            members[g].append(i)
             g_time[g] = t1
             room[g] = r1
-            pos += 1
-            jj -= 1
+            n += 1
+        jj = j - 1 - n
         at.extend(range(j - 1, jj, -1))
-        return jj, pos
+        return jj, pos + n
 
     def _settle_walk(self, code: int, st: int, span: tuple[int, int], walked: tuple) -> None:
         """The list changes of :meth:`_walk` in cell (code, step): the entries from ``span`` = (lo, p) on to
@@ -337,13 +341,8 @@ class _Follow:
         a, n = 0, len(new)
         while a < n:
             at_ = bisect_left(keys, new[a])
-            b = a + 1
-            if at_ < len(keys):
-                nxt = keys[at_]
-                while b < n and new[b] < nxt:
-                    b += 1
-            else:
-                b = n
+            # the run: the new keys below the list's next entry (new is sorted: a binary search)
+            b = bisect_left(new, keys[at_], a + 1, n) if at_ < len(keys) else n
             keys[at_:at_] = new[a:b]
             a = b
         if not cell[2]:
