@@ -296,7 +296,7 @@ class _Follow:
         (j, lo), (r0, t1, r1), (pos, end) = span, rooms, seqs
         room, g_time, members = self.g_room, self.g_time, self.members
         n = 0  # the twins taken: keys[j - 1] down to keys[lo], one sequence each of ids[pos:end], in order
-        for (_, neg), i in zip(reversed(keys[lo:j]), ids[pos:end]):
+        for (_, neg), i in zip(reversed(keys[lo:j]), ids[pos:end], strict=False):
             if neg == neg0 or room[-neg] != r0:
                 break
             g = -neg
