@@ -64,3 +64,40 @@ def test_class_filling_takes_the_rules_samples(monkeypatch):
         assert filler.positions().tolist() == want
         assert filler.ends == ends
     assert used["bulk"] > 1000 and used["scalar"] > 1000, used  # both ways exercised
+
+
+def test_class_filling_with_growing_rooms(monkeypatch):
+    """Rooms that grow along the groups (as along a run of long samples of one size) over classes of one to a
+    few samples: successive groups search from the same classes, the case the first round's sharing
+    (:func:`~dcpsim.policies.pr2959_fillers._park`) guesses; the takings stay the rule's."""
+    rng = np.random.default_rng(11)
+    shared = 0
+    park = pf._park
+
+    def counted_park(k, count):
+        nonlocal shared
+        out = park(k, count)
+        shared += int(np.count_nonzero(out != k))
+        return out
+
+    monkeypatch.setattr(pf, "_park", counted_park)
+    for _ in range(40):
+        n = int(rng.integers(50, 1200))
+        kinds = int(rng.choice([40, 400, 2000]))
+        lengths = np.sort(rng.integers(1, kinds + 1, n))[::-1] * 5
+        f = lengths.astype(np.float64) ** 1.5
+        G = int(rng.integers(1, 600))
+        top = float(f.max()) * float(rng.choice([0.3, 1.0, 3.0]))
+        room = np.sort(rng.random(G) * top)  # growing, with runs of equal rooms
+        room[rng.random(G) < 0.3] = room[0]
+        room = np.sort(room)
+        lsum = rng.integers(0, 50, G)
+        cap = lsum + rng.integers(1, 10**5, G)
+        budget = 0.3 * n * rng.random()
+        slack = float(rng.choice([1.05, 1.0]))
+        filler = pf.ClassFiller((-f, lengths, None), room, lsum, cap, slack, budget, False)
+        pf.fill_long_groups(filler, G)
+        want, ends = _rule(-f, lengths, room, lsum, cap, slack, budget, False)
+        assert filler.positions().tolist() == want
+        assert filler.ends == ends
+    assert shared > 100, shared  # the sharing was exercised

@@ -15,7 +15,10 @@ then each class's remaining count, and :class:`ClassFiller` plays the rule with 
   left non-empty, or emptied in a class the group would not take from, changes no "first class below
   x"), and the pool-size limit only by the count taken before it; so the chunk's groups are the rule's
   up to the first taking from a class already emptied (counted in group order) or past the pool-size
-  limit, and only those groups are kept.
+  limit, and only those groups are kept. The first round gives the groups that search from one class its
+  samples in turn, then the next classes' (:func:`_park`: the rooms grow along a run of long samples of
+  one size, so successive groups often search from the same few-sample class), which the same check
+  keeps exact.
 
 Chunks grow while they are kept whole; where classes run out at nearly every group, groups go one at a
 time for a while (:func:`fill_long_groups`). Safe mode fills one sample at a time over the pool's positions
@@ -32,9 +35,9 @@ import numpy as np
 
 from dcpsim.policies.pr2959_tables import _NormalPool, stable_argsort
 
-_CHUNK_MIN, _CHUNK_MAX = 64, 8192  # groups per bulk try
-_SCALAR_MIN, _SCALAR_MAX = 64, 2048  # groups one at a time after a bulk try kept few
-_ROUNDS = 8  # a bulk try's rounds (a group taking more samples goes one at a time)
+_CHUNK_MIN, _CHUNK_MAX = 256, 8192  # groups per bulk try
+_SCALAR_MIN, _SCALAR_MAX = 128, 2048  # groups one at a time after a bulk try kept few
+_ROUNDS = 32  # a bulk try's rounds (a group taking more samples goes one at a time)
 
 
 class ClassFiller:
@@ -124,6 +127,8 @@ class ClassFiller:
             if not self.flag_all:
                 act = act[lsum[act] < cap[act]]
             k = np.searchsorted(negS, room[act] * self.nslack, side="right")
+            if not gs:  # first picks: the groups searching from one class share its samples (_park)
+                k = _park(k, self.rem_a[S])
             took = k < S.size
             act, k = act[took], k[took]
             if not act.size:
@@ -174,6 +179,28 @@ class ClassFiller:
         """The pool position of every sample taken, in order: a class gives its samples in pool order."""
         cls = np.asarray(self.picks, dtype=np.int64)
         return self.cstart[cls] + _rank_in_class(cls) if cls.size else cls
+
+
+def _park(k: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The first picks of a bulk try's groups (in group order; ``k``: each one's first class below its ``x``
+    among the try's classes, ``count`` their samples; ``count.size``: none) when the groups that search from
+    one class take its samples, then the next classes', in turn: the ``i``-th of them takes the ``i``-th
+    sample from its class on.
+
+    A guess that :meth:`ClassFiller.bulk`'s check makes exact: the classes the ``i``-th group passes over hold
+    only samples ``0..i−1`` from its class on, each taken by one of the earlier groups of that class (so they
+    are empty when it searches, whatever else was taken), and the check keeps a pick only while its class has
+    a sample left; so each kept pick is the first class below ``x`` with a sample left, the rule's."""
+    n = count.size
+    if k.size < 2 or not n:
+        return k
+    i = _rank_in_class(k)
+    if not i.any():
+        return k
+    cum = np.cumsum(count)
+    kk = np.minimum(k, n - 1)
+    unit = cum[kk] - count[kk] + i  # the sample the group takes, counted over the try's classes
+    return np.where(k < n, np.searchsorted(cum, unit, side="right"), n)
 
 
 def _rank_in_class(cls: np.ndarray) -> np.ndarray:
