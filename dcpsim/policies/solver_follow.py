@@ -14,7 +14,7 @@ of a scan of every group. Times in seconds.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from heapq import heappush
 from itertools import accumulate, repeat
 
@@ -164,23 +164,47 @@ class _Follow:
         thr = 1e-9 * (self.gmax + 0.0)
         lim = (s_k if s_k >= H else H) * (1 + 1e-12)
         end = self._run_end[pos]
+        g_time, room = self.g_time, self.g_room
+        t, r = g_time[g0], room[g0]
+        if r >= tok and floor <= t + add <= s_k:  # :func:`_take` (its loop's first test fails: none)
+            c, t, r = _take(t, r, add, tok, floor, s_k, end - pos)
+            if c:
+                self.members[g0].extend(ids[pos:pos + c])
+                g_time[g0], room[g0] = t, r
+                pos += c
+        self._exhausted = False  # whether the cell is left with no pick (set by _walk_down)
+        down = pos < end and not (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim))
+        newt = listed + add  # g0's listed entry within the prefix (the usual case): without a walk down, its move
+        if not down and newt <= lim and (newt <= s_k or self._raise(newt, s_k) <= thr):
+            self._settle_first(code, st, g0, listed)
+            return pos
         keys = self.buckets.by_code[code][st][0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
         p = self._prefix_end(keys, bisect_right(keys, (x, _INF)), s_k, add, lim, thr)
         at: list[int] = []  # the positions of the picks after g0, in order
         passed: list[int] = []  # the positions passed without room
-        g_time, room = self.g_time, self.g_room
-        c, t, r = _take(g_time[g0], room[g0], add, tok, floor, s_k, end - pos)
-        if c:
-            self.members[g0].extend(ids[pos:pos + c])
-            g_time[g0], room[g0] = t, r
-            pos += c
         lo = p  # the walked entries (each passed or picked) are those from lo to p - 1, and g0's
-        self._exhausted = False  # whether the cell is left with no pick (set by _walk_down)
-        if pos < end and not (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
+        if down:
             pos, lo = self._walk_down(keys, p, -g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed))
         self._settle_walk(code, st, (lo, p), (g0, listed, at, passed))
         return pos
+
+    def _settle_first(self, code: int, st: int, g0: int, listed: float) -> None:
+        """:meth:`_settle_walk` where the walk picked only ``g0`` (listed at time ``listed``, within the prefix): its
+        entry moves to its new key (dropped below the least share)."""
+        buckets = self.buckets
+        cells = buckets.by_code[code]
+        cell = cells[st]
+        keys = cell[0]
+        del keys[bisect_left(keys, (listed, -g0))]
+        if self.g_room[g0] >= buckets.min_tok[code >> 1]:
+            insort(keys, (self.g_time[g0], -g0))
+        else:
+            cell[2] -= 1
+            if not cell[2]:
+                del cells[st]
+                if not cells:
+                    del buckets.by_code[code]
 
     def _next_cell(self, code: int, gmin: float, ids: list[int], pos: int, u: int, k: int) -> int:
         """After :meth:`_walk` left its cell with no group to pick, the run's next sequence goes to the pick
@@ -478,13 +502,14 @@ class _Follow:
         :meth:`_new_group_option` kept for this sequence (a join that adds nothing changes no free rank, step
         height or ``gmax``)."""
         c, pp1, gmax = self.sizes[k], self.pp - 1, self.gmax
-        floor = -np.inf
+        floor = -_INF
         for a1, delta in self._new_opts:
             if delta > 1e-9 * (gmax + a1 + s_k):
                 continue  # a larger increase, whatever the join's time
             if delta != 0.0 or c * a1 < gmin * (1 - 1e-9):
                 return None  # an increase within the tolerance of none, or fewer GPU-seconds
-            if c * a1 <= gmin * (1 + 1e-9):
-                floor = max(floor, a1)  # equal on both: the fuller (larger time) wins, the join on a tie
+            if c * a1 <= gmin * (1 + 1e-9) and a1 > floor:
+                floor = a1  # equal on both: the fuller (larger time) wins, the join on a tie
         a1 = float(trow[2 * k + self.span0[k]])
-        return floor if a1 + pp1 * max(0.0, a1 - gmax) > 1e-9 * (gmax + a1 + s_k) else None
+        over = a1 - gmax
+        return floor if a1 + pp1 * (over if over > 0.0 else 0.0) > 1e-9 * (gmax + a1 + s_k) else None
