@@ -61,6 +61,9 @@ class _Follow:
     """The bulk path of :class:`~dcpsim.policies.solver_placer._Placer` (a mixin: it uses the placer's state)."""
 
     walk = True  # :meth:`_walk` where the height limit's effect is not tracked (False: :meth:`_follow`'s loop)
+    # the shortcuts :meth:`_walk`'s lone first pick (:meth:`_settle_first`) and the join search's cut test
+    # (:meth:`~dcpsim.policies.solver_placer._Placer._cut_none`); False: the general paths (the reference)
+    fast = True
 
     def _follow(self, g: int, gmin: float, ids: list[int], pos: int, u: int, k: int, listed: float) -> int:
         """Sequence ``ids[pos - 1]`` has just joined group ``g`` adding nothing to its step (the zero-increase
@@ -175,7 +178,7 @@ class _Follow:
         self._exhausted = False  # whether the cell is left with no pick (set by _walk_down)
         down = pos < end and not (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim))
         newt = listed + add  # g0's listed entry within the prefix (the usual case): without a walk down, its move
-        if not down and newt <= lim and (newt <= s_k or self._raise(newt, s_k) <= thr):
+        if self.fast and not down and newt <= lim and (newt <= s_k or self._raise(newt, s_k) <= thr):
             self._settle_first(code, st, g0, listed)
             return pos
         keys = self.buckets.by_code[code][st][0]

@@ -16,42 +16,9 @@ from dcpsim.policies.costs import SeqCosts
 from dcpsim.policies.plan import Layout, Plan, PlanArrays, steps_of_arrays
 from dcpsim.policies.solver_buckets import _Buckets
 from dcpsim.policies.solver_follow import _Follow
+from dcpsim.policies.solver_table import _Table
 
 _INF = float("inf")
-
-
-class _Table:
-    """Per distinct length, shared by every candidate: time row (column = size index·2 + span), token row,
-    and the codes a sequence may join (size index at least its need) by increasing GPU-seconds."""
-
-    def __init__(self, lengths: np.ndarray, sc: SeqCosts, need: np.ndarray) -> None:
-        _, first, inv = sc.distinct() if lengths is sc.lengths else np.unique(lengths, return_index=True,
-                                                                              return_inverse=True)
-        self.inv = np.asarray(inv, dtype=np.int64)  # each sequence's distinct index
-        self.uid: list[int] = self.inv.tolist()
-        if lengths is sc.lengths and sc.distinct_table:  # sc's own distinct lengths: its per-length table
-            t = sc.time_u.reshape(-1, first.size).T  # (distinct, ns*2)
-            tok = sc.tok_u.T
-        else:
-            t = sc.time_s.reshape(-1, lengths.size)[:, first].T
-            tok = sc.tokens[:, first].T
-        self.time_rows: list[list[float]] = t.tolist()
-        self.tok_rows: list[list[int]] = tok.tolist()
-        code_size = np.repeat(sc.sizes, 2)
-        gpu = np.where(np.arange(t.shape[1])[None, :] // 2 >= need[first][:, None], code_size[None, :] * t, np.inf)
-        by_gpu = np.argsort(gpu, axis=1, kind="stable")
-        # the infinite (excluded) codes sort last: -1 there; lengths with the same codes in the same order share
-        # one row (``fam_rows[fam_id[u]]``)
-        key = np.where(np.isfinite(np.take_along_axis(gpu, by_gpu, axis=1)), by_gpu, -1).astype(np.int8)
-        w, raw = key.shape[1], key.tobytes()
-        seen: dict[bytes, int] = {}
-        self.fam_id: list[int] = [seen.setdefault(raw[j:j + w], len(seen)) for j in range(0, len(raw), w)]
-        self.fam_rows: list[list[int]] = [[c for c in row if c >= 0] for row in
-                                          np.frombuffer(b"".join(seen), dtype=np.int8).reshape(-1, w).tolist()]
-        # per set of chosen sizes (bit mask of codes), each length's codes of those sizes
-        self.fams: dict[int, list[list[int]]] = {}
-        # per size index, (the time table, its distinct lengths' time ranks) for :meth:`_Placer._order`
-        self.ranks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
 
 class _Placer(_Follow):
@@ -220,6 +187,7 @@ class _Placer(_Follow):
         self.gmax = H if (self.pp > 1 and np.isfinite(H)) else 0.0
         self._pending: float | None = None  # see :meth:`_settle`
         self.bit = False  # whether the height limit ever excluded an option (see :meth:`unbounded_same`)
+        self._was_cut = False  # the last decision's join search ended at the cut with nothing (:meth:`_join_option`)
         self.buckets = _Buckets(self.sc.min_tokens().tolist())
 
     def _free_start(self, kk: int, c: int) -> int:
@@ -275,9 +243,17 @@ class _Placer(_Follow):
         """
         thr0 = 1e-9 * (self.gmax + 0.0)
         cut = _INF if first is None else first[1] * (1 + 2e-9)
+        # after a decision that ended so (the sequences that open groups come one after another), first the test
+        # of :meth:`_cut_none`: where it holds, both searches below return None, changing nothing
+        if self.fast and self._was_cut and first is not None and self._cut_none(trow, tokrow, fam, 1e-8 * (self.gmax - first[2]),
+                                                                  cut):
+            self._cut, self._outside, self._hits = True, (-_INF, 0), 0
+            return None
+        self._was_cut = False
         found = self._search(trow, tokrow, fam, thr0, cut)
         if self._cut:  # nothing within thr0 as cheap as ``first``: near zero, or ``first`` beats any join
             if self._search(trow, tokrow, fam, 1e-8 * (self.gmax - first[2]), cut) is None:
+                self._was_cut = True
                 return None
             found = self._search(trow, tokrow, fam, thr0)
         if found is not None and found[3]:
@@ -295,6 +271,26 @@ class _Placer(_Follow):
         if d0 != 0.0 or found is None:
             found = self._search(trow, tokrow, fam, d0 + 1e-9 * (self.gmax + d0))
         return (float(d0), found[0], -found[1], 0, ("join", -found[2]))
+
+    def _cut_none(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float, cut: float) -> bool:
+        """Whether :meth:`_search` at tolerance ``thr`` and ``cut`` passes every cell it visits by its first test
+        (the cell's lowest listed group raises its step past ``thr``, and no parked group has room) and stops at
+        a code above ``cut`` GPU-seconds: then it and the same search at any smaller tolerance return None with
+        ``_cut`` set, calling no cell search (so nothing is parked), whatever else. Changes nothing."""
+        by_code, S, sizes = self.buckets.by_code, self.S, self.sizes
+        for code in fam:
+            cells = by_code.get(code)
+            if cells is None:
+                continue
+            add = trow[code]
+            if sizes[code >> 1] * add > cut:
+                return True
+            tok = tokrow[code >> 1]
+            for st, cell in cells.items():
+                keys = cell[0]
+                if not (keys and keys[0][0] + add - S[st] > thr and not (cell[1] and -cell[1][0][0] >= tok)):
+                    return False
+        return False
 
     def _least_increase_all(self, trow: list[float], tokrow: list[int], fam: list[int]) -> float:
         """Least makespan increase of joining any open group that can take the sequence (``inf`` if none)."""
