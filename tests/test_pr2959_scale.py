@@ -514,17 +514,19 @@ def test_pr_pipeline_on_reused_rows_equals_every_op_kept():
         assert got.tolist() == _pr_pipeline_every_op(f, b, pp).tolist()
 
 
-def test_merge_runs_equal_the_one_by_one_rule():
+@pytest.mark.parametrize("buckets", [(1, 40), (40, 400)])
+def test_merge_runs_equal_the_one_by_one_rule(buckets):
     """_merge_runs (a run of equal samples takes the least offers of a merge) places every sample where the
     one-by-one rule does (the bucket of least (FLOPs, index) among those within its limit, FLOPs added one
     sample at a time), leaves the same samples over and ends with the same FLOPs and tokens, bit for bit:
-    full-mantissa and tied FLOPs, runs of 1 to many equal samples, buckets taking several of a run."""
+    full-mantissa and tied FLOPs, runs of 1 to many equal samples, buckets taking several of a run; with many
+    buckets, runs shorter than the buckets within their limit (whose first offers _merge_runs screens)."""
     from dcpsim.policies.pr2959_tables import _merge_runs
 
     rng = np.random.default_rng(31)
     placed = multi = 0
     for _ in range(200):
-        nb = int(rng.integers(1, 40))
+        nb = int(rng.integers(*buckets))
         bf = rng.choice([rng.random(nb) * 1e13, np.round(rng.random(nb) * 4) * 1e12])  # ties in the second
         bl = rng.integers(0, 60, nb).astype(np.int64)
         n = int(rng.integers(1, 80))

@@ -279,9 +279,10 @@ def _bulk_deal(ks: np.ndarray, fks: np.ndarray, slots: list[np.ndarray], fsum: l
         if k == 0:
             break
         e = order[:k]
-        new = f[e] + fks[pos:pos + k]
+        f_e = f[e]
+        new = f_e + fks[pos:pos + k]
         good = np.ones(k, dtype=bool)
-        good[1:] = np.minimum.accumulate(new)[:-1] > f[e[1:]]
+        good[1:] = np.minimum.accumulate(new)[:-1] > f_e[1:]
         bad = np.flatnonzero(~good)
         run = k if bad.size == 0 else int(bad[0])
         e = e[:run]
@@ -383,15 +384,16 @@ def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
     while pos < n:
         k = min(nb, n - pos)
         e = np.argsort(bf, kind="stable")[:k]  # lowest FLOPs first, ties to the lowest bucket
-        new = bf[e] + fs[pos:pos + k]
-        good = bl[e] <= lims[pos:pos + k]
-        good[1:] &= np.minimum.accumulate(new)[:-1] > bf[e[1:]]
+        bf_e, bl_e = bf[e], bl[e]  # (read once)
+        new = bf_e + fs[pos:pos + k]
+        good = bl_e <= lims[pos:pos + k]
+        good[1:] &= np.minimum.accumulate(new)[:-1] > bf_e[1:]
         bad = np.flatnonzero(~good)
         run = k if bad.size == 0 else int(bad[0])
         if run:
             e = e[:run]
             bf[e] = new[:run]
-            bl[e] += Ls[pos:pos + run]
+            bl[e] = bl_e[:run] + Ls[pos:pos + run]  # (the buckets of a run are distinct)
             placed.append(e)
             pos += run
         if run < _BULK_MIN:
@@ -432,6 +434,9 @@ def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
             continue
         cap = (lim - bl[E]) // L + 1  # offers per bucket
         key = bf[E]
+        if E.size > r:  # a bucket whose first offer is above the r-th least first offer makes none of the r least
+            near = key <= np.partition(key, r - 1)[r - 1]
+            E, key, cap = E[near], key[near], cap[near]
         keys, ids, cols = [key], [E], [np.zeros(E.size, dtype=np.int64)]
         total = E.size
         theta = np.partition(key, r - 1)[r - 1] if total >= r else math.inf
@@ -458,10 +463,16 @@ def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
         # a bucket's new FLOPs: its last offer taken plus f (its offers are taken in order); tokens: L per offer
         tk = take[np.lexsort((col[take], got))]  # the offers taken, by bucket then order
         gb = bucket[tk]
-        last = np.flatnonzero(np.append(gb[1:] != gb[:-1], True))
+        brk = np.empty(gb.size, dtype=bool)  # each bucket's last offer taken
+        brk[-1] = True
+        np.not_equal(gb[1:], gb[:-1], out=brk[:-1])
+        last = brk.nonzero()[0]
         hit = gb[last]
         bf[hit] = offer[tk[last]] + f
-        bl[hit] += np.diff(np.concatenate([[-1], last])) * L
+        taken = np.empty_like(last)  # offers taken per bucket
+        taken[0] = last[0] + 1
+        np.subtract(last[1:], last[:-1], out=taken[1:])
+        bl[hit] += taken * L
     return out
 
 
