@@ -16,7 +16,7 @@ from dcpsim.policies.costs import SeqCosts
 from dcpsim.policies.plan import Layout, Plan, PlanArrays, steps_of_arrays
 from dcpsim.policies.solver_buckets import _Buckets
 from dcpsim.policies.solver_follow import _Follow
-from dcpsim.policies.solver_table import _Table
+from dcpsim.policies.solver_table import _Table, placement_order
 
 _INF = float("inf")
 
@@ -82,28 +82,34 @@ class _Placer(_Follow):
             k0 = choice[ids[0]]
             self.t_first = time_rows[uid[ids[0]]][2 * k0 + self.span0[k0]]
         pos = 0
+        bulk = self.bulk and n > 0
+        run_end = self._run_end if bulk else []
+        # the state's lists (filled in place, never replaced during the run) and the options' methods, as locals
+        g_time, g_room, g_code, g_step, g_sidx, members, S = (self.g_time, self.g_room, self.g_code, self.g_step,
+                                                              self.g_sidx, self.members, self.S)
+        new_groups, join_option, new_step_option = self._new_groups, self._join_option, self._new_step_option
         while pos < n:
             i = ids[pos]
             u, k = uid[i], choice[i]
             trow, tokrow = time_rows[u], tok_rows[u]
             self.zero_join = False
-            opts = self._new_groups(trow, k)
-            best = self._join_option(trow, tokrow, fams[u], opts[0] if opts and opts[0][0] == 0.0 else None)
-            best = self._new_group_option(opts, best)
-            best = self._new_step_option(trow, k, best)
+            opts = new_groups(trow, k)
+            best = join_option(trow, tokrow, fams[u], opts[0] if opts and opts[0][0] == 0.0 else None)
+            if opts:
+                best = self._new_group_option(opts, best)
+            best = new_step_option(trow, k, best)
             if self._pending is not None:
                 self._settle(trow, k)
             act = best[4]
             pos += 1
             # a join that adds nothing (the step keeps its height), and the next sequence has this length
-            follow = (self.bulk and self.zero_join and act[0] == "join" and pos < n and self._run_end[pos - 1] > pos
-                      and self.g_time[act[1]] + trow[self.g_code[act[1]]] <= self.S[self.g_step[act[1]]])
-            if follow:  # the join (it adds nothing), its move in its cell left to the bulk run
-                g = act[1]
-                listed = self.g_time[g]
-                self.g_time[g] = listed + trow[self.g_code[g]]
-                self.g_room[g] -= tokrow[self.g_sidx[g]]
-                self.members[g].append(i)
+            if (bulk and self.zero_join and act[0] == "join" and pos < n and run_end[pos - 1] > pos
+                    and g_time[act[1]] + trow[g_code[act[1]]] <= S[g_step[act[1]]]):
+                g = act[1]  # the join (it adds nothing), its move in its cell left to the bulk run
+                listed = g_time[g]
+                g_time[g] = listed + trow[g_code[g]]
+                g_room[g] -= tokrow[g_sidx[g]]
+                members[g].append(i)
                 pos = self._follow(g, best[1], ids, pos, u, k, listed)
             else:
                 self._apply(act, i, k, trow, tokrow)
@@ -143,28 +149,8 @@ class _Placer(_Follow):
         return np.flatnonzero(np.bincount(self.choice, minlength=len(self.sizes))).tolist()
 
     def _order(self, sc: SeqCosts, tab: _Table) -> np.ndarray:
-        """The placement order ``np.lexsort((arange(n), -t, -choice))`` (``t``: each sequence's time at its
-        chosen size on its first aligned slice, ``sc.time_s[choice, span0[choice], i]``), the same permutation
-        from ranks: per chosen size, the ranks of the distinct lengths' times (equal times, equal rank; larger
-        time, lower rank; kept in ``tab`` for the other candidates), a key per sequence of (size descending,
-        that rank), the keys present renumbered densely, and a stable sort of them (16-bit where they fit:
-        numpy sorts those by radix; a stable order is unique)."""
-        ns, nu, n = len(self.sizes), sc.time_u.shape[2], self.choice.size
-        if n == 0 or nu == 0:
-            return np.zeros(0, dtype=np.int64)
-        ranks = np.zeros((ns, nu), dtype=np.int64)
-        for k in self._chosen():
-            got = tab.ranks.get(k)
-            if got is None or got[0] is not sc.time_u:
-                r = np.unique(-sc.time_u[k, self.span0[k]], return_inverse=True)[1].reshape(-1)
-                got = tab.ranks[k] = (sc.time_u, r)
-            ranks[k] = got[1]
-        key = (ns - 1 - self.choice) * nu + ranks[self.choice, sc.inv]
-        present = np.bincount(key, minlength=ns * nu) > 0
-        dense = np.cumsum(present) - 1
-        top = int(dense[-1]) + 1
-        key = dense[key]
-        return np.argsort(key.astype(np.uint16) if top <= 1 << 16 else key, kind="stable")
+        """The placement order (:func:`~dcpsim.policies.solver_table.placement_order`)."""
+        return placement_order(sc, tab, self.choice, self.span0, self._chosen(), len(self.sizes))
 
     # ------------------------------------------------------------ state
     def _start(self) -> None:
@@ -181,6 +167,7 @@ class _Placer(_Follow):
         self.n_free: list[int] = []  # per step: ranks free
         self.cursor: list[dict[int, int]] = []  # per step and size: no aligned slice below it is free
         self.open_steps: list[int] = []  # steps with free ranks
+        self._slots: dict[int, list[tuple]] = {}  # size -> :meth:`_free_slots`, until a group opens
         self.span_rows: dict[int, list[int]] = {}  # size -> leaves-the-domain per aligned start
         # no step grows past the target height H (unless a sequence alone is taller); steps may grow
         # to H before the (pp-1)·max term counts
@@ -203,6 +190,24 @@ class _Placer(_Follow):
             s += c
         cur[c] = s
         return -1
+
+    def _free_slots(self, c: int) -> list[tuple]:
+        """Per open step with a free aligned slice of ``c`` ranks, in step order: (step, whether the lowest one
+        leaves the domain, the new-group action there); kept in ``_slots`` until a group opens (only then are
+        ranks taken)."""
+        out = []
+        cursor, used, R = self.cursor, self.used, self.R
+        for kk in self.open_steps:
+            # :meth:`_free_start`, its first test inline (the cursor's slice still free: the usual answer)
+            start = cursor[kk].get(c, 0)
+            u = used[kk]
+            if not (start + c <= R and u[start] == 0 and (c == 1 or u.find(1, start, start + c) < 0)):
+                start = self._free_start(kk, c)
+                if start < 0:
+                    continue
+            b = self._spans(start, c)
+            out.append((kk, b, ("new", kk, start, b)))
+        return out
 
     def _spans(self, start: int, c: int) -> int:
         """1 if the group of ``c`` ranks at aligned ``start`` leaves the NVLink domain, else 0 (per size, every
@@ -469,19 +474,14 @@ class _Placer(_Follow):
         """Each open step's new group of the sequence's size on its lowest free aligned slice (not past the
         height), as an option (increase, GPU-seconds, -time, 1, action), in step order. Keeps each as
         (time, increase) in ``_new_opts`` (for :meth:`_others_lose`)."""
-        c, H, pp1, gmax, R = self.sizes[k], self.height, self.pp - 1, self.gmax, self.R
+        c, H, pp1, gmax = self.sizes[k], self.height, self.pp - 1, self.gmax
         self._new_opts = kept = []
         opts = []
-        S, cursor, used = self.S, self.cursor, self.used
-        for kk in self.open_steps:
-            # :meth:`_free_start`, its first test inline (the cursor's slice still free: the usual answer)
-            start = cursor[kk].get(c, 0)
-            u = used[kk]
-            if not (start + c <= R and u[start] == 0 and (c == 1 or u.find(1, start, start + c) < 0)):
-                start = self._free_start(kk, c)
-                if start < 0:
-                    continue
-            b = self._spans(start, c)
+        S = self.S
+        slots = self._slots.get(c)
+        if slots is None:
+            slots = self._slots[c] = self._free_slots(c)
+        for kk, b, act in slots:
             a1 = trow[2 * k + b]
             s_k = S[kk]
             if a1 > (s_k if s_k >= H else H):
@@ -491,7 +491,7 @@ class _Placer(_Follow):
             over = Sn - gmax
             delta = (Sn - s_k) + pp1 * (over if over > 0.0 else 0.0)
             kept.append((a1, delta))
-            opts.append((delta, c * a1, -a1, 1, ("new", kk, start, b)))
+            opts.append((delta, c * a1, -a1, 1, act))
         return opts
 
     def _new_group_option(self, opts: list[tuple], best):
@@ -535,6 +535,7 @@ class _Placer(_Follow):
     def _open_group(self, act: tuple, i: int, k: int, trow: list[float], tokrow: list[int]) -> tuple[int, float]:
         """Open the group of ``act`` (on a new step for ``("step",)``); return its step and time."""
         c = self.sizes[k]
+        self._slots.clear()  # ranks are taken: the free slices move
         if act[0] == "step":
             st = len(self.S)
             self.S.append(0.0)

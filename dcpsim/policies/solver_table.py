@@ -40,3 +40,29 @@ class _Table:
         self.fams: dict[int, list[list[int]]] = {}
         # per size index, (the time table, its distinct lengths' time ranks) for :meth:`_Placer._order`
         self.ranks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+
+def placement_order(sc: SeqCosts, tab: _Table, choice: np.ndarray, span0: list[int], chosen: list[int],
+                    ns: int) -> np.ndarray:
+    """The placement order ``np.lexsort((arange(n), -t, -choice))`` (``t``: each sequence's time at its
+    chosen size index ``choice`` on its first aligned slice, ``sc.time_s[choice, span0[choice], i]``; ``chosen``:
+    the size indices chosen, ascending; ``ns``: how many sizes), the same permutation from ranks: per chosen size, the ranks of the
+    distinct lengths' times (equal times, equal rank; larger time, lower rank; kept in ``tab`` for the other
+    candidates), a key per sequence of (size descending, that rank), the keys present renumbered densely,
+    and a stable sort of them (16-bit where they fit: numpy sorts those by radix; a stable order is unique)."""
+    nu, n = sc.time_u.shape[2], choice.size
+    if n == 0 or nu == 0:
+        return np.zeros(0, dtype=np.int64)
+    ranks = np.zeros((ns, nu), dtype=np.int64)
+    for k in chosen:
+        got = tab.ranks.get(k)
+        if got is None or got[0] is not sc.time_u:
+            r = np.unique(-sc.time_u[k, span0[k]], return_inverse=True)[1].reshape(-1)
+            got = tab.ranks[k] = (sc.time_u, r)
+        ranks[k] = got[1]
+    key = (ns - 1 - choice) * nu + ranks[choice, sc.inv]
+    present = np.bincount(key, minlength=ns * nu) > 0
+    dense = np.cumsum(present) - 1
+    top = int(dense[-1]) + 1
+    key = dense[key]
+    return np.argsort(key.astype(np.uint16) if top <= 1 << 16 else key, kind="stable")
