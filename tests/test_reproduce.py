@@ -122,6 +122,7 @@ def test_quick_runs_only_the_primary_workloads(quick):
     assert {r["workload"] for r in quick.cells} == {"public"}
 
 
+@pytest.mark.slow  # duplicate: test_cli_writes_table_and_figures checks a second run's times against `quick`'s
 def test_quick_is_deterministic(exp, quick):
     again = reproduce(exp, ReproduceOptions(quick=True, seeds=1))
     first = {(r["dataset"], r["policy"], r["seed"], r["workload"]): r for r in quick.cells}
@@ -129,7 +130,11 @@ def test_quick_is_deterministic(exp, quick):
         assert r["time_s"] == first[(r["dataset"], r["policy"], r["seed"], r["workload"])]["time_s"]
 
 
-def test_cli_writes_table_and_figures(tmp_path, capsys):
+def test_cli_writes_table_and_figures(tmp_path, capsys, quick):
+    """The CLI's quick run writes its tables and figures; its cells (a second reproduction, seed 0) have the
+    times of the `quick` fixture's, to the last bit: one seed, one result."""
+    import csv
+
     from dcpsim.cli import main
 
     out = tmp_path / "out"
@@ -139,6 +144,12 @@ def test_cli_writes_table_and_figures(tmp_path, capsys):
     assert {r["dataset"] for r in res["table"]} == {"github", "commoncrawl"}
     for name in ("summary.csv", "summary.md", "cells.csv", "result.json", "tflops.png", "breakdown.png", "cp_mix.png"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    first = {(r["dataset"], r["policy"], str(r["seed"]), r["workload"]): r["time_s"] for r in quick.cells}
+    with (out / "cells.csv").open() as f:
+        again = list(csv.DictReader(f))
+    assert again and {r["seed"] for r in again} == {"0"}
+    for r in again:
+        assert float(r["time_s"]) == first[(r["dataset"], r["policy"], r["seed"], r["workload"])], r
 
 
 def test_bad_spec_folder_is_a_config_error(tmp_path):
