@@ -511,20 +511,17 @@ class _Candidate:
         slot, pos, code = self._slot_table()
         n = int(pos.max()) + 1 if pos.size else 0
         fw = np.zeros((n, self.batch.K))
-        bw = np.zeros((n, self.batch.K))
         cell = pos * self.batch.K + slot  # the entry's (position, slot) in the flat matrices
-        fwf, bwf = fw.reshape(-1), bw.reshape(-1)
         g = code < 0
+        b = ~g
+        fw.reshape(-1)[cell[b]] = self.bf[code[b]]
+        bw = NORMAL_BWD_FACTOR * fw  # the buckets' backward (bb, exactly) and 0 elsewhere, before the groups'
         if g.any():
             _, width, gf, gb, _ = self._garr
             per = width.astype(np.float64)
             gid, cg = ~code[g], cell[g]
-            fwf[cg] = (gf / per)[gid]
-            bwf[cg] = (gb / per)[gid]
-        b = ~g
-        cb, kb = cell[b], code[b]
-        fwf[cb] = self.bf[kb]
-        bwf[cb] = self.bb[kb]
+            fw.reshape(-1)[cg] = (gf / per)[gid]
+            bw.reshape(-1)[cg] = (gb / per)[gid]
         self.makespan = float(pr_pipeline_makespan(fw, bw, self.batch.layout.pp).max())
 
     def steps(self) -> list[Step]:
