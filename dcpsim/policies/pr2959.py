@@ -100,7 +100,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dcpsim.cost.padding import per_rank_tokens
+from dcpsim.cost.padding import per_rank_tokens, per_rank_tokens_int
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.policies.base import Policy
 from dcpsim.policies.fit import dynamic_fit
@@ -185,7 +185,8 @@ class Pr2959Policy(Policy):
         return planner_seconds(plan.meta, int(lengths.size), layout.pp, layout.ranks_per_stage, self.host_speed)
 
     def _plan(self, lengths, layout, cost, rng) -> Plan:
-        if (per_rank_tokens(lengths, layout.max_dynamic_cp) > layout.max_tokens_per_rank).any():  # else all fit
+        # the padding rule never falls with the length: the longest sequence fits, or dynamic_fit names one that does not
+        if lengths.size and per_rank_tokens_int(int(lengths.max()), layout.max_dynamic_cp) > layout.max_tokens_per_rank:
             dynamic_fit(lengths, layout)  # a sequence no aligned group holds: InfeasibleError
         if self.max_cp is not None and self.max_cp < layout.max_dynamic_cp:
             top = max(self.max_cp, layout.min_cp)

@@ -52,8 +52,8 @@ class _Batch:
         self.cmax_slots = max(1, top // self.u)
         # the code sorts the batch longest first (stable); every later order is a stable sort of this one
         self.order = stable_argsort(-self.L)
-        self.tok1 = per_rank_tokens(self.L, self.u)  # tokens per rank of each sample on one slot
-        self.tok1_is_length = bool(np.array_equal(self.tok1, self.L))
+        self.tok1 = self.L if self.u == 1 else per_rank_tokens(self.L, self.u)  # tokens per rank on one slot
+        self.tok1_is_length = self.u == 1 or bool(np.array_equal(self.tok1, self.L))
         self._order_lists: tuple[list[int], list[int], list[float]] | None = None
         self._positions: list[int] | None = None
         self._classes: tuple[np.ndarray, np.ndarray, np.ndarray, bool] | None = None
