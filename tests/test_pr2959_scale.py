@@ -616,3 +616,20 @@ def test_stable_argsort_is_numpys_stable_argsort():
         if rng.random() < 0.3:
             a = np.abs(a).astype(np.uint64)
         assert stable_argsort(a).tolist() == np.argsort(a, kind="stable").tolist()
+
+
+def test_falling_order_is_numpys_stable_argsort():
+    """_bulk_lowest's first order (buckets opened largest first, then empty ones) without a sort: numpy's stable
+    order index for index on values that never rise (ties, zeros of both signs), and numpy's sort otherwise."""
+    from dcpsim.policies.pr2959_tables import _falling_order
+
+    rng = np.random.default_rng(13)
+    falling = 0
+    for _ in range(400):
+        n = int(rng.integers(0, 200))
+        v = np.sort(rng.choice([0.0, -0.0, 1.0, 2.5, 1e13], n) if rng.random() < 0.6 else rng.random(n))[::-1].copy()
+        if n and rng.random() < 0.2:
+            v[rng.integers(0, n)] = rng.choice([np.nan, 1e14, -1.0])
+        falling += n > 1 and bool((v[1:] <= v[:-1]).all())
+        assert _falling_order(v).tolist() == np.argsort(v, kind="stable").tolist()
+    assert falling > 200

@@ -383,7 +383,8 @@ def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
     placed: list[np.ndarray] = []
     while pos < n:
         k = min(nb, n - pos)
-        e = np.argsort(bf, kind="stable")[:k]  # lowest FLOPs first, ties to the lowest bucket
+        # lowest FLOPs first, ties to the lowest bucket (the first time, buckets opened largest first, then empty)
+        e = (_falling_order(bf) if pos == 0 else np.argsort(bf, kind="stable"))[:k]
         bf_e, bl_e = bf[e], bl[e]  # (read once)
         new = bf_e + fs[pos:pos + k]
         good = bl_e <= lims[pos:pos + k]
@@ -399,6 +400,18 @@ def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
         if run < _BULK_MIN:
             break
     return pos, (np.concatenate(placed) if placed else np.zeros(0, dtype=np.int64))
+
+
+def _falling_order(v: np.ndarray) -> np.ndarray:
+    """``np.argsort(v, kind="stable")``; for values that never rise along ``v`` without a sort: its runs of
+    equal values, last run first, each in index order."""
+    n = v.size
+    if n < 2 or not (v[1:] <= v[:-1]).all():  # (NaN compares false: numpy's sort)
+        return np.argsort(v, kind="stable")
+    first = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))  # each run's first index
+    size = np.diff(np.append(first, n))
+    first, size = first[::-1], size[::-1]
+    return np.repeat(first - (np.cumsum(size) - size), size) + np.arange(n)
 
 
 def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
