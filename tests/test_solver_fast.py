@@ -69,3 +69,40 @@ def test_solver_shortcuts_give_the_general_plans(monkeypatch):
             ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
         assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref, j
     assert taken["first"] > 100 and taken["cut"] > 100, taken
+
+
+def _least_reference(pl, trow, tokrow, fam):
+    """The least increase over every cell, one :meth:`_least_increase` per cell (the definition)."""
+    d0, H = np.inf, pl.height
+    for code in fam:
+        for st, cell in pl.buckets.by_code.get(code, {}).items():
+            s_k = pl.S[st]
+            d0 = min(d0, pl._least_increase(cell, s_k, trow[code], (s_k if s_k >= H else H) * (1 + 1e-12),
+                                            tokrow[code >> 1]))
+            if d0 == 0.0:
+                return d0
+    return d0
+
+
+def test_solver_least_increase_pass_equals_one_cell_search_each(monkeypatch):
+    """``_least_increase_all`` (the usual cell inline) gives the least increase, the excluded least
+    (``_excl``) and the cells (parked groups included) of one ``_least_increase`` per cell."""
+    from dcpsim.policies import solver_placer
+
+    least_all = solver_placer._Placer._least_increase_all
+    seen = []
+
+    def checked(self, trow, tokrow, fam):
+        ref = copy.copy(self)
+        ref.buckets = copy.deepcopy(self.buckets)
+        want = _least_reference(ref, trow, tokrow, fam)
+        got = least_all(self, trow, tokrow, fam)
+        assert (got, self._excl) == (want, ref._excl)
+        assert (self.buckets.by_code, self.buckets.parked) == (ref.buckets.by_code, ref.buckets.parked)
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(solver_placer._Placer, "_least_increase_all", checked)
+    for layout, lengths in list(_cases())[:6]:
+        get_policy("dynamic-solver").plan(lengths, layout, cost_model(1, layout.pp, layout.dp * layout.cp))
+    assert len(seen) > 100

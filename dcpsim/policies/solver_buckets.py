@@ -48,6 +48,9 @@ class _Buckets:
         else:
             groups = cell[0]
             del groups[bisect_left(groups, (old, -g))]
+            if cell[2] > 1 and room >= self.min_tok[code >> 1]:  # it stays in this cell: :meth:`add` there
+                insort(groups, (new, -g))
+                return
         cell[2] -= 1
         if not cell[2]:
             del cells[step]

@@ -16,12 +16,13 @@ from dcpsim.policies.costs import SeqCosts
 from dcpsim.policies.plan import Layout, Plan, PlanArrays, steps_of_arrays
 from dcpsim.policies.solver_buckets import _Buckets
 from dcpsim.policies.solver_follow import _Follow
+from dcpsim.policies.solver_least import _Least
 from dcpsim.policies.solver_table import _Table, placement_order
 
 _INF = float("inf")
 
 
-class _Placer(_Follow):
+class _Placer(_Follow, _Least):
     """Greedy placement of one candidate (fixed CP size per sequence); see step 3 of the module docstring.
 
     Per sequence (larger CP sizes first, then longest first) it compares three
@@ -276,71 +277,6 @@ class _Placer(_Follow):
         if d0 != 0.0 or found is None:
             found = self._search(trow, tokrow, fam, d0 + 1e-9 * (self.gmax + d0))
         return (float(d0), found[0], -found[1], 0, ("join", -found[2]))
-
-    def _cut_none(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float, cut: float) -> bool:
-        """Whether :meth:`_search` at tolerance ``thr`` and ``cut`` passes every cell it visits by its first test
-        (the cell's lowest listed group raises its step past ``thr``, and no parked group has room) and stops at
-        a code above ``cut`` GPU-seconds: then it and the same search at any smaller tolerance return None with
-        ``_cut`` set, calling no cell search (so nothing is parked), whatever else. Changes nothing."""
-        by_code, S, sizes = self.buckets.by_code, self.S, self.sizes
-        for code in fam:
-            cells = by_code.get(code)
-            if cells is None:
-                continue
-            add = trow[code]
-            if sizes[code >> 1] * add > cut:
-                return True
-            tok = tokrow[code >> 1]
-            for st, cell in cells.items():
-                keys = cell[0]
-                if not (keys and keys[0][0] + add - S[st] > thr and not (cell[1] and -cell[1][0][0] >= tok)):
-                    return False
-        return False
-
-    def _least_increase_all(self, trow: list[float], tokrow: list[int], fam: list[int]) -> float:
-        """Least makespan increase of joining any open group that can take the sequence (``inf`` if none)."""
-        d0 = np.inf
-        by_code, H = self.buckets.by_code, self.height
-        for code in fam:
-            cells = by_code.get(code)
-            if cells is None:
-                continue
-            tok, add = tokrow[code >> 1], trow[code]
-            for st, cell in cells.items():
-                s_k = self.S[st]
-                v = self._least_increase(cell, s_k, add, (s_k if s_k >= H else H) * (1 + 1e-12), tok)
-                if v < d0:
-                    d0 = v
-                if d0 == 0.0:
-                    return d0
-        return d0
-
-    def _least_increase(self, cell: list, s_k: float, add: float, lim: float, tok: int) -> float:
-        """Least makespan increase of joining a group of one cell (``inf`` if none can take the sequence).
-
-        The increase grows with the group's time, so it is that of the lowest group with token room
-        (the groups passed on the way are parked).
-        """
-        room = self.g_room
-        if cell[1] and -cell[1][0][0] >= tok:
-            self.buckets.unpark(cell, tok, self.g_time, room)
-        groups = cell[0]
-        n = len(groups)
-        pos = 0
-        while pos < n and room[-groups[pos][1]] < tok:
-            pos += 1
-        out = np.inf
-        if pos < n:
-            t = groups[pos][0]
-            if t + add <= lim:
-                out = self._delta(s_k, t + add)
-            else:  # excluded by the height limit: the least such increase, for :meth:`_join_option`
-                d = self._delta(s_k, t + add)
-                if d < self._excl:
-                    self._excl = d
-        if pos:
-            self.buckets.park(cell, range(pos - 1, -1, -1), room)
-        return out
 
     def _search(self, trow: list[float], tokrow: list[int], fam: list[int], thr: float, cut: float = _INF):
         """Among groups whose increase is within ``thr``: the fewest GPU-seconds, then the fullest.
