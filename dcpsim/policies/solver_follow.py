@@ -176,7 +176,8 @@ class _Follow:
                 g_time[g0], room[g0] = t, r
                 pos += c
         self._exhausted = False  # whether the cell is left with no pick (set by _walk_down)
-        down = pos < end and not (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim))
+        down = pos < end and not (r >= tok and s_k < t + add and t + add - s_k <= thr
+                                  and self._stays(t + add, s_k, lim))
         newt = listed + add  # g0's listed entry within the prefix (the usual case): without a walk down, its move
         if self.fast and not down and newt <= lim and (newt <= s_k or self._raise(newt, s_k) <= thr):
             self._settle_first(code, st, g0, listed)

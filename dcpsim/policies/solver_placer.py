@@ -89,6 +89,7 @@ class _Placer(_Follow, _Least):
         g_time, g_room, g_code, g_step, g_sidx, members, S = (self.g_time, self.g_room, self.g_code, self.g_step,
                                                               self.g_sidx, self.members, self.S)
         new_groups, join_option, new_step_option = self._new_groups, self._join_option, self._new_step_option
+        span0, pp1 = self.span0, self.pp - 1
         while pos < n:
             i = ids[pos]
             u, k = uid[i], choice[i]
@@ -98,7 +99,12 @@ class _Placer(_Follow, _Least):
             best = join_option(trow, tokrow, fams[u], opts[0] if opts and opts[0][0] == 0.0 else None)
             if opts:
                 best = self._new_group_option(opts, best)
-            best = new_step_option(trow, k, best)
+            # :meth:`_new_step_option`'s first test inline (a new step adds more than ``best``: the usual case)
+            a1, gmax = trow[2 * k + span0[k]], self.gmax
+            over = a1 - gmax
+            d = a1 + pp1 * (over if over > 0.0 else 0.0)
+            if best is None or not d > best[0] + 1e-9 * (gmax + a1 + abs(best[2])):
+                best = new_step_option(trow, k, best)
             if self._pending is not None:
                 self._settle(trow, k)
             act = best[4]
@@ -251,8 +257,8 @@ class _Placer(_Follow, _Least):
         cut = _INF if first is None else first[1] * (1 + 2e-9)
         # after a decision that ended so (the sequences that open groups come one after another), first the test
         # of :meth:`_cut_none`: where it holds, both searches below return None, changing nothing
-        if self.fast and self._was_cut and first is not None and self._cut_none(trow, tokrow, fam, 1e-8 * (self.gmax - first[2]),
-                                                                  cut):
+        if (self.fast and self._was_cut and first is not None
+                and self._cut_none(trow, tokrow, fam, 1e-8 * (self.gmax - first[2]), cut)):
             self._cut, self._outside, self._hits = True, (-_INF, 0), 0
             return None
         self._was_cut = False

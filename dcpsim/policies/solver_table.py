@@ -1,5 +1,6 @@
 """``dynamic-solver``'s per-length rows (:class:`_Table`), shared by every candidate's
-:class:`~dcpsim.policies.solver_placer._Placer`. Times in seconds, tokens per rank."""
+:class:`~dcpsim.policies.solver_placer._Placer`, and the placement order from them
+(:func:`placement_order`). Times in seconds, tokens per rank."""
 
 from __future__ import annotations
 
@@ -45,11 +46,12 @@ class _Table:
 def placement_order(sc: SeqCosts, tab: _Table, choice: np.ndarray, span0: list[int], chosen: list[int],
                     ns: int) -> np.ndarray:
     """The placement order ``np.lexsort((arange(n), -t, -choice))`` (``t``: each sequence's time at its
-    chosen size index ``choice`` on its first aligned slice, ``sc.time_s[choice, span0[choice], i]``; ``chosen``:
-    the size indices chosen, ascending; ``ns``: how many sizes), the same permutation from ranks: per chosen size, the ranks of the
-    distinct lengths' times (equal times, equal rank; larger time, lower rank; kept in ``tab`` for the other
-    candidates), a key per sequence of (size descending, that rank), the keys present renumbered densely,
-    and a stable sort of them (16-bit where they fit: numpy sorts those by radix; a stable order is unique)."""
+    chosen size index ``choice`` on its first aligned slice, ``sc.time_s[choice, span0[choice], i]``;
+    ``chosen``: the size indices chosen, ascending; ``ns``: how many sizes), the same permutation from ranks:
+    per chosen size, the ranks of the distinct lengths' times (equal times, equal rank; larger time, lower
+    rank; kept in ``tab`` for the other candidates), a key per sequence of (size descending, that rank), the
+    keys present renumbered densely, and a stable sort of them (16-bit where they fit: numpy sorts those by
+    radix; a stable order is unique)."""
     nu, n = sc.time_u.shape[2], choice.size
     if n == 0 or nu == 0:
         return np.zeros(0, dtype=np.int64)
