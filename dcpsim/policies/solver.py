@@ -100,7 +100,12 @@ valgrind, 2026-11-27): 12.6 G instructions before the walk, 9.6 G with it
 (``packing``: 0.96 G); 8.6 G with the cost table costed once per run of
 lengths that pad alike on a size (:class:`~dcpsim.policies.costs.SeqCosts`,
 0.25 -> 0.045 CPU s) and the plans handed out as arrays (no ``Group``
-objects for the scoring, the check and the simulator). Plans are identical to
+objects for the scoring, the check and the simulator); 7.7 G (8.58 -> 7.74,
+the same count on the same host) with a walk's lone first pick moved alone,
+each size's free slices kept until a group opens, the cut test before the
+join searches and the least-increase pass's usual cell inline
+(:mod:`dcpsim.policies.solver_least`; checked against the general paths in
+``tests/test_solver_fast.py``). Plans are identical to
 the definition (a scan of every open group per sequence, kept in
 ``tests/test_policy_scale.py``) and to one full decision per sequence
 (``_Placer.bulk = False``), meta included.
