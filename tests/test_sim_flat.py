@@ -36,6 +36,26 @@ def test_plan_arrays_packs_and_histogram_equal_the_group_loops(seed):
         a.start[0] = 1  # shared by the check, the group table and the durations: read-only
 
 
+def test_cp_histogram_of_equals_a_loop():
+    """cp_histogram_of (sizes as bins when they are small and not negative, else a sort) against a loop: the
+    same sizes in ascending order, each with its sequences, as Python ints, zero counts kept."""
+    from dcpsim.policies.plan import cp_histogram_of
+
+    rng = np.random.default_rng(3)
+    for t in range(300):
+        n = int(rng.integers(0, 200))
+        size = 2 ** rng.integers(0, 14, n) if t % 2 else rng.integers(-3 if t % 5 == 0 else 0, 50, n)
+        if t % 7 == 0 and n:
+            size[0] = 1 << 22
+        counts = rng.integers(0, 9, n)
+        ref: dict[int, int] = {}
+        for c, k in zip(size.tolist(), counts.tolist(), strict=True):
+            ref[c] = ref.get(c, 0) + k
+        got = cp_histogram_of(size, counts)
+        assert list(got.items()) == sorted(ref.items())
+        assert all(type(c) is int and type(k) is int for c, k in got.items())
+
+
 
 @pytest.mark.parametrize("seed", range(4))
 def test_steps_of_arrays_are_the_plans_steps_until_edited(seed):
@@ -84,3 +104,35 @@ def test_balanced_pipeline_end_on_distinct_columns_equals_every_column(pp, vp, S
     cols = base[:, rng.integers(0, 300, 2048)]  # 2,048 ranks, at most 300 distinct
     f, b, x = cols[:pp], cols[pp:2 * pp], cols[2 * pp:3 * pp if vp > 1 else 3 * pp - 1]  # links: pp - 1, + wrap
     assert np.array_equal(balanced_pipeline_end(f, b, x, S, vp), _balanced_end(f, b, x, S, vp))
+
+
+def test_equal_columns_groups_the_equal_columns():
+    """metrics._equal_columns (checksums, each column checked against its group's first): every column maps to
+    a bit-equal first column, the first columns are pairwise different (so as many as the distinct columns),
+    and the balanced pipeline ends of the distinct columns, spread back, are those of every column."""
+    from dcpsim.sim.metrics import _balanced_end, _equal_columns, balanced_pipeline_end
+
+    rng = np.random.default_rng(4)
+    for t in range(12):
+        n, pp = 1024 + int(rng.integers(0, 600)), 4
+        kinds = rng.random((2 * pp + pp - 1, int(rng.integers(1, 300))))
+        cols = kinds[:, rng.integers(0, kinds.shape[1], n)]
+        if t % 3 == 0:
+            cols[:, :5] = -0.0  # zeros of both signs are different bits
+            cols[0, 1] = 0.0
+        if t % 3 == 1:  # columns 0 and 1 differ with the same checksum (bits + 3 on row 0, − 1 on row 1)
+            bits = cols.view(np.uint64)
+            bits[:, 1] = bits[:, 0]
+            bits[0, 1] += np.uint64(3)
+            bits[1, 1] -= np.uint64(1)
+        f, b, x = cols[:pp], cols[pp:2 * pp], cols[2 * pp:]
+        got = _equal_columns(f, b, x)
+        distinct = {c.tobytes() for c in np.ascontiguousarray(cols.T)}
+        if 4 * len(distinct) > 3 * n:
+            assert got is None
+            continue
+        first, inv = got
+        assert first.size == len(distinct) == len({cols[:, j].tobytes() for j in first.tolist()})
+        assert np.array_equal(cols[:, first[inv]].view(np.uint64), cols.view(np.uint64))
+        steps = int(rng.integers(32, 40))  # 2·pp·steps >= 256: balanced_pipeline_end reads the distinct columns
+        assert np.array_equal(balanced_pipeline_end(f, b, x, steps), _balanced_end(f, b, x, steps, 1))

@@ -380,7 +380,12 @@ def groups_per_size(steps: list[Step]) -> dict[str, int]:
 
 def cp_histogram_of(size: np.ndarray, counts: np.ndarray) -> dict[int, int]:
     """Sequences per CP size from per-group sizes and sequence counts (:meth:`Plan.cp_histogram`)."""
-    sizes, inv = np.unique(np.asarray(size, dtype=np.int64), return_inverse=True)
+    size = np.asarray(size, dtype=np.int64)
+    if size.size and int(size.min()) >= 0 and int(size.max()) < 1 << 20:  # the sizes as bins, without a sort
+        sizes = np.flatnonzero(np.bincount(size))  # (sums of whole counts: exact in float64 below 2**53)
+        per = np.bincount(size, weights=np.asarray(counts, dtype=np.float64))[sizes].astype(np.int64)
+        return dict(zip(sizes.tolist(), per.tolist(), strict=True))
+    sizes, inv = np.unique(size, return_inverse=True)
     per = np.zeros(sizes.size, dtype=np.int64)
     np.add.at(per, inv, counts)
     return dict(zip(sizes.tolist(), per.tolist(), strict=True))

@@ -99,9 +99,20 @@ def _equal_columns(*arrays: np.ndarray, min_columns: int = 1024) -> tuple[np.nda
     cols = np.concatenate(arrays, axis=0)
     if cols.ndim != 2 or cols.shape[1] < min_columns or cols.dtype != np.float64:
         return None
-    key = np.ascontiguousarray(cols.T).view(np.dtype((np.void, 8 * cols.shape[0]))).ravel()
-    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    return (first, inv.ravel()) if 4 * first.size <= 3 * cols.shape[1] else None
+    rows = np.ascontiguousarray(cols.T)  # one column's bits per row
+    bits = rows.view(np.uint64)
+    # a checksum per column (its bits, odd weights, wrapping), then each column compared with the first of its
+    # checksum: when they all agree, the checksums tell the distinct columns apart (an order of them as good as
+    # the byte order's for the callers, which treat each column alone); else the byte-wise sort
+    with np.errstate(over="ignore"):
+        check = (bits * (2 * np.arange(bits.shape[1], dtype=np.uint64) + 1)).sum(axis=1, dtype=np.uint64)
+    _, first, inv = np.unique(check, return_index=True, return_inverse=True)
+    inv = inv.ravel()
+    if not np.array_equal(bits, bits[first[inv]]):
+        key = rows.view(np.dtype((np.void, 8 * cols.shape[0]))).ravel()
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        inv = inv.ravel()
+    return (first, inv) if 4 * first.size <= 3 * cols.shape[1] else None
 
 
 def _by_rank(a: np.ndarray, gid: np.ndarray, fill: float = 0.0, flat: np.ndarray | None = None) -> np.ndarray:
