@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+
+# pytest rewrites the asserts of every module of a distribution that declares a pytest plugin, hypothesis's ~90
+# modules included: about a second of each xdist worker's start-up (no rewritten bytecode is cached where
+# PYTHONDONTWRITEBYTECODE is set, as on the reference host). hypothesis's asserts are its own internal checks, so it
+# is imported with pytest's rewriting import hook set aside; the hook is back before any test module is imported,
+# and the tests' asserts are rewritten as before.
+_rewriters = [h for h in sys.meta_path if type(h).__name__ == "AssertionRewritingHook"]
+for _h in _rewriters:
+    sys.meta_path.remove(_h)
+try:
+    from hypothesis import settings
+finally:
+    sys.meta_path[:0] = _rewriters
 
 # One seed, one result: property tests draw the same examples on every run and machine
 # (CI must not turn red because hypothesis explored somewhere new today).

@@ -458,9 +458,11 @@ def test_policy_options_refuse_nan_and_wrong_types(policy, option):
 
 # ------------------------------------------------------------------ the real entry point
 @pytest.mark.parametrize("argv", [
-    ["schedule", "--seed", "-1"],
-    ["export", "--config", str(EXAMPLE), "--out", "OUT", "--gpus-per-node", "0"],
-    ["simulate", "BAD"],
+    ["schedule", "--seed", "-1"],  # refused by the parser (argparse's exit)
+    # refused by a command (main returns 2); in the slow suite: the same path as the file case below, and the
+    # value is refused in-process by test_flag_refuses_bad_values_in_one_line_writing_nothing[export --gpus-per-node]
+    pytest.param(["export", "--config", str(EXAMPLE), "--out", "OUT", "--gpus-per-node", "0"], marks=pytest.mark.slow),
+    ["simulate", "BAD"],  # a file that is not UTF-8 (main returns 2)
 ])
 def test_subprocess_one_line_exit_2(tmp_path, argv):
     bad = _write_bad_utf8(tmp_path / "bad.toml")

@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import optimize
 
 from dcpsim.errors import ConfigError
 from dcpsim.planning import (
@@ -44,6 +43,8 @@ def test_goodput_falls_with_scale_and_vanishes_when_failures_dominate():
 
 
 def test_young_interval_is_near_the_numerical_optimum():
+    from scipy import optimize  # here, not at collection: each xdist worker collects this file
+
     fm = FailureModel(checkpoint_s=60.0, restart_s=300.0)
     n = 8192
     m = fm.system_mtbf_s(n)
