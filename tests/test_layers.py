@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from package_ast import parsed
 
 PKG = Path(__file__).resolve().parent.parent / "dcpsim"
 
@@ -52,7 +51,7 @@ def _resolve(name: str) -> str | None:
 
 
 def _imports(mod: str) -> set[str]:
-    tree = parsed(MODULES[mod])
+    tree = ast.parse(MODULES[mod].read_text(encoding="utf-8"))
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from package_ast import parsed
 
 from dcpsim.cost import CostModel, CostSettings
 from dcpsim.hardware import get_profile
@@ -101,7 +100,7 @@ def test_cost_settings_are_built_in_one_place():
     root = Path(__file__).resolve().parents[1] / "dcpsim"
     callers = set()
     for path in root.rglob("*.py"):
-        for node in ast.walk(parsed(path)):
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "CostSettings":
                 callers.add(str(path.relative_to(root)))
     assert callers == {"cost/model.py", "run/single.py"}
