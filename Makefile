@@ -23,7 +23,7 @@ run: $(STAMP)
 	$(BIN)/dcpsim demo
 
 # the default suite runs on every core (pytest-xdist, -n auto; --dist worksteal: an idle worker takes tests from a busy
-# one, so one long module no longer ends the run alone: 74-76 s against loadscope's 83 s on the 2-core reference host);
+# one, so one long module no longer ends the run alone; 64 s on a fresh clone of 8b585a4 on the 2-core reference host)
 # a plain `pytest -q` runs the same tests serially
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist worksteal
