@@ -447,12 +447,14 @@ def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
             continue
         cap = (lim - bl[E]) // L + 1  # offers per bucket
         key = bf[E]
-        if E.size > r:  # a bucket whose first offer is above the r-th least first offer makes none of the r least
-            near = key <= np.partition(key, r - 1)[r - 1]
-            E, key, cap = E[near], key[near], cap[near]
+        theta = math.inf  # the r-th least offer so far
+        if E.size >= r:
+            theta = np.partition(key, r - 1)[r - 1]
+            if E.size > r:  # a bucket whose first offer is above theta makes none of the r least (theta stays so)
+                near = key <= theta
+                E, key, cap = E[near], key[near], cap[near]
         keys, ids, cols = [key], [E], [np.zeros(E.size, dtype=np.int64)]
         total = E.size
-        theta = np.partition(key, r - 1)[r - 1] if total >= r else math.inf
         j, sub, cur, capj = 1, E, key, cap
         while True:
             more = capj > j

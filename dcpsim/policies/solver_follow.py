@@ -14,7 +14,7 @@ of a scan of every group. Times in seconds.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from heapq import heappush
 from itertools import accumulate, repeat
 
@@ -195,20 +195,8 @@ class _Follow:
 
     def _settle_first(self, code: int, st: int, g0: int, listed: float) -> None:
         """:meth:`_settle_walk` where the walk picked only ``g0`` (listed at time ``listed``, within the prefix): its
-        entry moves to its new key (dropped below the least share)."""
-        buckets = self.buckets
-        cells = buckets.by_code[code]
-        cell = cells[st]
-        keys = cell[0]
-        del keys[bisect_left(keys, (listed, -g0))]
-        if self.g_room[g0] >= buckets.min_tok[code >> 1]:
-            insort(keys, (self.g_time[g0], -g0))
-        else:
-            cell[2] -= 1
-            if not cell[2]:
-                del cells[st]
-                if not cells:
-                    del buckets.by_code[code]
+        entry moves to its new key, or is dropped below the least share (:meth:`_Buckets.move_block` of one)."""
+        self.buckets.move_block(code, st, listed, self.g_time[g0], [g0], self.g_room[g0])
 
     def _next_cell(self, code: int, gmin: float, ids: list[int], pos: int, u: int, k: int) -> int:
         """After :meth:`_walk` left its cell with no group to pick, the run's next sequence goes to the pick
