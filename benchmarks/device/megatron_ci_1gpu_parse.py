@@ -27,12 +27,15 @@ STAMPED = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\] iteration\s+(\d
                      r"elapsed time per iteration \(ms\): ([0-9.]+)")
 
 
-def _summary(times: list[float]) -> dict:
-    a = np.array(times)
+def _summary(times) -> dict:
+    """Count, median, 10th/25th/75th/90th percentiles and mean of iteration times (seconds); the count alone
+    when there are none."""
+    a = np.asarray(times, dtype=np.float64)
     if not a.size:
         return {"n": 0}
-    p25, med, p75 = np.percentile(a, [25, 50, 75])
-    return {"n": int(a.size), "median_s": float(med), "p25_s": float(p25), "p75_s": float(p75)}
+    p10, p25, med, p75, p90 = np.percentile(a, [10, 25, 50, 75, 90])
+    return {"n": int(a.size), "median_s": float(med), "p10_s": float(p10), "p25_s": float(p25), "p75_s": float(p75),
+            "p90_s": float(p90), "mean_s": float(a.mean())}
 
 
 def alt_split(log_text: str, fill_lines: list[str], skip: int) -> dict:
@@ -70,11 +73,8 @@ def alt_split(log_text: str, fill_lines: list[str], skip: int) -> dict:
 def parse_log(path: Path, skip: int) -> dict:
     """Steady-state iteration times of one run (seconds)."""
     series = [(int(m[1]), float(m[3]) / 1e3) for m in LINE.finditer(path.read_text(errors="replace"))]
-    kept = np.array([t for it, t in series if it > skip])
-    out: dict = {"iterations_logged": len(series), "skipped_first": skip, "n": int(kept.size)}
-    if kept.size:
-        p10, p25, med, p75, p90 = np.percentile(kept, [10, 25, 50, 75, 90])
-        out.update(median_s=med, p10_s=p10, p25_s=p25, p75_s=p75, p90_s=p90, mean_s=float(kept.mean()))
+    out: dict = {"iterations_logged": len(series), "skipped_first": skip,
+                 **_summary([t for it, t in series if it > skip])}
     args = path.with_suffix(".args")
     if args.exists():
         out["args"] = args.read_text().split()
