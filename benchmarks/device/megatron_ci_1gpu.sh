@@ -77,6 +77,12 @@ if want b1_mb1 && ! grep -q "elapsed time per iteration" "$W/b1_mb1.log"; then S
 # h: a_mb8 with the fill switched on and off every DCPSIM_ALT_S s inside one run (switch times in h_mb8_altfill.fill,
 # local datetime as Megatron logs it, and state), so machine-to-machine and run-to-run drift cancel: megatron_ci_1gpu_parse.py --alt
 [ -z "${SKIP:-}" ] && DCPSIM_DET_FILL=alt DCPSIM_FILL_LOG=$W/h_mb8_altfill.fill run h_mb8_altfill -e 's/^//'
+# i: h with 24 layers instead of 12, so the fill's cost per layer pass can be told from its cost per step
+[ -z "${SKIP:-}" ] && DCPSIM_DET_FILL=alt DCPSIM_FILL_LOG=$W/i_24l_altfill.fill run i_24l_altfill -e 's/--num-layers 12/--num-layers 24/'
+# j, k: a_mb8 with Megatron's own PyTorch profiler over one step (13; ITERS=14 is enough), the fill on (j) and off
+# (k); its chrome trace (.devwork/mlm/torch_profile/rank-0.json.gz) counted by benchmarks/device/trace_op_counts.py
+[ -z "${SKIP:-}" ] && run j_prof_fill -e 's/$/ --profile --use-pytorch-profiler --profile-step-start 12 --profile-step-end 13/'
+[ -z "${SKIP:-}" ] && DCPSIM_DET_FILL=0 run k_prof_nofill -e 's/$/ --profile --use-pytorch-profiler --profile-step-start 12 --profile-step-end 13/'
 # the same machine's plain-torch host figures (dcpsim.profiling.host), so Megatron's host cost per layer can be
 # compared with plain modules measured on the same CPU
 if want host; then
