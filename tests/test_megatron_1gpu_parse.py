@@ -51,3 +51,25 @@ def test_alt_split_separates_the_states_times_and_flags_logs_without_pids(parse)
     assert out["fill_off"]["median_s"] == pytest.approx(0.8)
     assert out["fill_on"]["median_s"] == pytest.approx(0.9)
     assert parse.alt_split(log, fill, skip=7)["fill_on"]["n"] == 1
+
+
+def test_alt_split_window_paired_difference_cancels_slow_drift(parse):
+    # windows of 3 one-second iterations alternate off/on while the step time drifts up 30 ms per window; the fill
+    # adds 50 ms: each interior window against its neighbours' mean gives exactly +50 ms, drift cancelled, while the
+    # plain difference of medians carries the drift
+    times, fill, t = [], [], 0.0
+    for w in range(8):
+        on = w % 2 == 1
+        fill.append(f"2026-11-27 10:00:{t + 0.0005:09.6f} {int(on)} 7")
+        for _ in range(3):
+            ms = 1000.0 + 30.0 * w + (50.0 if on else 0.0)
+            times.append(ms)
+            t += ms / 1e3
+    out = parse.alt_split(_log(times), fill, skip=0)["on_minus_off_s"]
+    assert out["window_paired"]["n"] == 6
+    assert out["window_paired"]["mean_s"] == pytest.approx(0.050)
+    assert out["window_paired"]["median_s"] == pytest.approx(0.050)
+    assert out["window_paired"]["se_s"] == pytest.approx(0.0, abs=1e-9)
+    assert out["medians"]["diff_s"] == pytest.approx(0.080)
+    lo, hi = out["medians"]["ci95_s"]
+    assert lo <= 0.080 <= hi
