@@ -9,7 +9,8 @@
 # wheel from the same helpers.cpp (.devwork/whl). Logs come back in $OUT/logs.tgz; parse with
 # benchmarks/device/megatron_ci_1gpu_parse.py. Prepare .devwork with benchmarks/device/megatron_ci_1gpu_prepare.sh.
 # ONLY="a_mb8 g_mb8_nofill" runs just the named runs (default: all; h_mb8_altfill, the fill switched inside one
-# run, is described where it runs). g_mb8_nofill is a_mb8 with PyTorch's
+# run, is described where it runs; next lent GPU: ONLY="h_mb8_altfill fill_host" ITERS=150 RUN_TIMEOUT=175
+# DCPSIM_ALT_S=8, about 4 minutes, settles the fill's in-run/alone factor on one machine). g_mb8_nofill is a_mb8 with PyTorch's
 # deterministic NaN fill of empty tensors switched off (torch.utils.deterministic.fill_uninitialized_memory =
 # False right after Megatron's torch.use_deterministic_algorithms(True), through a sitecustomize written below):
 # the one switch Megatron-LM PR #7093 flips, so a - g is the fill's measured cost per step, which
@@ -89,6 +90,12 @@ if want host; then
   ( python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl && \
     PYTHONPATH=/tmp/site:$R timeout 120 python3 -m dcpsim.profiling.host --out "$W/host" ) > "$W/host.log" 2>&1
   echo "host rc $?"; tar czf "$OUT/logs.tgz" -C "$OUT" w
+fi
+# the host cost of one fill alone (an op in a loop, fill on/off alternating) and of a tiny kernel launch, on the SAME
+# machine as the in-run A/B above: the in-run/alone factor of the fill without machine-to-machine spread
+if want fill_host; then
+  timeout 120 python3 "$R/benchmarks/device/fill_host.py" --out "$W/fill_host.json" > "$W/fill_host.log" 2>&1
+  echo "fill_host rc $?"; tar czf "$OUT/logs.tgz" -C "$OUT" w
 fi
 [ -z "${SKIP:-}" ] && run c_mb8_nosync -e 's/--log-params-norm//; s/--log-num-zeros-in-grad//; s/--deterministic-mode//'
 [ -z "${SKIP:-}" ] && run d_mb8_24l -e 's/--num-layers 12/--num-layers 24/'
