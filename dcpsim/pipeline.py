@@ -64,6 +64,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from dcpsim.errors import ConfigError, InfeasibleError
+from dcpsim.pipeline_tiling import GroupClocks, aligned_tiling
 
 FWD, BWD = 0, 1
 
@@ -525,8 +526,9 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     op's device start and end follow :func:`dcpsim.cost.host.issue` (:meth:`~dcpsim.cost.host.HostOps.runner`)
     from the group's host clock (the latest of its ranks') and its device-ready time.
 
-    A group's latest rank comes from a tree of pairwise maxima over aligned blocks of its stage's ranks
-    (groups that are aligned power-of-two slices, as dynamic CP's) or a reduceat over its step's bounds.
+    A group's latest rank comes from its stage's per-group clocks when every step tiles the ranks with aligned
+    power-of-two slices (:class:`dcpsim.pipeline_tiling.GroupClocks`), else from per-rank clocks: a tree of pairwise
+    maxima over aligned blocks of ranks (aligned power-of-two groups) or a reduceat over its step's bounds.
     """
     if sched.m != groups.n_steps:
         raise ValueError(f"schedule of {sched.m} microbatches for a plan of {groups.n_steps} steps")
@@ -545,7 +547,9 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     x = None if xfer_s is None or V == 1 else np.asarray(xfer_s, dtype=np.float64)
     run = host.runner(*dur) if host is not None else None
     gated: set[int] = set()
-    steps = _Steps.of(groups)
+    level = aligned_tiling(groups.start, groups.size, groups.offset, R)
+    clocks = None if level is None else GroupClocks(groups.start, groups.size, level, groups.offset, R, buf.shape[0], pp)
+    steps = _Steps.of(groups) if clocks is None else None
     ran = np.zeros((pp, groups.n_steps), dtype=bool)  # the steps each stage ran (``used`` after the loop)
     pending: list[list[tuple[int, int, int, int, int]]] = [[] for _ in range(pp)]  # per stage: ops to read last starts of
     for p_, d, k, s in zip(sched.rank.tolist(), sched.direction.tolist(), sched.microbatch.tolist(),
@@ -553,8 +557,11 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
         a, z = off[k], off[k + 1]
         if a == z:
             continue
-        row = buf[:, p_]
-        late = steps.latest(row, k, a, z)  # each group's latest rank: device and host clocks
+        if clocks is not None:
+            late = clocks.latest(p_, k, z - a)  # each group's latest rank: device and host clocks
+        else:
+            row = buf[:, p_]
+            late = steps.latest(row, k, a, z)
         ready = late[0]
         t = s - 1 if d == FWD else s + 1
         if 0 <= t < V:
@@ -572,6 +579,9 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             fin = finish[s, d, a:z] = first_forward(s, ready, d_s)
         else:
             fin = np.add(ready, d_s, out=finish[s, d, a:z])
+        if clocks is not None:
+            clocks.keep(p_, k, (fin,) if run is None else (fin, h_after), (s, d, a, z))
+            continue
         if run is None:
             steps.set_ranks(k, (fin,), (row[0, :R],))
         else:
@@ -580,6 +590,8 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             pending[p_].clear()
         pending[p_].append((k, s, d, a, z))
         ran[p_, k] = True
+    if clocks is not None:
+        return GroupTimes(start, finish, *clocks.result(start), host_start=h_start, host_end=h_end)
     steps.finish(pending, ran, start, last_start, used)
     return GroupTimes(start=start, finish=finish, rank_end=np.ascontiguousarray(buf[0, :, :R]),
                       rank_last_start=last_start, rank_used=used, host_start=h_start, host_end=h_end)

@@ -15,13 +15,14 @@ import dcpsim.pipeline as pipeline
 from dcpsim.cost.host import HostOps, OpCosts, issue
 
 
-def _random_groups(rng: np.random.Generator, R: int, S: int, gaps: bool):
-    """Aligned power-of-two groups tiling each step's ranks (some left out when ``gaps``), sorted by (step, start)."""
+def _random_groups(rng: np.random.Generator, R: int, S: int, gaps: bool, top: int = 4):
+    """Aligned power-of-two groups (sizes below ``2^top``) tiling each step's ranks (some left out when ``gaps``),
+    sorted by (step, start)."""
     step, start, size = [], [], []
     for k in range(S):
         r = 0
         while r < R:
-            c = 1 << int(rng.integers(0, 4))
+            c = 1 << int(rng.integers(0, top))
             while r % c or r + c > R:
                 c //= 2
             if not (gaps and rng.random() < 0.2):
@@ -52,11 +53,68 @@ def test_tree_of_maxima_equals_reduceat(seed, monkeypatch):
     groups = pipeline.StepGroups.from_arrays(step, start, size, S, R)
     assert pipeline._tree_index(groups) is not None
     host = _host(rng, V, G)
+    monkeypatch.setattr(pipeline, "aligned_tiling", lambda *a: None)  # per-rank clocks (tilings: test below)
     fast = pipeline.group_times(sched, groups, f, b, x, host=host)
     monkeypatch.setattr(pipeline, "_tree_index", lambda g: None)  # every step by its reduceat
     slow = pipeline.group_times(sched, pipeline.StepGroups.from_arrays(step, start, size, S, R), f, b, x, host=host)
     for name in ("start", "finish", "rank_end", "rank_last_start", "rank_used", "host_start", "host_end"):
         assert getattr(fast, name).tobytes() == getattr(slow, name).tobytes(), name
+
+
+def _tilings(rng: np.random.Generator, R: int, S: int):
+    """Per step an aligned power-of-two tiling of ``R`` ranks: mixed sizes, one size (from single ranks to all of
+    them), or a repeat of an earlier step's tiling; as sorted (step, start, size) arrays."""
+    tilings: list[tuple[np.ndarray, np.ndarray]] = []
+    for _ in range(S):
+        kind = rng.integers(0, 3)
+        if kind == 0 or not tilings:
+            _, st, sz = _random_groups(rng, R, 1, gaps=False, top=int(rng.integers(1, 6)))
+        elif kind == 1:
+            c = 1 << int(rng.integers(0, int(np.log2(R)) + 1))
+            st, sz = np.arange(0, R, c), np.full(R // c, c)
+        else:
+            st, sz = tilings[int(rng.integers(0, len(tilings)))]
+        tilings.append((st, sz))
+    step = np.concatenate([np.full(st.size, k) for k, (st, _) in enumerate(tilings)])
+    return step, np.concatenate([t[0] for t in tilings]), np.concatenate([t[1] for t in tilings])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_group_clocks_equal_rank_clocks(seed, monkeypatch):
+    """Plans whose steps tile the ranks keep per-group clocks (dcpsim.pipeline_tiling): every result equals the
+    per-rank path's bit for bit, with and without a host, with and without transfers, 1F1B and interleaved."""
+    rng = np.random.default_rng(100 + seed)
+    pp, vp = ((2, 2), (3, 1), (4, 1), (2, 3))[seed % 4]
+    R, S = (16, 32)[seed % 2], pp * int(rng.integers(2, 4))
+    step, start, size = _tilings(rng, R, S)
+    G, V = step.size, pp * vp
+    f, b = rng.random((V, G)), rng.random((V, G))
+    x = rng.random((V - 1, G)) * 0.1 if seed % 3 else None
+    host = _host(rng, V, G) if seed % 2 == 0 else None
+    sched = pipeline.pipeline_schedule(pp, S, vp)
+    level = pipeline.aligned_tiling(start, size, pipeline.StepGroups.from_arrays(step, start, size, S, R).offset, R)
+    assert level is not None and level.tolist() == np.log2(size).astype(int).tolist()
+    gate = lambda s, ready, dur: ready + 2.0 * dur  # noqa: E731 - a first-forward wait (the parameter all-gather)
+    fast = pipeline.group_times(sched, pipeline.StepGroups.from_arrays(step, start, size, S, R), f, b, x, gate, host=host)
+    monkeypatch.setattr(pipeline, "aligned_tiling", lambda *a: None)  # per-rank clocks
+    slow = pipeline.group_times(sched, pipeline.StepGroups.from_arrays(step, start, size, S, R), f, b, x, gate, host=host)
+    for name in ("start", "finish", "rank_end", "rank_last_start", "rank_used", "host_start", "host_end"):
+        assert np.asarray(getattr(fast, name)).tobytes() == np.asarray(getattr(slow, name)).tobytes(), name
+
+
+def test_aligned_tiling_only_for_aligned_tilings():
+    """Gaps, overlaps, unaligned or non-power-of-two groups, and an empty step keep the per-rank clocks."""
+    def level(step, start, size, S=2, R=8):
+        groups = pipeline.StepGroups.from_arrays(step, start, size, S, R)
+        return pipeline.aligned_tiling(groups.start, groups.size, groups.offset, R)
+
+    assert level([0, 0, 1], [0, 4, 0], [4, 4, 8]).tolist() == [2, 2, 3]
+    assert level([0, 1], [0, 0], [4, 8]) is None  # ranks 4..7 left out in step 0
+    assert level([0, 0, 1], [0, 2, 0], [4, 4, 8]) is None  # overlapping groups
+    assert level([0, 0, 0, 1], [0, 2, 6, 0], [2, 4, 2, 8]) is None  # a group of 4 at rank 2
+    assert level([0, 0, 1], [0, 3, 0], [3, 5, 8]) is None  # sizes 3 and 5
+    assert level([0, 0], [0, 4], [4, 4]) is None  # step 1 has no groups
+    assert level([0, 0, 1, 1], [0, 8, 0, 8], [8, 4, 8, 4], R=12) is None  # 12 ranks: not a multiple of 8
 
 
 @pytest.mark.parametrize("before, after, low", [(0.0, 0.0, 1), (0.5, 0.3, 0), (1.0, 1.0, 1), (0.5, 1.0, 0)])
