@@ -64,7 +64,7 @@ from functools import cached_property, lru_cache
 import numpy as np
 
 from dcpsim.errors import ConfigError, InfeasibleError
-from dcpsim.pipeline_tiling import GroupClocks, aligned_tiling
+from dcpsim.pipeline_tiling import GroupClocks, aligned_tiling, op_arrays
 
 FWD, BWD = 0, 1
 
@@ -533,15 +533,12 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
     if sched.m != groups.n_steps:
         raise ValueError(f"schedule of {sched.m} microbatches for a plan of {groups.n_steps} steps")
     V, G, R, pp = sched.n_stages, groups.n_groups, groups.n_ranks, sched.pp
-    start = np.zeros((V, 2, G))
-    finish = np.zeros((V, 2, G))
+    start, finish, h_start, h_end = op_arrays(V, G, groups.offset, 2 if host is None else 4)
     # per rank of each stage: row 0 when its device is free, row 1 (with ``host``) its host, in cells 0..R-1;
     # cells R..2R-1 hold the levels of maxima over aligned blocks of ranks (_tree_index)
     buf = np.zeros((1 if host is None else 2, pp, 2 * R))
     last_start = np.zeros((pp, R))
     used = np.zeros((pp, R), dtype=bool)
-    h_start = np.zeros((V, 2, G)) if host is not None else None
-    h_end = np.zeros((V, 2, G)) if host is not None else None
     off = groups.offset.tolist()
     dur = (np.asarray(fwd_s, dtype=np.float64), np.asarray(bwd_s, dtype=np.float64))
     x = None if xfer_s is None or V == 1 else np.asarray(xfer_s, dtype=np.float64)

@@ -45,6 +45,20 @@ def aligned_tiling(start: np.ndarray, size: np.ndarray, offset: np.ndarray, n_ra
     return (np.frexp(size.astype(np.float64))[1] - 1).astype(np.int64)
 
 
+def op_arrays(V: int, G: int, offset: np.ndarray, n: int) -> list[np.ndarray | None]:
+    """Four per-op arrays of :func:`~dcpsim.pipeline.group_times`, ``(V, 2, G)`` (virtual stage, direction, group),
+    the first ``n`` allocated (the rest None): the cells of the groups in a step (``offset[0] .. offset[-1] − 1``)
+    left to be written, since every op of the schedule writes all of its groups' cells (an array of zeros would
+    be cleared first, a pass over it), the others zero."""
+    out: list[np.ndarray | None] = [None] * 4
+    a, z = int(offset[0]), int(offset[-1])
+    for i in range(n):
+        out[i] = x = np.empty((V, 2, G))
+        x[..., :a] = 0.0
+        x[..., z:] = 0.0
+    return out
+
+
 @dataclass
 class GroupClocks:
     """Per pipeline rank (stage) ``p``: the step of its last op and its groups' clocks after it (device, and host

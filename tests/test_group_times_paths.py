@@ -154,3 +154,32 @@ def test_rank_arrays_of_alike_stages_equal_every_stage(monkeypatch):
     for name, v in fast.items():
         assert v.strides == slow[name].strides and v.tobytes() == slow[name].tobytes(), name
         assert v.mean().tobytes() == slow[name].mean().tobytes(), name
+
+
+@pytest.mark.parametrize("gaps", [False, True])
+def test_every_op_cell_written(gaps, monkeypatch):
+    """group_times' per-op arrays start uninitialised (dcpsim.pipeline_tiling.op_arrays): here NaN-filled, and no
+    NaN is left in any result (every op writes all of its groups' cells; groups in no step are zeroed)."""
+    import dcpsim.pipeline_tiling as tiling
+
+    class _NaNEmpty:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(shape, *a, **k):
+            return np.full(shape, np.nan)
+
+    monkeypatch.setattr(tiling, "np", _NaNEmpty())
+    rng = np.random.default_rng(5)
+    pp, R, S = 3, 8, 4
+    step, start, size = _random_groups(rng, R, S, gaps=gaps)
+    step = np.r_[step, S]  # a group past the last step: in no op, zero
+    start, size = np.r_[start, 0], np.r_[size, R]
+    G = step.size
+    f, b, x = rng.random((pp, G)), rng.random((pp, G)), rng.random((pp - 1, G))
+    gt = pipeline.group_times(pipeline.pipeline_schedule(pp, S), pipeline.StepGroups.from_arrays(step, start, size, S, R),
+                              f, b, x, host=_host(rng, pp, G))
+    for name in ("start", "finish", "host_start", "host_end"):
+        v = getattr(gt, name)
+        assert not np.isnan(v).any() and (v[..., -1] == 0.0).all(), name
