@@ -15,6 +15,7 @@ import numpy as np
 from dcpsim.policies.costs import SeqCosts
 from dcpsim.policies.plan import Layout, Plan, PlanArrays, steps_of_arrays
 from dcpsim.policies.solver_buckets import _Buckets
+from dcpsim.policies.solver_fill import _Fill
 from dcpsim.policies.solver_follow import _Follow
 from dcpsim.policies.solver_least import _Least
 from dcpsim.policies.solver_table import _Table, placement_order
@@ -22,7 +23,7 @@ from dcpsim.policies.solver_table import _Table, placement_order
 _INF = float("inf")
 
 
-class _Placer(_Follow, _Least):
+class _Placer(_Follow, _Least, _Fill):
     """Greedy placement of one candidate (fixed CP size per sequence); see step 3 of the module docstring.
 
     Per sequence (larger CP sizes first, then longest first) it compares three
@@ -57,21 +58,7 @@ class _Placer(_Follow, _Least):
         self._start()
         uid, time_rows, tok_rows = tab.uid, tab.time_rows, tab.tok_rows
         choice = self.choice.tolist()
-        # only the codes of chosen sizes ever hold groups (groups open at a sequence's chosen size), and of
-        # those only the spans some aligned slice of that size has: each distinct length's codes without the
-        # others (which the join searches pass over, finding no cell)
-        allowed = 0
-        for kk in self._chosen():
-            c = self.sizes[kk]
-            if c <= self.R:
-                self._spans(0, c)  # every aligned start's span, kept in span_rows
-            spans = set(self.span_rows.get(c, ())) or {0, 1}
-            for b in spans:
-                allowed |= 1 << (2 * kk + b)
-        fams = tab.fams.get(allowed)  # shared by the candidates with the same chosen sizes
-        if fams is None:
-            rows = [[c for c in row if allowed >> c & 1] for row in tab.fam_rows]
-            fams = tab.fams[allowed] = [rows[j] for j in tab.fam_id]
+        fams = self._fams(tab)
         self._rows = (time_rows, tok_rows, fams)
         ids = order.tolist()
         if self.bulk and n:  # per position, the end of its run of equal length and CP size
@@ -120,7 +107,29 @@ class _Placer(_Follow, _Least):
                 pos = self._follow(g, best[1], ids, pos, u, k, listed)
             else:
                 self._apply(act, i, k, trow, tokrow)
+                # a join that raised its step (not gmax), and the next sequence has this length
+                if (bulk and act[0] == "join" and best[0] > 0.0 and pos < n and run_end[pos - 1] > pos
+                        and self.gmax == gmax and self.fill):
+                    pos = self._fill(act[1], ids, pos, u, k)
         return self._plan(name, lengths)
+
+    def _fams(self, tab: _Table) -> list[list[int]]:
+        """Per distinct length, the codes its join searches visit, by increasing GPU-seconds: only the codes of
+        chosen sizes ever hold groups (groups open at a sequence's chosen size), and of those only the spans
+        some aligned slice of that size has (the others' cells never exist). Kept in ``tab`` per code set."""
+        allowed = 0
+        for kk in self._chosen():
+            c = self.sizes[kk]
+            if c <= self.R:
+                self._spans(0, c)  # every aligned start's span, kept in span_rows
+            spans = set(self.span_rows.get(c, ())) or {0, 1}
+            for b in spans:
+                allowed |= 1 << (2 * kk + b)
+        fams = tab.fams.get(allowed)  # shared by the candidates with the same chosen sizes
+        if fams is None:
+            rows = [[c for c in row if allowed >> c & 1] for row in tab.fam_rows]
+            fams = tab.fams[allowed] = [rows[j] for j in tab.fam_id]
+        return fams
 
     def unbounded_same(self) -> bool:
         """Whether :meth:`run` (done) made every decision that a placer of the same candidate without the
