@@ -40,6 +40,7 @@ from dcpsim.serialize import to_jsonable as _jsonable
 from dcpsim.sim.durations import IterationWork, SyncCost
 from dcpsim.sim.engine import IterationTimeline
 from dcpsim.sim.graph import BWD
+from dcpsim.sim.step_sums import step_reduce, tiled_bases
 
 BREAKDOWN = ("compute_s", "cp_comm_s", "bubble_s", "imbalance_s", "grad_sync_s", "planning_stall_s")
 
@@ -179,27 +180,47 @@ def _last_op_end(finish_b: np.ndarray, gid: np.ndarray) -> np.ndarray:
     return np.where(g_last >= 0, _by_rank(finish_b, g_last[None, :])[:, 0, :], 0.0)
 
 
+def _step_sums(w: IterationWork, gid: np.ndarray, keep: list[int], links: list[int], cp_s: np.ndarray) -> dict:
+    """Per stage rank, over the steps: the sums of forward + backward (``busy``) and of the exposed CP parts
+    (``cp``) and the means of forward (``f``), backward (``b``) and pipeline transfer (``x``), per kept stage or
+    link row, ``(rows, R)``; the local tokens' sum and peak memory's maximum, ``(R,)`` (seconds, tokens, bytes).
+    Cell by cell when the plan's steps tile the ranks (:mod:`dcpsim.sim.step_sums`, the same numbers), else from
+    ``(steps, R)`` gathers."""
+    S, t = gid.shape[0], w.table
+    bases = tiled_bases(t.step, t.start, t.size, gid)
+    if bases is not None:
+        f, b = w.fwd_s[keep], w.bwd_s[keep]
+        return {"busy": step_reduce(f + b, gid, bases), "cp": step_reduce(cp_s[keep], gid, bases),
+                "f": step_reduce(f, gid, bases) / S, "b": step_reduce(b, gid, bases) / S,
+                "x": step_reduce(w.xfer_s[links], gid, bases) / S,
+                "tokens": step_reduce(np.asarray(w.local_tokens, dtype=np.float64)[None, :], gid, bases)[0],
+                "memory": step_reduce(np.asarray(w.peak_memory_bytes, dtype=np.float64)[None, :], gid, bases, np.maximum)[0]}
+    flat = np.where(gid < 0, w.fwd_s.shape[-1], gid).ravel()
+    f, b = _rows_by_rank(w.fwd_s, keep, gid, flat), _rows_by_rank(w.bwd_s, keep, gid, flat)  # (stages kept, S, R)
+    return {"busy": (f + b).sum(axis=1), "cp": _rows_by_rank(cp_s, keep, gid, flat).sum(axis=1),
+            "f": f.mean(axis=1), "b": b.mean(axis=1), "x": _rows_by_rank(w.xfer_s, links, gid, flat).mean(axis=1),
+            "tokens": _by_rank(w.local_tokens, gid, flat=flat).sum(axis=0),
+            "memory": _by_rank(w.peak_memory_bytes, gid, w.idle_memory_bytes, flat).max(axis=0)}
+
+
 def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
     """Per stage rank, ``(PP, R)`` arrays of the accounting above (plus tokens, microbatches, memory)."""
     w, tl = rec.work, rec.timeline
     gid = w.table.gid  # (S, R), -1 where a step leaves the rank out
     S = gid.shape[0]
     pp = w.fwd_s.shape[0]
-    flat = np.where(gid < 0, w.fwd_s.shape[-1], gid).ravel()
     # a rank's forward + backward exposed CP parts: summed per group, then gathered (the same sums; 0 + 0 off)
     cp_s = w.cp_fwd_s + w.cp_bwd_s
     keep, place = _alike_rows(w.fwd_s, w.bwd_s, cp_s)  # stages of the same durations: each distinct one once
-    f, b = _rows_by_rank(w.fwd_s, keep, gid, flat), _rows_by_rank(w.bwd_s, keep, gid, flat)  # (stages kept, S, R)
-    busy = _spread_rows((f + b).sum(axis=1), place)  # (pp, R)
-    cp = _spread_rows(_rows_by_rank(cp_s, keep, gid, flat).sum(axis=1), place)
+    links, at = _alike_rows(w.xfer_s)
+    sums = _step_sums(w, gid, keep, links, cp_s)
+    busy, cp = _spread_rows(sums["busy"], place), _spread_rows(sums["cp"], place)  # (pp, R)
     grad = (tl.stage_end_s - tl.bwd_end_s)[:, None]
     if tl.param_gather_s is not None:  # the all-gather waited for at the first forwards (dcpsim.sim.engine)
         grad = grad + tl.param_gather_s[:, None]
     idle = np.maximum(tl.makespan_s - busy - grad, 0.0)
-    links, at = _alike_rows(w.xfer_s)
-    x = _spread_rows(_rows_by_rank(w.xfer_s, links, gid, flat).mean(axis=1), at)
-    balanced = balanced_pipeline_end(_spread_rows(f.mean(axis=1), place), _spread_rows(b.mean(axis=1), place), x, S,
-                                     w.vp)
+    x = _spread_rows(sums["x"], at)
+    balanced = balanced_pipeline_end(_spread_rows(sums["f"], place), _spread_rows(sums["b"], place), x, S, w.vp)
     bubble = np.clip(balanced[None, :] - busy, 0.0, idle)
     return {
         "compute_s": busy - cp,
@@ -211,9 +232,8 @@ def rank_arrays(rec: IterationRecord) -> dict[str, np.ndarray]:
         "busy_s": busy,
         "idle_s": idle,
         "microbatches": np.broadcast_to((gid >= 0).sum(axis=0), busy.shape),
-        "local_tokens": np.broadcast_to(_by_rank(w.local_tokens, gid, flat=flat).sum(axis=0), busy.shape),
-        "peak_memory_bytes": np.broadcast_to(_by_rank(w.peak_memory_bytes, gid, w.idle_memory_bytes, flat).max(axis=0),
-                                             busy.shape),
+        "local_tokens": np.broadcast_to(sums["tokens"], busy.shape),
+        "peak_memory_bytes": np.broadcast_to(sums["memory"], busy.shape),
         "last_bwd_end_s": _last_op_end(tl.finish[:pp, BWD, :], gid),
     }
 
