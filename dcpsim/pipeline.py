@@ -347,8 +347,8 @@ class StepGroups:
     """Groups of stage ranks per microbatch step, for :func:`group_times`.
 
     Groups are numbered step-major: step ``k`` holds groups ``offset[k] .. offset[k+1] − 1``, sorted by
-    their first rank. ``ranks[k]`` lists the ranks of step ``k``'s groups (group after group);
-    ``bounds[k]``/``take[k]`` (made on first use) reduce a per-rank array to per-group maxima with one ``reduceat``.
+    their first rank. ``ranks[k]`` lists the ranks of step ``k``'s groups (group after group); ``bounds[k]``/``take[k]``
+    reduce a per-rank array to per-group maxima with one ``reduceat`` (all three made on first use).
     """
 
     n_ranks: int
@@ -356,11 +356,20 @@ class StepGroups:
     start: np.ndarray
     size: np.ndarray
     offset: np.ndarray
-    ranks: tuple[np.ndarray, ...]
 
     @property
     def n_groups(self) -> int:
         return int(self.start.size)
+
+    @cached_property
+    def ranks(self) -> tuple[np.ndarray, ...]:
+        """Per step, the ranks of its groups, group after group (made on first use: the per-rank clocks' path)."""
+        out = []
+        for a, z in zip(self.offset[:-1].tolist(), self.offset[1:].tolist(), strict=True):
+            st, sz = self.start[a:z], self.size[a:z]
+            out.append(np.repeat(st - np.cumsum(np.r_[0, sz[:-1]]), sz) + np.arange(int(sz.sum())) if z > a
+                       else np.zeros(0, dtype=np.int64))
+        return tuple(out)
 
     @cached_property
     def _segments(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
@@ -397,13 +406,7 @@ class StepGroups:
         if step.size and (np.any(np.diff(step) < 0) or np.any((np.diff(step) == 0) & (np.diff(start) <= 0))):
             raise ValueError("groups must be sorted by (step, start)")
         offset = np.searchsorted(step, np.arange(n_steps + 1)).astype(np.int64)
-        ranks = []
-        for k in range(n_steps):
-            a, z = int(offset[k]), int(offset[k + 1])
-            st, sz = start[a:z], size[a:z]
-            ranks.append(np.repeat(st - np.cumsum(np.r_[0, sz[:-1]]), sz) + np.arange(int(sz.sum())) if z > a
-                         else np.zeros(0, dtype=np.int64))
-        return cls(int(n_ranks), int(n_steps), start, size, offset, tuple(ranks))
+        return cls(int(n_ranks), int(n_steps), start, size, offset)
 
 
 @dataclass
@@ -566,9 +569,9 @@ def group_times(sched: PipelineSchedule, groups: StepGroups, fwd_s: np.ndarray, 
             ready = np.maximum(ready, inp, out=None if x is None else inp)
         d_s = dur[d][s, a:z]
         if run is not None:
-            ready, fin_h, h_after, h_st = run(s, d, a, z, late[1], ready, (start[s, d, a:z], h_end[s, d, a:z]))
+            ready, fin_h, h_after, _ = run(s, d, a, z, late[1], ready, (start[s, d, a:z], h_end[s, d, a:z],
+                                                                         h_start[s, d, a:z]))
             d_s = np.subtract(fin_h, ready, out=fin_h)
-            h_start[s, d, a:z] = h_st
         else:
             start[s, d, a:z] = ready
         if first_forward is not None and d == FWD and s < pp and s not in gated:

@@ -131,10 +131,15 @@ def test_host_runner_equals_issue(before, after, low):
             ops = OpCosts(host.host_s[s, d, a:z], dur[s, a:z], host.kernels[s, d, a:z], host.sync_before[s, d, a:z],
                           host.sync_after[s, d, a:z])
             H, start, end, after = issue(host_free, ready, ready, ops, host.sync_s)
-            outs = (np.empty(z - a), np.empty(z - a))
-            got = run(s, d, a, z, host_free, ready, outs)
-            for want, have in zip((start, end, after, H), got, strict=True):
-                assert np.asarray(want).tobytes() == np.asarray(have).tobytes()
+            keep = (host_free.copy(), ready.copy())
+            for n_out in (0, 2, 3):  # no arrays to write into, the device start and host free after, and the issue start
+                outs = tuple(np.full(z - a, np.nan) for _ in range(n_out))
+                got = run(s, d, a, z, host_free, ready, outs)
+                for want, have in zip((start, end, after, H), got, strict=True):
+                    assert np.asarray(want).tobytes() == np.asarray(have).tobytes()
+                for o, have in zip(outs, (got[0], got[2], got[3]), strict=False):
+                    assert o.tobytes() == np.asarray(have).tobytes()  # written into the given array
+                assert (host_free.tobytes(), ready.tobytes()) == (keep[0].tobytes(), keep[1].tobytes())  # inputs kept
 
 
 def test_rank_arrays_of_alike_stages_equal_every_stage(monkeypatch):
