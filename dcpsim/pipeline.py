@@ -198,8 +198,9 @@ def pipeline_schedule(pp: int, m: int, vp: int = 1, group: int | None = None) ->
     n = default_group(pp, group)
     orders = tuple(stage_order(p, pp, m, vp, n) for p in range(pp))
     V = pp * vp
-    # template id of (virtual stage, direction, microbatch)
-    done = np.full((V, 2, m), -1, dtype=np.int64)
+    # template id of (virtual stage, direction, microbatch), at done[(s * 2 + d) * m + k]
+    done = [-1] * (V * 2 * m)
+    ops = [o.tolist() for o in orders]
     pos = [0] * pp
     rows: list[tuple[int, int, int, int, int, int, int]] = []
     last_on_rank = [-1] * pp
@@ -207,17 +208,17 @@ def pipeline_schedule(pp: int, m: int, vp: int = 1, group: int | None = None) ->
     while left:
         moved = False
         for p in range(pp):
-            o = orders[p]
-            while pos[p] < o.shape[0]:
-                d, k, c = (int(x) for x in o[pos[p]])
+            o = ops[p]
+            while pos[p] < len(o):
+                d, k, c = o[pos[p]]
                 s = c * pp + p
                 t = s - 1 if d == FWD else s + 1
-                dep = int(done[t, d, k]) if 0 <= t < V else -1
+                dep = done[(t * 2 + d) * m + k] if 0 <= t < V else -1
                 if 0 <= t < V and dep < 0:
                     break
                 i = len(rows)
                 rows.append((p, d, k, c, s, last_on_rank[p], dep))
-                done[s, d, k] = i
+                done[(s * 2 + d) * m + k] = i
                 last_on_rank[p] = i
                 pos[p] += 1
                 left -= 1
