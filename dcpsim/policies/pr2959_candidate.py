@@ -14,6 +14,7 @@ import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens, per_rank_tokens_int
 from dcpsim.policies.plan import Group, Layout, PlanArrays, Step, steps_of_arrays
+from dcpsim.policies.pr2959_bulk import place_leftovers
 from dcpsim.policies.pr2959_fillers import ClassFiller, _rank_in_class, fill_long_groups, fill_one_by_one
 from dcpsim.policies.pr2959_model import (
     NORMAL_BWD_FACTOR,
@@ -30,8 +31,6 @@ from dcpsim.policies.pr2959_tables import (
     _group_sums,
     _long_blocks,
     _merge_runs,
-    _run_ends,
-    _TokenTable,
     stable_argsort,
 )
 
@@ -325,54 +324,14 @@ class _Candidate:
 
     def _leftovers(self, left_a: np.ndarray, T: float, cap: float) -> None:
         """Samples no bucket took (``left_a``, in order): to the bucket whose tokens end closest to ``T`` (safe
-        mode: an extra bucket).
-
-        The code ranks the buckets by tokens once and takes the first of that ranking with the
-        smallest ``(tokens + L − T)²``; here the buckets sit in a table sorted by token count, and a run
-        of samples of one length takes the buckets :meth:`_TokenTable.run_picks` proves the one-by-one
-        queries would give. The buckets' FLOPs are added after the loop, in its order (``np.add.at``: one
-        addition per sample, as the code adds them).
-        """
+        mode: an extra bucket; :func:`~dcpsim.policies.pr2959_bulk.place_leftovers`). The buckets' FLOPs are
+        added after, in the placing order (``np.add.at``: one addition per sample, as the code adds them)."""
         if not left_a.size:
             return
         bt = self.batch
-        table = _TokenTable(self.bl)
-        nb = self.bl.size
-        bl = np.concatenate([self.bl, np.zeros(left_a.size, dtype=np.int64)])  # room for safe mode's extra buckets
-        Lp = bt.L[left_a].tolist()  # by position in ``left_a``
-        limits = [None] * left_a.size if cap == math.inf else (int(cap) - bt.tok1[left_a]).tolist()
-        n = left_a.size
-        end = _run_ends(bt.L[left_a], None if cap == math.inf else int(cap) - bt.tok1[left_a])
-        seq, dest = [], []  # arrays of the samples and their buckets, in order
-        pos = 0
-        while pos < n:
-            limit, Li = limits[pos], Lp[pos]
-            rks = table.run_ranks(Li, T, limit, end[pos] - pos) if end[pos] - pos > 1 else []
-            if rks:  # a run of one length (so one FLOPs figure) to buckets of the table (run_picks' buckets)
-                pk = table.bucket[rks]
-                olds = bl[pk]
-                bl[pk] = olds + Li
-                table.move_ranks(rks, olds.tolist(), Li)
-                seq.append(left_a[pos:pos + pk.size])
-                dest.append(pk)
-                pos += pk.size
-                continue
-            k = table.closest(Li, T, limit)
-            if k < 0:  # safe mode: an extra bucket, ranked last
-                k, nb = nb, nb + 1
-                bl[k] = Li
-                table.add(k, Li)
-            else:
-                b = int(bl[k]) + Li
-                bl[k] = b
-                table.move(k, b - Li, b)
-            seq.append(left_a[pos:pos + 1])
-            dest.append(np.array([k], dtype=np.int64))
-            pos += 1
-        self.bl = bl[:nb]
-        if nb > self.bf.size:  # safe mode's extra buckets, from 0.0 as the code starts them
-            self.bf = np.concatenate([self.bf, np.zeros(nb - self.bf.size)])
-        seq_a, dest_a = np.concatenate(seq), np.concatenate(dest)
+        self.bl, seq_a, dest_a = place_leftovers(bt, self.bl, left_a, T, cap)
+        if self.bl.size > self.bf.size:  # safe mode's extra buckets, from 0.0 as the code starts them
+            self.bf = np.concatenate([self.bf, np.zeros(self.bl.size - self.bf.size)])
         self._head.append((seq_a, dest_a))
         np.add.at(self.bf, dest_a, bt.f[seq_a])
 

@@ -121,18 +121,19 @@ class _TokenTable:
     picks are a prefix of it).
     """
 
-    def __init__(self, tokens: list[int]) -> None:
+    def __init__(self, tokens: list[int] | np.ndarray, bucket: np.ndarray | None = None) -> None:
         arr = np.asarray(tokens, dtype=np.int64)
-        rank = stable_argsort(arr)
+        rank = stable_argsort(arr) if bucket is None else bucket  # ``bucket``: a ranking made earlier (rank -> bucket)
         inverse = np.empty_like(rank)
         inverse[rank] = np.arange(rank.size)
         self.bucket = rank  # rank -> bucket (arrays: read for the few buckets moved)
         self.rank = inverse  # bucket -> rank
-        ranked = arr[rank]
+        by = rank if bucket is None else rank[stable_argsort(arr[rank])]  # by tokens, ties in rank order
+        ranked = arr[by]
         first = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]])) if ranked.size else rank
         vals, count = ranked[first], np.diff(np.append(first, ranked.size))
         self.vals = vals.tolist()
-        every = list(range(ranked.size))
+        every = list(range(ranked.size)) if bucket is None else inverse[by].tolist()
         self.at: dict[int, list[int]] = {  # the ranks of each token count, ascending
             v: every[a:a + c] for v, a, c in zip(self.vals, first.tolist(), count.tolist(), strict=True)}
 
