@@ -75,35 +75,68 @@ class ClassFiller:
 
     # ------------------------------------------------------------ one group at a time
     def scalar(self, a: int, b: int) -> None:
-        """Groups ``a..b−1``, one pick at a time (the code's loop on classes)."""
+        """Groups ``a..b−1``, one group at a time (the code's loop on classes). A group searches from the first
+        class with samples; while the class of its last pick still has samples below ``x`` it takes them in a
+        row (the rule's next pick: that class is the search's start), else it searches on (bisect) past the
+        emptied classes (union-find)."""
         cneg, cL, rem, cnxt, picks, ends = self.cneg, self.cL, self.rem, self.cnxt, self.picks, self.ends
         nslack, budget, flag_all, ncls = self.nslack, self.budget, self.flag_all, self.ncls
         n_alive, last = self.n_alive, self.last
         nfmin = cneg[last] if last >= 0 else -math.inf
+        top = 0  # the first class with samples (ncls: none)
+        while cnxt[top] != top:
+            cnxt[top] = top = cnxt[cnxt[top]]
+        cneg.append(-math.inf)  # a sentinel at ncls (cnxt[ncls] == ncls): below no x
         for room, lsum, cap in zip(self.room_l[a:b], self.lsum_l[a:b], self.cap_l[a:b], strict=True):
-            c = 0  # classes before the last pick's have FLOPs >= x or are empty
+            c = top  # classes before the last pick's have FLOPs >= x or are empty
             while flag_all or (n_alive > budget and lsum < cap):
                 nx = room * nslack
-                if nx >= nfmin:  # no sample left below x
-                    break
-                c = bisect_right(cneg, nx, c)
-                while cnxt[c] != c:
-                    cnxt[c] = c = cnxt[cnxt[c]]  # path halving
-                if c >= ncls:
-                    break
-                picks.append(c)
-                n_alive -= 1
-                r = rem[c] = rem[c] - 1
-                if not r:
-                    cnxt[c] = c + 1
-                    if c == last:
-                        while last >= 0 and cnxt[last] != last:
-                            last -= 1
-                        nfmin = cneg[last] if last >= 0 else -math.inf
-                room += cneg[c]
-                lsum += cL[c]
+                cn = cneg[c]
+                if cn > nx and cnxt[c] == c:  # c has samples below x, and no class before it: a run of picks
+                    r = rem[c]
+                    cl = cL[c]
+                    j = 1
+                    room += cn
+                    lsum += cl
+                    while j < r and (flag_all or (n_alive - j > budget and lsum < cap)) and cn > room * nslack:
+                        j += 1
+                        room += cn
+                        lsum += cl
+                    picks += [c] * j
+                    n_alive -= j
+                    r = rem[c] = r - j
+                else:
+                    if nx >= nfmin:  # no sample left below x
+                        break
+                    c = bisect_right(cneg, nx, c, ncls)  # (the sentinel aside)
+                    while cnxt[c] != c:
+                        cnxt[c] = c = cnxt[cnxt[c]]  # path halving
+                    if c >= ncls:
+                        break
+                    picks.append(c)
+                    n_alive -= 1
+                    r = rem[c] = rem[c] - 1
+                    room += cneg[c]
+                    lsum += cL[c]
+                if not r:  # c emptied
+                    top, last, nfmin = self._emptied(c, top, last, nfmin)
             ends.append(len(picks))
+        cneg.pop()
         self.n_alive, self.last = n_alive, last
+
+    def _emptied(self, c: int, top: int, last: int, nfmin: float) -> tuple[int, int, float]:
+        """Class ``c`` has no sample left: it is skipped from now on; the first and the last classes with samples
+        (``top``, ``last``) and the negated FLOPs of the last, ``nfmin``, after it."""
+        cnxt = self.cnxt
+        cnxt[c] = c + 1
+        if c == last:
+            while last >= 0 and cnxt[last] != last:
+                last -= 1
+            nfmin = self.cneg[last] if last >= 0 else -math.inf
+        if c == top:
+            while cnxt[top] != top:
+                cnxt[top] = top = cnxt[cnxt[top]]
+        return top, last, nfmin
 
     # ------------------------------------------------------------ many groups at once
     def bulk(self, a: int, b: int) -> int:
