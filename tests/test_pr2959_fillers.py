@@ -101,3 +101,33 @@ def test_class_filling_with_growing_rooms(monkeypatch):
         assert filler.positions().tolist() == want
         assert filler.ends == ends
     assert shared > 100, shared  # the sharing was exercised
+
+
+def test_one_group_at_a_time_takes_runs_of_a_class_as_the_rule():
+    """Groups one at a time (ClassFiller.scalar alone) with rooms of many samples over classes of one to a few
+    samples: a group takes a class's samples in a row while they stay below x (and the limits hold), then
+    searches on; every group's takings are the rule's, with the token cap and the pool-size limit binding."""
+    rng = np.random.default_rng(17)
+    runs = 0
+    for _ in range(80):
+        n = int(rng.integers(1, 600))
+        kinds = int(rng.choice([2, 10, 100, 1000]))
+        lengths = np.sort(rng.integers(1, kinds + 1, n))[::-1] * 3
+        exact = rng.random() < 0.4  # whole FLOPs and rooms: a room left equal to a class's FLOPs (not below x)
+        f = lengths.astype(np.float64) ** (1.0 if exact else 1.5)
+        G = int(rng.integers(1, 200))
+        room = rng.random(G) * float(f.max()) * float(rng.choice([0.5, 3.0, 20.0]))
+        if exact:
+            room = np.floor(room / 3) * 3
+        lsum = rng.integers(0, 50, G)
+        cap = lsum + rng.integers(1, 10**5 if rng.random() < 0.7 else 40, G)
+        budget = 0.5 * n * rng.random() if rng.random() < 0.5 else 0.0
+        flag_all = bool(rng.random() < 0.15)
+        slack = 1.0 if exact else float(rng.choice([1.05, 1.0]))
+        filler = pf.ClassFiller((-f, lengths, None), room, lsum, cap, slack, budget, flag_all)
+        filler.scalar(0, G)
+        want, ends = _rule(-f, lengths, room, lsum, cap, slack, budget, flag_all)
+        assert filler.positions().tolist() == want
+        assert filler.ends == ends
+        runs += sum(1 for x, y in zip(want, want[1:], strict=False) if y == x + 1 and lengths[x] == lengths[y])
+    assert runs > 1000, runs  # picks in a row from one class were exercised

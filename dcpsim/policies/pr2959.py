@@ -86,7 +86,8 @@ chunks of groups at once in numpy, kept up to the first group another one's taki
 list with O(α) removal, :class:`_NormalPool`), the groups' FLOPs and tokens are summed after it in numpy, in
 the code's order of additions, normal
 samples go to the buckets in runs (:func:`_bulk_lowest`, then a run of equal samples at a time as a merge
-of the buckets' rising FLOPs, :func:`_merge_runs`), leftovers in a table sorted by
+of the buckets' rising FLOPs, :func:`_merge_runs`), leftovers on the buckets of fewest tokens in rounds
+where provably the code's pick (:mod:`dcpsim.policies.pr2959_bulk`), the rest in a table sorted by
 tokens (:class:`_TokenTable`, runs moved in bulk by their ranks; their FLOPs added after the loop, in its
 order), slots in runs while provably the heap's choice (:func:`_bulk_deal`; after a run every slot not full
 took part in, the next run's order is the last one's, no sort), then in a heap by FLOPs; the pipeline

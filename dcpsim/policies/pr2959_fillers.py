@@ -8,7 +8,8 @@ first class below ``x`` that still has samples, and a class gives its samples in
 then each class's remaining count, and :class:`ClassFiller` plays the rule with it two ways:
 
 * one group at a time (:meth:`ClassFiller.scalar`): a search over the classes' FLOPs and a skip over the
-  emptied classes (union-find);
+  emptied classes (union-find); while the class of the last pick has samples below ``x`` they are taken in
+  a row without a search (that class is where the next search would start);
 * many groups at once (:meth:`ClassFiller.bulk`): every group of a chunk plays the rule against the
   chunk's starting classes, in rounds over numpy arrays (the same float operations, element by element).
   Another group's takings change a group's choices only by emptying a class it would take from (a class
