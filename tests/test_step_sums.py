@@ -83,3 +83,33 @@ def test_rank_arrays_cell_by_cell_equal_the_gathers(policy, vp, monkeypatch):
     for name, v in fast.items():
         assert v.strides == slow[name].strides and v.tobytes() == slow[name].tobytes(), name
         assert v.mean().tobytes() == slow[name].mean().tobytes(), name
+
+
+def test_group_table_of_tiled_plans_equals_the_scatter(monkeypatch):
+    """build_group_table's rank map of plans whose groups tile every step in order (a reshape of the members'
+    groups) equals the general scatter's, and plans that do not (gaps, groups out of rank order) take the scatter."""
+    import dcpsim.sim.graph as graph
+    from dcpsim.run import RunConfig
+    from dcpsim.run.single import run_simulation
+
+    plans = []
+    for policy, vp in (("dynamic-pr2959", 1), ("packing-balanced", 2), ("dynamic", 2)):
+        cfg = RunConfig().with_updates({"cluster.gpus": 256, "parallel.pp": 4, "parallel.cp": 8, "parallel.vp": vp,
+                                        "workload.gbs": 1024, "policy.name": policy, "sim.iterations": 1})
+        plans.append(run_simulation(cfg).plans[0])
+    tiled = []
+    for plan in plans:
+        a = plan.arrays()
+        tiled.append(graph._tiles_in_order(a.step, a.start, a.size, plan.n_steps, plan.layout.ranks_per_stage))
+        fast = graph.build_group_table(plan).gid
+        with monkeypatch.context() as m:
+            m.setattr(graph, "_tiles_in_order", lambda *args: False)
+            slow = graph.build_group_table(plan).gid
+        assert fast.dtype == slow.dtype and fast.shape == slow.shape and fast.tobytes() == slow.tobytes()
+    assert tiled == [True, True, False]  # the dynamic plan of vp 2 leaves ranks out of some steps
+    step, start, size = np.array([0, 0, 1]), np.array([4, 0, 0]), np.array([4, 4, 8])  # step 0's groups out of order
+    assert not graph._tiles_in_order(step, start, size, 2, 8)
+    assert graph._tiles_in_order(step, start[[1, 0, 2]], size, 2, 8)
+    assert not graph._tiles_in_order(np.array([0, 0, 2]), np.array([0, 4, 0]), size, 2, 8)  # step 1 skipped
+    assert not graph._tiles_in_order(step[[1, 0, 2]], np.array([0, 4, 0]), np.array([4, 8, 4]), 2, 8)  # past rank 7
+    assert not graph._tiles_in_order(np.array([0, 1]), np.array([2, -2]), np.array([6, 10]), 2, 8)  # not from rank 0

@@ -86,11 +86,31 @@ def build_group_table(plan: Plan, arrays: PlanArrays | None = None) -> GroupTabl
     a = plan.arrays() if arrays is None else arrays
     G = a.size.size
     step, start, size, nseq = a.step, a.start, a.size, a.counts
-    table = GroupTable(n_steps=S, ranks=R, step=step, start=start, size=size, pack=np.arange(G, dtype=np.int64),
-                       n_seqs=nseq, gid=np.full((S, R), -1, dtype=np.int64), n_real=G)
-    g = np.repeat(table.pack, size)  # each member's group (one repeat; the rest gathered by it)
-    table.gid.reshape(-1)[step.take(g) * R + (start - (np.cumsum(size) - size)).take(g) + np.arange(g.size)] = g
-    return table
+    pack = np.arange(G, dtype=np.int64)
+    g = np.repeat(pack, size)  # each member's group (one repeat; the rest gathered by it)
+    if _tiles_in_order(step, start, size, S, R):  # members in (step, rank) order: the groups' ranks, row by row
+        gid = g.reshape(S, R)
+    else:
+        gid = np.full((S, R), -1, dtype=np.int64)
+        gid.reshape(-1)[step.take(g) * R + (start - (np.cumsum(size) - size)).take(g) + np.arange(g.size)] = g
+    return GroupTable(n_steps=S, ranks=R, step=step, start=start, size=size, pack=pack, n_seqs=nseq, gid=gid, n_real=G)
+
+
+def _tiles_in_order(step: np.ndarray, start: np.ndarray, size: np.ndarray, S: int, R: int) -> bool:
+    """Whether the groups (in plan order) cover steps ``0 .. S − 1`` one after the other, each step's ranks
+    ``0 .. R − 1`` in order without gaps or overlaps (each member's flat cell ``step·R + rank`` is then its index)."""
+    if step.size == 0 or S * R == 0 or int(size.sum()) != S * R or int(step[0]) != 0 or np.any(size < 1):
+        return False
+    ends = start + size
+    ds = np.diff(step)
+    new = np.ones(step.size, dtype=bool)  # a group opening its step
+    new[1:] = ds != 0
+    prev_end = np.zeros_like(ends)
+    prev_end[1:] = ends[:-1]
+    last = np.ones(step.size, dtype=bool)  # a group closing its step
+    last[:-1] = new[1:]
+    return bool(np.all((ds == 0) | (ds == 1)) and np.all(np.where(new, start == 0, start == prev_end))
+                and np.all(ends[last] == R))
 
 
 @dataclass
