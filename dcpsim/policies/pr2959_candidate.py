@@ -32,6 +32,7 @@ from dcpsim.policies.pr2959_tables import (
     _long_blocks,
     _merge_runs,
     stable_argsort,
+    stable_order,
 )
 
 
@@ -317,7 +318,7 @@ class _Candidate:
             return 0
         fs = np.asarray(bt.f[ids] if fs is None else fs, dtype=np.float64)
         Ls = np.asarray(bt.L[ids] if Ls is None else Ls, dtype=np.int64)
-        pos, placed = _bulk_lowest(self.bf, self.bl, fs, Ls, np.asarray(lims, dtype=np.int64))
+        pos, placed, self._hint = _bulk_lowest(self.bf, self.bl, fs, Ls, np.asarray(lims, dtype=np.int64))
         if pos:
             self._head.append((ids[:pos], placed))
         return pos
@@ -409,7 +410,9 @@ class _Candidate:
         Empty buckets (FLOPs 0) come first in that order: outside safe mode the code rejects the
         candidate at the first one, in safe mode they are skipped.
         """
-        order = np.argsort(self.bf, kind="stable")
+        hint = getattr(self, "_hint", None)  # the buckets' order in the normal filling's last round
+        order = stable_order(self.bf, hint) if hint is not None and hint.size == self.bf.size else np.argsort(
+            self.bf, kind="stable")
         filled = np.bincount(self.dest, minlength=len(self.bf))[order] > 0
         if not filled.all() and not self.safe:
             self._reject("an empty normal bucket")

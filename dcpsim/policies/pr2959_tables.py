@@ -368,10 +368,11 @@ def _group_sums(bt, li: np.ndarray, cs_a: np.ndarray, tok_a: np.ndarray, fill: n
 
 
 def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
-                 lims: np.ndarray) -> tuple[int, np.ndarray]:
+                 lims: np.ndarray) -> tuple[int, np.ndarray, np.ndarray | None]:
     """:meth:`_Candidate._lowest_flops_first`'s placements of the samples (FLOPs ``fs``, tokens ``Ls``, limits
-    ``lims``) in runs while provably its decision; returns how many were placed and their buckets, ``bf`` and
-    ``bl`` (the buckets' FLOPs and tokens) updated in place.
+    ``lims``) in runs while provably its decision; returns how many were placed, their buckets and the last
+    order of the buckets it made (a hint for later sorts; None if none), ``bf`` and ``bl`` (the buckets'
+    FLOPs and tokens) updated in place.
 
     The next ``k`` samples go to the ``k`` buckets of lowest (FLOPs, index) in that order when each
     of those buckets fits its sample (tokens ``<= lim``) and every bucket given one in the run ends
@@ -382,10 +383,13 @@ def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
     n, nb = fs.size, bf.size
     pos = 0
     placed: list[np.ndarray] = []
+    order = None
     while pos < n:
         k = min(nb, n - pos)
-        # lowest FLOPs first, ties to the lowest bucket (the first time, buckets opened largest first, then empty)
-        e = (_falling_order(bf) if pos == 0 else np.argsort(bf, kind="stable"))[:k]
+        # lowest FLOPs first, ties to the lowest bucket (the first time, buckets opened largest first, then empty;
+        # then from the last order, whose runs of equal FLOPs mostly stay together)
+        order = _falling_order(bf) if order is None else stable_order(bf, order)
+        e = order[:k]
         bf_e, bl_e = bf[e], bl[e]  # (read once)
         new = bf_e + fs[pos:pos + k]
         good = bl_e <= lims[pos:pos + k]
@@ -400,7 +404,40 @@ def _bulk_lowest(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
             pos += run
         if run < _BULK_MIN:
             break
-    return pos, (np.concatenate(placed) if placed else np.zeros(0, dtype=np.int64))
+    return pos, (np.concatenate(placed) if placed else np.zeros(0, dtype=np.int64)), order
+
+
+def stable_order(v: np.ndarray, hint: np.ndarray) -> np.ndarray:
+    """``np.argsort(v, kind="stable")`` of a float array, index for index, sorting runs rather than values:
+    ``hint`` (a permutation of ``v``'s indices, e.g. an earlier order of values that changed since) is cut
+    into runs of equal values at rising indices, the runs are sorted by value (stable), and runs of one value
+    are merged by index. Few runs (values with many ties that stay together) make it cheap; NaN: numpy's sort."""
+    n = v.size
+    h = v[hint]
+    cut = np.empty(n, dtype=bool)
+    cut[:1] = True
+    np.not_equal(h[1:], h[:-1], out=cut[1:])  # (NaN: a run of its own)
+    cut[1:] |= hint[1:] < hint[:-1]
+    starts = np.flatnonzero(cut)
+    if 2 * starts.size > n or (h != h).any():  # runs too short to pay, or NaN
+        return np.argsort(v, kind="stable")
+    rv = h[starts]
+    by = np.argsort(rv, kind="stable")
+    size = np.diff(np.append(starts, n))[by]
+    out = hint[np.repeat(starts[by] - (np.cumsum(size) - size), size) + np.arange(n)]
+    rv = rv[by]
+    tie = rv[1:] == rv[:-1]  # runs of one value, side by side: their indices merged
+    if tie.any():
+        grp = np.concatenate([[0], np.cumsum(~tie)]).astype(np.int64)
+        tied = np.zeros(by.size, dtype=bool)
+        tied[1:] = tie
+        tied[:-1] |= tie
+        el = np.repeat(tied, size)
+        key = np.repeat(grp, size)[el] * np.int64(n)
+        merged = key + out[el]
+        merged.sort()
+        out[el] = merged - key  # each group keeps its place; within it, indices ascending
+    return out
 
 
 def _falling_order(v: np.ndarray) -> np.ndarray:
