@@ -93,3 +93,29 @@ def test_place_leftovers_is_the_scan_of_the_codes_rule():
         assert tokens.tolist() == want_tokens
         extra += len(want_tokens) > bl.size
     assert extra > 10
+
+
+def test_stable_order_is_numpys_stable_argsort():
+    """Sorting runs of a hint (an earlier order, or any permutation) gives numpy's stable order index for index:
+    many ties (one value in runs at rising and falling indices, equal values in different runs), zeros of
+    both signs, infinities, NaN, one value and none."""
+    from dcpsim.policies.pr2959_tables import stable_order
+
+    rng = np.random.default_rng(25)
+    merged = 0
+    for _ in range(500):
+        n = int(rng.integers(0, 2000))
+        v = rng.choice(rng.choice([0.0, -0.0, 1.0, 2.5, 7.0, np.inf, -np.inf, 3e15], int(rng.integers(1, 8))), n)
+        if n and rng.random() < 0.1:  # NaN (numpy sorts them last, by index)
+            v[rng.integers(0, n, int(rng.integers(1, 4)))] = np.nan
+        old = v.copy()
+        if n and rng.random() < 0.7:  # the hint: the stable order of earlier values, some of them changed since
+            old[rng.random(n) < rng.random()] += float(rng.choice([1.0, 2.5, -1.0]))
+            hint = np.argsort(old, kind="stable")
+        else:
+            hint = rng.permutation(n)
+        want = np.argsort(v, kind="stable")
+        h = v[hint]
+        merged += bool(((h[1:] == h[:-1]) & (hint[1:] < hint[:-1])).any())
+        assert stable_order(v, hint).tolist() == want.tolist()
+    assert merged > 100, merged
