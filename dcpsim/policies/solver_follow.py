@@ -269,7 +269,8 @@ class _Follow:
             if newt > s_k or newt < floor or newt < o_t or (newt == o_t and neg <= o_neg):
                 break
             if tq != tie_t:  # a lower time whose new time rounds equal: the full decision picks
-                tie_lo = bisect_left(keys, (tq, -_INF), 0, j)
+                # the first entry of time tq (j itself unless the one below has that time: a binary search)
+                tie_lo = j if j and keys[j - 1][0] != tq else bisect_left(keys, (tq, -_INF), 0, j)
                 if tie_lo and keys[tie_lo - 1][0] + add == newt:
                     break
                 tie_t = tq

@@ -58,20 +58,30 @@ class _Placer(_Follow, _Least, _Fill):
         self._start()
         uid, time_rows, tok_rows = tab.uid, tab.time_rows, tab.tok_rows
         choice = self.choice.tolist()
-        fams = self._fams(tab)
+        # only the codes of chosen sizes ever hold groups (groups open at a sequence's chosen size), and of
+        # those only the spans some aligned slice of that size has: each distinct length's codes without the
+        # others (which the join searches pass over, finding no cell)
+        allowed = 0
+        for kk in self._chosen():
+            c = self.sizes[kk]
+            if c <= self.R:
+                self._spans(0, c)  # every aligned start's span, kept in span_rows
+            spans = set(self.span_rows.get(c, ())) or {0, 1}
+            for b in spans:
+                allowed |= 1 << (2 * kk + b)
+        fams = tab.fams.get(allowed)  # shared by the candidates with the same chosen sizes
+        if fams is None:
+            rows = [[c for c in row if allowed >> c & 1] for row in tab.fam_rows]
+            fams = tab.fams[allowed] = [rows[j] for j in tab.fam_id]
         self._rows = (time_rows, tok_rows, fams)
         ids = order.tolist()
-        if self.bulk and n:  # per position, the end of its run of equal length and CP size
-            key_u, key_k = tab.inv[order], self.choice[order]
-            cut = np.flatnonzero((key_u[1:] != key_u[:-1]) | (key_k[1:] != key_k[:-1])) + 1
-            ends = np.append(cut, n)
-            self._run_end = list(chain.from_iterable(map(repeat, ends.tolist(), np.diff(ends, prepend=0).tolist())))
         if n:  # the first sequence opens the first step alone (see :meth:`unbounded_same`)
             k0 = choice[ids[0]]
             self.t_first = time_rows[uid[ids[0]]][2 * k0 + self.span0[k0]]
         pos = 0
         bulk = self.bulk and n > 0
-        run_end = self._run_end if bulk else []
+        # per position, the end of its run of equal length and CP size
+        run_end = self._run_end = self._run_ends(tab, order) if bulk else []
         # the state's lists (filled in place, never replaced during the run) and the options' methods, as locals
         g_time, g_room, g_code, g_step, g_sidx, members, S = (self.g_time, self.g_room, self.g_code, self.g_step,
                                                               self.g_sidx, self.members, self.S)
@@ -113,23 +123,12 @@ class _Placer(_Follow, _Least, _Fill):
                     pos = self._fill(act[1], ids, pos, u, k)
         return self._plan(name, lengths)
 
-    def _fams(self, tab: _Table) -> list[list[int]]:
-        """Per distinct length, the codes its join searches visit, by increasing GPU-seconds: only the codes of
-        chosen sizes ever hold groups (groups open at a sequence's chosen size), and of those only the spans
-        some aligned slice of that size has (the others' cells never exist). Kept in ``tab`` per code set."""
-        allowed = 0
-        for kk in self._chosen():
-            c = self.sizes[kk]
-            if c <= self.R:
-                self._spans(0, c)  # every aligned start's span, kept in span_rows
-            spans = set(self.span_rows.get(c, ())) or {0, 1}
-            for b in spans:
-                allowed |= 1 << (2 * kk + b)
-        fams = tab.fams.get(allowed)  # shared by the candidates with the same chosen sizes
-        if fams is None:
-            rows = [[c for c in row if allowed >> c & 1] for row in tab.fam_rows]
-            fams = tab.fams[allowed] = [rows[j] for j in tab.fam_id]
-        return fams
+    def _run_ends(self, tab: _Table, order: np.ndarray) -> list[int]:
+        """Per position of ``order``, the end of its run of equal length and CP size."""
+        key_u, key_k = tab.inv[order], self.choice[order]
+        cut = np.flatnonzero((key_u[1:] != key_u[:-1]) | (key_k[1:] != key_k[:-1])) + 1
+        ends = np.append(cut, order.size)
+        return list(chain.from_iterable(map(repeat, ends.tolist(), np.diff(ends, prepend=0).tolist())))
 
     def unbounded_same(self) -> bool:
         """Whether :meth:`run` (done) made every decision that a placer of the same candidate without the
