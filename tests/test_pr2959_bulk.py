@@ -119,3 +119,26 @@ def test_stable_order_is_numpys_stable_argsort():
         merged += bool(((h[1:] == h[:-1]) & (hint[1:] < hint[:-1])).any())
         assert stable_order(v, hint).tolist() == want.tolist()
     assert merged > 100, merged
+
+
+def test_spread_groups_counts_groups_at_different_positions():
+    """The long groups at different list positions on their slots (the entries group after group, summarised
+    by segment) are the ones the per-entry minimum and maximum (np.minimum.at / np.maximum.at) find."""
+    from dcpsim.policies.pr2959_candidate import _spread_groups
+
+    rng = np.random.default_rng(26)
+    spread = 0
+    for _ in range(300):
+        widths = rng.choice([1, 2, 4, 8], int(rng.integers(0, 50)))
+        gid = np.repeat(np.arange(widths.size), widths)
+        pos = rng.integers(0, 3, gid.size) if rng.random() < 0.5 else np.repeat(rng.integers(0, 5, widths.size), widths)
+        if gid.size and rng.random() < 0.5:
+            pos[rng.integers(0, gid.size)] += 1
+        lo = np.full(widths.size, np.iinfo(np.int64).max)
+        hi = np.full(widths.size, -1)
+        np.minimum.at(lo, gid, pos)
+        np.maximum.at(hi, gid, pos)
+        want = int(np.count_nonzero(lo != hi))
+        spread += want
+        assert _spread_groups(pos, np.cumsum(widths) - widths) == want
+    assert spread > 500, spread

@@ -349,6 +349,7 @@ class _Candidate:
         dealt = self._deal_buckets(fsum, np.bincount(slot, minlength=bt.K).tolist(), bt.layout.pp * self.m, places)
         if dealt is None:
             return
+        self._nlong = slot.size  # the long groups' entries come first, group after group, each from its first slot
         slot, code = np.concatenate([slot, dealt[0]]), np.concatenate([code, dealt[1]])
         if places[0] is not None:  # each entry's count on its slot before it, made along the way
             pos = np.concatenate(places).astype(np.int64, copy=False)
@@ -474,14 +475,13 @@ class _Candidate:
         n = int(pos.max()) + 1 if pos.size else 0
         fw = np.zeros((n, self.batch.K))
         cell = pos * self.batch.K + slot  # the entry's (position, slot) in the flat matrices
-        g = code < 0
-        b = ~g
-        fw.reshape(-1)[cell[b]] = self.bf[code[b]]
+        nl = self._nlong  # entries [0, nl): the long groups'
+        fw.reshape(-1)[cell[nl:]] = self.bf[code[nl:]]
         bw = NORMAL_BWD_FACTOR * fw  # the buckets' backward (bb, exactly) and 0 elsewhere, before the groups'
-        if g.any():
+        if nl:
             _, width, gf, gb, _ = self._garr
             per = width.astype(np.float64)
-            gid, cg = ~code[g], cell[g]
+            gid, cg = ~code[:nl], cell[:nl]
             fw.reshape(-1)[cg] = (gf / per)[gid]
             bw.reshape(-1)[cg] = (gb / per)[gid]
         self.makespan = float(pr_pipeline_makespan(fw, bw, self.batch.layout.pp).max())
@@ -490,20 +490,14 @@ class _Candidate:
         """Phase 6: microbatch ``k`` of a slot is its ``k``-th bucket; a long group runs where all its slots reach it
         (steps of arrays, :func:`~dcpsim.policies.plan.steps_of_arrays`: their groups are made when read)."""
         slot, pos, code = self._slot_table()
-        g = code < 0
-        if g.any():  # a long group the code has at different list positions on its slots
-            lo = np.full(len(self.long_ids), np.iinfo(np.int64).max)
-            hi = np.full(len(self.long_ids), -1)
-            np.minimum.at(lo, ~code[g], pos[g])
-            np.maximum.at(hi, ~code[g], pos[g])
-            self.misaligned += int(np.count_nonzero(lo != hi))
+        gs, widths = self._garr[:2]
+        nl = self._nlong  # entries [0, nl): the long groups', group after group, each from its first slot
+        first = np.cumsum(widths) - widths  # each group's first entry
+        self.misaligned += _spread_groups(pos[:nl], first)  # long groups the code has at different list positions
         if self.misaligned:
             return self._realigned_steps()
         # every long group sits at one list index on all its slots, so each entry runs at its index
-        gs, widths = self._garr[:2]
-        kept = ~g  # normal buckets, and each long group on its first slot
-        kept[np.flatnonzero(g)[gs[~code[g]] == slot[g]]] = True
-        keep = np.flatnonzero(kept)
+        keep = np.concatenate([first, np.arange(nl, code.size)]).astype(np.int64)  # buckets; long groups once
         order = keep[stable_argsort(pos[keep] * self.batch.K + slot[keep])]  # by list index, then slot
         if not order.size:
             return []
@@ -556,3 +550,11 @@ class _Candidate:
         return [Step(sorted(at[k], key=lambda gr: gr.start)) for k in sorted(at)]
 
 
+
+
+def _spread_groups(pos: np.ndarray, first: np.ndarray) -> int:
+    """How many groups have entries at different positions (``pos``: the entries, group after group; ``first``:
+    each group's first entry, ascending, every group with one entry or more)."""
+    if not pos.size:
+        return 0
+    return int(np.count_nonzero(np.minimum.reduceat(pos, first) != np.maximum.reduceat(pos, first)))
