@@ -108,8 +108,9 @@ join searches and the least-increase pass's usual cell inline
 ``tests/test_solver_fast.py``). After a join that raises its step, the next sequences of its length
 are placed by :mod:`dcpsim.policies.solver_fill` while only the raised group's cell can change the
 decision (every rank taken, the short sequences filling the lowest step group by group; each decision the
-full one, ``tests/test_solver_fill.py``): 7.52 G -> 7.32 G instructions for the 65,536-GPU plan. Plans
-are identical to
+full one, ``tests/test_solver_fill.py``): one 65,536-GPU iteration 7,790 M -> 7,546 M instructions
+(``benchmarks/scale_instructions.py``, 2026-11-28; ``packing``: 0.90 G), its plan 7.53 G -> 7.31 G.
+Plans are identical to
 the definition (a scan of every open group per sequence, kept in
 ``tests/test_policy_scale.py``) and to one full decision per sequence
 (``_Placer.bulk = False``), meta included.
