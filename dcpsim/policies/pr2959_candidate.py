@@ -147,7 +147,7 @@ class _Candidate:
         self.long_ids = self._long_arr.tolist()  # ids; the array for the phases to index with, ``normal`` largest first
         sizes = self.long_sizes()
         self.place_long(sizes)
-        self.fill_normal(self.n_b - sum(sizes))
+        self.fill_normal(self.n_b - int(sizes.sum()))
         if self.valid:
             self.assign_slots()
         if self.valid:
@@ -157,7 +157,7 @@ class _Candidate:
         if self.valid:
             self.valid, self.reason = False, reason
 
-    def long_sizes(self) -> list[int]:
+    def long_sizes(self) -> np.ndarray:
         """Phase 1: slots per long sample (``nearest_pow2(ceil(f/τ))``, capped as the code caps it).
 
         Outside safe mode the sizes come from arrays as far as the cap by the buckets left (one per long
@@ -176,9 +176,11 @@ class _Candidate:
             bound = self.n_b - (np.cumsum(c2) - c2) - (n_long - 1 - np.arange(n_long))
             over = np.flatnonzero(c > bound)
             start = n_long if over.size == 0 else int(over[0])
-            out = c2[:start].tolist()
-            self.clamped += int(np.count_nonzero(c2[:start] != c[:start]))
-            left -= sum(out)
+            head = c2[:start]
+            self.clamped += int(np.count_nonzero(head != c[:start]))
+            left -= int(head.sum())
+        else:
+            head = np.zeros(0, dtype=np.int64)
         for idx in range(start, n_long):
             i = self.long_ids[idx]
             want = nearest_pow2(math.ceil(float(bt.f[i]) / self.tau))
@@ -189,9 +191,9 @@ class _Candidate:
             self.clamped += c2 != c
             left -= c2
             out.append(c2)
-        return out
+        return np.concatenate([head, np.asarray(out, dtype=np.int64)]).astype(np.int64, copy=False)
 
-    def place_long(self, sizes: list[int]) -> None:
+    def place_long(self, sizes: np.ndarray) -> None:
         """Phase 2: an aligned block per long sample (most buckets left), filled with normal samples.
 
         Each long sample's group takes normal samples, largest first, under the code's three limits; it
@@ -203,10 +205,10 @@ class _Candidate:
         """
         bt = self.batch
         blocks, self.overflow_blocks = _long_blocks(sizes, bt.K, bt.layout.pp * self.m)
-        flag_all = self.n_b - sum(sizes) <= 0
+        flag_all = self.n_b - int(sizes.sum()) <= 0
         total_num = bt.K * pipeline_ratio(self.m, bt.layout.pp)
         li = self._long_arr
-        cs_a = np.asarray(sizes, dtype=np.int64)
+        cs_a = sizes
         room_a = cs_a * self.tau - bt.f[li]  # c·τ − f, as the code computes it
         tok_a = per_rank_tokens(bt.L[li], cs_a * bt.u)  # the long sample's own tokens per rank
         if self._suffix is not None:  # the pool is a suffix of the code's order: its runs are the batch's
@@ -227,7 +229,7 @@ class _Candidate:
             removed, ends = fill_one_by_one(self, room_a, tok_a, cs_a, flag_all, total_num)
         self._fillers = self.normal[removed]
         self.normal = np.delete(self.normal, removed) if removed.size else self.normal
-        self._garr = self._group_table(li, cs_a, np.asarray(blocks, dtype=np.int64) * cs_a, tok_a,
+        self._garr = self._group_table(li, cs_a, blocks * cs_a, tok_a,
                                        np.asarray(ends, dtype=np.int64))
 
     def _group_table(self, li: np.ndarray, cs_a: np.ndarray, starts: np.ndarray, tok_a: np.ndarray,

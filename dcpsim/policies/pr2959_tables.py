@@ -7,7 +7,6 @@ target. ``tests/test_pr2959_scale.py`` checks each against the plain scan of :mo
 
 from __future__ import annotations
 
-import itertools
 import math
 from bisect import bisect_left, bisect_right, insort
 
@@ -53,7 +52,7 @@ def stable_argsort(a: np.ndarray) -> np.ndarray:
     return p[np.argsort((b[p] >> 16).astype(np.uint16), kind="stable")]
 
 
-def _long_blocks(sizes: list[int], slots: int, per_slot: int) -> tuple[list[int], int]:
+def _long_blocks(sizes: list[int] | np.ndarray, slots: int, per_slot: int) -> tuple[np.ndarray, int]:
     """Aligned block (index among the blocks of its size) of every long sample, and how many found none free.
 
     The code gives each long sample, in order, the first aligned block of ``c`` slots whose fullest
@@ -63,10 +62,12 @@ def _long_blocks(sizes: list[int], slots: int, per_slot: int) -> tuple[list[int]
     ``v`` drops to ``v − 1``, below the blocks still at ``v``), so a run is computed at once.
     """
     remain = np.full(slots, per_slot, dtype=np.int64)
-    out: list[int] = []
+    out: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
     overflow = 0
-    for cs, run in itertools.groupby(sizes):
-        r = len(list(run))
+    sizes = np.asarray(sizes, dtype=np.int64)
+    cuts = [0, *(np.flatnonzero(sizes[1:] != sizes[:-1]) + 1).tolist(), sizes.size] if sizes.size else [0]
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):  # runs of one size
+        cs, r = int(sizes[a]), b - a
         nb = slots // cs
         view = remain[: nb * cs].reshape(nb, cs)
         mins = view.min(axis=1)
@@ -80,9 +81,9 @@ def _long_blocks(sizes: list[int], slots: int, per_slot: int) -> tuple[list[int]
         extra = r - got  # the code indexes the last block
         chosen = np.concatenate([*picks, np.full(extra, nb - 1, dtype=np.int64)])
         view -= np.bincount(chosen, minlength=nb)[:, None]
-        out.extend(chosen.tolist())
+        out.append(chosen)
         overflow += extra
-    return out, overflow
+    return np.concatenate(out).astype(np.int64, copy=False), overflow
 
 
 class _NormalPool:
