@@ -264,10 +264,9 @@ class _Candidate:
             Ls = bt.L[ids]
             T = float(Ls.sum()) / n_nb
             cap = bt.M if self.safe else math.inf
-            left = self._lowest_flops_first(ids, T, cap, Ls)
-            self.n_leftovers = len(left)
-            if left:
-                left_a = np.asarray(left, dtype=np.int64)
+            left_a = self._lowest_flops_first(ids, T, cap, Ls)
+            self.n_leftovers = int(left_a.size)
+            if left_a.size:
                 self._leftovers(left_a[stable_argsort(-bt.L[left_a])], T, cap)  # longest first, stable
         self.seq = np.concatenate([*(a for a, _ in self._head), np.array(self.seq, dtype=np.int64)]).astype(np.int64, copy=False)
         self.dest = np.concatenate([*(b for _, b in self._head), np.array(self.dest, dtype=np.int64)]).astype(np.int64, copy=False)
@@ -275,7 +274,7 @@ class _Candidate:
         # is exact in binary floating point, so those sums are exactly twice the forward sums
         self.bb = NORMAL_BWD_FACTOR * self.bf
 
-    def _lowest_flops_first(self, ids: np.ndarray, T: float, cap: float, Ls: np.ndarray | None = None) -> list[int]:
+    def _lowest_flops_first(self, ids: np.ndarray, T: float, cap: float, Ls: np.ndarray | None = None) -> np.ndarray:
         """Each normal sample (largest first) to the bucket with the lowest forward FLOPs among those it
         keeps within ``T`` tokens (and ``cap`` tokens per rank), ties to the lowest bucket; returns the
         samples none takes.
@@ -295,7 +294,7 @@ class _Candidate:
         # samples no bucket can hold (lim < 0) come first: leftovers; then each of the next samples opens
         # the lowest empty bucket (FLOPs 0, below any other) while one is left
         n0 = int(np.searchsorted(lims, 0))
-        left = ids[:n0].tolist()
+        left = ids[:n0]
         E = min(bf.size, ids.size - n0)
         first = ids[n0:n0 + E]
         bf[:E], bl[:E] = fs[n0:n0 + E], Ls[n0:n0 + E]
@@ -307,8 +306,7 @@ class _Candidate:
         dest = _merge_runs(bf, bl, fs[done:], np.asarray(Ls[done:], dtype=np.int64), np.asarray(rest_lims, dtype=np.int64))
         ok = dest >= 0
         self._head.append((rest[ok], dest[ok]))
-        left.extend(rest[~ok].tolist())
-        return left
+        return np.concatenate([left, rest[~ok]]).astype(np.int64, copy=False)
 
     def _bulk_lowest_flops(self, ids: np.ndarray, lims: np.ndarray, fs: np.ndarray | None = None,
                            Ls: np.ndarray | None = None) -> int:

@@ -66,7 +66,6 @@ class ClassFiller:
         self.cnxt = list(range(self.ncls + 1))  # union-find: cnxt[c] == c while class c has samples
         self.last = self.ncls - 1  # the last class with samples (the smallest FLOPs left)
         self.room, self.lsum, self.cap = room, lsum, cap
-        self.room_l, self.lsum_l, self.cap_l = room.tolist(), lsum.tolist(), cap.tolist()
         self.nslack = -slack
         self.budget, self.flag_all = budget, flag_all
         self.n_alive = n
@@ -88,7 +87,7 @@ class ClassFiller:
         while cnxt[top] != top:
             cnxt[top] = top = cnxt[cnxt[top]]
         cneg.append(-math.inf)  # a sentinel at ncls (cnxt[ncls] == ncls): below no x
-        for room, lsum, cap in zip(self.room_l[a:b], self.lsum_l[a:b], self.cap_l[a:b], strict=True):
+        for room, lsum, cap in zip(self.room[a:b].tolist(), self.lsum[a:b].tolist(), self.cap[a:b].tolist(), strict=True):
             c = top  # classes before the last pick's have FLOPs >= x or are empty
             while flag_all or (n_alive > budget and lsum < cap):
                 nx = room * nslack
