@@ -388,16 +388,25 @@ class HostOps:
     sync_before: np.ndarray
     sync_after: np.ndarray
     sync_s: float
+    stage_row: tuple[int, ...] | None = None  # set: the arrays are ``(R, 2, G)``, stage s's ops in row stage_row[s]
 
     def take_groups(self, order: np.ndarray) -> HostOps:
         """The same ops with groups reordered (``order`` indexes the last axis)."""
         return HostOps(self.host_s[..., order], self.kernels[..., order], self.sync_before[..., order],
-                       self.sync_after[..., order], self.sync_s)
+                       self.sync_after[..., order], self.sync_s, self.stage_row)
+
+    def full(self) -> HostOps:
+        """The same ops as ``(V, 2, G)`` arrays (each stage's shared row copied; itself when none is shared)."""
+        if self.stage_row is None:
+            return self
+        r = list(self.stage_row)
+        return HostOps(self.host_s[r], self.kernels[r], self.sync_before[r], self.sync_after[r], self.sync_s)
 
     def run(self, s: int, d: int, a: int, z: int, host_free, ready, dur):
         """Ops ``(s, d, a:z)`` whose hosts are free at ``host_free`` and whose device inputs (ranks free,
         pipeline input arrived) are ready at ``ready``, device time ``dur``: ``(device start, device end,
         host free after, issue start)`` by :func:`issue`."""
+        s = s if self.stage_row is None else self.stage_row[s]
         ops = OpCosts(self.host_s[s, d, a:z], dur, self.kernels[s, d, a:z], self.sync_before[s, d, a:z],
                       self.sync_after[s, d, a:z])
         H, start, end, host_after = issue(host_free, ready, ready, ops, self.sync_s)
@@ -412,9 +421,8 @@ class HostOps:
 
     def run_one(self, i: int, host_free: float, ready: float, dur: float) -> tuple[float, float, float, float]:
         """:meth:`run` for the one op at flat index ``i`` of the ``(V, 2, G)`` arrays (``(s * 2 + d) * G + g``: the
-        event engine's node number) on Python floats (seconds): ``(device start, device end, host free after,
-        issue start)``, equal to :meth:`run`'s. Reads the arrays' items per call (no per-op copy kept: a run's
-        work records hold their ``HostOps``)."""
+        event engine's node number; arrays of every stage: :meth:`full`) on Python floats (seconds): ``(device start,
+        device end, host free after, issue start)``, equal to :meth:`run`'s. Reads the arrays' items per call."""
         op = (self.host_s.item(i), self.kernels.item(i), self.sync_before.item(i), self.sync_after.item(i))
         H, start, end, host_after = issue_one(host_free, ready, ready, dur, op, self.sync_s)
         return start, end, host_after, H
@@ -498,13 +506,13 @@ def _fill_host(f_host, b_host, f_k, b_k, host: HostCosts, flags: StepFlags, grap
 
 def _pass_rows(hs: np.ndarray, ks: np.ndarray, n_layers: np.ndarray, layer: tuple, p2p: tuple, step: tuple,
                mb: float) -> None:
-    """:func:`host_ops`'s per virtual stage ``s`` host seconds and kernels of its ``n_layers[s mod pp]`` layers' pass,
-    pipeline exchange, step entry and share of the microbatch Python, in place (``layer``: one layer's forward and
-    backward host seconds and kernels; ``p2p``, ``step``: forward and backward seconds); stages of equal layer
+    """:func:`host_ops`'s per row ``s`` host seconds and kernels of its ``n_layers[s]`` layers' pass, pipeline
+    exchange, step entry and share of the microbatch Python, in place (``layer``: one layer's forward and
+    backward host seconds and kernels; ``p2p``, ``step``: forward and backward seconds); rows of equal layer
     counts get the first one's rows (the same operations on the same values)."""
-    (f_host, b_host, f_k, b_k), pp, row_of = layer, n_layers.size, {}
+    (f_host, b_host, f_k, b_k), row_of = layer, {}
     for s in range(hs.shape[0]):
-        n = n_layers[s % pp]
+        n = n_layers[s]
         if row_of.setdefault(n, s) != s:
             hs[s], ks[s] = hs[row_of[n]], ks[row_of[n]]
             continue
@@ -514,7 +522,12 @@ def _pass_rows(hs: np.ndarray, ks: np.ndarray, n_layers: np.ndarray, layer: tupl
         ks[s, 1] = np.maximum(n * b_k, 1.0)
 
 
-def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
+def _stage_key(s: int, layers: np.ndarray, V: int) -> tuple:
+    """What :func:`host_ops` reads of virtual stage ``s`` of ``V``: its layers, whether first, last, in chunk 0."""
+    return layers[s % layers.size], s == 0, s == V - 1, s < layers.size
+
+
+def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags, shared: bool = False) -> HostOps:
     """The host cost and syncs of every group op of an iteration (pure: what is issued, not when).
 
     Per virtual stage ``s`` (chunk ``c`` of rank ``p``, ``stage_layers[p]/vp`` layers): the layers'
@@ -527,15 +540,16 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
     ``pp > 1`` and ``vp = 1`` (Megatron's batched p2p with ``batch_p2p_sync``) before every op with a
     pipeline input; the loss NaN/Inf check after the last stage's forward (``check_nan``); THD metadata
     before every forward (``thd`` and more than one document); the Dynamic-CP exchange before the first
-    step's forwards.
+    step's forwards. Computed once per distinct stage (layers, first, last, first chunk): ``shared`` keeps those
+    rows (:attr:`HostOps.stage_row`), else each stage gets a copy of its row (:meth:`HostOps.full`).
     """
     layers = np.asarray(shape.stage_layers, dtype=np.float64)
     pp, vp = layers.size, int(shape.vp)
     V, G = pp * vp, int(np.asarray(shape.kernels_fwd).size)
-    hs = np.empty((V, 2, G))  # every row set by _pass_rows
-    ks = np.empty((V, 2, G))
-    sb = np.zeros((V, 2, G), dtype=bool)
-    sa = np.zeros((V, 2, G), dtype=bool)
+    keys = [_stage_key(s, layers, V) for s in range(V)]
+    reps = sorted({keys.index(k) for k in keys})  # each distinct stage's first stage: one row each
+    hs, ks = np.empty((len(reps), 2, G)), np.empty((len(reps), 2, G))  # every row set by _pass_rows
+    sb, sa = np.zeros((len(reps), 2, G), dtype=bool), np.zeros((len(reps), 2, G), dtype=bool)
     f_host, b_host, f_k, b_k = layer_pass_host(shape, host, flags)
     p2p = 2.0 * host.collective_call_s if pp > 1 else 0.0
     p2p_f = p2p + ((P2P_CALLS_FWD * host.module_call_s + P2P_WAITS * host.kernel_launch_s) if pp > 1 else 0.0)
@@ -552,33 +566,35 @@ def host_ops(shape: PassShape, host: HostCosts, flags: StepFlags) -> HostOps:
         if pp > 1:
             p2p_f += determinism.FILLS_P2P[0] * host.kernel_launch_s
             p2p_b += determinism.FILLS_P2P[1] * host.kernel_launch_s
-    _pass_rows(hs, ks, layers / vp, (f_host, b_host, f_k, b_k), (p2p_f, p2p_b), (step_f, step_b), mb)
-    for s in range(V):
+    _pass_rows(hs, ks, (layers / vp)[[s % pp for s in reps]], (f_host, b_host, f_k, b_k), (p2p_f, p2p_b),
+               (step_f, step_b), mb)
+    for r, s in enumerate(reps):
         if (s == 0 or s == V - 1) and not (flags.packed or flags.thd):  # is_first_or_last_pipeline_stage
             cps = np.ones(G) if shape.cps is None else shape.cps
-            hs[s, 0] += get_batch_host_s(host, s == 0, s == V - 1, cps, mask=flags.attention_mask_in_dataloader)
+            hs[r, 0] += get_batch_host_s(host, s == 0, s == V - 1, cps, mask=flags.attention_mask_in_dataloader)
         if s == 0:
-            hs[s, 0] += shape.kernels_embed[0] * host.kernel_fwd_s
-            hs[s, 1] += shape.kernels_embed[1] * host.kernel_bwd_s
-            ks[s] += np.asarray(shape.kernels_embed, dtype=np.float64)[:, None]
+            hs[r, 0] += shape.kernels_embed[0] * host.kernel_fwd_s
+            hs[r, 1] += shape.kernels_embed[1] * host.kernel_bwd_s
+            ks[r] += np.asarray(shape.kernels_embed, dtype=np.float64)[:, None]
         if s == V - 1:
-            hs[s, 0] += shape.kernels_head[0] * host.kernel_fwd_s
-            hs[s, 1] += shape.kernels_head[1] * host.kernel_bwd_s
-            ks[s] += np.asarray(shape.kernels_head, dtype=np.float64)[:, None]
+            hs[r, 0] += shape.kernels_head[0] * host.kernel_fwd_s
+            hs[r, 1] += shape.kernels_head[1] * host.kernel_bwd_s
+            ks[r] += np.asarray(shape.kernels_head, dtype=np.float64)[:, None]
             if flags.deterministic:  # the logits' FP32 copy and its gradient, filled (cost/determinism.py)
-                hs[s] += determinism.fill_host_s(determinism.FILLS_HEAD, host.kernel_launch_s)[:, None]
-                ks[s] += np.asarray(determinism.FILLS_HEAD, dtype=np.float64)[:, None]
-            sa[s, 0] = flags.check_nan
+                hs[r] += determinism.fill_host_s(determinism.FILLS_HEAD, host.kernel_launch_s)[:, None]
+                ks[r] += np.asarray(determinism.FILLS_HEAD, dtype=np.float64)[:, None]
+            sa[r, 0] = flags.check_nan
         if pp > 1 and (vp == 1 or not flags.overlap_p2p_comm):
-            sb[s, 0] = s > 0
-            sb[s, 1] = s < V - 1
+            sb[r, 0] = s > 0
+            sb[r, 1] = s < V - 1
     if flags.timing_log_level >= 2:  # per-op timers (forward-compute, backward-compute, recv/send) sync
         sb[:], sa[:] = True, True
     if flags.thd and shape.n_seqs is not None:
         sb[:, 0] |= (np.asarray(shape.n_seqs) > 1)[None, :]
     if flags.dynamic_cp and shape.first_step is not None:
-        first = np.asarray(shape.first_step, dtype=bool)
-        sb[:pp, 0] |= first[None, :]
+        first, lo = np.asarray(shape.first_step, dtype=bool), np.array([s < pp for s in reps])
+        sb[lo, 0] |= first[None, :]
         # lengths all-gathered, read on the host, the plan broadcast (data_schedule_utils.py): two calls
-        hs[:pp, 0] += np.where(first, 2 * (host.collective_call_s + host.module_call_s), 0.0)[None, :]
-    return HostOps(hs, ks, sb, sa, float(host.sync_s))
+        hs[lo, 0] += np.where(first, 2 * (host.collective_call_s + host.module_call_s), 0.0)[None, :]
+    ops = HostOps(hs, ks, sb, sa, float(host.sync_s), tuple(reps.index(keys.index(k)) for k in keys))
+    return ops if shared else ops.full()

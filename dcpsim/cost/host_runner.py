@@ -23,32 +23,34 @@ def runner(ops, fwd_s: np.ndarray, bwd_s: np.ndarray) -> Callable:
     after, issue start)`` of ops ``(s, d, a:z)`` (``out``: arrays to hold the device start, the host free after and
     the issue start; fewer than three: the rest None)."""
     dur, sync_s, floor = (fwd_s, bwd_s), ops.sync_s, not bool((ops.kernels >= 1.0).all())  # else max(k, 1) is k
-    sb, sa = ((x.any(axis=2).astype(int) + x.all(axis=2)).tolist()  # per (s, d): 0 no op syncs, 1 some, 2 all
+    sb, sa = ((x.any(axis=2).astype(int) + x.all(axis=2)).tolist()  # per (row, d): 0 no op syncs, 1 some, 2 all
               for x in (ops.sync_before, ops.sync_after))
+    rows = range(fwd_s.shape[0]) if ops.stage_row is None else ops.stage_row  # stage s's ops in row rows[s]
 
     def run(s: int, d: int, a: int, z: int, host_free, ready, out=(None, None, None)):
-        H, h, k, dev = host_free, ops.host_s[s, d, a:z], ops.kernels[s, d, a:z], dur[d][s, a:z]
+        r = rows[s]
+        H, h, k, dev = host_free, ops.host_s[r, d, a:z], ops.kernels[r, d, a:z], dur[d][s, a:z]
         out = (*out, None, None, None)[:3]
         k = np.maximum(k, 1.0) if floor else k
-        if sb[s][d]:
+        if sb[r][d]:
             H = np.maximum(host_free, ready, out=out[2])
             H += sync_s  # max(host free, ready) + sync
-            if sb[s][d] == 1:  # where(sync_before, H, host_free), in place
-                np.copyto(H, host_free, where=~ops.sync_before[s, d, a:z])
+            if sb[r][d] == 1:  # where(sync_before, H, host_free), in place
+                np.copyto(H, host_free, where=~ops.sync_before[r, d, a:z])
         elif out[2] is not None:
             H = out[2]
             H[...] = host_free
         t = h / k
         t += H  # H + h / k
         start = np.maximum(ready, t, out=out[0])
-        busy = np.add(H, h, out=None if sa[s][d] else out[1])
+        busy = np.add(H, h, out=None if sa[r][d] else out[1])
         end = start + dev
         t = np.divide(dev, k, out=t)
         t += busy  # busy + dev / k
         np.maximum(end, t, out=end)
-        if sa[s][d]:
+        if sa[r][d]:
             after = np.maximum(busy, end) + sync_s
-            busy = after if sa[s][d] == 2 else np.where(ops.sync_after[s, d, a:z], after, busy)
+            busy = after if sa[r][d] == 2 else np.where(ops.sync_after[r, d, a:z], after, busy)
             if out[1] is not None:
                 out[1][...] = busy
                 busy = out[1]

@@ -84,7 +84,7 @@ def rank_step(record, stage: int = 0, rank: int = 0, sim=None) -> RankStep:
     work, tl = record.work, record.timeline
     if getattr(work, "host", None) is None or tl.host_start is None:
         raise ConfigError("hardware.gpu", None, "a profile with a [host] table (the iteration has no host timeline)")
-    table = work.table
+    table, host = work.table, work.host.full()
     pp = tl.bwd_end_s.size
     if not 0 <= stage < pp:
         raise ConfigError("stage", stage, f"a pipeline stage 0..{pp - 1}")
@@ -100,14 +100,14 @@ def rank_step(record, stage: int = 0, rank: int = 0, sim=None) -> RankStep:
         if g < 0:
             continue
         s = c * pp + stage
-        h = float(work.host.host_s[s, d, g])
+        h = float(host.host_s[s, d, g])
         rows.append({"op": f"{'B' if d == BWD else 'F'}{k}" + (f".{c}" if vp > 1 else ""), "microbatch": int(k),
                      "chunk": int(c), "direction": "backward" if d == BWD else "forward",
                      "host_start_s": float(tl.host_start[s, d, g]), "host_s": h,
                      "device_start_s": float(tl.start[s, d, g]), "device_end_s": float(tl.finish[s, d, g]),
                      "device_s": float(dur[d][s, g]),
-                     "sync": ("before " if work.host.sync_before[s, d, g] else "")
-                     + ("after" if work.host.sync_after[s, d, g] else "")})
+                     "sync": ("before " if host.sync_before[s, d, g] else "")
+                     + ("after" if host.sync_after[s, d, g] else "")})
     tail = None
     if sim is not None and stage in sim.durations.step_end_inputs:
         t = sim.durations.step_end_timeline(stage, *sim.durations.step_end_inputs[stage])

@@ -376,7 +376,7 @@ class DurationModel:
         # Dynamic CP (both: dynamic plans; dcpsim.cost.host), so the ops are kept per CP sizes and those flags
         seen = np.concatenate([np.asarray(table.n_seqs) > 1, first]) if dyn else np.zeros(0, dtype=bool)
         return self._layout_memo(f"host{int(dyn)}", table.n_groups, np.asarray(cps), seen, lambda: (host_ops(
-            pass_shape(self.cost, self.topo.vp, cps, n_seqs=table.n_seqs, first_step=first), host, flags),))[0]
+            pass_shape(self.cost, self.topo.vp, cps, n_seqs=table.n_seqs, first_step=first), host, flags, shared=True),))[0]
 
     def work(self, plan: Plan, table: GroupTable, *, noise_cv: float = 0.0,
              rng: np.random.Generator | None = None, arrays: PlanArrays | None = None) -> IterationWork:

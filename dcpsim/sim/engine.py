@@ -221,6 +221,7 @@ class _Run:
         # the host timeline (dcpsim.cost.host): each rank's host clock, groups' rank ranges
         self.host = getattr(work, "host", None)
         if self.host is not None:
+            self.host = self.host.full()  # run_one reads every stage's arrays by the node number
             self.hfree = [[0.0] * int(work.table.ranks) for _ in range(pp)]  # per stage, per rank (Python floats)
             self.host_one = self.host.run_one
             self.g_start = work.table.start.tolist()

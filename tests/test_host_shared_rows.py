@@ -1,0 +1,62 @@
+"""host_ops(shared=True): one row per distinct virtual stage, equal to computing every stage on its own (the arrays the
+simulator used to copy row by row), and the host runner reads the same values through the stage-to-row map."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dcpsim.cost import host as host_mod
+from dcpsim.cost.host import PassShape, StepFlags, host_ops
+from dcpsim.hardware.host import HostCosts
+
+X86 = HostCosts(cpu="x86", kernel_fwd_s=24e-6, kernel_bwd_s=35e-6, kernel_launch_s=6.5e-6, module_call_s=10e-6,
+                collective_call_s=44e-6, sync_s=5e-6, microbatch_s=100e-6, param_tensor_s=6e-6, step_s=1e-3,
+                graph_replay_s=6.5e-6, graph_kernel_s=0.9e-6)
+
+CASES = [  # (stage layers, vp, flags)
+    ([4, 4, 4, 4], 1, StepFlags(thd=True, dynamic_cp=True)),
+    ([4, 4, 4, 4], 2, StepFlags(thd=True, dynamic_cp=True, overlap_p2p_comm=False)),
+    ([3, 4, 4, 5, 4, 4], 2, StepFlags(deterministic=True)),
+    ([2, 2, 2], 3, StepFlags(attention_mask_in_dataloader=False, timing_log_level=2)),
+    ([8], 4, StepFlags(thd=True, dynamic_cp=True)),
+]
+
+
+def _shape(layers: list[int], vp: int, rng: np.random.Generator) -> PassShape:
+    G = 9
+    cps = rng.choice([1, 2, 4, 8], G)
+    return PassShape(stage_layers=np.array(layers), vp=vp, tp=2, kernels_fwd=rng.uniform(10, 40, G),
+                     kernels_bwd=rng.uniform(10, 60, G), collectives_fwd=rng.integers(0, 5, G).astype(float),
+                     collectives_bwd=rng.integers(0, 5, G).astype(float), n_seqs=rng.integers(1, 4, G),
+                     first_step=rng.random(G) < 0.5, cps=cps)
+
+
+@pytest.mark.parametrize("layers,vp,flags", CASES)
+def test_shared_rows_equal_every_stage_computed_alone(monkeypatch, layers, vp, flags):
+    shape = _shape(layers, vp, np.random.default_rng(len(layers) * 10 + vp))
+    shared, full = host_ops(shape, X86, flags, shared=True), host_ops(shape, X86, flags)
+    with monkeypatch.context() as m:  # every virtual stage its own row: each computed alone
+        m.setattr(host_mod, "_stage_key", lambda s, layers, V: s)
+        alone = host_ops(shape, X86, flags, shared=True)
+    V = len(layers) * vp
+    assert alone.stage_row == tuple(range(V)) and len(set(shared.stage_row)) < V  # the case shares rows
+    assert full.stage_row is None and full.host_s.shape == (V, 2, 9)
+    for name in ("host_s", "kernels", "sync_before", "sync_after"):
+        want = getattr(alone, name)
+        assert np.array_equal(getattr(full, name), want)
+        assert np.array_equal(getattr(shared, name)[list(shared.stage_row)], want)
+        assert getattr(shared, name).shape[0] == len(set(shared.stage_row))
+    # the runner on the shared rows gives the full arrays' results bit for bit
+    rng = np.random.default_rng(1)
+    fwd, bwd = rng.uniform(1e-4, 1e-3, (V, 9)), rng.uniform(1e-4, 1e-3, (V, 9))
+    run_s, run_f = shared.runner(fwd, bwd), full.runner(fwd, bwd)
+    for s in range(V):
+        for d in (0, 1):
+            free, ready = rng.uniform(0, 1e-3, 5), rng.uniform(0, 1e-3, 5)
+            for x, y in zip(run_s(s, d, 2, 7, free, ready), run_f(s, d, 2, 7, free, ready)):
+                assert np.array_equal(x, y)
+            assert all(np.array_equal(x, y) for x, y in zip(shared.run(s, d, 2, 7, free, ready, fwd[s, 2:7]),
+                                                            full.run(s, d, 2, 7, free, ready, fwd[s, 2:7])))
+    order = rng.permutation(9)
+    assert np.array_equal(shared.take_groups(order).full().host_s, full.take_groups(order).host_s)
