@@ -54,9 +54,9 @@ def test_shared_rows_equal_every_stage_computed_alone(monkeypatch, layers, vp, f
     for s in range(V):
         for d in (0, 1):
             free, ready = rng.uniform(0, 1e-3, 5), rng.uniform(0, 1e-3, 5)
-            for x, y in zip(run_s(s, d, 2, 7, free, ready), run_f(s, d, 2, 7, free, ready)):
+            for x, y in zip(run_s(s, d, 2, 7, free, ready), run_f(s, d, 2, 7, free, ready), strict=True):
                 assert np.array_equal(x, y)
-            assert all(np.array_equal(x, y) for x, y in zip(shared.run(s, d, 2, 7, free, ready, fwd[s, 2:7]),
-                                                            full.run(s, d, 2, 7, free, ready, fwd[s, 2:7])))
+            got, want = (o.run(s, d, 2, 7, free, ready, fwd[s, 2:7]) for o in (shared, full))
+            assert all(np.array_equal(x, y) for x, y in zip(got, want, strict=True))
     order = rng.permutation(9)
     assert np.array_equal(shared.take_groups(order).full().host_s, full.take_groups(order).host_s)
