@@ -85,8 +85,9 @@ other rules: a run of long samples of one size takes its blocks at once
 chunks of groups at once in numpy, kept up to the first group another one's takings change; safe mode: a
 list with O(α) removal, :class:`_NormalPool`), the groups' FLOPs and tokens are summed after it in numpy, in
 the code's order of additions, normal
-samples go to the buckets in runs (:func:`_bulk_lowest`, then a run of equal samples at a time as a merge
-of the buckets' rising FLOPs, :func:`_merge_runs`), leftovers on the buckets of fewest tokens in rounds
+samples go to the buckets in runs (:func:`_bulk_lowest`, each round's order sorted from the last one's runs of
+equal FLOPs, ``stable_order``; then a run of equal samples at a time as a merge of the buckets' rising
+FLOPs, :func:`_merge_runs`), leftovers on the buckets of fewest tokens in rounds
 where provably the code's pick (:mod:`dcpsim.policies.pr2959_bulk`), the rest in a table sorted by
 tokens (:class:`_TokenTable`, runs moved in bulk by their ranks; their FLOPs added after the loop, in its
 order), slots in runs while provably the heap's choice (:func:`_bulk_deal`; after a run every slot not full
@@ -94,7 +95,8 @@ took part in, the next run's order is the last one's, no sort), then in a heap b
 simulation keeps its ends in a few reused rows; integer sorts use numpy's radix sort
 (:func:`stable_argsort`). ``tests/test_pr2959_scale.py`` keeps the plain scans as the definition and checks
 identical plans and run times (65,536 GPUs: ~138 s -> about 0.35 CPU s of planning on a 2-core Xeon, 0.33-0.45
-with the host's load).
+with the host's load; then leftover rounds, run sorts and arrays for the long samples: 1,986 -> 1,474 M
+instructions per plan of that batch under valgrind, 0.31 -> 0.26 CPU s).
 """
 
 from __future__ import annotations
