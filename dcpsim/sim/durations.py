@@ -522,7 +522,7 @@ class DurationModel:
 
     def _transfers(self, table: GroupTable, local: np.ndarray) -> np.ndarray:
         """Pipeline transfer time per link and group, ``(n_links, G)``: activations forward, their
-        gradients backward (same bytes, same link)."""
+        gradients backward (same bytes, same link); one read-only row broadcast when every link is alike."""
         topo, cost, G = self.topo, self.cost, table.n_groups
         xfer = np.zeros((topo.n_links, G))
         if topo.n_links == 0:
@@ -533,8 +533,10 @@ class DurationModel:
         t_nvl = prof.collective_time_s("sendrecv", "nvlink", nbytes, 2)
         t_net = prof.collective_time_s("sendrecv", "network", nbytes, 2)
         links = self._layout_memo("p2p", G, table.start, table.size, lambda: self._link_groups(table))
-        for p, (g_cross, g_fac) in enumerate(links):  # a link alike an earlier one (same arrays): the same row
-            q = next(q for q in range(p + 1) if links[q] is links[p])
+        if all(x is links[0] for x in links):  # every link alike: one row, read-only, seen by every link
+            xfer = np.broadcast_to(np.where(links[0][0], t_net / links[0][1], t_nvl), xfer.shape)
+        for p, (g_cross, g_fac) in enumerate(links if xfer.flags.writeable else ()):
+            q = next(q for q in range(p + 1) if links[q] is links[p])  # a link alike an earlier one: the same row
             xfer[p] = xfer[q] if q < p else np.where(g_cross, t_net / g_fac, t_nvl)
         self._p2p_alone = (np.asarray(t_net, dtype=float) / topo.network_scale + np.zeros(G),
                            np.asarray(t_nvl, dtype=float) + np.zeros(G))

@@ -148,7 +148,11 @@ def _rows_by_rank(a: np.ndarray, rows: list[int], gid: np.ndarray, flat: np.ndar
 
 def _alike_rows(*arrays: np.ndarray) -> tuple[list[int], list[int]]:
     """(the distinct rows, each row's index among them) of 2-D ``arrays`` with as many rows each: rows ``p`` and
-    ``q`` are alike when every array's rows ``p`` and ``q`` hold the same bits (a sum tells most others apart)."""
+    ``q`` are alike when every array's rows ``p`` and ``q`` hold the same bits (a sum tells most others apart); an
+    array of one row broadcast (row stride 0) holds the same bits in every row."""
+    arrays = tuple(a for a in arrays if a.strides[0] != 0) or arrays[:1]
+    if arrays[0].strides[0] == 0:
+        return [0][:arrays[0].shape[0]], [0] * arrays[0].shape[0]
     bits = [np.ascontiguousarray(a).view(np.int64) for a in arrays]
     sums = [a.sum(axis=1).tolist() for a in arrays]
     keep: list[int] = []
