@@ -60,3 +60,38 @@ def test_shared_rows_equal_every_stage_computed_alone(monkeypatch, layers, vp, f
             assert all(np.array_equal(x, y) for x, y in zip(got, want, strict=True))
     order = rng.permutation(9)
     assert np.array_equal(shared.take_groups(order).full().host_s, full.take_groups(order).host_s)
+
+
+def _record(policy: str, pp: int):
+    from dcpsim.run import RunConfig
+    from dcpsim.run.single import _next_plan, _prepare
+
+    cfg = RunConfig().with_updates({"cluster.gpus": 64, "parallel.pp": pp, "parallel.cp": 4, "parallel.tp": 1,
+                                    "policy.name": policy, "workload.gbs": 128, "sim.iterations": 1, "sim.seed": 3,
+                                    "sim.planning": "ignore", "sim.engine": "fast"})
+    prepared = _prepare(cfg, None, None)
+    plan, _ = _next_plan(prepared, 0)
+    return prepared.sim.simulate(plan, validate=False)
+
+
+@pytest.mark.parametrize("policy,pp", [("dynamic-pr2959", 4), ("packing", 8)])
+def test_broadcast_transfers_equal_one_row_per_link(monkeypatch, policy, pp):
+    """Every link alike: ``xfer_s`` is one read-only row broadcast, equal to a row computed per link (the links'
+    arrays as distinct objects take that path), and the iteration's times equal bit for bit."""
+    from dcpsim.sim import durations
+    from dcpsim.sim.metrics import _alike_rows
+
+    got = _record(policy, pp)
+    link_groups = durations.DurationModel._link_groups
+    with monkeypatch.context() as m:  # each link's arrays a distinct object: a row computed per link
+        m.setattr(durations.DurationModel, "_link_groups",
+                  lambda self, table: tuple((a.copy(), b.copy()) for a, b in link_groups(self, table)))
+        m.setattr(durations.DurationModel, "_layout_memo", lambda self, kind, G, s, z, make: make())
+        want = _record(policy, pp)
+    x, y = got.work.xfer_s, want.work.xfer_s
+    assert x.strides[0] == 0 and y.strides[0] != 0 and y.flags.writeable and not x.flags.writeable
+    assert np.array_equal(x, y) and x.shape == y.shape
+    assert _alike_rows(x) == _alike_rows(y) == _alike_rows(x, y) == ([0], [0] * (pp - 1))
+    for name in ("start", "finish", "stage_end_s"):
+        assert np.array_equal(getattr(got.timeline, name), getattr(want.timeline, name))
+    assert got.iteration_time_s == want.iteration_time_s

@@ -142,7 +142,7 @@ def test_simulated_interleaved_bubble_closed_form(pp, vp, m):
     work.head_bwd_s[:] = 0.0
     work.embed_fwd_s[:] = 0.0
     work.embed_bwd_s[:] = 0.0
-    work.xfer_s[:] = 0.0
+    work.xfer_s = np.zeros(work.xfer_s.shape)  # (a read-only broadcast row when every link is alike)
     graph = build_graph(table, pipeline_schedule(pp, m, vp), work.virtual()[2])
     tl = run_iteration(work, graph, sim.sync, overlap_grad_sync=False)
     ideal = m * (tf + tb)

@@ -132,7 +132,7 @@ def _synthetic(pp: int, m: int, dp: int, tf: float, tb: float, x: float):
     work = sim.durations.work(plan, table)
     work.fwd_s[:] = tf
     work.bwd_s[:] = tb
-    work.xfer_s[:] = x
+    work.xfer_s = np.full(work.xfer_s.shape, x)  # (a read-only broadcast row when every link is alike)
     graph = build_graph(table, pipeline_schedule(pp, table.n_steps), work.virtual()[2])
     return run_iteration(work, graph, sim.sync, overlap_grad_sync=False), sim
 

@@ -98,7 +98,7 @@ class IterationWork:
     rank's whole share (all its ``vp`` chunks, and on the last stage the output
     layer, ``head_fwd_s``/``head_bwd_s``). ``xfer_s`` is ``(n_links, G)``, links
     as in :attr:`Topology.n_links` (stage ``p`` → ``p+1``, then the
-    interleaved schedule's wrap-around). Per-group arrays (``(G,)``):
+    interleaved schedule's wrap-around; read-only, one row broadcast, when every link is alike). Per-group arrays (``(G,)``):
     ``local_tokens``, ``peak_memory_bytes``, ``fits_memory``, ``tokens``
     (unpadded sequence tokens of the whole group). :meth:`virtual` gives the
     durations per virtual stage that the schedule runs.
