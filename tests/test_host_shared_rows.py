@@ -62,15 +62,17 @@ def test_shared_rows_equal_every_stage_computed_alone(monkeypatch, layers, vp, f
     assert np.array_equal(shared.take_groups(order).full().host_s, full.take_groups(order).host_s)
 
 
-def _record(policy: str, pp: int):
+def _record(policy: str, pp: int, hook=None, cp: int = 4):
     from dcpsim.run import RunConfig
     from dcpsim.run.single import _next_plan, _prepare
 
-    cfg = RunConfig().with_updates({"cluster.gpus": 64, "parallel.pp": pp, "parallel.cp": 4, "parallel.tp": 1,
+    cfg = RunConfig().with_updates({"cluster.gpus": 64, "parallel.pp": pp, "parallel.cp": cp, "parallel.tp": 1,
                                     "policy.name": policy, "workload.gbs": 128, "sim.iterations": 1, "sim.seed": 3,
                                     "sim.planning": "ignore", "sim.engine": "fast"})
     prepared = _prepare(cfg, None, None)
     plan, _ = _next_plan(prepared, 0)
+    if hook is not None:
+        hook(prepared.sim.durations)
     return prepared.sim.simulate(plan, validate=False)
 
 
@@ -92,6 +94,30 @@ def test_broadcast_transfers_equal_one_row_per_link(monkeypatch, policy, pp):
     assert x.strides[0] == 0 and y.strides[0] != 0 and y.flags.writeable and not x.flags.writeable
     assert np.array_equal(x, y) and x.shape == y.shape
     assert _alike_rows(x) == _alike_rows(y) == _alike_rows(x, y) == ([0], [0] * (pp - 1))
+    for name in ("start", "finish", "stage_end_s"):
+        assert np.array_equal(getattr(got.timeline, name), getattr(want.timeline, name))
+    assert got.iteration_time_s == want.iteration_time_s
+
+
+@pytest.mark.parametrize("policy,pp,cp", [("dynamic-pr2959", 4, 4), ("packing", 2, 16)])
+def test_broadcast_spans_equal_one_row_per_stage(monkeypatch, policy, pp, cp):
+    """Every stage alike: ``spans_network`` (and the network factors) one read-only row broadcast, costed on that
+    row (:func:`dcpsim.sim.packcosts.pack_costs`), equal to a row computed per stage; the same durations."""
+    from dcpsim.sim import durations
+
+    got = _record(policy, pp, cp=cp)
+
+    def alone(dm) -> None:  # no stage alike another: a row computed per stage, costed on every row
+        monkeypatch.setattr(dm.network, "stage_class", lambda p: None)
+
+    with monkeypatch.context() as m:
+        m.setattr(durations.DurationModel, "_layout_memo", lambda self, kind, G, s, z, make: make())
+        want = _record(policy, pp, alone, cp)
+    x, y = got.work.spans_network, want.work.spans_network
+    assert x.strides[0] == 0 and y.strides[0] != 0 and x.shape == y.shape == (pp, x.shape[1])
+    assert np.array_equal(x, y) and x[0].any()  # some groups leave their NVLink domain
+    for name in ("fwd_s", "bwd_s", "cp_fwd_s", "cp_bwd_s", "local_tokens", "peak_memory_bytes"):
+        assert np.array_equal(getattr(got.work, name), getattr(want.work, name))
     for name in ("start", "finish", "stage_end_s"):
         assert np.array_equal(getattr(got.timeline, name), getattr(want.timeline, name))
     assert got.iteration_time_s == want.iteration_time_s

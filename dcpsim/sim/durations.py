@@ -478,17 +478,21 @@ class DurationModel:
         return hit
 
     def _spans(self, table: GroupTable, starts: np.ndarray, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(whether each real group leaves its NVLink domain, its network factor), ``(PP, G)`` (read-only)."""
+        """(whether each real group leaves its NVLink domain, its network factor), ``(PP, G)`` (read-only; one row
+        broadcast when every stage is alike)."""
         topo, G, P = self.topo, table.n_groups, table.n_real
 
         def make() -> tuple[np.ndarray, np.ndarray]:
-            spans, factor, alike = np.zeros((topo.pp, G), dtype=bool), np.ones((topo.pp, G)), {}
-            for p in range(topo.pp):  # stages alike for the topology and the network: computed once, same rows
+            alike, rows = {}, []  # stages alike for the topology and the network: computed once, same rows
+            for p in range(topo.pp):
                 key = self.network.stage_class(p)
-                q = p if key is None else alike.setdefault((topo.stage_class(p), key), p)
+                rows.append(p if key is None else alike.setdefault((topo.stage_class(p), key), p))
+            n = 1 if set(rows) == {0} else topo.pp  # every stage alike: one row broadcast over the stages
+            spans, factor = np.zeros((n, G), dtype=bool), np.ones((n, G))
+            for p, q in enumerate(rows[:n]):
                 spans[p, :P] = topo.group_spans_network(p, starts, cps) & (cps > 1) if q == p else spans[q, :P]
                 factor[p, :P] = np.where(spans[p, :P], self.network.cp_factor(p, starts, cps), 1.0) if q == p else factor[q, :P]
-            return spans, factor
+            return np.broadcast_to(spans, (topo.pp, G)), np.broadcast_to(factor, (topo.pp, G))
 
         return self._layout_memo("spans", G, starts, cps, make)
 

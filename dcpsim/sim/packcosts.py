@@ -33,7 +33,7 @@ class PackTerms:
     def __init__(self, costs: list[BatchCost], row: np.ndarray, G: int) -> None:
         self.costs, self.row, self.G = costs, row, G
         # every group in the same class on every stage (the usual case): one gather of G rows a term
-        self.same_on_stages = row.shape[0] <= 1 or bool((row == row[:1]).all())
+        self.same_on_stages = row.shape[0] <= 1 or row.strides[0] == 0 or bool((row == row[:1]).all())
         self._full: dict[str, np.ndarray] = {}
 
     def _values(self, name: str) -> np.ndarray:
@@ -88,15 +88,18 @@ def pack_costs(cost_for: Callable[[float], object], lens: np.ndarray, pids: np.n
     ``(PP, G)``: whether a cell's CP group leaves its NVLink domain, and its network factor. A group costed
     in several classes takes the last one's local tokens and memory. A class that holds at least 90% of the
     packs is costed on every pack (a pack's costs are its own whatever the others': the same values; its
-    rows past the class's are not read), the others on their packs' documents.
+    rows past the class's are not read), the others on their packs' documents. ``spans`` and ``factor`` of one
+    row broadcast (every stage alike): the classes found on that row, the cell-to-row map broadcast the same way.
     """
     (pp, G), P = spans.shape, cps.size
+    if spans.strides[0] == 0 and factor.strides[0] == 0:
+        spans, factor = spans[:1], factor[:1]
     local = np.zeros(G)
     mem = np.full(G, float(idle_memory_bytes))
     classes: list[tuple[float, bool, np.ndarray]] = [(1.0, False, ~spans[:, :P])]
     for f in _distinct(factor[:, :P][spans[:, :P]]):
         classes.append((float(f), True, spans[:, :P] & (factor[:, :P] == f)))
-    row, done = np.zeros((pp, P), dtype=np.int64), []
+    row, done = np.zeros((spans.shape[0], P), dtype=np.int64), []
     for f, on_network, where in classes:
         need = where.any(axis=0)
         if not need.any():
@@ -117,7 +120,7 @@ def pack_costs(cost_for: Callable[[float], object], lens: np.ndarray, pids: np.n
         else:  # the first class costed: every cell (the classes partition the cells; the later ones overwrite theirs)
             row[...] = remap
         done.append(bc)
-    return PackTerms(done, row, G), local, mem, len(done)
+    return PackTerms(done, np.broadcast_to(row, (pp, P)), G), local, mem, len(done)
 
 
 def ring_terms(per: PackTerms, spans: np.ndarray, scale: np.ndarray, cps: np.ndarray, G: int,
