@@ -24,25 +24,40 @@ from dataclasses import dataclass, field
 import numpy as np
 
 
+def aligned_levels(start: np.ndarray, size: np.ndarray, n_ranks: int) -> np.ndarray | None:
+    """Each group's level ``j`` (its size ``2^j``) when every group (first rank ``start``, ``size`` ranks) is an
+    aligned power-of-two slice of ``n_ranks`` ranks (``start`` a multiple of ``size``, ``n_ranks`` too); else None."""
+    if np.any(size & (size - 1)) or np.any(start & (size - 1)) or np.any(n_ranks & (size - 1)):
+        return None  # (``x & (size − 1)`` is ``x mod size`` for a power-of-two size)
+    return (np.frexp(size.astype(np.float64))[1] - 1).astype(np.int64)
+
+
+def tiles_in_order(start: np.ndarray, size: np.ndarray, opens: np.ndarray, n_ranks: int) -> bool:
+    """Whether groups (first rank ``start``, ``size`` ranks, in order; ``opens``: the groups that open a step, the
+    first group among them) tile ranks ``0 .. n_ranks − 1`` step after step: each step's groups one after the
+    other from rank 0, without gaps or overlaps, its last group ending at ``n_ranks``."""
+    ends = start + size
+    prev_end = np.zeros_like(ends)
+    prev_end[1:] = ends[:-1]
+    last = np.ones(start.size, dtype=bool)  # a group closing its step
+    last[:-1] = opens[1:]
+    return bool(np.all(np.where(opens, start == 0, start == prev_end)) and np.all(ends[last] == n_ranks))
+
+
 def aligned_tiling(start: np.ndarray, size: np.ndarray, offset: np.ndarray, n_ranks: int) -> np.ndarray | None:
     """Each group's level ``j`` (its size ``2^j``) when every step's groups (``start``/``size`` per group, sorted by
     (step, start); step ``k`` holds groups ``offset[k] .. offset[k+1] − 1``) tile ranks ``0 .. n_ranks − 1`` in order
-    with aligned power-of-two slices (``start`` a multiple of ``size``, ``n_ranks`` too); else None."""
+    (:func:`tiles_in_order`) with aligned power-of-two slices (:func:`aligned_levels`); else None."""
     off = np.asarray(offset)
     if n_ranks < 1 or start.size == 0 or off[0] != 0 or off[-1] != start.size or np.any(np.diff(off) < 1) \
             or np.any(size < 1):
         return None
-    if np.any(size & (size - 1)) or np.any(start & (size - 1)) or np.any(n_ranks & (size - 1)):
-        return None  # (``x & (size − 1)`` is ``x mod size`` for a power-of-two size)
-    ends = start + size
+    level = aligned_levels(start, size, n_ranks)
+    if level is None:
+        return None
     first = np.zeros(start.size, dtype=bool)
     first[off[:-1]] = True
-    prev_end = np.empty_like(ends)
-    prev_end[0] = 0
-    prev_end[1:] = ends[:-1]
-    if not (np.all(np.where(first, start == 0, start == prev_end)) and np.all(ends[off[1:] - 1] == n_ranks)):
-        return None
-    return (np.frexp(size.astype(np.float64))[1] - 1).astype(np.int64)
+    return level if tiles_in_order(start, size, first, n_ranks) else None
 
 
 def op_arrays(V: int, G: int, offset: np.ndarray, n: int) -> list[np.ndarray | None]:

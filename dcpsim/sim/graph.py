@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dcpsim.pipeline import BWD, FWD, PipelineSchedule
+from dcpsim.pipeline_tiling import tiles_in_order
 from dcpsim.policies.plan import Plan, PlanArrays
 
 __all__ = ["BWD", "FWD", "Graph", "GroupTable", "build_graph", "build_group_table"]
@@ -101,16 +102,10 @@ def _tiles_in_order(step: np.ndarray, start: np.ndarray, size: np.ndarray, S: in
     ``0 .. R − 1`` in order without gaps or overlaps (each member's flat cell ``step·R + rank`` is then its index)."""
     if step.size == 0 or S * R == 0 or int(size.sum()) != S * R or int(step[0]) != 0 or np.any(size < 1):
         return False
-    ends = start + size
     ds = np.diff(step)
     new = np.ones(step.size, dtype=bool)  # a group opening its step
     new[1:] = ds != 0
-    prev_end = np.zeros_like(ends)
-    prev_end[1:] = ends[:-1]
-    last = np.ones(step.size, dtype=bool)  # a group closing its step
-    last[:-1] = new[1:]
-    return bool(np.all((ds == 0) | (ds == 1)) and np.all(np.where(new, start == 0, start == prev_end))
-                and np.all(ends[last] == R))
+    return bool(np.all((ds == 0) | (ds == 1))) and tiles_in_order(start, size, new, R)
 
 
 @dataclass

@@ -18,20 +18,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from dcpsim.pipeline_tiling import aligned_levels
+
 
 def tiled_bases(step: np.ndarray, start: np.ndarray, size: np.ndarray, gid: np.ndarray) -> list[int] | None:
     """Per step, the level ``b`` (``2^b`` ranks) of its smallest group, when every step's groups tile the stage's
     ranks with aligned power-of-two slices (``gid``: ``(steps, R)``, each rank's group per step, ``−1``: none);
     else None."""
     S, R = gid.shape
-    if S == 0 or R == 0 or step.size == 0 or size.min() < 1 or gid.min() < 0:
+    if S == 0 or R == 0 or step.size == 0 or size.min() < 1 or gid.min() < 0 or step.min() < 0 or step.max() >= S:
         return None
-    if np.any(size & (size - 1)) or np.any(start & (size - 1)) or np.any(R & (size - 1)) or step.min() < 0 \
-            or step.max() >= S:
-        return None  # (``x & (size − 1)`` is ``x mod size`` for a power-of-two size)
+    level = aligned_levels(start, size, R)
+    if level is None:
+        return None
     if not np.array_equal(np.bincount(step, weights=size, minlength=S), np.full(S, float(R))):
         return None  # every rank in some group (gid) and the sizes adding up to R: each rank in exactly one
-    level = np.frexp(size.astype(np.float64))[1] - 1
     base = np.full(S, -1, dtype=np.int64)
     for lv in np.flatnonzero(np.bincount(level)).tolist():  # from the smallest level present up
         has = (np.bincount(step[level == lv], minlength=S) > 0) & (base < 0)
