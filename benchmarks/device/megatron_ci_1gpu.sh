@@ -81,9 +81,18 @@ if want b1_mb1 && ! grep -q "elapsed time per iteration" "$W/b1_mb1.log"; then S
 # i: h with 24 layers instead of 12, so the fill's cost per layer pass can be told from its cost per step
 [ -z "${SKIP:-}" ] && DCPSIM_DET_FILL=alt DCPSIM_FILL_LOG=$W/i_24l_altfill.fill run i_24l_altfill -e 's/--num-layers 12/--num-layers 24/'
 # j, k: a_mb8 with Megatron's own PyTorch profiler over one step (13; ITERS=14 is enough), the fill on (j) and off
-# (k); its chrome trace (.devwork/mlm/torch_profile/rank-0.json.gz) counted by benchmarks/device/trace_op_counts.py
-[ -z "${SKIP:-}" ] && run j_prof_fill -e 's/$/ --profile --use-pytorch-profiler --profile-step-start 12 --profile-step-end 13/'
-[ -z "${SKIP:-}" ] && DCPSIM_DET_FILL=0 run k_prof_nofill -e 's/$/ --profile --use-pytorch-profiler --profile-step-start 12 --profile-step-end 13/'
+# (k). Megatron writes the chrome trace to <tensorboard dir>/../torch_profile, here (no --tensorboard-dir) the run's
+# working folder .devwork/mlm (and an empty None/): prof_counts counts its ops into $W (trace_op_counts.py) and
+# removes both, so the next run's trace is its own
+PROF="--profile --use-pytorch-profiler --profile-step-start 12 --profile-step-end 13"
+prof_counts() {
+  local t=.devwork/mlm/torch_profile/rank-0.json.gz
+  [ -f "$t" ] && python3 "$R/benchmarks/device/trace_op_counts.py" "$t" --out "$W/$1.counts.json" > "$W/$1.counts.log" 2>&1
+  rm -rf .devwork/mlm/torch_profile .devwork/mlm/None
+  tar czf "$OUT/logs.tgz" -C "$OUT" w
+}
+[ -z "${SKIP:-}" ] && want j_prof_fill && run j_prof_fill -e "s/$/ $PROF/" && prof_counts j_prof_fill
+[ -z "${SKIP:-}" ] && want k_prof_nofill && DCPSIM_DET_FILL=0 run k_prof_nofill -e "s/$/ $PROF/" && prof_counts k_prof_nofill
 # the same machine's plain-torch host figures (dcpsim.profiling.host), so Megatron's host cost per layer can be
 # compared with plain modules measured on the same CPU
 if want host; then
