@@ -312,11 +312,12 @@ class _Follow:
         left), the twins' positions appended to ``at``."""
         (j, lo), (r0, t1, r1), (pos, end) = span, rooms, seqs
         room, g_time, members = self.g_room, self.g_time, self.members
-        n = 0  # the twins taken: keys[j - 1] down to keys[lo], one sequence each of ids[pos:end], in order
-        for (_, neg), i in zip(reversed(keys[lo:j]), ids[pos:end], strict=False):
-            if neg == neg0 or room[-neg] != r0:
-                break
+        m = j - lo if j - lo < end - pos else end - pos  # at most that many (zip's shorter side, sliced as such)
+        n = 0  # the twins taken: keys[j - 1] down to keys[j - m], one sequence each of ids[pos:pos + m], in order
+        for (_, neg), i in zip(reversed(keys[j - m:j]), ids[pos:pos + m], strict=True):
             g = -neg
+            if neg == neg0 or room[g] != r0:
+                break
             members[g].append(i)
             g_time[g] = t1
             room[g] = r1

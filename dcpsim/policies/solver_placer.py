@@ -424,13 +424,16 @@ class _Placer(_Follow, _Least, _Fill):
         """Each open step's new group of the sequence's size on its lowest free aligned slice (not past the
         height), as an option (increase, GPU-seconds, -time, 1, action), in step order. Keeps each as
         (time, increase) in ``_new_opts`` (for :meth:`_others_lose`)."""
-        c, H, pp1, gmax = self.sizes[k], self.height, self.pp - 1, self.gmax
-        self._new_opts = kept = []
-        opts = []
-        S = self.S
+        c = self.sizes[k]
         slots = self._slots.get(c)
         if slots is None:
             slots = self._slots[c] = self._free_slots(c)
+        if not slots:  # no free aligned slice of the size (once every rank is taken: the usual case)
+            self._new_opts = ()
+            return slots
+        H, pp1, gmax, S = self.height, self.pp - 1, self.gmax, self.S
+        self._new_opts = kept = []
+        opts = []
         for kk, b, act in slots:
             a1 = trow[2 * k + b]
             s_k = S[kk]
