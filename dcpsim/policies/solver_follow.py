@@ -184,7 +184,10 @@ class _Follow:
             return pos
         keys = self.buckets.by_code[code][st][0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
-        p = self._prefix_end(keys, bisect_right(keys, (x, _INF)), s_k, add, lim, thr)
+        p = bisect_right(keys, (x, _INF))
+        if not ((p == len(keys) or (nt := keys[p][0] + add) > lim or nt - s_k > thr)  # as in _fullest_in_cell
+                and (p == 0 or keys[p - 1][0] + add <= (s_k if s_k < lim else lim))):
+            p = self._prefix_end(keys, p, s_k, add, lim, thr)
         at: list[int] = []  # the positions of the picks after g0, in order
         passed: list[int] = []  # the positions passed without room
         lo = p  # the walked entries (each passed or picked) are those from lo to p - 1, and g0's
@@ -312,7 +315,7 @@ class _Follow:
         left), the twins' positions appended to ``at``."""
         (j, lo), (r0, t1, r1), (pos, end) = span, rooms, seqs
         room, g_time, members = self.g_room, self.g_time, self.members
-        m = j - lo if j - lo < end - pos else end - pos  # at most that many (zip's shorter side, sliced as such)
+        m = j - lo if j - lo < end - pos else end - pos  # at most that many: one sequence each
         n = 0  # the twins taken: keys[j - 1] down to keys[j - m], one sequence each of ids[pos:pos + m], in order
         for (_, neg), i in zip(reversed(keys[j - m:j]), ids[pos:pos + m], strict=True):
             g = -neg
@@ -346,7 +349,7 @@ class _Follow:
             picks = [g0] + [-keys[j][1] for j in at]
             new = [(g_time[g], -g) for g in picks if room[g] >= least]
         else:  # the walked entries are the picks (g0's among them, or below them)
-            new = [(g_time[-neg], neg) for _, neg in keys[lo:p] if room[-neg] >= least]
+            new = [(g_time[g], neg) for _, neg in keys[lo:p] if room[(g := -neg)] >= least]
             if pos0 < lo and room[g0] >= least:
                 new.append((g_time[g0], -g0))
             picks = p - lo + (pos0 < lo)

@@ -198,6 +198,10 @@ class _Placer(_Follow, _Least, _Fill):
         slice passed once per step and size)."""
         cur = self.cursor[kk]
         s, used, R = cur.get(c, 0), self.used[kk], self.R
+        if c == 1:  # the loop below for single ranks: the first free one from s (a C search)
+            f = used.find(0, s) if s < R else -1
+            cur[c] = f if f >= 0 else max(s, R)
+            return f
         while s + c <= R:
             if used[s] == 0 and (c == 1 or used.find(1, s, s + c) < 0):
                 cur[c] = s
@@ -265,7 +269,7 @@ class _Placer(_Follow, _Least, _Fill):
         cut = _INF if first is None else first[1] * (1 + 2e-9)
         # after a decision that ended so (the sequences that open groups come one after another), first the test
         # of :meth:`_cut_none`: where it holds, both searches below return None, changing nothing
-        if (self.fast and self._was_cut and first is not None
+        if (first is not None and self._was_cut and self.fast
                 and self._cut_none(trow, tokrow, fam, 1e-8 * (self.gmax - first[2]), cut)):
             self._cut, self._outside, self._hits = True, (-_INF, 0), 0
             return None
@@ -394,7 +398,12 @@ class _Placer(_Follow, _Least, _Fill):
             self.buckets.unpark(cell, tok, self.g_time, room)
         keys = cell[0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
-        p = self._prefix_end(keys, bisect_right(keys, (x, _INF)), s_k, add, lim, thr)
+        p = bisect_right(keys, (x, _INF))
+        # :meth:`_prefix_end`'s usual answer, p itself, tested inline (sufficient tests: the entry at p is not
+        # within, its new time past the limit or above s_k by more than thr; the one below adds nothing)
+        if not ((p == len(keys) or (nt := keys[p][0] + add) > lim or nt - s_k > thr)
+                and (p == 0 or keys[p - 1][0] + add <= (s_k if s_k < lim else lim))):
+            p = self._prefix_end(keys, p, s_k, add, lim, thr)
         if self.track and p < len(keys) and keys[p][0] + add > lim and keys[p][0] + add - s_k <= thr:  # (1st term)
             if self._delta(s_k, keys[p][0] + add) <= thr:  # within without the limit: the prefix would go on
                 self.bit = True
@@ -471,13 +480,13 @@ class _Placer(_Follow, _Least, _Fill):
     def _apply(self, act: tuple, i: int, k: int, trow: list[float], tokrow: list[int]) -> None:
         if act[0] == "join":
             g = act[1]
-            old = self.g_time[g]
-            self.g_time[g] = old + trow[self.g_code[g]]
-            self.g_room[g] -= tokrow[self.g_sidx[g]]
+            g_time, code = self.g_time, self.g_code[g]
+            old = g_time[g]
+            g_time[g] = t_new = old + trow[code]
+            self.g_room[g] = room = self.g_room[g] - tokrow[self.g_sidx[g]]
             self.members[g].append(i)
             st = self.g_step[g]
-            self.buckets.move(self.g_code[g], st, old, self.g_time[g], g, self.g_room[g])
-            t_new = self.g_time[g]
+            self.buckets.move(code, st, old, t_new, g, room)
         else:
             st, t_new = self._open_group(act, i, k, trow, tokrow)
         if t_new > self.S[st]:
