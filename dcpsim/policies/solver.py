@@ -110,6 +110,10 @@ are placed by :mod:`dcpsim.policies.solver_fill` while only the raised group's c
 decision (every rank taken, the short sequences filling the lowest step group by group; each decision the
 full one, ``tests/test_solver_fill.py``): one 65,536-GPU iteration 7,790 M -> 7,546 M instructions
 (``benchmarks/scale_instructions.py``, 2026-11-28; ``packing``: 0.90 G), its plan 7.53 G -> 7.31 G.
+After a sequence opens a group on the first open step's free ranks adding nothing, the next ones of its length
+open that step's next free slices (:mod:`dcpsim.policies.solver_open`) while joins into the groups just
+opened raise the step by far more than the tolerances (each decision the full one,
+``tests/test_solver_open.py``): the 65,536-GPU full placement's decisions 28,715 -> 20,646.
 Plans are identical to
 the definition (a scan of every open group per sequence, kept in
 ``tests/test_policy_scale.py``) and to one full decision per sequence

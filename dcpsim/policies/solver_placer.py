@@ -18,19 +18,22 @@ from dcpsim.policies.solver_buckets import _Buckets
 from dcpsim.policies.solver_fill import _Fill
 from dcpsim.policies.solver_follow import _Follow
 from dcpsim.policies.solver_least import _Least
+from dcpsim.policies.solver_open import _Open
 from dcpsim.policies.solver_table import _Table, placement_order
 
 _INF = float("inf")
 
 
-class _Placer(_Follow, _Least, _Fill):
+class _Placer(_Follow, _Least, _Fill, _Open):
     """Greedy placement of one candidate (fixed CP size per sequence); see step 3 of the module docstring.
 
     Per sequence (larger CP sizes first, then longest first) it compares three
     kinds of option: joining an open group (:meth:`_join_option`), a new
     group on free ranks of an open step (:meth:`_new_group_option`) and a new
     step (:meth:`_new_step_option`), then applies the best (:meth:`_apply`). After a join that adds
-    nothing, the next sequences of the same length go through :meth:`_follow` (the same decisions, in bulk).
+    nothing, the next sequences of the same length go through :meth:`_follow` (the same decisions, in bulk);
+    after a join that raises its step, :meth:`_fill`; after the first new group won adding nothing,
+    :meth:`_open_run`.
     """
 
     bulk = True  # place runs of equal sequences by :meth:`_follow` (False: one full decision each, the reference)
@@ -117,11 +120,23 @@ class _Placer(_Follow, _Least, _Fill):
                 pos = self._follow(g, best[1], ids, pos, u, k, listed)
             else:
                 self._apply(act, i, k, trow, tokrow)
-                # a join that raised its step (not gmax), and the next sequence has this length
-                if (bulk and act[0] == "join" and best[0] > 0.0 and pos < n and run_end[pos - 1] > pos
-                        and self.gmax == gmax and self.fill):
-                    pos = self._fill(act[1], ids, pos, u, k)
+                if bulk and pos < n and run_end[pos - 1] > pos:  # the next sequence has this length
+                    pos = self._after(best, opts, gmax, ids, (pos, u, k))
         return self._plan(name, lengths)
+
+    def _after(self, best: tuple, opts: list[tuple], gmax: float, ids: list[int], at: tuple[int, int, int]) -> int:
+        """After the decision ``best`` (applied; ``opts``: its new-group options, ``gmax`` before it) for the
+        sequence before position ``pos`` (``at`` = (pos, distinct length, size index)), whose run goes on: the
+        next ones in bulk where a path applies (:meth:`_fill` after a join that raised its step but not
+        ``gmax``, :meth:`_open_run` after the first new group won adding nothing); the next position."""
+        pos, u, k = at
+        act = best[4]
+        if act[0] == "join":
+            if best[0] > 0.0 and self.gmax == gmax and self.fill:
+                return self._fill(act[1], ids, pos, u, k)
+        elif opts and best is opts[0] and best[0] == 0.0 and self.opens:
+            return self._open_run(best, ids, pos, u, k)
+        return pos
 
     def _run_ends(self, tab: _Table, order: np.ndarray) -> list[int]:
         """Per position of ``order``, the end of its run of equal length and CP size."""
