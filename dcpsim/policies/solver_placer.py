@@ -414,10 +414,10 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         keys = cell[0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
         p = bisect_right(keys, (x, _INF))
-        # :meth:`_prefix_end`'s usual answer, p itself, tested inline (sufficient tests: the entry at p is not
-        # within, its new time past the limit or above s_k by more than thr; the one below adds nothing)
+        # :meth:`_prefix_end`'s usual answer, p itself, tested inline (the entry at p is not within, its new time
+        # past the limit or above s_k by more than thr, a sufficient test; the one below is within)
         if not ((p == len(keys) or (nt := keys[p][0] + add) > lim or nt - s_k > thr)
-                and (p == 0 or keys[p - 1][0] + add <= (s_k if s_k < lim else lim))):
+                and (p == 0 or (nb := keys[p - 1][0] + add) <= lim and (nb <= s_k or self._raise(nb, s_k) <= thr))):
             p = self._prefix_end(keys, p, s_k, add, lim, thr)
         if self.track and p < len(keys) and keys[p][0] + add > lim and keys[p][0] + add - s_k <= thr:  # (1st term)
             if self._delta(s_k, keys[p][0] + add) <= thr:  # within without the limit: the prefix would go on
