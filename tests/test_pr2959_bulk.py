@@ -142,3 +142,21 @@ def test_spread_groups_counts_groups_at_different_positions():
         spread += want
         assert _spread_groups(pos, np.cumsum(widths) - widths) == want
     assert spread > 500, spread
+
+
+def test_add_in_order_equals_numpy_add_at():
+    """add_in_order adds each cell's values one at a time in their order, as np.add.at: the same floats, bit for bit
+    (full-mantissa values of mixed magnitudes, cells hit once, many times or not at all, empty index)."""
+    from dcpsim.policies.pr2959_bulk import add_in_order
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n, m = int(rng.integers(1, 60)), int(rng.integers(0, 300))
+        a = rng.random(n) * rng.choice([1.0, 1e13])
+        idx = rng.integers(0, max(1, int(rng.integers(1, n + 1))), m).astype(np.int64)
+        v = rng.random(m) * 10.0 ** rng.integers(-3, 14, m)
+        want = a.copy()
+        np.add.at(want, idx, v)
+        got = a.copy()
+        add_in_order(got, idx, v)
+        assert got.tobytes() == want.tobytes()

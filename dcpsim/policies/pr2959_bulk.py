@@ -109,3 +109,27 @@ def place_leftovers(bt, bl0: np.ndarray, left_a: np.ndarray, T: float, cap: floa
         dest.append(np.array([k], dtype=np.int64))
         pos += 1
     return bl[:nb], np.concatenate(seq), np.concatenate(dest)
+
+
+def add_in_order(a: np.ndarray, idx: np.ndarray, values: np.ndarray) -> None:
+    """``np.add.at(a, idx, values)`` bit for bit (``a[idx[i]] += values[i]`` for each ``i`` in turn: every cell
+    adds its values one at a time, in their order), as a few whole-array additions: the ``j``-th value of
+    every cell in one, ``j = 0, 1, ...`` (numpy's ``add.at`` took a slow per-element path on these float
+    arrays).
+    """
+    if idx.size == 0:
+        return
+    by = stable_argsort(idx)
+    s = idx[by]
+    pos = np.arange(s.size)
+    head = np.empty(s.size, dtype=bool)
+    head[0] = True
+    np.not_equal(s[1:], s[:-1], out=head[1:])
+    rank = np.empty_like(by)
+    rank[by] = pos - np.maximum.accumulate(np.where(head, pos, 0))  # each value's place among its cell's
+    if not head.all():
+        for j in range(int(rank.max()) + 1):
+            m = rank == j
+            a[idx[m]] += values[m]  # (the cells of one layer are distinct)
+        return
+    a[idx] += values

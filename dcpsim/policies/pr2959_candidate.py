@@ -14,7 +14,7 @@ import numpy as np
 
 from dcpsim.cost.padding import per_rank_tokens, per_rank_tokens_int
 from dcpsim.policies.plan import Group, Layout, PlanArrays, Step, steps_of_arrays
-from dcpsim.policies.pr2959_bulk import place_leftovers
+from dcpsim.policies.pr2959_bulk import add_in_order, place_leftovers
 from dcpsim.policies.pr2959_fillers import ClassFiller, _rank_in_class, fill_long_groups, fill_one_by_one
 from dcpsim.policies.pr2959_model import (
     NORMAL_BWD_FACTOR,
@@ -326,7 +326,8 @@ class _Candidate:
     def _leftovers(self, left_a: np.ndarray, T: float, cap: float) -> None:
         """Samples no bucket took (``left_a``, in order): to the bucket whose tokens end closest to ``T`` (safe
         mode: an extra bucket; :func:`~dcpsim.policies.pr2959_bulk.place_leftovers`). The buckets' FLOPs are
-        added after, in the placing order (``np.add.at``: one addition per sample, as the code adds them)."""
+        added after, in the placing order (:func:`~dcpsim.policies.pr2959_bulk.add_in_order`: one addition per sample, as
+        the code adds them)."""
         if not left_a.size:
             return
         bt = self.batch
@@ -334,7 +335,7 @@ class _Candidate:
         if self.bl.size > self.bf.size:  # safe mode's extra buckets, from 0.0 as the code starts them
             self.bf = np.concatenate([self.bf, np.zeros(self.bl.size - self.bf.size)])
         self._head.append((seq_a, dest_a))
-        np.add.at(self.bf, dest_a, bt.f[seq_a])
+        add_in_order(self.bf, dest_a, bt.f[seq_a])
 
     def assign_slots(self) -> None:
         """Phase 4: long groups first on their blocks, then normal buckets (ascending FLOPs) to the lightest slot.
@@ -414,7 +415,7 @@ class _Candidate:
         hint = getattr(self, "_hint", None)  # the buckets' order in the normal filling's last round
         order = stable_order(self.bf, hint) if hint is not None and hint.size == self.bf.size else np.argsort(
             self.bf, kind="stable")
-        filled = np.bincount(self.dest, minlength=len(self.bf))[order] > 0
+        filled = self.bl[order] > 0  # a bucket holds a sample iff it holds tokens (every length is >= 1)
         if not filled.all() and not self.safe:
             self._reject("an empty normal bucket")
             return None

@@ -171,13 +171,9 @@ class ClassFiller:
             room[act] += negS[k]
             lsum[act] += LS[k]
         if gs:
-            g = np.concatenate(gs)
-            order = stable_argsort(g)  # group order; the rounds keep each group's picks in order
-            g, cls = g[order], S[np.concatenate(ks)[order]]
-            bad = _rank_in_class(cls) >= self.rem_a[cls]  # a class emptied by the chunk's earlier takings
-            if not self.flag_all:
-                bad |= (self.n_alive - np.arange(cls.size)) <= self.budget
-            stop = min(int(g[np.argmax(bad)]), C) if bad.any() else C
+            g, k = _group_order(gs, ks, b - a)
+            stop = min(C, _first_bad(g, k, self.rem_a[S], self.n_alive, None if self.flag_all else self.budget))
+            cls = S[k]
         else:
             g = cls = np.zeros(0, dtype=np.int64)
             stop = C
@@ -234,6 +230,56 @@ def _park(k: np.ndarray, count: np.ndarray) -> np.ndarray:
     kk = np.minimum(k, n - 1)
     unit = cum[kk] - count[kk] + i  # the sample the group takes, counted over the try's classes
     return np.where(k < n, np.searchsorted(cum, unit, side="right"), n)
+
+
+def _group_order(gs: list[np.ndarray], ks: list[np.ndarray], n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """A bulk try's picks in group order: ``(group, class)`` of every pick, group after group, each group's picks
+    in its rounds' order (``gs[r]``, ``ks[r]``: the groups, ascending, and classes picked in round ``r``).
+
+    A group picks in rounds ``0 .. n − 1`` (a group left out of a round never comes back), so its round-``r``
+    pick lands at its first position plus ``r``: the order of a stable sort by group, without a sort."""
+    sizes = [x.size for x in gs]
+    g = np.concatenate(gs)
+    per = np.bincount(g, minlength=n_groups)
+    first = np.cumsum(per) - per
+    pos = first[g] + np.repeat(np.arange(len(gs)), sizes)
+    k = np.empty_like(g)
+    k[pos] = np.concatenate(ks)
+    return np.repeat(np.arange(per.size), per), k
+
+
+def _first_bad(g: np.ndarray, k: np.ndarray, count: np.ndarray, n_alive: int, budget: float | None) -> int:
+    """The first group of a bulk try whose takings another group's (or the pool-size limit) would change: the
+    group of the first pick, in group order (``g``, ``k``: :func:`_group_order`; ``k`` indexes ``count``, the
+    samples each class had at the try's start), that finds its class emptied by the picks before it, or is
+    made with no more than ``budget`` samples left (``n_alive`` before the first; None: no such limit).
+    ``g.size`` groups past the last when none (a value no group reaches).
+
+    Only a class picked more often than it has samples holds such a pick (its ``count + 1``-th pick): the
+    picks of those classes alone are ranked (a stable sort by class of their positions)."""
+    stop = np.iinfo(np.int64).max
+    if budget is not None:
+        # the first pick i made with n_alive − i <= budget (the rounded guess set right by exact comparisons)
+        i0 = max(0, math.ceil(n_alive - budget)) if math.isfinite(budget) else (0 if budget > 0 else g.size)
+        while i0 > 0 and n_alive - (i0 - 1) <= budget:
+            i0 -= 1
+        while i0 < g.size and not n_alive - i0 <= budget:
+            i0 += 1
+        if i0 < g.size:
+            stop = int(g[i0])
+    over = np.bincount(k, minlength=count.size) > count
+    if over.any():
+        at = np.flatnonzero(over[k])  # the picks of those classes, in group order
+        kc = k[at]
+        by = stable_argsort(kc)
+        sc = kc[by]
+        idx = np.arange(sc.size)
+        head = np.concatenate([[True], sc[1:] != sc[:-1]])
+        rank = idx - np.maximum.accumulate(np.where(head, idx, 0))  # rank in its class, in by's order
+        bad = rank >= count[sc]
+        if bad.any():
+            stop = min(stop, int(g[at[by[bad]].min()]))
+    return stop
 
 
 def _rank_in_class(cls: np.ndarray) -> np.ndarray:

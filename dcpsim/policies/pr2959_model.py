@@ -257,9 +257,10 @@ def pr_pipeline_makespan(fwd, bwd, pp: int) -> np.ndarray:
     maximum, add = np.maximum, np.add
     for d, k, preds, r in prog:  # each op ends at its latest predecessor's end + its duration
         row = buf[r]
-        if len(preds) == 1:
-            row[:] = buf[preds[0]]
-        elif preds:
+        if len(preds) == 1:  # its predecessor's end + its duration, in one pass
+            add(buf[preds[0]], bwd[k] if d else fwd[k], out=row)
+            continue
+        if preds:
             maximum(buf[preds[0]], buf[preds[1]], out=row)
             for q in preds[2:]:
                 maximum(row, buf[q], out=row)

@@ -473,9 +473,10 @@ def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
     alive = np.flatnonzero(bl <= lims[-1])  # a bucket above the last limit takes nothing more
     change = (fs[1:] != fs[:-1]) | (Ls[1:] != Ls[:-1]) | (lims[1:] != lims[:-1])
     starts = np.concatenate([[0], np.flatnonzero(change) + 1, [n]]).tolist()
-    for a, z in zip(starts[:-1], starts[1:], strict=True):
+    within = _Eligible(alive, lims[starts[:-1]].tolist())
+    for i, (a, z) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
         f, L, lim, r = float(fs[a]), int(Ls[a]), int(lims[a]), z - a
-        E = alive[bl[alive] <= lim]
+        E = within.within(bl, lim, i)
         if E.size == 0:
             continue
         if r == 1:
@@ -528,6 +529,29 @@ def _merge_runs(bf: np.ndarray, bl: np.ndarray, fs: np.ndarray, Ls: np.ndarray,
         np.subtract(last[1:], last[:-1], out=taken[1:])
         bl[hit] += taken * L
     return out
+
+
+_AHEAD = 8  # _Eligible: runs a shortlist serves
+
+
+class _Eligible:
+    """:func:`_merge_runs`' buckets within each run's token limit, read from a shortlist: every bucket of ``alive``
+    (ascending) with tokens ``<= B``, ``B`` the limit of the run ``_AHEAD`` runs on (``lims``: each run's
+    limit, nondecreasing). Tokens only grow, so a bucket left out stays above ``B``, and above every limit up to
+    ``B``: the list's buckets within such a limit are all of ``alive``'s, in the same order. A run whose limit is
+    above ``B`` makes the list again."""
+
+    def __init__(self, alive: np.ndarray, lims: list[int]) -> None:
+        self.alive, self.lims = alive, lims
+        self.ids = alive[:0]
+        self.bound = lims[0] - 1  # below the first limit: the first run makes the list
+
+    def within(self, bl: np.ndarray, lim: int, i: int) -> np.ndarray:
+        """The buckets of ``alive`` with tokens ``<= lim`` (ascending), for run ``i`` (limit ``lim``)."""
+        if lim > self.bound:
+            self.bound = self.lims[min(i + _AHEAD, len(self.lims) - 1)]
+            self.ids = self.alive[bl[self.alive] <= self.bound]
+        return self.ids[bl[self.ids] <= lim]
 
 
 def _entry_members(seq: np.ndarray, dest: np.ndarray, nb: int, long_ids: np.ndarray, fillers: np.ndarray,
