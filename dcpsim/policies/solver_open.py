@@ -53,5 +53,6 @@ class _Open:
                 break
             open_group(("new", st, start, b), ids[pos], k, trow, tokrow)
             pos += 1
-        self._was_cut = False
+        # ``_was_cut`` stays: the last one's join search ends as the first one's did (the same searches' results),
+        # so the next decision tries :meth:`_cut_none` first where the per-sequence path would
         return pos
