@@ -113,7 +113,10 @@ full one, ``tests/test_solver_fill.py``): one 65,536-GPU iteration 7,790 M -> 7,
 After a sequence opens a group on the first open step's free ranks adding nothing, the next ones of its length
 open that step's next free slices (:mod:`dcpsim.policies.solver_open`) while joins into the groups just
 opened raise the step by far more than the tolerances (each decision the full one,
-``tests/test_solver_open.py``): the 65,536-GPU full placement's decisions 28,715 -> 20,646.
+``tests/test_solver_open.py``): the 65,536-GPU full placement's decisions 28,715 -> 20,646. With it and
+smaller shortcuts (the prefix end's usual answer tested inline, a free single rank found by
+``bytearray.find``, a twin run sliced to what it takes) one 65,536-GPU iteration 7,538 M -> 7,202 M
+instructions (``benchmarks/scale_instructions.py``, 2026-11-28; ``packing``: 0.90 G, so 8.4x -> 8.0x).
 Plans are identical to
 the definition (a scan of every open group per sequence, kept in
 ``tests/test_policy_scale.py``) and to one full decision per sequence
