@@ -224,7 +224,7 @@ class _Candidate:
             filler = ClassFiller((negf, lengths, starts), room_a, bt.L[li], bt.M * cs_a, self.fill_slack, total_num,
                                  flag_all)
             fill_long_groups(filler, li.size)
-            removed, ends = filler.positions(), filler.ends
+            removed, ends = filler.positions(), filler.ends_array()
         else:
             removed, ends = fill_one_by_one(self, room_a, tok_a, cs_a, flag_all, total_num)
         self._fillers = self.normal[removed]

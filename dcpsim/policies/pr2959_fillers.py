@@ -39,6 +39,7 @@ from dcpsim.policies.pr2959_tables import _NormalPool, stable_argsort
 _CHUNK_MIN, _CHUNK_MAX = 256, 8192  # groups per bulk try
 _SCALAR_MIN, _SCALAR_MAX = 128, 2048  # groups one at a time after a bulk try kept few
 _ROUNDS = 32  # a bulk try's rounds (a group taking more samples goes one at a time)
+_CHECK_AT, _BULK_KEEP = 3, 8  # a bulk try checks its picks after this round; gives up below this many groups
 
 
 class ClassFiller:
@@ -69,9 +70,12 @@ class ClassFiller:
         self.nslack = -slack
         self.budget, self.flag_all = budget, flag_all
         self.n_alive = n
-        self.picks: list[int] = []  # class of every sample taken, in order
-        self.ends: list[int] = []  # per group: len(picks) after it
-        self.synced = 0  # picks[:synced] are in rem_a
+        # the class of every sample taken, in order: arrays of the picks so far (their count ``done``, each in
+        # rem_a), then ``picks`` (the groups one at a time since); per group, the picks up to it, likewise
+        self._picks: list[np.ndarray] = []
+        self.done = 0
+        self.picks: list[int] = []
+        self._ends: list[np.ndarray | list[int]] = []
 
     # ------------------------------------------------------------ one group at a time
     def scalar(self, a: int, b: int) -> None:
@@ -79,7 +83,10 @@ class ClassFiller:
         class with samples; while the class of its last pick still has samples below ``x`` it takes them in a
         row (the rule's next pick: that class is the search's start), else it searches on (bisect) past the
         emptied classes (union-find)."""
-        cneg, cL, rem, cnxt, picks, ends = self.cneg, self.cL, self.rem, self.cnxt, self.picks, self.ends
+        cneg, cL, rem, cnxt, picks = self.cneg, self.cL, self.rem, self.cnxt, self.picks
+        ends: list[int] = []
+        self._ends.append(ends)
+        base = self.done
         nslack, budget, flag_all, ncls = self.nslack, self.budget, self.flag_all, self.ncls
         n_alive, last = self.n_alive, self.last
         nfmin = cneg[last] if last >= 0 else -math.inf
@@ -120,7 +127,7 @@ class ClassFiller:
                     lsum += cL[c]
                 if not r:  # c emptied
                     top, last, nfmin = self._emptied(c, top, last, nfmin)
-            ends.append(len(picks))
+            ends.append(base + len(picks))
         cneg.pop()
         self.n_alive, self.last = n_alive, last
 
@@ -142,9 +149,12 @@ class ClassFiller:
     def bulk(self, a: int, b: int) -> int:
         """Groups ``a..b−1`` against the classes at ``a`` (see the module docstring); keeps the groups up to
         the first that another one's takings would change and returns how many it kept."""
-        if self.synced < len(self.picks):  # the scalar picks since the last try
-            self.rem_a -= np.bincount(np.asarray(self.picks[self.synced:], dtype=np.int64), minlength=self.ncls)
-            self.synced = len(self.picks)
+        if self.picks:  # the picks one group at a time since the last try
+            taken = np.asarray(self.picks, dtype=np.int64)
+            self.rem_a -= np.bincount(taken, minlength=self.ncls)
+            self._picks.append(taken)
+            self.done += taken.size
+            self.picks = []
         S = np.flatnonzero(self.rem_a > 0)
         C = b - a
         if not S.size or C <= 0:
@@ -153,6 +163,7 @@ class ClassFiller:
         room, lsum, cap = self.room[a:b].copy(), self.lsum[a:b].copy(), self.cap[a:b]
         act = np.arange(C)
         gs, ks = [], []
+        budget = None if self.flag_all else self.budget
         while act.size:
             if len(gs) >= _ROUNDS:  # groups taking many samples: the chunk ends before the first of them
                 C = int(act[0])
@@ -170,9 +181,14 @@ class ClassFiller:
             ks.append(k)
             room[act] += negS[k]
             lsum[act] += LS[k]
+            if len(gs) == _CHECK_AT:  # a pick found bad now stays bad: the groups from the first are dropped
+                C = min(C, _first_bad(*_group_order(gs, ks, b - a), self.rem_a[S], self.n_alive, budget))
+                if C < max(_BULK_KEEP, (b - a) >> 3):  # few groups kept: the next ones go one at a time
+                    return 0
+                act = act[act < C]
         if gs:
             g, k = _group_order(gs, ks, b - a)
-            stop = min(C, _first_bad(g, k, self.rem_a[S], self.n_alive, None if self.flag_all else self.budget))
+            stop = min(C, _first_bad(g, k, self.rem_a[S], self.n_alive, budget))
             cls = S[k]
         else:
             g = cls = np.zeros(0, dtype=np.int64)
@@ -185,10 +201,9 @@ class ClassFiller:
         keep = int(np.searchsorted(g, stop))  # the kept groups' picks: a prefix
         kept = cls[:keep]
         per = np.bincount(g[:keep], minlength=stop)
-        base = len(self.picks)
-        self.ends.extend((base + np.cumsum(per)).tolist())
-        self.picks.extend(kept.tolist())
-        self.synced = len(self.picks)
+        self._ends.append(self.done + np.cumsum(per))
+        self._picks.append(kept)
+        self.done += keep
         self.n_alive -= keep
         if keep:
             used = np.bincount(kept, minlength=self.ncls)
@@ -204,9 +219,18 @@ class ClassFiller:
                 last -= 1
             self.last = last
 
+    def ends_array(self) -> np.ndarray:
+        """Per group, in order: how many samples were taken up to it (int64)."""
+        return np.concatenate([np.zeros(0, dtype=np.int64), *(np.asarray(e, dtype=np.int64) for e in self._ends)])
+
+    @property
+    def ends(self) -> list[int]:
+        """:meth:`ends_array` as a list."""
+        return self.ends_array().tolist()
+
     def positions(self) -> np.ndarray:
         """The pool position of every sample taken, in order: a class gives its samples in pool order."""
-        cls = np.asarray(self.picks, dtype=np.int64)
+        cls = np.concatenate([*self._picks, np.asarray(self.picks, dtype=np.int64)]).astype(np.int64, copy=False)
         return self.cstart[cls] + _rank_in_class(cls) if cls.size else cls
 
 
