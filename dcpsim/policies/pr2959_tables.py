@@ -347,19 +347,15 @@ def _group_sums(bt, li: np.ndarray, cs_a: np.ndarray, tok_a: np.ndarray, fill: n
     bsum = np.empty(ng)
     small = nf <= 6  # fewer than 8 members: sums one addition at a time
     if small.any():
-        width = int(nf[small].max()) + 1  # the long sample, then its fillers (one column per member)
-        col = np.arange(fill.size) - np.repeat(begin, nf)
-        grp = np.repeat(np.arange(ng), nf)
-        keep = small[grp]
-        F = np.zeros((width, ng))  # member j of every group in row j: the sums add whole rows, left to right
-        B = np.zeros((width, ng))
-        F[0] = bt.f[li]
-        F[1 + col[keep], grp[keep]] = bt.f[fill[keep]]
-        B[1 + col[keep], grp[keep]] = bt.b[fill[keep]]
-        fs, bs = F[0].copy(), B[0].copy()
-        for j in range(1, width):
-            fs += F[j]
-            bs += B[j]
+        # the long sample, then its fillers, left to right: member j added to the groups that have one (adding
+        # 0.0 to the others, as a sum over a zero-padded row would, changes no positive sum)
+        fs, bs = bt.f[li], np.zeros(ng)
+        fv, bv = bt.f[fill], bt.b[fill]
+        for j in range(1, int(nf[small].max()) + 1):
+            has = np.flatnonzero(small & (nf >= j))
+            at = begin[has] + (j - 1)
+            fs[has] += fv[at]
+            bs[has] += bv[at]
         fwd[small], bsum[small] = fs[small], bs[small]
     for g, a, z in zip(np.flatnonzero(~small).tolist(), begin[~small].tolist(), ends[~small].tolist(), strict=True):
         fl = fill[a:z]  # 8 members or more: numpy's sums, as the code's
