@@ -228,7 +228,11 @@ class _Candidate:
         else:
             removed, ends = fill_one_by_one(self, room_a, tok_a, cs_a, flag_all, total_num)
         self._fillers = self.normal[removed]
-        self.normal = np.delete(self.normal, removed) if removed.size else self.normal
+        if removed.size:  # the samples left, with their lengths and negated FLOPs (read by fill_normal)
+            keep = np.ones(self.normal.size, dtype=bool)
+            keep[removed] = False
+            self.normal, lengths, negf = self.normal[keep], lengths[keep], negf[keep]
+        self._normal_lf = lengths, negf
         self._garr = self._group_table(li, cs_a, blocks * cs_a, tok_a,
                                        np.asarray(ends, dtype=np.int64))
 
@@ -261,10 +265,12 @@ class _Candidate:
         self._head: list[tuple[np.ndarray, np.ndarray]] = []  # (samples, buckets) placed in bulk before ``seq``
         if self.normal.size:
             ids = self.normal
-            Ls = bt.L[ids]
+            Ls, negf = getattr(self, "_normal_lf", (None, None))
+            if Ls is None or Ls.size != ids.size:
+                Ls, negf = bt.L[ids], -bt.f[ids]
             T = float(Ls.sum()) / n_nb
             cap = bt.M if self.safe else math.inf
-            left_a = self._lowest_flops_first(ids, T, cap, Ls)
+            left_a = self._lowest_flops_first(ids, T, cap, Ls, -negf)
             self.n_leftovers = int(left_a.size)
             if left_a.size:
                 self._leftovers(left_a[stable_argsort(-bt.L[left_a])], T, cap)  # longest first, stable
@@ -274,7 +280,8 @@ class _Candidate:
         # is exact in binary floating point, so those sums are exactly twice the forward sums
         self.bb = NORMAL_BWD_FACTOR * self.bf
 
-    def _lowest_flops_first(self, ids: np.ndarray, T: float, cap: float, Ls: np.ndarray | None = None) -> np.ndarray:
+    def _lowest_flops_first(self, ids: np.ndarray, T: float, cap: float, Ls: np.ndarray | None = None,
+                            fs: np.ndarray | None = None) -> np.ndarray:
         """Each normal sample (largest first) to the bucket with the lowest forward FLOPs among those it
         keeps within ``T`` tokens (and ``cap`` tokens per rank), ties to the lowest bucket; returns the
         samples none takes.
@@ -283,11 +290,12 @@ class _Candidate:
         (integers), which only grows as the samples shrink. The samples no bucket can hold come first
         (leftovers), the next ones open the empty buckets, then :func:`_bulk_lowest` places runs of
         samples on the lightest buckets while provably the rule's choice, and :func:`_merge_runs` the
-        rest, a run of equal samples at a time. ``Ls``: the samples' lengths when the caller has them.
+        rest, a run of equal samples at a time. ``Ls``, ``fs``: the samples' lengths and FLOPs when the caller has
+        them.
         """
         bt, bf, bl = self.batch, self.bf, self.bl
         Ls = bt.L[ids] if Ls is None else Ls
-        fs = np.asarray(bt.f[ids], dtype=np.float64)  # read once: the phases below take slices
+        fs = np.asarray(bt.f[ids] if fs is None else fs, dtype=np.float64)  # read once: the phases below take slices
         lims = math.floor(T) - Ls
         if cap != math.inf:
             lims = np.minimum(lims, int(cap) - bt.tok1[ids])
@@ -416,10 +424,14 @@ class _Candidate:
         order = stable_order(self.bf, hint) if hint is not None and hint.size == self.bf.size else np.argsort(
             self.bf, kind="stable")
         filled = self.bl[order] > 0  # a bucket holds a sample iff it holds tokens (every length is >= 1)
-        if not filled.all() and not self.safe:
+        if filled.all():
+            ks = order
+        elif not self.safe:
             self._reject("an empty normal bucket")
             return None
-        ks, fks = order[filled], self.bf[order[filled]]
+        else:
+            ks = order[filled]
+        fks = self.bf[ks]
         slots: list[np.ndarray] = []
         track = places[0] is not None
         done = self._bulk_deal(ks, fks, slots, fsum, count, per_slot, places if track else None)  # runs, provably the same

@@ -255,17 +255,18 @@ def pr_pipeline_makespan(fwd, bwd, pp: int) -> np.ndarray:
     prog, rows, sinks = _pr_pipeline_program(n, int(pp))
     buf = np.empty((rows, cols))
     maximum, add = np.maximum, np.add
+    R, dur = list(buf), (list(fwd), list(bwd))  # row views, made once
     for d, k, preds, r in prog:  # each op ends at its latest predecessor's end + its duration
-        row = buf[r]
+        row = R[r]
         if len(preds) == 1:  # its predecessor's end + its duration, in one pass
-            add(buf[preds[0]], bwd[k] if d else fwd[k], out=row)
+            add(R[preds[0]], dur[d][k], out=row)
             continue
         if preds:
-            maximum(buf[preds[0]], buf[preds[1]], out=row)
+            maximum(R[preds[0]], R[preds[1]], out=row)
             for q in preds[2:]:
-                maximum(row, buf[q], out=row)
+                maximum(row, R[q], out=row)
         else:
             row[:] = 0.0
-        add(row, bwd[k] if d else fwd[k], out=row)
+        add(row, dur[d][k], out=row)
     # every op's end is at most its successors' (durations are >= 0): the latest is an op no op follows
     return buf[list(sinks)].max(axis=0)
