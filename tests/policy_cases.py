@@ -5,10 +5,11 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
+import pytest
 from hypothesis import strategies as st
 
 from dcpsim.cost import CostModel
-from dcpsim.policies import Layout, Plan
+from dcpsim.policies import Layout, Plan, get_policy
 
 
 @cache
@@ -24,6 +25,42 @@ def comparable(plan: Plan) -> dict:
     d = plan.to_dict()
     d["meta"] = {k: v for k, v in d["meta"].items() if k != "planning_wall_s"}
     return d
+
+
+def solver_plan(lengths: np.ndarray, layout: Layout, *patches: tuple) -> dict:
+    """``dynamic-solver``'s :func:`comparable` plan of a batch (cost model: TP 1, the layout's PP and DP×CP),
+    with each ``(object, attribute, value)`` of ``patches`` set for this call alone (a fast path switched
+    off, a reference put in its place)."""
+    with pytest.MonkeyPatch.context() as m:
+        for obj, name, value in patches:
+            m.setattr(obj, name, value)
+        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+        return comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
+
+
+def same_solver_plans(cases, ref: list[tuple], *variants: list[tuple]) -> None:
+    """For each ``(layout, lengths)`` of ``cases``: the :func:`solver_plan` with each list of patches of
+    ``variants`` (``[]``: the policy as it is) equals the one with the patches ``ref`` (the reference path)."""
+    for j, (layout, lengths) in enumerate(cases):
+        want = solver_plan(lengths, layout, *ref)
+        for i, patches in enumerate(variants):
+            assert solver_plan(lengths, layout, *patches) == want, (j, i)
+
+
+def count_placed(monkeypatch: pytest.MonkeyPatch, cls: type, name: str, pos_at: int) -> list[int]:
+    """Wrap method ``cls.name`` (it places the sequences from position ``pos``, its positional argument
+    ``pos_at`` after ``self``, and returns the position after the last it placed) so that each call's count
+    of placed sequences is appended to the list returned."""
+    placed: list[int] = []
+    method = getattr(cls, name)
+
+    def counted(self, *args):
+        end = method(self, *args)
+        placed.append(end - args[pos_at])
+        return end
+
+    monkeypatch.setattr(cls, name, counted)
+    return placed
 
 
 @st.composite

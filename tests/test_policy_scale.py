@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from policy_cases import comparable, cost_model
+from policy_cases import comparable, cost_model, count_placed, same_solver_plans, solver_plan
 
 from dcpsim.policies import Layout, get_policy, per_rank_tokens
 from dcpsim.policies import dynamic as dyn
@@ -364,16 +364,11 @@ def _solver_cases():
 
 
 @pytest.mark.slow  # the scan is also checked on the first run cases (bulk test) and small edge batches (edge test)
-def test_solver_placement_gives_the_scan_plans(monkeypatch):
+def test_solver_placement_gives_the_scan_plans():
     """Identical plans, meta included (every candidate's makespan)."""
     from dcpsim.policies import solver
 
-    for layout, lengths in _solver_cases():
-        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
-        with monkeypatch.context() as m:
-            m.setattr(solver, "_Placer", _ScanPlacer)
-            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
-        assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+    same_solver_plans(_solver_cases(), [(solver, "_Placer", _ScanPlacer)], [])
 
 
 def test_solver_parked_groups_come_back_once_with_their_current_key():
@@ -644,41 +639,17 @@ def test_solver_bulk_runs_give_the_per_sequence_plans(monkeypatch):
     loop (``walk = False``); the bulk path does place most sequences."""
     from dcpsim.policies import solver, solver_follow, solver_placer
 
-    placed = []
-    follow = solver_follow._Follow._follow
-
-    def counted(self, g, gmin, ids, pos, *a):
-        end = follow(self, g, gmin, ids, pos, *a)
-        placed.append(end - pos)
-        return end
-
-    monkeypatch.setattr(solver_follow._Follow, "_follow", counted)
-    walked = []
-    walk = solver_follow._Follow._walk
-
-    def counted_walk(self, g, floor, ids, pos, *a):
-        end = walk(self, g, floor, ids, pos, *a)
-        walked.append(end - pos)
-        return end
-
-    monkeypatch.setattr(solver_follow._Follow, "_walk", counted_walk)
-    total = 0
+    placed = count_placed(monkeypatch, solver_follow._Follow, "_follow", 3)
+    walked = count_placed(monkeypatch, solver_follow._Follow, "_walk", 3)
     for j, (layout, lengths) in enumerate(_solver_run_cases()):
-        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
-        with monkeypatch.context() as m:
-            m.setattr(solver_placer._Placer, "bulk", False)
-            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
+        ref = solver_plan(lengths, layout, (solver_placer._Placer, "bulk", False))
         if j < 3:
-            with monkeypatch.context() as m:
-                m.setattr(solver, "_Placer", _ScanPlacer)
-                assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
-        with monkeypatch.context() as m:  # the run loop of _follow instead of the walk
-            m.setattr(solver_follow._Follow, "walk", False)
-            assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+            assert solver_plan(lengths, layout, (solver, "_Placer", _ScanPlacer)) == ref, j
+        # the run loop of _follow instead of the walk
+        assert solver_plan(lengths, layout, (solver_follow._Follow, "walk", False)) == ref, j
         placed.clear()
-        assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
-        total += lengths.size
-        assert sum(placed) > 0
+        assert solver_plan(lengths, layout) == ref, j
+        assert sum(placed) > 0, j
     assert walked and sum(walked) > 1000  # the walk placed sequences
 
 

@@ -11,9 +11,9 @@ per sequence (``bulk = False``), meta included; the fill must place many sequenc
 from __future__ import annotations
 
 import numpy as np
-from policy_cases import comparable, cost_model
+from policy_cases import count_placed, same_solver_plans
 
-from dcpsim.policies import Layout, get_policy
+from dcpsim.policies import Layout
 
 
 def _cases():
@@ -37,22 +37,6 @@ def _cases():
 def test_fill_gives_the_per_sequence_plans(monkeypatch):
     from dcpsim.policies import solver_fill, solver_placer
 
-    placed = []
-    fill = solver_fill._Fill._fill
-
-    def counted(self, g, ids, pos, *a):
-        end = fill(self, g, ids, pos, *a)
-        placed.append(end - pos)
-        return end
-
-    monkeypatch.setattr(solver_fill._Fill, "_fill", counted)
-    for j, (layout, lengths) in enumerate(_cases()):
-        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
-        with monkeypatch.context() as m:
-            m.setattr(solver_placer._Placer, "bulk", False)
-            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
-        with monkeypatch.context() as m:
-            m.setattr(solver_fill._Fill, "fill", False)
-            assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref, j
-        assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref, j
+    placed = count_placed(monkeypatch, solver_fill._Fill, "_fill", 2)
+    same_solver_plans(_cases(), [(solver_placer._Placer, "bulk", False)], [(solver_fill._Fill, "fill", False)], [])
     assert sum(placed) > 2000, sum(placed)

@@ -12,9 +12,9 @@ full decision per sequence (``bulk = False``), meta included; the open path must
 from __future__ import annotations
 
 import numpy as np
-from policy_cases import comparable, cost_model
+from policy_cases import count_placed, same_solver_plans
 
-from dcpsim.policies import Layout, get_policy
+from dcpsim.policies import Layout
 
 
 def _cases():
@@ -44,22 +44,6 @@ def _cases():
 def test_open_runs_give_the_per_sequence_plans(monkeypatch):
     from dcpsim.policies import solver_open, solver_placer
 
-    placed = []
-    open_run = solver_open._Open._open_run
-
-    def counted(self, opt, ids, pos, *a):
-        end = open_run(self, opt, ids, pos, *a)
-        placed.append(end - pos)
-        return end
-
-    monkeypatch.setattr(solver_open._Open, "_open_run", counted)
-    for j, (layout, lengths) in enumerate(_cases()):
-        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
-        with monkeypatch.context() as m:
-            m.setattr(solver_placer._Placer, "bulk", False)
-            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
-        with monkeypatch.context() as m:
-            m.setattr(solver_open._Open, "opens", False)
-            assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref, j
-        assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref, j
+    placed = count_placed(monkeypatch, solver_open._Open, "_open_run", 2)
+    same_solver_plans(_cases(), [(solver_placer._Placer, "bulk", False)], [(solver_open._Open, "opens", False)], [])
     assert sum(placed) > 600, sum(placed)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from policy_cases import comparable, cost_model
+from policy_cases import comparable, cost_model, same_solver_plans
 
-from dcpsim.policies import Layout, get_policy
+from dcpsim.policies import Layout
 from dcpsim.policies.costs import SeqCosts
 from dcpsim.policies.fit import dynamic_fit
 
@@ -100,7 +100,7 @@ def test_unbounded_same_placements_equal_the_unlimited_ones_many():
     assert same >= 20
 
 
-def test_reused_candidates_give_the_plans_of_placing_each(monkeypatch):
+def test_reused_candidates_give_the_plans_of_placing_each():
     """The policy's plans (meta included: every candidate's makespan and steps) are those it makes when
     every candidate is placed, and the reuse does happen on some of these batches."""
     from dcpsim.policies import solver, solver_placer
@@ -114,14 +114,8 @@ def test_reused_candidates_give_the_plans_of_placing_each(monkeypatch):
         reused.append(not np.isfinite(height) and choice.tobytes() in self.unbounded and before == len(self.unbounded))
         return out
 
-    for layout, lengths in _batches(11, 16):
-        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
-        with monkeypatch.context() as m:
-            m.setattr(solver_placer._Placer, "unbounded_same", lambda self: False)
-            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
-        with monkeypatch.context() as m:
-            m.setattr(solver._Full, "place", counted)
-            assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+    same_solver_plans(_batches(11, 16), [(solver_placer._Placer, "unbounded_same", lambda self: False)],
+                      [(solver._Full, "place", counted)])
     assert any(reused)
 
 
@@ -160,7 +154,7 @@ def test_take_equals_the_per_sequence_loop():
         assert _take(t, r, add, tok, floor, s_k, most) == _take_loop(t, r, add, tok, floor, s_k, most)
 
 
-def test_join_search_cut_gives_the_plans_without_it(monkeypatch):
+def test_join_search_cut_gives_the_plans_without_it():
     """The join search that stops at the codes dearer than a first new group adding nothing (and returns no
     join where those codes hold nothing near zero) gives the plans of the full join search, meta included,
     on random batches; the cut does return no join for many sequences."""
@@ -177,12 +171,6 @@ def test_join_search_cut_gives_the_plans_without_it(monkeypatch):
     def uncut(self, trow, tokrow, fam, first=None):
         return join(self, trow, tokrow, fam, None)
 
-    for layout, lengths in _batches(17, 12):
-        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
-        with monkeypatch.context() as m:
-            m.setattr(solver_placer._Placer, "_join_option", uncut)
-            ref = comparable(get_policy("dynamic-solver").plan(lengths, layout, cost))
-        with monkeypatch.context() as m:
-            m.setattr(solver_placer._Placer, "_join_option", counted)
-            assert comparable(get_policy("dynamic-solver").plan(lengths, layout, cost)) == ref
+    same_solver_plans(_batches(17, 12), [(solver_placer._Placer, "_join_option", uncut)],
+                      [(solver_placer._Placer, "_join_option", counted)])
     assert sum(cut) > 100
