@@ -120,20 +120,15 @@ class _Fill:
 
     def _least_other(self, trow: list[float], tokrow: list[int], fam: list[int], code: int, st: int) -> float:
         """The least increase of joining a group of any cell but (``code``, ``st``) (``inf`` if none): the
-        :meth:`_least_increase_all` pass without that cell."""
-        d0, H, S = _INF, self.height, self.S
+        :meth:`_least_increase_all` pass over the cells with that one left out for the call (``code``'s cells
+        in their order; the dict put back as it was). Where it returns zero early, the run ends anyway."""
         by_code = self.buckets.by_code
         self._excl = _INF
-        for c in fam:
-            cells = by_code.get(c)
-            if cells is None:
-                continue
-            tok, add = tokrow[c >> 1], trow[c]
-            for s, cell in list(cells.items()):
-                if c == code and s == st:
-                    continue
-                s_k = S[s]
-                v = self._least_increase(cell, s_k, add, (s_k if s_k >= H else H) * (1 + 1e-12), tok)
-                if v < d0:
-                    d0 = v
-        return d0
+        cells = by_code.get(code)
+        if cells is None:
+            return self._least_increase_all(trow, tokrow, fam)
+        by_code[code] = {s: cell for s, cell in cells.items() if s != st}
+        try:
+            return self._least_increase_all(trow, tokrow, fam)
+        finally:
+            by_code[code] = cells
