@@ -160,3 +160,17 @@ def test_add_in_order_equals_numpy_add_at():
         got = a.copy()
         add_in_order(got, idx, v)
         assert got.tobytes() == want.tobytes()
+
+
+def test_by_cell_equals_the_stable_sort():
+    """_by_cell (ids read back in cell order from a table) gives ids[argsort(cell, stable)]: distinct cells, and
+    repeated cells (the sort it falls back to), empty input."""
+    from dcpsim.policies.pr2959_candidate import _by_cell
+
+    rng = np.random.default_rng(9)
+    for _ in range(200):
+        n = int(rng.integers(0, 200))
+        cell = rng.permutation(int(rng.integers(n, 3 * n + 2)))[:n] if rng.random() < 0.7 else rng.integers(0, 20, n)
+        ids = rng.permutation(n + int(rng.integers(0, 50)))[:n].astype(np.int64)
+        cell = np.asarray(cell, dtype=np.int64)
+        assert _by_cell(ids, cell).tolist() == ids[np.argsort(cell, kind="stable")].tolist()

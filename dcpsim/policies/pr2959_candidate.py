@@ -133,13 +133,19 @@ class _Candidate:
         self.mu = float(bt.f.sum()) / self.n_b
         bubble = (lay.pp * self.m + lay.pp - 1) / (lay.pp * self.m)
         self.tau = self.mu * {"mean": 1.0, "iteration": bubble, "timeline": 1.0 / bubble}[self.bucket_target]
-        is_long = bt.classes()[0] < -(self.long_factor * self.mu)  # f > lf·μ, on the order's negated FLOPs
-        if self.safe:  # safe mode: a sample one slot cannot hold is long
-            is_long |= bt.tok1[bt.order] > bt.M
-        n_long = int(np.count_nonzero(is_long))
-        # the long samples are the first ones of the order (FLOPs and tokens grow with the length): the
-        # normal ones are a suffix, whose lists are slices of the batch's
-        self._suffix = n_long if not is_long[n_long:].any() else None
+        negf, _, _, falls = bt.classes()
+        thr = -(self.long_factor * self.mu)
+        if falls and not self.safe and thr == thr:  # f > lf·μ on negated FLOPs that never fall: a prefix
+            n_long = int(np.searchsorted(negf, thr, side="left"))
+            self._suffix = n_long
+        else:
+            is_long = negf < thr  # f > lf·μ, on the order's negated FLOPs
+            if self.safe:  # safe mode: a sample one slot cannot hold is long
+                is_long |= bt.tok1[bt.order] > bt.M
+            n_long = int(np.count_nonzero(is_long))
+            # the long samples are the first ones of the order (FLOPs and tokens grow with the length): the
+            # normal ones are a suffix, whose lists are slices of the batch's
+            self._suffix = n_long if not is_long[n_long:].any() else None
         if self._suffix is not None:
             self._long_arr, self.normal = bt.order[:n_long], bt.order[n_long:]
         else:
@@ -383,7 +389,7 @@ class _Candidate:
         starts, width, fwd = self._garr[:3]
         share = fwd / width
         gid = np.repeat(np.arange(ng), width)
-        slot = np.repeat(starts, width) + (np.arange(gid.size) - np.repeat(np.cumsum(width) - width, width))
+        slot = np.arange(gid.size) - np.repeat((np.cumsum(width) - width) - starts, width)  # start + index in block
         fsum = np.zeros(K)
         np.add.at(fsum, slot, share[gid])  # in order: each slot's adds as the code makes them
         return slot, ~gid, fsum.tolist()
@@ -511,7 +517,7 @@ class _Candidate:
             return self._realigned_steps()
         # every long group sits at one list index on all its slots, so each entry runs at its index
         keep = np.concatenate([first, np.arange(nl, code.size)]).astype(np.int64)  # buckets; long groups once
-        order = keep[stable_argsort(pos[keep] * self.batch.K + slot[keep])]  # by list index, then slot
+        order = _by_cell(keep, pos[keep] * self.batch.K + slot[keep])  # by list index, then slot
         if not order.size:
             return []
         u, n_long = self.batch.u, len(self.long_ids)
@@ -563,6 +569,17 @@ class _Candidate:
         return [Step(sorted(at[k], key=lambda gr: gr.start)) for k in sorted(at)]
 
 
+
+
+def _by_cell(ids: np.ndarray, cell: np.ndarray) -> np.ndarray:
+    """``ids[np.argsort(cell, kind="stable")]`` for cells (integers ``>= 0``) that are distinct: each id put at its
+    cell of a table and read back in cell order (no sort); a sort where cells repeat."""
+    if not cell.size:
+        return ids[:0]
+    at = np.full(int(cell.max()) + 1, -1, dtype=np.int64)
+    at[cell] = ids
+    out = at[at >= 0]
+    return out if out.size == ids.size and int(ids.min()) >= 0 else ids[stable_argsort(cell)]
 
 
 def _spread_groups(pos: np.ndarray, first: np.ndarray) -> int:

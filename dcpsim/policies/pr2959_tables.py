@@ -416,9 +416,11 @@ def stable_order(v: np.ndarray, hint: np.ndarray) -> np.ndarray:
     np.not_equal(h[1:], h[:-1], out=cut[1:])  # (NaN: a run of its own)
     cut[1:] |= hint[1:] < hint[:-1]
     starts = np.flatnonzero(cut)
-    if 2 * starts.size > n or (h != h).any():  # runs too short to pay, or NaN
+    if 2 * starts.size > n:  # runs too short to pay
         return np.argsort(v, kind="stable")
     rv = h[starts]
+    if (rv != rv).any():  # NaN (each NaN starts a run of its own, so the runs' values show it)
+        return np.argsort(v, kind="stable")
     by = np.argsort(rv, kind="stable")
     size = np.diff(np.append(starts, n))[by]
     out = hint[np.repeat(starts[by] - (np.cumsum(size) - size), size) + np.arange(n)]
