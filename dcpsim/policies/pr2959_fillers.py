@@ -160,32 +160,11 @@ class ClassFiller:
         if not S.size or C <= 0:
             return 0
         negS, LS = self.cneg_a[S], self.cL_a[S]
-        room, lsum, cap = self.room[a:b].copy(), self.lsum[a:b].copy(), self.cap[a:b]
-        act = np.arange(C)
-        gs, ks = [], []
         budget = None if self.flag_all else self.budget
-        while act.size:
-            if len(gs) >= _ROUNDS:  # groups taking many samples: the chunk ends before the first of them
-                C = int(act[0])
-                break
-            if not self.flag_all:
-                act = act[lsum[act] < cap[act]]
-            k = np.searchsorted(negS, room[act] * self.nslack, side="right")
-            if not gs:  # first picks: the groups searching from one class share its samples (_park)
-                k = _park(k, self.rem_a[S])
-            took = k < S.size
-            act, k = act[took], k[took]
-            if not act.size:
-                break
-            gs.append(act)
-            ks.append(k)
-            room[act] += negS[k]
-            lsum[act] += LS[k]
-            if len(gs) == _CHECK_AT:  # a pick found bad now stays bad: the groups from the first are dropped
-                C = min(C, _first_bad(*_group_order(gs, ks, b - a), self.rem_a[S], self.n_alive, budget))
-                if C < max(_BULK_KEEP, (b - a) >> 3):  # few groups kept: the next ones go one at a time
-                    return 0
-                act = act[act < C]
+        rounds = self._rounds(S, negS, LS, a, b, budget)
+        if rounds is None:  # few groups kept: the next ones go one at a time
+            return 0
+        gs, ks, C = rounds
         if gs:
             g, k = _group_order(gs, ks, b - a)
             stop = min(C, _first_bad(g, k, self.rem_a[S], self.n_alive, budget))
@@ -195,6 +174,46 @@ class ClassFiller:
             stop = C
         self._keep(g, cls, stop)
         return stop
+
+    def _rounds(self, S: np.ndarray, negS: np.ndarray, LS: np.ndarray, a: int, b: int,
+                budget: float | None) -> tuple[list[np.ndarray], list[np.ndarray], int] | None:
+        """:meth:`bulk`'s rounds: each group still taking picks the first class of ``S`` (negated FLOPs ``negS``,
+        tokens ``LS``) below its ``x``; the groups and classes of each round, and the groups kept at most (``C``);
+        None when the check after round ``_CHECK_AT`` leaves too few groups."""
+        C = b - a
+        # the groups still taking (ascending) and their rooms, tokens and caps, side by side
+        act = np.arange(C)
+        room, lsum, cap = self.room[a:b].copy(), self.lsum[a:b].copy(), self.cap[a:b]
+        gs: list[np.ndarray] = []
+        ks: list[np.ndarray] = []
+        while act.size:
+            if len(gs) >= _ROUNDS:  # groups taking many samples: the chunk ends before the first of them
+                C = int(act[0])
+                break
+            if not self.flag_all:
+                on = lsum < cap
+                if not on.all():
+                    act, room, lsum, cap = act[on], room[on], lsum[on], cap[on]
+            k = np.searchsorted(negS, room * self.nslack, side="right")
+            if not gs:  # first picks: the groups searching from one class share its samples (_park)
+                k = _park(k, self.rem_a[S])
+            on = k < S.size
+            if not on.all():
+                act, k, room, lsum, cap = act[on], k[on], room[on], lsum[on], cap[on]
+            if not act.size:
+                break
+            gs.append(act)
+            ks.append(k)
+            room += negS[k]  # (arrays of this try's own)
+            lsum += LS[k]
+            if len(gs) == _CHECK_AT:  # a pick found bad now stays bad: the groups from the first are dropped
+                C = min(C, _first_bad(*_group_order(gs, ks, b - a), self.rem_a[S], self.n_alive, budget))
+                if C < max(_BULK_KEEP, (b - a) >> 3):
+                    return None
+                on = act < C
+                if not on.all():
+                    act, room, lsum, cap = act[on], room[on], lsum[on], cap[on]
+        return gs, ks, C
 
     def _keep(self, g: np.ndarray, cls: np.ndarray, stop: int) -> None:
         """Record a bulk try's groups before ``stop`` (their picks ``cls`` by group ``g``, in order)."""
