@@ -602,11 +602,15 @@ def test_fast_and_scan_runs_are_identical_larger(monkeypatch, gpus, workload, se
     assert fast == ref
 
 
-def test_stable_argsort_is_numpys_stable_argsort():
+@pytest.mark.parametrize("key_sort_min", [1 << 15, 2])
+def test_stable_argsort_is_numpys_stable_argsort(monkeypatch, key_sort_min):
     """The radix-pass argsort gives numpy's stable order index for index: spans below 2**16, below 2**32 and
-    above, negative values, many ties, int32/int64/uint, one element and none."""
+    above, negative values, many ties, int32/int64/uint, one element and none; with the key sort taking every
+    span from 2**16 (``_KEY_SORT_MIN`` lowered) too."""
+    from dcpsim.policies import pr2959_tables
     from dcpsim.policies.pr2959_tables import stable_argsort
 
+    monkeypatch.setattr(pr2959_tables, "_KEY_SORT_MIN", key_sort_min)
     rng = np.random.default_rng(9)
     for _ in range(200):
         n = int(rng.integers(0, 3000))

@@ -16,6 +16,7 @@ from dcpsim.padding import per_rank_tokens
 from dcpsim.policies.pr2959_model import LONG_BWD_FACTOR
 
 _BULK_MIN = 64  # _bulk_lowest and _bulk_deal: runs shorter than this hand over to the next rule
+_KEY_SORT_MIN = 1 << 15  # stable_argsort: from this many values of a span of 2**16 or more, one sort of keys
 
 
 def _sq(x: float) -> float:
@@ -37,7 +38,9 @@ def _np_sum(values: np.ndarray) -> float:
 def stable_argsort(a: np.ndarray) -> np.ndarray:
     """``np.argsort(a, kind="stable")`` of an integer array, index for index, by numpy's radix sort: one
     pass on 16-bit keys when the values span less than 2**16, two (low then high 16 bits, each stable)
-    when less than 2**32; numpy's own stable sort otherwise."""
+    when less than 2**32 (from ``_KEY_SORT_MIN`` values: one sort of the distinct keys ``value·2^b + index``,
+    numpy's SIMD sort, about 3x less CPU time here for a few more instructions); numpy's own stable sort
+    otherwise."""
     a = np.asarray(a)
     if a.dtype.kind not in "iu" or a.size < 2:
         return np.argsort(a, kind="stable")
@@ -45,6 +48,13 @@ def stable_argsort(a: np.ndarray) -> np.ndarray:
     span = int(a.max()) - lo
     if span >= 1 << 32:
         return np.argsort(a, kind="stable")
+    if span >= 1 << 16 and a.size >= _KEY_SORT_MIN:  # one sort of distinct keys (value, index): no stability needed
+        shift = int(a.size - 1).bit_length()  # (a span below 2**32 and fewer than 2**31 values: keys below 2**63)
+        key = (a.astype(np.int64) - lo) << shift
+        key |= np.arange(a.size)
+        key.sort()
+        key &= (1 << shift) - 1
+        return key
     b = (a.astype(np.int64) - lo).astype(np.uint32)
     if span < 1 << 16:
         return np.argsort(b.astype(np.uint16), kind="stable")
