@@ -25,3 +25,13 @@ def test_take_stops_at_the_step_height():
 
     layout = Layout(dp=5, cp=1, max_tokens_per_rank=256, pp=1, gpus_per_domain=2)
     same_solver_plans([(layout, _runs((366, 6), (183, 10), (3, 9)))], [(solver_placer._Placer, "bulk", False)], [])
+
+
+def test_walk_ends_where_the_best_outside_the_cell_ties():
+    """Two of half the tallest length make a group as tall as the tallest one's, so a walk's pick can tie
+    with the best group outside its cell (the same new time): the walk stops where the lower id is outside."""
+    from dcpsim.policies import solver_placer
+
+    layout = Layout(dp=5, cp=4, max_tokens_per_rank=1024, pp=2, gpus_per_domain=8)
+    lengths = _runs((6154, 3), (3074, 29), (243, 9), (49, 13), (9, 3))
+    same_solver_plans([(layout, lengths)], [(solver_placer._Placer, "bulk", False)], [])
