@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from dcpsim.policies.pr2959_fillers import _rank_in_class
 from dcpsim.policies.pr2959_tables import _BULK_MIN, _run_ends, _TokenTable, stable_argsort
 
 _EXACT = 2**26  # tokens below this: the leftover scores (tokens + L − T)² of distinct token counts are distinct
@@ -119,15 +120,8 @@ def add_in_order(a: np.ndarray, idx: np.ndarray, values: np.ndarray) -> None:
     """
     if idx.size == 0:
         return
-    by = stable_argsort(idx)
-    s = idx[by]
-    pos = np.arange(s.size)
-    head = np.empty(s.size, dtype=bool)
-    head[0] = True
-    np.not_equal(s[1:], s[:-1], out=head[1:])
-    rank = np.empty_like(by)
-    rank[by] = pos - np.maximum.accumulate(np.where(head, pos, 0))  # each value's place among its cell's
-    if not head.all():
+    rank = _rank_in_class(idx)  # each value's place among its cell's
+    if rank.any():
         for j in range(int(rank.max()) + 1):
             m = rank == j
             a[idx[m]] += values[m]  # (the cells of one layer are distinct)

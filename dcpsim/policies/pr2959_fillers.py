@@ -299,7 +299,7 @@ def _first_bad(g: np.ndarray, k: np.ndarray, count: np.ndarray, n_alive: int, bu
     ``g.size`` groups past the last when none (a value no group reaches).
 
     Only a class picked more often than it has samples holds such a pick (its ``count + 1``-th pick): the
-    picks of those classes alone are ranked (a stable sort by class of their positions)."""
+    picks of those classes alone are ranked (:func:`_rank_in_class`)."""
     stop = np.iinfo(np.int64).max
     if budget is not None:
         # the first pick i made with n_alive − i <= budget (the rounded guess set right by exact comparisons)
@@ -314,14 +314,9 @@ def _first_bad(g: np.ndarray, k: np.ndarray, count: np.ndarray, n_alive: int, bu
     if over.any():
         at = np.flatnonzero(over[k])  # the picks of those classes, in group order
         kc = k[at]
-        by = stable_argsort(kc)
-        sc = kc[by]
-        idx = np.arange(sc.size)
-        head = np.concatenate([[True], sc[1:] != sc[:-1]])
-        rank = idx - np.maximum.accumulate(np.where(head, idx, 0))  # rank in its class, in by's order
-        bad = rank >= count[sc]
+        bad = _rank_in_class(kc) >= count[kc]
         if bad.any():
-            stop = min(stop, int(g[at[by[bad]].min()]))
+            stop = min(stop, int(g[at[bad]].min()))
     return stop
 
 
