@@ -218,7 +218,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             cur[c] = f if f >= 0 else max(s, R)
             return f
         while s + c <= R:
-            if used[s] == 0 and (c == 1 or used.find(1, s, s + c) < 0):
+            if used[s] == 0 and used.find(1, s, s + c) < 0:
                 cur[c] = s
                 return s
             s += c
