@@ -103,3 +103,31 @@ def test_measured_device_profile_variant_keeps_the_measured_tables(hc, tmp_path)
     assert prof.host == base.host and prof.host.enabled and prof.timing.per_kernel_overhead_s == 0.0
     assert prof.gemm_rows == dev.gemm_rows and prof.attention_rows == dev.attention_rows
     assert prof.gemm_rows != base.gemm_rows
+
+
+def test_other_machine_rows_from_a_folder_without_host_check(hc):
+    """--measured profiles/h200-sxm-measured: host.json's tiny GPT only, split "other-machine" (its host figures
+    fed no [host] table); the measured-device-tables profile takes that folder's kernel tables."""
+    folder = hc.ROOT / "profiles" / "h200-sxm-measured"
+    rows = hc.measured_rows(folder)
+    assert [r["split"] for r in rows] == ["other-machine"]
+    tiny = json.loads((folder / "host.json").read_text())["tiny_gpt"]
+    assert rows[0]["measured_eager_step_s"] == tiny["eager_step_s"]["median_s"]
+    assert rows[0]["shape"] == hc.Shape(**tiny["shape"])
+
+
+def test_measured_device_profile_takes_the_folders_tables(hc, tmp_path):
+    from dcpsim.hardware import get_profile
+
+    folder = hc.ROOT / "profiles" / "h200-sxm-measured"
+    prof = get_profile(str(hc.measured_device_profile(tmp_path, "h200-sxm", folder)))
+    dev, host = get_profile(str(folder)), get_profile("h200-sxm")
+    assert prof.name == "h200-sxm-measured-with-host"
+    assert prof.gemm_rows == dev.gemm_rows and prof.attention_rows == dev.attention_rows
+    assert prof.host == host.host and prof.timing.per_kernel_overhead_s == 0.0
+
+
+def test_measured_folder_is_checked(hc, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        hc.main(["--measured", str(tmp_path)])
+    assert "--measured" in capsys.readouterr().err

@@ -282,6 +282,10 @@ def test_mixed_profile_takes_unmeasurable_values_from_base(tmp_path):
     assert prof.timing.per_kernel_overhead_s == base.timing.per_kernel_overhead_s
     assert prof.timing.gemm_efficiency_scale == 1.0
     assert prof.sources["timing.sms"].startswith("from base profile h100-sxm")
+    # Transformer Engine's FP8 split accumulation is the GPU's (a public source), not a calibration: kept
+    assert base.timing.fp8_split_accumulation_factor != 1.0
+    assert prof.timing.fp8_split_accumulation_factor == base.timing.fp8_split_accumulation_factor
+    assert prof.sources["timing.fp8_split_accumulation_factor"].startswith("from base profile h100-sxm")
     assert load_profile(res.path).timing == prof.timing
 
 

@@ -455,11 +455,13 @@ def _device_values(info, base, gemm_rows, attn_rows, coll_rows, nproc, opts) -> 
 
 
 def _timing_from_base(base) -> tuple[Timing, dict[str, str]]:
-    """The base profile's FP8 figures, GEMM shape model and launch floor; calibration scales reset to 1 (new data)."""
+    """The base profile's FP8 figures (the split-accumulation factor included: a property of Transformer Engine's
+    FP8 GEMMs on that GPU, from a public source, not a calibration), GEMM shape model and launch floor; calibration
+    scales reset to 1 (new data)."""
     if base is None:
         return Timing(), {}
     keep = ("peak_fp8_flops", "fp8_gemm_best_tflops", "sms", "gemm_tile_m", "gemm_tile_n", "gemm_k_half",
-            "per_kernel_overhead_s", "iteration_overhead_s")
+            "per_kernel_overhead_s", "iteration_overhead_s", "fp8_split_accumulation_factor")
     t = Timing(**{f: getattr(base.timing, f) for f in keep})
     if t == Timing():
         return t, {}

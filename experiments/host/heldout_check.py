@@ -9,6 +9,8 @@ device time (the microbatch as one CUDA graph, replayed), and a step of ``microb
 loss read (``.item()``) + ``clip_grad_norm_`` + Adam, eager and with each microbatch one CUDA graph.
 ``host.json`` (12 layers, hidden 512) is the row the host parameters were taken from (in-sample);
 ``host_check.json`` holds 8 other shapes measured in a second run, used for no parameter (held out).
+``--measured profiles/h200-sxm-measured``: the same tiny GPT measured on a lent H200 machine (host.json only),
+split ``other-machine``: no [host] figure was taken from that machine.
 
 Simulated: the same step on 1 GPU (TP1 PP1 CP1 DP1), model spec of the measured shape (``gated_mlp = false``,
 ``ffn_hidden = 4h``, untied embeddings, vocab 50304), the fixed workload (``mbs`` sequences of ``seq``
@@ -73,8 +75,12 @@ def measured_rows(measured_dir: Path = MEASURED_DIR) -> list[dict[str, Any]]:
     """The in-sample row (``host.json`` tiny GPT, ``split = "in-sample"``) and the held-out rows
     (``host_check.json``, ``split = "held-out"``): shape and the measured medians (seconds)."""
     rows = []
-    src = [(measured_dir / "host.json", "in-sample"), (measured_dir / "host_check.json", "held-out")]
+    # host.json's row is in-sample only on the machine the shipped [host] tables were measured on
+    first = "in-sample" if measured_dir.resolve() == MEASURED_DIR.resolve() else "other-machine"
+    src = [(measured_dir / "host.json", first), (measured_dir / "host_check.json", "held-out")]
     for path, split in src:
+        if split == "held-out" and not path.exists():  # a machine measured with dcpsim.profiling.host alone
+            continue
         data = json.loads(path.read_text())
         raw = [data["tiny_gpt"]] if "tiny_gpt" in data else list(data["rows"])
         for r in raw:
@@ -208,7 +214,7 @@ def table_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measured_device_profile(folder: Path, host_from: str = DEFAULT_PROFILE) -> Path:
+def measured_device_profile(folder: Path, host_from: str = DEFAULT_PROFILE, measured_dir: Path = MEASURED_DIR) -> Path:
     """A profile folder (written under ``folder``) with the kernel tables of ``h100-sxm-measured`` (GEMM and
     attention measured on an H100 with ``dcpsim profile``; collectives and peaks copied from h100-sxm) and the
     ``[host]`` table of ``host_from`` (its per-kernel launch floor 0, as a [host] table requires). The device
@@ -219,7 +225,7 @@ def measured_device_profile(folder: Path, host_from: str = DEFAULT_PROFILE) -> P
     from dcpsim.hardware import get_profile
     from dcpsim.hardware.profile import write_profile
 
-    dev, base = get_profile(str(MEASURED_DIR)), get_profile(host_from)
+    dev, base = get_profile(str(measured_dir)), get_profile(host_from)
     sources = {k: v for k, v in dev.sources.items() if not k.startswith("host.")}
     sources.update({k: v for k, v in base.sources.items() if k.startswith("host.") or k == "host_cpu"})
     sources["timing.per_kernel_overhead_s"] = "0: kernel launches are priced by the [host] table"
@@ -229,10 +235,10 @@ def measured_device_profile(folder: Path, host_from: str = DEFAULT_PROFILE) -> P
     missing = {f.name: getattr(base.timing, f.name) for f in fields(dev.timing)
                if f"timing.{f.name}" not in sources and f"timing.{f.name}" in base.sources}
     sources.update({f"timing.{k}": base.sources[f"timing.{k}"] for k in missing})
-    prof = replace(dev, name="h100-sxm-measured-with-host", host=base.host, host_cpu=base.host_cpu,
+    prof = replace(dev, name=f"{dev.name}-with-host", host=base.host, host_cpu=base.host_cpu,
                    timing=replace(dev.timing, per_kernel_overhead_s=0.0, **missing), sources=sources,
-                   description=f"h100-sxm-measured kernel tables with the [host] table of {host_from}")
-    return write_profile(prof, folder / "h100-sxm-measured-with-host")
+                   description=f"{dev.name} kernel tables with the [host] table of {host_from}")
+    return write_profile(prof, folder / f"{dev.name}-with-host")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,23 +247,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default=DEFAULT_PROFILE, help="hardware profile with a [host] table (literal name "
                     "or folder; default h100-sxm, the shipped profile carrying the measured H100 host table)")
-    ap.add_argument("--measured-device-tables", action="store_true", help="use h100-sxm-measured's GEMM/attention "
+    ap.add_argument("--measured-device-tables", action="store_true", help="use the --measured folder's GEMM/attention "
                     "tables with --profile's [host] table (a profile written to a temporary folder)")
     ap.add_argument("--as-shipped", action="store_true", help="keep --profile's [host] table as shipped (Megatron-LM "
                     "modules) instead of taking the measured Megatron-LM ratio back out (plain PyTorch, the default)")
+    ap.add_argument("--measured", default=str(MEASURED_DIR), help="measured profile folder whose host.json (and "
+                    "host_check.json, when there) hold the measured rows; default profiles/h100-sxm-measured")
     ap.add_argument("--json", default=None, help="also write the rows and statistics here (JSON)")
     a = ap.parse_args(argv)
-    rows = measured_rows()
+    measured = Path(a.measured)
+    if not (measured / "host.json").is_file():
+        ap.error(f"--measured {a.measured!r}: expected a folder holding host.json (dcpsim.profiling.host's output)")
+    rows = measured_rows(measured)
     with tempfile.TemporaryDirectory(prefix="dcpsim-heldout-") as tmp:
         profile = a.profile if a.as_shipped else str(plain_profile(Path(tmp), a.profile))
-        profile = str(measured_device_profile(Path(tmp), profile)) if a.measured_device_tables else profile
+        profile = str(measured_device_profile(Path(tmp), profile, measured)) if a.measured_device_tables else profile
         done = compare(rows, [simulate(r["shape"], profile) for r in rows])
     label = a.profile + ("" if a.as_shipped else " (Megatron-LM host ratio taken out: plain PyTorch)")
-    label = f"h100-sxm-measured kernel tables + [host] of {label}" if a.measured_device_tables else label
+    label = f"{measured.name} kernel tables + [host] of {label}" if a.measured_device_tables else label
+    label += f"; measured rows: {measured}"
     print(f"profile: {label}\n")
     print(table_markdown(done))
     if a.json:
         payload = {"profile": label, "stats_held_out": stats(done), "stats_in_sample": stats(done, "in-sample"),
+                   "stats_other_machine": stats(done, "other-machine"),
                    "rows": [{**r, "shape": r["shape"].__dict__} for r in done]}
         Path(a.json).write_text(json.dumps(payload, indent=1) + "\n")
     return 0
