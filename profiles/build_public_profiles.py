@@ -65,6 +65,7 @@ def gemm_rows(best_tflops: float, src: str, timing: Timing) -> list[dict]:
 
 # ------------------------------------------------------------------ sustained GEMM rates (device side)
 MEASURED_GEMM_CSV = HERE / "h100-sxm-measured" / "gemm.csv"
+H200_MEASURED_GEMM_CSV = HERE / "h200-sxm-measured" / "gemm.csv"
 # A measured row is kept when its p10-p90 spread is within this fraction of its median (one row, 5120x5120 at
 # 1,024 tokens, spread 154-527 TFLOPS, is an unstable timing, not a rate). Where short kernels (timed alone, at boost
 # clock) beat the long ones, they are held to the long kernels' median (measured_gemm_rows)
@@ -80,6 +81,11 @@ MEASURED_GEMM_SRC = ("measured sustained GEMM rates at Llama-13B's layer and out
                      "about 690), not the 795 of a short 8192^3 burst (REFERENCE §5); shorter kernels, timed alone at "
                      "boost clock, are held to that median (a step runs its GEMMs back to back); rows with a p10-p90 "
                      "spread over half their median dropped")
+H200_MEASURED_GEMM_SRC = ("measured sustained GEMM rates at Llama-13B's layer and output-layer shapes, 512-131,072 tokens, "
+                          "on a real H200 141GB (profiles/h200-sxm-measured/gemm.csv, MEASURED.md: 2026-11-28, torch "
+                          "2.11.0+cu130, bf16, L2 flushed, median of 50); the H100's rules: kernels timed alone at boost "
+                          "clock held to the long kernels' (>= 8,192 tokens) median, rows with a p10-p90 spread over half "
+                          "their median dropped")
 # NVIDIA computes an A100's HPL Rpeak at the clock it sustains at its power limit, 1,305 MHz, against its 1,410 MHz
 # boost clock (Glenn K. Lockwood, "Peak FLOPS", glennklockwood.com/garden/peak-FLOPS, section Rpeak)
 A100_SUSTAINED_CLOCK = 1305.0 / 1410.0
@@ -87,13 +93,14 @@ A100_CLOCK_SRC = ("x 1305/1410: the A100's clock sustained at its power limit (N
                   "its 1,410 MHz boost (Glenn K. Lockwood, 'Peak FLOPS', glennklockwood.com/garden/peak-FLOPS)")
 
 
-def measured_gemm_rows() -> list[dict]:
-    """The real H100's GEMM rows (profiles/h100-sxm-measured/gemm.csv), unstable timings dropped."""
+def measured_gemm_rows(csv_path: Path = MEASURED_GEMM_CSV) -> list[dict]:
+    """A real GPU's GEMM rows (default the H100's, profiles/h100-sxm-measured/gemm.csv), unstable timings dropped."""
     import csv
     import re
 
     rows = []
-    with MEASURED_GEMM_CSV.open(newline="") as f:
+    where = f"profiles/{csv_path.parent.name}/{csv_path.name}"
+    with csv_path.open(newline="") as f:
         for r in csv.DictReader(f):
             tf = float(r["tflops"])
             if int(r["tokens"]) < MEASURED_GEMM_MIN_TOKENS:
@@ -102,7 +109,7 @@ def measured_gemm_rows() -> list[dict]:
             if m and (float(m.group(2)) - float(m.group(1))) > MEASURED_GEMM_MAX_SPREAD * tf:
                 continue
             rows.append(dict(n=int(r["n"]), k=int(r["k"]), tokens=int(r["tokens"]), tflops=tf,
-                             source=r["source"] + "; from profiles/h100-sxm-measured/gemm.csv"))
+                             source=r["source"] + f"; from {where}"))
     # Sustained ceiling: the long kernels (>= SUSTAINED_MIN_TOKENS tokens, >= 0.5 ms each) ran at the clock the GPU
     # holds under load; the short ones, timed alone between L2 flushes, at boost. A training step runs its GEMMs
     # back to back, so a short kernel is held to the long kernels' median rate.
@@ -126,17 +133,15 @@ def bf16_rate_8192(rows: list[dict], timing: Timing) -> float:
 def gemm_table(name: str, g: dict, timing: Timing) -> tuple[list[dict], str, Timing, str]:
     """GEMM rows, their source, the timing (FP8 anchor set to twice the BF16 anchor) and the FP8 anchor's source.
 
-    H100 and H200 (the same GH100 die at the same 700 W) take the real H100's sustained rates at real shapes; the
+    H100 and H200 (the same GH100 die at the same 700 W) take their own measured sustained rates at real shapes; the
     A100 takes its datasheet-derived rows at its power-limited sustained clock; B200/GB200 keep the burst figure
     (no public sustained-clock figure)."""
     from dataclasses import replace
 
     ref5 = "REFERENCE §5 (vendor datasheet / nccl-tests figures)"
     if name in ("h100-sxm", "h200-sxm"):
-        rows = measured_gemm_rows()
-        src = MEASURED_GEMM_SRC + ("" if name == "h100-sxm" else
-                                   "; H200 SXM has the H100's GH100 compute at the same 700 W TDP (NVIDIA H200 "
-                                   "datasheet): the H100 rates used")
+        rows = measured_gemm_rows(MEASURED_GEMM_CSV if name == "h100-sxm" else H200_MEASURED_GEMM_CSV)
+        src = MEASURED_GEMM_SRC if name == "h100-sxm" else H200_MEASURED_GEMM_SRC
         fp8 = 2.0 * bf16_rate_8192(rows, timing)
         fp8_src = (f"derived: 2 x this profile's sustained BF16 rate on an 8192^3 product ({fp8 / 2:.1f} TFLOPS from the "
                    "measured table) = the anchor FP8_SRC describes, at the sustained rate")
@@ -154,6 +159,11 @@ H100_HBM_MEASURED = 3.0e12
 H100_HBM_SRC = ("measured sustained HBM bandwidth on a real H100 80GB HBM3: 1 GiB device copy, read + write bytes / "
                 "time, median 3.00 TB/s (p10-p90 2,996-3,005 GB/s), 2026-11-27, torch 2.11.0+cu130 "
                 "(profiles/h100-sxm-measured, MEASURED.md); the datasheet's 3.35 TB/s (REFERENCE §5) is not reached")
+# the same on the real H200 (profiles/h200-sxm-measured/profile.toml): 4,215-4,232 GB/s (p10-p90) against 4.8 TB/s
+H200_HBM_MEASURED = 4.2257e12
+H200_HBM_SRC = ("measured sustained HBM bandwidth on a real H200 (141 GB): 1 GiB device copy, read + write bytes / time, "
+                "median 4.226 TB/s (p10-p90 4,215-4,232 GB/s), 2026-11-28, torch 2.11.0+cu130 (profiles/h200-sxm-measured, "
+                "MEASURED.md); the datasheet's 4.8 TB/s (REFERENCE §5) is not reached")
 # Transformer Engine runs the backward FP8 GEMMs (dgrad, wgrad) with split accumulation (_2X_ACC_DGRAD/_WGRAD = True,
 # _2X_ACC_FPROP = False in transformer_engine/pytorch/module/base.py); enabling fast accumulation "can lead to a 1.1x
 # to 1.2x speedup" (pytorch/ao issue #2377, 2025-06, H100 FP8 training GEMMs): the range's midpoint, 1.15. Hopper
@@ -244,7 +254,7 @@ GPUS = {
     "h200-sxm": dict(
         sms=132, sms_src="H200 SXM: 132 SMs, the H100's GH100 compute (NVIDIA H200 datasheet)",
         fp8=1979e12, fp8_src="H200 SXM dense FP8 peak 1,979 TFLOPS (NVIDIA H200 datasheet; 3,958 with sparsity)",
-        peak=989e12, hbm=143771 * 2**20, hbm_mib=143771, hbmbw=4.8e12, nvl=450e9, nic=50e9, gemm=790, attn_scale=1.0,
+        peak=989e12, hbm=143771 * 2**20, hbm_mib=143771, hbmbw=H200_HBM_MEASURED, hbmbw_src=H200_HBM_SRC, nvl=450e9, nic=50e9, gemm=790, attn_scale=1.0,
         attn_note="; H200 has the H100's compute (same 989 TFLOPS peak), attention assumed equal",
         nvl_ring=365, nvl_p2p=390, nic_eff=47, h200_ar=True, fp8_split_acc=FP8_SPLIT_ACC,
         desc="NVIDIA H200 SXM 141GB, 8 per node (HGX H200), 400 Gb/s per GPU. Public figures.", ar_note="",
