@@ -105,15 +105,17 @@ def test_measured_device_profile_variant_keeps_the_measured_tables(hc, tmp_path)
     assert prof.gemm_rows != base.gemm_rows
 
 
-def test_other_machine_rows_from_a_folder_without_host_check(hc):
-    """--measured profiles/h200-sxm-measured: host.json's tiny GPT only, split "other-machine" (its host figures
-    fed no [host] table); the measured-device-tables profile takes that folder's kernel tables."""
+def test_other_machine_rows(hc, tmp_path):
+    """--measured profiles/h200-sxm-measured: host.json's tiny GPT is split "other-machine" (no [host] figure came
+    from that machine), its host_check.json rows held out; a folder without host_check.json gives host.json's row."""
     folder = hc.ROOT / "profiles" / "h200-sxm-measured"
     rows = hc.measured_rows(folder)
-    assert [r["split"] for r in rows] == ["other-machine"]
+    assert [r["split"] for r in rows] == ["other-machine"] + ["held-out"] * 8
     tiny = json.loads((folder / "host.json").read_text())["tiny_gpt"]
     assert rows[0]["measured_eager_step_s"] == tiny["eager_step_s"]["median_s"]
     assert rows[0]["shape"] == hc.Shape(**tiny["shape"])
+    (tmp_path / "host.json").write_text((folder / "host.json").read_text())
+    assert [r["split"] for r in hc.measured_rows(tmp_path)] == ["other-machine"]
 
 
 def test_measured_device_profile_takes_the_folders_tables(hc, tmp_path):
