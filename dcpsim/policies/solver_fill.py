@@ -93,7 +93,7 @@ class _Fill:
         code = self.g_code[g]
         self.g_time[g] = listed + trow[code]
         self.g_room[g] -= tokrow[code >> 1]
-        self.members[g].append(i)
+        self.gof.append(g)
         self._outside, self._hits = (-_INF, 0), 1
         return self._follow(g, gmin, ids, pos, u, k, listed)
 

@@ -97,7 +97,7 @@ class _Follow:
         thr = 1e-9 * (self.gmax + 0.0)
         lim = max(s_k, self.height) * (1 + 1e-12)
         outside = self._outside  # the zero-increase search's best outside g's cell, which g's join left as it was
-        g_time, g_room, members = self.g_time, self.g_room, self.members
+        g_time, g_room, gof = self.g_time, self.g_room, self.gof
         # listed: g's time in its cell's sorted list (moves are deferred while g keeps the picks)
         twins: list[int] = []  # the next picks, in order (see :meth:`_twins`)
         end = self._run_end[pos]  # the run of this length (and CP size) ends there
@@ -108,7 +108,7 @@ class _Follow:
             # only grows); the same additions as one :meth:`_apply` after another, the step's height unchanged
             c, t, r = _take(g_time[g], g_room[g], add, tok, floor, s_k, end - pos)
             if c:
-                members[g].extend(ids[pos:pos + c])
+                gof += [g] * c
                 g_time[g], g_room[g] = t, r
                 pos += c
             if pos >= end:
@@ -172,7 +172,7 @@ class _Follow:
         if r >= tok and floor <= t + add <= s_k:  # :func:`_take` (its loop's first test fails: none)
             c, t, r = _take(t, r, add, tok, floor, s_k, end - pos)
             if c:
-                self.members[g0].extend(ids[pos:pos + c])
+                self.gof += [g0] * c
                 g_time[g0], room[g0] = t, r
                 pos += c
         self._exhausted = False  # whether the cell is left with no pick (set by _walk_down)
@@ -227,7 +227,7 @@ class _Follow:
         listed = self.g_time[g]
         self.g_time[g] = o_t  # listed + trow[code]: the search's new time
         self.g_room[g] -= tokrow[code >> 1]
-        self.members[g].append(ids[pos])
+        self.gof.append(g)
         pos += 1
         self._outside, self._hits = (-_INF, 0), 1
         if pos >= self._run_end[pos - 1]:  # the run ends with it: the join's move (:meth:`_apply`)
@@ -254,7 +254,7 @@ class _Follow:
         position walked past: from there to ``p`` every entry was passed, picked or is ``-neg0``'s)."""
         (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed) = span, q, out
         o_t, o_neg = self._outside
-        g_time, room, members = self.g_time, self.g_room, self.members
+        g_time, room, gof = self.g_time, self.g_room, self.gof
         tie_t = t_c = r_c = None  # tie_t: the last pick time whose lower neighbour's new time differs
         tie_lo = 0  # the first position of time tie_t
         c_c = t_e = r_e = 0  # (t_c, r_c): the last pick's time and room before it took c_c, ending at (t_e, r_e)
@@ -288,7 +288,7 @@ class _Follow:
                 else:
                     c, t, r = c_c, t_e, r_e = _take(tq, r, add, tok, floor, s_k, end - pos)
             g = -neg
-            members[g].extend(ids[pos:pos + c])
+            gof += [g] * c
             g_time[g], room[g] = t, r
             pos += c
             at.append(j)
@@ -314,17 +314,18 @@ class _Follow:
         group of another room or at ``-neg0``; returns (the position to look at next, the first sequence
         left), the twins' positions appended to ``at``."""
         (j, lo), (r0, t1, r1), (pos, end) = span, rooms, seqs
-        room, g_time, members = self.g_room, self.g_time, self.members
+        room, g_time, gof = self.g_room, self.g_time, self.gof
         m = j - lo if j - lo < end - pos else end - pos  # at most that many: one sequence each
-        n = 0  # the twins taken: keys[j - 1] down to keys[j - m], one sequence each of ids[pos:pos + m], in order
-        for (_, neg), i in zip(reversed(keys[j - m:j]), ids[pos:pos + m], strict=True):
+        n0 = len(gof)  # the twins taken: keys[j - 1] down to keys[j - n], one sequence each of ids[pos:pos + n], in order
+        append = gof.append
+        for _, neg in reversed(keys[j - m:j]):
             g = -neg
             if neg == neg0 or room[g] != r0:
                 break
-            members[g].append(i)
+            append(g)
             g_time[g] = t1
             room[g] = r1
-            n += 1
+        n = len(gof) - n0
         jj = j - 1 - n
         at.extend(range(j - 1, jj, -1))
         return jj, pos + n
@@ -385,36 +386,35 @@ class _Follow:
         ``ids[pos:end]`` (``at`` = (pos, end)) in turn, as ``g`` did (the same test on the same time and
         room, the same additions), and ends at ``g``'s time and room. The twins that end with the others join ``block``; the one that takes the run's last
         sequence (``c`` or fewer of them) is returned (its move is its own), None if the run goes on."""
-        g_time, g_room, members = self.g_time, self.g_room, self.members
+        g_time, g_room, gof = self.g_time, self.g_room, self.gof
         t, r = g_time[g], g_room[g]
         (add, tok), (pos, end) = step, at
         rest = end - pos
         if rest > c * len(twins):  # every twin takes c, and the run goes on
             twins.reverse()
             if c == 1:
-                for tw, i in zip(twins, ids[pos:pos + len(twins)], strict=True):
-                    members[tw].append(i)
+                gof += twins
+                for tw in twins:
                     g_time[tw] = t
                     g_room[tw] = r
             else:
                 for tw in twins:
-                    members[tw].extend(ids[pos:pos + c])
+                    gof += [tw] * c
                     g_time[tw] = t
                     g_room[tw] = r
-                    pos += c
             block.extend(twins)
             twins.clear()
             return None
         full = rest // c
         for _ in range(full - (full * c == rest)):
             tw = twins.pop()
-            members[tw].extend(ids[pos:pos + c])
+            gof += [tw] * c
             g_time[tw], g_room[tw] = t, r
             pos += c
             block.append(tw)
         last = twins.pop()  # takes the rest: c of them, or fewer (the additions g made first)
         rem = end - pos
-        members[last].extend(ids[pos:end])
+        gof += [last] * rem
         if rem == c:
             g_time[last], g_room[last] = t, r
         else:

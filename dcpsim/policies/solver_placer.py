@@ -86,8 +86,8 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         # per position, the end of its run of equal length and CP size
         run_end = self._run_end = self._run_ends(tab, order) if bulk else []
         # the state's lists (filled in place, never replaced during the run) and the options' methods, as locals
-        g_time, g_room, g_code, g_step, g_sidx, members, S = (self.g_time, self.g_room, self.g_code, self.g_step,
-                                                              self.g_sidx, self.members, self.S)
+        g_time, g_room, g_code, g_step, g_sidx, gof, S = (self.g_time, self.g_room, self.g_code, self.g_step,
+                                                          self.g_sidx, self.gof, self.S)
         new_groups, join_option, new_step_option = self._new_groups, self._join_option, self._new_step_option
         span0, pp1 = self.span0, self.pp - 1
         while pos < n:
@@ -116,13 +116,13 @@ class _Placer(_Follow, _Least, _Fill, _Open):
                 listed = g_time[g]
                 g_time[g] = listed + trow[g_code[g]]
                 g_room[g] -= tokrow[g_sidx[g]]
-                members[g].append(i)
+                gof.append(g)
                 pos = self._follow(g, best[1], ids, pos, u, k, listed)
             else:
                 self._apply(act, i, k, trow, tokrow)
                 if bulk and pos < n and run_end[pos - 1] > pos:  # the next sequence has this length
                     pos = self._after(best, opts, gmax, ids, (pos, u, k))
-        return self._plan(name, lengths)
+        return self._plan(name, lengths, order)
 
     def _after(self, best: tuple, opts: list[tuple], gmax: float, ids: list[int], at: tuple[int, int, int]) -> int:
         """After the decision ``best`` (applied; ``opts``: its new-group options, ``gmax`` before it) for the
@@ -191,7 +191,9 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         self.g_time: list[float] = []
         self.g_room: list[int] = []  # tokens per rank still free under the cap
         self.g_start: list[int] = []
-        self.members: list[list[int]] = []
+        # the group of each sequence placed, in placement order (every path places ``ids[pos:]`` in order, each
+        # sequence once): a group's members are the sequences at its positions, in order (:meth:`_plan`)
+        self.gof: list[int] = []
         self.S: list[float] = []  # step times
         self.used: list[bytearray] = []  # per step: used[r] == 1 once rank r is taken
         self.n_free: list[int] = []  # per step: ranks free
@@ -499,7 +501,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             old = g_time[g]
             g_time[g] = t_new = old + trow[code]
             self.g_room[g] = room = self.g_room[g] - tokrow[self.g_sidx[g]]
-            self.members[g].append(i)
+            self.gof.append(g)
             st = self.g_step[g]
             self.buckets.move(code, st, old, t_new, g, room)
         else:
@@ -532,7 +534,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         self.g_time.append(t_new)
         self.g_room.append(self.cap - tokrow[k])
         self.g_start.append(start)
-        self.members.append([i])
+        self.gof.append(g)
         self.buckets.add(2 * k + b, st, t_new, g, self.g_room[g])
         self.used[st][start : start + c] = b"\x01" * c
         self.n_free[st] -= c
@@ -540,20 +542,26 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             self.open_steps.remove(st)
         return st, t_new
 
-    def _plan(self, name: str, lengths: np.ndarray) -> Plan:
+    def _plan(self, name: str, lengths: np.ndarray, seqs: np.ndarray) -> Plan:
         """The plan: longest steps first (any order has the same modelled makespan), each step's groups by
         first rank (distinct within a step), as :func:`steps_of_arrays` steps of the groups' arrays (so
-        :meth:`Plan.arrays` costs nothing until a step's groups are read)."""
+        :meth:`Plan.arrays` costs nothing until a step's groups are read). ``seqs``: the sequences in placement
+        order (``gof``'s positions); each group's members are its positions' sequences, in order (a stable sort
+        of the positions by the group's rank in the plan, 16-bit where it fits: by radix)."""
         n_steps, ng = len(self.S), len(self.g_step)
         rank = np.empty(n_steps, dtype=np.int64)
         rank[sorted(range(n_steps), key=lambda s: (-self.S[s], s))] = np.arange(n_steps)
         step = rank[np.asarray(self.g_step, dtype=np.int64)] if ng else np.zeros(0, dtype=np.int64)
         start = np.asarray(self.g_start, dtype=np.int64)
         order = np.lexsort((start, step))
-        members = self.members
-        counts = np.fromiter(map(len, members), dtype=np.int64, count=ng)[order]
-        ids = np.fromiter(chain.from_iterable(members[g] for g in order.tolist()), dtype=np.int64,
-                          count=int(counts.sum()))
+        gof = np.asarray(self.gof, dtype=np.int64)
+        if gof.size != seqs.size:
+            raise RuntimeError(f"placed {gof.size} of {seqs.size} sequences")  # every path places each one once
+        grank = np.empty(ng, dtype=np.int64)
+        grank[order] = np.arange(ng)
+        key = grank[gof]
+        ids = seqs[np.argsort(key.astype(np.uint16) if ng <= 1 << 16 else key, kind="stable")]
+        counts = np.bincount(gof, minlength=ng)[order]
         a = PlanArrays(per_step=np.bincount(step, minlength=n_steps), step=step[order], start=start[order],
                        size=np.asarray(self.sizes, dtype=np.int64)[np.asarray(self.g_sidx, dtype=np.int64)][order]
                        if ng else np.zeros(0, dtype=np.int64), counts=counts, ids=ids)
