@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device run (H100/H200 lent machine): host dispatch costs (dcpsim.profiling.host) and a measured
-# kernel profile (dcpsim profile, collectives copied from the public base: one GPU cannot measure them).
+# kernel profile (dcpsim profile, collectives copied from the public base: one GPU cannot measure them), then the
+# memory-bound kernel curve (membound_curve.py).
 # Usage on the device, from the repository root, with wheels for simpy/pydantic in .whl/:
 #   bash benchmarks/device/h100_host_and_profile.sh "$OUT"
 # Everything lands in $OUT/results.tgz (and host.json beside it), even when a step times out.
@@ -25,5 +26,9 @@ echo "host rc $?"
 cp "$W/host/host.json" "$OUT/host.json" 2>/dev/null
 timeout "${PROFILE_TIMEOUT:-270}" python3 -m dcpsim.cli profile --out "$W/prof" --model llama-13b --no-collectives > "$W/prof.log" 2>&1
 echo "profile rc $?"
+# the device time of memory-bound kernels against their size (64 KiB .. 1 GiB): what the HBM-rate pricing of small
+# elementwise kernels misses (benchmarks/device/membound_curve.py docstring); torch only
+timeout "${MEMBOUND_TIMEOUT:-120}" python3 benchmarks/device/membound_curve.py --out "$W/membound.json" > "$W/membound.log" 2>&1
+echo "membound rc $?"
 tar czf "$OUT/results.tgz" -C "$OUT" w
 tail -n 5 "$W"/*.log
