@@ -11,6 +11,8 @@ same decisions are made where they provably open the next free aligned slice of 
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 
 class _Open:
     """The open path of :class:`~dcpsim.policies.solver_placer._Placer` (a mixin: it uses the placer's state)."""
@@ -45,14 +47,77 @@ class _Open:
         a1, tok, s_k, gmax = trow[2 * k + b], tokrow[k], self.S[st], self.gmax
         if self.cap - tok >= tok and not self._delta(s_k, a1 + a1) > 2e-7 * (gmax + a1):
             return pos  # a join into an opened group may count: the full decision
-        c, end = self.sizes[k], self._run_end[pos - 1]
-        n_free, free_start, spans, open_group = self.n_free, self._free_start, self._spans, self._open_group
-        while pos < end and n_free[st]:
-            start = free_start(st, c)
-            if start < 0 or spans(start, c) != b:
-                break
-            open_group(("new", st, start, b), ids[pos], k, trow, tokrow)
-            pos += 1
+        starts = self._free_run(st, self.sizes[k], b, self._run_end[pos - 1] - pos)
+        if starts:
+            self._open_block(st, k, b, starts, (trow, tokrow))
         # ``_was_cut`` stays: the last one's join search ends as the first one's did (the same searches' results),
         # so the next decision tries :meth:`_cut_none` first where the per-sequence path would
-        return pos
+        return pos + len(starts)
+
+    def _free_run(self, st: int, c: int, b: int, most: int) -> list[int]:
+        """The starts of the groups that the loop ``while most and n_free[st]: start = _free_start(st, c); if
+        start < 0 or _spans(start, c) != b: break; open a group of c ranks at start; most -= 1`` opens, found
+        before any is opened, the cursor left where that loop's last :meth:`_free_start` leaves it.
+
+        Opening a group only marks its own aligned slice, so each :meth:`_free_start` after one (from the
+        cursor, at that slice) finds the lowest free aligned slice above it: the same scan from the slice's
+        end, on the ranks as they were."""
+        R, cur, used, spans = self.R, self.cursor[st], self.used[st], self._spans
+        nf, s = self.n_free[st], cur.get(c, 0)
+        starts: list[int] = []
+        while len(starts) < most and nf:
+            if c == 1:
+                f = used.find(0, s) if s < R else -1
+                at = f if f >= 0 else max(s, R)
+            else:
+                f = -1
+                while s + c <= R:
+                    if used[s] == 0 and used.find(1, s, s + c) < 0:
+                        f = s
+                        break
+                    s += c
+                at = s
+            cur[c] = at
+            if f < 0 or spans(f, c) != b:
+                break
+            starts.append(f)
+            nf -= c
+            s = f + c
+        return starts
+
+    def _open_block(self, st: int, k: int, b: int, starts: list[int], rows: tuple) -> None:
+        """:meth:`_open_group` of a group of size index ``k`` (leaving the domain: ``b``) at each of ``starts``
+        (free aligned slices of step ``st``, ascending) in turn, in one pass: the same ids, lists, ranks taken and
+        cell (their keys, of one time and consecutive ids, sit next to each other there: one slice)."""
+        trow, tokrow = rows
+        c, m, code = self.sizes[k], len(starts), 2 * k + b
+        self._slots.clear()
+        t_new = float(trow[code])
+        room = self.cap - tokrow[k]
+        g0 = len(self.g_step)
+        self.g_step += [st] * m
+        self.g_sidx += [k] * m
+        self.g_code += [code] * m
+        self.g_time += [t_new] * m
+        self.g_room += [room] * m
+        self.g_start += starts
+        self.gof += range(g0, g0 + m)
+        buckets = self.buckets
+        if room >= buckets.min_tok[k]:  # :meth:`_Buckets.add` of each: keys (t_new, -g), g descending
+            cells = buckets.by_code.get(code)
+            if cells is None:
+                cells = buckets.by_code[code] = {}
+            cell = cells.get(st)
+            if cell is None:
+                cell = cells[st] = [[], [], 0]
+            keys = cell[0]
+            block = [(t_new, -g) for g in range(g0 + m - 1, g0 - 1, -1)]
+            at = bisect_left(keys, block[0])  # every other key of time t_new has a lower id: above the block
+            keys[at:at] = block
+            cell[2] += m
+        used, one = self.used[st], b"\x01" * c
+        for start in starts:
+            used[start:start + c] = one
+        self.n_free[st] -= c * m
+        if not self.n_free[st]:
+            self.open_steps.remove(st)
