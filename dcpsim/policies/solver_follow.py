@@ -188,12 +188,11 @@ class _Follow:
         if not ((p == len(keys) or (nt := keys[p][0] + add) > lim or nt - s_k > thr)  # as in _fullest_in_cell
                 and (p == 0 or keys[p - 1][0] + add <= (s_k if s_k < lim else lim))):
             p = self._prefix_end(keys, p, s_k, add, lim, thr)
-        at: list[int] = []  # the positions of the picks after g0, in order
         passed: list[int] = []  # the positions passed without room
         lo = p  # the walked entries (each passed or picked) are those from lo to p - 1, and g0's
         if down:
-            pos, lo = self._walk_down(keys, p, -g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed))
-        self._settle_walk(code, st, (lo, p), (g0, listed, at, passed))
+            pos, lo = self._walk_down(keys, p, -g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), passed)
+        self._settle_walk(code, st, (lo, p), (g0, listed, passed))
         return pos
 
     def _settle_first(self, code: int, st: int, g0: int, listed: float) -> None:
@@ -246,13 +245,13 @@ class _Follow:
         return False
 
     def _walk_down(self, keys: list, p: int, neg0: int, ids: list[int], span: tuple[int, int], q: tuple,
-                   out: tuple[list[int], list[int]]) -> tuple[int, int]:
+                   passed: list[int]) -> tuple[int, int]:
         """The picks of :meth:`_walk` after the first group (``-neg0``, skipped): down ``keys`` from the
         prefix's end ``p``, each listed group with room takes what it can of ``ids[pos:end]`` (``span``);
-        ``q`` = (added time, tokens, floor, step height, limit, tolerance). Appends the picks' positions and
-        those passed without room to ``out``; returns (the position of the first sequence left, the lowest
+        ``q`` = (added time, tokens, floor, step height, limit, tolerance). Appends the positions passed
+        without room to ``passed``; returns (the position of the first sequence left, the lowest
         position walked past: from there to ``p`` every entry was passed, picked or is ``-neg0``'s)."""
-        (pos, end), (add, tok, floor, s_k, lim, thr), (at, passed) = span, q, out
+        (pos, end), (add, tok, floor, s_k, lim, thr) = span, q
         o_t, o_neg = self._outside
         g_time, room, gof = self.g_time, self.g_room, self.gof
         tie_t = t_c = r_c = None  # tie_t: the last pick time whose lower neighbour's new time differs
@@ -291,12 +290,11 @@ class _Follow:
             gof += [g] * c
             g_time[g], room[g] = t, r
             pos += c
-            at.append(j)
             if pos >= end or (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
                 return pos, j
             if c == 1 and j > tie_lo:  # its twins below take one each, as it did
                 lo = tie_lo if newt > o_t else bisect_right(keys, (tq, o_neg), tie_lo, j)
-                j, pos = self._twins_down(keys, (j, lo), neg0, (r_c, t, r), ids, (pos, end), at)
+                j, pos = self._twins_down(keys, (j, lo), neg0, (r_c, t, r), (pos, end))
                 if pos >= end:
                     return pos, j + 1
             else:
@@ -304,18 +302,30 @@ class _Follow:
         self._exhausted = j < 0
         return pos, j + 1
 
-    def _twins_down(self, keys: list, span: tuple[int, int], neg0: int, rooms: tuple, ids: list[int],
-                    seqs: tuple[int, int], at: list[int]) -> tuple[int, int]:
+    def _twins_down(self, keys: list, span: tuple[int, int], neg0: int, rooms: tuple,
+                    seqs: tuple[int, int]) -> tuple[int, int]:
         """The twins of the pick at ``span[0]`` (time and room the same, each listed below it down to
         ``span[1]``, the first of its time that beats the best outside the cell) each take one sequence of
         ``ids[pos:end]`` (``seqs``) and end at the pick's time and room, as :meth:`_walk_down` would take them
         one by one (the same tests on the same numbers: a twin of the last pick takes what it took, and its
         next addition stays past the step). ``rooms`` = (room before, time after, room after). Stops at a
         group of another room or at ``-neg0``; returns (the position to look at next, the first sequence
-        left), the twins' positions appended to ``at``."""
+        left).
+
+        The twins are usually a range of consecutive ids (groups opened one after another with the same time and
+        room keep them while they take the same sequences): where all of them qualify, their lists change by
+        slices."""
         (j, lo), (r0, t1, r1), (pos, end) = span, rooms, seqs
         room, g_time, gof = self.g_room, self.g_time, self.gof
         m = j - lo if j - lo < end - pos else end - pos  # at most that many: one sequence each
+        if m:
+            a = -keys[j - 1][1]  # the lowest id (the first twin)
+            b = a + m
+            if -keys[j - m][1] == b - 1 and not a <= -neg0 < b and room[a:b].count(r0) == m:  # ids a to b - 1
+                g_time[a:b] = [t1] * m
+                room[a:b] = [r1] * m
+                gof += range(a, b)
+                return j - 1 - m, pos + m
         n0 = len(gof)  # the twins taken: keys[j - 1] down to keys[j - n], one sequence each of ids[pos:pos + n], in order
         append = gof.append
         for _, neg in reversed(keys[j - m:j]):
@@ -326,16 +336,14 @@ class _Follow:
             g_time[g] = t1
             room[g] = r1
         n = len(gof) - n0
-        jj = j - 1 - n
-        at.extend(range(j - 1, jj, -1))
-        return jj, pos + n
+        return j - 1 - n, pos + n
 
     def _settle_walk(self, code: int, st: int, span: tuple[int, int], walked: tuple) -> None:
         """The list changes of :meth:`_walk` in cell (code, step): the entries from ``span`` = (lo, p) on to
-        the prefix's end ``p`` were walked past (``walked`` = (the first pick, its listed time, the other
-        picks' positions, the positions passed without room)): the groups passed are parked, the picks move
-        to their new keys (dropped below the least share)."""
-        (lo, p), (g0, listed, at, passed) = span, walked
+        the prefix's end ``p`` were walked past (``walked`` = (the first pick, its listed time, the positions
+        passed without room)): the groups passed are parked, the picks (the first and every other walked entry)
+        move to their new keys (dropped below the least share)."""
+        (lo, p), (g0, listed, passed) = span, walked
         buckets, g_time, room = self.buckets, self.g_time, self.g_room
         cells = buckets.by_code[code]
         cell = cells[st]
@@ -347,7 +355,8 @@ class _Follow:
                 t, neg = keys[j]
                 heappush(heap, (-room[-neg], t, neg))
                 parked.add(-neg)
-            picks = [g0] + [-keys[j][1] for j in at]
+            out = set(passed)
+            picks = [g0] + [-neg for j, (_, neg) in enumerate(keys[lo:p], lo) if j not in out and -neg != g0]
             new = [(g_time[g], -g) for g in picks if room[g] >= least]
         else:  # the walked entries are the picks (g0's among them, or below them)
             new = [(g_time[g], neg) for _, neg in keys[lo:p] if room[(g := -neg)] >= least]
