@@ -507,14 +507,15 @@ class _Follow:
         :meth:`_new_step_option` replaces the join. The new-group options are those
         :meth:`_new_group_option` kept for this sequence (a join that adds nothing changes no free rank, step
         height or ``gmax``)."""
-        c, pp1, gmax = self.sizes[k], self.pp - 1, self.gmax
+        pp1, gmax = self.pp - 1, self.gmax
         floor = -_INF
-        for a1, delta in self._new_opts:
+        for delta, gpu, neg_a1, _, _ in self._new_opts:  # gpu: c * a1
+            a1 = -neg_a1
             if delta > 1e-9 * (gmax + a1 + s_k):
                 continue  # a larger increase, whatever the join's time
-            if delta != 0.0 or c * a1 < gmin * (1 - 1e-9):
+            if delta != 0.0 or gpu < gmin * (1 - 1e-9):
                 return None  # an increase within the tolerance of none, or fewer GPU-seconds
-            if c * a1 <= gmin * (1 + 1e-9) and a1 > floor:
+            if gpu <= gmin * (1 + 1e-9) and a1 > floor:
                 floor = a1  # equal on both: the fuller (larger time) wins, the join on a tie
         a1 = float(trow[2 * k + self.span0[k]])
         over = a1 - gmax

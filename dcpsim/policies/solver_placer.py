@@ -168,7 +168,8 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         at most ``gmax + _pending``)."""
         d_join, self._pending = self._pending, None
         if self._new_opts:
-            a1, d = self._new_opts[0]
+            d, _, neg_a1 = self._new_opts[0][:3]
+            a1 = -neg_a1
         else:
             a1 = float(trow[2 * k + self.span0[k]])
             d = a1 + (self.pp - 1) * max(0.0, a1 - self.gmax)
@@ -448,8 +449,8 @@ class _Placer(_Follow, _Least, _Fill, _Open):
 
     def _new_groups(self, trow: list[float], k: int) -> list[tuple]:
         """Each open step's new group of the sequence's size on its lowest free aligned slice (not past the
-        height), as an option (increase, GPU-seconds, -time, 1, action), in step order. Keeps each as
-        (time, increase) in ``_new_opts`` (for :meth:`_others_lose`)."""
+        height), as an option (increase, GPU-seconds, -time, 1, action), in step order. Keeps them as
+        ``_new_opts`` (for :meth:`_others_lose` and :meth:`_settle`)."""
         c = self.sizes[k]
         slots = self._slots.get(c)
         if slots is None:
@@ -458,8 +459,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             self._new_opts = ()
             return slots
         H, pp1, gmax, S = self.height, self.pp - 1, self.gmax, self.S
-        self._new_opts = kept = []
-        opts = []
+        self._new_opts = opts = []
         for kk, b, act in slots:
             a1 = trow[2 * k + b]
             s_k = S[kk]
@@ -469,7 +469,6 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             Sn = a1 if a1 > s_k else s_k
             over = Sn - gmax
             delta = (Sn - s_k) + pp1 * (over if over > 0.0 else 0.0)
-            kept.append((a1, delta))
             opts.append((delta, c * a1, -a1, 1, act))
         return opts
 
