@@ -117,6 +117,15 @@ opened raise the step by far more than the tolerances (each decision the full on
 smaller shortcuts (the prefix end's usual answer tested inline, a free single rank found by
 ``bytearray.find``, a twin run sliced to what it takes) one 65,536-GPU iteration 7,538 M -> 7,202 M
 instructions (``benchmarks/scale_instructions.py``, 2026-11-28; ``packing``: 0.90 G, so 8.4x -> 8.0x).
+Then 7,190 M -> 6,812 M (7.6x; CPU medians 0.81 -> 0.75 s, ``packing`` 0.11-0.12 s, ``benchmarks/scale_fast.py``;
+``benchmarks/results/scale_fast/gpus65536_issue24_solver29_*.json``, 2026-11-28):
+each sequence's group kept in one placement-order list (the plan's members from a stable sort of it), a run
+opened on one step's free slices found and opened in one pass (:meth:`_Open._free_run`, :meth:`_Open._open_block`),
+and a twin run of consecutive group ids (at 65,536 GPUs every one: groups opened together keep their ids, times
+and rooms) updated by list slices. What is left is spread: about 44,000 full decisions (the six screens' 8,192
+sequences come mostly one length each) at about 100 interpreted lines each, the walks' per-group steps, and the
+cell lists' memory moves (a sorted list of about 5,700 groups per cell, changed near its low end: about 12% of
+the instructions).
 Plans are identical to
 the definition (a scan of every open group per sequence, kept in
 ``tests/test_policy_scale.py``) and to one full decision per sequence
