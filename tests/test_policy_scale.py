@@ -379,15 +379,16 @@ def test_solver_parked_groups_come_back_once_with_their_current_key():
     b.add(0, 0, 1.0, 0, 50)
     b.add(0, 0, 2.0, 1, 80)
     cell = b.by_code[0][0]
-    b.park(cell, [1, 0], g_room)  # both parked (no room for, say, 100 tokens)
+    assert cell[0] == [(-2.0, 1), (-1.0, 0)]  # (-time, id) ascending: the longest first
+    b.park(cell, 0, 2, g_room)  # both parked (no room for, say, 100 tokens)
     assert cell[0] == [] and b.parked == {0, 1}
     g_time[1], g_room[1] = 3.0, 60  # group 1 joined (moved) while parked, then parked again
     b.move(0, 0, 2.0, 3.0, 1, 60)
-    b.park(cell, [0], g_room)
+    b.park(cell, 0, 1, g_room)
     b.unpark(cell, 55, g_time, g_room)  # the stale entry (room 80, time 2.0) must not come back
-    assert cell[0] == [(3.0, -1)] and b.parked == {0}
+    assert cell[0] == [(-3.0, 1)] and b.parked == {0}
     b.unpark(cell, 40, g_time, g_room)
-    assert cell[0] == [(1.0, 0), (3.0, -1)] and not b.parked and cell[2] == 2
+    assert cell[0] == [(-3.0, 1), (-1.0, 0)] and not b.parked and cell[2] == 2
 
 
 def _screen_case(dp: int, cp: int, seed: int):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, insort
 from heapq import heappop, heappush
 
 
@@ -22,6 +22,12 @@ class _Buckets:
     room for the current sequence, and few without. A group is dropped
     (closed) once its token room is below the smallest share any sequence has
     at its size.
+
+    The list is kept in reverse: entries ``(-time, group id)`` ascending, so the
+    longest (time, fewest id) come first and the shortest last. Joins, parks and
+    walks change the list near its short end (the groups that still have time
+    under their step), which is the list's tail: a Python list shifts only the
+    entries after a change.
     """
 
     def __init__(self, min_tok: list[int]) -> None:
@@ -37,7 +43,7 @@ class _Buckets:
             cell = cells.get(step)
             if cell is None:
                 cell = cells[step] = [[], [], 0]
-            insort(cell[0], (time, -g))
+            insort(cell[0], (-time, g))
             cell[2] += 1
 
     def move(self, code: int, step: int, old: float, new: float, g: int, room: int) -> None:
@@ -47,9 +53,9 @@ class _Buckets:
             self.parked.discard(g)  # its heap entry goes stale
         else:
             groups = cell[0]
-            del groups[bisect_left(groups, (old, -g))]
+            del groups[bisect_left(groups, (-old, g))]
             if cell[2] > 1 and room >= self.min_tok[code >> 1]:  # it stays in this cell: :meth:`add` there
-                insort(groups, (new, -g))
+                insort(groups, (-new, g))
                 return
         cell[2] -= 1
         if not cell[2]:
@@ -65,16 +71,16 @@ class _Buckets:
         cells = self.by_code[code]
         cell = cells[step]
         groups = cell[0]
-        hi = bisect_right(groups, (old, -gs[0]))
-        lo = hi - len(gs)
+        lo = bisect_left(groups, (-old, gs[0]))
+        hi = lo + len(gs)
         # the ends in place: the keys between them are those of gs (the caller's run of consecutive entries)
-        if lo < 0 or groups[hi - 1] != (old, -gs[0]) or groups[lo] != (old, -gs[-1]):
+        if hi > len(groups) or groups[lo] != (-old, gs[0]) or groups[hi - 1] != (-old, gs[-1]):
             for g in gs:  # not one slice (never expected): one move each
                 self.move(code, step, old, new, g, room)
             return
         del groups[lo:hi]
         if room >= self.min_tok[code >> 1]:
-            keys = [(new, -g) for g in reversed(gs)]
+            keys = [(-new, g) for g in gs]
             p = bisect_left(groups, keys[0])
             if p == len(groups) or groups[p] > keys[-1]:
                 groups[p:p] = keys
@@ -88,14 +94,13 @@ class _Buckets:
                 if not cells:
                     del self.by_code[code]
 
-    def park(self, cell: list, positions, g_room: list[int]) -> None:
-        """Move the groups at ``positions`` (descending) of the cell's list to its heap by room."""
-        groups, heap = cell[0], cell[1]
-        for pos in positions:
-            t, neg_g = groups[pos]
-            del groups[pos]
-            heappush(heap, (-g_room[-neg_g], t, neg_g))
-            self.parked.add(-neg_g)
+    def park(self, cell: list, lo: int, hi: int, g_room: list[int]) -> None:
+        """Move the groups at positions ``lo`` to ``hi - 1`` of the cell's list to its heap by room."""
+        groups, heap, parked = cell[0], cell[1], self.parked
+        for neg_t, g in groups[lo:hi]:
+            heappush(heap, (-g_room[g], -neg_t, -g))
+            parked.add(g)
+        del groups[lo:hi]
 
     def unpark(self, cell: list, tok: int, g_time: list[float], g_room: list[int]) -> None:
         """Bring back every parked group with room for ``tok`` tokens (skipping stale heap entries)."""
@@ -105,4 +110,4 @@ class _Buckets:
             g = -neg_g
             if g in self.parked and g_time[g] == t and g_room[g] == -neg_room:
                 self.parked.discard(g)
-                insort(cell[0], (t, neg_g))
+                insort(cell[0], (-t, g))

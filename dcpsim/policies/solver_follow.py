@@ -182,17 +182,17 @@ class _Follow:
         if self.fast and not down and newt <= lim and (newt <= s_k or self._raise(newt, s_k) <= thr):
             self._settle_first(code, st, g0, listed)
             return pos
-        keys = self.buckets.by_code[code][st][0]
+        keys = self.buckets.by_code[code][st][0]  # (-time, group) ascending: the prefix of the times is a suffix
         x = (lim if lim < s_k + thr else s_k + thr) - add
-        p = bisect_right(keys, (x, _INF))
-        if not ((p == len(keys) or (nt := keys[p][0] + add) > lim or nt - s_k > thr)  # as in _fullest_in_cell
-                and (p == 0 or keys[p - 1][0] + add <= (s_k if s_k < lim else lim))):
+        p = bisect_left(keys, (-x, -_INF))
+        if not ((p == 0 or (nt := add - keys[p - 1][0]) > lim or nt - s_k > thr)  # as in _fullest_in_cell
+                and (p == len(keys) or add - keys[p][0] <= (s_k if s_k < lim else lim))):
             p = self._prefix_end(keys, p, s_k, add, lim, thr)
         passed: list[int] = []  # the positions passed without room
-        lo = p  # the walked entries (each passed or picked) are those from lo to p - 1, and g0's
+        hi = p  # the walked entries (each passed or picked) are those from p to hi - 1, and g0's
         if down:
-            pos, lo = self._walk_down(keys, p, -g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), passed)
-        self._settle_walk(code, st, (lo, p), (g0, listed, passed))
+            pos, hi = self._walk_down(keys, p, g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), passed)
+        self._settle_walk(code, st, (p, hi), (g0, listed, passed))
         return pos
 
     def _settle_first(self, code: int, st: int, g0: int, listed: float) -> None:
@@ -244,129 +244,129 @@ class _Follow:
             self.bit = True
         return False
 
-    def _walk_down(self, keys: list, p: int, neg0: int, ids: list[int], span: tuple[int, int], q: tuple,
+    def _walk_down(self, keys: list, p: int, g0: int, ids: list[int], span: tuple[int, int], q: tuple,
                    passed: list[int]) -> tuple[int, int]:
-        """The picks of :meth:`_walk` after the first group (``-neg0``, skipped): down ``keys`` from the
-        prefix's end ``p``, each listed group with room takes what it can of ``ids[pos:end]`` (``span``);
-        ``q`` = (added time, tokens, floor, step height, limit, tolerance). Appends the positions passed
-        without room to ``passed``; returns (the position of the first sequence left, the lowest
-        position walked past: from there to ``p`` every entry was passed, picked or is ``-neg0``'s)."""
+        """The picks of :meth:`_walk` after the first group (``g0``, skipped): down the times of ``keys`` (on
+        along the list) from the prefix's end ``p``, each listed group with room takes what it can of
+        ``ids[pos:end]`` (``span``); ``q`` = (added time, tokens, floor, step height, limit, tolerance). Appends
+        the positions passed without room to ``passed``; returns (the position of the first sequence left, the
+        end of the positions walked past: from ``p`` to there every entry was passed, picked or is ``g0``'s)."""
         (pos, end), (add, tok, floor, s_k, lim, thr) = span, q
         o_t, o_neg = self._outside
         g_time, room, gof = self.g_time, self.g_room, self.gof
-        tie_t = t_c = r_c = None  # tie_t: the last pick time whose lower neighbour's new time differs
-        tie_lo = 0  # the first position of time tie_t
-        c_c = t_e = r_e = 0  # (t_c, r_c): the last pick's time and room before it took c_c, ending at (t_e, r_e)
-        j = p - 1
-        while j >= 0:
-            tq, neg = keys[j]
-            r = room[-neg]
-            if r < tok or neg == neg0:
-                if neg != neg0:
+        tie_t = t_c = r_c = None  # tie_t: the last pick's -time whose next lower time's new time differs
+        tie_hi = 0  # the last position of -time tie_t
+        c_c = t_e = r_e = 0  # (t_c, r_c): the last pick's -time and room before it took c_c, ending at (t_e, r_e)
+        n = len(keys)
+        j = p
+        while j < n:
+            ntq, g = keys[j]
+            r = room[g]
+            if r < tok or g == g0:
+                if g != g0:
                     passed.append(j)
-                j -= 1
+                j += 1
                 continue
-            newt = tq + add
-            # the pick must add nothing, reach the floor and beat the best outside the cell ((newt, neg) > it)
-            if newt > s_k or newt < floor or newt < o_t or (newt == o_t and neg <= o_neg):
+            newt = add - ntq
+            # the pick must add nothing, reach the floor and beat the best outside the cell ((newt, -g) > it)
+            if newt > s_k or newt < floor or newt < o_t or (newt == o_t and -g <= o_neg):
                 break
-            if tq != tie_t:  # a lower time whose new time rounds equal: the full decision picks
-                # the first entry of time tq (j itself unless the one below has that time: a binary search)
-                tie_lo = j if j and keys[j - 1][0] != tq else bisect_left(keys, (tq, -_INF), 0, j)
-                if tie_lo and keys[tie_lo - 1][0] + add == newt:
+            if ntq != tie_t:  # a lower time whose new time rounds equal: the full decision picks
+                # the last entry of this time (j itself unless the next one has that time: a binary search)
+                tie_hi = j if j + 1 == n or keys[j + 1][0] != ntq else bisect_left(keys, (ntq, _INF), j + 2) - 1
+                if tie_hi + 1 < n and add - keys[tie_hi + 1][0] == newt:
                     break
-                tie_t = tq
-            if tq == t_c and r == r_c and end - pos >= c_c:  # a twin of the last pick: the same additions
+                tie_t = ntq
+            if ntq == t_c and r == r_c and end - pos >= c_c:  # a twin of the last pick: the same additions
                 c, t, r = c_c, t_e, r_e
             else:
-                t_c, r_c = tq, r
+                t_c, r_c = ntq, r
                 # :func:`_take`'s loop: its first step passes (the tests above); where its second fails, one
                 nt, r1 = newt + add, r - tok
                 if end - pos == 1 or not (r1 >= tok and floor <= nt <= s_k):
                     c, t, r = c_c, t_e, r_e = 1, newt, r1
                 else:
-                    c, t, r = c_c, t_e, r_e = _take(tq, r, add, tok, floor, s_k, end - pos)
-            g = -neg
+                    c, t, r = c_c, t_e, r_e = _take(-ntq, r, add, tok, floor, s_k, end - pos)
             gof += [g] * c
             g_time[g], room[g] = t, r
             pos += c
             if pos >= end or (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
-                return pos, j
-            if c == 1 and j > tie_lo:  # its twins below take one each, as it did
-                lo = tie_lo if newt > o_t else bisect_right(keys, (tq, o_neg), tie_lo, j)
-                j, pos = self._twins_down(keys, (j, lo), neg0, (r_c, t, r), (pos, end))
+                return pos, j + 1
+            if c == 1 and j < tie_hi:  # its twins (the entries after it of its time) take one each, as it did
+                hi = tie_hi + 1 if newt > o_t else bisect_left(keys, (ntq, -o_neg), j + 1, tie_hi + 1)
+                j, pos = self._twins_down(keys, (j, hi), g0, (r_c, t, r), (pos, end))
                 if pos >= end:
-                    return pos, j + 1
+                    return pos, j
             else:
-                j -= 1
-        self._exhausted = j < 0
-        return pos, j + 1
+                j += 1
+        self._exhausted = j >= n
+        return pos, j
 
-    def _twins_down(self, keys: list, span: tuple[int, int], neg0: int, rooms: tuple,
+    def _twins_down(self, keys: list, span: tuple[int, int], g0: int, rooms: tuple,
                     seqs: tuple[int, int]) -> tuple[int, int]:
-        """The twins of the pick at ``span[0]`` (time and room the same, each listed below it down to
-        ``span[1]``, the first of its time that beats the best outside the cell) each take one sequence of
+        """The twins of the pick at ``span[0]`` (time and room the same, each listed after it up to before
+        ``span[1]``, the end of its time's entries that beat the best outside the cell) each take one sequence of
         ``ids[pos:end]`` (``seqs``) and end at the pick's time and room, as :meth:`_walk_down` would take them
         one by one (the same tests on the same numbers: a twin of the last pick takes what it took, and its
         next addition stays past the step). ``rooms`` = (room before, time after, room after). Stops at a
-        group of another room or at ``-neg0``; returns (the position to look at next, the first sequence
+        group of another room or at ``g0``; returns (the position to look at next, the first sequence
         left).
 
         The twins are usually a range of consecutive ids (groups opened one after another with the same time and
         room keep them while they take the same sequences): where all of them qualify, their lists change by
         slices."""
-        (j, lo), (r0, t1, r1), (pos, end) = span, rooms, seqs
+        (j, hi), (r0, t1, r1), (pos, end) = span, rooms, seqs
         room, g_time, gof = self.g_room, self.g_time, self.gof
-        m = j - lo if j - lo < end - pos else end - pos  # at most that many: one sequence each
+        m = hi - j - 1 if hi - j - 1 < end - pos else end - pos  # at most that many: one sequence each
         if m:
-            a = -keys[j - 1][1]  # the lowest id (the first twin)
+            a = keys[j + 1][1]  # the lowest id (the first twin)
             b = a + m
-            if -keys[j - m][1] == b - 1 and not a <= -neg0 < b and room[a:b].count(r0) == m:  # ids a to b - 1
+            if keys[j + m][1] == b - 1 and not a <= g0 < b and room[a:b].count(r0) == m:  # ids a to b - 1
                 g_time[a:b] = [t1] * m
                 room[a:b] = [r1] * m
                 gof += range(a, b)
-                return j - 1 - m, pos + m
-        n0 = len(gof)  # the twins taken: keys[j - 1] down to keys[j - n], one sequence each of ids[pos:pos + n], in order
+                return j + 1 + m, pos + m
+        n0 = len(gof)  # the twins taken: keys[j + 1] to keys[j + n], one sequence each of ids[pos:pos + n], in order
         append = gof.append
-        for _, neg in reversed(keys[j - m:j]):
-            g = -neg
-            if neg == neg0 or room[g] != r0:
+        for _, g in keys[j + 1:j + 1 + m]:
+            if g == g0 or room[g] != r0:
                 break
             append(g)
             g_time[g] = t1
             room[g] = r1
         n = len(gof) - n0
-        return j - 1 - n, pos + n
+        return j + 1 + n, pos + n
 
     def _settle_walk(self, code: int, st: int, span: tuple[int, int], walked: tuple) -> None:
-        """The list changes of :meth:`_walk` in cell (code, step): the entries from ``span`` = (lo, p) on to
-        the prefix's end ``p`` were walked past (``walked`` = (the first pick, its listed time, the positions
+        """The list changes of :meth:`_walk` in cell (code, step): the entries from the prefix's end to before
+        ``hi`` (``span`` = (p, hi)) were walked past (``walked`` = (the first pick, its listed time, the positions
         passed without room)): the groups passed are parked, the picks (the first and every other walked entry)
         move to their new keys (dropped below the least share)."""
-        (lo, p), (g0, listed, passed) = span, walked
+        (p, hi), (g0, listed, passed) = span, walked
         buckets, g_time, room = self.buckets, self.g_time, self.g_room
         cells = buckets.by_code[code]
         cell = cells[st]
         keys, heap, parked = cell[0], cell[1], buckets.parked
         least = buckets.min_tok[code >> 1]
-        pos0 = bisect_left(keys, (listed, -g0))
+        pos0 = bisect_left(keys, (-listed, g0))
+        below = pos0 >= hi  # g0 listed at a lower time than the walked entries
         if passed:
             for j in passed:
-                t, neg = keys[j]
-                heappush(heap, (-room[-neg], t, neg))
-                parked.add(-neg)
+                neg_t, g = keys[j]
+                heappush(heap, (-room[g], -neg_t, -g))
+                parked.add(g)
             out = set(passed)
-            picks = [g0] + [-neg for j, (_, neg) in enumerate(keys[lo:p], lo) if j not in out and -neg != g0]
-            new = [(g_time[g], -g) for g in picks if room[g] >= least]
+            picks = [g0] + [g for j, (_, g) in enumerate(keys[p:hi], p) if j not in out and g != g0]
+            new = [(-g_time[g], g) for g in picks if room[g] >= least]
         else:  # the walked entries are the picks (g0's among them, or below them)
-            new = [(g_time[g], neg) for _, neg in keys[lo:p] if room[(g := -neg)] >= least]
-            if pos0 < lo and room[g0] >= least:
-                new.append((g_time[g0], -g0))
-            picks = p - lo + (pos0 < lo)
+            new = [(-g_time[g], g) for _, g in keys[p:hi] if room[g] >= least]
+            if below and room[g0] >= least:
+                new.append((-g_time[g0], g0))
+            picks = hi - p + below
         cell[2] -= (len(picks) if passed else picks) - len(new)
-        del keys[lo:p]
-        if pos0 < lo:
+        if below:
             del keys[pos0]
+        del keys[p:hi]
         new.sort()
         # the new keys in sorted runs, each run into its gap of the list at once
         a, n = 0, len(new)
@@ -457,28 +457,29 @@ class _Follow:
         (``outside``), or of this cell at a different time whose new time rounds equal (ruled out when the
         nearest different times around the run give different new times). Groups of ``g``'s time above it
         have lower ids: they were not picked, so they lack room, and still do."""
-        pos = bisect_left(groups, (g_t := self.g_time[g], -g))
+        neg_t = -self.g_time[g]
+        pos = bisect_left(groups, (neg_t, g))  # groups: (-time, id) ascending
         room = self.g_room
         r = room[g]
-        up = bisect_right(groups, (g_t, _INF), pos + 1)  # past the groups of g's time above it
-        if up < len(groups) and not groups[up][0] + add > newt:
+        up = bisect_left(groups, (neg_t, -_INF), 0, pos)  # the first group of g's time (ids below g's before it)
+        if up and not add - groups[up - 1][0] > newt:
             return []
-        lo = bisect_left(groups, (g_t, -_INF), 0, pos)  # the first group of g's time
-        if lo and not groups[lo - 1][0] + add < newt:
+        lo = bisect_left(groups, (neg_t, _INF), pos + 1)  # past the groups of g's time after it
+        if lo < len(groups) and not add - groups[lo][0] < newt:
             return []
-        # below g, ids ascending: each one while it has g's room and (newt, -id) beats ``outside``
+        # after g, ids ascending: each one while it has g's room and (newt, -id) beats ``outside``
         o_t, o_neg = outside
         out = []
         if newt > o_t:  # every one beats ``outside``
-            for _, neg in reversed(groups[lo:pos]):
-                if room[-neg] != r:
+            for _, h in groups[pos + 1:lo]:
+                if room[h] != r:
                     break
-                out.append(-neg)
+                out.append(h)
         else:
-            for _, neg in reversed(groups[lo:pos]):
-                if room[-neg] != r or not (newt == o_t and neg > o_neg):
+            for _, h in groups[pos + 1:lo]:
+                if room[h] != r or not (newt == o_t and -h > o_neg):
                     break
-                out.append(-neg)
+                out.append(h)
         out.reverse()
         return out
 

@@ -28,7 +28,7 @@ class _Least:
             tok = tokrow[code >> 1]
             for st, cell in cells.items():
                 keys = cell[0]
-                if not (keys and keys[0][0] + add - S[st] > thr and not (cell[1] and -cell[1][0][0] >= tok)):
+                if not (keys and -keys[-1][0] + add - S[st] > thr and not (cell[1] and -cell[1][0][0] >= tok)):
                     return False
         return False
 
@@ -45,9 +45,9 @@ class _Least:
                 s_k = S[st]
                 lim = (s_k if s_k >= H else H) * (1 + 1e-12)
                 keys = cell[0]
-                if keys and room[-keys[0][1]] >= tok and not (cell[1] and -cell[1][0][0] >= tok):
+                if keys and room[keys[-1][1]] >= tok and not (cell[1] and -cell[1][0][0] >= tok):
                     # :meth:`_least_increase` where nothing comes back and the lowest group has room, inline
-                    newt = keys[0][0] + add
+                    newt = -keys[-1][0] + add
                     sn = newt if newt > s_k else s_k
                     d = sn - s_k
                     if pp1 > 0:  # :meth:`_delta`
@@ -77,18 +77,18 @@ class _Least:
             self.buckets.unpark(cell, tok, self.g_time, room)
         groups = cell[0]
         n = len(groups)
-        pos = 0
-        while pos < n and room[-groups[pos][1]] < tok:
-            pos += 1
+        pos = n - 1  # from the lowest group (the list's last entry) up
+        while pos >= 0 and room[groups[pos][1]] < tok:
+            pos -= 1
         out = np.inf
-        if pos < n:
-            t = groups[pos][0]
+        if pos >= 0:
+            t = -groups[pos][0]
             if t + add <= lim:
                 out = self._delta(s_k, t + add)
             else:  # excluded by the height limit: the least such increase, for :meth:`_join_option`
                 d = self._delta(s_k, t + add)
                 if d < self._excl:
                     self._excl = d
-        if pos:
-            self.buckets.park(cell, range(pos - 1, -1, -1), room)
+        if pos < n - 1:
+            self.buckets.park(cell, pos + 1, n, room)
         return out

@@ -103,7 +103,7 @@ class _Open:
         self.g_start += starts
         self.gof += range(g0, g0 + m)
         buckets = self.buckets
-        if room >= buckets.min_tok[k]:  # :meth:`_Buckets.add` of each: keys (t_new, -g), g descending
+        if room >= buckets.min_tok[k]:  # :meth:`_Buckets.add` of each: keys (-t_new, g), g ascending
             cells = buckets.by_code.get(code)
             if cells is None:
                 cells = buckets.by_code[code] = {}
@@ -111,8 +111,8 @@ class _Open:
             if cell is None:
                 cell = cells[st] = [[], [], 0]
             keys = cell[0]
-            block = [(t_new, -g) for g in range(g0 + m - 1, g0 - 1, -1)]
-            at = bisect_left(keys, block[0])  # every other key of time t_new has a lower id: above the block
+            block = [(-t_new, g) for g in range(g0, g0 + m)]
+            at = bisect_left(keys, block[0])  # every other key of time t_new has a lower id: before the block
             keys[at:at] = block
             cell[2] += m
         used, one = self.used[st], b"\x01" * c

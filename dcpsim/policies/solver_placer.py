@@ -7,7 +7,7 @@ least-increase search) and :class:`_Table` (per-sequence costs as Python lists).
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from itertools import chain, repeat
 
 import numpy as np
@@ -347,7 +347,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
                 keys = cell[0]
                 # the cell's lowest listed group raises its step past thr (its increase is at least its new
                 # time less s_k), so every one does, and no parked one comes back: no hit, nothing to move
-                if keys and keys[0][0] + add - s_k > thr and not (cell[1] and -cell[1][0][0] >= tok):
+                if keys and -keys[-1][0] + add - s_k > thr and not (cell[1] and -cell[1][0][0] >= tok):
                     continue
                 hit = fullest(cell, s_k, add, (s_k if s_k >= H else H) * (1 + 1e-12), tok, thr, other)
                 if hit is None:
@@ -368,15 +368,15 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         return (float(gmin), float(best[0]), best[1], zero)
 
     def _prefix_end(self, keys: list, p: int, s_k: float, add: float, lim: float, thr: float) -> int:
-        """The end of the prefix of ``keys`` (a cell's sorted (time, -group)) whose groups are *within*: joining
-        one (a new time ``newt = time + add``) stays under ``lim`` and raises the makespan by at most ``thr``
-        (by ``sn - s_k``, ``sn = max(s_k, newt)``, plus ``pp - 1`` times the excess of ``sn`` over ``gmax``).
-        From ``p``, a binary search's guess: moved up past the groups within, then down past those not within
-        (a group whose new time is at most ``s_k`` and ``lim`` adds nothing: within)."""
+        """The start of the suffix of ``keys`` (a cell's (-time, group) ascending: times descending) whose groups
+        are *within*: joining one (a new time ``newt = time + add``) stays under ``lim`` and raises the makespan
+        by at most ``thr`` (by ``sn - s_k``, ``sn = max(s_k, newt)``, plus ``pp - 1`` times the excess of ``sn``
+        over ``gmax``). From ``p``, a binary search's guess: moved down past the groups within, then up past
+        those not within (a group whose new time is at most ``s_k`` and ``lim`` adds nothing: within)."""
         n = len(keys)
         pp1, gmax = self.pp - 1, self.gmax
-        while p < n:
-            newt = keys[p][0] + add
+        while p > 0:
+            newt = add - keys[p - 1][0]
             if newt > lim:
                 break
             sn = newt if newt > s_k else s_k
@@ -385,9 +385,9 @@ class _Placer(_Follow, _Least, _Fill, _Open):
                 d += pp1 * (sn - gmax)
             if not d <= thr:
                 break
-            p += 1
-        while p > 0:
-            newt = keys[p - 1][0] + add
+            p -= 1
+        while p < n:
+            newt = add - keys[p][0]
             if newt <= lim:
                 if newt <= s_k:
                     break
@@ -396,7 +396,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
                     d += pp1 * (newt - gmax)
                 if d <= thr:
                     break
-            p -= 1
+            p += 1
         return p
 
     def _fullest_in_cell(self, cell, s_k: float, add: float, lim: float, tok: int, thr: float, best: tuple):
@@ -404,8 +404,8 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         ``best`` by (new time, -group), else None); None if the cell has no such group. The groups passed
         without room are parked.
 
-        The groups within ``thr`` are a prefix of the time-sorted list (the increase grows with the time):
-        its end comes from a binary search at ``s_k + thr`` (or ``lim``), checked against the full test
+        The groups within ``thr`` are a suffix of the list (times descending; the increase grows with the
+        time): its start comes from a binary search at ``s_k + thr`` (or ``lim``), checked against the full test
         on either side (past the height limit is never within; at most the step's height adds nothing).
         The pick is the highest group with room there, then the lowest id among the groups with room and
         the same new time (a new time can round equal for different times).
@@ -416,35 +416,37 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             self.buckets.unpark(cell, tok, self.g_time, room)
         keys = cell[0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
-        p = bisect_right(keys, (x, _INF))
-        # :meth:`_prefix_end`'s usual answer, p itself, tested inline (the entry at p is not within, its new time
-        # past the limit or above s_k by more than thr, a sufficient test; the one below is within)
-        if not ((p == len(keys) or (nt := keys[p][0] + add) > lim or nt - s_k > thr)
-                and (p == 0 or (nb := keys[p - 1][0] + add) <= lim and (nb <= s_k or self._raise(nb, s_k) <= thr))):
+        n = len(keys)
+        p = bisect_left(keys, (-x, -_INF))  # keys[p:]: time at most x
+        # :meth:`_prefix_end`'s usual answer, p itself, tested inline (the entry before p is not within, its new
+        # time past the limit or above s_k by more than thr, a sufficient test; the one at p is within)
+        if not ((p == 0 or (nt := add - keys[p - 1][0]) > lim or nt - s_k > thr)
+                and (p == n or (nb := add - keys[p][0]) <= lim and (nb <= s_k or self._raise(nb, s_k) <= thr))):
             p = self._prefix_end(keys, p, s_k, add, lim, thr)
-        if self.track and p < len(keys) and keys[p][0] + add > lim and keys[p][0] + add - s_k <= thr:  # (1st term)
-            if self._delta(s_k, keys[p][0] + add) <= thr:  # within without the limit: the prefix would go on
+        if self.track and p > 0 and (nt := add - keys[p - 1][0]) > lim and nt - s_k <= thr:  # (1st term)
+            if self._delta(s_k, nt) <= thr:  # within without the limit: the suffix would go on
                 self.bit = True
-        pos = p - 1
-        while pos >= 0 and room[-keys[pos][1]] < tok:
-            pos -= 1
-        if pos < p - 1:
-            self.buckets.park(cell, range(p - 1, pos, -1), room)  # the list below pos is unchanged
-        if pos < 0:
+        pos = p
+        while pos < n and room[keys[pos][1]] < tok:
+            pos += 1
+        if pos > p:
+            self.buckets.park(cell, p, pos, room)  # the list from pos on moves down to p
+            n -= pos - p
+            pos = p
+        if pos == n:
             return None
-        t = keys[pos][0]
-        newt = t + add
+        neg_t, gid = keys[pos]
+        newt = add - neg_t
         zero = newt <= s_k
         if newt < best[0]:
             return (zero, None)
-        neg = keys[pos][1]
-        # the groups below of the same time have higher ids (keys sort by (time, -id)): skip them at once
-        pos = bisect_left(keys, (t, -_INF), 0, pos) - 1 if pos and keys[pos - 1][0] == t else pos - 1
-        while pos >= 0 and keys[pos][0] + add == newt:
-            if keys[pos][1] > neg and room[-keys[pos][1]] >= tok:
-                neg = keys[pos][1]
-            pos -= 1
-        pick = (newt, neg)
+        # the groups after it of the same time have higher ids (keys sort by (-time, id)): skip them at once
+        pos = bisect_left(keys, (neg_t, _INF), pos + 2) if pos + 1 < n and keys[pos + 1][0] == neg_t else pos + 1
+        while pos < n and add - keys[pos][0] == newt:
+            if keys[pos][1] < gid and room[keys[pos][1]] >= tok:
+                gid = keys[pos][1]
+            pos += 1
+        pick = (newt, -gid)
         return (zero, pick if pick > best else None)
 
     def _new_groups(self, trow: list[float], k: int) -> list[tuple]:
