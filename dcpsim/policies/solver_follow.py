@@ -17,10 +17,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from heapq import heappush
 from itertools import accumulate, repeat
+from operator import itemgetter
 
 import numpy as np
 
 _INF = float("inf")
+_TIME, _ID = itemgetter(0), itemgetter(1)  # a cell key's -time and group id (binary searches by one)
 
 
 def _take(t: float, r: int, add: float, tok: int, floor: float, s_k: float, most: int) -> tuple[int, float, int]:
@@ -184,7 +186,7 @@ class _Follow:
             return pos
         keys = self.buckets.by_code[code][st][0]  # (-time, group) ascending: the prefix of the times is a suffix
         x = (lim if lim < s_k + thr else s_k + thr) - add
-        p = bisect_left(keys, (-x, -_INF))
+        p = bisect_left(keys, -x, key=_TIME)
         if not ((p == 0 or (nt := add - keys[p - 1][0]) > lim or nt - s_k > thr)  # as in _fullest_in_cell
                 and (p == len(keys) or add - keys[p][0] <= (s_k if s_k < lim else lim))):
             p = self._prefix_end(keys, p, s_k, add, lim, thr)
@@ -273,7 +275,7 @@ class _Follow:
                 break
             if ntq != tie_t:  # a lower time whose new time rounds equal: the full decision picks
                 # the last entry of this time (j itself unless the next one has that time: a binary search)
-                tie_hi = j if j + 1 == n or keys[j + 1][0] != ntq else bisect_left(keys, (ntq, _INF), j + 2) - 1
+                tie_hi = j if j + 1 == n or keys[j + 1][0] != ntq else bisect_right(keys, ntq, j + 2, key=_TIME) - 1
                 if tie_hi + 1 < n and add - keys[tie_hi + 1][0] == newt:
                     break
                 tie_t = ntq
@@ -293,7 +295,7 @@ class _Follow:
             if pos >= end or (r >= tok and s_k < t + add and t + add - s_k <= thr and self._stays(t + add, s_k, lim)):
                 return pos, j + 1
             if c == 1 and j < tie_hi:  # its twins (the entries after it of its time) take one each, as it did
-                hi = tie_hi + 1 if newt > o_t else bisect_left(keys, (ntq, -o_neg), j + 1, tie_hi + 1)
+                hi = tie_hi + 1 if newt > o_t else bisect_left(keys, -o_neg, j + 1, tie_hi + 1, key=_ID)
                 j, pos = self._twins_down(keys, (j, hi), g0, (r_c, t, r), (pos, end))
                 if pos >= end:
                     return pos, j
@@ -348,7 +350,9 @@ class _Follow:
         cell = cells[st]
         keys, heap, parked = cell[0], cell[1], buckets.parked
         least = buckets.min_tok[code >> 1]
-        pos0 = bisect_left(keys, (-listed, g0))
+        pos0 = bisect_left(keys, -listed, key=_TIME)  # bisect_left(keys, (-listed, g0)): by time, then by id
+        if pos0 < len(keys) and keys[pos0][1] < g0 and keys[pos0][0] == -listed:
+            pos0 = bisect_left(keys, (-listed, g0), pos0 + 1)
         below = pos0 >= hi  # g0 listed at a lower time than the walked entries
         if passed:
             for j in passed:
@@ -461,10 +465,10 @@ class _Follow:
         pos = bisect_left(groups, (neg_t, g))  # groups: (-time, id) ascending
         room = self.g_room
         r = room[g]
-        up = bisect_left(groups, (neg_t, -_INF), 0, pos)  # the first group of g's time (ids below g's before it)
+        up = bisect_left(groups, neg_t, 0, pos, key=_TIME)  # the first group of g's time (ids below g's before it)
         if up and not add - groups[up - 1][0] > newt:
             return []
-        lo = bisect_left(groups, (neg_t, _INF), pos + 1)  # past the groups of g's time after it
+        lo = bisect_right(groups, neg_t, pos + 1, key=_TIME)  # past the groups of g's time after it
         if lo < len(groups) and not add - groups[lo][0] < newt:
             return []
         # after g, ids ascending: each one while it has g's room and (newt, -id) beats ``outside``

@@ -7,8 +7,9 @@ least-increase search) and :class:`_Table` (per-sequence costs as Python lists).
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from itertools import chain, repeat
+from operator import itemgetter
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from dcpsim.policies.solver_open import _Open
 from dcpsim.policies.solver_table import _Table, placement_order
 
 _INF = float("inf")
+_TIME = itemgetter(0)  # a cell key's -time: binary searches by time alone compare floats, not tuples
 
 
 class _Placer(_Follow, _Least, _Fill, _Open):
@@ -417,7 +419,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         keys = cell[0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
         n = len(keys)
-        p = bisect_left(keys, (-x, -_INF))  # keys[p:]: time at most x
+        p = bisect_left(keys, -x, key=_TIME)  # keys[p:]: time at most x
         # :meth:`_prefix_end`'s usual answer, p itself, tested inline (the entry before p is not within, its new
         # time past the limit or above s_k by more than thr, a sufficient test; the one at p is within)
         if not ((p == 0 or (nt := add - keys[p - 1][0]) > lim or nt - s_k > thr)
@@ -441,7 +443,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         if newt < best[0]:
             return (zero, None)
         # the groups after it of the same time have higher ids (keys sort by (-time, id)): skip them at once
-        pos = bisect_left(keys, (neg_t, _INF), pos + 2) if pos + 1 < n and keys[pos + 1][0] == neg_t else pos + 1
+        pos = bisect_right(keys, neg_t, pos + 2, key=_TIME) if pos + 1 < n and keys[pos + 1][0] == neg_t else pos + 1
         while pos < n and add - keys[pos][0] == newt:
             if keys[pos][1] < gid and room[keys[pos][1]] >= tok:
                 gid = keys[pos][1]
@@ -555,7 +557,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         step = rank[np.asarray(self.g_step, dtype=np.int64)] if ng else np.zeros(0, dtype=np.int64)
         start = np.asarray(self.g_start, dtype=np.int64)
         order = np.lexsort((start, step))
-        gof = np.asarray(self.gof, dtype=np.int64)
+        gof = np.fromiter(self.gof, dtype=np.int64, count=len(self.gof))  # np.asarray(self.gof), in one C pass
         if gof.size != seqs.size:
             raise RuntimeError(f"placed {gof.size} of {seqs.size} sequences")  # every path places each one once
         grank = np.empty(ng, dtype=np.int64)
