@@ -126,7 +126,8 @@ and rooms) updated by list slices. What is left is spread: about 44,000 full dec
 sequences come mostly one length each) at about 100 interpreted lines each, and the walks' per-group steps.
 The cell lists (about 5,700 groups per cell, changed near their shortest times) are kept in reverse, keys
 (-time, id) ascending, so a change shifts only the entries after it, few: 6,817 M -> 6,071 M instructions
-(list memory moves were about 12%), CPU medians 0.73 -> 0.71 s (2026-11-28).
+(list memory moves were about 12%), CPU medians 0.73 -> 0.71 s (2026-11-28); 5,940 M -> 5,833 M with the per-length
+rows cut to the size indices a candidate can choose (at most each length's fastest: 4 of 14 sizes at 65,536 GPUs).
 Plans are identical to
 the definition (a scan of every open group per sequence, kept in
 ``tests/test_policy_scale.py``) and to one full decision per sequence
@@ -335,7 +336,8 @@ class _Search:
         self.tfeas = np.where(feas & (np.arange(ns)[:, None] >= need_u[None, :]), t0, np.inf)  # (ns, nu)
         self.fastest = np.argmin(self.tfeas, axis=0)
         self.t_floor = float(self.tfeas.min(axis=0).max())  # no step is shorter than the longest sequence
-        self.table = _Table(sc.lengths, sc, need)
+        # rows as wide as the candidates choose: a choice is at most each length's fastest size index (_choice_u)
+        self.table = _Table(sc.lengths, sc, need, width=int(self.fastest.max()) + 1 if nu else None)
         self.worse, self.best_ms = 0, np.inf
 
     def scored(self, makespan_s: float) -> None:

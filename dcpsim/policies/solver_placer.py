@@ -142,7 +142,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
 
     def _run_ends(self, tab: _Table, order: np.ndarray) -> list[int]:
         """Per position of ``order``, the end of its run of equal length and CP size."""
-        key_u, key_k = tab.inv[order], self.choice[order]
+        key_u, key_k = tab.inv.take(order), self.choice.take(order)
         cut = np.flatnonzero((key_u[1:] != key_u[:-1]) | (key_k[1:] != key_k[:-1])) + 1
         ends = np.append(cut, order.size)
         return list(chain.from_iterable(map(repeat, ends.tolist(), np.diff(ends, prepend=0).tolist())))
@@ -562,8 +562,8 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             raise RuntimeError(f"placed {gof.size} of {seqs.size} sequences")  # every path places each one once
         grank = np.empty(ng, dtype=np.int64)
         grank[order] = np.arange(ng)
-        key = grank[gof]
-        ids = seqs[np.argsort(key.astype(np.uint16) if ng <= 1 << 16 else key, kind="stable")]
+        key = grank.take(gof)
+        ids = seqs.take(np.argsort(key.astype(np.uint16) if ng <= 1 << 16 else key, kind="stable"))
         counts = np.bincount(gof, minlength=ng)[order]
         a = PlanArrays(per_step=np.bincount(step, minlength=n_steps), step=step[order], start=start[order],
                        size=np.asarray(self.sizes, dtype=np.int64)[np.asarray(self.g_sidx, dtype=np.int64)][order]

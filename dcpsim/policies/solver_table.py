@@ -11,22 +11,31 @@ from dcpsim.policies.costs import SeqCosts
 
 class _Table:
     """Per distinct length, shared by every candidate: time row (column = size index·2 + span), token row,
-    and the codes a sequence may join (size index at least its need) by increasing GPU-seconds."""
+    and the codes a sequence may join (size index at least its need) by increasing GPU-seconds.
 
-    def __init__(self, lengths: np.ndarray, sc: SeqCosts, need: np.ndarray) -> None:
+    ``width``: where given, the rows hold the size indices below it only (a candidate chooses, per length, a
+    size index at most the fastest one, so the caller's largest fastest index + 1 covers every group opened
+    and every code read; a read past a row raises). The codes' order is the full rows' restricted to them
+    (a stable sort by GPU-seconds)."""
+
+    def __init__(self, lengths: np.ndarray, sc: SeqCosts, need: np.ndarray, width: int | None = None) -> None:
         _, first, inv = sc.distinct() if lengths is sc.lengths else np.unique(lengths, return_index=True,
                                                                               return_inverse=True)
         self.inv = np.asarray(inv, dtype=np.int64)  # each sequence's distinct index
-        self.uid: list[int] = self.inv.tolist()
+        # each sequence's distinct index as Python ints, one object per distinct length (a gather of object
+        # references: no int made per sequence)
+        self.uid: list[int] = np.array(range(first.size), dtype=object).take(self.inv).tolist()
         if lengths is sc.lengths and sc.distinct_table:  # sc's own distinct lengths: its per-length table
             t = sc.time_u.reshape(-1, first.size).T  # (distinct, ns*2)
             tok = sc.tok_u.T
         else:
             t = sc.time_s.reshape(-1, lengths.size)[:, first].T
             tok = sc.tokens[:, first].T
+        if width is not None:  # (the columns of the size indices below width)
+            t, tok = t[:, :2 * width], tok[:, :width]
         self.time_rows: list[list[float]] = t.tolist()
         self.tok_rows: list[list[int]] = tok.tolist()
-        code_size = np.repeat(sc.sizes, 2)
+        code_size = np.repeat(sc.sizes, 2)[:t.shape[1]]
         gpu = np.where(np.arange(t.shape[1])[None, :] // 2 >= need[first][:, None], code_size[None, :] * t, np.inf)
         by_gpu = np.argsort(gpu, axis=1, kind="stable")
         # the infinite (excluded) codes sort last: -1 there; lengths with the same codes in the same order share
@@ -62,9 +71,10 @@ def placement_order(sc: SeqCosts, tab: _Table, choice: np.ndarray, span0: list[i
             r = np.unique(-sc.time_u[k, span0[k]], return_inverse=True)[1].reshape(-1)
             got = tab.ranks[k] = (sc.time_u, r)
         ranks[k] = got[1]
-    key = (ns - 1 - choice) * nu + ranks[choice, sc.inv]
+    # (gathers by take: ranks[choice, sc.inv] and dense[key], the same values)
+    key = (ns - 1 - choice) * nu + ranks.ravel().take(choice * nu + sc.inv)
     present = np.bincount(key, minlength=ns * nu) > 0
     dense = np.cumsum(present) - 1
     top = int(dense[-1]) + 1
-    key = dense[key]
+    key = dense.take(key)
     return np.argsort(key.astype(np.uint16) if top <= 1 << 16 else key, kind="stable")
