@@ -640,8 +640,8 @@ def test_solver_bulk_runs_give_the_per_sequence_plans(monkeypatch):
     loop (``walk = False``); the bulk path does place most sequences."""
     from dcpsim.policies import solver, solver_follow, solver_placer
 
-    placed = count_placed(monkeypatch, solver_follow._Follow, "_follow", 3)
-    walked = count_placed(monkeypatch, solver_follow._Follow, "_walk", 3)
+    placed = count_placed(monkeypatch, solver_follow._Follow, "_follow", 2)
+    walked = count_placed(monkeypatch, solver_follow._Follow, "_walk", 2)
     for j, (layout, lengths) in enumerate(_solver_run_cases()):
         ref = solver_plan(lengths, layout, (solver_placer._Placer, "bulk", False))
         if j < 3:
@@ -961,13 +961,13 @@ def test_solver_edge_batches_give_the_per_sequence_plans(monkeypatch):
     follow = solver_follow._Follow._follow
     checked = []
 
-    def checked_follow(self, g, gmin, ids, pos, u, k, *a):
+    def checked_follow(self, g, gmin, pos, u, k, *a):
         trow, tokrow, fam = self._rows[0][u], self._rows[1][u], self._rows[2][u]
         ref = _best_outside_scan(self, trow, tokrow, fam, 1e-9 * (self.gmax + 0.0), gmin, self.g_code[g],
                                  self.g_step[g])
         assert self._outside == ref
         checked.append(1)
-        return follow(self, g, gmin, ids, pos, u, k, *a)
+        return follow(self, g, gmin, pos, u, k, *a)
 
     for j, (layout, lengths, opts) in enumerate(_edge_batches()):
         cost = cost_model(1, layout.pp, layout.dp * layout.cp)

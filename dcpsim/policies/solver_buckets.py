@@ -35,16 +35,32 @@ class _Buckets:
         self.min_tok = min_tok
         self.parked: set[int] = set()
 
+    def _cell(self, code: int, step: int) -> list:
+        """The cell (code, step), made empty where there is none."""
+        cells = self.by_code.get(code)
+        if cells is None:
+            cells = self.by_code[code] = {}
+        cell = cells.get(step)
+        if cell is None:
+            cell = cells[step] = [[], [], 0]
+        return cell
+
     def add(self, code: int, step: int, time: float, g: int, room: int) -> None:
         if room >= self.min_tok[code >> 1]:
-            cells = self.by_code.get(code)
-            if cells is None:
-                cells = self.by_code[code] = {}
-            cell = cells.get(step)
-            if cell is None:
-                cell = cells[step] = [[], [], 0]
+            cell = self._cell(code, step)
             insort(cell[0], (-time, g))
             cell[2] += 1
+
+    def add_block(self, code: int, step: int, time: float, ids: range, room: int) -> None:
+        """:meth:`add` of each group of ``ids`` (consecutive, each above every listed id: their keys, of one
+        time, sit next to each other), inserted as one slice."""
+        if room >= self.min_tok[code >> 1]:
+            cell = self._cell(code, step)
+            keys = cell[0]
+            block = [(-time, g) for g in ids]
+            at = bisect_left(keys, block[0])  # every other key of this time has a lower id: before the block
+            keys[at:at] = block
+            cell[2] += len(block)
 
     def move(self, code: int, step: int, old: float, new: float, g: int, room: int) -> None:
         cells = self.by_code[code]

@@ -19,8 +19,8 @@ class _Fill:
 
     fill = True  # :meth:`_fill` after a join that raised its step (False: one full decision each, the reference)
 
-    def _fill(self, g: int, ids: list[int], pos: int, u: int, k: int) -> int:
-        """Sequence ``ids[pos - 1]`` (distinct length ``u``, size index ``k``) has just joined group ``g``
+    def _fill(self, g: int, pos: int, u: int, k: int) -> int:
+        """The sequence at ``pos - 1`` (distinct length ``u``, size index ``k``) has just joined group ``g``
         raising its step without raising ``gmax``: place the next sequences of the same length while each
         one's full decision provably joins a group of ``g``'s cell C; return the position of the first one
         left to the full decision.
@@ -68,26 +68,25 @@ class _Fill:
             if hit is not None:  # C's pick within the zero tolerance: the join search's
                 if not hit[0] or not d_step > 1e-9 * (gmax + a1 + hit[1][0]):
                     break  # it raises the step (within the tolerance), or the new step may win: the full decision
-                pos = self._fill_zero(-hit[1][1], ids, pos, (u, k, end), gmin)
+                pos = self._fill_zero(-hit[1][1], pos, (u, k, end), gmin)
                 continue
             pick = self._fill_raise(cell, s_k, (add, lim, tok), d_other, (d_step, a1))
             if pick is None:
                 break
-            apply(("join", pick), ids[pos], k, trow, tokrow)
+            apply(("join", pick), k, trow, tokrow)
             pos += 1
         self._was_cut = False
         return pos
 
-    def _fill_zero(self, g: int, ids: list[int], pos: int, run: tuple[int, int, int], gmin: float) -> int:
-        """Sequence ``ids[pos]`` joins group ``g`` adding nothing (``run`` = (its distinct length, size index,
+    def _fill_zero(self, g: int, pos: int, run: tuple[int, int, int], gmin: float) -> int:
+        """The sequence at ``pos`` joins group ``g`` adding nothing (``run`` = (its distinct length, size index,
         the run's end)); where the run goes on, as the run loop does: the join's move left to :meth:`_follow`
         (C the only cell with a hit, its code's GPU-seconds ``gmin``). Returns the next position."""
         u, k, end = run
         trow, tokrow = self._rows[0][u], self._rows[1][u]
-        i = ids[pos]
         pos += 1
         if pos >= end:
-            self._apply(("join", g), i, k, trow, tokrow)
+            self._apply(("join", g), k, trow, tokrow)
             return pos
         listed = self.g_time[g]
         code = self.g_code[g]
@@ -95,7 +94,7 @@ class _Fill:
         self.g_room[g] -= tokrow[code >> 1]
         self.gof.append(g)
         self._outside, self._hits = (-_INF, 0), 1
-        return self._follow(g, gmin, ids, pos, u, k, listed)
+        return self._follow(g, gmin, pos, u, k, listed)
 
     def _fill_raise(self, cell: list, s_k: float, q: tuple[float, float, int], d_other: float,
                     step: tuple[float, float]) -> int | None:

@@ -67,8 +67,8 @@ class _Follow:
     # (:meth:`~dcpsim.policies.solver_placer._Placer._cut_none`); False: the general paths (the reference)
     fast = True
 
-    def _follow(self, g: int, gmin: float, ids: list[int], pos: int, u: int, k: int, listed: float) -> int:
-        """Sequence ``ids[pos - 1]`` has just joined group ``g`` adding nothing to its step (the zero-increase
+    def _follow(self, g: int, gmin: float, pos: int, u: int, k: int, listed: float) -> int:
+        """The sequence at ``pos - 1`` has just joined group ``g`` adding nothing to its step (the zero-increase
         join search's pick): place the next sequences of the same length while each one's pick is provably
         a group of ``g``'s cell that adds nothing; return the position of the first one left to the full
         decision.
@@ -91,9 +91,9 @@ class _Follow:
             self._move(g, code, st, listed)
             return pos
         if self.walk and not self.track:
-            pos = self._walk(g, floor, ids, pos, trow, tokrow, listed)
+            pos = self._walk(g, floor, pos, trow, tokrow, listed)
             if self._exhausted and pos < self._run_end[pos - 1]:  # the run goes on: in the other cell?
-                pos = self._next_cell(code, gmin, ids, pos, u, k)
+                pos = self._next_cell(code, gmin, pos, u, k)
             return pos
         add, tok = trow[code], tokrow[code >> 1]
         thr = 1e-9 * (self.gmax + 0.0)
@@ -129,7 +129,7 @@ class _Follow:
             if in_block:  # a pick with twins: it ends as they all do (moved together)
                 block.append(g)
                 n_twins = len(twins)
-                done = self._fill_twins(twins, g, c, t0, (add, tok), ids, (pos, end), block)
+                done = self._fill_twins(twins, g, c, t0, (add, tok), (pos, end), block)
                 if done is not None:
                     self._move_block(block, code, st, t0)
                     self._move(done, code, st, t0)
@@ -146,7 +146,7 @@ class _Follow:
             listed = g_time[g]
             in_block, t0 = bool(twins), listed
 
-    def _walk(self, g0: int, floor: float, ids: list[int], pos: int, trow: list[float], tokrow: list[int],
+    def _walk(self, g0: int, floor: float, pos: int, trow: list[float], tokrow: list[int],
               listed: float) -> int:
         """:meth:`_follow` as one walk down ``g0``'s cell's list (placers that do not track the height limit's
         effect, :meth:`~dcpsim.policies.solver_placer._Placer.unbounded_same`): the same picks, the list
@@ -193,7 +193,7 @@ class _Follow:
         passed: list[int] = []  # the positions passed without room
         hi = p  # the walked entries (each passed or picked) are those from p to hi - 1, and g0's
         if down:
-            pos, hi = self._walk_down(keys, p, g0, ids, (pos, end), (add, tok, floor, s_k, lim, thr), passed)
+            pos, hi = self._walk_down(keys, p, g0, (pos, end), (add, tok, floor, s_k, lim, thr), passed)
         self._settle_walk(code, st, (p, hi), (g0, listed, passed))
         return pos
 
@@ -202,7 +202,7 @@ class _Follow:
         entry moves to its new key, or is dropped below the least share (:meth:`_Buckets.move_block` of one)."""
         self.buckets.move_block(code, st, listed, self.g_time[g0], [g0], self.g_room[g0])
 
-    def _next_cell(self, code: int, gmin: float, ids: list[int], pos: int, u: int, k: int) -> int:
+    def _next_cell(self, code: int, gmin: float, pos: int, u: int, k: int) -> int:
         """After :meth:`_walk` left its cell with no group to pick, the run's next sequence goes to the pick
         of the only other cell that had one (``_outside``, when the join search had two cells with a hit,
         ``_hits``), of the same code, if it adds nothing there and the new-group and new-step options lose to
@@ -234,7 +234,7 @@ class _Follow:
         if pos >= self._run_end[pos - 1]:  # the run ends with it: the join's move (:meth:`_apply`)
             self._move(g, code, st, listed)
             return pos
-        return self._walk(g, floor, ids, pos, trow, tokrow, listed)
+        return self._walk(g, floor, pos, trow, tokrow, listed)
 
     def _stays(self, newt: float, s_k: float, lim: float) -> bool:
         """Whether a group with room whose next addition lifts its step to ``newt`` (within the tolerance of
@@ -246,11 +246,11 @@ class _Follow:
             self.bit = True
         return False
 
-    def _walk_down(self, keys: list, p: int, g0: int, ids: list[int], span: tuple[int, int], q: tuple,
+    def _walk_down(self, keys: list, p: int, g0: int, span: tuple[int, int], q: tuple,
                    passed: list[int]) -> tuple[int, int]:
         """The picks of :meth:`_walk` after the first group (``g0``, skipped): down the times of ``keys`` (on
         along the list) from the prefix's end ``p``, each listed group with room takes what it can of
-        ``ids[pos:end]`` (``span``); ``q`` = (added time, tokens, floor, step height, limit, tolerance). Appends
+        positions ``pos:end`` (``span``); ``q`` = (added time, tokens, floor, step height, limit, tolerance). Appends
         the positions passed without room to ``passed``; returns (the position of the first sequence left, the
         end of the positions walked past: from ``p`` to there every entry was passed, picked or is ``g0``'s)."""
         (pos, end), (add, tok, floor, s_k, lim, thr) = span, q
@@ -308,7 +308,7 @@ class _Follow:
                     seqs: tuple[int, int]) -> tuple[int, int]:
         """The twins of the pick at ``span[0]`` (time and room the same, each listed after it up to before
         ``span[1]``, the end of its time's entries that beat the best outside the cell) each take one sequence of
-        ``ids[pos:end]`` (``seqs``) and end at the pick's time and room, as :meth:`_walk_down` would take them
+        positions ``pos:end`` (``seqs``) and end at the pick's time and room, as :meth:`_walk_down` would take them
         one by one (the same tests on the same numbers: a twin of the last pick takes what it took, and its
         next addition stays past the step). ``rooms`` = (room before, time after, room after). Stops at a
         group of another room or at ``g0``; returns (the position to look at next, the first sequence
@@ -328,7 +328,7 @@ class _Follow:
                 room[a:b] = [r1] * m
                 gof += range(a, b)
                 return j + 1 + m, pos + m
-        n0 = len(gof)  # the twins taken: keys[j + 1] to keys[j + n], one sequence each of ids[pos:pos + n], in order
+        n0 = len(gof)  # the twins taken: keys[j + 1] to keys[j + n], one each of positions pos:pos + n, in order
         append = gof.append
         for _, g in keys[j + 1:j + 1 + m]:
             if g == g0 or room[g] != r0:
@@ -392,11 +392,11 @@ class _Follow:
             d += (self.pp - 1) * (newt - self.gmax)
         return d
 
-    def _fill_twins(self, twins: list[int], g: int, c: int, t0: float, step: tuple[float, int], ids: list[int],
+    def _fill_twins(self, twins: list[int], g: int, c: int, t0: float, step: tuple[float, int],
                     at: tuple[int, int], block: list[int]) -> int | None:
         """Pick ``g`` (time ``t0`` before it took its ``c >= 1`` sequences, each adding ``step`` = (time,
         tokens)) has its twins (``twins``, last first: the same time and room): each takes ``c`` of
-        ``ids[pos:end]`` (``at`` = (pos, end)) in turn, as ``g`` did (the same test on the same time and
+        positions ``pos:end`` (``at`` = (pos, end)) in turn, as ``g`` did (the same test on the same time and
         room, the same additions), and ends at ``g``'s time and room. The twins that end with the others join ``block``; the one that takes the run's last
         sequence (``c`` or fewer of them) is returned (its move is its own), None if the run goes on."""
         g_time, g_room, gof = self.g_time, self.g_room, self.gof

@@ -11,16 +11,14 @@ same decisions are made where they provably open the next free aligned slice of 
 
 from __future__ import annotations
 
-from bisect import bisect_left
-
 
 class _Open:
     """The open path of :class:`~dcpsim.policies.solver_placer._Placer` (a mixin: it uses the placer's state)."""
 
     opens = True  # :meth:`_open_run` after a decision that opened a group adding nothing (False: the reference)
 
-    def _open_run(self, opt: tuple, ids: list[int], pos: int, u: int, k: int) -> int:
-        """Sequence ``ids[pos - 1]`` (distinct length ``u``, size index ``k``) has just opened a group by its
+    def _open_run(self, opt: tuple, pos: int, u: int, k: int) -> int:
+        """The sequence at ``pos - 1`` (distinct length ``u``, size index ``k``) has just opened a group by its
         decision's first new-group option ``opt`` (the first open step with a free aligned slice of the size,
         adding nothing: its time ``a1`` at most the step's height), the option that won: open the next
         sequences of the same length each on the next free aligned slice of that step, while the decision is
@@ -60,29 +58,19 @@ class _Open:
         before any is opened, the cursor left where that loop's last :meth:`_free_start` leaves it.
 
         Opening a group only marks its own aligned slice, so each :meth:`_free_start` after one (from the
-        cursor, at that slice) finds the lowest free aligned slice above it: the same scan from the slice's
-        end, on the ranks as they were."""
-        R, cur, used, spans = self.R, self.cursor[st], self.used[st], self._spans
-        nf, s = self.n_free[st], cur.get(c, 0)
+        cursor, at that slice) finds the lowest free aligned slice above it: the same search with the cursor
+        set to the slice's end, on the ranks as they were."""
+        cur, spans, free_start = self.cursor[st], self._spans, self._free_start
+        nf = self.n_free[st]
         starts: list[int] = []
         while len(starts) < most and nf:
-            if c == 1:
-                f = used.find(0, s) if s < R else -1
-                at = f if f >= 0 else max(s, R)
-            else:
-                f = -1
-                while s + c <= R:
-                    if used[s] == 0 and used.find(1, s, s + c) < 0:
-                        f = s
-                        break
-                    s += c
-                at = s
-            cur[c] = at
+            if starts:  # the slice listed last counts as taken: search on from its end
+                cur[c] = starts[-1] + c
+            f = free_start(st, c)
             if f < 0 or spans(f, c) != b:
                 break
             starts.append(f)
             nf -= c
-            s = f + c
         return starts
 
     def _open_block(self, st: int, k: int, b: int, starts: list[int], rows: tuple) -> None:
@@ -102,19 +90,7 @@ class _Open:
         self.g_room += [room] * m
         self.g_start += starts
         self.gof += range(g0, g0 + m)
-        buckets = self.buckets
-        if room >= buckets.min_tok[k]:  # :meth:`_Buckets.add` of each: keys (-t_new, g), g ascending
-            cells = buckets.by_code.get(code)
-            if cells is None:
-                cells = buckets.by_code[code] = {}
-            cell = cells.get(st)
-            if cell is None:
-                cell = cells[st] = [[], [], 0]
-            keys = cell[0]
-            block = [(-t_new, g) for g in range(g0, g0 + m)]
-            at = bisect_left(keys, block[0])  # every other key of time t_new has a lower id: before the block
-            keys[at:at] = block
-            cell[2] += m
+        self.buckets.add_block(code, st, t_new, range(g0, g0 + m), room)
         used, one = self.used[st], b"\x01" * c
         for start in starts:
             used[start:start + c] = one

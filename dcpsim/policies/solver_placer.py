@@ -119,14 +119,14 @@ class _Placer(_Follow, _Least, _Fill, _Open):
                 g_time[g] = listed + trow[g_code[g]]
                 g_room[g] -= tokrow[g_sidx[g]]
                 gof.append(g)
-                pos = self._follow(g, best[1], ids, pos, u, k, listed)
+                pos = self._follow(g, best[1], pos, u, k, listed)
             else:
-                self._apply(act, i, k, trow, tokrow)
+                self._apply(act, k, trow, tokrow)
                 if bulk and pos < n and run_end[pos - 1] > pos:  # the next sequence has this length
-                    pos = self._after(best, opts, gmax, ids, (pos, u, k))
+                    pos = self._after(best, opts, gmax, (pos, u, k))
         return self._plan(name, lengths, order)
 
-    def _after(self, best: tuple, opts: list[tuple], gmax: float, ids: list[int], at: tuple[int, int, int]) -> int:
+    def _after(self, best: tuple, opts: list[tuple], gmax: float, at: tuple[int, int, int]) -> int:
         """After the decision ``best`` (applied; ``opts``: its new-group options, ``gmax`` before it) for the
         sequence before position ``pos`` (``at`` = (pos, distinct length, size index)), whose run goes on: the
         next ones in bulk where a path applies (:meth:`_fill` after a join that raised its step but not
@@ -135,9 +135,9 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         act = best[4]
         if act[0] == "join":
             if best[0] > 0.0 and self.gmax == gmax and self.fill:
-                return self._fill(act[1], ids, pos, u, k)
+                return self._fill(act[1], pos, u, k)
         elif opts and best is opts[0] and best[0] == 0.0 and self.opens:
-            return self._open_run(best, ids, pos, u, k)
+            return self._open_run(best, pos, u, k)
         return pos
 
     def _run_ends(self, tab: _Table, order: np.ndarray) -> list[int]:
@@ -497,7 +497,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         return best
 
     # ------------------------------------------------------------ apply
-    def _apply(self, act: tuple, i: int, k: int, trow: list[float], tokrow: list[int]) -> None:
+    def _apply(self, act: tuple, k: int, trow: list[float], tokrow: list[int]) -> None:
         if act[0] == "join":
             g = act[1]
             g_time, code = self.g_time, self.g_code[g]
@@ -508,13 +508,13 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             st = self.g_step[g]
             self.buckets.move(code, st, old, t_new, g, room)
         else:
-            st, t_new = self._open_group(act, i, k, trow, tokrow)
+            st, t_new = self._open_group(act, k, trow, tokrow)
         if t_new > self.S[st]:
             self.S[st] = t_new
             if t_new > self.gmax:
                 self.gmax = t_new
 
-    def _open_group(self, act: tuple, i: int, k: int, trow: list[float], tokrow: list[int]) -> tuple[int, float]:
+    def _open_group(self, act: tuple, k: int, trow: list[float], tokrow: list[int]) -> tuple[int, float]:
         """Open the group of ``act`` (on a new step for ``("step",)``); return its step and time."""
         c = self.sizes[k]
         self._slots.clear()  # ranks are taken: the free slices move
