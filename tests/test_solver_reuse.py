@@ -2,10 +2,13 @@
 
 A candidate without a height limit is not placed again when a candidate with the same CP choice and a
 limit made every decision the unlimited placement makes (``_Placer.unbounded_same``); these tests place
-both and compare, on random batches and layouts (PP and not, several CP sizes, runs of equal lengths).
+both and compare, on random batches and layouts (PP and not, several CP sizes, runs of equal lengths), and
+with forced small screens (the screen's placements reuse alike).
 """
 
 from __future__ import annotations
+
+from dataclasses import fields
 
 import numpy as np
 import pytest
@@ -174,3 +177,67 @@ def test_join_search_cut_gives_the_plans_without_it():
     same_solver_plans(_batches(17, 12), [(solver_placer._Placer, "_join_option", uncut)],
                       [(solver_placer._Placer, "_join_option", counted)])
     assert sum(cut) > 100
+
+
+def _screened_batches(seed: int, count: int):
+    """Random layouts of 16-32 DP ranks (so a forced small screen takes a subsample on 8-16 of them) and
+    batches of log-normal lengths, most cut to one microbatch's worth (m0 = 1: the coarse m0 + 1 choice is the
+    plain m0 one, on the subsample too), some with runs of equal lengths or one very long sequence; with the
+    policy options that screen them (``screen_above`` below the batch, ``screen_sample`` a half or a quarter
+    of it)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        dp, cp = int(rng.choice([16, 32])), int(rng.choice([1, 2, 4]))
+        pp = int(rng.choice([1, 2, 4, 8]))
+        M = int(rng.choice([1024, 4096, 16384]))
+        layout = Layout(dp=dp, cp=cp, max_tokens_per_rank=M, pp=pp, gpus_per_domain=int(rng.choice([4, 8])))
+        cap = M * layout.max_dynamic_cp - 2 * layout.max_dynamic_cp
+        n, mu = int(rng.integers(600, 2000)), np.log(M / float(rng.choice([2, 4, 8])))
+        lengths = np.minimum(rng.lognormal(mu, float(rng.choice([0.8, 1.3, 2.0])), n).astype(np.int64) + 1, cap)
+        if rng.random() < 0.7:
+            fill = rng.uniform(0.5, 0.95) * layout.ranks_per_stage * M
+            lengths = lengths[: max(64, int(np.searchsorted(np.cumsum(lengths), fill)))]
+        r = rng.random()
+        if r < 0.3:
+            lengths = rng.choice(lengths[: int(rng.integers(2, 12))], lengths.size)  # runs of equal lengths
+        elif r < 0.6:
+            lengths[int(rng.integers(lengths.size))] = cap  # one sequence far taller than the rest
+        n = lengths.size
+        yield layout, lengths, {"screen_above": n // 2, "screen_sample": n // int(rng.choice([2, 4]))}
+
+
+def test_screen_reuse_gives_the_plans_of_placing_each():
+    """With forced small screens, the screen's placements reuse as the full ones do (a candidate without a
+    height limit takes the subsample plan of one with a limit and its choice, where that one made the unlimited
+    decisions; screened candidates with a limit are placed in full first): every reused plan is the one
+    placing it gives, and the policy's plans (meta included: every candidate's screened and full makespan and
+    steps) are those it makes with no reuse. Both reuses happen on these batches."""
+    from dcpsim.policies import get_policy, solver, solver_placer
+
+    place = solver._Full.place
+    reused = {"screen": 0, "full": 0}
+
+    def checked(self, choice, height):
+        reuse = not np.isfinite(height) and choice.tobytes() in self.unbounded
+        plan, ev = place(self, choice, height)
+        if reuse:
+            reused["full" if self.lengths.size == n_batch[0] else "screen"] += 1
+            fresh = solver_placer._Placer(*self.args, choice, np.inf, self.table).run(self.name, self.lengths)
+            assert comparable(fresh) == comparable(plan)
+            again = solver.evaluate_plan(fresh, self.cost)
+            assert all(np.array_equal(getattr(again, f.name), getattr(ev, f.name)) for f in fields(ev))
+        return plan, ev
+
+    screened, n_batch = 0, [0]
+    for j, (layout, lengths, opts) in enumerate(_screened_batches(23, 30)):
+        n_batch[0] = lengths.size
+        cost = cost_model(1, layout.pp, layout.dp * layout.cp)
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(solver_placer._Placer, "unbounded_same", lambda self: False)
+            want = comparable(get_policy("dynamic-solver", **opts).plan(lengths, layout, cost))
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(solver._Full, "place", checked)
+            got = comparable(get_policy("dynamic-solver", **opts).plan(lengths, layout, cost))
+        assert got == want, j
+        screened += "screen" in got["meta"]
+    assert screened >= 10 and reused["screen"] >= 3 and reused["full"] >= 1, (screened, reused)

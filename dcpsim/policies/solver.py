@@ -226,7 +226,10 @@ class DynamicSolverPolicy(Policy):
         screen = self._screen(lengths, layout, sc, need, ctx.table) if self.screen and n > self.screen_above else None
         cands = []
         full = _Full(sc, layout, cap, need, ctx.table, self.name, lengths, cost)
-        full.wanted = ctx.unbounded_choices()
+        wanted = ctx.unbounded_choices()
+        full.wanted = {c.tobytes() for c in wanted}
+        if screen is not None:
+            screen.wanted = {c[screen.idx].tobytes() for c in wanted}
         for m, choice, height in ctx.candidates():
             if screen is not None and screen.takes(sc.sizes, choice):
                 plan, ev = screen.place(self.name, ctx, choice, height, cost)
@@ -239,7 +242,9 @@ class DynamicSolverPolicy(Policy):
         if screened:  # the best screened candidates, and any that tie the best (the screen cannot tell them apart)
             top = (screened[0][0], screened[0][1] * (1 + 1e-9))
             screened = [c for j, c in enumerate(screened) if j < self.screen_full or (c[0], c[1]) <= top]
-        for c in screened:
+        # those with a height limit first: one without a limit may then reuse the plan of one with the same
+        # choice (:class:`_Full`; each placement is a function of its candidate alone, so the order changes nothing)
+        for c in sorted(screened, key=lambda c: not np.isfinite(c[6])):
             c.append((c[1], c[0]))  # the screened (makespan, misfit)
             c[3], c[4] = full.place(c[5], c[6])
             c[0], c[1] = not c[4].fits_memory, c[4].makespan_s
@@ -286,7 +291,11 @@ class _Full:
     not placed again when that placement made every decision the unlimited one makes
     (:meth:`_Placer.unbounded_same`): its plan and score are that one's (with ``m0 = 1`` the coarse
     choice for ``m0 + 1`` is the plain one for ``m0``, and where the tallest sequence goes first its
-    step reaches the limit at once).
+    step reaches the limit at once). The screen's placements (:class:`_Screen`) go through one of these too,
+    on its subsample; of the screened candidates placed in full, those with a limit go first. At 65,536 GPUs
+    (pp 8 cp 8, seed 0) this skips one screen placement and one full placement (of two) on ``commoncrawl`` and
+    ``wikipedia`` (one iteration 0.91 -> 0.52 and 0.74 -> 0.49 CPU s); on ``github`` the screened candidate with
+    a limit starts below it (:meth:`_Placer.unbounded_same` fails), so it is placed untracked as before.
     """
 
     def __init__(self, sc: SeqCosts, layout: Layout, cap: int, need: np.ndarray, table: _Table, name: str,
@@ -352,11 +361,11 @@ class _Search:
         under = self.tfeas <= target
         return np.where(under.any(axis=0), np.argmax(under, axis=0), self.fastest)
 
-    def unbounded_choices(self) -> set[bytes]:
-        """The CP choices (per sequence, as bytes) of the candidates without a height limit (``m = m0``):
-        those a candidate with a limit may stand in for (:class:`_Full`)."""
+    def unbounded_choices(self) -> list[np.ndarray]:
+        """The CP choices (per sequence) of the candidates without a height limit (``m = m0``): those a
+        candidate with a limit may stand in for (:class:`_Full`)."""
         R = self.layout.ranks_per_stage
-        return {self._choice_u(f * (self.W / (R * self.m0)))[self.inv].tobytes() for f in (1.0, 2.0)}
+        return [self._choice_u(f * (self.W / (R * self.m0)))[self.inv] for f in (1.0, 2.0)]
 
     def candidates(self):
         """(m, CP size index per sequence, step height cap) per distinct candidate."""
@@ -372,12 +381,12 @@ class _Search:
                 return  # targets below the longest sequence's time, or no longer improving
             choice_u = self._choice_u(f * tau)
             height = max(tau, float(self.tfeas[choice_u, np.arange(nu)].max())) if m > m0 else np.inf
-            choice = choice_u[self.inv]
-            key = choice.astype(np.int16).tobytes() + np.float64(height).tobytes()
+            # (keyed by the choice per distinct length: every one is some sequence's, so equal keys, equal choices)
+            key = choice_u.astype(np.int16).tobytes() + np.float64(height).tobytes()
             if key in seen:
                 continue
             seen.add(key)
-            yield m, choice, height
+            yield m, choice_u[self.inv], height
 
 
 def _screen_factor(n: int, layout: Layout, sample: int) -> int:
@@ -422,16 +431,21 @@ class _Screen:
         self.table.inv = table.inv[self.idx]
         self.table.uid = self.table.inv.tolist()
         self.max_size = self.layout.max_dynamic_cp
+        self.wanted: set[bytes] | None = None  # :attr:`_Full.wanted` of the subsample's choices (set by the caller)
+        self.full: _Full | None = None  # the placements on the subsample (made on the first)
 
     def takes(self, sizes: np.ndarray, choice: np.ndarray) -> bool:
         """Whether the subsample's ranks hold every chosen CP size of this candidate."""
         return int(sizes[choice[self.idx]].max()) <= self.max_size
 
     def place(self, name: str, ctx: _Search, choice: np.ndarray, height: float, cost):
-        """The candidate's plan and its exact score on the subsample."""
-        plan = _Placer(self.sc, self.layout, ctx.cap, self.need, choice[self.idx], height, self.table).run(
-            name, self.sc.lengths)
-        return plan, evaluate_plan(plan, cost)
+        """The candidate's plan and its exact score on the subsample; one without a height limit reuses those of
+        one with a limit and the same choice there as :class:`_Full` does (a placement on the subsample is a
+        placement of its own batch and layout: :meth:`_Placer.unbounded_same` holds for it as for any)."""
+        if self.full is None:
+            self.full = _Full(self.sc, self.layout, ctx.cap, self.need, self.table, name, self.sc.lengths, cost)
+            self.full.wanted = self.wanted
+        return self.full.place(choice[self.idx], height)
 
     def describe(self) -> dict:
         return {"method": "every k-th sequence by length (rotating offset) on dp/k ranks",

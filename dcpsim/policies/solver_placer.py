@@ -80,9 +80,8 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             fams = tab.fams[allowed] = [rows[j] for j in tab.fam_id]
         self._rows = (time_rows, tok_rows, fams)
         ids = order.tolist()
-        if n:  # the first sequence opens the first step alone (see :meth:`unbounded_same`)
-            k0 = choice[ids[0]]
-            self.t_first = time_rows[uid[ids[0]]][2 * k0 + self.span0[k0]]
+        if n:
+            self._first(time_rows[uid[ids[0]]], choice[ids[0]])
         pos = 0
         bulk = self.bulk and n > 0
         # per position, the end of its run of equal length and CP size
@@ -161,6 +160,15 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         if not np.isfinite(self.height) or not self.S:
             return True
         return self.track and not self.bit and (self.pp == 1 or self.t_first >= self.height)
+
+    def _first(self, trow: list[float], k: int) -> None:
+        """The first sequence (time row ``trow``, size index ``k``) opens the first step alone (see
+        :meth:`unbounded_same`): its time. Where that is below the height limit (PP), :meth:`unbounded_same`
+        fails whatever the decisions: the placer stops tracking, taking the paths that do not (the same
+        decisions, without the record)."""
+        self.t_first = trow[2 * k + self.span0[k]]
+        if self.pp > 1 and self.t_first < self.height:
+            self.track = False
 
     def _settle(self, trow: list[float], k: int) -> None:
         """The decision just made had no join, and without the height limit it would have had one that
