@@ -868,17 +868,17 @@ def test_dynamic_first_free_is_the_lowest_free_aligned_slice():
 def test_solver_order_from_ranks_equals_the_lexsort():
     """dynamic-solver's placement order from per-size time ranks and a stable (radix) sort
     (:meth:`_Placer._order`) is ``np.lexsort((arange(n), -t, -choice))`` of the per-sequence times: ties in
-    time within and across sizes, subsets of the distinct lengths' columns (the screen), and more than
-    2**16 distinct keys (no 16-bit sort)."""
+    time within and across sizes, subsets of the distinct lengths' columns (the screen), more than 2**16
+    distinct keys (no 16-bit sort), and key ranges past 16 bits with few keys present (renumbered first)."""
     from types import SimpleNamespace
 
     from dcpsim.policies.solver_placer import _Placer
 
     rng = np.random.default_rng(31)
     for j in range(40):
-        ns = int(rng.integers(1, 6))
-        nu = 70000 if j == 0 else int(rng.integers(1, 400))
-        n = 140000 if j == 0 else int(rng.integers(0, 3000))
+        ns = 4 if j == 1 else int(rng.integers(1, 6))
+        nu = 70000 if j == 0 else 30000 if j == 1 else int(rng.integers(1, 400))
+        n = 140000 if j == 0 else 5000 if j == 1 else int(rng.integers(0, 3000))
         time_u = rng.random((ns, 2, nu)) if j % 3 == 0 else rng.integers(0, 4, (ns, 2, nu)).astype(np.float64)
         inv = rng.integers(0, nu, n) if j else np.concatenate([np.arange(nu), rng.integers(0, nu, n - nu)])
         choice_u = rng.integers(0, ns, nu)

@@ -201,10 +201,13 @@ def _single_pack_parts(cost, u: np.ndarray, sizes: np.ndarray, tok_u: np.ndarray
     rep_len = np.broadcast_to(u, (ns, nu)).ravel()[new]
     rep_cp = np.repeat(sizes, nu)[new]
     nr = rep_len.size
-    bc = cost.batch_cost(np.tile(rep_len, 2), np.arange(2 * nr), np.tile(rep_cp, 2), np.repeat(np.array([False, True]), nr))
+    # the documents' terms (:meth:`CostModel.doc_terms`) once for both networks (the same values as batch_cost's)
+    docs = tuple(np.tile(x, 2) for x in cost.doc_terms(rep_len, rep_cp))
+    bc = cost.batch_cost(np.tile(rep_len, 2), np.arange(2 * nr), np.tile(rep_cp, 2), np.repeat(np.array([False, True]), nr),
+                         docs=docs)
     attn, comm, _ = split_parts(bc, cost.recompute)
     attn_u = attn[:nr][run].reshape(ns, nu)
-    comm_u = np.stack([comm[:nr][run].reshape(ns, nu), comm[nr:][run].reshape(ns, nu)], axis=1)
+    comm_u = comm.reshape(2, nr)[:, run].reshape(2, ns, nu).transpose(1, 0, 2)  # [size, network, length] (a view)
     return attn_u, comm_u
 
 

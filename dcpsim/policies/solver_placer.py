@@ -77,7 +77,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         fams = tab.fams.get(allowed)  # shared by the candidates with the same chosen sizes
         if fams is None:
             rows = [[c for c in row if allowed >> c & 1] for row in tab.fam_rows]
-            fams = tab.fams[allowed] = [rows[j] for j in tab.fam_id]
+            fams = tab.fams[allowed] = list(map(rows.__getitem__, tab.fam_id))
         self._rows = (time_rows, tok_rows, fams)
         ids = order.tolist()
         if n:
@@ -191,7 +191,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
 
     def _order(self, sc: SeqCosts, tab: _Table) -> np.ndarray:
         """The placement order (:func:`~dcpsim.policies.solver_table.placement_order`)."""
-        return placement_order(sc, tab, self.choice, self.span0, self._chosen(), len(self.sizes))
+        return placement_order(sc, tab, self.choice, self.span0, self._chosen())
 
     # ------------------------------------------------------------ state
     def _start(self) -> None:
