@@ -673,7 +673,8 @@ def test_solver_search_per_distinct_length_equals_per_sequence():
         assert s.W == float(np.where(feas, t0 * sizes[:, None], np.inf).min(axis=0).sum())
         assert s.m0 == max(1, int(np.ceil(sc.tokens[need, np.arange(n)].sum() / (R * cap))))
         tfeas = np.where(feas & (np.arange(sizes.size)[:, None] >= need[None, :]), t0, np.inf)
-        for m, choice, height in s.candidates():
+        for m, choice_u, height in s.candidates():
+            choice = choice_u[s.inv]
             s.scored(float(m))
             tau = s.W / (R * m)
             for f in (1.0, 2.0):

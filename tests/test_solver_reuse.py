@@ -55,9 +55,9 @@ def _candidates(layout, lengths):
     cap = layout.max_tokens_per_rank
     ctx = _Search(sc, layout, cap, need, 6)
     cands = []
-    for m, choice, height in ctx.candidates():
+    for m, choice_u, height in ctx.candidates():
         ctx.scored(float(-m))  # always improving: every candidate of the grid
-        cands.append((choice, height))
+        cands.append((choice_u[ctx.inv], height))
     return ctx, sc, cap, need, cands
 
 

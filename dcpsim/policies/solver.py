@@ -226,16 +226,17 @@ class DynamicSolverPolicy(Policy):
         screen = self._screen(lengths, layout, sc, need, ctx.table) if self.screen and n > self.screen_above else None
         cands = []
         full = _Full(sc, layout, cap, need, ctx.table, self.name, lengths, cost)
-        wanted = ctx.unbounded_choices()
-        full.wanted = {c.tobytes() for c in wanted}
+        # the choices come per distinct length, spread to the sequences placed (``inv``: the whole batch's)
+        inv, wanted = ctx.inv, ctx.unbounded_choices()
+        full.wanted = {c[inv].tobytes() for c in wanted}
         if screen is not None:
-            screen.wanted = {c[screen.idx].tobytes() for c in wanted}
-        for m, choice, height in ctx.candidates():
-            if screen is not None and screen.takes(sc.sizes, choice):
-                plan, ev = screen.place(self.name, ctx, choice, height, cost)
+            screen.wanted = {c[screen.table.inv].tobytes() for c in wanted}
+        for m, choice_u, height in ctx.candidates():
+            if screen is not None and screen.takes(sc.sizes, choice_u):
+                plan, ev = screen.place(self.name, ctx, choice_u, height, cost)
             else:
-                plan, ev = full.place(choice, height)
-            cands.append([not ev.fits_memory, ev.makespan_s, m, plan, ev, choice, height])
+                plan, ev = full.place(choice_u[inv], height)
+            cands.append([not ev.fits_memory, ev.makespan_s, m, plan, ev, choice_u, height])
             ctx.scored(ev.makespan_s)
         cands.sort(key=lambda x: (x[0], x[1], x[2]))
         screened = [c for c in cands if c[3].layout is not layout]
@@ -246,7 +247,7 @@ class DynamicSolverPolicy(Policy):
         # choice (:class:`_Full`; each placement is a function of its candidate alone, so the order changes nothing)
         for c in sorted(screened, key=lambda c: not np.isfinite(c[6])):
             c.append((c[1], c[0]))  # the screened (makespan, misfit)
-            c[3], c[4] = full.place(c[5], c[6])
+            c[3], c[4] = full.place(c[5][inv], c[6])
             c[0], c[1] = not c[4].fits_memory, c[4].makespan_s
         placed = sorted((c for c in cands if c[3].layout is layout), key=lambda x: (x[0], x[1], x[2]))
         _, _, best_m, plan, ev = placed[0][:5]
@@ -362,13 +363,14 @@ class _Search:
         return np.where(under.any(axis=0), np.argmax(under, axis=0), self.fastest)
 
     def unbounded_choices(self) -> list[np.ndarray]:
-        """The CP choices (per sequence) of the candidates without a height limit (``m = m0``): those a
-        candidate with a limit may stand in for (:class:`_Full`)."""
+        """The CP choices (per distinct length, as :meth:`candidates`) of the candidates without a height limit
+        (``m = m0``): those a candidate with a limit may stand in for (:class:`_Full`)."""
         R = self.layout.ranks_per_stage
-        return [self._choice_u(f * (self.W / (R * self.m0)))[self.inv] for f in (1.0, 2.0)]
+        return [self._choice_u(f * (self.W / (R * self.m0))) for f in (1.0, 2.0)]
 
     def candidates(self):
-        """(m, CP size index per sequence, step height cap) per distinct candidate."""
+        """(m, CP size index per distinct length, step height cap) per distinct candidate; ``choice_u[inv]`` is
+        the size index per sequence (spread where placed: a screen places a sample)."""
         m0, R, n, nu = self.m0, self.layout.ranks_per_stage, self.sc.lengths.size, self.tfeas.shape[1]
         seen: set[bytes] = set()
         grid = [(m, 1.0) for m in candidate_microbatch_counts(m0, n, self.extra, self.layout.pp)]
@@ -381,12 +383,12 @@ class _Search:
                 return  # targets below the longest sequence's time, or no longer improving
             choice_u = self._choice_u(f * tau)
             height = max(tau, float(self.tfeas[choice_u, np.arange(nu)].max())) if m > m0 else np.inf
-            # (keyed by the choice per distinct length: every one is some sequence's, so equal keys, equal choices)
+            # (every distinct length is some sequence's: equal choices per length, equal choices per sequence)
             key = choice_u.astype(np.int16).tobytes() + np.float64(height).tobytes()
             if key in seen:
                 continue
             seen.add(key)
-            yield m, choice_u[self.inv], height
+            yield m, choice_u, height
 
 
 def _screen_factor(n: int, layout: Layout, sample: int) -> int:
@@ -434,18 +436,19 @@ class _Screen:
         self.wanted: set[bytes] | None = None  # :attr:`_Full.wanted` of the subsample's choices (set by the caller)
         self.full: _Full | None = None  # the placements on the subsample (made on the first)
 
-    def takes(self, sizes: np.ndarray, choice: np.ndarray) -> bool:
-        """Whether the subsample's ranks hold every chosen CP size of this candidate."""
-        return int(sizes[choice[self.idx]].max()) <= self.max_size
+    def takes(self, sizes: np.ndarray, choice_u: np.ndarray) -> bool:
+        """Whether the subsample's ranks hold every chosen CP size of this candidate (size index per distinct
+        length)."""
+        return int(sizes[choice_u[self.table.inv]].max()) <= self.max_size
 
-    def place(self, name: str, ctx: _Search, choice: np.ndarray, height: float, cost):
+    def place(self, name: str, ctx: _Search, choice_u: np.ndarray, height: float, cost):
         """The candidate's plan and its exact score on the subsample; one without a height limit reuses those of
         one with a limit and the same choice there as :class:`_Full` does (a placement on the subsample is a
         placement of its own batch and layout: :meth:`_Placer.unbounded_same` holds for it as for any)."""
         if self.full is None:
             self.full = _Full(self.sc, self.layout, ctx.cap, self.need, self.table, name, self.sc.lengths, cost)
             self.full.wanted = self.wanted
-        return self.full.place(choice[self.idx], height)
+        return self.full.place(choice_u[self.table.inv], height)
 
     def describe(self) -> dict:
         return {"method": "every k-th sequence by length (rotating offset) on dp/k ranks",
