@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from heapq import heappop, heappush
 
 
@@ -48,7 +48,9 @@ class _Buckets:
     def add(self, code: int, step: int, time: float, g: int, room: int) -> None:
         if room >= self.min_tok[code >> 1]:
             cell = self._cell(code, step)
-            insort(cell[0], (-time, g))
+            keys, key = cell[0], (-time, g)
+            at = bisect_left(keys, key)
+            keys[at:at] = (key,)  # insort: a slice moves the entries after it in one memmove, insert one by one
             cell[2] += 1
 
     def add_block(self, code: int, step: int, time: float, ids: range, room: int) -> None:
@@ -71,7 +73,9 @@ class _Buckets:
             groups = cell[0]
             del groups[bisect_left(groups, (-old, g))]
             if cell[2] > 1 and room >= self.min_tok[code >> 1]:  # it stays in this cell: :meth:`add` there
-                insort(groups, (-new, g))
+                key = (-new, g)
+                at = bisect_left(groups, key)
+                groups[at:at] = (key,)  # (insort, as in :meth:`add`)
                 return
         cell[2] -= 1
         if not cell[2]:
@@ -102,7 +106,8 @@ class _Buckets:
                 groups[p:p] = keys
             else:
                 for key in keys:
-                    insort(groups, key)
+                    at = bisect_left(groups, key)
+                    groups[at:at] = (key,)
         else:
             cell[2] -= len(gs)
             if not cell[2]:
@@ -126,4 +131,6 @@ class _Buckets:
             g = -neg_g
             if g in self.parked and g_time[g] == t and g_room[g] == -neg_room:
                 self.parked.discard(g)
-                insort(cell[0], (-t, g))
+                keys, key = cell[0], (-t, g)
+                at = bisect_left(keys, key)
+                keys[at:at] = (key,)

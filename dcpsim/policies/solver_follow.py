@@ -261,7 +261,7 @@ class _Follow:
         c_c = t_e = r_e = 0  # (t_c, r_c): the last pick's -time and room before it took c_c, ending at (t_e, r_e)
         n = len(keys)
         j = p
-        while j < n:
+        while j < n and pos < end:  # (the run's end reached after twins: the walk ends there)
             ntq, g = keys[j]
             r = room[g]
             if r < tok or g == g0:
@@ -296,12 +296,19 @@ class _Follow:
                 return pos, j + 1
             if c == 1 and j < tie_hi:  # its twins (the entries after it of its time) take one each, as it did
                 hi = tie_hi + 1 if newt > o_t else bisect_left(keys, -o_neg, j + 1, tie_hi + 1, key=_ID)
-                j, pos = self._twins_down(keys, (j, hi), g0, (r_c, t, r), (pos, end))
-                if pos >= end:
-                    return pos, j
+                # :meth:`_twins_down`, its usual case inline: twins of consecutive ids a to b - 1, all qualifying
+                m = hi - j - 1 if hi - j - 1 < end - pos else end - pos
+                if m and (b := (a := keys[j + 1][1]) + m) - 1 == keys[j + m][1] and not a <= g0 < b \
+                        and room[a:b].count(r_c) == m:
+                    g_time[a:b] = [t] * m
+                    room[a:b] = [r] * m
+                    gof += range(a, b)
+                    j, pos = j + 1 + m, pos + m
+                else:
+                    j, pos = self._twins_down(keys, (j, hi), g0, (r_c, t, r), (pos, end))
             else:
                 j += 1
-        self._exhausted = j >= n
+        self._exhausted = j >= n and pos < end
         return pos, j
 
     def _twins_down(self, keys: list, span: tuple[int, int], g0: int, rooms: tuple,
@@ -508,9 +515,9 @@ class _Follow:
         An option loses (:func:`_better`) when its increase is above the tolerance for the largest such
         join time (the tolerance grows with it), or when it adds exactly nothing too and takes more
         GPU-seconds beyond the tolerance, or the same GPU-seconds and a time not above the join's (the
-        fuller group wins, the join on a tie); so neither :meth:`_new_group_option` nor
+        fuller group wins, the join on a tie); so neither a new group nor
         :meth:`_new_step_option` replaces the join. The new-group options are those
-        :meth:`_new_group_option` kept for this sequence (a join that adds nothing changes no free rank, step
+        the placer kept for this sequence (``_new_opts``) (a join that adds nothing changes no free rank, step
         height or ``gmax``)."""
         pp1, gmax = self.pp - 1, self.gmax
         floor = -_INF

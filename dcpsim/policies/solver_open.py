@@ -6,14 +6,18 @@ its step's height for them), and many come in runs of one length: at 65,536 GPUs
 pp 8, cp 8) about 8,700 of the full placement's 14,200 new groups open in runs of 29 or more. Each such
 sequence costs a full decision (the new-group options, the join search's cut test, the comparisons); here the
 same decisions are made where they provably open the next free aligned slice of the same step
-(:meth:`_Open._open_run`). Times in seconds.
+(:meth:`_Open._open_run`). The free aligned slices of each step (:meth:`_Open._free_slots`) live here too. Times in
+seconds.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 
 class _Open:
-    """The open path of :class:`~dcpsim.policies.solver_placer._Placer` (a mixin: it uses the placer's state)."""
+    """The open path of :class:`~dcpsim.policies.solver_placer._Placer` and the free aligned slices the new-group
+    options come from (a mixin: it uses the placer's state)."""
 
     opens = True  # :meth:`_open_run` after a decision that opened a group adding nothing (False: the reference)
 
@@ -97,3 +101,48 @@ class _Open:
         self.n_free[st] -= c * m
         if not self.n_free[st]:
             self.open_steps.remove(st)
+
+    def _free_start(self, kk: int, c: int) -> int:
+        """Start of the lowest free aligned slice of ``c`` ranks on step ``kk`` (-1: none). Ranks are only
+        taken, so it only moves up: the search goes on from the last answer for that size (each aligned
+        slice passed once per step and size)."""
+        cur = self.cursor[kk]
+        s, used, R = cur.get(c, 0), self.used[kk], self.R
+        if c == 1:  # the loop below for single ranks: the first free one from s (a C search)
+            f = used.find(0, s) if s < R else -1
+            cur[c] = f if f >= 0 else max(s, R)
+            return f
+        while s + c <= R:
+            if used[s] == 0 and used.find(1, s, s + c) < 0:
+                cur[c] = s
+                return s
+            s += c
+        cur[c] = s
+        return -1
+
+    def _free_slots(self, c: int) -> list[tuple]:
+        """Per open step with a free aligned slice of ``c`` ranks, in step order: (step, whether the lowest one
+        leaves the domain, the new-group action there); kept in ``_slots`` until a group opens (only then are
+        ranks taken)."""
+        out = []
+        cursor, used, R = self.cursor, self.used, self.R
+        for kk in self.open_steps:
+            # :meth:`_free_start`, its first test inline (the cursor's slice still free: the usual answer)
+            start = cursor[kk].get(c, 0)
+            u = used[kk]
+            if not (start + c <= R and u[start] == 0 and (c == 1 or u.find(1, start, start + c) < 0)):
+                start = self._free_start(kk, c)
+                if start < 0:
+                    continue
+            b = self._spans(start, c)
+            out.append((kk, b, ("new", kk, start, b)))
+        return out
+
+    def _spans(self, start: int, c: int) -> int:
+        """1 if the group of ``c`` ranks at aligned ``start`` leaves the NVLink domain, else 0 (per size, every
+        aligned start at once, on first use)."""
+        row = self.span_rows.get(c)
+        if row is None:
+            starts = np.arange(0, self.R - c + 1, c, dtype=np.int64)
+            row = self.span_rows[c] = np.asarray(self.layout.spans_network(starts, c), dtype=np.int64).tolist()
+        return row[start // c]

@@ -30,7 +30,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
 
     Per sequence (larger CP sizes first, then longest first) it compares three
     kinds of option: joining an open group (:meth:`_join_option`), a new
-    group on free ranks of an open step (:meth:`_new_group_option`) and a new
+    group on free ranks of an open step (the lowest free aligned slice of each, :meth:`_free_slots`) and a new
     step (:meth:`_new_step_option`), then applies the best (:meth:`_apply`). After a join that adds
     nothing, the next sequences of the same length go through :meth:`_follow` (the same decisions, in bulk);
     after a join that raises its step, :meth:`_fill`; after the first new group won adding nothing,
@@ -55,16 +55,92 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         self.table = table
 
     def run(self, name: str, lengths: np.ndarray) -> Plan:
-        sc, n = self.sc, lengths.size
-        tab = self.table if self.table is not None else _Table(lengths, sc, self.need)
+        tab = self.table if self.table is not None else _Table(lengths, self.sc, self.need)
         # larger CP groups first (aligned blocks before the ranks fragment), then longest first
-        order = self._order(sc, tab)
+        order = self._order(self.sc, tab)
         self._start()
-        uid, time_rows, tok_rows = tab.uid, tab.time_rows, tab.tok_rows
-        choice = self.choice.tolist()
-        # only the codes of chosen sizes ever hold groups (groups open at a sequence's chosen size), and of
-        # those only the spans some aligned slice of that size has: each distinct length's codes without the
-        # others (which the join searches pass over, finding no cell)
+        n, ids, choice = lengths.size, order.tolist(), self.choice.tolist()
+        uid, (time_rows, tok_rows, fams) = tab.uid, self._family_rows(tab)
+        if n:
+            self._first(time_rows[uid[ids[0]]], choice[ids[0]])
+        pos = 0
+        bulk = self.bulk and n > 0
+        # per position, the end of its run of equal length and CP size
+        run_end = self._run_end = self._run_ends(tab, order) if bulk else []
+        # the state's lists and dicts (filled in place, never replaced during the run) and the options' methods, as
+        # locals; the new-group options, their comparison (:func:`_better`) and :meth:`_apply` of a join inline
+        g_time, g_room, g_code, g_step, gof, S = self.g_time, self.g_room, self.g_code, self.g_step, self.gof, self.S
+        join_option, new_step_option, move = self._join_option, self._new_step_option, self.buckets.move
+        span0, pp1, sizes, slots_of, H = self.span0, self.pp - 1, self.sizes, self._slots, self.height
+        while pos < n:
+            i = ids[pos]
+            u, k = uid[i], choice[i]
+            trow, tokrow = time_rows[u], tok_rows[u]
+            self.zero_join = False
+            # each open step's new group of the sequence's size on its lowest free aligned slice (not past the
+            # height), as an option (increase, GPU-seconds, -time, 1, action), in step order, kept as ``_new_opts``
+            # (for :meth:`_others_lose` and :meth:`_settle`); the slots kept until a group opens
+            c = sizes[k]
+            slots = slots_of.get(c)
+            slots = self._new_slots(c) if slots is None else slots
+            self._new_opts = opts = []
+            gmax = self.gmax
+            for kk, b, act in slots:
+                a1, s_k = trow[2 * k + b], S[kk]
+                if a1 > (s_k if s_k >= H else H):
+                    self.bit = True
+                    continue
+                sn = a1 if a1 > s_k else s_k
+                over = sn - gmax
+                opts.append(((sn - s_k) + pp1 * (over if over > 0.0 else 0.0), c * a1, -a1, 1, act))
+            best = join_option(trow, tokrow, fams[u], opts[0] if opts and opts[0][0] == 0.0 else None)
+            for opt in opts:  # compared in turn: ``best is None or _better(opt, best, gmax)``, inline
+                if best is None or (opt[0] < best[0] - (tol := 1e-9 * (gmax + abs(opt[2]) + abs(best[2]))) or (
+                        not opt[0] > best[0] + tol and (opt[1] < best[1] * (1 - 1e-9) or (
+                            not opt[1] > best[1] * (1 + 1e-9) and (opt[2], opt[3]) < (best[2], best[3]))))):
+                    best = opt
+            # :meth:`_new_step_option`'s first test inline (a new step adds more than ``best``: the usual case)
+            a1 = trow[2 * k + span0[k]]
+            over = a1 - gmax
+            d = a1 + pp1 * (over if over > 0.0 else 0.0)
+            if best is None or not d > best[0] + 1e-9 * (gmax + a1 + abs(best[2])):
+                best = new_step_option(trow, k, best)
+            if self._pending is not None:
+                self._settle(trow, k)
+            act = best[4]
+            pos += 1
+            more = bulk and pos < n and run_end[pos - 1] > pos  # the next sequence has this length
+            if act[0] != "join":
+                self._apply(act, k, trow, tokrow)
+                pos = self._after(best, opts, gmax, (pos, u, k)) if more else pos
+                continue
+            g = act[1]  # the join, as :meth:`_apply` makes it
+            code, listed, st = g_code[g], g_time[g], g_step[g]
+            g_time[g] = t_new = listed + trow[code]
+            g_room[g] = room = g_room[g] - tokrow[code >> 1]
+            gof.append(g)
+            # it adds nothing (the step keeps its height), and the next sequence has this length: the next ones in
+            # bulk, the join's move in its cell left to them
+            if more and self.zero_join and t_new <= S[st]:
+                pos = self._follow(g, best[1], pos, u, k, listed)
+                continue
+            move(code, st, listed, t_new, g, room)
+            if t_new > S[st]:
+                S[st] = t_new
+                self.gmax = t_new if t_new > self.gmax else self.gmax
+            pos = self._after(best, opts, gmax, (pos, u, k)) if more else pos
+        return self._plan(name, lengths, order)
+
+    def _new_slots(self, c: int) -> list[tuple]:
+        """:meth:`_free_slots` of size ``c``, kept in ``_slots`` (until a group opens)."""
+        slots = self._slots[c] = self._free_slots(c)
+        return slots
+
+    def _family_rows(self, tab: _Table) -> tuple[list, list, list]:
+        """(time rows, token rows, join families) per distinct length, kept as ``_rows``: only the codes of chosen
+        sizes ever hold groups (groups open at a sequence's chosen size), and of those only the spans some aligned
+        slice of that size has: each distinct length's codes without the others (which the join searches pass
+        over, finding no cell)."""
         allowed = 0
         for kk in self._chosen():
             c = self.sizes[kk]
@@ -77,52 +153,8 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         if fams is None:
             rows = [[c for c in row if allowed >> c & 1] for row in tab.fam_rows]
             fams = tab.fams[allowed] = list(map(rows.__getitem__, tab.fam_id))
-        self._rows = (time_rows, tok_rows, fams)
-        ids = order.tolist()
-        if n:
-            self._first(time_rows[uid[ids[0]]], choice[ids[0]])
-        pos = 0
-        bulk = self.bulk and n > 0
-        # per position, the end of its run of equal length and CP size
-        run_end = self._run_end = self._run_ends(tab, order) if bulk else []
-        # the state's lists (filled in place, never replaced during the run) and the options' methods, as locals
-        g_time, g_room, g_code, g_step, g_sidx, gof, S = (self.g_time, self.g_room, self.g_code, self.g_step,
-                                                          self.g_sidx, self.gof, self.S)
-        new_groups, join_option, new_step_option = self._new_groups, self._join_option, self._new_step_option
-        span0, pp1 = self.span0, self.pp - 1
-        while pos < n:
-            i = ids[pos]
-            u, k = uid[i], choice[i]
-            trow, tokrow = time_rows[u], tok_rows[u]
-            self.zero_join = False
-            opts = new_groups(trow, k)
-            best = join_option(trow, tokrow, fams[u], opts[0] if opts and opts[0][0] == 0.0 else None)
-            if opts:
-                best = self._new_group_option(opts, best)
-            # :meth:`_new_step_option`'s first test inline (a new step adds more than ``best``: the usual case)
-            a1, gmax = trow[2 * k + span0[k]], self.gmax
-            over = a1 - gmax
-            d = a1 + pp1 * (over if over > 0.0 else 0.0)
-            if best is None or not d > best[0] + 1e-9 * (gmax + a1 + abs(best[2])):
-                best = new_step_option(trow, k, best)
-            if self._pending is not None:
-                self._settle(trow, k)
-            act = best[4]
-            pos += 1
-            # a join that adds nothing (the step keeps its height), and the next sequence has this length
-            if (bulk and self.zero_join and act[0] == "join" and pos < n and run_end[pos - 1] > pos
-                    and g_time[act[1]] + trow[g_code[act[1]]] <= S[g_step[act[1]]]):
-                g = act[1]  # the join (it adds nothing), its move in its cell left to the bulk run
-                listed = g_time[g]
-                g_time[g] = listed + trow[g_code[g]]
-                g_room[g] -= tokrow[g_sidx[g]]
-                gof.append(g)
-                pos = self._follow(g, best[1], pos, u, k, listed)
-            else:
-                self._apply(act, k, trow, tokrow)
-                if bulk and pos < n and run_end[pos - 1] > pos:  # the next sequence has this length
-                    pos = self._after(best, opts, gmax, (pos, u, k))
-        return self._plan(name, lengths, order)
+        self._rows = (tab.time_rows, tab.tok_rows, fams)
+        return self._rows
 
     def _after(self, best: tuple, opts: list[tuple], gmax: float, at: tuple[int, int, int]) -> int:
         """After the decision ``best`` (applied; ``opts``: its new-group options, ``gmax`` before it) for the
@@ -175,7 +207,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
     def _settle(self, trow: list[float], k: int) -> None:
         """The decision just made had no join, and without the height limit it would have had one that
         raises the makespan by ``_pending``: keep ``bit`` clear only if the first option compared after that
-        join (the first new group :meth:`_new_group_option` kept, else the new step) beats it whatever its
+        join (the first new group option kept, ``_new_opts``, else the new step) beats it whatever its
         GPU-seconds and time, so the comparisons go on as they went (:func:`_better`; the join's new time is
         at most ``gmax + _pending``)."""
         d_join, self._pending = self._pending, None
@@ -221,51 +253,6 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         self.bit = False  # whether the height limit ever excluded an option (see :meth:`unbounded_same`)
         self._was_cut = False  # the last decision's join search ended at the cut with nothing (:meth:`_join_option`)
         self.buckets = _Buckets(self.sc.min_tokens().tolist())
-
-    def _free_start(self, kk: int, c: int) -> int:
-        """Start of the lowest free aligned slice of ``c`` ranks on step ``kk`` (-1: none). Ranks are only
-        taken, so it only moves up: the search goes on from the last answer for that size (each aligned
-        slice passed once per step and size)."""
-        cur = self.cursor[kk]
-        s, used, R = cur.get(c, 0), self.used[kk], self.R
-        if c == 1:  # the loop below for single ranks: the first free one from s (a C search)
-            f = used.find(0, s) if s < R else -1
-            cur[c] = f if f >= 0 else max(s, R)
-            return f
-        while s + c <= R:
-            if used[s] == 0 and used.find(1, s, s + c) < 0:
-                cur[c] = s
-                return s
-            s += c
-        cur[c] = s
-        return -1
-
-    def _free_slots(self, c: int) -> list[tuple]:
-        """Per open step with a free aligned slice of ``c`` ranks, in step order: (step, whether the lowest one
-        leaves the domain, the new-group action there); kept in ``_slots`` until a group opens (only then are
-        ranks taken)."""
-        out = []
-        cursor, used, R = self.cursor, self.used, self.R
-        for kk in self.open_steps:
-            # :meth:`_free_start`, its first test inline (the cursor's slice still free: the usual answer)
-            start = cursor[kk].get(c, 0)
-            u = used[kk]
-            if not (start + c <= R and u[start] == 0 and (c == 1 or u.find(1, start, start + c) < 0)):
-                start = self._free_start(kk, c)
-                if start < 0:
-                    continue
-            b = self._spans(start, c)
-            out.append((kk, b, ("new", kk, start, b)))
-        return out
-
-    def _spans(self, start: int, c: int) -> int:
-        """1 if the group of ``c`` ranks at aligned ``start`` leaves the NVLink domain, else 0 (per size, every
-        aligned start at once, on first use)."""
-        row = self.span_rows.get(c)
-        if row is None:
-            starts = np.arange(0, self.R - c + 1, c, dtype=np.int64)
-            row = self.span_rows[c] = np.asarray(self.layout.spans_network(starts, c), dtype=np.int64).tolist()
-        return row[start // c]
 
     def _delta(self, s_k: float, newt: float) -> float:
         """Increase of the modelled makespan when a step of height ``s_k`` gets a group of time ``newt``."""
@@ -341,43 +328,85 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         zero = self._cut = False
         hits = 0  # cells with a hit
         by_code = self.buckets.by_code
-        sizes, S, H, fullest = self.sizes, self.S, self.height, self._fullest_in_cell
+        sizes, S, H, room, track = self.sizes, self.S, self.height, self.g_room, self.track
         for code in fam:
             cells = by_code.get(code)
             if cells is None:
                 continue
             add = trow[code]
             gpu = sizes[code >> 1] * add
-            if gpu > top:
-                break
-            if gpu > cut and top == _INF:
-                self._cut = True
+            # (past top, top is finite: no cut) while nothing is found, a code above ``cut`` ends the search
+            if gpu > top or gpu > cut and top == _INF:
+                self._cut = top == _INF
                 break
             tok = tokrow[code >> 1]
             for st, cell in cells.items():
                 s_k = S[st]
-                keys = cell[0]
+                keys, heap = cell[0], cell[1]
                 # the cell's lowest listed group raises its step past thr (its increase is at least its new
                 # time less s_k), so every one does, and no parked one comes back: no hit, nothing to move
-                if keys and -keys[-1][0] + add - s_k > thr and not (cell[1] and -cell[1][0][0] >= tok):
+                if heap and -heap[0][0] >= tok:  # parked groups come back
+                    self.buckets.unpark(cell, tok, self.g_time, room)
+                elif keys and -keys[-1][0] + add - s_k > thr:
                     continue
-                hit = fullest(cell, s_k, add, (s_k if s_k >= H else H) * (1 + 1e-12), tok, thr, other)
-                if hit is None:
-                    continue
-                if gpu < gmin:
-                    gmin, top = gpu, gpu * (1 + 1e-9)
-                pick = hit[1]
-                if pick:  # the cell's pick beats the other cells' best
-                    if pick > best:
-                        best, other = pick, best
-                    else:
-                        other = pick
-                zero = zero or hit[0]
+                # :meth:`_fullest_in_cell` (asked to beat ``other``), inline: the prefix's end p (its usual answer
+                # tested inline), the groups without room from there parked, then the pick at p
+                lim = (s_k if s_k >= H else H) * (1 + 1e-12)
+                n = len(keys)
+                p = bisect_left(keys, -((lim if lim < s_k + thr else s_k + thr) - add), key=_TIME)
+                p = p if ((p == 0 or (nt := add - keys[p - 1][0]) > lim or nt - s_k > thr) and (
+                    p == n or (nb := add - keys[p][0]) <= lim and (nb <= s_k or self._raise(nb, s_k) <= thr))) \
+                    else self._prefix_end(keys, p, s_k, add, lim, thr)
+                if track:
+                    self._track_prefix(keys, p, s_k, (add, lim, thr))
+                n = self._park_from(cell, p, tok) if p < n and room[keys[p][1]] < tok else n
+                if p == n:
+                    continue  # no hit
+                neg_t, gid = keys[p]
+                newt = add - neg_t
+                zero = zero or newt <= s_k
+                gmin, top = (gpu, gpu * (1 + 1e-9)) if gpu < gmin else (gmin, top)
                 hits += 1
+                if newt < other[0]:
+                    continue  # the cell's pick does not beat the other cells' best
+                # the groups after it of the same time have higher ids (keys sort by (-time, id)): skip them at once
+                p = bisect_right(keys, neg_t, p + 2, key=_TIME) if p + 1 < n and keys[p + 1][0] == neg_t else p + 1
+                # a lower time whose new time rounds equal (rare): the lowest id with room among them
+                gid = self._tie_gid(keys, p, (add, newt, tok), gid) if p < n and add - keys[p][0] == newt else gid
+                pick = (newt, -gid)
+                if pick > other:  # the cell's pick beats the other cells' best
+                    best, other = (pick, best) if pick > best else (best, pick)
         self._outside, self._hits = other, hits
         if gmin == _INF:
             return None
         return (float(gmin), float(best[0]), best[1], zero)
+
+    def _track_prefix(self, keys: list, p: int, s_k: float, q: tuple[float, float, float]) -> None:
+        """(Tracking the height limit) ``bit`` where the entry before the prefix's end ``p`` is past the limit but
+        within the tolerance without it: the prefix would go on (:meth:`_fullest_in_cell`'s first term)."""
+        add, lim, thr = q
+        if p > 0 and (nt := add - keys[p - 1][0]) > lim and nt - s_k <= thr and self._delta(s_k, nt) <= thr:
+            self.bit = True
+
+    def _park_from(self, cell: list, p: int, tok: int) -> int:
+        """Park the groups without room for ``tok`` tokens listed from ``p`` on up to the first with room (the
+        list from there moves down to ``p``); the list's new length."""
+        keys, room = cell[0], self.g_room
+        n, pos = len(keys), p
+        while pos < n and room[keys[pos][1]] < tok:
+            pos += 1
+        self.buckets.park(cell, p, pos, room)
+        return n - (pos - p)
+
+    def _tie_gid(self, keys: list, pos: int, q: tuple[float, float, int], gid: int) -> int:
+        """The lowest of ``gid`` and the ids with room for ``tok`` tokens listed from ``pos`` on while their new
+        time (``q`` = (added time, new time, tokens)) rounds equal to the pick's."""
+        (add, newt, tok), room, n = q, self.g_room, len(keys)
+        while pos < n and add - keys[pos][0] == newt:
+            if keys[pos][1] < gid and room[keys[pos][1]] >= tok:
+                gid = keys[pos][1]
+            pos += 1
+        return gid
 
     def _prefix_end(self, keys: list, p: int, s_k: float, add: float, lim: float, thr: float) -> int:
         """The start of the suffix of ``keys`` (a cell's (-time, group) ascending: times descending) whose groups
@@ -460,38 +489,6 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             pos += 1
         pick = (newt, -gid)
         return (zero, pick if pick > best else None)
-
-    def _new_groups(self, trow: list[float], k: int) -> list[tuple]:
-        """Each open step's new group of the sequence's size on its lowest free aligned slice (not past the
-        height), as an option (increase, GPU-seconds, -time, 1, action), in step order. Keeps them as
-        ``_new_opts`` (for :meth:`_others_lose` and :meth:`_settle`)."""
-        c = self.sizes[k]
-        slots = self._slots.get(c)
-        if slots is None:
-            slots = self._slots[c] = self._free_slots(c)
-        if not slots:  # no free aligned slice of the size (once every rank is taken: the usual case)
-            self._new_opts = ()
-            return slots
-        H, pp1, gmax, S = self.height, self.pp - 1, self.gmax, self.S
-        self._new_opts = opts = []
-        for kk, b, act in slots:
-            a1 = trow[2 * k + b]
-            s_k = S[kk]
-            if a1 > (s_k if s_k >= H else H):
-                self.bit = True
-                continue
-            Sn = a1 if a1 > s_k else s_k
-            over = Sn - gmax
-            delta = (Sn - s_k) + pp1 * (over if over > 0.0 else 0.0)
-            opts.append((delta, c * a1, -a1, 1, act))
-        return opts
-
-    def _new_group_option(self, opts: list[tuple], best):
-        """The best of ``best`` and the new groups ``opts`` (:meth:`_new_groups`), compared in turn."""
-        for opt in opts:
-            if best is None or _better(opt, best, self.gmax):
-                best = opt
-        return best
 
     def _new_step_option(self, trow: list[float], k: int, best):
         """A new step holding only this sequence's group, if it beats ``best``."""
