@@ -245,6 +245,8 @@ class DynamicSolverPolicy(Policy):
             screened = [c for j, c in enumerate(screened) if j < self.screen_full or (c[0], c[1]) <= top]
         # those with a height limit first: one without a limit may then reuse the plan of one with the same
         # choice (:class:`_Full`; each placement is a function of its candidate alone, so the order changes nothing)
+        # (and only those with the choice of one without a limit placed here track the limit's effect)
+        full.wanted = {c[5][inv].tobytes() for c in screened if not np.isfinite(c[6])}
         for c in sorted(screened, key=lambda c: not np.isfinite(c[6])):
             c.append((c[1], c[0]))  # the screened (makespan, misfit)
             c[3], c[4] = full.place(c[5][inv], c[6])
@@ -364,9 +366,14 @@ class _Search:
 
     def unbounded_choices(self) -> list[np.ndarray]:
         """The CP choices (per distinct length, as :meth:`candidates`) of the candidates without a height limit
-        (``m = m0``): those a candidate with a limit may stand in for (:class:`_Full`)."""
-        R = self.layout.ranks_per_stage
-        return [self._choice_u(f * (self.W / (R * self.m0))) for f in (1.0, 2.0)]
+        (``m = m0``) that a candidate with a limit may stand in for (:class:`_Full`; tracking the limit's effect
+        costs time, and pays only where such a candidate follows): the plain one's, where it differs from the
+        coarse one's. The coarse ``m0`` candidate comes first, before any with a limit, and a plain one of its
+        choice is not yielded again; the plain one comes after the coarse ones (the search stops only on
+        three candidates that do not improve, and the first improves on an infinite start)."""
+        tau = self.W / (self.layout.ranks_per_stage * self.m0)
+        plain, coarse = self._choice_u(tau), self._choice_u(2.0 * tau)
+        return [] if np.array_equal(plain, coarse) else [plain]
 
     def candidates(self):
         """(m, CP size index per distinct length, step height cap) per distinct candidate; ``choice_u[inv]`` is
