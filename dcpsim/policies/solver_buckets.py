@@ -70,8 +70,8 @@ class _Buckets:
         if g in self.parked:
             self.parked.discard(g)  # its heap entry goes stale
         else:
-            groups = cell[0]
-            del groups[bisect_left(groups, (-old, g))]
+            groups = cell[0]  # (its entry, usually one of the list's last few: the last two tested first)
+            del groups[-1 if groups[-1][1] == g else -2 if groups[-2][1] == g else bisect_left(groups, (-old, g))]
             if cell[2] > 1 and room >= self.min_tok[code >> 1]:  # it stays in this cell: :meth:`add` there
                 key = (-new, g)
                 at = bisect_left(groups, key)

@@ -86,8 +86,21 @@ class _Follow:
         trow, tokrow = self._rows[0][u], self._rows[1][u]
         code, st = self.g_code[g], self.g_step[g]
         s_k = self.S[st]
-        floor = self._others_lose(k, trow, s_k, gmin)
-        if floor is None:
+        # :meth:`_others_lose` inline
+        pp1, gmax = self.pp - 1, self.gmax
+        floor = -_INF
+        for delta, gpu, neg_a1, _, _ in self._new_opts:  # gpu: c * a1
+            a1 = -neg_a1
+            if delta > 1e-9 * (gmax + a1 + s_k):
+                continue  # a larger increase, whatever the join's time
+            if delta != 0.0 or gpu < gmin * (1 - 1e-9):
+                floor = None  # an increase within the tolerance of none, or fewer GPU-seconds
+                break
+            if gpu <= gmin * (1 + 1e-9) and a1 > floor:
+                floor = a1  # equal on both: the fuller (larger time) wins, the join on a tie
+        a1 = float(trow[2 * k + self.span0[k]])
+        over = a1 - gmax
+        if floor is None or not a1 + pp1 * (over if over > 0.0 else 0.0) > 1e-9 * (gmax + a1 + s_k):
             self._move(g, code, st, listed)
             return pos
         if self.walk and not self.track:
@@ -95,6 +108,14 @@ class _Follow:
             if self._exhausted and pos < self._run_end[pos - 1]:  # the run goes on: in the other cell?
                 pos = self._next_cell(code, gmin, pos, u, k)
             return pos
+        return self._follow_run(g, floor, pos, (trow, tokrow), listed)
+
+    def _follow_run(self, g: int, floor: float, pos: int, rows: tuple[list[float], list[int]], listed: float) -> int:
+        """:meth:`_follow`'s run after its first join into ``g`` (``floor``: :meth:`_others_lose`'s bound; ``rows``:
+        the run's time and token rows) as a loop of picks (placers that track the height limit's effect, or without
+        :attr:`walk`); the position of the first sequence left."""
+        (trow, tokrow), code, st = rows, self.g_code[g], self.g_step[g]
+        s_k = self.S[st]
         add, tok = trow[code], tokrow[code >> 1]
         thr = 1e-9 * (self.gmax + 0.0)
         lim = max(s_k, self.height) * (1 + 1e-12)
@@ -357,10 +378,8 @@ class _Follow:
         cell = cells[st]
         keys, heap, parked = cell[0], cell[1], buckets.parked
         least = buckets.min_tok[code >> 1]
-        pos0 = bisect_left(keys, -listed, key=_TIME)  # bisect_left(keys, (-listed, g0)): by time, then by id
-        if pos0 < len(keys) and keys[pos0][1] < g0 and keys[pos0][0] == -listed:
-            pos0 = bisect_left(keys, (-listed, g0), pos0 + 1)
-        below = pos0 >= hi  # g0 listed at a lower time than the walked entries
+        # g0 listed at a lower time than the walked entries (its key, listed, after the last of them)
+        below = hi == 0 or (-listed, g0) > keys[hi - 1]
         if passed:
             for j in passed:
                 neg_t, g = keys[j]
@@ -375,7 +394,10 @@ class _Follow:
                 new.append((-g_time[g0], g0))
             picks = hi - p + below
         cell[2] -= (len(picks) if passed else picks) - len(new)
-        if below:
+        if below:  # its entry: bisect_left(keys, (-listed, g0)), by time, then by id
+            pos0 = bisect_left(keys, -listed, hi, key=_TIME)
+            if pos0 < len(keys) and keys[pos0][1] < g0 and keys[pos0][0] == -listed:
+                pos0 = bisect_left(keys, (-listed, g0), pos0 + 1)
             del keys[pos0]
         del keys[p:hi]
         new.sort()

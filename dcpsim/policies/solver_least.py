@@ -1,5 +1,6 @@
 """``dynamic-solver``'s join search passes over every cell: the least increase of joining any open group
-(:meth:`_Least._least_increase_all`) and the cut test (:meth:`_Least._cut_none`), a mixin of
+(:meth:`_Least._least_increase_all`) and the cut test (:meth:`_Least._cut_none`), and the rare branches of one
+cell's search (:meth:`_Least._park_from` and the like), a mixin of
 :class:`~dcpsim.policies.solver_placer._Placer` (it uses the placer's state). Times in seconds, rooms in
 tokens per rank.
 """
@@ -49,21 +50,19 @@ class _Least:
                     # :meth:`_least_increase` where nothing comes back and the lowest group has room, inline
                     newt = -keys[-1][0] + add
                     sn = newt if newt > s_k else s_k
-                    d = sn - s_k
-                    if pp1 > 0:  # :meth:`_delta`
-                        over = sn - gmax
-                        d += pp1 * (over if over > 0.0 else 0.0)
-                    v = np.inf
+                    over = sn - gmax
+                    d = (sn - s_k) + pp1 * (over if over > 0.0 else 0.0)  # :meth:`_delta` (pp 1: adds 0.0)
                     if newt <= lim:
                         v = d
-                    elif d < self._excl:
-                        self._excl = d
+                    else:  # excluded by the height limit
+                        v = np.inf
+                        self._excl = d if d < self._excl else self._excl
                 else:
                     v = self._least_increase(cell, s_k, add, lim, tok)
                 if v < d0:
                     d0 = v
-                if d0 == 0.0:
-                    return d0
+                    if d0 == 0.0:
+                        return d0
         return d0
 
     def _least_increase(self, cell: list, s_k: float, add: float, lim: float, tok: int) -> float:
@@ -92,3 +91,30 @@ class _Least:
         if pos < n - 1:
             self.buckets.park(cell, pos + 1, n, room)
         return out
+
+    def _track_prefix(self, keys: list, p: int, s_k: float, q: tuple[float, float, float]) -> None:
+        """(Tracking the height limit) ``bit`` where the entry before the prefix's end ``p`` is past the limit but
+        within the tolerance without it: the prefix would go on (:meth:`_fullest_in_cell`'s first term)."""
+        add, lim, thr = q
+        if p > 0 and (nt := add - keys[p - 1][0]) > lim and nt - s_k <= thr and self._delta(s_k, nt) <= thr:
+            self.bit = True
+
+    def _park_from(self, cell: list, p: int, tok: int) -> int:
+        """Park the groups without room for ``tok`` tokens listed from ``p`` on up to the first with room (the
+        list from there moves down to ``p``); the list's new length."""
+        keys, room = cell[0], self.g_room
+        n, pos = len(keys), p
+        while pos < n and room[keys[pos][1]] < tok:
+            pos += 1
+        self.buckets.park(cell, p, pos, room)
+        return n - (pos - p)
+
+    def _tie_gid(self, keys: list, pos: int, q: tuple[float, float, int], gid: int) -> int:
+        """The lowest of ``gid`` and the ids with room for ``tok`` tokens listed from ``pos`` on while their new
+        time (``q`` = (added time, new time, tokens)) rounds equal to the pick's."""
+        (add, newt, tok), room, n = q, self.g_room, len(keys)
+        while pos < n and add - keys[pos][0] == newt:
+            if keys[pos][1] < gid and room[keys[pos][1]] >= tok:
+                gid = keys[pos][1]
+            pos += 1
+        return gid

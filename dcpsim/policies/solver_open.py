@@ -64,14 +64,20 @@ class _Open:
         Opening a group only marks its own aligned slice, so each :meth:`_free_start` after one (from the
         cursor, at that slice) finds the lowest free aligned slice above it: the same search with the cursor
         set to the slice's end, on the ranks as they were."""
-        cur, spans, free_start = self.cursor[st], self._spans, self._free_start
+        cur, free_start = self.cursor[st], self._free_start
+        used, R, row = self.used[st], self.R, self.span_rows[c]  # (the run's first slice had its span looked up)
         nf = self.n_free[st]
         starts: list[int] = []
         while len(starts) < most and nf:
-            if starts:  # the slice listed last counts as taken: search on from its end
-                cur[c] = starts[-1] + c
-            f = free_start(st, c)
-            if f < 0 or spans(f, c) != b:
+            if c == 1:  # :meth:`_free_start` of a single rank inline: the first free one from the cursor
+                s = starts[-1] + 1 if starts else cur.get(1, 0)
+                f = used.find(0, s) if s < R else -1
+                cur[1] = f if f >= 0 else max(s, R)
+            else:
+                if starts:  # the slice listed last counts as taken: search on from its end
+                    cur[c] = starts[-1] + c
+                f = free_start(st, c)
+            if f < 0 or row[f // c] != b:  # (:meth:`_spans`)
                 break
             starts.append(f)
             nf -= c
@@ -126,15 +132,22 @@ class _Open:
         ranks taken)."""
         out = []
         cursor, used, R = self.cursor, self.used, self.R
+        if c <= R and c not in self.span_rows:
+            self._spans(0, c)  # every aligned start's span, kept in span_rows
+        row = self.span_rows.get(c)
         for kk in self.open_steps:
-            # :meth:`_free_start`, its first test inline (the cursor's slice still free: the usual answer)
-            start = cursor[kk].get(c, 0)
-            u = used[kk]
-            if not (start + c <= R and u[start] == 0 and (c == 1 or u.find(1, start, start + c) < 0)):
+            # :meth:`_free_start` inline for single ranks (the first free one from the cursor), else its first test
+            # (the cursor's slice still free)
+            cur, u = cursor[kk], used[kk]
+            start = cur.get(c, 0)
+            if c == 1:
+                f = u.find(0, start) if start < R else -1
+                cur[c], start = (f if f >= 0 else max(start, R)), f
+            elif not (start + c <= R and u[start] == 0 and u.find(1, start, start + c) < 0):
                 start = self._free_start(kk, c)
-                if start < 0:
-                    continue
-            b = self._spans(start, c)
+            if start < 0:
+                continue
+            b = row[start // c]  # :meth:`_spans`
             out.append((kk, b, ("new", kk, start, b)))
         return out
 

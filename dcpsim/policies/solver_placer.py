@@ -60,9 +60,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         order = self._order(self.sc, tab)
         self._start()
         n, ids, choice = lengths.size, order.tolist(), self.choice.tolist()
-        uid, (time_rows, tok_rows, fams) = tab.uid, self._family_rows(tab)
-        if n:
-            self._first(time_rows[uid[ids[0]]], choice[ids[0]])
+        uid, (time_rows, tok_rows, fams) = tab.uid, self._family_rows(tab, ids, choice)
         pos = 0
         bulk = self.bulk and n > 0
         # per position, the end of its run of equal length and CP size
@@ -71,6 +69,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         # locals; the new-group options, their comparison (:func:`_better`) and :meth:`_apply` of a join inline
         g_time, g_room, g_code, g_step, gof, S = self.g_time, self.g_room, self.g_code, self.g_step, self.gof, self.S
         join_option, new_step_option, move = self._join_option, self._new_step_option, self.buckets.move
+        by_code, parked, min_tok = self.buckets.by_code, self.buckets.parked, self.buckets.min_tok
         span0, pp1, sizes, slots_of, H = self.span0, self.pp - 1, self.sizes, self._slots, self.height
         while pos < n:
             i = ids[pos]
@@ -110,21 +109,28 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             act = best[4]
             pos += 1
             more = bulk and pos < n and run_end[pos - 1] > pos  # the next sequence has this length
-            if act[0] != "join":
-                self._apply(act, k, trow, tokrow)
-                pos = self._after(best, opts, gmax, (pos, u, k)) if more else pos
-                continue
-            g = act[1]  # the join, as :meth:`_apply` makes it
-            code, listed, st = g_code[g], g_time[g], g_step[g]
-            g_time[g] = t_new = listed + trow[code]
-            g_room[g] = room = g_room[g] - tokrow[code >> 1]
-            gof.append(g)
-            # it adds nothing (the step keeps its height), and the next sequence has this length: the next ones in
-            # bulk, the join's move in its cell left to them
-            if more and self.zero_join and t_new <= S[st]:
-                pos = self._follow(g, best[1], pos, u, k, listed)
-                continue
-            move(code, st, listed, t_new, g, room)
+            if act[0] != "join":  # :meth:`_apply`: a new group
+                st, t_new = self._open_group(act, k, trow, tokrow)
+            else:  # :meth:`_apply`: the join, inline
+                g = act[1]
+                code, listed, st = g_code[g], g_time[g], g_step[g]
+                g_time[g] = t_new = listed + trow[code]
+                g_room[g] = room = g_room[g] - tokrow[code >> 1]
+                gof.append(g)
+                # it adds nothing (the step keeps its height), and the next sequence has this length: the next ones
+                # in bulk, the join's move in its cell left to them
+                if more and self.zero_join and t_new <= S[st]:
+                    pos = self._follow(g, best[1], pos, u, k, listed)
+                    continue
+                cell = by_code[code][st]
+                if g in parked or cell[2] <= 1 or room < min_tok[k]:
+                    move(code, st, listed, t_new, g, room)
+                else:  # :meth:`_Buckets.move` where the group stays listed in its cell (the usual case), inline
+                    keys = cell[0]  # (its entry, one of the list's last few: the last two tested first)
+                    del keys[-1 if keys[-1][1] == g else -2 if keys[-2][1] == g else bisect_left(keys, (-listed, g))]
+                    key = (-t_new, g)
+                    at = bisect_left(keys, key)
+                    keys[at:at] = (key,)
             if t_new > S[st]:
                 S[st] = t_new
                 self.gmax = t_new if t_new > self.gmax else self.gmax
@@ -136,11 +142,11 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         slots = self._slots[c] = self._free_slots(c)
         return slots
 
-    def _family_rows(self, tab: _Table) -> tuple[list, list, list]:
+    def _family_rows(self, tab: _Table, ids: list[int], choice: list[int]) -> tuple[list, list, list]:
         """(time rows, token rows, join families) per distinct length, kept as ``_rows``: only the codes of chosen
         sizes ever hold groups (groups open at a sequence's chosen size), and of those only the spans some aligned
         slice of that size has: each distinct length's codes without the others (which the join searches pass
-        over, finding no cell)."""
+        over, finding no cell). Also :meth:`_first` of the first sequence of ``ids`` (the placement order)."""
         allowed = 0
         for kk in self._chosen():
             c = self.sizes[kk]
@@ -154,6 +160,8 @@ class _Placer(_Follow, _Least, _Fill, _Open):
             rows = [[c for c in row if allowed >> c & 1] for row in tab.fam_rows]
             fams = tab.fams[allowed] = list(map(rows.__getitem__, tab.fam_id))
         self._rows = (tab.time_rows, tab.tok_rows, fams)
+        if ids:
+            self._first(tab.time_rows[tab.uid[ids[0]]], choice[ids[0]])
         return self._rows
 
     def _after(self, best: tuple, opts: list[tuple], gmax: float, at: tuple[int, int, int]) -> int:
@@ -353,7 +361,10 @@ class _Placer(_Follow, _Least, _Fill, _Open):
                 # tested inline), the groups without room from there parked, then the pick at p
                 lim = (s_k if s_k >= H else H) * (1 + 1e-12)
                 n = len(keys)
-                p = bisect_left(keys, -((lim if lim < s_k + thr else s_k + thr) - add), key=_TIME)
+                v = -((lim if lim < s_k + thr else s_k + thr) - add)
+                # bisect_left(keys, v, key=_TIME): the suffix of -times at least v, usually of one entry or none
+                p = n if n == 0 or keys[-1][0] < v else n - 1 if n == 1 or keys[-2][0] < v \
+                    else bisect_left(keys, v, 0, n - 1, key=_TIME)
                 p = p if ((p == 0 or (nt := add - keys[p - 1][0]) > lim or nt - s_k > thr) and (
                     p == n or (nb := add - keys[p][0]) <= lim and (nb <= s_k or self._raise(nb, s_k) <= thr))) \
                     else self._prefix_end(keys, p, s_k, add, lim, thr)
@@ -379,34 +390,7 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         self._outside, self._hits = other, hits
         if gmin == _INF:
             return None
-        return (float(gmin), float(best[0]), best[1], zero)
-
-    def _track_prefix(self, keys: list, p: int, s_k: float, q: tuple[float, float, float]) -> None:
-        """(Tracking the height limit) ``bit`` where the entry before the prefix's end ``p`` is past the limit but
-        within the tolerance without it: the prefix would go on (:meth:`_fullest_in_cell`'s first term)."""
-        add, lim, thr = q
-        if p > 0 and (nt := add - keys[p - 1][0]) > lim and nt - s_k <= thr and self._delta(s_k, nt) <= thr:
-            self.bit = True
-
-    def _park_from(self, cell: list, p: int, tok: int) -> int:
-        """Park the groups without room for ``tok`` tokens listed from ``p`` on up to the first with room (the
-        list from there moves down to ``p``); the list's new length."""
-        keys, room = cell[0], self.g_room
-        n, pos = len(keys), p
-        while pos < n and room[keys[pos][1]] < tok:
-            pos += 1
-        self.buckets.park(cell, p, pos, room)
-        return n - (pos - p)
-
-    def _tie_gid(self, keys: list, pos: int, q: tuple[float, float, int], gid: int) -> int:
-        """The lowest of ``gid`` and the ids with room for ``tok`` tokens listed from ``pos`` on while their new
-        time (``q`` = (added time, new time, tokens)) rounds equal to the pick's."""
-        (add, newt, tok), room, n = q, self.g_room, len(keys)
-        while pos < n and add - keys[pos][0] == newt:
-            if keys[pos][1] < gid and room[keys[pos][1]] >= tok:
-                gid = keys[pos][1]
-            pos += 1
-        return gid
+        return (gmin, best[0], best[1], zero)  # (Python floats: the rows are lists of them)
 
     def _prefix_end(self, keys: list, p: int, s_k: float, add: float, lim: float, thr: float) -> int:
         """The start of the suffix of ``keys`` (a cell's (-time, group) ascending: times descending) whose groups
@@ -458,7 +442,9 @@ class _Placer(_Follow, _Least, _Fill, _Open):
         keys = cell[0]
         x = (lim if lim < s_k + thr else s_k + thr) - add
         n = len(keys)
-        p = bisect_left(keys, -x, key=_TIME)  # keys[p:]: time at most x
+        # keys[p:]: time at most x (bisect_left(keys, -x, key=_TIME); the suffix usually of one entry or none)
+        p = n if n == 0 or keys[-1][0] < -x else n - 1 if n == 1 or keys[-2][0] < -x \
+            else bisect_left(keys, -x, 0, n - 1, key=_TIME)
         # :meth:`_prefix_end`'s usual answer, p itself, tested inline (the entry before p is not within, its new
         # time past the limit or above s_k by more than thr, a sufficient test; the one at p is within)
         if not ((p == 0 or (nt := add - keys[p - 1][0]) > lim or nt - s_k > thr)
