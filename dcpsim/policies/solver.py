@@ -128,6 +128,14 @@ The cell lists (about 5,700 groups per cell, changed near their shortest times) 
 (-time, id) ascending, so a change shifts only the entries after it, few: 6,817 M -> 6,071 M instructions
 (list memory moves were about 12%), CPU medians 0.73 -> 0.71 s (2026-11-28); 5,940 M -> 5,833 M with the per-length
 rows cut to the size indices a candidate can choose (at most each length's fastest: 4 of 14 sizes at 65,536 GPUs).
+Then 5,850 M -> 5,278 M (5.9x ``packing``'s 897 M; CPU medians of 5 alternating runs 0.67 -> 0.63 s, ``packing``
+0.11 s; ``benchmarks/results/scale_fast/gpus65536_issue24_session13_*.json``, 2026-11-28): the per-decision calls
+inline in :meth:`_Placer.run` (new-group options, their comparison, a join's move), a cell's usual answers (its
+last one or two entries) tested before each binary search, candidates kept per distinct length, the table's
+families by ``np.unique``; and screen placements reuse as :class:`_Full` does (no effect on ``github``; on
+``commoncrawl`` and ``wikipedia`` one screen and one full placement fewer: 0.91 -> 0.52 and 0.74 -> 0.49 CPU s).
+Left: the placements are about 4.3 G instructions, some 41% of it the interpreter's own loop: about 34,000
+decisions that start a run (the screens' samples are mostly one length each) and the walks' list rebuilds.
 Plans are identical to
 the definition (a scan of every open group per sequence, kept in
 ``tests/test_policy_scale.py``) and to one full decision per sequence
