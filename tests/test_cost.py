@@ -180,3 +180,23 @@ def test_cost_cli_exits_2_when_the_pack_does_not_fit(capsys):
     assert res["fits_memory"] is False and res["counted_tflops_per_gpu"] is None
     assert main(["cost", "--model", "llama3-8b", "--pp", "4", "--cp", "1", "--lengths", "4096"]) == 0
     assert "TFLOPS/GPU" in capsys.readouterr().out
+
+
+def test_cost_cli_tflops_counts_the_timed_stage_without_the_head(capsys):
+    """`dcpsim cost`'s counted TFLOPS (excl. head): the FLOPs of the layers the breakdown times (one stage,
+    output layer out), not the whole model's FLOPs / pp (which carried a share of the head's 6*h*V per token)."""
+    import json
+
+    from dcpsim.cli import main
+    from dcpsim.model import get_model
+
+    lengths = [8192, 4096, 1024]
+    assert main(["cost", "--model", "llama3-8b", "--pp", "4", "--cp", "2", "--lengths", "8192,4096,1024",
+                 "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    m = get_model("llama3-8b")
+    layers = m.n_layers // 4
+    stage = (6.0 * layers * m.linear_params_per_layer() * sum(lengths)
+             + 6.0 * layers * m.q_dim * sum(L * L for L in lengths))
+    expect = stage / (res["breakdown_s"]["total_s"] * 2 * 1e12)
+    assert res["counted_tflops_per_gpu"] == pytest.approx(expect, rel=1e-9)

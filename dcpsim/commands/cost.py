@@ -39,7 +39,7 @@ def run(args) -> int:
     p = cfg.parallel
     cm = build_cost_model(cfg, dp_cp=p.cp if args.dp_cp is None else args.dp_cp)
     pc = cm.pack_cost(lengths, p.cp, spans_network=args.spans_network, check_memory=False)
-    flops = cm.flops(lengths) / cm.pp  # counted FLOPs of this stage's share
+    flops = _stage_flops(cm, lengths)
     d = pc.as_dict()
     result = {
         "config": cm.describe() | {"cp": p.cp, "spans_network": args.spans_network, "lengths": lengths},
@@ -71,6 +71,14 @@ def run(args) -> int:
                               f"({d['local_tokens']:.0f} local tokens per rank; raise --cp, --tp or --pp, or shorten "
                               "--lengths)")
     return 0
+
+
+def _stage_flops(cm, lengths) -> float:
+    """Counted FLOPs of the stage the breakdown times: its ``layers_per_stage`` blocks, without the output
+    layer (the breakdown's fwd/bwd/total leave ``head_*`` out)."""
+    m = cm.model
+    head = 6.0 * m.hidden * m.vocab * float(sum(lengths))
+    return (cm.flops(lengths) - head) * cm.layers_per_stage / m.n_layers
 
 
 def _config(args, base):
