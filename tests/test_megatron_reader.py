@@ -182,6 +182,17 @@ def test_simulate_megatron_args_cli(tmp_path: Path, capsys) -> None:
     assert "--num-experts" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("flag,value,field", [("--gpu", "h200-sxm", "hardware.gpu"), ("--gpus", "128", "cluster.gpus")])
+def test_simulate_refuses_megatron_only_flags_with_a_run_file(capsys, flag, value, field) -> None:
+    """--gpu / --gpus belong to --megatron-args/--megatron-config: with a run file they were dropped silently (the
+    file's h100-sxm / 64 GPUs simulated); now refused, naming the --set that overrides the file."""
+    from dcpsim.cli import main
+
+    assert main(["simulate", str(ROOT / "examples" / "simulate_default.toml"), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and value in err and f"--set {field}=" in err
+
+
 def test_simulating_exported_arguments_reproduces_the_export(tmp_path: Path, capsys) -> None:
     """dcpsim export, then dcpsim simulate --megatron-args on its megatron_args.txt: expected.json's step time."""
     import json

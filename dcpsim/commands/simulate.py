@@ -34,7 +34,7 @@ def register(sub) -> None:
     p.add_argument("--megatron-config", default=None, metavar="YAML",
                    help="simulate a Megatron-LM functional test's model_config.yaml (MODEL_ARGS); needs --gpus")
     p.add_argument("--gpus", type=POS_INT, default=None, help="with --megatron-args/--megatron-config: GPUs in the run")
-    p.add_argument("--gpu", default="h100-sxm", help="with --megatron-args/--megatron-config: hardware profile "
+    p.add_argument("--gpu", default=None, help="with --megatron-args/--megatron-config: hardware profile "
                    "(default h100-sxm)")
     p.add_argument("--trace", default=None, metavar="TRACE.json",
                    help="write a Chrome/Perfetto trace of the simulated timeline (open in ui.perfetto.dev)")
@@ -120,6 +120,10 @@ def _base_config(args):
     if bool(args.config) + len(meg) != 1:
         raise ConfigError("config", args.config, "exactly one of a run file, --megatron-args or --megatron-config")
     if not meg:
+        for flag, value, field in (("--gpus", args.gpus, "cluster.gpus"), ("--gpu", args.gpu, "hardware.gpu")):
+            if value is not None:  # a run file's own value would be simulated, the flag silently dropped
+                raise ConfigError(flag, value, f"no value with a run file (it sets {field}; override it with "
+                                  f"--set {field}=...); {flag} is for --megatron-args/--megatron-config")
         return load_config(args.config), [], None
     from dcpsim.export.reader import megatron_config, read_args_file, read_config_yaml
 
@@ -129,7 +133,7 @@ def _base_config(args):
         flags, env = read_config_yaml(args.megatron_config)
     else:
         flags, env = read_args_file(args.megatron_args), {}
-    run = megatron_config(flags, gpus=args.gpus, gpu=args.gpu, env=env, where=meg[0])
+    run = megatron_config(flags, gpus=args.gpus, gpu=args.gpu or "h100-sxm", env=env, where=meg[0])
     return run.config, [*run.notes, f"ignored (no effect on the step): {' '.join(run.ignored) or 'none'}"], run.batches
 
 
