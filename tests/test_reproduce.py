@@ -198,3 +198,14 @@ def test_joint_grid_runs_the_headline_once_per_point_and_the_baseline_per_cp_and
         cp, m = c.value.split("|")[2].split("x")
         assert c.config.parallel.cp == int(cp) and c.config.policy.options["bin_tokens_per_rank"] == int(m)
     assert all(c.config.parallel.cp == exp.datasets[c.dataset].parallel.cp for c in head)
+
+
+def test_table_headers_name_what_is_published(quick):
+    """The side-by-side table (terminal and summary.md) had two columns headed "published" (TFLOPS, then speedup
+    as "published " with a trailing space): each header now says which published figure it holds."""
+    from dcpsim.commands.reproduce import display_rows
+
+    rows = display_rows(quick.table)
+    heads = [k.strip() for k in rows[0]]
+    assert len(set(heads)) == len(heads), heads
+    assert "published TFLOPS" in heads and "published speedup" in heads

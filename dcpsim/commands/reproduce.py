@@ -177,11 +177,11 @@ def display_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "dataset": r["dataset"],
             "policy": r["policy"],
             "TFLOPS/GPU": _num(r["tflops"], 1),
-            "published": _num(r["published_tflops"], 2),
+            "published TFLOPS": _num(r["published_tflops"], 2),
             "TFLOPS err": _pct(r["tflops_err"]),
             "speedup": _num(r["speedup"], 3),
             "seed range": f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}" if math.isfinite(r["speedup_min"]) else "",
-            "published ": _num(r["published_speedup"], 2),
+            "published speedup": _num(r["published_speedup"], 2),
             "speedup err": _pct(r["speedup_err"]),
             "mean CP": _num(r["mean_cp"], 2),
         })
