@@ -209,3 +209,15 @@ def test_table_headers_name_what_is_published(quick):
     heads = [k.strip() for k in rows[0]]
     assert len(set(heads)) == len(heads), heads
     assert "published TFLOPS" in heads and "published speedup" in heads
+
+
+def test_quick_help_states_the_shipped_quick_size(exp, capsys):
+    """`reproduce --help` said --quick runs 8 seeds; the shipped [modes.quick] runs 3 (x 4 iterations), as the
+    quick run's own table title says. The help states the shipped mode's sizes."""
+    from dcpsim.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    q = exp.modes["quick"]
+    assert f"{q.seeds} seeds x {q.iterations} iterations in the shipped one" in text

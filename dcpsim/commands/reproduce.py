@@ -26,7 +26,8 @@ def register(sub) -> None:
     p = sub.add_parser("reproduce", help="reproduce the Dynamic-CP blog's published results (TFLOPS, speedups)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="small run (8 seeds, primary workloads, no sensitivity): about 20 s on one core")
+                   help="small run (the experiment's [modes.quick]: 3 seeds x 4 iterations in the shipped one, "
+                        "primary workloads, no sensitivity): seconds on one core")
     p.add_argument("--out", default="dcpsim-reproduce", help="output folder (tables, figures, cells); default ./dcpsim-reproduce")
     p.add_argument("--spec", default=None, help="experiment folder (default: experiments/dynamic_cp_blog of this checkout)")
     p.add_argument("--jobs", type=POS_INT, default=1, help="worker processes (default 1)")
