@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from dcpsim.commands._common import (
     add_config_flags,
     add_force,
@@ -51,8 +49,8 @@ def _options(items: list[str]) -> dict:
 def run(args) -> int:
     from dcpsim.policies import evaluate_plan, get_policy, list_policies
     from dcpsim.run import load_config
-    from dcpsim.run.single import build_cost_model, build_layout
-    from dcpsim.workload import get_workload, sample_global_batch
+    from dcpsim.run.single import build_cost_model, build_layout, plan_batch, sample_batches
+    from dcpsim.run.streams import NAMES, stream
 
     if args.list:
         rows = [{"policy": n} for n in list_policies()]
@@ -67,10 +65,10 @@ def run(args) -> int:
     p, w = cfg.parallel, cfg.workload
     cost = build_cost_model(cfg)
     layout = build_layout(cfg, cost)
-    dist = get_workload(w.name, min_len=w.min_len, max_len=w.max_len, clip=w.clip)
-    lengths = sample_global_batch(dist, w.gbs, np.random.default_rng(cfg.sim.seed))
+    # the batch and the plan `dcpsim simulate` draws and makes first for this config (same streams, same padding)
+    lengths = sample_batches(cfg, 1)[0]
     policy = get_policy(cfg.policy.name, **dict(cfg.policy.options))
-    plan = policy.plan(lengths, layout, cost)
+    plan = plan_batch(policy, lengths, layout, cost, stream(cfg.sim.seed, NAMES.index("policy")), cfg)
     summary = summarize_plan(plan, cost, evaluate_plan)
     wname = w.name if isinstance(w.name, str) else "custom"
     summary["config"] = {
