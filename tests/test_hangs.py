@@ -180,3 +180,16 @@ def test_huge_global_batch_is_refused_with_its_bound(capsys):
 def test_a_batch_smaller_than_one_sequence_is_refused():
     with pytest.raises(ConfigError, match="--gbs-tokens.*at least one sequence"):
         make_data_spec(seq_len=4096, gbs_tokens=3)
+
+
+def test_a_reachable_but_vanishing_length_range_is_refused_not_drawn_for_an_hour(capsys):
+    """``dcpsim workload show github --min-len 5000000``: about 5 in a million GitHub lengths reach 5M tokens, above
+    the 1e-6 give-up rate, so drop-clipping drew 1.8M candidates a round for ~4e10 draws (about an hour). Now the
+    draws it would need are judged once 10M have measured the rate: one line naming min_len/max_len."""
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.setdefault("rc", main(["workload", "show", "github", "--min-len",
+                                                                   "5000000"])), daemon=True)
+    t.start()
+    t.join(timeout=60)  # it takes about a second; 60 only says "it did not hang"
+    assert not t.is_alive(), "dcpsim workload show drew for minutes on a nearly empty length range"
+    _one_line_error(capsys, box["rc"], "min_len/max_len", "5,000,000")

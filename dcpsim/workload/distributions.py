@@ -304,6 +304,9 @@ class Clipped(LengthDistribution):
     _MAX_EMPTY_ROUNDS: ClassVar[int] = 64
     #: drop mode gives up when the acceptance rate is measured below this
     _MIN_ACCEPTANCE: ClassVar[float] = 1e-6
+    #: ... or when finishing would take more candidate draws than this (about a minute and more of drawing),
+    #: judged once 10M draws have measured the rate
+    _MAX_DRAWS: ClassVar[int] = 1_000_000_000
 
     def __post_init__(self) -> None:
         where = "Clipped"
@@ -354,9 +357,11 @@ class Clipped(LengthDistribution):
                 break
             empty_rounds = empty_rounds + 1 if keep.size == 0 else 0
             rate = accepted / drawn
-            if empty_rounds >= self._MAX_EMPTY_ROUNDS or (drawn >= 1_000_000 and rate < self._MIN_ACCEPTANCE):
-                raise ConfigError("min_len/max_len", f"{lo}..{hi}", self._unreachable(drawn, accepted, seen_lo, seen_hi))
             need = n - filled
+            too_slow = drawn >= 10_000_000 and (rate == 0.0 or drawn + need / rate > self._MAX_DRAWS)
+            if (empty_rounds >= self._MAX_EMPTY_ROUNDS or (drawn >= 1_000_000 and rate < self._MIN_ACCEPTANCE)
+                    or too_slow):
+                raise ConfigError("min_len/max_len", f"{lo}..{hi}", self._unreachable(drawn, accepted, seen_lo, seen_hi))
             if rate > 0.0:
                 batch = int(min(max(need / rate * 1.1 + 16, 64), 4 * n + 1_000_000))
             else:
