@@ -341,6 +341,20 @@ def test_uneven_stages_and_non_power_of_two_pipelines():
     assert {1, 2, 4, 8, 16, 32} <= pps
 
 
+
+def test_forced_vp_is_kept():
+    """`--pp 4 --vp 3` (32 layers: 4 x 3 does not divide them) planned PP4 with uneven stages and no VP at all, and
+    `--vp 2` could pick a VP1 uneven layout: uneven first/last stages run without virtual stages, so a --vp without
+    1 leaves them out."""
+    from dcpsim.planning.space import _pp_vp_options
+
+    base = RunConfig().with_updates({"model.name": "llama2-7b"})
+    assert _pp_vp_options(SearchSpace(pp=[4], vp=[3]), base) == []
+    assert {v for _, v, _, _ in _pp_vp_options(SearchSpace(pp=[4], vp=[2]), base)} == {2}
+    assert (4, 1, 7, 7) in _pp_vp_options(SearchSpace(pp=[4], vp=[1, 2]), base)
+    assert (4, 1, 7, 7) in _pp_vp_options(SearchSpace(pp=[4]), base)
+
+
 # ------------------------------------------------------------------ issue 19, item 6: plan decides nothing silently
 def test_bound_is_a_reference_never_the_pick():
     """`--policies bound` was recommended as the cheapest layout; a lower bound is not trainable."""

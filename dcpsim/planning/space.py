@@ -215,7 +215,8 @@ def _pp_vp_options(space: SearchSpace, base: RunConfig) -> list[tuple[int, int, 
             vps = [1]
         if n_layers % p == 0:
             out += [(p, v, 0, 0) for v in vps if v == 1 or (p > 1 and n_layers % (p * v) == 0)]
-        out += [(p, 1, f, last) for f, last in uneven_stages(n_layers, p)]
+        if space.vp is None or 1 in space.vp:  # uneven stages have no virtual stages: not when --vp excludes 1
+            out += [(p, 1, f, last) for f, last in uneven_stages(n_layers, p)]
     return out
 
 
