@@ -355,6 +355,15 @@ def test_forced_vp_is_kept():
     assert (4, 1, 7, 7) in _pp_vp_options(SearchSpace(pp=[4]), base)
 
 
+def test_infeasible_reason_is_the_closest_miss():
+    """FP8 forced on an A100: every micro-batch size that splits the batch fails on the precision, the others on
+    the batch; the reason named the batch (misleading) instead of the missing FP8 figures."""
+    data = make_data_spec(seq_len=4096, gbs=64)
+    res = search_layouts(_small_base(), 64, data, policy="packing",
+                         space=SearchSpace(tp=[1], pp=[1], cp=[1], mbs=[1, 4], precision=["fp8"]))
+    assert not res.rows and "no FP8" in res.reason, res.reason
+
+
 # ------------------------------------------------------------------ issue 19, item 6: plan decides nothing silently
 def test_bound_is_a_reference_never_the_pick():
     """`--policies bound` was recommended as the cheapest layout; a lower bound is not trainable."""

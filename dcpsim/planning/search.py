@@ -348,8 +348,10 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
                                                                           "screened": len(screened)}
     if not screened:
         ex = counts["examples"]
-        out.reason = (ex.get("memory") or ex.get("batch") or ex.get("divisibility")
-                      or "no layout in the search space divides the GPU count")
+        # the closest miss: a candidate is checked for the batch, then its layout, then memory
+        out.reason = (ex.get("memory") or ex.get("divisibility") or ex.get("batch")
+                      or f"no layout in the search space divides the GPU count ({gpus}) and the model's layers "
+                         "(PP x VP dividing them, or PP with uneven first/last stages)")
         return out
     screened = refine(screened, data, simulate)
     out.counts["refined"] = 0 if data.fixed else len(screened)
