@@ -244,3 +244,17 @@ def test_simulate_prints_the_band_and_the_profile(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "UNCALIBRATED" in text and "no 80% band: profile a100-sxm-80gb-datasheet is not calibrated" in text
     assert "above the best published" in text  # the datasheet A100 runs this 7B far above 52% of peak
+
+
+@pytest.mark.parametrize("content,why", [("not json", "not readable JSON"), ("{}", "no list of residual rows"),
+                                         ('{"rows": [1]}', "no list of residual rows")])
+def test_bands_file_that_is_no_residual_file_is_one_line(tmp_path, capsys, content, why):
+    """`dcpsim bands --file garbage.json` was a Python traceback (JSONDecodeError); `{}` printed '0 of 0 (nan%)'."""
+    from dcpsim.cli import main
+
+    f = tmp_path / "x.json"
+    f.write_text(content)
+    assert main(["bands", "--file", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dcpsim: error: --file: got") and why in err and "Traceback" not in err, err
+

@@ -50,7 +50,12 @@ def run(args) -> int:
         written = bands.write(data, args.out, force=args.force)
         table = bands.BandTable(data)
     else:
-        table = bands.load(args.file)
+        try:
+            table = bands.load(args.file)
+        except ConfigError as exc:
+            if args.file is None:
+                raise
+            raise ConfigError("--file", args.file, exc.expected) from None
         written = []
     cov = table.coverage(level)
     ci = bands.ci_coverage(table, level)  # the CI suite's rows are in the residual file (bands_ci)
@@ -62,12 +67,12 @@ def run(args) -> int:
         return 0
     print_table(table.groups(level), title=f"validated runs per GPU and precision (out-of-sample residuals, dcpsim "
                                            f"{str(table.data.get('dcpsim_commit', ''))[:7]})")
-    print(f"held-out rows inside their {level:.0%} band (leave-one-out): {cov['covered']} of {cov['with_band']} "
-          f"({100 * cov['coverage']:.1f}%); {cov['without_band']} without a band")
+    print(f"held-out rows inside their {level:.0%} band (leave-one-out): {cov['covered']} of {cov['with_band']}"
+          + (f" ({100 * cov['coverage']:.1f}%)" if cov["with_band"] else "") + f"; {cov['without_band']} without a band")
     if ci is not None:
         print(f"Megatron-LM CI suite, held-out rows: {ci['compared']} compared, {ci['with_band']} with a band, "
               f"{ci['covered']} inside it" + (f" ({100 * ci['coverage']:.1f}%)" if ci["with_band"] else "")
-              + "; without a band: " + "; ".join(f"{n} x {r}" for r, n in ci["no_band_reasons"].items()))
+              + "; without a band: " + ("; ".join(f"{n} x {r}" for r, n in ci["no_band_reasons"].items()) or "none"))
     for p in written:
         print(f"wrote {p}")
     return 0

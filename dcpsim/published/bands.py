@@ -560,8 +560,15 @@ def load(path: str | Path | None = None) -> BandTable:
     p = Path(path) if path is not None else bands_path()
     key = str(p)
     if key not in _TABLE:
+        expected = "the residual file from `dcpsim bands build` (shipped in experiments/published_throughput/results/)"
         if not p.is_file():
-            raise ConfigError("bands file", str(p), "the residual file from `dcpsim bands build` (shipped in "
-                                                    "experiments/published_throughput/results/)")
-        _TABLE[key] = BandTable(json.loads(p.read_text()))
+            raise ConfigError("bands file", str(p), expected)
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError("bands file", str(p), f"{expected}; it is not readable JSON ({exc})") from None
+        rows = data.get("rows") if isinstance(data, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+            raise ConfigError("bands file", str(p), f"{expected}; it has no list of residual rows ('rows')")
+        _TABLE[key] = BandTable(data)
     return _TABLE[key]
