@@ -258,3 +258,14 @@ def test_bands_file_that_is_no_residual_file_is_one_line(tmp_path, capsys, conte
     err = capsys.readouterr().err
     assert err.startswith("dcpsim: error: --file: got") and why in err and "Traceback" not in err, err
 
+
+@pytest.mark.parametrize("args,flag", [(["show", "--out", "x"], "--out"), (["build", "--file", "x.json"], "--file"),
+                                       (["-j", "2"], "-j/--jobs")])
+def test_bands_flags_of_the_other_action_are_refused(tmp_path, capsys, args, flag):
+    """`dcpsim bands show --out DIR` wrote nothing and said nothing: the flag belongs to `build`."""
+    from dcpsim.cli import main
+
+    args = [str(tmp_path / a) if a == "x" else a for a in args]
+    assert main(["bands", *args]) == 2
+    assert capsys.readouterr().err.startswith(f"dcpsim: error: {flag}: got")
+    assert not (tmp_path / "x").exists()

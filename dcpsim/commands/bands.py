@@ -40,6 +40,11 @@ def run(args) -> int:
     from dcpsim.published import bands
 
     level = bands.LEVEL if args.level is None else args.level
+    for flag, value, action in (("--out", args.out, "build"), ("--file", args.file, "show"),
+                                ("-j/--jobs", args.jobs if args.jobs != 1 else None, "build")):
+        if value is not None and args.action != action:  # refused, never silently ignored
+            raise ConfigError(flag, value, f"no {flag} with `dcpsim bands {args.action}` (it is for `dcpsim bands "
+                                           f"{action}`)")
     if args.action == "build":
         if not args.out:
             raise ConfigError("--out", None, "a folder for bands.json (build)")
