@@ -149,3 +149,14 @@ def test_progress_is_quiet_when_output_is_not_a_terminal(capsys):
     with ProgressDisplay("x", 3) as bar:
         bar.advance(note="a")
     assert bar.done == 1 and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv", [["simulate", "example:example_sweep"],
+                                  ["cost", "--config", "example:faults_network", "--lengths", "100"],
+                                  ["schedule", "--config", "example:example_sweep"]])
+def test_a_sweep_spec_given_as_a_run_file_says_so(capsys, argv):
+    """A sweep spec where a run file is expected was refused as "sweep: ... expected a known key ('sweep' is not
+    one ...)": now it names the file as a sweep spec and the command that runs it."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "sweep spec" in err and "dcpsim sweep example:" in err and "\n" not in err.strip(), err

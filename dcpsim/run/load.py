@@ -76,5 +76,9 @@ def load_config(path: str | Path) -> RunConfig:
     """Read and validate a run TOML file (UTF-8); ``example:NAME`` and shipped ``examples/...`` paths work anywhere."""
     from dcpsim.resources import resolve_input
 
-    path = resolve_input(path)
-    return config_from_dict(read_toml(path, "config"), where=str(path))
+    given, path = path, resolve_input(path)
+    data = read_toml(path, "config")
+    if isinstance(data, Mapping) and {"sweep", "axes"} & set(data):  # a sweep spec: say so, not "unknown key"
+        raise ConfigError("config", str(path), "a run file; this is a sweep spec ([sweep]/[axes] tables): run it with "
+                          f"`dcpsim sweep {given} --out DIR`, or point at its base run file")
+    return config_from_dict(data, where=str(path))
