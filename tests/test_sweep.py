@@ -483,3 +483,17 @@ def test_run_streams_are_the_spawned_children():
         for name, ref in zip(reversed(NAMES), reversed(spawned), strict=True):
             assert lazy[name].bit_generator.state == ref.bit_generator.state
             assert np.array_equal(lazy[name].random(8), ref.random(8))
+
+
+def test_sweep_names_why_its_runs_are_errors_and_an_unknown_gpu(tmp_path, capsys):
+    """A [base] GPU that is no profile printed 'profile nosuch: UNCALIBRATED ... datasheet figures', then every run was
+    an error row and the command exited 0 without a word on why."""
+    from dcpsim.cli import main
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(SMALL_BASE.replace('model.name = "llama-13b"', 'model.name = "llama-13b"\nhardware.gpu = "nosuch"')
+                    + '[sweep]\nname = "t"\n[axes]\npolicy.name = ["packing", "dynamic"]\n')
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "-j", "1", "--no-figures", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "profile nosuch: NOT A PROFILE" in out and "UNCALIBRATED" not in out, out
+    assert "2 run(s) of this sweep are invalid configurations" in err and "2 x gpu: got 'nosuch'" in err, err

@@ -110,12 +110,24 @@ def run(args) -> int:
         figs = [{"figure": k, "written": ", ".join(v) if isinstance(v, list) else v} for k, v in res.figures.items()]
         if figs:
             print_table(figs, title="figures")
+    if res.counts.get("error"):
+        print(error_note(res), file=sys.stderr)
     failed = res.counts.get("failed", 0)
     if failed:
         print(f"dcpsim: {failed} run(s) failed with an unexpected error (see the reason column); "
               "they are retried when the sweep is started again", file=sys.stderr)
         return 1
     return 0
+
+
+def error_note(res) -> str:
+    """One line on the runs this call found invalid (status error) and their most frequent reasons."""
+    from dcpsim.run.sweep import load_results
+
+    reasons = load_results(res.out_dir, status="error", warn=False)["reason"].astype(str).value_counts()
+    top = "; ".join(f"{n} x {r}" for r, n in reasons.head(3).items())
+    return (f"dcpsim: {res.counts['error']} run(s) of this sweep are invalid configurations (status 'error', the "
+            f"reason column says why): {top}")
 
 
 def with_default_profiles(spec):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dcpsim.errors import ConfigError
 from dcpsim.hardware import DATASHEET_SUFFIX, datasheet_base
 
 CALIBRATED_SUFFIX = "-calibrated"
@@ -95,6 +96,12 @@ def profile_label(name: str) -> str:
                 f"published {info.get('gpu', '')} runs (fit rows of experiments/published_throughput, dcpsim "
                 f"{commit}{held_txt}; CALIBRATION.md)")
     base = datasheet_base(name) or name
+    from dcpsim.hardware import get_profile
+
+    try:
+        get_profile(name)
+    except ConfigError as exc:  # not a profile at all: never described as datasheet figures
+        return f"{name}: NOT A PROFILE (runs on it fail): expected {exc.expected}"
     kind = _kind(name)
     if kind in ("measured", "mixed"):
         return (f"{name}: measured kernel tables ({kind}), not calibrated against published runs: no validated "
