@@ -39,6 +39,15 @@ def test_cost_json_matches_api(capsys):
     assert rc == 0 and "gemm_fwd" in out
 
 
+def test_cost_refuses_an_optimizer_group_smaller_than_the_cp_group(capsys):
+    """`cost --cp 4 --dp-cp 2` priced memory with the optimizer sharded over 2 ranks while the pack runs on a CP
+    group of 4 (19.7 GiB, an impossible layout): refused, naming --dp-cp, its value and the bound."""
+    rc, _, err = run(capsys, "cost", "--lengths", "1000", "--cp", "4", "--dp-cp", "2")
+    assert rc == 2 and "--dp-cp" in err and "got 2" in err and ">= --cp (4)" in err
+    rc, _, _ = run(capsys, "cost", "--lengths", "1000", "--cp", "4", "--dp-cp", "8")
+    assert rc == 0
+
+
 @pytest.mark.parametrize(
     "argv,needle",
     [

@@ -37,6 +37,11 @@ def run(args) -> int:
     lengths = parse_int_list(args.lengths, "--lengths")
     cfg = _config(args, load_config(args.config) if args.config else RunConfig())
     p = cfg.parallel
+    if args.dp_cp is not None and args.dp_cp < p.cp:  # the CP group's ranks are among those sharing the optimizer
+        from dcpsim.errors import ConfigError
+
+        raise ConfigError("--dp-cp", args.dp_cp, f">= --cp ({p.cp}): the ranks per stage sharing the optimizer "
+                          "(DP x CP) include the pack's CP group")
     cm = build_cost_model(cfg, dp_cp=p.cp if args.dp_cp is None else args.dp_cp)
     pc = cm.pack_cost(lengths, p.cp, spans_network=args.spans_network, check_memory=False)
     flops = _stage_flops(cm, lengths)
