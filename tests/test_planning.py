@@ -404,6 +404,19 @@ def test_plan_refuses_inputs_it_would_ignore_or_misreport(flags, field, capsys):
     assert out == ""  # refused before the header and any work
 
 
+@pytest.mark.parametrize("flag,name", [("--plot", "plan.png"), ("--csv", "plan.md")])
+def test_plan_out_and_a_file_flag_may_not_write_one_file(tmp_path, capsys, flag, name):
+    """`plan --out R --plot R/plan.png` wrote the --plot figure and then the report's plan.png over it (printing
+    'wrote R/plan.png' twice); it is refused before any work, as --plot and --csv naming one file are."""
+    from dcpsim.cli import main
+
+    out = tmp_path / "R"
+    assert main(["plan", "--no-progress", "--out", str(out), flag, str(out / name)]) == 2
+    o, err = capsys.readouterr()
+    assert err.startswith(f"dcpsim: error: {flag}: got") and "--out writes" in err and o == "", err
+    assert not out.exists()
+
+
 def test_config_recompute_and_precision_are_used_not_searched(tmp_path, capsys):
     import argparse
 

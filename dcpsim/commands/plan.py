@@ -310,10 +310,13 @@ def _check_outputs(args) -> None:
         check_out_file(args.plot, force=args.force, field="--plot", suffixes=FIGURE_SUFFIXES)
     if args.csv:
         check_out_file(args.csv, force=args.force, field="--csv")
-    if args.plot and args.csv:
-        from dcpsim.outdir import check_distinct
+    from pathlib import Path
 
-        check_distinct({"--plot": [args.plot], "--csv": [args.csv]})
+    from dcpsim.outdir import check_distinct
+    from dcpsim.report.plan_report import REPORT_MD, REPORT_PNG
+
+    check_distinct({"--out": [Path(args.out) / f for f in (REPORT_MD, REPORT_PNG)] if args.out else [],
+                    "--plot": [args.plot] if args.plot else [], "--csv": [args.csv] if args.csv else []})
     if args.out:
         from dcpsim.outdir import check_out_dir
 
