@@ -460,3 +460,16 @@ def test_real_wikipedia_fit() -> None:
     assert s["seq_share_above_4096"] == pytest.approx(0.044, abs=0.001)
     assert s["token_share_above_4096"] == pytest.approx(0.43, abs=0.005)
     assert s["sq_share_above_4096"] == pytest.approx(0.94, abs=0.005)
+
+
+def test_a_negative_length_is_not_offered_drop_empty(tmp_path: Path) -> None:
+    """A negative token count was answered "(pass drop_empty=True to skip empty documents)", which would not skip
+    it (drop_empty drops zeros only) and is no option of the CLI: the hint is for a zero length alone."""
+    f = tmp_path / "n.txt"
+    f.write_text("5\n-5\n")
+    with pytest.raises(ConfigError) as exc:
+        read_lengths(f)
+    assert "got -5" in str(exc.value) and "drop_empty" not in str(exc.value)
+    f.write_text("5\n0\n")
+    with pytest.raises(ConfigError, match="remove the empty documents"):
+        read_lengths(f)

@@ -306,7 +306,8 @@ def _validate(values: np.ndarray, name: str, where: str, drop_empty: bool) -> np
     neg = arr < 0 if drop_empty else arr < 1
     if neg.any():
         i = int(np.flatnonzero(neg)[0])
-        hint = "" if drop_empty else " (pass drop_empty=True to skip empty documents)"
+        hint = (" (remove the empty documents; in Python, read_lengths(..., drop_empty=True) skips them)"
+                if arr[i] == 0 and not drop_empty else "")  # drop_empty skips zeros only, never a negative count
         expected = "a token count >= 0" if drop_empty else f"a token count >= 1{hint}"
         raise ConfigError(name, arr[i].item(), expected, where=f"{where} (data row {i + 1})")
     big = arr > LENGTH_CAP
