@@ -160,3 +160,11 @@ def test_a_sweep_spec_given_as_a_run_file_says_so(capsys, argv):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "sweep spec" in err and "dcpsim sweep example:" in err and "\n" not in err.strip(), err
+
+
+@pytest.mark.parametrize("argv,field", [(["workload", "list", "github"], "name"),
+                                        (["workload", "list", "--plot", "x.png"], "--plot")])
+def test_workload_list_refuses_what_only_show_uses(capsys, argv, field):
+    """`dcpsim workload list github` printed the preset list and dropped 'github' (and --plot) without a word."""
+    rc = main(argv)
+    _one_line_error(capsys, rc, field, "workload show")

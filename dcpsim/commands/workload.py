@@ -29,6 +29,10 @@ def run(args) -> int:
     from dcpsim.workload import PRESETS, get_workload, list_workloads, summarize
 
     if args.action == "list":
+        extra = [(f, v) for f, v in (("name", args.name), ("--plot", args.plot)) if v is not None]
+        if extra:  # list takes neither: they would be dropped without a word
+            raise ConfigError(extra[0][0], extra[0][1], f"nothing with 'list' (did you mean 'dcpsim workload show "
+                              f"{args.name or 'NAME'}'?)")
         rows = [{"name": n, "description": PRESETS[n].description} for n in list_workloads()]
         print_json(rows) if args.json else print_table(rows, title="workload presets")
         return 0
