@@ -106,3 +106,18 @@ def _check_a2a(cfg: RunConfig, m, dynamic: bool) -> None:
         raise ConfigError("parallel.cp_comm", "a2a",
                           f"heads ({m.n_heads}) divisible by TP×CP = {p.tp}×{largest} = {need} "
                           f"({'largest dynamic CP' if dynamic else 'CP'}); use p2p or all_gather")
+
+
+def vocab_padding_note(cfg: RunConfig, m) -> list[str]:
+    """Megatron pads the vocabulary to a multiple of 128 x TP (``--make-vocab-size-divisible-by``); the exported
+    ``--vocab-size`` is the model's, so a vocabulary that is not such a multiple trains a wider output layer than
+    expected.json prices (``dcpsim simulate --megatron-args`` on the arguments prices the padded one)."""
+    from dcpsim.export.reader import MEGATRON_VOCAB_DIVISOR
+
+    q = MEGATRON_VOCAB_DIVISOR * cfg.parallel.tp
+    padded = -(-m.vocab // q) * q
+    if padded == m.vocab:
+        return []
+    return [f"Megatron pads --vocab-size {m.vocab} to {padded} (a multiple of {MEGATRON_VOCAB_DIVISOR} x TP "
+            f"{cfg.parallel.tp}); expected.json simulates the model's {m.vocab}: the real run's output layer is "
+            f"{padded} wide (`dcpsim simulate --megatron-args megatron_args.txt` prices that)"]

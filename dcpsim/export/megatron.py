@@ -54,6 +54,7 @@ from dcpsim.export.checks import (  # noqa: F401  (re-exported: these names stay
     _check_static,
     _check_vp,
     _pow2,
+    vocab_padding_note,
 )
 from dcpsim.run.config import RunConfig
 from dcpsim.run.load import load_config
@@ -136,7 +137,7 @@ def check_megatron(cfg: RunConfig, policy: str, train_iters: int | None = None) 
     _check_a2a(cfg, m, dynamic)
     _check_vp(cfg, m)
     _check_policy_options(cfg, policy)
-    return notes + _carry_over_notes(cfg, dynamic, train_iters_for(cfg, train_iters))
+    return notes + vocab_padding_note(cfg, m) + _carry_over_notes(cfg, dynamic, train_iters_for(cfg, train_iters))
 
 
 def param_gather_rule_note(cfg: RunConfig) -> str | None:
