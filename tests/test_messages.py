@@ -168,3 +168,10 @@ def test_workload_list_refuses_what_only_show_uses(capsys, argv, field):
     """`dcpsim workload list github` printed the preset list and dropped 'github' (and --plot) without a word."""
     rc = main(argv)
     _one_line_error(capsys, rc, field, "workload show")
+
+
+def test_profiles_list_refuses_a_name(capsys):
+    """`dcpsim profiles list h100-sxm` printed every profile and dropped the name without a word."""
+    rc = main(["profiles", "list", "h100-sxm"])
+    _one_line_error(capsys, rc, "name", "h100-sxm", "profiles show h100-sxm")
+    assert main(["profiles", "list", "--json"]) == 0

@@ -15,10 +15,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from dcpsim.errors import ConfigError
+
+    if args.action == "list" and args.name is not None:  # it would be dropped without a word
+        raise ConfigError("name", args.name, f"nothing after 'list' (did you mean 'dcpsim profiles show {args.name}'?)")
     if args.action == "show":
         if not args.name:
-            from dcpsim.errors import ConfigError
-
             raise ConfigError("name", None, "a profile name after 'show'")
         prof = get_profile(args.name)
         info = prof.summary() | {"description": prof.description, "sources": prof.sources, "measured": prof.measured, "path": str(prof.path)}
