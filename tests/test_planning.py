@@ -364,6 +364,21 @@ def test_infeasible_reason_is_the_closest_miss():
     assert not res.rows and "no FP8" in res.reason, res.reason
 
 
+def test_dynamic_layouts_hold_the_longest_sequence():
+    """`plan --sizes 8 --data long-context-128k --policies dynamic` said no layout can run: the search kept TP2 M16K
+    (largest dynamic CP group 4 x 16K < 128K tokens), whose simulated seed drew no long sequence, and the plan's
+    evaluation over more seeds then failed on capacity, though TP1 M16K (8 x 16K) holds every sequence."""
+    data = make_data_spec(preset="long-context-128k", gbs_tokens=2**20)
+    res = search_layouts(_small_base("a100-sxm-80gb-calibrated"), 8, data, policy="dynamic", simulate=3)
+    ok = [r for r in res.rows if r["status"] == "ok"]
+    assert ok
+    for r in ok:
+        ranks = 8 // (r["tp"] * r["pp"])
+        assert (1 << (ranks.bit_length() - 1)) * r["tokens_per_rank"] >= data.longest, r["layout"]
+    forced = search_layouts(_small_base(), 8, data, policy="dynamic", space=SearchSpace(tokens_per_rank=[4096]))
+    assert not forced.rows and forced.reason.startswith("capacity: the longest sequence (131,072 tokens)")
+
+
 # ------------------------------------------------------------------ issue 19, item 6: plan decides nothing silently
 def test_bound_is_a_reference_never_the_pick():
     """`--policies bound` was recommended as the cheapest layout; a lower bound is not trainable."""

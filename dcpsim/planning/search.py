@@ -31,6 +31,7 @@ from dcpsim.planning.space import (
     Checked,
     SearchSpace,
     check_candidate,
+    dynamic_capacity_check,
     enumerate_candidates,
     profiles_once,
 )
@@ -79,8 +80,9 @@ class LayoutSearch:
 
 
 def prune(base: RunConfig, cands, gpus: int, data: DataSpec, gbs: int,
-          common: dict[str, Any]) -> tuple[list[Checked], dict[str, Any]]:
-    """(candidates that can run, {reason kind: count, "examples": {kind: first reason}})."""
+          common: dict[str, Any], dynamic: bool = False) -> tuple[list[Checked], dict[str, Any]]:
+    """(candidates that can run, {reason kind: count, "examples": {kind: first reason}}); for a ``dynamic`` policy
+    a layout whose largest CP group cannot hold the longest sequence does not run."""
     ok: list[Checked] = []
     counts: dict[str, Any] = {"enumerated": 0, "examples": {}}
     best_mem: Checked | None = None
@@ -92,6 +94,9 @@ def prune(base: RunConfig, cands, gpus: int, data: DataSpec, gbs: int,
             counts["dominated"] = counts.get("dominated", 0) + 1
             continue
         ch = check_candidate(base, cand, gpus, data, gbs, common)
+        why = dynamic_capacity_check(cand, gpus, data) if dynamic and ch.cfg is not None else ""
+        if why:  # after the other checks: the closest miss (a batch that draws no long sequence would run)
+            ch = Checked(cand, reason=why, kind="capacity")
         if ch.cfg is not None:
             ok.append(ch)
             fitted.add(key)
@@ -340,7 +345,7 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
         return out
     with profiles_once():
         cands = enumerate_candidates(base, gpus, data, space, dynamic)
-        checked, counts = prune(base, cands, gpus, data, gbs, common)
+        checked, counts = prune(base, cands, gpus, data, gbs, common, dynamic)
         screened = screen_all(checked, data, dynamic, keep=simulate)
         screened = add_flag_variants(screened, data, dynamic, simulate, lambda ch: _flag_variants(
             ch, ctx, screened=True))
@@ -349,7 +354,7 @@ def search_layouts(base: RunConfig, gpus: int, data: DataSpec, *, policy: str, s
     if not screened:
         ex = counts["examples"]
         # the closest miss: a candidate is checked for the batch, then its layout, then memory
-        out.reason = (ex.get("memory") or ex.get("divisibility") or ex.get("batch")
+        out.reason = (ex.get("capacity") or ex.get("memory") or ex.get("divisibility") or ex.get("batch")
                       or f"no layout in the search space divides the GPU count ({gpus}) and the model's layers "
                          "(PP x VP dividing them, or PP with uneven first/last stages)")
         return out

@@ -328,6 +328,20 @@ def batch_check(cand: Candidate, gpus: int, data: DataSpec, gbs: int) -> str:
     return ""
 
 
+def dynamic_capacity_check(cand: Candidate, gpus: int, data: DataSpec) -> str:
+    """Why a dynamic policy's largest CP group cannot hold the data's longest sequence on this layout ('' when it
+    can): the group of the largest power of two <= DP x CP ranks, ``tokens_per_rank`` each, the sequence padded to a
+    multiple of 2*cp (:func:`dcpsim.policies.fit.dynamic_fit`, which refuses such a batch)."""
+    if data.fixed:
+        return ""
+    ranks = gpus // (cand.tp * cand.pp)
+    largest = 1 << (ranks.bit_length() - 1)
+    if per_rank_tokens_int(data.longest, largest) <= cand.tokens_per_rank:
+        return ""
+    return (f"capacity: the longest sequence ({data.longest:,} tokens) does not fit the largest dynamic CP group "
+            f"({largest} ranks x {cand.tokens_per_rank:,} tokens per rank; {cand.label()})")
+
+
 def check_candidate(base: RunConfig, cand: Candidate, gpus: int, data: DataSpec, gbs: int,
                     common: dict[str, Any] | None = None) -> Checked:
     """Divisibility, batch and memory (the simulator's cost model) of one candidate.
