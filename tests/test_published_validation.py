@@ -107,6 +107,16 @@ def test_cli_bad_input_is_one_line(capsys):
     assert cli.main(["validate", "--published", "--suite", "/nonexistent"]) == 2
 
 
+
+def test_cli_rows_once_each(capsys):
+    """`--rows 1,1,2` replayed row 1 twice and weighed it twice in the mean (2 of 2 compared for `--rows 1,1`);
+    an empty `--rows ""` replayed all 81 rows."""
+    assert cli.main(["validate", "--published", "--rows", "1,1,2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [r["row"] for r in data["rows"]] == [1, 2] and data["overall"]["rows"] == 2
+    assert cli.main(["validate", "--published", "--rows", ""]) == 2
+    assert capsys.readouterr().err.startswith("dcpsim: error: --rows: got ''")
+
 @pytest.mark.parametrize("row", [13, 22])
 def test_unexpressible_rows_say_why(row):
     rc = row_config(load_suite().select([row])[0])

@@ -111,7 +111,8 @@ def run_published(args) -> int:
     """Replay the published suite; print the per-row table and the per-group error table."""
     from dcpsim.published import replay_suite
 
-    rows = parse_int_list(args.rows, "--rows") if args.rows else None
+    # each row once (1,1 replayed row 1 twice and counted it twice in the mean); an empty --rows is refused
+    rows = list(dict.fromkeys(parse_int_list(args.rows, "--rows"))) if args.rows is not None else None
     profiles = None
     if args.calibrated:
         from dcpsim.published.replay import calibrated_profiles
