@@ -403,6 +403,8 @@ def test_bound_is_a_reference_never_the_pick():
     (["--data", "sft-8k", "--workload", "github"], "--workload"),
     (["--gpus", "h100-sxm:1,h100-sxm:2"], "--gpus"),
     (["--gpus", "h100-sxm:1,h100-sxm:1"], "--gpus"),
+    (["--gpus", "nosuch:1"], "--gpus"),  # was 'gpu: got ...' after the header
+    (["--gpus", "h100-sxm:1,h100-sxm-calibrated:2"], "--gpus"),  # one profile twice: was refused after the header
     (["--precision", "fp4"], "--precision"),
     (["--documents", "nosuch"], "--documents"),
     (["--policies", "bound"], "--policies"),

@@ -353,9 +353,7 @@ def run(args) -> int:
 
     get_model(model)  # a bad name or file is one line now, not a failure in every worker
     deadline = parse_duration_days(args.deadline)
-    from dcpsim.planning.inputs import parse_gpu_prices
-
-    parse_gpu_prices(_get(args, "gpus")[0])  # a bad or repeated GPU type: one line before any work
+    profiles = default_profiles(_get(args, "gpus")[0])  # a bad, unknown or repeated GPU type: one line, before the header
     data = build_data(args, base)
     space = build_space(args, stated_parallel(args))
     from dcpsim.planning.capacity import check_policies
@@ -365,7 +363,7 @@ def run(args) -> int:
     if not args.json:
         print("\n".join(header(args, data, space_description(space), base, tokens)))
     request = CapacityRequest(
-        model, None, tokens, default_profiles(_get(args, "gpus")[0]), parse_int_list(_get(args, "sizes")[0], "--sizes"), data=data,
+        model, None, tokens, profiles, parse_int_list(_get(args, "sizes")[0], "--sizes"), data=data,
         policies=[x.strip() for x in _get(args, "policies")[0].split(",") if x.strip()], deadline_days=deadline,
         space=space, base=base, batch_scaling=_get(args, "batch_scaling")[0], iterations=_iterations(args),
         seeds=_get(args, "seeds")[0], simulate=_get(args, "simulate")[0], max_gbs_tokens=max_gbs,
@@ -492,12 +490,17 @@ def default_profiles(text: str) -> dict[str, float]:
     """``--gpus`` with each bare GPU name read as its calibrated profile where one exists
     (:func:`dcpsim.hardware.defaults.resolve_gpu`; ``<gpu>-datasheet`` keeps the uncalibrated one)."""
     from dcpsim.errors import ConfigError
+    from dcpsim.hardware import get_profile
     from dcpsim.hardware.defaults import resolve_gpu
     from dcpsim.planning.inputs import parse_gpu_prices
 
     out: dict[str, float] = {}
     for name, price in parse_gpu_prices(text).items():
         prof = resolve_gpu(name)
+        try:
+            get_profile(prof)
+        except ConfigError as exc:
+            raise ConfigError("--gpus", name, exc.expected) from None
         if prof in out:
             raise ConfigError("--gpus", text, f"each GPU type once ({name} reads as {prof}, listed twice)")
         out[prof] = price
