@@ -330,9 +330,10 @@ def test_milp_budget_is_nodes_not_seconds():
 
 def test_milp_refuses_large_problems():
     lay = Layout(dp=2, cp=1, max_tokens_per_rank=8192)
-    with pytest.raises(ConfigError, match="at most 64"):
+    # the fields a user sets, not the policy's argument names ("lengths: got '2048 sequences'" before)
+    with pytest.raises(ConfigError, match=r"workload\.gbs: got '65 sequences'; expected at most 64.*max_sequences"):
         get_policy("milp").plan(np.full(65, 100), lay, cost_model(1, 1, 2))
-    with pytest.raises(ConfigError, match="ranks per stage"):
+    with pytest.raises(ConfigError, match=r"cluster\.gpus: got '32 ranks per stage.*max_ranks"):
         get_policy("milp").plan(np.full(4, 100), Layout(dp=32, cp=1, max_tokens_per_rank=8192), cost_model(1, 1, 32))
 
 

@@ -166,9 +166,11 @@ class MilpPolicy(Policy):
 
     def _check_size(self, n: int, R: int) -> None:
         if n > self.max_sequences:
-            raise ConfigError("lengths", f"{n} sequences", f"at most {self.max_sequences} for the milp policy")
+            raise ConfigError("workload.gbs", f"{n} sequences", f"at most {self.max_sequences} for the milp policy "
+                              "(policy.options.max_sequences)")
         if R > self.max_ranks:
-            raise ConfigError("layout", f"{R} ranks per stage", f"at most {self.max_ranks} for the milp policy")
+            raise ConfigError("cluster.gpus", f"{R} ranks per stage (dp*cp)", f"at most {self.max_ranks} for the milp "
+                              "policy (policy.options.max_ranks)")
 
     def _blocks(self, lengths: np.ndarray, layout: Layout) -> tuple[np.ndarray, list[tuple[int, int]]]:
         """(CP sizes, blocks (start, size)): every aligned slice (dynamic) or the DP replicas (static)."""
