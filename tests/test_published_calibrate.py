@@ -42,6 +42,13 @@ def test_knob_rules_name_the_flag():
     assert cli.main(["calibrate", "--gpu", "h100-sxm", "--apply"]) == 2  # --apply needs --out
 
 
+@pytest.mark.parametrize("params", ["", ","])
+def test_empty_params_is_refused(params, capsys):
+    """`--params ''` ran the whole default calibration (about 30 s) as if the flag were absent."""
+    assert cli.main(["calibrate", "--gpu", "h100-sxm", "--params", params, "--no-folds", "--no-host"]) == 2
+    assert capsys.readouterr().err.startswith(f"dcpsim: error: --params: got {params!r}; expected at least one knob")
+
+
 @needs_timing
 @pytest.mark.slow
 def test_fit_lowers_error_on_fit_and_held_out_rows(tmp_path):

@@ -60,7 +60,10 @@ def run(args) -> int:
             check_out_dir(install_target(name), force=args.force, field="--apply")
     elif args.name:
         raise ConfigError("--name", args.name, "--out DIR too (the calibrated profile is written there)")
-    params = [s.strip() for s in args.params.split(",") if s.strip()] if args.params else None
+    params = [s.strip() for s in args.params.split(",") if s.strip()] if args.params is not None else None
+    if params == []:  # '' or ',' ran the whole default calibration
+        raise ConfigError("--params", args.params, "at least one knob, comma-separated (leave the flag out for the "
+                                                   "GPU's declared set)")
     res = calibrate(args.gpu, params=params, iterations=args.iterations, suite_dir=args.suite, folds=not args.no_folds,
                     fold_iterations=args.fold_iterations, progress=False if args.json else None,
                     host=False if args.no_host else ("joint" if args.joint else True))
