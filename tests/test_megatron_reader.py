@@ -211,3 +211,16 @@ def test_simulating_exported_arguments_reproduces_the_export(tmp_path: Path, cap
                  "--json"]) == 0
     got = json.loads(capsys.readouterr().out)["summary"]["iteration_time_s"]
     assert got == pytest.approx(exp.expected["iteration_time_s"], rel=1e-12)
+
+
+def test_a_launcher_command_line_is_refused_as_the_launchers_flags(tmp_path: Path) -> None:
+    """`dcpsim simulate --megatron-args launch.sh` (dcpsim export's own template, or `torchrun --nproc_per_node 8
+    pretrain_gpt.py --num-layers ...`) was refused as "--nproc_per_node: ... expected a flag dcpsim can model",
+    as if torchrun's flag were Megatron's: now the launcher's flags are named as such. A bare program name before
+    the arguments still reads."""
+    f = tmp_path / "run.sh"
+    f.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py \\\n" + TINY)
+    with pytest.raises(ConfigError, match="launcher.*pretrain_gpt.py|pretrain_gpt.py.*launcher"):
+        read_megatron(f, gpus=8, gpu="h100-sxm")
+    f.write_text("python pretrain_gpt.py \\\n" + TINY)
+    assert tokens_from_text(f.read_text())[0] == "--num-layers"

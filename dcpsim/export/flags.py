@@ -140,6 +140,11 @@ def tokens_from_text(text: str, where: str = "arguments") -> list[str]:
         raise ConfigError(where, text[:60], f"shell-quoted arguments ({exc})") from None
     while toks and not toks[0].startswith("--"):
         toks = toks[1:]  # a program name (pretrain_gpt.py, python ...) before the first flag
+    script = next((t for t in toks if Path(t).name.startswith("pretrain_") and t.endswith(".py")), None)
+    if script is not None:  # a launcher's own flags (torchrun --nproc_per_node ...) before the script: not Megatron's
+        raise ConfigError(where, f"... {script} ...", f"Megatron-LM's arguments alone: the flags before {script} "
+                          f"({toks[0]} ...) are the launcher's; pass the arguments after it (a launch script's "
+                          "arguments, or dcpsim export's megatron_args.txt)")
     return toks
 
 
