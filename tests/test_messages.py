@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -175,3 +176,14 @@ def test_profiles_list_refuses_a_name(capsys):
     rc = main(["profiles", "list", "h100-sxm"])
     _one_line_error(capsys, rc, "name", "h100-sxm", "profiles show h100-sxm")
     assert main(["profiles", "list", "--json"]) == 0
+
+
+def test_simulate_table_gives_mfu_in_percent_like_its_other_shares(capsys):
+    """The per-iteration table headed a fraction "MFU" (0.124) beside "compute % 28.79" and under a summary line
+    "MFU 13.8%": read as 0.124%. The column is now "MFU %" in percent, like the shares and the summary."""
+    toml = str(Path(__file__).resolve().parents[1] / "examples" / "simulate_default.toml")
+    assert main(["simulate", toml, "--set", "sim.iterations=1", "--json"]) == 0
+    mfu = json.loads(capsys.readouterr().out)["iterations"][0]["mfu"]
+    assert main(["simulate", toml, "--set", "sim.iterations=1", "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert "MFU %" in out and f"{100 * mfu:.3f}" in out, out

@@ -89,7 +89,7 @@ def run(args) -> int:
     for r in res.iterations.to_dict(orient="records"):
         rows.append({
             "iter": r["iteration"], "time_s": r["iteration_time_s"], "TFLOPS/GPU": r["tflops_per_gpu"],
-            "tokens/s": r["tokens_per_s"], "MFU": r["mfu"], "steps": r["steps"],
+            "tokens/s": r["tokens_per_s"], "MFU %": 100 * r["mfu"], "steps": r["steps"],
             **{k.removeprefix("frac_").replace("_", " ") + " %": 100 * r[k]
                for k in ("frac_compute", "frac_cp_comm", "frac_bubble", "frac_imbalance", "frac_grad_sync",
                          "frac_planning_stall")},
