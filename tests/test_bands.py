@@ -269,3 +269,16 @@ def test_bands_flags_of_the_other_action_are_refused(tmp_path, capsys, args, fla
     assert main(["bands", *args]) == 2
     assert capsys.readouterr().err.startswith(f"dcpsim: error: {flag}: got")
     assert not (tmp_path / "x").exists()
+
+
+def test_simulate_warning_on_a_gpu_without_published_runs_says_the_bound_is_another_gpus():
+    """`dcpsim simulate` on b200 warned "above the best published h100-sxm BF16 run", as if the bound were b200's
+    own; `dcpsim plan` says "(none on b200; best on h100-sxm)". The simulate warning now says it too."""
+    from dcpsim.planning.trust import run_trust
+    from dcpsim.run.config import RunConfig
+
+    cfg = RunConfig().with_updates({"hardware.gpu": "b200"})
+    w = run_trust(cfg, {"tokens_per_s": 1e6, "tflops_per_gpu": 2000.0})["warning"]
+    assert "none on b200" in w and "best on h100-sxm" in w, w
+    same = run_trust(RunConfig(), {"tokens_per_s": 1e6, "tflops_per_gpu": 900.0})["warning"]
+    assert "published h100-sxm BF16 run" in same and "none on" not in same, same

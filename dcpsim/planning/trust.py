@@ -130,6 +130,7 @@ def run_trust(cfg, summary: dict[str, Any], *, level: float | None = None) -> di
     from dcpsim.hardware import get_profile
     from dcpsim.model import get_model
     from dcpsim.published import bands
+    from dcpsim.published.bands import base_gpu
 
     level = bands.LEVEL if level is None else level
     spec = get_model(cfg.model.name)
@@ -159,7 +160,9 @@ def run_trust(cfg, summary: dict[str, Any], *, level: float | None = None) -> di
     hfu = bands.hardware_utilization(tf * 1e12 / get_profile(cfg.hardware.gpu).peak_bf16_flops, p.recompute)
     out["warning"] = ""
     if best and math.isfinite(hfu) and hfu > best["mfu"]:
+        where = (f"published {best['gpu']} {p.precision.upper()} run" if best["same_gpu"] else f"published "
+                 f"{p.precision.upper()} run on any GPU (none on {base_gpu(cfg.hardware.gpu)}; best on {best['gpu']})")
         out["warning"] = (f"warning: {100 * hfu:.1f}% of the BF16 peak (hardware FLOPs, recompute counted) is above the "
-                          f"best published {best['gpu']} {p.precision.upper()} run: {100 * best['mfu']:.1f}% (published "
+                          f"best {where}: {100 * best['mfu']:.1f}% (published "
                           f"suite row {best['row']}, {best['model']}; source: {best['source']}). Treat it as optimistic.")
     return out
