@@ -187,3 +187,14 @@ def test_simulate_table_gives_mfu_in_percent_like_its_other_shares(capsys):
     assert main(["simulate", toml, "--set", "sim.iterations=1", "--wide"]) == 0
     out = capsys.readouterr().out
     assert "MFU %" in out and f"{100 * mfu:.3f}" in out, out
+
+
+@pytest.mark.parametrize("suffix", ["/", ""])
+def test_demo_trace_prefix_that_is_a_folder_is_refused_before_any_work(tmp_path, capsys, suffix):
+    """`dcpsim demo --trace out/` wrote hidden files out/-packing.json ... (the prefix was the folder itself):
+    a folder given as the prefix is refused, naming a prefix inside it; nothing is written."""
+    d = tmp_path / "out"
+    d.mkdir()
+    rc = main(["demo", "--trace", str(d) + suffix])
+    _one_line_error(capsys, rc, "--trace", "not a folder", str(d / "demo"))
+    assert not list(d.iterdir()) and sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -56,8 +56,15 @@ def run(args) -> int:
     base = with_default_profile(RunConfig().with_updates({"sim.seed": args.seed, "sim.iterations": args.iterations}))
     label = profile_label(base.hardware.gpu)
     if args.trace:
+        import os
+
         from dcpsim.outdir import check_out_file
 
+        if args.trace.endswith(("/", os.sep)) or os.path.isdir(args.trace):  # 'tr/' wrote tr/-packing.json (hidden)
+            from dcpsim.errors import ConfigError
+
+            raise ConfigError("--trace", args.trace, "a file-name prefix (PREFIX-<policy>.json), not a folder: e.g. "
+                              f"{os.path.join(args.trace, 'demo')}")
         for name in POLICIES:
             check_out_file(f"{args.trace}-{name}.json", force=args.force, field="--trace")
     from dcpsim.progress import ProgressDisplay
