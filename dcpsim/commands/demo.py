@@ -60,7 +60,7 @@ def run(args) -> int:
 
         from dcpsim.outdir import check_out_file
 
-        if args.trace.endswith(("/", os.sep)) or os.path.isdir(args.trace):  # 'tr/' wrote tr/-packing.json (hidden)
+        if args.trace.endswith(("/", os.sep)) or os.path.isdir(args.trace):  # 'tr/' wrote tr/-packing.json ... (names that start with '-')
             from dcpsim.errors import ConfigError
 
             raise ConfigError("--trace", args.trace, "a file-name prefix (PREFIX-<policy>.json), not a folder: e.g. "
