@@ -224,3 +224,16 @@ def test_a_launcher_command_line_is_refused_as_the_launchers_flags(tmp_path: Pat
         read_megatron(f, gpus=8, gpu="h100-sxm")
     f.write_text("python pretrain_gpt.py \\\n" + TINY)
     assert tokens_from_text(f.read_text())[0] == "--num-layers"
+
+
+@pytest.mark.parametrize("text,shown", [("MODEL_ARGS: [1, 2]\n", "got [1, 2]"),
+                                        ("ENV_VARS: {}\n", "got 'no MODEL_ARGS key'"), ("", "got 'no MODEL_ARGS key'")])
+def test_a_model_config_without_a_flag_table_says_what_it_holds(tmp_path: Path, text, shown) -> None:
+    """A model_config.yaml whose MODEL_ARGS is a list (or missing) was refused as "MODEL_ARGS: got None": the
+    message now shows what the file holds."""
+    f = tmp_path / "model_config.yaml"
+    f.write_text(text)
+    import re
+
+    with pytest.raises(ConfigError, match=re.escape(f"MODEL_ARGS: {shown}")):
+        read_config_yaml(f)

@@ -186,8 +186,9 @@ def read_config_yaml(path: str | Path) -> tuple[dict[str, Any], dict[str, str]]:
         doc = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError("--megatron-config", str(path), f"YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("MODEL_ARGS"), dict):
-        raise ConfigError("MODEL_ARGS", None, "a table of Megatron flags in the YAML file", where=str(p))
+    if not isinstance(doc, dict) or not isinstance(doc.get("MODEL_ARGS"), dict):  # say what is there instead
+        got = doc.get("MODEL_ARGS") if isinstance(doc, dict) and "MODEL_ARGS" in doc else "no MODEL_ARGS key"
+        raise ConfigError("MODEL_ARGS", got, "a table of Megatron flags in the YAML file", where=str(p))
     flags: dict[str, Any] = {}
     for key, value in doc["MODEL_ARGS"].items():
         k = str(key)
