@@ -434,6 +434,23 @@ def test_plan_out_and_a_file_flag_may_not_write_one_file(tmp_path, capsys, flag,
     assert not out.exists()
 
 
+def test_plan_header_shows_the_model_and_iterations_it_plans():
+    """`plan --set model.name=llama-70b` (or a --config naming the model) planned llama-70b under a header that said
+    'model llama-13b *' (the default); --set sim.iterations=2 was used but the header showed the default."""
+    import argparse
+
+    from dcpsim.commands.plan import header, register
+    from dcpsim.planning import make_data_spec
+    from dcpsim.run.config import RunConfig
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["plan", "--set", "model.name=llama-70b", "--set", "sim.iterations=2"])
+    lines = header(args, make_data_spec(seq_len=4096, gbs=1024), {}, RunConfig(), ("llama-70b", 1e12))
+    assert "  model                  llama-70b" in lines, lines
+    assert any(x.startswith("  simulated iterations   2") and not x.endswith("*") for x in lines), lines
+
+
 def test_config_recompute_and_precision_are_used_not_searched(tmp_path, capsys):
     import argparse
 

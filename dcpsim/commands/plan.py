@@ -16,6 +16,7 @@ from dcpsim.commands._common import (
     add_config_flags,
     add_force,
     config_from_args,
+    config_updates,
     parse_int_list,
     print_json,
     print_table,
@@ -121,7 +122,6 @@ PRECISIONS = ("bf16", "fp8")
 
 def stated_parallel(args) -> dict[str, Any]:
     """``parallel.recompute`` / ``parallel.precision`` as the --config file or --set states them (not defaults)."""
-    from dcpsim.commands._common import config_updates
 
     out: dict[str, Any] = {}
     if args.config:
@@ -270,14 +270,16 @@ def sim_lines(base) -> dict[str, tuple[str, bool]]:
     }
 
 
-def header(args, data, space_desc: dict, base, tokens: float) -> list[str]:
-    """Every input of the plan, defaults marked, one line each."""
+def header(args, data, space_desc: dict, base, request: tuple[str, float]) -> list[str]:
+    """Every input of the plan (``request``: the model planned and the tokens), defaults marked, one line each."""
+    model, tokens = request
     lines = ["dcpsim plan: inputs (* = default)"]
 
     def add(label: str, value, default: bool) -> None:
         lines.append(f"  {label:<22} {value}{' *' if default else ''}")
 
-    for name in ("model", "gpus", "sizes", "policies"):
+    add("model", model, args.model is None and not args.config and "model.name" not in config_updates(args)[0])
+    for name in ("gpus", "sizes", "policies"):
         v, dflt = _get(args, name)
         add(name, v, dflt)
     add("tokens", f"{tokens:.4g}", args.tokens is None)
@@ -292,7 +294,8 @@ def header(args, data, space_desc: dict, base, tokens: float) -> list[str]:
     add("deadline", args.deadline or "none", args.deadline is None)
     for label, (text, dflt) in sim_lines(base).items():
         add(label, text, dflt)
-    add("simulated iterations", args.iterations or "1 (fixed windows) / 2 (variable lengths)", args.iterations is None)
+    iters = _iterations(args)
+    add("simulated iterations", iters or "1 (fixed windows) / 2 (variable lengths)", iters is None)
     add("seeds", _get(args, "seeds")[0], args.seeds is None)
     add("simulated per search", _get(args, "simulate")[0], args.simulate is None)
     add("layouts shown", _get(args, "top")[0], args.top is None)
@@ -325,7 +328,6 @@ def _check_outputs(args) -> None:
 
 def _iterations(args) -> int | None:
     """--iterations, or the --set/--config sim.iterations when given (they must agree)."""
-    from dcpsim.commands._common import config_updates
     from dcpsim.errors import ConfigError
 
     given = config_updates(args)[0].get("sim.iterations")
@@ -344,8 +346,6 @@ def run(args) -> int:
     _check_outputs(args)
 
     base = config_from_args(args, load_config(args.config) if args.config else None)
-    from dcpsim.commands._common import config_updates
-
     named = args.config or "model.name" in config_updates(args)[0]
     model = args.model if args.model is not None else (base.model.name if named else DEFAULTS["model"])
     tokens = float(parse_token_count(DEFAULTS["tokens"] if args.tokens is None else args.tokens, "--tokens"))
@@ -361,7 +361,7 @@ def run(args) -> int:
     check_policies([x.strip() for x in _get(args, "policies")[0].split(",") if x.strip()])  # before the header
     max_gbs = parse_token_count(args.max_gbs_tokens, "--max-gbs-tokens") if args.max_gbs_tokens else None
     if not args.json:
-        print("\n".join(header(args, data, space_description(space), base, tokens)))
+        print("\n".join(header(args, data, space_description(space), base, (model, tokens))))
     request = CapacityRequest(
         model, None, tokens, profiles, parse_int_list(_get(args, "sizes")[0], "--sizes"), data=data,
         policies=[x.strip() for x in _get(args, "policies")[0].split(",") if x.strip()], deadline_days=deadline,
