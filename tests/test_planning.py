@@ -434,9 +434,24 @@ def test_plan_out_and_a_file_flag_may_not_write_one_file(tmp_path, capsys, flag,
     assert not out.exists()
 
 
-def test_plan_header_shows_the_model_and_iterations_it_plans():
+@pytest.mark.parametrize("item,flag", [("workload.gbs=128", "--gbs"), ("workload.name=github", "--workload"),
+                                       ("cluster.gpus=64", "--sizes"), ("hardware.gpu=b200", "--gpus"),
+                                       ("parallel.tp=2", "--tp"), ("policy.name=dynamic", "--policies")])
+def test_plan_refuses_a_set_it_would_overwrite(item, flag, capsys):
+    """`plan --set workload.gbs=128` (cluster.gpus, hardware.gpu, parallel.tp, policy.name, ...) ran and planned
+    the flags' values instead: the plan sets those fields itself. Refused before the header, naming the flag."""
+    from dcpsim.cli import main
+
+    assert main(["plan", "--no-progress", "--set", item]) == 2
+    out, err = capsys.readouterr()
+    key, value = item.split("=")
+    assert err.startswith(f"dcpsim: error: --set {key}: got '{value}'; expected ") and flag in err and out == "", err
+
+
+def test_plan_header_shows_the_model_and_iterations_it_plans(capsys):
     """`plan --set model.name=llama-70b` (or a --config naming the model) planned llama-70b under a header that said
-    'model llama-13b *' (the default); --set sim.iterations=2 was used but the header showed the default."""
+    'model llama-13b *' (the default); --set sim.iterations=2 was used but the header showed the default; --model
+    and --set model.name that disagree are refused like every flag/--set pair."""
     import argparse
 
     from dcpsim.commands.plan import header, register
@@ -449,6 +464,10 @@ def test_plan_header_shows_the_model_and_iterations_it_plans():
     lines = header(args, make_data_spec(seq_len=4096, gbs=1024), {}, RunConfig(), ("llama-70b", 1e12))
     assert "  model                  llama-70b" in lines, lines
     assert any(x.startswith("  simulated iterations   2") and not x.endswith("*") for x in lines), lines
+    from dcpsim.cli import main
+
+    assert main(["plan", "--no-progress", "--model", "llama2-7b", "--set", "model.name=llama-70b"]) == 2
+    assert capsys.readouterr().err.startswith("dcpsim: error: --model: got 'llama2-7b'; expected agreement")
 
 
 def test_config_recompute_and_precision_are_used_not_searched(tmp_path, capsys):

@@ -326,6 +326,32 @@ def _check_outputs(args) -> None:
         check_out_dir(args.out, force=args.force)
 
 
+# run-config fields the plan sets itself (per GPU type, size, policy, layout and data): a --set of one would be
+# silently overwritten, so it is refused, naming the flag that sets it
+PLAN_OWNED = {"cluster.gpus": "--sizes", "hardware.gpu": "--gpus", "policy.name": "--policies",
+              "workload.": "--seq-len, --workload, --data, --gbs or --gbs-tokens (or a --config workload)",
+              "parallel.tp": "--tp", "parallel.pp": "--pp", "parallel.vp": "--vp", "parallel.cp": "--cp",
+              "parallel.mbs": "--mbs", "parallel.max_tokens_per_rank": "--tokens-per-rank",
+              "parallel.first_stage_layers": "--pp (uneven first/last stages are searched)",
+              "parallel.last_stage_layers": "--pp (uneven first/last stages are searched)"}
+
+
+def _check_sets(args) -> None:
+    """--set of a field the plan sets itself, or a --set model.name that --model contradicts: refused."""
+    from dcpsim.errors import ConfigError
+
+    for item in getattr(args, "set_fields", None) or []:
+        key, _, value = (x.strip() for x in item.partition("="))
+        for owned, flag in PLAN_OWNED.items():
+            if key == owned or (owned.endswith(".") and key.startswith(owned)):
+                raise ConfigError(f"--set {key}", value, f"{flag} instead: plan sets {key} itself (per GPU type, "
+                                                         "size, policy and layout), a --set of it would be ignored")
+    given = config_updates(args)[0].get("model.name")
+    if args.model is not None and given is not None and given != args.model:
+        raise ConfigError("--model", args.model, f"agreement with --set model.name={given} or only one of them "
+                                                 "(they disagree)")
+
+
 def _iterations(args) -> int | None:
     """--iterations, or the --set/--config sim.iterations when given (they must agree)."""
     from dcpsim.errors import ConfigError
@@ -344,6 +370,7 @@ def run(args) -> int:
     from dcpsim.run.load import load_config
 
     _check_outputs(args)
+    _check_sets(args)
 
     base = config_from_args(args, load_config(args.config) if args.config else None)
     named = args.config or "model.name" in config_updates(args)[0]
