@@ -221,6 +221,8 @@ def test_export_names_the_param_gather_launch_rule_it_timed(tmp_path):
     new, old = _cfg(), _cfg(sim__param_gather_launch="step_start")
     assert "core_r0.9.0" in param_gather_rule_note(new) and "first_forward" in param_gather_rule_note(new)
     assert "core_r0.8.0" in param_gather_rule_note(old) and "step_start" in param_gather_rule_note(old)
+    for note in (param_gather_rule_note(new), param_gather_rule_note(old)):  # read "core_r0.9.0 on's" before
+        assert "core_r0.9.0 and later" in note and "on's" not in note and "0.9.0 on " not in note, note
     assert param_gather_rule_note(_cfg(sim__overlap_param_gather=False)) is None
     assert param_gather_rule_note(_cfg(parallel__pp=1, parallel__cp=8)) is None
     exp = export_megatron(old.with_updates({"policy.name": "dynamic"}), tmp_path / "x", simulate=False)

@@ -150,11 +150,12 @@ def param_gather_rule_note(cfg: RunConfig) -> str | None:
     if s.param_gather_launch == "step_start":
         return ("the timing assumes Megatron-Core core_v0.6.0 .. core_r0.8.0's parameter all-gather launch "
                 "(sim.param_gather_launch = 'step_start': DistributedOptimizer.zero_grad dispatches the first bucket "
-                "at the step's start on every stage); Megatron-Core core_r0.9.0 on (the dev branch this export "
+                "at the step's start on every stage); Megatron-Core core_r0.9.0 and later (the dev branch this export "
                 "targets) dispatches it from each stage's first forward pre-hook, so stages > 0 wait for their whole "
                 "all-gather on the pipeline fill: simulate with sim.param_gather_launch = 'first_forward' to compare")
-    return ("the timing assumes Megatron-Core core_r0.9.0 on's parameter all-gather launch (sim.param_gather_launch = "
-            "'first_forward': each stage's first forward pre-hook dispatches its first bucket); on Megatron-Core "
+    return ("the timing assumes the parameter all-gather launch of Megatron-Core core_r0.9.0 and later "
+            "(sim.param_gather_launch = 'first_forward': each stage's first forward pre-hook dispatches its first "
+            "bucket); on Megatron-Core "
             "core_r0.8.0 or older (launched at the step's start) simulate with sim.param_gather_launch = 'step_start'")
 
 
