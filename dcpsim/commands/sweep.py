@@ -139,19 +139,26 @@ def with_default_profiles(spec):
 
     groups = []
     for g in spec.groups:
-        if "hardware.gpu" in g.fields and g.mode != "random":
+        if "hardware.gpu" in g.fields:
             i = g.fields.index("hardware.gpu")
             vals = list(g.values)
-            vals[i] = [resolve_gpu(v) if isinstance(v, str) else v for v in vals[i]]
+            names = _gpu_names(vals[i])  # a random axis's choices too (drawn by index: the same draws)
+            resolved = [resolve_gpu(v) if isinstance(v, str) else v for v in names]
+            vals[i] = {**vals[i], "choices": resolved} if isinstance(vals[i], dict) else resolved
             g = dataclasses.replace(g, values=tuple(vals))
         groups.append(g)
     return dataclasses.replace(spec, base=with_default_profile(spec.base), groups=tuple(groups))
 
 
+def _gpu_names(values) -> list:
+    """The GPU names of one axis's values: a list (grid, zip, random choices) or a random {choices = [...]} table."""
+    return list(values.get("choices", [])) if isinstance(values, dict) else list(values)
+
+
 def sweep_gpus(spec) -> list[str]:
-    """The GPU profiles a sweep names (base and list-valued axes), in order."""
+    """The GPU profiles a sweep names (base and every axis, random choices included), in order."""
     out = [spec.base.hardware.gpu]
     for g in spec.groups:
-        if "hardware.gpu" in g.fields and g.mode != "random":
-            out += [v for v in g.values[g.fields.index("hardware.gpu")] if isinstance(v, str)]
+        if "hardware.gpu" in g.fields:
+            out += [v for v in _gpu_names(g.values[g.fields.index("hardware.gpu")]) if isinstance(v, str)]
     return list(dict.fromkeys(out))
