@@ -112,7 +112,7 @@ def vocab_padding_note(cfg: RunConfig, m) -> list[str]:
     """Megatron pads the vocabulary to a multiple of 128 x TP (``--make-vocab-size-divisible-by``); the exported
     ``--vocab-size`` is the model's, so a vocabulary that is not such a multiple trains a wider output layer than
     expected.json prices (``dcpsim simulate --megatron-args`` on the arguments prices the padded one)."""
-    from dcpsim.export.reader import MEGATRON_VOCAB_DIVISOR
+    from dcpsim.export.flags import MEGATRON_VOCAB_DIVISOR
 
     q = MEGATRON_VOCAB_DIVISOR * cfg.parallel.tp
     padded = -(-m.vocab // q) * q

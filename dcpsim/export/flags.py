@@ -13,6 +13,8 @@ from typing import Any
 
 from dcpsim.errors import ConfigError
 
+MEGATRON_VOCAB_DIVISOR = 128  # --make-vocab-size-divisible-by default (megatron/training/arguments.py)
+
 MODELLED = {
     "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads", "--kv-channels",
     "--group-query-attention", "--num-query-groups", "--swiglu", "--untie-embeddings-and-output-weights",

@@ -40,6 +40,7 @@ from dcpsim.errors import ConfigError
 from dcpsim.export.flags import (  # noqa: F401  (re-exported: the reader's public names stay importable from here)
     APPROXIMATED,
     IGNORABLE,
+    MEGATRON_VOCAB_DIVISOR,
     MODELLED,
     REFUSED_WHY,
     _bool,
@@ -56,7 +57,6 @@ from dcpsim.export.flags import (  # noqa: F401  (re-exported: the reader's publ
 )
 
 GPT2_BPE_VOCAB = 50257  # GPT-2 BPE vocabulary (the --vocab-file/--merge-file tokenizer of Megatron's GPT tests)
-MEGATRON_VOCAB_DIVISOR = 128  # --make-vocab-size-divisible-by default (megatron/training/arguments.py)
 FFN_FACTOR = 4  # Megatron's default --ffn-hidden-size = 4 x hidden (not gated)
 
 @dataclass
