@@ -33,8 +33,11 @@ def test_cost_json_matches_api(capsys):
                      "--lengths", "32768,4096,1024", "--json")
     assert rc == 0
     d = json.loads(out)
-    ref = CostModel.build("h100-sxm", "llama-13b", tp=1, pp=4, dp_cp=4).pack_cost([32768, 4096, 1024], 4, check_memory=False)
+    # a bare name reads the calibrated profile, as simulate does (the datasheet one is h100-sxm-datasheet)
+    ref = CostModel.build("h100-sxm-calibrated", "llama-13b", tp=1, pp=4, dp_cp=4).pack_cost([32768, 4096, 1024], 4,
+                                                                                            check_memory=False)
     assert d["breakdown_s"]["total_s"] == pytest.approx(ref.total_s)
+    assert d["config"]["gpu"] == "h100-sxm-calibrated" and d["profile"].startswith("h100-sxm-calibrated: calibrated")
     rc, out, _ = run(capsys, "cost", "--lengths", "32768,4096,1024", "--cp", "4")
     assert rc == 0 and "gemm_fwd" in out
 

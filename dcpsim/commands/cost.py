@@ -13,6 +13,8 @@ from dcpsim.commands._common import (
     parse_int_list,
     print_json,
     print_table,
+    profile_label,
+    with_default_profile,
 )
 
 
@@ -35,7 +37,8 @@ def run(args) -> int:
     from dcpsim.run.single import build_cost_model
 
     lengths = parse_int_list(args.lengths, "--lengths")
-    cfg = _config(args, load_config(args.config) if args.config else RunConfig())
+    # a bare GPU name reads its calibrated profile where one exists, as in simulate/plan/demo (the output names it)
+    cfg = with_default_profile(_config(args, load_config(args.config) if args.config else RunConfig()))
     p = cfg.parallel
     if args.dp_cp is not None and args.dp_cp < p.cp:  # the CP group's ranks are among those sharing the optimizer
         from dcpsim.errors import ConfigError
@@ -59,8 +62,9 @@ def run(args) -> int:
     if not fits:  # no throughput for a pack that cannot run: the figure would read as valid
         result["counted_tflops_per_gpu"] = None
     if args.json:
-        print_json(result)
+        print_json(result | {"profile": profile_label(cfg.hardware.gpu)})
     else:
+        print(f"profile {profile_label(cfg.hardware.gpu)}")
         rows = [{"component": k.removesuffix("_s"), "time_ms": v * 1e3} for k, v in result["breakdown_s"].items()]
         print_table(rows, title=f"{cm.model.name} on {cm.profile.name}: tp={p.tp} pp={p.pp} cp={p.cp} "
                     f"({'network' if args.spans_network else 'NVLink'}), {len(lengths)} sequences, per rank per stage")

@@ -9,6 +9,8 @@ from dcpsim.commands._common import (
     parse_set_item,
     print_json,
     print_table,
+    profile_label,
+    with_default_profile,
 )
 from dcpsim.errors import ConfigError
 
@@ -61,7 +63,8 @@ def run(args) -> int:
 
         check_out_file(args.out, force=args.force)
     base = load_config(args.config) if args.config else None
-    cfg = config_from_args(args, base, extra=_options(args.option))
+    # a bare GPU name reads its calibrated profile where one exists, as simulate reads it (the output names it)
+    cfg = with_default_profile(config_from_args(args, base, extra=_options(args.option)))
     p, w = cfg.parallel, cfg.workload
     cost = build_cost_model(cfg)
     layout = build_layout(cfg, cost)
@@ -80,9 +83,11 @@ def run(args) -> int:
     if args.out:
         plan.save(args.out)
         summary["plan_path"] = args.out
+    summary["config"]["profile"] = profile_label(cfg.hardware.gpu)
     if args.json:
         print_json(summary)
         return 0
+    print(f"profile {summary['config']['profile']}")
     rows = [{"quantity": k, "value": v} for k, v in summary.items() if not isinstance(v, dict)]
     print_table(rows, title=f"{cfg.policy.name}: {w.gbs} x {wname} on {cfg.cluster.gpus} GPUs "
                 f"(dp={cfg.dp} cp={p.cp} tp={p.tp} pp={p.pp}, M={cfg.max_tokens_per_rank})")

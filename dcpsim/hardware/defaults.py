@@ -8,9 +8,9 @@ The shipped profiles come in two kinds for a GPU type:
 * ``<gpu>-calibrated`` -- the same tables with at most five ``[timing]`` knobs fitted by ``dcpsim calibrate`` on
   the published suite's fit rows (``CALIBRATION.md`` beside it names the data, the rows and the dcpsim commit).
 
-``dcpsim plan``, ``simulate``, ``sweep`` and ``demo`` read a bare GPU name through :func:`resolve_gpu`: it means
-the calibrated profile where one exists; ``<gpu>-datasheet`` names the datasheet profile explicitly; a GPU with no
-calibrated profile falls back to its datasheet profile, and :func:`profile_label` says so on the output. The
+``dcpsim plan``, ``simulate``, ``sweep``, ``demo``, ``export``, ``schedule`` and ``cost`` read a bare GPU name
+through :func:`resolve_gpu`: it means the calibrated profile where one exists; ``<gpu>-datasheet`` names the
+datasheet profile explicitly; a GPU with no calibrated profile falls back to its datasheet profile, and :func:`profile_label` says so on the output. The
 library API (:func:`dcpsim.hardware.get_profile`, :class:`~dcpsim.run.config.RunConfig`) takes names literally:
 ``h100-sxm`` there is the datasheet profile, as the validation and calibration code needs.
 """
@@ -34,7 +34,8 @@ def _is_path(name: str) -> bool:
 
 
 def resolve_gpu(name: str) -> str:
-    """The profile a GPU name means in plan/simulate/sweep/demo: ``<name>-calibrated`` where one exists.
+    """The profile a GPU name means in plan/simulate/sweep/demo/export/schedule/cost: ``<name>-calibrated`` where one
+    exists.
 
     ``<gpu>-datasheet`` and ``<gpu>-calibrated`` are kept as given (so resolving twice changes nothing), as is a
     folder path; a GPU without a calibrated profile keeps its (datasheet) name.
