@@ -198,3 +198,16 @@ def test_demo_trace_prefix_that_is_a_folder_is_refused_before_any_work(tmp_path,
     rc = main(["demo", "--trace", str(d) + suffix])
     _one_line_error(capsys, rc, "--trace", "not a folder", str(d / "demo"))
     assert not list(d.iterdir()) and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_missing_relative_lengths_file_says_where_it_was_looked_for(tmp_path, monkeypatch, capsys):
+    """A run file beside its lengths file (workload.name = "l.txt"), run from another folder, was refused as
+    "expected a preset name [...] or the path of an existing lengths file" with no word that relative paths are
+    read from the current folder, not the run file's."""
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "l.txt").write_text("1000\n2000\n")
+    (tmp_path / "runs" / "run.toml").write_text('[workload]\nname = "l.txt"\nmin_len = 1\n')
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    rc = main(["simulate", str(tmp_path / "runs" / "run.toml")])
+    _one_line_error(capsys, rc, "workload", "l.txt", "current folder", str(tmp_path / "elsewhere"))

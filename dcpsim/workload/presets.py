@@ -181,11 +181,12 @@ def get_workload(
         dist = PRESETS[spec.strip().lower()].distribution
     elif isinstance(spec, str | os.PathLike):
         path = Path(spec)
-        if not path.is_file():
+        if not path.is_file():  # a run file's relative path is not read from the run file's folder: say where
+            where = "" if path.is_absolute() else f" (a relative path is read from the current folder, {Path.cwd()})"
             raise ConfigError(
                 "workload",
                 str(spec),
-                f"a preset name {list_workloads()} or the path of an existing lengths file",
+                f"a preset name {list_workloads()} or the path of an existing lengths file{where}",
             )
         dist = Empirical(read_lengths(path), source=str(spec), path=str(path))
     else:
