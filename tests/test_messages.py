@@ -211,3 +211,13 @@ def test_a_missing_relative_lengths_file_says_where_it_was_looked_for(tmp_path, 
     monkeypatch.chdir(tmp_path / "elsewhere")
     rc = main(["simulate", str(tmp_path / "runs" / "run.toml")])
     _one_line_error(capsys, rc, "workload", "l.txt", "current folder", str(tmp_path / "elsewhere"))
+
+
+def test_examples_list_says_what_each_is_in_whole_sentences(capsys):
+    """`dcpsim examples` described example_sweep as "... for Llama-13B on H100 SXM," and faults_network as "... on
+    the ideal and the shared network:": the first comment line, cut mid-sentence. Now the opening paragraph."""
+    assert main(["examples", "--json"]) == 0
+    whats = {e["name"]: e["what"] for e in json.loads(capsys.readouterr().out)["examples"]}
+    assert whats and all(w and not w.endswith((",", ":")) for w in whats.values()), whats
+    assert whats["example:example_sweep"].endswith("network bandwidth.")
+    assert whats["example:default"] == "One run of dcpsim's simulator"

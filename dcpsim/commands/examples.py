@@ -17,14 +17,15 @@ def register(sub) -> None:
 
 
 def _about(path) -> str:
-    """The first comment line of an example file (what it is)."""
+    """The opening comment paragraph of an example file (what it is), its lines joined, cut before a command it
+    quotes (a first line alone was cut mid-sentence: 'Example sweep: ... on H100 SXM,')."""
+    words: list[str] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         s = line.strip()
-        if s.startswith("#"):
-            return s.lstrip("# ").split(": `dcpsim")[0]
-        if s:
-            break
-    return ""
+        if not s.startswith("#") or not s.lstrip("# ") or s.startswith("#  "):
+            break  # end of the leading comment, its first paragraph, or an indented command line
+        words.append(s.lstrip("# "))
+    return " ".join(words).split(": `dcpsim")[0]
 
 
 def run(args) -> int:
