@@ -37,3 +37,21 @@ def test_worker_death_and_restart_of_the_current_pool_only():
     restart_broken(ex, 3)
     restart_broken(ex, 3)  # a second task of the dead pool: already replaced
     assert ex.restarts == 1 and ex.generation == 4
+
+
+def test_processes_started_for_the_pool_ignore_sigint_from_the_start():
+    """A Ctrl-C to the process group while the fork server imported its preload modules (a sweep stopped in its
+    first second) printed the fork server's KeyboardInterrupt traceback: it ignored SIGINT only after them. It is
+    now started with SIGINT ignored (inherited across exec), and this process keeps its own handler and mask."""
+    import signal
+    import subprocess
+    import sys
+
+    from dcpsim.run.pool import _sigint_ignored_by_children
+
+    before = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, set())
+    with _sigint_ignored_by_children():
+        child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) is "
+                                "signal.SIG_IGN)"], capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "True"
+    assert (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, set())) == before

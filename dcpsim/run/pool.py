@@ -167,8 +167,31 @@ def _start_fork_server() -> None:
     prepares its first tasks; the first worker's start waits for what is left of that). A no-op when it runs."""
     from multiprocessing import forkserver
 
-    with contextlib.suppress(Exception):  # the first submit starts it anyway (and reports what went wrong)
-        forkserver.ensure_running()
+    with _sigint_ignored_by_children():
+        with contextlib.suppress(Exception):  # the first submit starts it anyway (and reports what went wrong)
+            forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _sigint_ignored_by_children():
+    """Processes started in this block ignore SIGINT from their first instruction; this process does not lose one.
+
+    The fork server imports its preload modules before it ignores SIGINT itself, so a Ctrl-C to the process group
+    in that second (a sweep stopped as it starts) printed its KeyboardInterrupt traceback. An ignored disposition
+    is inherited across exec (Python then installs no KeyboardInterrupt handler); its workers ignore SIGINT anyway
+    (:func:`_worker_init`). Here SIGINT is blocked meanwhile (a blocked signal stays pending on Linux even while
+    ignored), so a Ctrl-C in these milliseconds reaches this process's own handler afterwards. Main thread only
+    (elsewhere signal handlers cannot be set: nothing changes)."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
 def reap_fork_server() -> bool:
