@@ -116,8 +116,12 @@ def _no_empty_paths(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(_command_in(argv))
-    args = parser.parse_args(argv)
+    try:  # a Ctrl-C while the command's modules load (numpy, ...: the first ~0.2 s) is one line too
+        parser = build_parser(_command_in(argv))
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print("dcpsim: interrupted", file=sys.stderr)
+        return 130
     from dcpsim.outdir import reset_forced
 
     reset_forced()

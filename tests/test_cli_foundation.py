@@ -119,3 +119,16 @@ def test_help_lines_are_the_commands_own_and_help_imports_no_command():
     with pytest.raises(SystemExit) as e:
         main(["simulate", "--help"])
     assert e.value.code == 0
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line(monkeypatch, capsys):
+    """Ctrl-C in the first ~0.2 s of `dcpsim sweep ...` (building the parser imports the command's modules, numpy)
+    printed a KeyboardInterrupt traceback; it is 'dcpsim: interrupted', status 130, as later in the command."""
+    import dcpsim.cli as cli
+
+    def interrupted(*_a, **_k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert main(["sweep", "x.toml", "--out", "o"]) == 130
+    assert capsys.readouterr().err == "dcpsim: interrupted\n"
