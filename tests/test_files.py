@@ -122,6 +122,11 @@ def test_plot_out_folder_writes_only_inside(tmp_path, capsys):
     (figs / "theirs.txt").write_text("x")
     rc = main(["plot", str(sweep), "--x", "gpus", "--out", str(figs)])
     _one_line_error(capsys, rc, "theirs.txt")
+    # one column on two groupings (--x gpus --hue gpus) was a pandas traceback ('cannot insert gpus, already exists')
+    for extra in (["--hue", "gpus"], ["--col", "gpus"], ["--hue", "policy", "--col", "policy"]):
+        rc = main(["plot", str(sweep), "--x", "gpus", *extra, "--out", str(tmp_path / "same.png")])
+        _one_line_error(capsys, rc, "a column other than")
+    assert not (tmp_path / "same.png").exists()
 
 
 # ---------------------------------------------------------------- sweeps

@@ -35,6 +35,12 @@ def run(args) -> int:
         raise ConfigError("DIR", str(d), "a sweep output folder")
     if not (args.x or args.standard):
         raise ConfigError("--x", None, "a column for the x axis (or --standard for the standard figures)")
+    seen: dict[str, str] = {}
+    for flag, col in (("--x", args.x), ("--hue", args.hue), ("--col", args.col)):  # --x gpus --hue gpus: a traceback
+        if col is not None and col in seen:
+            raise ConfigError(flag, col, f"a column other than {seen[col]}'s (one column cannot group two ways)")
+        if col is not None:
+            seen[col] = flag
     target = _target(args, d)
     written: dict[str, object] = {}
     if args.standard:
