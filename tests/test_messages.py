@@ -221,3 +221,26 @@ def test_examples_list_says_what_each_is_in_whole_sentences(capsys):
     assert whats and all(w and not w.endswith((",", ":")) for w in whats.values()), whats
     assert whats["example:example_sweep"].endswith("network bandwidth.")
     assert whats["example:default"] == "One run of dcpsim's simulator"
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["simulate", "example:default", "--policy", "packing", "--set", 'policy.name="dynamic-solver"'], "policy.name"),
+    (["schedule", "--policy", "packing", "--option", 'too_long="drop"', "--set", 'policy.options.too_long="error"'],
+     "policy.options.too_long"),
+])
+def test_a_flag_and_a_set_that_disagree_are_refused(capsys, argv, field):
+    """`simulate --policy packing --set policy.name="dynamic-solver"` simulated dynamic-solver (the --set won without
+    a word); `schedule --option K=a --set policy.options.K=b` likewise. Two values for one field are refused, as two
+    --set items already were."""
+    rc = main(argv)
+    _one_line_error(capsys, rc, f"--set {field}", "disagree")
+
+
+def test_megatron_gpus_and_a_set_that_disagree_are_refused(tmp_path, capsys):
+    from dcpsim.export.megatron import megatron_args
+    from dcpsim.run.load import load_config
+
+    f = tmp_path / "args.txt"
+    f.write_text("\n".join(megatron_args(load_config("example:default"), policy="dynamic")))
+    rc = main(["simulate", "--megatron-args", str(f), "--gpus", "64", "--set", "cluster.gpus=128"])
+    _one_line_error(capsys, rc, "--set cluster.gpus", "--gpus 64", "disagree")

@@ -154,6 +154,16 @@ def config_updates(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, 
     return updates, names
 
 
+def refuse_set_conflicts(args: argparse.Namespace, given: dict[str, tuple[str, Any]]) -> None:
+    """A ``--set FIELD=VALUE`` that disagrees with a command's own flag for that field (``given``: field ->
+    (flag, value), ``None`` values not given) is refused rather than one of them silently winning."""
+    for item in getattr(args, "set_fields", None) or []:
+        key, value = parse_set_item(item)
+        flag, own = given.get(key, (None, None))
+        if own is not None and value != own:
+            raise ConfigError(f"--set {key}", value, f"agreement with {flag} {own!r} or only one of them (they disagree)")
+
+
 def config_from_args(args: argparse.Namespace, base=None, extra: dict[str, Any] | None = None):
     """The RunConfig of ``base`` (default: all defaults) with the flags on ``args`` applied.
 

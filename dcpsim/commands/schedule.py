@@ -10,6 +10,7 @@ from dcpsim.commands._common import (
     print_json,
     print_table,
     profile_label,
+    refuse_set_conflicts,
     with_default_profile,
 )
 from dcpsim.errors import ConfigError
@@ -64,7 +65,9 @@ def run(args) -> int:
         check_out_file(args.out, force=args.force)
     base = load_config(args.config) if args.config else None
     # a bare GPU name reads its calibrated profile where one exists, as simulate reads it (the output names it)
-    cfg = with_default_profile(config_from_args(args, base, extra=_options(args.option)))
+    options = _options(args.option)
+    refuse_set_conflicts(args, {k: (f"--option {k.removeprefix('policy.options.')}", v) for k, v in options.items()})
+    cfg = with_default_profile(config_from_args(args, base, extra=options))
     p, w = cfg.parallel, cfg.workload
     cost = build_cost_model(cfg)
     layout = build_layout(cfg, cost)

@@ -19,6 +19,7 @@ from dcpsim.commands._common import (
     print_json,
     print_table,
     profile_label,
+    refuse_set_conflicts,
     to_jsonable,
     with_default_profile,
 )
@@ -53,6 +54,8 @@ def run(args) -> int:
     from dcpsim.outdir import check_distinct, check_out_dir, check_out_file
     from dcpsim.run.single import run_simulation
 
+    refuse_set_conflicts(args, {"policy.name": ("--policy", args.policy), "cluster.gpus": ("--gpus", args.gpus),
+                                "hardware.gpu": ("--gpu", args.gpu)})
     cfg, notes, batches = _base_config(args)
     if args.out:
         check_out_dir(args.out, force=args.force)
