@@ -244,3 +244,15 @@ def test_megatron_gpus_and_a_set_that_disagree_are_refused(tmp_path, capsys):
     f.write_text("\n".join(megatron_args(load_config("example:default"), policy="dynamic")))
     rc = main(["simulate", "--megatron-args", str(f), "--gpus", "64", "--set", "cluster.gpus=128"])
     _one_line_error(capsys, rc, "--set cluster.gpus", "--gpus 64", "disagree")
+
+
+def test_simulate_summary_line_does_not_report_zero_events_per_second_for_the_fast_engine(capsys):
+    """The fast engine (the default where the network allows) has no event queue: the summary line said "0 events in
+    0.014 s (0 events/s)", a speed figure of zero for a run that was simulated. It now names the fast engine; the
+    events engine still reports its events."""
+    toml = str(Path(__file__).resolve().parents[1] / "examples" / "simulate_default.toml")
+    assert main(["simulate", toml, "--set", "sim.iterations=1"]) == 0
+    out = capsys.readouterr().out
+    assert "0 events/s" not in out and "fast engine" in out
+    assert main(["simulate", toml, "--set", "sim.iterations=1", "--set", 'sim.engine="events"']) == 0
+    assert " events in " in capsys.readouterr().out

@@ -100,9 +100,11 @@ def run(args) -> int:
     print_table(rows, title=f"{s['policy']} | {s['model']} on {s['gpus']} x {s['gpu']} (tp{s['tp']} pp{s['pp']} cp{s['cp']} "
                 f"dp{s['dp']}) | {s['workload']}, gbs {s['gbs']} | {s.get('network', 'ideal')} network | config "
                 f"{s['config_hash']}")
+    engine = (f"{s['events']:,} events in {s['sim_wall_s']:.3f} s ({(s['events_per_s'] or 0):,.0f} events/s)"
+              if s["events"] else f"simulated in {s['sim_wall_s']:.3f} s (fast engine, no event queue)"
+              if s.get("simulated", True) else "not simulated (a bound, no schedule)")
     print(f"mean: {s['iteration_time_s']:.3f} s/iteration, {s['tflops_per_gpu']:.1f} TFLOPS/GPU, "
-          f"{s['tokens_per_s']:,.0f} tokens/s, MFU {100 * s['mfu']:.1f}%  |  "
-          f"{s['events']:,} events in {s['sim_wall_s']:.3f} s ({(s['events_per_s'] or 0):,.0f} events/s), "
+          f"{s['tokens_per_s']:,.0f} tokens/s, MFU {100 * s['mfu']:.1f}%  |  {engine}, "
           f"planning {s['planning_wall_s']:.3f} s, total {s['wall_s']:.2f} s")
     print("\n".join(filter(None, (trust["band_text"], trust["warning"]))))
     if "goodput_mean" in s:
