@@ -411,6 +411,8 @@ def test_bound_is_a_reference_never_the_pick():
     (["--policies", "packing,nosuch"], "--policies"),
     (["--max-len", "8192"], "--max-len"),  # fixed windows have no maximum length
     (["--data", "pretrain-4k", "--max-len", "8192"], "--max-len"),
+    (["--tokens-per-rank", "8192"], "--tokens-per-rank"),  # fixed windows: --mbs sets it; was silently ignored
+    (["--data", "sft-8k", "--mbs", "2"], "--mbs"),  # variable lengths: --tokens-per-rank; was silently ignored
 ])
 def test_plan_refuses_inputs_it_would_ignore_or_misreport(flags, field, capsys):
     from dcpsim.cli import main

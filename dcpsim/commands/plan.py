@@ -209,14 +209,22 @@ def _check_data_flags(args) -> None:
 
 
 def build_data(args, base):
-    """The DataSpec from the flags and the config; explicit data flags must agree with the config's workload."""
+    """The DataSpec from the flags and the config; explicit data flags must agree with the config's workload, and
+    the layout flag of the other kind of data (--mbs: fixed windows, --tokens-per-rank: variable lengths) is
+    refused, never ignored."""
+    from dcpsim.errors import ConfigError
+
     _check_data_flags(args)
     spec = _data_spec(args, base)
     if args.max_len is not None and spec.fixed:
-        from dcpsim.errors import ConfigError
-
         raise ConfigError("--max-len", args.max_len, "only with variable-length data (--workload, a --data preset of "
                           f"variable lengths, or a --config workload); this plan uses {spec.describe()}")
+    flag, value, kind = (("--tokens-per-rank", getattr(args, "tokens_per_rank", None), "variable-length data "
+                          "(with fixed windows --mbs sets the tokens per rank)") if spec.fixed else
+                         ("--mbs", getattr(args, "mbs", None), "fixed windows (with variable lengths "
+                          "--tokens-per-rank sizes a microbatch)"))
+    if value is not None:
+        raise ConfigError(flag, value, f"only with {kind}; this plan uses {spec.describe()}")
     return spec
 
 
