@@ -256,3 +256,13 @@ def test_simulate_summary_line_does_not_report_zero_events_per_second_for_the_fa
     assert "0 events/s" not in out and "fast engine" in out
     assert main(["simulate", toml, "--set", "sim.iterations=1", "--set", 'sim.engine="events"']) == 0
     assert " events in " in capsys.readouterr().out
+
+
+def test_fixed_windows_over_memory_are_told_to_shorten_the_window(capsys):
+    """Fixed-length windows too long for memory were told "lower parallel.max_tokens_per_rank", a field that does not
+    apply to them (a microbatch is mbs windows of seq_len): the advice now names workload.seq_len / parallel.mbs."""
+    toml = str(Path(__file__).resolve().parents[1] / "examples" / "simulate_default.toml")
+    rc = main(["simulate", toml, "--policy", "packing", "--set", 'workload.name="fixed"', "--set",
+               "workload.seq_len=300000", "--set", "workload.gbs=8", "--set", "sim.iterations=1"])
+    err = _one_line_error(capsys, rc, "infeasible (memory)", "workload.seq_len")
+    assert "max_tokens_per_rank" not in err

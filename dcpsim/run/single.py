@@ -256,7 +256,7 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
     config_hash = config_hash or cfg.config_hash()
     summary = _summary(cfg, iterations, loop.cp_hist, cfg.cluster.gpus, run.cost.profile.peak_bf16_flops,
                        config_hash=config_hash)
-    reason = states or _packs_verdict(run.cost, summary)
+    reason = states or _packs_verdict(run.cost, summary, fixed=cfg.is_fixed)
     if reason and not allow_infeasible:
         raise InfeasibleError("memory", reason)
     summary["status"], summary["reason"] = ("infeasible", f"memory: {reason}") if reason else ("ok", "")
@@ -330,14 +330,14 @@ def _model_states_verdict(cost: CostModel) -> str:
             f"(tp={cost.tp}, pp={cost.pp}, dp*cp={cost.dp_cp}; shard more: larger tp/pp/dp)")
 
 
-def _packs_verdict(cost: CostModel, summary: dict) -> str:
-    """Why some simulated pack does not fit in memory; '' when every one does."""
+def _packs_verdict(cost: CostModel, summary: dict, *, fixed: bool = False) -> str:
+    """Why some simulated pack does not fit in memory ('' when every one does); ``fixed``: windows, no M."""
     over = int(summary.get("packs_over_memory") or 0)
     if not over:
         return ""
-    peak = float(summary.get("peak_memory_gib") or float("nan")) * 2**30
+    peak, lower = float(summary.get("peak_memory_gib") or float("nan")) * 2**30, "workload.seq_len or parallel.mbs"
     return (f"peak {_gib(peak)} per GPU > {_capacity(cost)} ({over} microbatch pack(s) over; "
-            "lower parallel.max_tokens_per_rank or raise cp/pp)")
+            f"lower {lower if fixed else 'parallel.max_tokens_per_rank'} or raise cp/pp)")
 
 
 def _next_plan(run: _Run, i: int) -> tuple[Plan, float]:
