@@ -472,6 +472,22 @@ def test_plan_header_shows_the_model_and_iterations_it_plans(capsys):
     assert capsys.readouterr().err.startswith("dcpsim: error: --model: got 'llama2-7b'; expected agreement")
 
 
+def test_plan_names_every_file_it_wrote(tmp_path, capsys):
+    """`plan --csv F` wrote F without a 'wrote F' line (only --out's files and --plot were named), and --json's
+    'written' left out --plot and --csv."""
+    from dcpsim.cli import main
+
+    small = ["plan", "--no-progress", "--model", "llama2-7b", "--gpus", "h100-sxm:2", "--sizes", "32", "--policies",
+             "packing", "--tp", "1", "--pp", "1", "--cp", "1", "--mbs", "1", "--recompute", "none", "--seeds", "1",
+             "--long-run-seeds", "1"]
+    csv, png = tmp_path / "p.csv", tmp_path / "p.png"
+    assert main([*small, "--csv", str(csv), "--plot", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {csv}" in out and f"wrote {png}" in out and csv.is_file()
+    assert main([*small, "--csv", str(csv), "--plot", str(png), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["written"] == [str(png), str(csv)]
+
+
 def test_config_recompute_and_precision_are_used_not_searched(tmp_path, capsys):
     import argparse
 

@@ -426,14 +426,13 @@ def run(args) -> int:
 
         written = write_report(plan, args.out, title=f"dcpsim plan: {model}, {tokens:.3g} tokens", deadline_days=deadline,
                                force=args.force)
+    written = [str(p) for p in written] + [p for p in (args.plot, args.csv) if p]  # every file written, --csv too
     if args.json:
-        print_json(plan.to_dict() | {"written": [str(p) for p in written]})
+        print_json(plan.to_dict() | {"written": written})
         return 0
     _print_plan(plan, _get(args, "top")[0], model, tokens)
     for p in written:
         print(f"wrote {p}")
-    if args.plot:
-        print(f"wrote {args.plot}")
     return 0
 
 
