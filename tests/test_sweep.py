@@ -497,3 +497,20 @@ def test_sweep_names_why_its_runs_are_errors_and_an_unknown_gpu(tmp_path, capsys
     out, err = capsys.readouterr()
     assert "profile nosuch: NOT A PROFILE" in out and "UNCALIBRATED" not in out, out
     assert "2 run(s) of this sweep are invalid configurations" in err and "2 x gpu: got 'nosuch'" in err, err
+
+
+def test_a_sweep_inside_another_sweeps_results_is_refused(tmp_path, capsys):
+    """`dcpsim sweep SPEC --out A/results` (A a sweep) wrote spec.toml, sweep.json and results/ inside A's parquet
+    dataset: pd.read_parquet('A/results') then failed ('Parquet magic bytes not found ... spec.toml')."""
+    from dcpsim.cli import main
+
+    spec = _spec_file(tmp_path, '[axes]\npolicy.name = ["packing"]\n')
+    a = tmp_path / "a"
+    argv = ["sweep", str(spec), "-j", "1", "--no-figures", "--no-progress"]
+    assert main([*argv, "--out", str(a)]) == 0
+    before = sorted(p.name for p in (a / "results").iterdir())
+    for inner in (a / "results", a / "results" / "x" / "y"):
+        assert main([*argv, "--out", str(inner)]) == 2
+        assert capsys.readouterr().err.startswith(f"dcpsim: error: --out: got '{inner}'; expected a folder outside")
+    assert sorted(p.name for p in (a / "results").iterdir()) == before
+    assert main([*argv, "--out", str(a / "b")]) == 0  # beside the results: fine

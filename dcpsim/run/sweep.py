@@ -358,6 +358,10 @@ def check_sweep_out(out_dir: str | Path, *, force: bool = False, spec: SweepSpec
     """
     from dcpsim.outdir import check_out_dir, is_owned
 
+    host = None if force else _results_holding(Path(out_dir))
+    if host is not None:  # pyarrow/pandas read results/ recursively: the inner sweep's files would break it
+        raise ConfigError("--out", str(out_dir), f"a folder outside the results/ of sweep {host} (its parquet "
+                          "dataset, read whole by pandas/pyarrow); pick another folder")
     out = check_out_dir(out_dir, force=force, ignore=_is_part)
     meta = out / "sweep.json"
     if spec is None or force or not meta.is_file() or not is_owned(meta):
@@ -373,6 +377,17 @@ def check_sweep_out(out_dir: str | Path, *, force: bool = False, spec: SweepSpec
                           f"{old.get('name')!r}, spec {old_hash}; this spec is {new_hash}: other seed, base or axes); "
                           "pick another folder, or pass --force to add this sweep's rows beside the old ones")
     return out
+
+
+def _results_holding(out: Path) -> Path | None:
+    """The sweep folder whose ``results/`` holds ``out`` (or is it), if any: sweep.json written by dcpsim beside it."""
+    from dcpsim.outdir import is_owned
+
+    p = out.absolute()
+    for q in (p, *p.parents):
+        if q.name == "results" and (q.parent / "sweep.json").is_file() and is_owned(q.parent / "sweep.json"):
+            return q.parent
+    return None
 
 
 def _extends(spec: SweepSpec, old: dict[str, Any]) -> bool:
