@@ -86,21 +86,8 @@ class _Follow:
         trow, tokrow = self._rows[0][u], self._rows[1][u]
         code, st = self.g_code[g], self.g_step[g]
         s_k = self.S[st]
-        # :meth:`_others_lose` inline
-        pp1, gmax = self.pp - 1, self.gmax
-        floor = -_INF
-        for delta, gpu, neg_a1, _, _ in self._new_opts:  # gpu: c * a1
-            a1 = -neg_a1
-            if delta > 1e-9 * (gmax + a1 + s_k):
-                continue  # a larger increase, whatever the join's time
-            if delta != 0.0 or gpu < gmin * (1 - 1e-9):
-                floor = None  # an increase within the tolerance of none, or fewer GPU-seconds
-                break
-            if gpu <= gmin * (1 + 1e-9) and a1 > floor:
-                floor = a1  # equal on both: the fuller (larger time) wins, the join on a tie
-        a1 = float(trow[2 * k + self.span0[k]])
-        over = a1 - gmax
-        if floor is None or not a1 + pp1 * (over if over > 0.0 else 0.0) > 1e-9 * (gmax + a1 + s_k):
+        floor = self._others_lose(k, trow, s_k, gmin)
+        if floor is None:
             self._move(g, code, st, listed)
             return pos
         if self.walk and not self.track:
