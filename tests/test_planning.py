@@ -512,3 +512,43 @@ def test_config_recompute_and_precision_are_used_not_searched(tmp_path, capsys):
     assert build_space(args, stated).recompute == ["selective"]
     assert main(["plan", "--no-progress", "--config", str(cfg), "--recompute", "full"]) == 2
     assert "--recompute" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("body,field,flag", [
+    ("[parallel]\ntp = 2\n", "parallel.tp", "--tp"), ("[cluster]\ngpus = 128\n", "cluster.gpus", "--sizes"),
+    ('[hardware]\ngpu = "b200"\n', "hardware.gpu", "--gpus"), ('[policy]\nname = "packing"\n', "policy.name",
+                                                                "--policies"),
+    ("[workload]\ngbs = 128\n", "workload.gbs", "--gbs")])
+def test_plan_refuses_a_config_field_it_would_overwrite(tmp_path, capsys, body, field, flag):
+    """`plan --config FILE` with [parallel] tp = 2 (cluster.gpus, hardware.gpu, policy.name, or a workload field in
+    a file naming no workload) planned the search's values, the file's ignored without a word: refused like --set."""
+    from dcpsim.cli import main
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(body)
+    assert main(["plan", "--no-progress", "--config", str(cfg), "--sizes", "64"]) == 2
+    out, err = capsys.readouterr()
+    value = body.split("= ")[1].strip().strip('"')
+    assert err.startswith(f"dcpsim: error: --config {field}: got ") and value in err and flag in err and out == "", err
+
+
+def test_plan_refuses_a_gbs_flag_the_config_contradicts(tmp_path, capsys):
+    from dcpsim.cli import main
+
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[workload]\nname = "github"\ngbs = 128\n')
+    for extra in (["--gbs", "256"], ["--gbs-tokens", "4Mi"]):
+        assert main(["plan", "--no-progress", "--config", str(cfg), "--sizes", "64", *extra]) == 2
+        assert f"dcpsim: error: {extra[0]}: got " in capsys.readouterr().err
+
+
+def test_plan_config_at_the_defaults_still_plans():
+    """examples/simulate_default.toml writes every field out at its default: nothing of it is refused."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from dcpsim.commands.plan_checks import check_config_fields
+    from dcpsim.run.load import load_config
+
+    path = str(Path(__file__).resolve().parents[1] / "examples" / "simulate_default.toml")
+    check_config_fields(SimpleNamespace(config=path, gbs=None, gbs_tokens=None), load_config(path))

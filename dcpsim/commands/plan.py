@@ -85,7 +85,8 @@ def register(sub) -> None:
     add_config_flags(f, list(CONFIG_FLAGS), set_flag=False)
     p.add_argument("--config", default=None, help="base run TOML for everything else (model, network, failures, "
                    "sim ...); a parallel.recompute or parallel.precision it states is used, not searched (unless "
-                   "--recompute/--precision); its layout (tp, pp, vp, cp, mbs, max_tokens_per_rank) is searched")
+                   "--recompute/--precision); a layout, cluster.gpus, hardware.gpu or policy.name other than the "
+                   "default is refused (the plan sets them: --tp ..., --sizes, --gpus, --policies)")
     add_config_flags(p, [])  # --set section.field=VALUE on the base configuration
     p.add_argument("-j", "--jobs", type=POS_INT, default=None, help="worker processes (default 2)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -380,7 +381,11 @@ def run(args) -> int:
     _check_outputs(args)
     _check_sets(args)
 
-    base = config_from_args(args, load_config(args.config) if args.config else None)
+    from dcpsim.commands.plan_checks import check_config_fields
+
+    loaded = load_config(args.config) if args.config else None
+    check_config_fields(args, loaded)
+    base = config_from_args(args, loaded)
     named = args.config or "model.name" in config_updates(args)[0]
     model = args.model if args.model is not None else (base.model.name if named else DEFAULTS["model"])
     tokens = float(parse_token_count(DEFAULTS["tokens"] if args.tokens is None else args.tokens, "--tokens"))
