@@ -547,8 +547,9 @@ def test_plan_config_at_the_defaults_still_plans():
     from pathlib import Path
     from types import SimpleNamespace
 
+    from dcpsim.commands.plan import PLAN_OWNED
     from dcpsim.commands.plan_checks import check_config_fields
     from dcpsim.run.load import load_config
 
     path = str(Path(__file__).resolve().parents[1] / "examples" / "simulate_default.toml")
-    check_config_fields(SimpleNamespace(config=path, gbs=None, gbs_tokens=None), load_config(path))
+    check_config_fields(SimpleNamespace(config=path, gbs=None, gbs_tokens=None), load_config(path), PLAN_OWNED, True)

@@ -384,7 +384,7 @@ def run(args) -> int:
     from dcpsim.commands.plan_checks import check_config_fields
 
     loaded = load_config(args.config) if args.config else None
-    check_config_fields(args, loaded)
+    check_config_fields(args, loaded, PLAN_OWNED, _config_workload(args) is not None)
     base = config_from_args(args, loaded)
     named = args.config or "model.name" in config_updates(args)[0]
     model = args.model if args.model is not None else (base.model.name if named else DEFAULTS["model"])

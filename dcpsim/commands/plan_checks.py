@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 
-def check_config_fields(args, cfg) -> None:
+def check_config_fields(args, cfg, owned_fields: dict[str, str], named: bool) -> None:
     """A --config field the plan sets itself (cluster.gpus, hardware.gpu, policy.name, the layout, a workload
     field when the file names no workload) at a value other than its default is refused, naming the flag to use
     (a value at its default states nothing: the shipped examples/simulate_default.toml, every field written out,
-    still plans); a workload.gbs the file states may not be overridden by --gbs or --gbs-tokens either."""
-    from dcpsim.commands.plan import PLAN_OWNED, _config_workload
+    still plans); a workload.gbs the file states may not be overridden by --gbs or --gbs-tokens either.
+    owned_fields: field (or 'section.' prefix) -> the flag that sets it; named: the file names its workload."""
     from dcpsim.errors import ConfigError
     from dcpsim.run.config import RunConfig
 
     if cfg is None:
         return
-    default, named = RunConfig(), _config_workload(args) is not None
-    for owned, flag in PLAN_OWNED.items():
+    default = RunConfig()
+    for owned, flag in owned_fields.items():
         section, _, field = owned.partition(".")
         fields = [field] if field else ([] if named else list(type(getattr(cfg, section)).model_fields))
         for name in fields:
