@@ -179,3 +179,22 @@ def test_api_failures_and_base_config_must_agree():
     base = RunConfig().with_updates({"sim.gpu_mtbf_h": 1000.0})
     with pytest.raises(ConfigError, match="sim.gpu_mtbf_h"):
         _plan(1e11, base=base, failures=FailureModel(gpu_mtbf_h=2000.0))
+
+
+def test_young_daly_where_the_first_order_formula_does_not_apply_is_no_figure(tmp_path, capsys):
+    """512 GPUs at a GPU MTBF of 100 h: a job MTBF (0.20 h) no longer than restart + half a checkpoint segment.
+    The formula's clamped 0 was printed as 'Young/Daly 0.0%' beside a simulated 34.7%; it is n/a with the reason
+    in the text, plan.md and JSON (null plus goodput_young_daly_note); the simulated goodput is unchanged."""
+    from dcpsim.cli import main
+
+    argv = ["plan", "--no-progress", "--model", "llama2-7b", "--gpus", "h100-sxm:2", "--sizes", "512", "--policies",
+            "packing", "--mtbf-gpu-hours", "100"]
+    assert main([*argv, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)["rows"][0]
+    assert r["goodput_young_daly"] is None and r["goodput"] > 0.2, r
+    assert r["goodput_young_daly_note"].startswith("n/a (job MTBF 0.20 h <= restart + half a checkpoint segment")
+    assert main([*argv, "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    md = (tmp_path / "rep" / "plan.md").read_text()
+    for text in (out, md):
+        assert "Young/Daly n/a (job MTBF 0.20 h" in text and "Young/Daly 0.0%" not in text, text

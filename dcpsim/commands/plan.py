@@ -459,7 +459,7 @@ def _display_row(r: dict) -> dict:
     std = r.get("goodput_std")
     sim = isinstance(r.get("goodput_sim"), float) and r["goodput_sim"] == r["goodput_sim"]
     r["goodput_sim"] = f"{_pct(r['goodput'])} ± {100 * std:.1f}" if sim else "-"
-    r["young_daly"] = _pct(r.get("goodput_young_daly"))
+    r["young_daly"] = _pct(r.get("goodput_young_daly")) or ("n/a" if r.get("goodput_young_daly_note") else "")
     r["failures"] = r.get("expected_failures")
     from dcpsim.planning.trust import band_text
 
@@ -499,7 +499,8 @@ def _print_plan(plan, top: int, model: str, tokens: float) -> None:
 
 NOTES = ("network: the mode of the row's throughput (layouts are searched on ideal). goodput (sim): useful share of "
          "wall time, mean ± std over the simulated long runs (failures, checkpoint/restart, slow episodes; each over "
-         "the row's planned duration); Young/Daly: the first-order analytic expectation of the same failure inputs. "
+         "the row's planned duration); Young/Daly: the first-order analytic expectation of the same failure inputs "
+         "(n/a where the job MTBF is no longer than restart + half a checkpoint segment: the formula does not apply). "
          "failures: expected failures (wall time / job MTBF). days: time to train / goodput (sim); days range: "
          "fastest seed at the best long run .. slowest at the worst. (80%): the prediction band of the figure (below).")
 

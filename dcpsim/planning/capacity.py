@@ -262,13 +262,16 @@ def _goodput_columns(df, failures: FailureModel) -> None:
     yd = pd.Series([failures.goodput(int(g)) for g in df["gpus"]], index=df.index, dtype=float)
     if "goodput_young_daly" in df.columns:  # the long run's own (checkpoints rounded to whole iterations)
         yd = df["goodput_young_daly"].astype(float).fillna(yd)
-    df["goodput_young_daly"] = yd
+    na = yd <= 0  # the formula's clamp: no figure where a failure loses more than the job MTBF
+    df["goodput_young_daly"] = yd.where(~na)
+    df["goodput_young_daly_note"] = [failures.first_order_note(int(g)) if n else None
+                                     for g, n in zip(df["gpus"], na, strict=True)]
     for c in ("goodput_sim", "goodput_std", "goodput_min", "goodput_max", "inv_goodput_std", "failures_per_run",
               "long_run_horizon_h", "long_run_seeds"):
         if c not in df.columns:
             df[c] = np.nan
     sim = df["goodput_sim"].notna()
-    df["goodput"] = np.where(sim, df["goodput_sim"], df["goodput_young_daly"])
+    df["goodput"] = np.where(sim, df["goodput_sim"], yd)
     df["goodput_source"] = [f"long-run simulation, {int(k)} seeds" if s else "Young/Daly (first order)"
                             for s, k in zip(sim, df["long_run_seeds"].fillna(0), strict=True)]
     df["checkpoint_interval_min"] = [failures.checkpoint_interval_s(int(g)) / 60.0 for g in df["gpus"]]
@@ -522,11 +525,12 @@ def _describe(r) -> str:
 
 def _goodput_text(r) -> str:
     """``goodput 97.1% ± 0.3 (long run, 8 seeds; Young/Daly 97.0%)`` or the Young/Daly figure alone."""
-    yd = r.get("goodput_young_daly")
+    from dcpsim.report.plan_report import young_daly_text
+
     std = r.get("goodput_std")
     if isinstance(std, float) and std == std and r.get("goodput_sim") == r.get("goodput_sim"):
         return (f"goodput {100 * r['goodput']:.1f}% ± {100 * std:.1f} over {int(r['long_run_seeds'])} simulated long "
-                f"runs; Young/Daly {100 * yd:.1f}%; {r.get('network', 'ideal')} network")
+                f"runs; Young/Daly {young_daly_text(r)}; {r.get('network', 'ideal')} network")
     return f"goodput {100 * r['goodput']:.1f}% (Young/Daly)"
 
 

@@ -80,6 +80,13 @@ class FailureModel:
         return first_order_goodput(self.system_mtbf_s(gpus), self.checkpoint_interval_s(gpus),
                                    self.checkpoint_s, self.restart_s)
 
+    def first_order_note(self, gpus: int) -> str:
+        """Why the first-order goodput does not apply on ``gpus`` GPUs (its clamped 0 is no figure): the job
+        MTBF is no longer than a failure's loss, restart plus half a checkpoint segment."""
+        lost_s = self.restart_s + (self.checkpoint_interval_s(gpus) + self.checkpoint_s) / 2.0
+        return (f"n/a (job MTBF {self.system_mtbf_s(gpus) / 3600:.2f} h <= restart + half a checkpoint segment, "
+                f"{lost_s / 3600:.2f} h; the first-order formula does not apply)")
+
     def expected_failures(self, gpus: int, wall_s: float) -> float:
         """Expected number of failures in ``wall_s`` seconds of wall time on ``gpus`` GPUs."""
         return wall_s / self.system_mtbf_s(gpus)

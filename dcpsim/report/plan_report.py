@@ -57,6 +57,12 @@ def chosen_row(df, deadline_days: float | None = None):
     return ok.sort_values(["cost", "effective_time_h"]).iloc[0]
 
 
+def young_daly_text(r: Any) -> str:
+    """``97.0%``, or why the first-order figure does not apply (``n/a (job MTBF ...)``)."""
+    yd = r.get("goodput_young_daly")
+    return f"{100 * yd:.1f}%" if isinstance(yd, float) and yd == yd else str(r.get("goodput_young_daly_note") or "-")
+
+
 def _f(v: Any, fmt: str = "{:,.0f}") -> str:
     return fmt.format(v) if isinstance(v, (int, float)) and v is not None and math.isfinite(float(v)) else "-"
 
@@ -115,7 +121,7 @@ def markdown(plan, *, title: str, deadline_days: float | None = None, png_name: 
                   f"Simulated long runs ({int(r.get('long_run_seeds', 0) or 0)} seeds over the planned duration): "
                   f"goodput {_f(100 * r.get('goodput', math.nan), '{:.1f}')}% "
                   f"± {_f(100 * (r.get('goodput_std') or 0.0), '{:.1f}')} (Young/Daly "
-                  f"{_f(100 * r.get('goodput_young_daly', math.nan), '{:.1f}')}%), expected failures "
+                  f"{young_daly_text(r)}), expected failures "
                   f"{_f(r.get('expected_failures'), '{:.1f}')}; failure inputs: {_failure_text(req.get('failures', ''))}.", ""]
     lines += ["## Profiles", ""] + [f"- {lab}" for lab in dict.fromkeys(df.get("profile_label", []))] + [""]
     if plan.warnings:
