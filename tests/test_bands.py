@@ -197,6 +197,20 @@ def test_plan_report_and_bands_on_the_output(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == [".dcpsim-manifest.json", "plan.md", "plan.png"]
 
 
+def test_plan_report_without_a_band_says_so(tmp_path, capsys):
+    """plan.md of a row with no band read 'Band: **none**: <why>. It covers the time model's ... error': 'It' was
+    the band that is not there. It says the figures carry no interval and what a band would cover."""
+    from dcpsim.cli import main
+
+    out = tmp_path / "report"
+    assert main(["plan", "--model", "llama2-7b", "--gpus", "h100-sxm-datasheet:2", "--sizes", "64", "--policies",
+                 "packing", "--no-progress", "--out", str(out)]) == 0
+    capsys.readouterr()
+    line = next(x for x in (out / "plan.md").read_text().splitlines() if x.startswith("Band: "))
+    assert line.startswith("Band: **none**: profile h100-sxm-datasheet is not calibrated") and "It covers" not in line
+    assert "The figures above carry no interval; a band would cover only the time model's" in line, line
+
+
 def test_shipped_residuals_match_the_shipped_calibrated_profiles():
     """A refitted calibrated profile makes the shipped residuals stale: rebuild them (`dcpsim bands build`)."""
     from dcpsim.hardware.defaults import calibration_info

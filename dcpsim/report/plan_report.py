@@ -63,6 +63,17 @@ def young_daly_text(r: Any) -> str:
     return f"{100 * yd:.1f}%" if isinstance(yd, float) and yd == yd else str(r.get("goodput_young_daly_note") or "-")
 
 
+def _band_line(r: dict) -> str:
+    """What the chosen row's band rests on and what it covers, or that there is none and why."""
+    what = ("the time model's steady-state throughput error (split conformal on the out-of-sample log errors of the "
+            "nearest validated runs; `dcpsim bands`), not the failure model")
+    if not r.get("band_basis"):
+        return (f"Band: **none**: {str(r.get('band_reason', '')).rstrip('.')}. The figures above carry no interval; "
+                f"a band would cover only {what}.")
+    return (f"Band: {r['band_level']:.0%} prediction interval from {r['band_basis']}"
+            + (f"; **{r['band_caveat']}**" if r.get("band_caveat") else "") + f". It covers {what}.")
+
+
 def _f(v: Any, fmt: str = "{:,.0f}") -> str:
     return fmt.format(v) if isinstance(v, (int, float)) and v is not None and math.isfinite(float(v)) else "-"
 
@@ -100,11 +111,7 @@ def markdown(plan, *, title: str, deadline_days: float | None = None, png_name: 
                   f"| GPU-hours | {_f(r.get('gpu_hours'))} | {_band(r, 'gpu_hours')} |",
                   f"| cost | {_f(r.get('cost'))} | {_band(r, 'cost')} |",
                   f"| peak memory per GPU | {_f(r.get('peak_memory_gib'), '{:.1f}')} GiB | |", "",
-                  "Band: " + (f"{r['band_level']:.0%} prediction interval from {r['band_basis']}" if r.get("band_basis")
-                              else f"**none**: {r.get('band_reason', '')}")
-                  + (f"; **{r['band_caveat']}**" if r.get("band_caveat") else "") + ". It covers the time model's "
-                  "steady-state throughput error (split conformal on the out-of-sample log errors of the nearest "
-                  "validated runs; `dcpsim bands`), not the failure model.", ""]
+                  _band_line(r), ""]
         lines += ["### Where an iteration's time goes", "", "| part | seconds per iteration | share |",
                   "|---|---:|---:|"]
         it = float(r.get("iteration_time_s") or math.nan)
