@@ -96,6 +96,15 @@ def test_bad_specs_name_the_field(tmp_path, axes, field):
     assert ei.value.field == field
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_an_empty_sweep_name_is_refused(name):
+    """[sweep] name = "" printed ': 24 runs' and ran; refused like every empty text in a run config."""
+    with pytest.raises(ConfigError, match="non-empty text") as ei:
+        sweep_spec_from_dict({"sweep": {"name": name}, "axes": {"cluster.gpus": [32]}})
+    assert ei.value.field == "sweep.name"
+    assert sweep_spec_from_dict({"axes": {"cluster.gpus": [32]}}).name == "sweep"  # no name: the default
+
+
 def test_base_from_file_and_invalid_combination_is_a_row(tmp_path):
     (tmp_path / "run.toml").write_text(SMALL_BASE.replace("[base]", ""))
     spec = sweep_spec_from_dict({"base": "run.toml", "axes": {"cluster.gpus": [32, 36]}}, base_dir=tmp_path)

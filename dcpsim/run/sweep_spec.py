@@ -262,18 +262,25 @@ def load_sweep_spec(path: str | Path) -> SweepSpec:
     return SweepSpec(spec.base, spec.groups, spec.name, spec.seed, source=str(p), source_text=text)
 
 
+def _sweep_table(meta: Any, where: str | None) -> tuple[str, int]:
+    """The [sweep] table's name (non-empty: it heads every line about the sweep) and seed."""
+    if not isinstance(meta, dict) or set(meta) - {"name", "seed"}:
+        raise ConfigError("sweep", meta, "a table with optional keys name and seed", where=where)
+    name = str(meta.get("name", "sweep"))
+    if not name.strip():  # printed ': 24 runs' before
+        raise ConfigError("sweep.name", name, "non-empty text (or no name: 'sweep')", where=where)
+    seed = meta.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError("sweep.seed", seed, "a non-negative integer", where=where)
+    return name, seed
+
+
 def sweep_spec_from_dict(d: dict[str, Any], *, where: str | None = None, base_dir: str | Path | None = None) -> SweepSpec:
     """Build a :class:`SweepSpec` from the parsed TOML (``base``, ``sweep``, ``axes`` keys)."""
     unknown = set(d) - {"base", "sweep", "axes"}
     if unknown:
         raise ConfigError("spec", sorted(unknown), "only the top-level keys base, sweep and axes", where=where)
-    meta = d.get("sweep", {})
-    if not isinstance(meta, dict) or set(meta) - {"name", "seed"}:
-        raise ConfigError("sweep", meta, "a table with optional keys name and seed", where=where)
-    name = str(meta.get("name", "sweep"))
-    seed = meta.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError("sweep.seed", seed, "a non-negative integer", where=where)
+    name, seed = _sweep_table(d.get("sweep", {}), where)
 
     base_raw = d.get("base", {})
     if isinstance(base_raw, str):
