@@ -553,3 +553,13 @@ def test_plan_config_at_the_defaults_still_plans():
 
     path = str(Path(__file__).resolve().parents[1] / "examples" / "simulate_default.toml")
     check_config_fields(SimpleNamespace(config=path, gbs=None, gbs_tokens=None), load_config(path), PLAN_OWNED, True)
+
+
+def test_plan_config_takes_example_names(capsys):
+    """`plan --config example:default` loaded the run but then read the name as a path ("expected an existing TOML
+    file"); the checks of the file's fields now read the example itself (here: its gbs against --gbs)."""
+    from dcpsim.cli import main
+
+    assert main(["plan", "--no-progress", "--config", "example:default", "--sizes", "64", "--gbs", "256"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dcpsim: error: --gbs: got ") and "existing TOML" not in err, err

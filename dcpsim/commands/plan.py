@@ -380,6 +380,10 @@ def run(args) -> int:
 
     _check_outputs(args)
     _check_sets(args)
+    if args.config:  # ``example:NAME`` and shipped paths: the file every reader below opens
+        from dcpsim.resources import resolve_input
+
+        args.config = str(resolve_input(args.config))
 
     from dcpsim.commands.plan_checks import check_config_fields
 
