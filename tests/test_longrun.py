@@ -73,3 +73,17 @@ def test_run_simulation_reports_goodput():
     assert 0 < s["goodput_min"] <= s["goodput_mean"] <= s["goodput_max"] < 1
     assert s["slow_gpu_ratio"] > 1.0 and s["degraded_link_ratio"] == 1.0  # no link episodes asked for
     assert s["long_run_seeds"] == 3
+
+
+def test_simulate_long_run_line_gives_no_figure_where_young_daly_does_not_apply():
+    """`dcpsim simulate example:default --set sim.long_run_hours=48 --set sim.gpu_mtbf_h=10` printed 'Young/Daly
+    0.00%' beside a simulated 30.65%: the first-order formula's clamp. The line now says n/a and why; where the
+    formula applies it prints the figure as before."""
+    from dcpsim.commands.simulate import long_run_line
+
+    s = {"long_run_seeds": 8, "goodput_mean": 0.3065, "goodput_std": 0.0184, "goodput_min": 0.28, "goodput_max": 0.34,
+         "young_daly_goodput": 0.0, "failures_mean": 144.5, "checkpoint_every_iterations": 7, "slow_gpu_ratio": 1.0,
+         "degraded_link_ratio": 1.0}
+    line = long_run_line(s, {"sim": {"long_run_hours": 48}})
+    assert "Young/Daly n/a (" in line and "0.00%" not in line.split("Young/Daly")[1].split(",")[0], line
+    assert "Young/Daly 97.10%," in long_run_line(s | {"young_daly_goodput": 0.971}, {"sim": {"long_run_hours": 48}})

@@ -145,9 +145,13 @@ def _base_config(args):
 def long_run_line(s: dict, config: dict) -> str:
     """The long-run mode's result in one line (goodput over the seeds, Young/Daly, failures, episode ratios)."""
     sim = config.get("sim", {})
+    yd = s["young_daly_goodput"]
+    # the first-order formula's clamp (0 where a failure loses at least the job MTBF) is no figure
+    yd = f"{100 * yd:.2f}%" if yd > 0 else ("n/a (restart + half a checkpoint segment >= the job MTBF: the "
+                                            "first-order formula does not apply)")
     return (f"long run ({sim.get('long_run_hours', 0):g} h x {s['long_run_seeds']} seeds, {s.get('network', 'ideal')} "
             f"network): goodput {100 * s['goodput_mean']:.2f}% ± {100 * s['goodput_std']:.2f} "
             f"(min {100 * s['goodput_min']:.2f}%, max {100 * s['goodput_max']:.2f}%), Young/Daly "
-            f"{100 * s['young_daly_goodput']:.2f}%, {s['failures_mean']:.1f} failures per run, checkpoint every "
+            f"{yd}, {s['failures_mean']:.1f} failures per run, checkpoint every "
             f"{s['checkpoint_every_iterations']} iterations, slow-GPU x{s['slow_gpu_ratio']:.3f}, degraded-link "
             f"x{s['degraded_link_ratio']:.3f}")
