@@ -232,3 +232,19 @@ def test_gemm_shape_factor_on_many_repeated_token_counts_equals_it_per_value(pre
     ref = np.concatenate([p.gemm_shape_factor(flat[i:i + 1000], 5120, 13824, precision=precision)
                           for i in range(0, flat.size, 1000)]).reshape(m.shape)
     assert got.shape == m.shape and np.array_equal(got, ref)
+
+
+def test_a_cached_profile_cannot_be_changed_in_place_under_later_runs():
+    """get_profile hands every caller one cached object: assigning a field of it (a library user's what-if,
+    ``p.hbm_bytes /= 100``) silently changed every later run_simulation in the process. It is frozen now;
+    a variant is dataclasses.replace, which leaves the cached profile as it was."""
+    import dataclasses
+
+    p = get_profile("h100-sxm")
+    hbm = p.hbm_bytes
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.hbm_bytes = hbm / 100
+    small = dataclasses.replace(p, hbm_bytes=hbm / 100)
+    assert small.hbm_bytes == hbm / 100 and small.gemm_flops_per_s(4096, 5120, 5120) == p.gemm_flops_per_s(
+        4096, 5120, 5120)
+    assert get_profile("h100-sxm").hbm_bytes == hbm

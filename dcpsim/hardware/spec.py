@@ -126,9 +126,12 @@ class Curve:
         return float(math.exp(self.log_x[0])), float(math.exp(self.log_x[-1]))
 
 
-@dataclass
+@dataclass(frozen=True)
 class HardwareProfile:
-    """A GPU (and its node/network) as dcpsim sees it. Units in field names."""
+    """A GPU (and its node/network) as dcpsim sees it. Units in field names.
+
+    Frozen: :func:`dcpsim.hardware.get_profile` hands every caller one cached object, so a field assigned in
+    place would silently change every later run in the process. A variant is ``dataclasses.replace``."""
 
     name: str
     peak_bf16_flops: float
@@ -165,10 +168,10 @@ class HardwareProfile:
         groups: dict[tuple, list] = {}
         for r in self.gemm_rows:
             groups.setdefault((int(r["n"]), int(r["k"])), []).append(r)
-        self._gemm_best = max((r["tflops"] * 1e12 for r in self.gemm_rows), default=0.0)
+        gemm_best = max((r["tflops"] * 1e12 for r in self.gemm_rows), default=0.0)
         if self.timing.has_gemm_model:
             # residual efficiency R = measured / shape factor, held flat outside the rows
-            self._gemm = {
+            gemm = {
                 key: Curve.from_points(
                     [r["tokens"] for r in rs],
                     [r["tflops"] * 1e12 / float(self.gemm_shape_factor(r["tokens"], key[0], key[1])) for r in rs],
@@ -176,7 +179,7 @@ class HardwareProfile:
                 for key, rs in groups.items()
             }
         else:
-            self._gemm = {
+            gemm = {
                 key: Curve.from_points([r["tokens"] for r in rs], [r["tflops"] * 1e12 for r in rs])
                 for key, rs in groups.items()
             }
@@ -184,7 +187,7 @@ class HardwareProfile:
         for r in self.attention_rows:
             key = (r["direction"], bool(r["causal"]), r["layout"], int(r["head_dim"]))
             groups.setdefault(key, []).append(r)
-        self._attn = {
+        attn = {
             key: Curve.from_points(
                 [r["seqlen"] for r in rs], [r["tflops"] * 1e12 for r in rs], below="efficiency"
             )
@@ -193,10 +196,15 @@ class HardwareProfile:
         groups = {}
         for r in self.collective_rows:
             groups.setdefault((r["op"], r["tier"]), []).append(r)
-        self._coll = {
+        coll = {
             key: Curve.from_points([r["bytes"] for r in rs], [r["busbw_gb_per_s"] * 1e9 for r in rs])
             for key, rs in groups.items()
         }
+        # frozen: the derived tables are set once, here (object.__setattr__, as dataclasses' own __init__ does)
+        object.__setattr__(self, "_gemm_best", gemm_best)
+        object.__setattr__(self, "_gemm", gemm)
+        object.__setattr__(self, "_attn", attn)
+        object.__setattr__(self, "_coll", coll)
 
     # ----------------------------------------------------------------- lookups
     def gemm_shape_factor(self, m, n: int, k: int, *, precision: str = "bf16") -> np.ndarray:
