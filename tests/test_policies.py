@@ -157,6 +157,16 @@ def test_too_long_sequence_is_infeasible(name):
     get_policy(name).plan(np.array([3999, 4000]), lay, cost)
 
 
+@pytest.mark.parametrize("name", list_policies())
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_an_infinite_or_nan_length_is_refused_not_planned(name, bad):
+    """Policy.plan([4096, inf], ...) returned a plan for a sequence of -9223372036854775808 tokens: the lengths
+    check compared inf with floor(inf) (equal) and cast it to int64 (a RuntimeWarning, no error)."""
+    lay = Layout(dp=2, cp=2, max_tokens_per_rank=65536)
+    with pytest.raises(ConfigError, match="lengths"):
+        get_policy(name).plan(np.array([4096.0, bad]), lay, cost_model(1, 1, 4))
+
+
 def test_bound_policy_is_not_executable():
     lay = Layout(dp=2, cp=2, max_tokens_per_rank=4096, pp=2)
     cost = cost_model(1, 2, 4)

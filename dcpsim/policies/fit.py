@@ -20,7 +20,9 @@ def check_lengths(lengths) -> np.ndarray:
     arr = np.asarray(lengths)
     if arr.ndim != 1:
         raise ConfigError("lengths", f"array of shape {arr.shape}", "a 1-D array of sequence lengths")
-    if arr.size and (not np.issubdtype(arr.dtype, np.number) or np.any(arr != np.floor(arr)) or arr.min() < 1):
+    # isfinite first: inf == floor(inf), and its cast to int64 is -2**63 (a plan was made for it)
+    if arr.size and (not np.issubdtype(arr.dtype, np.number) or not np.isfinite(arr).all()
+                     or np.any(arr != np.floor(arr)) or arr.min() < 1):
         raise ConfigError("lengths", arr[:8].tolist(), "positive integer token counts")
     return arr.astype(np.int64)
 
