@@ -104,6 +104,16 @@ def test_naive_packer_fails_like_the_code_when_too_few_samples():
         get_policy("packing-pr2959").plan(np.array([10, 10]), Layout(dp=8, cp=1, max_tokens_per_rank=100), _cost(8))
 
 
+def test_naive_packer_with_no_sample_is_infeasible_not_an_index_error():
+    """An empty batch (or one whose every sequence is dropped as too long) raised a bare IndexError from
+    ``packs[-1]``; every other policy plans it. Megatron's packer has no last pack to repeat: InfeasibleError."""
+    lay = Layout(dp=2, cp=1, max_tokens_per_rank=100)
+    with pytest.raises(InfeasibleError, match="no sample to pack"):
+        get_policy("packing-pr2959").plan(np.array([], dtype=np.int64), lay, _cost(2))
+    with pytest.raises(InfeasibleError, match="1 dropped as too long"):
+        get_policy("packing-pr2959", too_long="drop").plan(np.array([500]), lay, _cost(2))
+
+
 def test_repeated_sequences_are_validated():
     lay = Layout(dp=2, cp=1, max_tokens_per_rank=100)
     plan = get_policy("packing-pr2959").plan(np.array([60, 30, 50, 20, 90]), lay, _cost(2))

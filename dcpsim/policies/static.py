@@ -521,6 +521,9 @@ class NaivePackingPolicy(Policy):
                 cur, used = [i], t
         if cur:
             packs.append(cur)
+        if not packs:  # no sample (an empty batch, or every one dropped): the code has no last pack to repeat
+            raise InfeasibleError("capacity", f"packing-pr2959: no sample to pack ({len(dropped)} dropped as too long, "
+                                  f"{lengths.size} in the batch); Megatron's naive packer needs at least one")
         packs.append(packs[-1])  # the last pack once more: the same list, as in the code
         need = (-len(packs)) % dp
         k = len(packs) - 1
