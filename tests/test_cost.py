@@ -155,6 +155,22 @@ def test_bad_lengths():
         CM.pack_cost([], 1)
 
 
+@pytest.mark.parametrize("lengths, cp, field", [([4096.7], 1, "lengths"), ([np.nan], 1, "lengths"),
+                                                ([np.inf], 1, "lengths"), (["4096"], 1, "lengths"),
+                                                ([True], 1, "lengths"), ([4096], 2.5, "cp"), ([4096], "2", "cp")])
+def test_pack_cost_refuses_fractional_or_non_numeric_input_naming_it(lengths, cp, field):
+    """pack_cost cast lengths and cp to int64 first: [4096.7] was costed as 4096 tokens and cp=2.5 as cp=2
+    without a word, and nan/inf ended in numpy's ValueError/OverflowError."""
+    with pytest.raises(ConfigError) as ei:
+        CM.pack_cost(lengths, cp)
+    assert ei.value.field == field
+
+
+def test_pack_cost_takes_whole_floats_and_numpy_integers_as_before():
+    want = CM.pack_cost([4096, 1024], 2)
+    assert CM.pack_cost(np.array([4096.0, 1024.0]), np.int64(2)) == want
+
+
 def test_elementwise_term_is_memory_bound_closed_form():
     cm = CostModel.build("h100-sxm", "llama-13b", pp=40, recompute="none")
     pc = cm.pack_cost([4096, 4096], 1, check_memory=False)

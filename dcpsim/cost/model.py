@@ -159,9 +159,14 @@ class CostModel:
         Raises :class:`InfeasibleError` when the pack does not fit in memory
         (``check_memory``) or the CP size does not divide the heads (``a2a``).
         """
-        lengths = np.asarray(lengths, dtype=np.int64)
-        if lengths.ndim != 1 or lengths.size == 0 or (lengths <= 0).any():
-            raise ConfigError("lengths", lengths.tolist()[:8], "a non-empty list of positive token counts")
+        arr = np.asarray(lengths)
+        # checked before the int64 cast, which truncated 4096.7 and 2.5 silently and failed on nan/inf in numpy
+        if (arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iuf" or not np.isfinite(arr).all()
+                or (arr != np.floor(arr)).any() or (arr <= 0).any()):
+            raise ConfigError("lengths", arr.tolist()[:8], "a non-empty list of positive integer token counts")
+        if not isinstance(cp, int | np.integer) or isinstance(cp, bool):
+            raise ConfigError("cp", cp, "an integer CP size >= 1")
+        lengths = arr.astype(np.int64)
         out = self.batch_cost(lengths, np.zeros(lengths.size, dtype=np.int64), np.array([cp]), np.array([spans_network]))
         pc = out.pack(0)
         if check_memory and not pc.fits_memory:
