@@ -248,3 +248,17 @@ def test_a_cached_profile_cannot_be_changed_in_place_under_later_runs():
     assert small.hbm_bytes == hbm / 100 and small.gemm_flops_per_s(4096, 5120, 5120) == p.gemm_flops_per_s(
         4096, 5120, 5120)
     assert get_profile("h100-sxm").hbm_bytes == hbm
+
+
+@pytest.mark.parametrize("bad", [None, 3, 2.5, ["h100-sxm"]])
+def test_get_profile_and_get_model_refuse_a_non_name_naming_it(bad):
+    """get_profile(None) and get_model(3) raised Path()'s bare TypeError ('expected str, bytes or os.PathLike
+    object'), which names neither the argument nor what it takes."""
+    from dcpsim.model import get_model
+
+    with pytest.raises(ConfigError, match="profile name") as ei:
+        get_profile(bad)
+    assert ei.value.field == "gpu"
+    with pytest.raises(ConfigError, match="spec .toml") as ei:
+        get_model(bad)
+    assert ei.value.field == "model"

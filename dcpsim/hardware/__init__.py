@@ -101,6 +101,9 @@ def get_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
     """
     if isinstance(name_or_path, HardwareProfile):
         return name_or_path
+    if not isinstance(name_or_path, str | os.PathLike):  # else Path() raised a bare TypeError
+        raise ConfigError("gpu", name_or_path, f"a profile name ({', '.join(list_profiles())}), a profile folder "
+                          "or a HardwareProfile")
     p = Path(name_or_path)
     if not (p.is_dir() or p.suffix == ".toml"):
         name_or_path = datasheet_base(str(name_or_path)) or name_or_path  # <gpu>-datasheet: the base profile

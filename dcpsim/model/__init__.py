@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -153,6 +154,9 @@ def get_model(name_or_path: str | Path | ModelSpec | Mapping) -> ModelSpec:
         return name_or_path
     if isinstance(name_or_path, Mapping):
         return _spec_from_mapping(dict(name_or_path), "model.name (inline spec)")
+    if not isinstance(name_or_path, str | os.PathLike):  # else Path() raised a bare TypeError
+        raise ConfigError("model", name_or_path, f"one of {list_models()}, a path to a spec .toml, a table of "
+                          "ModelSpec fields or a ModelSpec")
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.is_file():
         return _load_spec(str(p.resolve()), p.stat().st_mtime_ns)
