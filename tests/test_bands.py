@@ -92,6 +92,16 @@ def test_best_mfu_names_its_row_and_source():
     assert t.best_mfu("h100-sxm", "fp8") is None
 
 
+def test_best_mfu_reads_a_datasheet_alias_as_its_gpu():
+    """``<gpu>-datasheet`` is the same GPU: its best run is that GPU's, not any GPU's (plan's warning named
+    H100's 55.6% as 'none on a100-sxm-80gb-datasheet' beside A100's published 52.0%)."""
+    assert bands.base_gpu("a100-sxm-80gb-datasheet") == "a100-sxm-80gb"
+    assert bands.base_gpu("h100-sxm-calibrated") == "h100-sxm" and bands.base_gpu("b200") == "b200"
+    t = bands.BandTable({"rows": _rows([0.0] * 10)})
+    best = t.best_mfu("a100-sxm-80gb-datasheet", "fp16")
+    assert best["same_gpu"] and best["gpu"] == "a100-sxm-80gb" and best["row"] == 10
+
+
 def test_shipped_residuals_are_dcpsims_own():
     """The shipped file was computed by dcpsim from the suite: measured values are the CSV's, each
     log error is ln(simulated / measured) of the stored simulation, held-out rows' out-of-sample error is

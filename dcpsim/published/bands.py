@@ -74,9 +74,12 @@ def bands_path() -> Path:
 
 
 def base_gpu(profile: str) -> str:
-    """The base (datasheet) profile name of ``profile`` (``h100-sxm-calibrated`` -> ``h100-sxm``)."""
+    """The base (datasheet) profile name of ``profile`` (``h100-sxm-calibrated`` and ``h100-sxm-datasheet``
+    -> ``h100-sxm``)."""
+    from dcpsim.hardware import datasheet_base
+
     name = Path(str(profile)).name
-    return name.removesuffix(CALIBRATED_SUFFIX)
+    return datasheet_base(name) or name.removesuffix(CALIBRATED_SUFFIX)
 
 
 # ---------------------------------------------------------------- building the residual file
