@@ -77,3 +77,13 @@ def test_cli_set_network_scale_tiny_exits_2(capsys):
     assert main(["simulate", str(example), "--set", "hardware.network_scale=1e-300"]) == 2
     err = capsys.readouterr().err
     assert "hardware.network_scale" in err and "0.001" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("updates, field", [([("cluster.gpus", 64)], "updates"), (None, "updates"),
+                                            ({3: 64}, "3"), ({("cluster", "gpus"): 64}, "('cluster', 'gpus')")])
+def test_with_updates_refuses_a_non_mapping_or_a_non_text_path_naming_it(updates, field):
+    """RunConfig().with_updates([('cluster.gpus', 64)]) raised "'list' object has no attribute 'items'" and
+    {3: 64} "'int' object has no attribute 'split'" (bare AttributeErrors from inside)."""
+    with pytest.raises(ConfigError) as ei:
+        RunConfig().with_updates(updates)
+    assert ei.value.field == field

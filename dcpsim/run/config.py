@@ -404,8 +404,14 @@ class RunConfig(_Section):
         ``names`` maps a dotted path to the name the user gave it (a CLI flag
         such as ``--cp``), so errors name that instead.
         """
+        if not isinstance(updates, Mapping):  # else .items() raised a bare AttributeError
+            raise ConfigError("updates", type(updates).__name__, "a mapping of dotted paths to values "
+                              "({'parallel.cp': 4})", where=where)
         d = self.model_dump(mode="python")
         for path, value in updates.items():
+            if not isinstance(path, str):
+                raise ConfigError(str(path), value, "a dotted config path section.field as text (e.g. 'parallel.cp')",
+                                  where=where)
             try:
                 set_dotted(d, path, value)
             except ConfigError as exc:
