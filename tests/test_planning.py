@@ -563,3 +563,21 @@ def test_plan_config_takes_example_names(capsys):
     assert main(["plan", "--no-progress", "--config", "example:default", "--sizes", "64", "--gbs", "256"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dcpsim: error: --gbs: got ") and "existing TOML" not in err, err
+
+
+@pytest.mark.parametrize("field, value, flag", [
+    ("sizes", "64", "--sizes"), ("sizes", (64.5,), "--sizes"), ("tokens", "1T", "--tokens"),
+    ("gpu_prices", {"h100-sxm": float("nan")}, "--gpus h100-sxm"), ("deadline_days", -1.0, "--deadline"),
+    ("iterations", 0, "--iterations"), ("simulate", 0, "--simulate"), ("base", {"cluster": {"gpus": 64}}, "base"),
+    ("policies", "packing", "--policies")])
+def test_capacity_request_values_are_checked_before_they_are_read(field, value, flag):
+    """plan_capacity read sizes='64' as the GPU counts 6 and 4 and (64.5,) as 64, costed a NaN price, took
+    iterations=0 and simulate=0 for the defaults (1 simulated layout recorded as 0), and failed deep inside on
+    tokens='1T' (TypeError) and a dict as base (AttributeError). Each is refused before any search."""
+    from dcpsim.planning import CapacityRequest, plan_capacity
+
+    runs = []
+    req = CapacityRequest(**({"sizes": (64,), "policies": ("packing",), "seeds": 1, "simulate": 1} | {field: value}))
+    with pytest.raises(ConfigError) as ei:
+        plan_capacity(req, runner=lambda *a, **k: runs.append(a))
+    assert ei.value.field == flag and not runs

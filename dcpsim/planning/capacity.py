@@ -43,7 +43,7 @@ from typing import Any
 
 from dcpsim.errors import ConfigError
 from dcpsim.planning.failures import FailureModel
-from dcpsim.planning.inputs import DataSpec, make_data_spec, parse_gpu_prices
+from dcpsim.planning.inputs import DataSpec, check_request_values, make_data_spec, parse_gpu_prices
 from dcpsim.planning.search import DEFAULT_SIMULATE, search_layouts
 from dcpsim.planning.space import SearchSpace
 from dcpsim.planning.tasks import Task, TaskSettings
@@ -392,6 +392,7 @@ def plan_capacity(request: CapacityRequest, *, jobs: int | None = 1, progress: b
     evaluated under ``sim.network`` with the long-run fault simulation (:mod:`dcpsim.planning.evaluate`).
     """
     r = request
+    check_request_values(r)
     model, workload, tokens, gpu_prices, sizes = r.model, r.workload, r.tokens, r.gpu_prices, r.sizes
     data, seq_len, gbs, gbs_tokens, max_gbs_tokens = r.data, r.seq_len, r.gbs, r.gbs_tokens, r.max_gbs_tokens
     policies, deadline_days, space, base, batch_scaling = r.policies, r.deadline_days, r.space, r.base, r.batch_scaling

@@ -19,6 +19,7 @@ common cases.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,39 @@ def parse_gpu_prices(text: str) -> dict[str, float]:
     if not out:
         raise ConfigError("--gpus", text, "at least one GPU:PRICE pair")
     return out
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def check_request_values(r: Any) -> None:
+    """The numbers and lists of a :class:`~dcpsim.planning.CapacityRequest`, checked before they are read:
+    ``int()`` made the sizes ``"64"`` GPU counts 6 and 4 and ``64.5`` 64, a NaN price costed every row NaN,
+    ``iterations=0`` meant the default, and a string of tokens or a dict as ``base`` failed deep inside."""
+    from dcpsim.run.config import RunConfig
+
+    if not _real(r.tokens):
+        raise ConfigError("--tokens", r.tokens, "a positive number of training tokens (parse_token_count reads '2T')")
+    if isinstance(r.sizes, str | bytes | numbers.Number) or not all(_positive_int(s) for s in r.sizes):
+        raise ConfigError("--sizes", r.sizes, "a list of positive integer GPU counts, e.g. (512, 1024)")
+    if isinstance(r.policies, str | bytes):
+        raise ConfigError("--policies", r.policies, "a list of policy names, e.g. ('packing', 'dynamic')")
+    for name, price in ({} if isinstance(r.gpu_prices, str) else dict(r.gpu_prices)).items():
+        if not _real(price) or not math.isfinite(price) or price < 0:
+            raise ConfigError(f"--gpus {name}", price, "a finite price per GPU-hour >= 0")
+    if r.deadline_days is not None and (not _real(r.deadline_days) or not math.isfinite(r.deadline_days)
+                                        or r.deadline_days <= 0):
+        raise ConfigError("--deadline", r.deadline_days, "a positive number of days (or None: no deadline)")
+    for flag, v in (("--simulate", r.simulate), ("--seeds", r.seeds), ("--iterations", r.iterations)):
+        if not (v is None and flag == "--iterations") and not _positive_int(v):
+            raise ConfigError(flag, v, "a positive integer" + (" (or None: the default)" if flag == "--iterations" else ""))
+    if r.base is not None and not isinstance(r.base, RunConfig):
+        raise ConfigError("base", type(r.base).__name__, "a RunConfig (RunConfig().with_updates({...}) or load_config)")
 
 
 def parse_duration_days(text: str | float | None) -> float | None:
