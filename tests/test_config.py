@@ -87,3 +87,27 @@ def test_with_updates_refuses_a_non_mapping_or_a_non_text_path_naming_it(updates
     with pytest.raises(ConfigError) as ei:
         RunConfig().with_updates(updates)
     assert ei.value.field == field
+
+
+@pytest.mark.parametrize("kw, field", [
+    ({"batches": [[4096.5] * 8]}, "batches[0]"), ({"batches": [[float("nan")] * 8]}, "batches[0]"),
+    ({"batches": [[float("inf")] * 8]}, "batches[0]"), ({"plans": []}, "plans"), ({"plans": [1]}, "plans")])
+def test_run_simulation_checks_what_it_is_handed_beside_the_config(kw, field):
+    """run_simulation cast given batches to int64: [4096.5] was simulated as 4096 tokens without a word and nan
+    reached the lengths check as -9223372036854775808 (a numpy RuntimeWarning); plans=[] simulated nothing
+    (iteration_time_s 0.0) and plans=[1] raised "'int' object has no attribute 'steps'"."""
+    from dcpsim.run.single import run_simulation
+
+    with pytest.raises(ConfigError) as ei:
+        run_simulation(RunConfig(), **kw)
+    assert ei.value.field == field
+
+
+@pytest.mark.parametrize("cfg", ["example.toml", {"cluster": {"gpus": 64}}, None])
+def test_run_simulation_refuses_a_config_that_is_not_a_run_config(cfg):
+    """It raised "'str' object has no attribute 'parallel'"."""
+    from dcpsim.run.single import run_simulation
+
+    with pytest.raises(ConfigError, match="a RunConfig") as ei:
+        run_simulation(cfg)
+    assert ei.value.field == "cfg"

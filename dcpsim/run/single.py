@@ -44,6 +44,7 @@ from dcpsim.model.accounting import throughput
 from dcpsim.pipeline import activations_in_flight
 from dcpsim.policies.plan import Layout, Plan, cp_histogram_of
 from dcpsim.run.config import RunConfig
+from dcpsim.run.given import batch_lengths, check_given
 from dcpsim.run.reuse import reused, run_key, simulator_part
 from dcpsim.run.streams import NAMES, Streams, stream
 from dcpsim.sim import (
@@ -271,6 +272,7 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
 
 def _prepare(cfg: RunConfig, batches, plans) -> _Run:
     """Cost model, layout, random streams, simulator, and the source of plans (policy + workload)."""
+    check_given(cfg, batches, plans)
     key = run_key(cfg)  # inside a sweep task (dcpsim.run.reuse): the parts earlier runs built are reused
     cost, layout = reused(key, "cost", lambda: (c := build_cost_model(cfg), build_layout(cfg, c)))
     streams = _streams(cfg.sim.seed)
@@ -348,7 +350,7 @@ def _next_plan(run: _Run, i: int) -> tuple[Plan, float]:
         t0 = time.perf_counter()
         plan = _window_plan(run.cfg, run.fixed, run.layout, run.streams["workload"])
         return plan, time.perf_counter() - t0
-    lengths = _batch_lengths(run.cfg, i, run.batches, run.dist, run.fixed, run.streams["workload"])
+    lengths = batch_lengths(run.cfg, i, run.batches, run.dist, run.fixed, run.streams["workload"])
     t0 = time.perf_counter()
     plan = plan_batch(run.policy, lengths, run.layout, run.cost, run.streams["policy"], run.cfg)
     return plan, time.perf_counter() - t0
@@ -492,17 +494,6 @@ def _fixed_workload(cfg: RunConfig):
     return fixed
 
 
-def _batch_lengths(cfg: RunConfig, i: int, batches, dist, fixed, rng: np.random.Generator) -> np.ndarray:
-    """Sequence lengths of iteration ``i``: given, full fixed-length windows, or sampled."""
-    if batches is not None:
-        return np.asarray(batches[i], dtype=np.int64)
-    if fixed is not None:
-        return fixed.sample_windows(cfg.workload.gbs, rng)[0]
-    from dcpsim.workload import sample_global_batch
-
-    return sample_global_batch(dist, cfg.workload.gbs, rng)
-
-
 def sample_batches(cfg: RunConfig, n: int | None = None) -> list[np.ndarray]:
     """The first ``n`` (default ``sim.iterations``) global batches :func:`run_simulation` draws for ``cfg``: the
     same workload stream (``sim.seed``), the same code, in order, so a caller that simulates them with
@@ -521,7 +512,7 @@ def sample_batches(cfg: RunConfig, n: int | None = None) -> list[np.ndarray]:
 
         w = cfg.workload
         dist = get_workload(w.name, min_len=w.min_len, max_len=w.max_len, clip=w.clip)
-    return [_batch_lengths(cfg, i, None, dist, fixed, rng) for i in range(n)]
+    return [batch_lengths(cfg, i, None, dist, fixed, rng) for i in range(n)]
 
 
 def _window_plan(cfg: RunConfig, fixed, layout: Layout, rng: np.random.Generator) -> Plan:
