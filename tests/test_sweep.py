@@ -523,3 +523,12 @@ def test_a_sweep_inside_another_sweeps_results_is_refused(tmp_path, capsys):
         assert capsys.readouterr().err.startswith(f"dcpsim: error: --out: got '{inner}'; expected a folder outside")
     assert sorted(p.name for p in (a / "results").iterdir()) == before
     assert main([*argv, "--out", str(a / "b")]) == 0  # beside the results: fine
+
+
+def test_load_results_of_a_missing_folder_is_refused_not_an_empty_table(tmp_path):
+    """load_results('typo') returned an empty DataFrame, read by a caller as a sweep with no rows yet."""
+    with pytest.raises(ConfigError, match="an existing sweep folder") as ei:
+        load_results(tmp_path / "no-such-sweep")
+    assert ei.value.field == "out_dir"
+    (tmp_path / "empty").mkdir()
+    assert load_results(tmp_path / "empty").empty  # an existing folder with no parts yet is still an empty table

@@ -222,6 +222,8 @@ def load_results(out_dir: str | Path, *, dedupe: bool = True, status: str | tupl
     """
     import pandas as pd
 
+    if not Path(out_dir).is_dir():  # a mistyped folder read as a sweep with no rows yet
+        raise ConfigError("out_dir", str(out_dir), "an existing sweep folder (the out_dir run_sweep wrote)")
     if warn:
         _warn_foreign(out_dir)
     tables = [t for t in (_read_part(p) for p in _part_files(out_dir)) if t is not None and t.num_rows]
