@@ -581,3 +581,21 @@ def test_capacity_request_values_are_checked_before_they_are_read(field, value, 
     with pytest.raises(ConfigError) as ei:
         plan_capacity(req, runner=lambda *a, **k: runs.append(a))
     assert ei.value.field == flag and not runs
+
+
+def test_screen_first_batch_follows_a_rewritten_lengths_file(tmp_path):
+    """The screen's first-batch cache was keyed by the lengths file's path: a file rewritten in the same
+    process (a library user's second plan_capacity) was screened with the batch of its old content, while
+    run_simulation (get_workload reads the file each time) simulated the new one."""
+    import os
+
+    from dcpsim.planning.inputs import DataSpec
+    from dcpsim.planning.screen import first_batch
+
+    f = tmp_path / "lengths.txt"
+    f.write_text("\n".join(["1000"] * 50) + "\n")
+    data = DataSpec(seq_len=None, workload=str(f), gbs=16, mean_len=1000.0, max_len=131072, min_len=256)
+    assert set(first_batch(data, 16, 0).tolist()) == {1000}
+    f.write_text("\n".join(["3000"] * 60) + "\n")
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))  # a new stamp even on a coarse clock
+    assert set(first_batch(data, 16, 0).tolist()) == {3000}

@@ -403,9 +403,20 @@ def _microbatch_table(cfg: RunConfig, cost, L: int, combos=None) -> dict[tuple[i
     return {cb: {k: float(v[i]) for k, v in parts.items()} for i, cb in enumerate(combos)}
 
 
+def _file_stamp(workload) -> tuple[int, int] | None:
+    """A lengths file's (mtime_ns, size): a file rewritten in the same process is sampled again, not the batch
+    of its old content (get_workload reads the file each time; a key of its path alone went stale)."""
+    import os
+
+    if isinstance(workload, str | os.PathLike) and os.path.isfile(workload):
+        st = os.stat(workload)
+        return st.st_mtime_ns, st.st_size
+    return None
+
+
 def first_batch(data: DataSpec, gbs: int, seed: int) -> np.ndarray:
     """The first global batch ``run_simulation`` samples for ``seed`` (the same workload stream)."""
-    key = (repr(data.workload), data.min_len, data.max_len, gbs, seed)
+    key = (repr(data.workload), _file_stamp(data.workload), data.min_len, data.max_len, gbs, seed)
     lens = _BATCH_CACHE.get(key)
     if lens is None:
         from dcpsim.workload import get_workload, sample_global_batch
