@@ -79,3 +79,17 @@ def test_validate_megatron_ci_cli(tmp_path: Path, capsys) -> None:
     assert "per GPU and split" in text
     for name in ("megatron_ci_validation.csv", "megatron_ci_validation.md", "megatron_ci_parity.png"):
         assert (out / name).is_file()
+
+
+def test_validate_help_says_calibrated_and_out_apply_to_the_ci_suite() -> None:
+    """--calibrated and --out act on --megatron-ci too (experiments/megatron_ci/README.md runs
+    `dcpsim validate --megatron-ci --calibrated`); their help named --published alone."""
+    import argparse
+
+    from dcpsim.commands import validate
+
+    sub = argparse.ArgumentParser().add_subparsers()
+    validate.register(sub)
+    helps = {a.dest: a.help for a in sub.choices["validate"]._actions}
+    for dest in ("calibrated", "out"):
+        assert "--megatron-ci" in helps[dest], (dest, helps[dest])

@@ -38,7 +38,8 @@ def register(sub) -> None:
     p.add_argument("--rows", default=None, help="--published: explicit row ids, comma-separated (overrides --subset)")
     p.add_argument("--suite", default=None, help="--published: suite folder (default experiments/published_throughput)")
     p.add_argument("--calibrated", action="store_true",
-                   help="--published: use each GPU's calibrated profile (<name>-calibrated, from dcpsim calibrate) where one exists")
+                   help="--published and --megatron-ci: use each GPU's calibrated profile (<name>-calibrated, from "
+                   "dcpsim calibrate) where one exists")
     p.add_argument("--profile", default=None, help="profile folder (or shipped name) whose predictions are checked")
     p.add_argument("--model", default=None, help="model name or spec .toml (default: the one the profile measured, else llama-13b)")
     p.add_argument("--scale", type=POS_INT, default=None, help="model shrink factor (default: the profile's)")
@@ -50,7 +51,7 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=POS_INT, default=None, help="maximum timed repeats per pack")
     p.add_argument("--threads", type=POS_INT, default=None, help="torch intra-op threads on a CPU (default: the profile's)")
     p.add_argument("--seed", type=SEED, default=0)
-    p.add_argument("--out", default=None, help="--published: folder for CSV/Markdown/JSON/plot; "
+    p.add_argument("--out", default=None, help="--published / --megatron-ci: folder for CSV/Markdown/JSON/plot; "
                    "--profile: Markdown file (default <profile>/VALIDATION.md)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_force(p)
