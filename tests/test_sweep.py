@@ -532,3 +532,21 @@ def test_load_results_of_a_missing_folder_is_refused_not_an_empty_table(tmp_path
     assert ei.value.field == "out_dir"
     (tmp_path / "empty").mkdir()
     assert load_results(tmp_path / "empty").empty  # an existing folder with no parts yet is still an empty table
+
+
+@pytest.mark.parametrize("options, field", [({"jobs": 1}, "options"), (("executor", "nope"), "options.executor"),
+                                            (("batch_size", 0), "options.batch_size"),
+                                            (("target_task_s", float("nan")), "options.target_task_s")])
+def test_run_sweep_checks_its_options_before_any_folder_is_made(tmp_path, options, field):
+    """A dict of options raised "'dict' object has no attribute 'executor'", an executor named by a string
+    "'str' object has no attribute 'n_workers'", target_task_s=nan numpy's 'cannot convert float NaN to
+    integer', and batch_size=0 ran with adaptive batches (read as unset)."""
+    import dataclasses
+
+    from dcpsim.run.sweep import SweepOptions, run_sweep
+
+    opts = options if isinstance(options, dict) else dataclasses.replace(SweepOptions(jobs=1), **dict([options]))
+    spec = _spec_file(tmp_path, '[axes]\npolicy.name = ["packing"]\n', "opts.toml")
+    with pytest.raises(ConfigError) as ei:
+        run_sweep(spec, tmp_path / "out", opts)
+    assert ei.value.field == field and not (tmp_path / "out").exists()

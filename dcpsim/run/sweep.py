@@ -278,6 +278,21 @@ class SweepOptions:
     confirm_large: bool = False
 
 
+def _checked(o: SweepOptions) -> SweepOptions:
+    """``o``, checked before any folder is made: a dict, an executor given by name, ``batch_size=0`` (read as
+    the adaptive default) and a NaN task target failed deep inside or meant something else."""
+    if not isinstance(o, SweepOptions):
+        raise ConfigError("options", type(o).__name__, "a dcpsim.run.sweep.SweepOptions (e.g. SweepOptions(jobs=4))")
+    if o.executor is not None and not hasattr(o.executor, "n_workers"):
+        raise ConfigError("options.executor", o.executor, "an executor from dcpsim.run.executors or None (local)")
+    b, t = o.batch_size, o.target_task_s
+    if b is not None and (isinstance(b, bool) or not isinstance(b, int) or b < 1):
+        raise ConfigError("options.batch_size", b, "a positive number of runs per task (or None: adaptive)")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
+        raise ConfigError("options.target_task_s", t, "a positive, finite number of seconds per task")
+    return o
+
+
 def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, options: SweepOptions = SweepOptions()) -> SweepResult:
     """Run (or resume) a sweep into ``out_dir``; return what was done.
 
@@ -298,7 +313,7 @@ def run_sweep(spec: SweepSpec | str | Path, out_dir: str | Path, options: SweepO
     own threads), else started by the ``forkserver``: a script that calls this with ``jobs > 1`` needs the
     usual ``if __name__ == "__main__":`` guard, as any multiprocessing code.
     """
-    o = options
+    o = _checked(options)
     executor, runner, progress, figures = o.executor, o.runner, o.progress, o.figures
     if not isinstance(spec, SweepSpec):
         spec = load_sweep_spec(spec)
