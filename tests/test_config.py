@@ -111,3 +111,16 @@ def test_run_simulation_refuses_a_config_that_is_not_a_run_config(cfg):
     with pytest.raises(ConfigError, match="a RunConfig") as ei:
         run_simulation(cfg)
     assert ei.value.field == "cfg"
+
+
+@pytest.mark.parametrize("kw, field", [({"trace_max_tracks": 0}, "trace_max_tracks"),
+                                       ({"trace_max_tracks": 2.5}, "trace_max_tracks"),
+                                       ({"config_hash": 5}, "config_hash")])
+def test_run_simulation_refuses_a_clamped_track_count_or_a_non_text_hash(tmp_path, kw, field):
+    """trace_max_tracks=0 (or -5) drew one track and 2.5 two, without a word; config_hash=5 was written as the
+    run's hash (summary['config_hash'] == 5)."""
+    from dcpsim.run.single import run_simulation
+
+    with pytest.raises(ConfigError) as ei:
+        run_simulation(RunConfig(), trace_path=tmp_path / "t.json", **kw)
+    assert ei.value.field == field and not (tmp_path / "t.json").exists()

@@ -243,6 +243,7 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
     The resolved configuration (``SimResult.config``) is built on first use.
     """
     t_run = time.perf_counter()
+    check_given(cfg, batches, plans, trace_max_tracks=trace_max_tracks, config_hash=config_hash)
     run = _prepare(cfg, batches, plans)
     states = _model_states_verdict(run.cost)
     if states and not allow_infeasible:
@@ -272,7 +273,6 @@ def run_simulation(cfg: RunConfig, *, trace_path: str | Path | None = None,
 
 def _prepare(cfg: RunConfig, batches, plans) -> _Run:
     """Cost model, layout, random streams, simulator, and the source of plans (policy + workload)."""
-    check_given(cfg, batches, plans)
     key = run_key(cfg)  # inside a sweep task (dcpsim.run.reuse): the parts earlier runs built are reused
     cost, layout = reused(key, "cost", lambda: (c := build_cost_model(cfg), build_layout(cfg, c)))
     streams = _streams(cfg.sim.seed)
