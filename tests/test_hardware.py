@@ -262,3 +262,16 @@ def test_get_profile_and_get_model_refuse_a_non_name_naming_it(bad):
     with pytest.raises(ConfigError, match="spec .toml") as ei:
         get_model(bad)
     assert ei.value.field == "model"
+
+
+@pytest.mark.parametrize("change", [{"hbm_bytes": float("nan")}, {"hbm_bytes": -1.0}, {"nic_bw_bytes_per_s": 0.0},
+                                    {"gpus_per_node": 0}, {"peak_bf16_flops": "1e15"}])
+def test_a_profile_variant_is_checked_like_a_loaded_profile(change):
+    """dataclasses.replace(profile, hbm_bytes=nan) built a profile whose cost model failed with numpy's 'cannot
+    convert float NaN to integer'; a NIC of 0 B/s or 0 GPUs per node were taken (load_profile checks these,
+    a variant never met that check)."""
+    import dataclasses
+
+    field = next(iter(change))
+    with pytest.raises(ProfileError, match=f"device.{field}"):
+        dataclasses.replace(get_profile("h100-sxm"), **change)

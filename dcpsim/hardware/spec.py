@@ -161,6 +161,16 @@ class HardwareProfile:
     _memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        # load_profile checks these with their bounds; a variant (dataclasses.replace) comes here only: a NaN HBM
+        # ended in numpy's 'cannot convert float NaN to integer', a NIC of 0 B/s was costed as a network
+        for f in ("peak_bf16_flops", "hbm_bytes", "hbm_bw_bytes_per_s", "nvlink_bw_bytes_per_s", "nic_bw_bytes_per_s"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+                raise ProfileError(f"device.{f}", v, "a positive, finite number", where=self.name)
+        for f in ("gpus_per_node", "nvlink_domain_gpus"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
+                raise ProfileError(f"device.{f}", v, "a positive integer", where=self.name)
         self._build_curves()
 
     # ------------------------------------------------------------------ build
