@@ -133,3 +133,14 @@ def test_one_parameter_count_and_throughput_accounting():
     t = throughput(6e15, 4096, 2.0, 8, 1e15)
     assert t == pytest.approx({"tflops_per_gpu": 375.0, "tokens_per_s": 2048.0, "mfu": 0.375})
     assert np.isnan(throughput(1.0, 1, 0.0, 8, 1e15)["tflops_per_gpu"])
+
+
+@pytest.mark.parametrize("bad", [[-5], [4096, float("nan")], [float("inf")]])
+def test_flops_of_negative_or_non_finite_lengths_is_refused(bad):
+    """ModelSpec.flops([-5]) (and CostModel.flops) returned -385517568000.0 FLOPs and [nan] nan, silently."""
+    from dcpsim.errors import ConfigError
+    from dcpsim.model import get_model
+
+    with pytest.raises(ConfigError, match="lengths"):
+        get_model("llama-13b").flops(bad)
+    assert get_model("llama-13b").flops([]) == 0.0 and get_model("llama-13b").flops([0, 4096]) > 0

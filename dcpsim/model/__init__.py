@@ -96,6 +96,8 @@ class ModelSpec:
     def flops(self, lengths) -> float:
         """Megatron's counted FLOPs for a set of sequences (recompute not counted)."""
         lengths = np.asarray(lengths, dtype=np.float64)
+        if lengths.size and not (np.isfinite(lengths).all() and lengths.min() >= 0):  # else -5 tokens: negative FLOPs
+            raise ConfigError("lengths", lengths.ravel()[:8].tolist(), "finite token counts >= 0")
         return float(self.linear_flops_per_token * lengths.sum() + self.attn_flops_coeff * np.square(lengths).sum())
 
     def to_dict(self) -> dict:
