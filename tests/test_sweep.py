@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -550,3 +551,23 @@ def test_run_sweep_checks_its_options_before_any_folder_is_made(tmp_path, option
     with pytest.raises(ConfigError) as ei:
         run_sweep(spec, tmp_path / "out", opts)
     assert ei.value.field == field and not (tmp_path / "out").exists()
+
+
+def test_resume_refuses_rows_of_a_lengths_file_that_changed(tmp_path):
+    """A run's id names a lengths file by its path: after the file was rewritten, a resumed sweep skipped the
+    finished run and kept its row of the old contents (11.87 s where a fresh folder gives 24.36 s). sweep.json now
+    records each input's SHA-256 and a resume whose inputs changed is refused, naming the file."""
+    lengths = tmp_path / "l.txt"
+    lengths.write_text("4096\n" * 32)
+    spec_path = tmp_path / "spec.toml"
+    spec_path.write_text(SMALL_BASE.replace('name = "github", ', f'name = "{lengths.as_posix()}", ')
+                         + '\n[sweep]\nname = "t"\n[axes]\npolicy.name = ["packing"]\n')
+    out = tmp_path / "out"
+    opts = SweepOptions(jobs=1, progress=False, figures=None)
+    assert run_sweep(load_sweep_spec(spec_path), out, opts).n_done == 1
+    assert json.loads((out / "sweep.json").read_text())["inputs"] == {
+        lengths.as_posix(): hashlib.sha256(lengths.read_bytes()).hexdigest()}
+    assert run_sweep(load_sweep_spec(spec_path), out, opts).n_skipped == 1  # unchanged: resumed, nothing re-run
+    lengths.write_text("8192\n" * 32)
+    with pytest.raises(ConfigError, match=r"--out.*l\.txt' changed since they ran"):
+        run_sweep(load_sweep_spec(spec_path), out, opts)

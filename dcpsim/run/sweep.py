@@ -391,6 +391,9 @@ def check_sweep_out(out_dir: str | Path, *, force: bool = False, spec: SweepSpec
         raise ConfigError("--out", str(out), f"a new folder or one of this same sweep (it holds sweep "
                           f"{old.get('name')!r}, spec {old_hash}; this spec is {new_hash}: other seed, base or axes); "
                           "pick another folder, or pass --force to add this sweep's rows beside the old ones")
+    from dcpsim.run.sweep_inputs import check_inputs_unchanged
+
+    check_inputs_unchanged(old, spec.to_dict(), out)  # finished rows of a lengths file's old contents: refused
     return out
 
 
@@ -417,9 +420,13 @@ def _write_spec(spec: SweepSpec, out: Path) -> list[RunSpec]:
 
     if spec.source_text is not None:
         write_text(out / "spec.toml", spec.source_text)
+    from dcpsim.run.sweep_inputs import input_digests
+
     runs = spec.runs()
-    _write_json_atomic(out / "sweep.json", spec.to_dict() | {
-        "spec_hash": spec_hash(spec.to_dict()), "runs": [{"config_hash": r.run_hash, "updates": r.axes, "error": r.error} for r in runs]})
+    d = spec.to_dict()
+    _write_json_atomic(out / "sweep.json", d | {
+        "spec_hash": spec_hash(d), "inputs": input_digests(d),
+        "runs": [{"config_hash": r.run_hash, "updates": r.axes, "error": r.error} for r in runs]})
     return runs
 
 
