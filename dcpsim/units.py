@@ -18,7 +18,7 @@ import re
 
 from dcpsim.errors import ConfigError
 
-__all__ = ["UNITS_HELP", "parse_count"]
+__all__ = ["UNITS_HELP", "check_token_counts", "parse_count"]
 
 _UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "B": 10**9, "T": 10**12,
           "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
@@ -38,3 +38,21 @@ def parse_count(text: str | float | int, field: str, what: str = "count", exampl
     if not (v >= 1 and math.isfinite(v)):
         raise ConfigError(field, text, f"a positive {what} such as {example} ({UNITS_HELP})")
     return int(round(v))
+
+
+def check_token_counts(values, field: str, *, non_empty: bool = False):
+    """``values`` as a 1-D int64 numpy array of positive whole token counts (ConfigError naming ``field``
+    otherwise; with ``non_empty``, an empty one too). Checked before the cast, which truncated 4096.7 to 4096
+    and made inf -2**63."""
+    import numpy as np  # (here: the CLI's --help imports this module without numpy)
+
+    arr = np.asarray(values)
+    if arr.ndim != 1:
+        raise ConfigError(field, f"array of shape {arr.shape}", "a 1-D array of sequence lengths")
+    if non_empty and arr.size == 0:
+        raise ConfigError(field, [], "a non-empty list of positive integer token counts")
+    # isfinite first: inf == floor(inf)
+    if arr.size and (arr.dtype.kind not in "iuf" or not np.isfinite(arr).all() or np.any(arr != np.floor(arr))
+                     or arr.min() < 1):
+        raise ConfigError(field, arr[:8].tolist(), "positive integer token counts")
+    return arr.astype(np.int64)

@@ -60,6 +60,7 @@ from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.hardware import HardwareProfile, get_profile
 from dcpsim.model import ModelSpec, get_model
 from dcpsim.padding import padded_lengths
+from dcpsim.units import check_token_counts
 
 
 class CostModel:
@@ -159,14 +160,10 @@ class CostModel:
         Raises :class:`InfeasibleError` when the pack does not fit in memory
         (``check_memory``) or the CP size does not divide the heads (``a2a``).
         """
-        arr = np.asarray(lengths)
         # checked before the int64 cast, which truncated 4096.7 and 2.5 silently and failed on nan/inf in numpy
-        if (arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iuf" or not np.isfinite(arr).all()
-                or (arr != np.floor(arr)).any() or (arr <= 0).any()):
-            raise ConfigError("lengths", arr.tolist()[:8], "a non-empty list of positive integer token counts")
+        lengths = check_token_counts(lengths, "lengths", non_empty=True)
         if not isinstance(cp, int | np.integer) or isinstance(cp, bool):
             raise ConfigError("cp", cp, "an integer CP size >= 1")
-        lengths = arr.astype(np.int64)
         out = self.batch_cost(lengths, np.zeros(lengths.size, dtype=np.int64), np.array([cp]), np.array([spans_network]))
         pc = out.pack(0)
         if check_memory and not pc.fits_memory:

@@ -11,20 +11,15 @@ import numpy as np
 from dcpsim.cost.padding import per_rank_tokens
 from dcpsim.errors import ConfigError, InfeasibleError
 from dcpsim.policies.plan import Layout
+from dcpsim.units import check_token_counts
 
 __all__ = ["check_layout_cost", "check_lengths", "dynamic_fit", "dynamic_sizes", "raise_too_long", "smallest_fitting_size"]
 
 
 def check_lengths(lengths, field: str = "lengths") -> np.ndarray:
-    """Lengths as a 1-D int64 array of positive token counts (ConfigError naming ``field`` otherwise)."""
-    arr = np.asarray(lengths)
-    if arr.ndim != 1:
-        raise ConfigError(field, f"array of shape {arr.shape}", "a 1-D array of sequence lengths")
-    # isfinite first: inf == floor(inf), and its cast to int64 is -2**63 (a plan was made for it)
-    if arr.size and (not np.issubdtype(arr.dtype, np.number) or not np.isfinite(arr).all()
-                     or np.any(arr != np.floor(arr)) or arr.min() < 1):
-        raise ConfigError(field, arr[:8].tolist(), "positive integer token counts")
-    return arr.astype(np.int64)
+    """Lengths as a 1-D int64 array of positive token counts (ConfigError naming ``field`` otherwise;
+    :func:`dcpsim.units.check_token_counts`)."""
+    return check_token_counts(lengths, field)
 
 
 def check_layout_cost(layout: Layout, cost) -> None:
